@@ -1,0 +1,173 @@
+//! fabric-agent: the per-node agent. For now it owns the data plane on a device set: apply a
+//! configuration, show maps and counters, and reset.
+use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use fabric_dataplane::{DEFAULT_PIN_DIR, Dataplane, DataplaneConfig, Maps, Snapshot, sys};
+
+#[derive(Parser)]
+#[command(name = "fabric-agent", version, about = "fabric node agent")]
+struct Cli {
+    /// Run inside this network namespace (a name under /run/netns, or a path). The agent
+    /// enters it itself, keeping the host's BPF filesystem mount (unlike `ip netns exec`).
+    #[arg(long, global = true, env = "FABRIC_NETNS")]
+    netns: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The eBPF data plane (remap programs and their maps).
+    #[command(subcommand)]
+    Datapath(Datapath),
+}
+
+#[derive(Subcommand)]
+enum Datapath {
+    /// Load and attach the programs and make the maps match a configuration file. Idempotent;
+    /// running it again reloads the programs in place without dropping traffic.
+    Apply {
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        #[arg(long, default_value = DEFAULT_PIN_DIR, env = "FABRIC_PIN_DIR")]
+        pin_dir: PathBuf,
+    },
+    /// Show peers, remaps, external mappings, counters and drops.
+    Show {
+        #[arg(long, default_value = DEFAULT_PIN_DIR, env = "FABRIC_PIN_DIR")]
+        pin_dir: PathBuf,
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Check a configuration file without touching the kernel.
+    Check {
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
+    /// Detach the programs from every device and remove every pin.
+    Reset {
+        #[arg(long, default_value = DEFAULT_PIN_DIR, env = "FABRIC_PIN_DIR")]
+        pin_dir: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    if let Some(ns) = &cli.netns {
+        sys::enter_netns(ns)?;
+    }
+    match cli.cmd {
+        Cmd::Datapath(Datapath::Apply { config, pin_dir }) => {
+            let cfg = DataplaneConfig::from_file(&config)?;
+            let mut dp = Dataplane::load(Some(&pin_dir))
+                .with_context(|| format!("loading the data plane (pins in {})", pin_dir.display()))?;
+            let r = dp.apply(&cfg)?;
+            println!(
+                "applied {}: {} map writes; attached {:?}, reloaded {:?}, detached {:?}",
+                config.display(),
+                r.map_writes,
+                r.attached,
+                r.replaced,
+                r.detached
+            );
+        }
+        Cmd::Datapath(Datapath::Show { pin_dir, output }) => {
+            let snap = Maps::open_pinned(&pin_dir)?.snapshot()?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&snap)?),
+                Output::Table => print!("{}", table(&snap)),
+            }
+        }
+        Cmd::Datapath(Datapath::Check { config }) => {
+            let cfg = DataplaneConfig::from_file(&config)?;
+            println!(
+                "{}: ok ({} peers, {} external mappings)",
+                config.display(),
+                cfg.peers.len(),
+                cfg.externals.len()
+            );
+        }
+        Cmd::Datapath(Datapath::Reset { pin_dir }) => {
+            let detached = Dataplane::reset(&pin_dir)?;
+            println!("reset {}: detached from {detached:?}", pin_dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn table(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "PEERS");
+    let _ = writeln!(
+        o,
+        "  {:>4}  {:<16} {:<12} {:>7} {:>5}  {:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
+        "ID", "NAME", "INTERFACE", "IFINDEX", "MSS", "DIR", "PACKETS", "BYTES", "REMAPPED", "CLAMPED",
+        "ICMPERR", "DROPPED"
+    );
+    for p in &s.peers {
+        for (i, (dir, c)) in [("egress", &p.egress), ("ingress", &p.ingress)].into_iter().enumerate() {
+            let (id, name, ifname, idx, mss) = if i == 0 {
+                (
+                    p.id.to_string(),
+                    p.name.as_str(),
+                    p.interface.as_str(),
+                    p.ifindex.map_or("-".into(), |i| i.to_string()),
+                    p.mss.map_or("-".into(), |m| m.to_string()),
+                )
+            } else {
+                (String::new(), "", "", String::new(), String::new())
+            };
+            let _ = writeln!(
+                o,
+                "  {id:>4}  {name:<16} {ifname:<12} {idx:>7} {mss:>5}  {dir:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
+                c.packets, c.bytes, c.remapped, c.mss_clamped, c.icmp_errors, c.dropped
+            );
+        }
+    }
+    if s.peers.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    let _ = writeln!(o, "\nREMAPS (this cluster's view -> the peer's real prefix)");
+    for r in &s.remaps {
+        let _ = writeln!(o, "  {:<16} {:>18} -> {}", r.peer, r.local, r.remote);
+    }
+    if s.remaps.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    let _ = writeln!(o, "\nEXTERNALS (local external-CIDR address -> local IP)");
+    for e in &s.externals {
+        let _ = writeln!(o, "  {:>18} -> {}", e.external, e.internal);
+    }
+    if s.externals.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    let _ = writeln!(o, "\nDROPS");
+    for (k, v) in &s.drops {
+        let _ = writeln!(o, "  {k:<16} {v}");
+    }
+    o
+}

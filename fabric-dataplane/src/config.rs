@@ -1,0 +1,256 @@
+//! The desired data-plane configuration: what an operator (or later the controllers) asks for.
+//! Parsing and validation are pure; nothing here touches the kernel.
+use std::{collections::BTreeMap, path::Path};
+
+use ipnetwork::Ipv4Network;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// Data-plane configuration of one gateway.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneConfig {
+    #[serde(default)]
+    pub peers: Vec<PeerConfig>,
+    #[serde(default)]
+    pub externals: Vec<ExternalMapping>,
+}
+
+/// One peered cluster, reached through its own device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub name: String,
+    /// Stable small id (1..MAX_PEERS): keys the remap tries and the counters.
+    pub id: u32,
+    /// The device towards the peer (its tunnel); the programs are attached to it.
+    pub interface: String,
+    /// Clamp the MSS of TCP SYNs crossing the device to this value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mss: Option<u16>,
+    #[serde(default)]
+    pub remaps: Vec<Remap>,
+}
+
+/// How this cluster sees one of the peer's prefixes: `local` (unique here) stands for `remote`
+/// (the peer's real prefix). Equal prefixes mean no rewrite, and need no entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Remap {
+    pub local: Ipv4Network,
+    pub remote: Ipv4Network,
+}
+
+/// An address (or prefix) of the local external CIDR that stands for a local IP, so peers can
+/// reach a non-pod address of this cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalMapping {
+    pub external: Ipv4Network,
+    pub internal: Ipv4Network,
+}
+
+impl DataplaneConfig {
+    pub fn from_toml(text: &str) -> Result<Self, Error> {
+        let cfg: Self = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("reading {}: {e}", path.display())))?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
+            e => e,
+        })
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("config serializes")
+    }
+
+    /// Checks everything that can be checked without the kernel. Errors name the offending
+    /// peer or mapping and say what would fix it.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Config(m));
+        let mut ids = BTreeMap::new();
+        let mut names = BTreeMap::new();
+        let mut ifaces = BTreeMap::new();
+        let mut locals: Vec<(Ipv4Network, &str)> = Vec::new();
+        for p in &self.peers {
+            if p.name.is_empty() || p.name.len() > 63 {
+                return bad(format!("peer name {:?} must be 1 to 63 bytes", p.name));
+            }
+            if p.id == 0 || p.id >= fabric_common::MAX_PEERS {
+                return bad(format!(
+                    "peer {}: id {} out of range 1..{}",
+                    p.name,
+                    p.id,
+                    fabric_common::MAX_PEERS
+                ));
+            }
+            if let Some(other) = ids.insert(p.id, &p.name) {
+                return bad(format!("peers {other} and {} share id {}", p.name, p.id));
+            }
+            if names.insert(&p.name, ()).is_some() {
+                return bad(format!("peer name {} appears twice", p.name));
+            }
+            if p.interface.is_empty() || p.interface.len() > 15 {
+                return bad(format!(
+                    "peer {}: interface name {:?} must be 1 to 15 bytes",
+                    p.name, p.interface
+                ));
+            }
+            if let Some(other) = ifaces.insert(&p.interface, &p.name) {
+                return bad(format!(
+                    "peers {other} and {} both use interface {}: each peer needs its own device",
+                    p.name, p.interface
+                ));
+            }
+            if let Some(mss) = p.mss
+                && !(88..=65495).contains(&mss)
+            {
+                return bad(format!("peer {}: mss {mss} out of range 88..65495", p.name));
+            }
+            let mut remotes: Vec<Ipv4Network> = Vec::new();
+            for r in &p.remaps {
+                for (what, n) in [("local", r.local), ("remote", r.remote)] {
+                    check_prefix(&p.name, what, n)?;
+                }
+                if r.local.prefix() != r.remote.prefix() {
+                    return bad(format!(
+                        "peer {}: remap {} -> {} changes the prefix length; host bits are kept, so both sides need the same length",
+                        p.name, r.local, r.remote
+                    ));
+                }
+                if let Some(o) = remotes.iter().find(|o| o.overlaps(r.remote)) {
+                    return bad(format!(
+                        "peer {}: remote prefixes {o} and {} overlap",
+                        p.name, r.remote
+                    ));
+                }
+                remotes.push(r.remote);
+                // Local views must be unique in the cluster, across all peers: the route decision
+                // (and the egress lookup) picks the peer by them.
+                if let Some((o, owner)) = locals.iter().find(|(o, _)| o.overlaps(r.local)) {
+                    return bad(format!(
+                        "peer {}: local prefix {} overlaps {o} of peer {owner}",
+                        p.name, r.local
+                    ));
+                }
+                locals.push((r.local, &p.name));
+            }
+        }
+        let mut exts: Vec<Ipv4Network> = Vec::new();
+        let mut ints: Vec<Ipv4Network> = Vec::new();
+        for e in &self.externals {
+            check_prefix("externals", "external", e.external)?;
+            check_prefix("externals", "internal", e.internal)?;
+            if e.external.prefix() != e.internal.prefix() {
+                return bad(format!(
+                    "external mapping {} -> {} changes the prefix length",
+                    e.external, e.internal
+                ));
+            }
+            if let Some(o) = exts.iter().find(|o| o.overlaps(e.external)) {
+                return bad(format!("external prefixes {o} and {} overlap", e.external));
+            }
+            if let Some(o) = ints.iter().find(|o| o.overlaps(e.internal)) {
+                return bad(format!("internal prefixes {o} and {} overlap", e.internal));
+            }
+            exts.push(e.external);
+            ints.push(e.internal);
+        }
+        if self.externals.len() > fabric_common::MAX_EXTERNALS as usize {
+            return bad(format!(
+                "{} external mappings, at most {}",
+                self.externals.len(),
+                fabric_common::MAX_EXTERNALS
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_prefix(owner: &str, what: &str, n: Ipv4Network) -> Result<(), Error> {
+    if n.prefix() == 0 {
+        return Err(Error::Config(format!(
+            "{owner}: {what} prefix {n} has length 0"
+        )));
+    }
+    if n.ip() != n.network() {
+        return Err(Error::Config(format!(
+            "{owner}: {what} prefix {n} has host bits set; did you mean {}/{}?",
+            n.network(),
+            n.prefix()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [[peers]]
+        name = "cluster-b"
+        id = 1
+        interface = "fab-b"
+        mss = 1360
+        remaps = [
+          { local = "10.71.0.0/16", remote = "10.244.0.0/16" },
+          { local = "10.81.0.0/16", remote = "10.70.0.0/16" },
+        ]
+        [[peers]]
+        name = "cluster-c"
+        id = 2
+        interface = "fab-c"
+        remaps = [ { local = "10.72.0.0/16", remote = "10.244.0.0/16" } ]
+        [[externals]]
+        external = "10.70.0.5/32"
+        internal = "192.168.1.5/32"
+    "#;
+
+    #[test]
+    fn parses_and_round_trips() {
+        let c = DataplaneConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.peers[0].remaps[1].remote.to_string(), "10.70.0.0/16");
+        assert_eq!(DataplaneConfig::from_toml(&c.to_toml()).unwrap(), c);
+    }
+
+    fn err(text: &str) -> String {
+        DataplaneConfig::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn rejects_bad_input_with_reasons() {
+        let e = err(&GOOD.replace("10.71.0.0/16", "10.71.0.0/20"));
+        assert!(e.contains("same length"), "{e}");
+        let e = err(&GOOD.replace("10.72.0.0/16", "10.71.0.0/16"));
+        assert!(e.contains("overlaps 10.71.0.0/16 of peer cluster-b"), "{e}");
+        let e = err(&GOOD.replace("10.71.0.0/16", "10.71.3.0/16"));
+        assert!(e.contains("did you mean 10.71.0.0/16"), "{e}");
+        let e = err(&GOOD.replace("id = 2", "id = 1"));
+        assert!(e.contains("share id 1"), "{e}");
+        let e = err(&GOOD.replace("id = 2", "id = 4096"));
+        assert!(e.contains("out of range"), "{e}");
+        let e = err(&GOOD.replace("fab-c", "fab-b"));
+        assert!(e.contains("own device"), "{e}");
+        let e = err(&GOOD.replace("mss = 1360", "mss = 20"));
+        assert!(e.contains("mss 20"), "{e}");
+        let e = err(&GOOD.replace("10.244.0.0/16\" },\n", "10.70.0.0/16\" },\n"));
+        assert!(e.contains("overlap"), "{e}");
+        let e = err(&GOOD.replace("10.71.0.0/16", "fe80::/64"));
+        assert!(e.contains("local"), "{e}");
+        let e = err(&GOOD.replace("mss = 1360", "msss = 1360"));
+        assert!(e.contains("unknown field"), "{e}");
+        let e = err(&format!(
+            "{GOOD}\n[[externals]]\nexternal = \"10.70.0.4/30\"\ninternal = \"192.168.2.4/30\"\n"
+        ));
+        assert!(e.contains("external prefixes"), "{e}");
+    }
+}

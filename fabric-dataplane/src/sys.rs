@@ -1,0 +1,141 @@
+//! Small kernel interfaces the loader needs: the BPF filesystem, interface facts, netns.
+use std::{
+    ffi::CString,
+    fs::File,
+    io,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+};
+
+use crate::{Error, state::LinkFacts};
+
+const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+const ARPHRD_ETHER: u16 = 1;
+const ARPHRD_LOOPBACK: u16 = 772;
+const ARPHRD_NONE: u16 = 0xfffe;
+
+fn is_bpffs(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out-pointer.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+/// Makes sure `pin_dir` exists on a BPF filesystem, mounting bpffs at /sys/fs/bpf when the
+/// machine has not (as on a fresh host without systemd's mount).
+pub fn ensure_pin_dir(pin_dir: &Path) -> Result<(), Error> {
+    let parent = pin_dir.parent().unwrap_or(Path::new("/"));
+    if !is_bpffs(parent) && !is_bpffs(pin_dir) {
+        let default = Path::new("/sys/fs/bpf");
+        if parent.starts_with(default) && !is_bpffs(default) {
+            std::fs::create_dir_all(default).map_err(|e| Error::io("creating /sys/fs/bpf", e))?;
+            let src = CString::new("bpf").unwrap();
+            let dst = CString::new("/sys/fs/bpf").unwrap();
+            // SAFETY: valid C strings; no data argument.
+            let r = unsafe {
+                libc::mount(src.as_ptr(), dst.as_ptr(), src.as_ptr(), 0, std::ptr::null())
+            };
+            if r != 0 {
+                return Err(Error::BpfFs(format!(
+                    "/sys/fs/bpf is not a BPF filesystem and mounting one failed: {}",
+                    io::Error::last_os_error()
+                )));
+            }
+        }
+        if !is_bpffs(parent) {
+            return Err(Error::BpfFs(format!(
+                "{} is not on a BPF filesystem (mount -t bpf bpf <dir>)",
+                parent.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(pin_dir)
+        .map_err(|e| Error::io(format!("creating {}", pin_dir.display()), e))
+}
+
+/// Index and header layout of a device in the current network namespace.
+pub fn link_facts(name: &str) -> Result<LinkFacts, Error> {
+    let err = |reason: String| Error::Interface {
+        name: name.to_owned(),
+        reason,
+    };
+    let c = CString::new(name).map_err(|_| err("name contains NUL".into()))?;
+    // SAFETY: valid C string.
+    let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if ifindex == 0 {
+        return Err(err("no such device in this network namespace".into()));
+    }
+    // SAFETY: plain socket creation.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(err(format!("socket: {}", io::Error::last_os_error())));
+    }
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: ifreq is initialised with the name; the kernel fills ifru_hwaddr.
+    let r = unsafe { libc::ioctl(sock, libc::SIOCGIFHWADDR, &mut ifr) };
+    let e = io::Error::last_os_error();
+    // SAFETY: we own the fd.
+    unsafe { libc::close(sock) };
+    if r != 0 {
+        return Err(err(format!("SIOCGIFHWADDR: {e}")));
+    }
+    // SAFETY: SIOCGIFHWADDR fills the hwaddr member.
+    let family = unsafe { ifr.ifr_ifru.ifru_hwaddr.sa_family };
+    let l3_offset = match family {
+        ARPHRD_ETHER | ARPHRD_LOOPBACK => 14,
+        ARPHRD_NONE => 0,
+        other => return Err(err(format!("unsupported link type {other} (want Ethernet or an L3 tunnel)"))),
+    };
+    Ok(LinkFacts { ifindex, l3_offset })
+}
+
+/// Name of a device by index, if it exists in the current network namespace.
+pub fn ifname(ifindex: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: buffer of IF_NAMESIZE bytes as the call requires.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8(bytes).ok()
+}
+
+/// Moves the calling thread into a network namespace: a name under /run/netns, or a path.
+/// Call it before starting other threads, so the whole process lives there.
+pub fn enter_netns(ns: &str) -> Result<(), Error> {
+    let path = if ns.contains('/') {
+        PathBuf::from(ns)
+    } else {
+        Path::new("/run/netns").join(ns)
+    };
+    let f = File::open(&path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    // SAFETY: valid fd of a namespace file.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(Error::io(
+            format!("entering network namespace {}", path.display()),
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Copies a string into a NUL-padded fixed buffer (truncating).
+pub fn to_cbuf<const N: usize>(s: &str) -> [u8; N] {
+    let mut b = [0u8; N];
+    for (d, c) in b.iter_mut().take(N - 1).zip(s.bytes()) {
+        *d = c;
+    }
+    b
+}
+
+pub fn from_cbuf(b: &[u8]) -> String {
+    let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
