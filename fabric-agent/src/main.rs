@@ -46,6 +46,14 @@ enum Datapath {
         #[arg(long, short = 'c')]
         config: PathBuf,
     },
+    /// Measure the programs' per-packet cost in the kernel (BPF_PROG_TEST_RUN), against a
+    /// pass-through baseline from the same run. Touches no device and no pinned map.
+    Bench {
+        #[arg(long, default_value_t = 1_000_000)]
+        repeat: u32,
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Detach the programs from every device and remove every pin.
     Reset {
         #[arg(long, default_value = DEFAULT_PIN_DIR, env = "FABRIC_PIN_DIR")]
@@ -110,6 +118,26 @@ fn run(cli: Cli) -> Result<()> {
                 cfg.peers.len(),
                 cfg.externals.len()
             );
+        }
+        Cmd::Datapath(Datapath::Bench { repeat, output }) => {
+            let rows = fabric_dataplane::bench::run(repeat)?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Output::Table => {
+                    let base = rows.first().map_or(1.0, |r| r.ns_per_packet.max(1.0));
+                    println!("{:<28} {:<8} {:>10} {:>14}", "CASE", "DIR", "NS/PKT", "VS BASELINE");
+                    for r in &rows {
+                        println!(
+                            "{:<28} {:<8} {:>10.1} {:>13.2}x",
+                            r.case,
+                            if r.egress { "egress" } else { "ingress" },
+                            r.ns_per_packet,
+                            r.ns_per_packet / base
+                        );
+                    }
+                    println!("({repeat} runs per case; baseline = a frame the program passes at its first check)");
+                }
+            }
         }
         Cmd::Datapath(Datapath::Reset { pin_dir }) => {
             let detached = Dataplane::reset(&pin_dir)?;

@@ -47,10 +47,47 @@ pub mod maps {
 pub mod progs {
     pub const EGRESS: &str = "fabric_egress";
     pub const INGRESS: &str = "fabric_ingress";
+    /// Empty program, for measuring the test harness in benchmarks.
+    pub const NOOP: &str = "fabric_noop";
 }
 
 /// `IfaceConfig::flags`: the local external-IP maps are non-empty, so look them up.
 pub const IFACE_F_EXTERNALS: u8 = 1;
+/// `IfaceConfig::flags`: the peer has more remaps than fit in `fast`: use the LPM tries.
+pub const IFACE_F_LPM: u8 = 2;
+/// Remaps kept inline in the interface entry, so the common case needs no trie lookup.
+pub const FAST_REMAPS: usize = 4;
+
+/// One remap in both directions: egress `(dst & mask) == local` -> `remote`, ingress
+/// `(src & mask) == remote` -> `local`. All fields in network byte order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FastRemap {
+    pub local: u32,
+    pub remote: u32,
+    pub mask: u32,
+}
+const _: () = assert!(core::mem::size_of::<FastRemap>() == 12);
+
+impl FastRemap {
+    #[inline(always)]
+    pub const fn egress(&self, addr: u32) -> Option<u32> {
+        if addr & self.mask == self.local {
+            Some((addr & !self.mask) | self.remote)
+        } else {
+            None
+        }
+    }
+
+    #[inline(always)]
+    pub const fn ingress(&self, addr: u32) -> Option<u32> {
+        if addr & self.mask == self.remote {
+            Some((addr & !self.mask) | self.local)
+        } else {
+            None
+        }
+    }
+}
 
 /// Per-interface configuration, keyed by ifindex in [`maps::IFACES`].
 #[repr(C)]
@@ -64,8 +101,12 @@ pub struct IfaceConfig {
     pub l3_offset: u8,
     /// `IFACE_F_*` bits.
     pub flags: u8,
+    /// Valid entries in `fast` (the peer's remaps, when they all fit).
+    pub n_fast: u8,
+    pub _pad: [u8; 3],
+    pub fast: [FastRemap; FAST_REMAPS],
 }
-const _: () = assert!(core::mem::size_of::<IfaceConfig>() == 8);
+const _: () = assert!(core::mem::size_of::<IfaceConfig>() == 60);
 
 /// Name and device of a peer, for inspection only (the programs never read it), keyed by peer
 /// id in [`maps::PEERS`]. NUL-padded strings, so `bpftool map dump` shows them as text.
@@ -230,6 +271,7 @@ mod pod {
     unsafe impl aya::Pod for ExtKey {}
     unsafe impl aya::Pod for Rewrite {}
     unsafe impl aya::Pod for Counters {}
+    unsafe impl aya::Pod for FastRemap {}
     unsafe impl aya::Pod for PeerMeta {}
 }
 

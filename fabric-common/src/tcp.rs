@@ -3,22 +3,30 @@
 
 /// Longest TCP option area (60-byte header minus the fixed 20).
 pub const MAX_OPTIONS: usize = 40;
+/// Options looked at before giving up (see `find_mss_with`).
+pub const MAX_STEPS: usize = 12;
 /// TCP flags (byte 13 of the header).
 pub const FLAG_SYN: u8 = 0x02;
 
-/// Finds the MSS option in `opts[..len]` and returns the offset of its 2-byte value and the
-/// value. Malformed option lists (length byte < 2, or running past `len`) yield `None`.
-/// Every access is checked without panicking: a panic path would fail verification.
+/// Finds the MSS option in the first `len` bytes of an option area read through `byte` and
+/// returns the offset of its 2-byte value and the value. Malformed lists (length byte < 2, or
+/// running past `len`) yield `None`.
+///
+/// The eBPF program passes a `byte` that loads from the skb with a helper: a loop over a stack
+/// buffer or over packet pointers makes the verifier give up (variable stack offsets, or a
+/// state explosion), while a helper load with a scalar offset verifies in a few states.
 #[inline(always)]
-pub fn find_mss(opts: &[u8; MAX_OPTIONS], len: usize) -> Option<(usize, u16)> {
+pub fn find_mss_with(len: usize, byte: impl Fn(usize) -> Option<u8>) -> Option<(usize, u16)> {
     let len = if len > MAX_OPTIONS { MAX_OPTIONS } else { len };
     let mut i = 0usize;
-    // At most MAX_OPTIONS iterations: every step moves `i` forward by at least one.
-    for _ in 0..MAX_OPTIONS {
+    // The verifier walks every branch of every step, so the walk is capped: SYNs carry five or
+    // six options (MSS usually first), and a list that hides the MSS behind more than
+    // MAX_STEPS options is left unclamped rather than making the program unverifiable.
+    for _ in 0..MAX_STEPS {
         if i >= len {
             return None;
         }
-        let kind = *opts.get(i)?;
+        let kind = byte(i)?;
         match kind {
             0 => return None,
             1 => {
@@ -30,7 +38,7 @@ pub fn find_mss(opts: &[u8; MAX_OPTIONS], len: usize) -> Option<(usize, u16)> {
         if i + 1 >= len {
             return None;
         }
-        let olen = *opts.get(i + 1)? as usize;
+        let olen = byte(i + 1)? as usize;
         if olen < 2 || i + olen > len {
             return None;
         }
@@ -38,13 +46,17 @@ pub fn find_mss(opts: &[u8; MAX_OPTIONS], len: usize) -> Option<(usize, u16)> {
             if olen != 4 {
                 return None;
             }
-            let hi = *opts.get(i + 2)?;
-            let lo = *opts.get(i + 3)?;
-            return Some((i + 2, u16::from_be_bytes([hi, lo])));
+            let v = u16::from_be_bytes([byte(i + 2)?, byte(i + 3)?]);
+            return Some((i + 2, v));
         }
         i += olen;
     }
     None
+}
+
+/// [`find_mss_with`] over a byte slice.
+pub fn find_mss(opts: &[u8], len: usize) -> Option<(usize, u16)> {
+    find_mss_with(len, |i| opts.get(i).copied())
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ use fabric_common::{
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
+pub mod bench;
 pub mod config;
 pub mod state;
 pub mod sys;
@@ -465,6 +466,20 @@ impl Dataplane {
 
     pub fn maps(&mut self) -> &mut Maps {
         &mut self.maps
+    }
+
+    /// The empty program, loaded on demand, for measuring the test harness.
+    pub fn noop_program(&mut self) -> Result<&SchedClassifier, Error> {
+        let p: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(progs::NOOP)
+            .ok_or_else(|| Error::Config("noop program missing".into()))?
+            .try_into()
+            .map_err(Error::prog(progs::NOOP))?;
+        if p.fd().is_err() {
+            p.load().map_err(Error::prog(progs::NOOP))?;
+        }
+        Ok(p)
     }
 
     /// The program for a direction, e.g. to run it with `BPF_PROG_TEST_RUN`.

@@ -3,7 +3,9 @@
 //! `diff(current, desired)` here, and writes the resulting operations back.
 use std::collections::{BTreeMap, BTreeSet};
 
-use fabric_common::{IFACE_F_EXTERNALS, IfaceConfig, Rewrite};
+use fabric_common::{
+    FAST_REMAPS, FastRemap, IFACE_F_EXTERNALS, IFACE_F_LPM, IfaceConfig, Rewrite, prefix_mask,
+};
 
 use crate::config::DataplaneConfig;
 
@@ -68,15 +70,27 @@ pub fn desired(cfg: &DataplaneConfig, links: &BTreeMap<String, LinkFacts>) -> Ma
     };
     for p in &cfg.peers {
         let link = links[&p.interface];
-        s.ifaces.insert(
-            link.ifindex,
-            IfaceConfig {
-                peer_id: p.id,
-                mss: p.mss.unwrap_or(0),
-                l3_offset: link.l3_offset,
-                flags: ext_flag,
-            },
-        );
+        let real: Vec<_> = p.remaps.iter().filter(|r| r.local != r.remote).collect();
+        let mut iface = IfaceConfig {
+            peer_id: p.id,
+            mss: p.mss.unwrap_or(0),
+            l3_offset: link.l3_offset,
+            flags: ext_flag,
+            ..Default::default()
+        };
+        if real.len() <= FAST_REMAPS {
+            iface.n_fast = real.len() as u8;
+            for (slot, r) in iface.fast.iter_mut().zip(&real) {
+                *slot = FastRemap {
+                    local: u32::from(r.local.network()).to_be(),
+                    remote: u32::from(r.remote.network()).to_be(),
+                    mask: prefix_mask(r.local.prefix()).to_be(),
+                };
+            }
+        } else {
+            iface.flags |= IFACE_F_LPM;
+        }
+        s.ifaces.insert(link.ifindex, iface);
         s.peers.insert(
             p.id,
             PeerMetaEntry {

@@ -39,12 +39,16 @@ fn ip(s: &str) -> [u8; 4] {
 
 /// Needs root (BPF). Outside CI a non-root run says so and passes; in CI it must run.
 fn fixture() -> Option<Dataplane> {
+    fixture_with(CONFIG)
+}
+
+fn fixture_with(config: &str) -> Option<Dataplane> {
     if unsafe { libc::geteuid() } != 0 {
         assert!(std::env::var_os("CI").is_none(), "packet tests need root in CI");
         eprintln!("skipped: BPF_PROG_TEST_RUN needs root");
         return None;
     }
-    let cfg = DataplaneConfig::from_toml(CONFIG).unwrap();
+    let cfg = DataplaneConfig::from_toml(config).unwrap();
     let mut dp = Dataplane::load(None).expect("load programs");
     // test_run hands the program an skb on loopback: configure ifindex of `lo` as the device.
     let links = [("lo".to_string(), fabric_dataplane::link_facts("lo").unwrap())].into();
@@ -437,4 +441,31 @@ fn counters_per_peer_and_direction() {
     let snap = dp.maps().snapshot().unwrap();
     assert_eq!(snap.peers[0].name, "cluster-b");
     assert_eq!(snap.remaps.len(), 4);
+}
+
+/// A peer with more remaps than fit inline goes through the LPM tries: same results.
+#[test]
+fn many_remaps_use_the_tries() {
+    let mut cfg = CONFIG.replace(
+        "  { local = \"11.0.0.0/8\",   remote = \"12.0.0.0/8\" },",
+        "  { local = \"11.0.0.0/8\",   remote = \"12.0.0.0/8\" },\n  { local = \"10.90.0.0/24\", remote = \"10.244.200.0/24\" },\n  { local = \"10.91.0.0/24\", remote = \"10.245.0.0/24\" },",
+    );
+    // 10.244.200.0/24 sits inside 10.244.0.0/16, which the validation rejects: use another.
+    cfg = cfg.replace("10.244.200.0/24", "10.246.0.0/24");
+    let Some(dp) = fixture_with(&cfg) else { return };
+    let table = [
+        (true, "10.244.1.10", "10.71.2.7", "10.244.1.10", "10.244.2.7"),
+        (false, "10.244.2.7", "10.244.1.10", "10.71.2.7", "10.244.1.10"),
+        (true, "10.244.1.10", "10.91.0.9", "10.244.1.10", "10.245.0.9"),
+        (false, "10.246.0.3", "10.244.1.10", "10.90.0.3", "10.244.1.10"),
+        (true, "10.244.1.10", "11.1.1.1", "10.244.1.10", "12.1.1.1"),
+        (true, "10.244.1.10", "10.92.0.1", "10.244.1.10", "10.92.0.1"),
+    ];
+    for (egress, src, dst, esrc, edst) in table {
+        let (ret, out) = run(&dp, egress, &frame_udp(src, dst, false));
+        assert_eq!(ret, TC_ACT_OK);
+        let (h, l4) = parse(&out);
+        assert_eq!(addrs(&h), (a(esrc), a(edst)), "{src}->{dst}");
+        assert_udp_ok(&h, &l4);
+    }
 }

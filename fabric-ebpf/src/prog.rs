@@ -1,18 +1,27 @@
-//! The remap programs. One pair (egress, ingress) per fabric device; see
-//! `docs/datapath.md` for the address model.
+//! The remap programs. One pair (egress, ingress) per fabric device; see `docs/datapath.md`
+//! for the address model.
 //!
 //! Egress (towards a peer): the destination, in this cluster's view of the peer, becomes the
 //! peer's real address; a local source with an external-CIDR address takes that address.
 //! Ingress (from a peer): the peer's real source becomes this cluster's view of it; a
 //! destination in the local external CIDR becomes the local IP it stands for.
 //! ICMP errors get the mirror rewrite on their embedded header, so PMTUD and traceroute work.
+//!
+//! Cost: headers are read and written in place (direct packet access; the verifier's unclone
+//! prologue makes that safe on cloned skbs). The only helper on the common path is
+//! `bpf_l4_csum_replace`, kept because it alone knows whether the skb carries a full checksum
+//! or a pseudo-header seed for offload (CHECKSUM_PARTIAL). Peers with up to four remaps are
+//! matched inline from the interface entry; more go through the LPM tries.
+use core::mem::size_of;
+
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, TC_ACT_OK, TC_ACT_SHOT},
     macros::classifier,
     programs::TcContext,
 };
 use fabric_common::{
-    Counters, DIR_EGRESS, DIR_INGRESS, IFACE_F_EXTERNALS, IfaceConfig, counter_index, csum, drop,
+    Counters, DIR_EGRESS, FAST_REMAPS, IFACE_F_EXTERNALS, IFACE_F_LPM, IfaceConfig, counter_index,
+    csum, drop,
     tcp::{self, MAX_OPTIONS},
 };
 
@@ -26,6 +35,8 @@ const IPPROTO_ICMP: u8 = 1;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
 const IP_OFFSET_MASK: u16 = 0x1fff;
+/// Longest IPv4 header plus the longest TCP header: what we may need linear.
+const MAX_HEADERS: u32 = 60 + 60;
 
 /// Outcome bits for the counters.
 const DID_REMAP: u32 = 1;
@@ -65,27 +76,45 @@ impl Ipv4Hdr {
     }
 }
 
+/// A pointer to `T` at `off` in the linear packet data, if all of it is there.
+#[inline(always)]
+fn ptr_at<T>(ctx: &TcContext, off: usize) -> Option<*mut T> {
+    let start = ctx.data();
+    let end = ctx.data_end();
+    if start + off + size_of::<T>() > end {
+        return None;
+    }
+    Some((start + off) as *mut T)
+}
+
 #[classifier]
 pub fn fabric_egress(ctx: TcContext) -> i32 {
-    handle(&ctx, DIR_EGRESS)
+    handle::<true>(&ctx)
 }
 
 #[classifier]
 pub fn fabric_ingress(ctx: TcContext) -> i32 {
-    handle(&ctx, DIR_INGRESS)
+    handle::<false>(&ctx)
+}
+
+/// Does nothing: `datapath bench` runs it to measure what BPF_PROG_TEST_RUN itself costs, so
+/// the programs' own cost can be read off. Never attached.
+#[classifier]
+pub fn fabric_noop(_ctx: TcContext) -> i32 {
+    TC_ACT_OK
 }
 
 #[inline(always)]
-fn handle(ctx: &TcContext, dir: u32) -> i32 {
+fn handle<const EGRESS: bool>(ctx: &TcContext) -> i32 {
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    // SAFETY: the value is copied out before anything else touches the map.
-    let Some(iface) = (unsafe { FABRIC_IFACES.get(&ifindex) }).copied() else {
+    // SAFETY: map values stay valid for the whole run of the program (RCU).
+    let Some(iface) = (unsafe { FABRIC_IFACES.get(&ifindex) }) else {
         // Not a fabric device (or being torn down): not ours to touch.
         return TC_ACT_OK;
     };
-    let stats = FABRIC_COUNTERS.get_ptr_mut(counter_index(iface.peer_id, dir));
-    let result = try_handle(ctx, &iface, dir);
-    if let Some(stats) = stats {
+    let dir = if EGRESS { DIR_EGRESS } else { fabric_common::DIR_INGRESS };
+    let result = try_handle::<EGRESS>(ctx, iface);
+    if let Some(stats) = FABRIC_COUNTERS.get_ptr_mut(counter_index(iface.peer_id, dir)) {
         // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently with us.
         let stats: &mut Counters = unsafe { &mut *stats };
         stats.packets += 1;
@@ -111,78 +140,131 @@ fn handle(ctx: &TcContext, dir: u32) -> i32 {
     }
 }
 
+/// The peer-side address of a packet in this direction, translated (or unchanged).
+#[inline(always)]
+fn peer_side<const EGRESS: bool>(iface: &IfaceConfig, addr: u32) -> u32 {
+    if iface.flags & IFACE_F_LPM != 0 {
+        let peer_be = iface.peer_id.to_be();
+        return if EGRESS {
+            remap(&FABRIC_REMAP_EG, peer_be, addr)
+        } else {
+            remap(&FABRIC_REMAP_IN, peer_be, addr)
+        };
+    }
+    let mut i = 0;
+    while i < FAST_REMAPS {
+        if i >= iface.n_fast as usize {
+            break;
+        }
+        let e = &iface.fast[i];
+        let hit = if EGRESS { e.egress(addr) } else { e.ingress(addr) };
+        if let Some(a) = hit {
+            return a;
+        }
+        i += 1;
+    }
+    addr
+}
+
+/// The local-side address of a packet in this direction, translated (or unchanged).
+#[inline(always)]
+fn local_side<const EGRESS: bool>(iface: &IfaceConfig, addr: u32) -> u32 {
+    if iface.flags & IFACE_F_EXTERNALS == 0 {
+        return addr;
+    }
+    if EGRESS {
+        external(&FABRIC_EXT_SNAT, addr)
+    } else {
+        external(&FABRIC_EXT_DNAT, addr)
+    }
+}
+
 /// Returns the `DID_*` bits, or the drop reason.
 #[inline(always)]
-fn try_handle(ctx: &TcContext, iface: &IfaceConfig, dir: u32) -> Result<u32, u32> {
+fn try_handle<const EGRESS: bool>(ctx: &TcContext, iface: &IfaceConfig) -> Result<u32, u32> {
     if ctx.skb.protocol() != ETH_P_IP_BE {
         return Ok(0);
     }
     let l3 = iface.l3_offset as usize;
-    let ip: Ipv4Hdr = ctx.load(l3).map_err(|_| drop::TRUNCATED_IP)?;
+    if ptr_at::<Ipv4Hdr>(ctx, l3).is_none() {
+        // Headers beyond the linear part (rare: most drivers pull them); make them linear.
+        let want = core::cmp::min(ctx.len(), l3 as u32 + MAX_HEADERS);
+        ctx.pull_data(want).map_err(|_| drop::TRUNCATED_IP)?;
+    }
+    let ip_ptr = ptr_at::<Ipv4Hdr>(ctx, l3).ok_or(drop::TRUNCATED_IP)?;
+    // SAFETY: bounds checked by ptr_at; packet data need not be aligned.
+    let ip = unsafe { ip_ptr.read_unaligned() };
     let ihl = ip.header_len().ok_or(drop::BAD_IP_HEADER)?;
     let l4 = l3 + ihl;
-    let peer_be = iface.peer_id.to_be();
-    let ext = iface.flags & IFACE_F_EXTERNALS != 0;
 
-    let (src, dst) = if dir == DIR_EGRESS {
-        let src = if ext { external(&FABRIC_EXT_SNAT, ip.saddr) } else { ip.saddr };
-        (src, remap(&FABRIC_REMAP_EG, peer_be, ip.daddr))
+    // The peer's address is the destination on the way out and the source on the way in.
+    let (src, dst) = if EGRESS {
+        (local_side::<true>(iface, ip.saddr), peer_side::<true>(iface, ip.daddr))
     } else {
-        let dst = if ext { external(&FABRIC_EXT_DNAT, ip.daddr) } else { ip.daddr };
-        (remap(&FABRIC_REMAP_IN, peer_be, ip.saddr), dst)
+        (peer_side::<false>(iface, ip.saddr), local_side::<false>(iface, ip.daddr))
     };
     let outer = src != ip.saddr || dst != ip.daddr;
     let mut did = if outer { DID_REMAP } else { 0 };
+    let diff = csum::add(csum::diff32(ip.saddr, src), csum::diff32(ip.daddr, dst));
 
     if ip.is_later_fragment() {
         // No L4 header here; the first fragment carries the L4 checksum for the whole datagram.
         if outer {
-            rewrite_addrs(ctx, l3, &ip, src, dst, None)?;
+            write_addrs(ip_ptr, &ip, src, dst, diff);
         }
         return Ok(did);
     }
 
     match ip.proto {
         IPPROTO_TCP => {
-            // data offset + flags
-            let off_flags: [u8; 2] = ctx.load(l4 + 12).map_err(|_| drop::TRUNCATED_L4)?;
+            let hdr = ptr_at::<[u8; 20]>(ctx, l4).ok_or(drop::TRUNCATED_L4)?;
+            // SAFETY: bounds checked.
+            let off_flags = unsafe { [(*hdr)[12], (*hdr)[13]] };
             let doff = ((off_flags[0] >> 4) as usize) * 4;
             if doff < 20 {
                 return Err(drop::BAD_TCP_HEADER);
             }
-            if (ctx.len() as usize) < l4 + doff {
-                return Err(drop::TRUNCATED_L4);
+            if iface.mss != 0 && off_flags[1] & tcp::FLAG_SYN != 0 {
+                if let Some((old, new)) = clamp_mss(ctx, l4, doff, iface.mss)? {
+                    did |= DID_CLAMP;
+                    // Direct writes are done; the helper below may move the packet.
+                    ctx.l4_csum_replace(l4 + 16, old as u64, new as u64, 2)
+                        .map_err(|_| drop::REWRITE_FAILED)?;
+                }
             }
             if outer {
-                rewrite_addrs(ctx, l3, &ip, src, dst, Some((l4 + 16, 0)))?;
-            }
-            if iface.mss != 0 && off_flags[1] & tcp::FLAG_SYN != 0 && clamp_mss(ctx, l4, doff, iface.mss)? {
-                did |= DID_CLAMP;
+                let ip_ptr = ptr_at::<Ipv4Hdr>(ctx, l3).ok_or(drop::TRUNCATED_IP)?;
+                write_addrs(ip_ptr, &ip, src, dst, diff);
+                l4_pseudo(ctx, l4 + 16, diff, 0)?;
             }
         }
         IPPROTO_UDP => {
             if outer {
-                if (ctx.len() as usize) < l4 + 8 {
+                if ptr_at::<[u8; 8]>(ctx, l4).is_none() {
                     return Err(drop::TRUNCATED_L4);
                 }
+                write_addrs(ip_ptr, &ip, src, dst, diff);
                 // MARK_MANGLED_0: a zero UDP checksum means "none" and stays zero; a computed
                 // zero is written as 0xffff.
-                rewrite_addrs(ctx, l3, &ip, src, dst, Some((l4 + 6, BPF_F_MARK_MANGLED_0 as u64)))?;
+                l4_pseudo(ctx, l4 + 6, diff, BPF_F_MARK_MANGLED_0 as u64)?;
             }
         }
         IPPROTO_ICMP => {
-            let ty: u8 = ctx.load(l4).map_err(|_| drop::TRUNCATED_L4)?;
-            if is_icmp_error(ty) && rewrite_icmp_inner(ctx, l4, peer_be, ext, dir)? {
+            let hdr = ptr_at::<[u8; 8]>(ctx, l4).ok_or(drop::TRUNCATED_L4)?;
+            // SAFETY: bounds checked.
+            let ty = unsafe { (*hdr)[0] };
+            if is_icmp_error(ty) && rewrite_icmp_inner::<EGRESS>(ctx, iface, l4)? {
                 did |= DID_ICMP_ERR | DID_REMAP;
             }
             if outer {
                 // ICMP has no pseudo-header: only the IP checksum moves.
-                rewrite_addrs(ctx, l3, &ip, src, dst, None)?;
+                let ip_ptr = ptr_at::<Ipv4Hdr>(ctx, l3).ok_or(drop::TRUNCATED_IP)?;
+                write_addrs(ip_ptr, &ip, src, dst, diff);
             }
         }
         _ => {
             if outer {
-                rewrite_addrs(ctx, l3, &ip, src, dst, None)?;
+                write_addrs(ip_ptr, &ip, src, dst, diff);
             }
         }
     }
@@ -195,63 +277,55 @@ fn is_icmp_error(ty: u8) -> bool {
     matches!(ty, 3 | 4 | 5 | 11 | 12)
 }
 
-/// Writes new source/destination addresses and fixes the IP checksum and, when given, the
-/// L4 checksum (which covers the addresses through the pseudo-header).
+/// Writes new addresses and the IPv4 checksum in place. The two changes cancel in the
+/// one's-complement sum of the header, so a CHECKSUM_COMPLETE skb stays valid.
 #[inline(always)]
-fn rewrite_addrs(
-    ctx: &TcContext,
-    l3: usize,
-    ip: &Ipv4Hdr,
-    src: u32,
-    dst: u32,
-    l4_csum: Option<(usize, u64)>,
-) -> Result<(), u32> {
-    let diff = csum::add(csum::diff32(ip.saddr, src), csum::diff32(ip.daddr, dst));
-    ctx.store(l3 + 12, &[src, dst], 0)
-        .map_err(|_| drop::REWRITE_FAILED)?;
-    ctx.l3_csum_replace(l3 + 10, 0, diff as u64, 0)
-        .map_err(|_| drop::REWRITE_FAILED)?;
-    if let Some((off, flags)) = l4_csum {
-        // Size 0: `to` is a checksum difference. The helper also keeps CHECKSUM_PARTIAL and
-        // CHECKSUM_COMPLETE skbs consistent, which a manual write would not.
-        ctx.l4_csum_replace(off, 0, diff as u64, BPF_F_PSEUDO_HDR as u64 | flags)
-            .map_err(|_| drop::REWRITE_FAILED)?;
+fn write_addrs(ip_ptr: *mut Ipv4Hdr, ip: &Ipv4Hdr, src: u32, dst: u32, diff: u32) {
+    // SAFETY: `ip_ptr` was bounds-checked for a whole header by the caller.
+    unsafe {
+        core::ptr::addr_of_mut!((*ip_ptr).saddr).write_unaligned(src);
+        core::ptr::addr_of_mut!((*ip_ptr).daddr).write_unaligned(dst);
+        core::ptr::addr_of_mut!((*ip_ptr).check)
+            .write_unaligned(csum::replace_by_diff(ip.check, diff));
     }
-    Ok(())
+}
+
+/// Folds an address change into a TCP/UDP checksum through the kernel helper, which also
+/// keeps offload state (CHECKSUM_PARTIAL seeds, CHECKSUM_COMPLETE sums) consistent.
+#[inline(always)]
+fn l4_pseudo(ctx: &TcContext, off: usize, diff: u32, flags: u64) -> Result<(), u32> {
+    // Size 0: `to` is a checksum difference.
+    ctx.l4_csum_replace(off, 0, diff as u64, BPF_F_PSEUDO_HDR as u64 | flags)
+        .map_err(|_| drop::REWRITE_FAILED)
 }
 
 /// Rewrites the IPv4 header (and the L4 checksum) embedded in an ICMP error at `l4`.
-/// The embedded packet travelled the other way, so the side that is the peer's is its source
-/// on egress and its destination on ingress. Returns whether anything changed.
+/// The embedded packet travelled the other way, so the peer's side is its source on egress
+/// and its destination on ingress. Every change stays inside the ICMP message and is offset
+/// by a checksum in it, so no helper is needed. Returns whether anything changed.
 #[inline(always)]
-fn rewrite_icmp_inner(
+fn rewrite_icmp_inner<const EGRESS: bool>(
     ctx: &TcContext,
+    iface: &IfaceConfig,
     l4: usize,
-    peer_be: u32,
-    ext: bool,
-    dir: u32,
 ) -> Result<bool, u32> {
     let inner = l4 + 8;
-    let ip: Ipv4Hdr = ctx.load(inner).map_err(|_| drop::BAD_ICMP_INNER)?;
+    let ip_ptr = ptr_at::<Ipv4Hdr>(ctx, inner).ok_or(drop::BAD_ICMP_INNER)?;
+    // SAFETY: bounds checked; packet data need not be aligned.
+    let ip = unsafe { ip_ptr.read_unaligned() };
     let ihl = ip.header_len().ok_or(drop::BAD_ICMP_INNER)?;
-    let (src, dst) = if dir == DIR_EGRESS {
-        let dst = if ext { external(&FABRIC_EXT_SNAT, ip.daddr) } else { ip.daddr };
-        (remap(&FABRIC_REMAP_EG, peer_be, ip.saddr), dst)
+    let (src, dst) = if EGRESS {
+        (peer_side::<true>(iface, ip.saddr), local_side::<true>(iface, ip.daddr))
     } else {
-        let src = if ext { external(&FABRIC_EXT_DNAT, ip.saddr) } else { ip.saddr };
-        (src, remap(&FABRIC_REMAP_IN, peer_be, ip.daddr))
+        (local_side::<false>(iface, ip.saddr), peer_side::<false>(iface, ip.daddr))
     };
     if src == ip.saddr && dst == ip.daddr {
         return Ok(false);
     }
     let diff = csum::add(csum::diff32(ip.saddr, src), csum::diff32(ip.daddr, dst));
-    // The embedded addresses and the embedded IP checksum change by opposite amounts, so the
-    // ICMP checksum over them is unchanged.
-    let check = csum::replace_by_diff(ip.check, diff);
-    ctx.store(inner + 10, &check, 0)
-        .map_err(|_| drop::REWRITE_FAILED)?;
-    ctx.store(inner + 12, &[src, dst], 0)
-        .map_err(|_| drop::REWRITE_FAILED)?;
+    // Embedded addresses and embedded IP checksum move by opposite amounts: the ICMP
+    // checksum over them is unchanged.
+    write_addrs(ip_ptr, &ip, src, dst, diff);
 
     if ip.is_later_fragment() {
         return Ok(true);
@@ -262,61 +336,49 @@ fn rewrite_icmp_inner(
         _ => return Ok(true),
     };
     // The quote may stop before the L4 checksum (RFC 792 only promises 8 bytes).
-    let Ok(old) = ctx.load::<u16>(off) else {
+    let Some(l4_check) = ptr_at::<u16>(ctx, off) else {
         return Ok(true);
     };
-    if is_udp && old == 0 {
-        return Ok(true);
+    let icmp_check = ptr_at::<[u16; 2]>(ctx, l4).ok_or(drop::TRUNCATED_L4)?;
+    // SAFETY: both bounds checked.
+    unsafe {
+        let old = l4_check.read_unaligned();
+        if is_udp && old == 0 {
+            return Ok(true);
+        }
+        let mut new = csum::replace_by_diff(old, diff);
+        if is_udp && new == 0 {
+            new = 0xffff;
+        }
+        l4_check.write_unaligned(new);
+        // This change is inside the ICMP payload with nothing to offset it: the ICMP
+        // checksum takes the opposite change.
+        let check = icmp_check.read_unaligned()[1];
+        core::ptr::addr_of_mut!((*icmp_check)[1])
+            .write_unaligned(csum::replace16(check, old, new));
     }
-    let mut new = csum::replace_by_diff(old, diff);
-    if is_udp && new == 0 {
-        new = 0xffff;
-    }
-    ctx.store(off, &new, 0).map_err(|_| drop::REWRITE_FAILED)?;
-    // This change is inside the ICMP payload with nothing to offset it: fix the ICMP checksum.
-    ctx.l3_csum_replace(l4 + 2, old as u64, new as u64, 2)
-        .map_err(|_| drop::REWRITE_FAILED)?;
     Ok(true)
 }
 
-/// Lowers the MSS option of a SYN to `mss`. Returns whether it changed anything.
+/// Lowers the MSS option of a SYN to `mss`, in place. Returns the old and new option values
+/// (as in the packet) for the checksum update, or `None` when nothing changed.
 #[inline(always)]
-fn clamp_mss(ctx: &TcContext, l4: usize, doff: usize, mss: u16) -> Result<bool, u32> {
+fn clamp_mss(ctx: &TcContext, l4: usize, doff: usize, mss: u16) -> Result<Option<(u16, u16)>, u32> {
     let opt_len = doff - 20;
     if opt_len == 0 || opt_len > MAX_OPTIONS {
-        return Ok(false);
+        return Ok(None);
     }
-    // Options come in 4-byte words (doff counts words), so read them a word at a time: fixed-size
-    // loads keep the verifier happy where one variable-length load does not.
-    let mut words = [[0u8; 4]; MAX_OPTIONS / 4];
-    let n = opt_len / 4;
-    for w in 0..MAX_OPTIONS / 4 {
-        if w >= n {
-            break;
-        }
-        let v: [u8; 4] = ctx.load(l4 + 20 + w * 4).map_err(|_| drop::TRUNCATED_L4)?;
-        if let Some(slot) = words.get_mut(w) {
-            *slot = v;
-        }
-    }
-    // SAFETY: same size and alignment 1, plain bytes.
-    let opts: [u8; MAX_OPTIONS] = unsafe { core::mem::transmute(words) };
-    // Words past the header stay zero, which parses as end-of-options: a constant length keeps
-    // every index provably inside the buffer for the verifier.
-    let Some((at, old)) = tcp::find_mss(&opts, MAX_OPTIONS) else {
-        return Ok(false);
+    // SYNs are rare: a helper load per option byte is cheap enough and verifies in few states.
+    let base = l4 + 20;
+    let Some((at, old)) = tcp::find_mss_with(opt_len, |i| ctx.load::<u8>(base + i).ok()) else {
+        return Ok(None);
     };
-    if old <= mss {
-        return Ok(false);
+    if old <= mss || at >= opt_len {
+        return Ok(None);
     }
-    let old_be = old.to_be();
-    let new_be = mss.to_be();
-    ctx.store(l4 + 20 + at, &new_be, 0)
-        .map_err(|_| drop::REWRITE_FAILED)?;
-    ctx.l4_csum_replace(l4 + 16, old_be as u64, new_be as u64, 2)
-        .map_err(|_| drop::REWRITE_FAILED)?;
-    Ok(true)
+    let p = ptr_at::<[u8; 2]>(ctx, l4 + 20 + at).ok_or(drop::TRUNCATED_L4)?;
+    let new = mss.to_be_bytes();
+    // SAFETY: bounds checked.
+    unsafe { *p = new };
+    Ok(Some((old.to_be(), u16::from_ne_bytes(new))))
 }
-
-// DIR_INGRESS is the other value `dir` takes; named here so the two entry points read alike.
-const _: () = assert!(DIR_INGRESS != DIR_EGRESS);
