@@ -1,0 +1,195 @@
+//! Control-plane listeners: the WireGuard UAPI socket (for `wg`), the fabric
+//! control socket (status/reload) and the Prometheus endpoint.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+
+use crate::gateway::Gateway;
+use crate::status::render_metrics;
+use crate::uapi;
+
+/// Largest request we accept on a unix socket; `wg setconf` for thousands of
+/// allowed IPs stays well below this.
+const MAX_REQUEST: usize = 1 << 20;
+
+/// A bound unix socket that is unlinked again when dropped.
+#[derive(Debug)]
+pub struct SocketFile {
+    pub path: PathBuf,
+    pub listener: UnixListener,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Binds `dir/file`, refusing to steal a socket another live process answers on.
+pub async fn bind_socket(dir: &Path, file: &str) -> io::Result<SocketFile> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(file);
+    if path.exists() {
+        if UnixStream::connect(&path).await.is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{} is served by another running process", path.display()),
+            ));
+        }
+        std::fs::remove_file(&path)?;
+    }
+    let listener = UnixListener::bind(&path)?;
+    // Root-only, like the kernel's netlink interface that `wg` normally talks to.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(SocketFile { path, listener })
+}
+
+/// Reads one request terminated by an empty line. None on EOF before any data.
+async fn read_request<R: AsyncBufReadExt + Unpin>(r: &mut R) -> io::Result<Option<String>> {
+    let mut req = String::new();
+    loop {
+        let mut line = String::new();
+        let n = r.read_line(&mut line).await?;
+        if n == 0 {
+            return Ok(if req.is_empty() { None } else { Some(req) });
+        }
+        if line == "\n" {
+            return Ok(Some(req));
+        }
+        req.push_str(&line);
+        if req.len() > MAX_REQUEST {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "request too large",
+            ));
+        }
+    }
+}
+
+pub async fn serve_uapi(gw: Arc<Gateway>, sock: SocketFile) {
+    loop {
+        let Ok((stream, _)) = sock.listener.accept().await else {
+            continue;
+        };
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut r = BufReader::new(r);
+            while let Ok(Some(req)) = read_request(&mut r).await {
+                let resp = match uapi::parse_request(&req) {
+                    Ok(uapi::Request::Get) => uapi::format_get(&gw.uapi_get()),
+                    Ok(uapi::Request::Set(s)) => match gw.uapi_set(s).await {
+                        Ok(()) => uapi::format_errno(0),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "uapi set rejected");
+                            uapi::format_errno(e.errno)
+                        }
+                    },
+                    Err(e) => {
+                        tracing::debug!(error = %e, "bad uapi request");
+                        uapi::format_errno(e.errno)
+                    }
+                };
+                if w.write_all(resp.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// Line protocol: `status` -> JSON, `reload` -> `ok` / `error: ...`.
+pub async fn serve_control<F, Fut>(gw: Arc<Gateway>, sock: SocketFile, reload: F)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    loop {
+        let Ok((stream, _)) = sock.listener.accept().await else {
+            continue;
+        };
+        let gw = gw.clone();
+        let reload = reload.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut line = String::new();
+            if BufReader::new(r.take(4096))
+                .read_line(&mut line)
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let resp = match line.trim() {
+                "status" => serde_json::to_string_pretty(&gw.status()).unwrap_or_default() + "\n",
+                "reload" => match reload().await {
+                    Ok(()) => "ok\n".to_string(),
+                    Err(e) => format!("error: {e}\n"),
+                },
+                other => format!("error: unknown command {other:?}\n"),
+            };
+            let _ = w.write_all(resp.as_bytes()).await;
+        });
+    }
+}
+
+/// Sends one control command and returns the answer.
+pub async fn control_request(path: &Path, cmd: &str) -> io::Result<String> {
+    let mut s = UnixStream::connect(path).await?;
+    s.write_all(format!("{cmd}\n").as_bytes()).await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+/// Minimal HTTP/1.0 server: `/metrics` (Prometheus) and `/status` (JSON).
+pub async fn serve_metrics(gw: Arc<Gateway>, listener: TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut r = BufReader::new(r.take(16 * 1024));
+            let mut first = String::new();
+            if r.read_line(&mut first).await.is_err() {
+                return;
+            }
+            // Drain headers so the client does not see a reset before reading the reply.
+            loop {
+                let mut l = String::new();
+                match r.read_line(&mut l).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if l == "\r\n" || l == "\n" => break,
+                    Ok(_) => {}
+                }
+            }
+            let path = first.split_whitespace().nth(1).unwrap_or("");
+            let (code, ctype, body) = match path {
+                "/metrics" => (
+                    "200 OK",
+                    "text/plain; version=0.0.4",
+                    render_metrics(&gw.status()),
+                ),
+                "/status" => (
+                    "200 OK",
+                    "application/json",
+                    serde_json::to_string_pretty(&gw.status()).unwrap_or_default(),
+                ),
+                _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+            };
+            let head = format!(
+                "HTTP/1.0 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = w.write_all(head.as_bytes()).await;
+            let _ = w.write_all(body.as_bytes()).await;
+        });
+    }
+}

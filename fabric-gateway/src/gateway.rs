@@ -1,0 +1,1070 @@
+//! The running gateway: one UDP socket, one TUN device and one boringtun `Tunn`
+//! per peer.
+//!
+//! Data plane runs on plain OS threads (a reader per TUN, one UDP reader, one
+//! timer thread) with buffers allocated once per thread, so the per-packet path
+//! does no heap allocation and never waits on the async control plane. The
+//! control plane (reload, UAPI, netlink) runs on tokio and only takes short locks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use boringtun::noise::errors::WireGuardError;
+use boringtun::noise::handshake::parse_handshake_anon;
+use boringtun::noise::rate_limiter::RateLimiter;
+use boringtun::noise::{Packet, Tunn, TunnResult};
+use ipnetwork::IpNetwork;
+
+use crate::allowed_ips::AllowedIps;
+use crate::config::{Config, InterfaceConfig, PeerConfig};
+use crate::key::{PrivateKey, PublicKey};
+use crate::netconf;
+use crate::packet;
+use crate::probe::ProbeState;
+use crate::status::{PeerStatus, Status};
+use crate::tun::Tun;
+use crate::uapi;
+
+/// Handshakes per second before cookies are demanded. Every handshake message
+/// is checked twice against the shared limiter (once to find the peer, once
+/// inside `Tunn::decapsulate`), so this is twice the effective limit of 100/s.
+const HANDSHAKE_RATE_LIMIT: u64 = 200;
+const TIMER_TICK: Duration = Duration::from_millis(100);
+const FORCED_REKEY_EVERY: Duration = Duration::from_secs(5);
+const POLL_TIMEOUT: Duration = Duration::from_millis(250);
+/// Largest datagram/packet we handle; TUN offloads (GSO) would need more and
+/// are a later optimisation.
+const BUF: usize = 65_536;
+/// WireGuard data overhead plus room for handshake messages.
+const BUF_OUT: usize = BUF + 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Key(#[from] crate::key::KeyError),
+    #[error("cannot listen on UDP {addr}: {source}{hint}")]
+    Bind {
+        addr: SocketAddr,
+        source: io::Error,
+        hint: &'static str,
+    },
+    #[error("cannot create TUN device {device:?} for peer {peer:?}: {source}")]
+    Tun {
+        peer: String,
+        device: String,
+        source: io::Error,
+    },
+    #[error("configuring device {device:?} for peer {peer:?}: {source}")]
+    Netconf {
+        peer: String,
+        device: String,
+        source: netconf::NetconfError,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Indices into `PeerCounters::drops`; names are metric label values.
+#[derive(Clone, Copy, Debug)]
+#[repr(usize)]
+pub enum PeerDrop {
+    NotAllowedSource = 0,
+    NoEndpoint,
+    Decrypt,
+    TunWrite,
+    UdpSend,
+    Malformed,
+}
+const PEER_DROP_NAMES: [&str; 6] = [
+    "not_allowed_source",
+    "no_endpoint",
+    "decrypt",
+    "tun_write",
+    "udp_send",
+    "malformed",
+];
+
+#[derive(Default)]
+struct PeerCounters {
+    rx_bytes: AtomicU64,
+    tx_bytes: AtomicU64,
+    rx_packets: AtomicU64,
+    tx_packets: AtomicU64,
+    drops: [AtomicU64; 6],
+}
+
+impl PeerCounters {
+    fn drop(&self, why: PeerDrop) {
+        self.drops[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone, Copy)]
+#[repr(usize)]
+enum GlobalDrop {
+    UnknownPeer = 0,
+    Invalid,
+    UnderLoad,
+}
+const GLOBAL_DROP_NAMES: [&str; 3] = ["unknown_peer", "invalid", "under_load"];
+
+struct Probe {
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    state: ProbeState,
+    last_sent: Option<Instant>,
+    last_forced_handshake: Option<Instant>,
+}
+
+/// Settings that can change on reload without recreating the TUN device.
+struct PeerSettings {
+    cfg: PeerConfig,
+    keepalive: Option<u16>,
+}
+
+pub struct Peer {
+    name: String,
+    public_key: PublicKey,
+    index: u32,
+    tunn: Mutex<Tunn>,
+    endpoint: RwLock<Option<SocketAddr>>,
+    allowed: RwLock<AllowedIps>,
+    tun: Tun,
+    counters: PeerCounters,
+    probe: Mutex<Option<Probe>>,
+    settings: Mutex<PeerSettings>,
+    stop: AtomicBool,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer")
+            .field("name", &self.name)
+            .field("public_key", &self.public_key)
+            .field("device", &self.tun.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Peer {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn device(&self) -> &str {
+        self.tun.name()
+    }
+    pub fn ifindex(&self) -> u32 {
+        self.tun.ifindex()
+    }
+}
+
+#[derive(Default)]
+struct PeerTable {
+    by_key: HashMap<PublicKey, Arc<Peer>>,
+    by_index: HashMap<u32, Arc<Peer>>,
+}
+
+pub struct Gateway {
+    iface: InterfaceConfig,
+    private_key: PrivateKey,
+    public_key: PublicKey,
+    udp: UdpSocket,
+    rate_limiter: Arc<RateLimiter>,
+    peers: RwLock<PeerTable>,
+    next_index: AtomicU32,
+    stop: AtomicBool,
+    started: Instant,
+    drops: [AtomicU64; 3],
+    cookies_sent: AtomicU64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Serialises control-plane mutations (reload, UAPI set).
+    control: tokio::sync::Mutex<()>,
+    netlink: rtnetlink::Handle,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("name", &self.iface.name)
+            .field("public_key", &self.public_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Binds the socket, creates all peers and starts the data-plane threads.
+    /// Must run inside a tokio runtime (netlink).
+    pub async fn start(cfg: Config, netlink: rtnetlink::Handle) -> Result<Arc<Self>, GatewayError> {
+        let private_key = PrivateKey::read_file(&cfg.interface.private_key_file)?;
+        let public_key = private_key.public_key();
+        let addr = SocketAddr::new(cfg.interface.listen_address, cfg.interface.listen_port);
+        let udp = UdpSocket::bind(addr).map_err(|source| GatewayError::Bind {
+            addr,
+            hint: if source.kind() == io::ErrorKind::AddrInUse {
+                " (is another gateway or WireGuard interface using this port?)"
+            } else {
+                ""
+            },
+            source,
+        })?;
+        udp.set_read_timeout(Some(POLL_TIMEOUT))
+            .map_err(|e| GatewayError::Other(format!("UDP socket timeout: {e}")))?;
+        let rate_limiter = Arc::new(RateLimiter::new(
+            &public_key.to_dalek(),
+            HANDSHAKE_RATE_LIMIT,
+        ));
+        let gw = Arc::new(Self {
+            iface: cfg.interface.clone(),
+            private_key,
+            public_key,
+            udp,
+            rate_limiter,
+            peers: RwLock::default(),
+            // Random start, so a restarted gateway does not reuse the session
+            // indices its peers may still be sending to.
+            next_index: AtomicU32::new(random_u32() & 0x00ff_ffff),
+            stop: AtomicBool::new(false),
+            started: Instant::now(),
+            drops: Default::default(),
+            cookies_sent: AtomicU64::new(0),
+            threads: Mutex::default(),
+            control: tokio::sync::Mutex::new(()),
+            netlink,
+        });
+        let dataplane = cfg.dataplane();
+        for p in cfg.peers {
+            if let Err(e) = gw.add_peer(p).await {
+                gw.shutdown().await;
+                return Err(e);
+            }
+        }
+        if let Err(e) = apply_dataplane(dataplane) {
+            gw.shutdown().await;
+            return Err(e);
+        }
+        let g = gw.clone();
+        let udp_thread = std::thread::Builder::new()
+            .name("fgw-udp".into())
+            .spawn(move || g.udp_loop())
+            .map_err(|e| GatewayError::Other(format!("spawn: {e}")))?;
+        let g = gw.clone();
+        let timer_thread = std::thread::Builder::new()
+            .name("fgw-timers".into())
+            .spawn(move || g.timer_loop())
+            .map_err(|e| GatewayError::Other(format!("spawn: {e}")))?;
+        gw.threads
+            .lock()
+            .unwrap()
+            .extend([udp_thread, timer_thread]);
+        tracing::info!(
+            name = %gw.iface.name,
+            public_key = %gw.public_key,
+            listen = %addr,
+            peers = gw.peers.read().unwrap().by_key.len(),
+            "gateway started"
+        );
+        Ok(gw)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.iface.name
+    }
+
+    pub fn public_key(&self) -> PublicKey {
+        self.public_key
+    }
+
+    pub fn listen_port(&self) -> u16 {
+        self.udp
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or(self.iface.listen_port)
+    }
+
+    pub fn peers(&self) -> Vec<Arc<Peer>> {
+        let mut v: Vec<_> = self
+            .peers
+            .read()
+            .unwrap()
+            .by_key
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    fn peer_by_key(&self, k: &PublicKey) -> Option<Arc<Peer>> {
+        self.peers.read().unwrap().by_key.get(k).cloned()
+    }
+
+    fn new_tunn(&self, key: &PublicKey, keepalive: Option<u16>, index: u32) -> Tunn {
+        Tunn::new(
+            self.private_key.to_dalek(),
+            key.to_dalek(),
+            None,
+            keepalive,
+            index,
+            Some(self.rate_limiter.clone()),
+        )
+    }
+
+    async fn add_peer(self: &Arc<Self>, cfg: PeerConfig) -> Result<(), GatewayError> {
+        let device = cfg.device_name();
+        let tun = Tun::create(&device).map_err(|source| GatewayError::Tun {
+            peer: cfg.name.clone(),
+            device: device.clone(),
+            source,
+        })?;
+        let nc = |source| GatewayError::Netconf {
+            peer: cfg.name.clone(),
+            device: device.clone(),
+            source,
+        };
+        let ifindex = tun.ifindex();
+        netconf::link_up(&self.netlink, ifindex, self.iface.mtu)
+            .await
+            .map_err(nc)?;
+        netconf::sync_addresses(&self.netlink, ifindex, &[], &cfg.addresses)
+            .await
+            .map_err(nc)?;
+        netconf::sync_routes(&self.netlink, ifindex, &[], &cfg.routes)
+            .await
+            .map_err(nc)?;
+
+        // 24 bits: boringtun shifts the index left by 8 for its session counter.
+        let index = self.next_index.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let peer = Arc::new(Peer {
+            name: cfg.name.clone(),
+            public_key: cfg.public_key,
+            index,
+            tunn: Mutex::new(self.new_tunn(&cfg.public_key, cfg.persistent_keepalive, index)),
+            endpoint: RwLock::new(cfg.endpoint),
+            allowed: RwLock::new(AllowedIps::new(cfg.allowed_ips.iter().copied())),
+            tun,
+            counters: PeerCounters::default(),
+            probe: Mutex::new(make_probe(&cfg)),
+            settings: Mutex::new(PeerSettings {
+                keepalive: cfg.persistent_keepalive,
+                cfg: cfg.clone(),
+            }),
+            stop: AtomicBool::new(false),
+            reader: Mutex::new(None),
+        });
+        let (g, p) = (self.clone(), peer.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("fgw-tun-{}", peer.tun.name()))
+            .spawn(move || g.tun_loop(&p))
+            .map_err(|e| GatewayError::Other(format!("spawn: {e}")))?;
+        *peer.reader.lock().unwrap() = Some(h);
+        {
+            let mut t = self.peers.write().unwrap();
+            t.by_index.insert(index, peer.clone());
+            t.by_key.insert(cfg.public_key, peer.clone());
+        }
+        tracing::info!(
+            peer = %peer.name,
+            public_key = %peer.public_key,
+            device = %peer.tun.name(),
+            ifindex,
+            endpoint = ?cfg.endpoint,
+            role = if cfg.endpoint.is_some() { "client" } else { "server" },
+            "peer added"
+        );
+        // Clients dial right away instead of waiting for the first packet.
+        if cfg.endpoint.is_some() {
+            self.initiate_handshake(&peer);
+        }
+        Ok(())
+    }
+
+    fn initiate_handshake(&self, peer: &Peer) {
+        let mut buf = [0u8; 256];
+        let res = peer
+            .tunn
+            .lock()
+            .unwrap()
+            .format_handshake_initiation(&mut buf, false);
+        if let TunnResult::WriteToNetwork(pkt) = res {
+            self.send_to_peer(peer, pkt);
+        }
+    }
+
+    async fn remove_peer(&self, key: &PublicKey) {
+        let peer = {
+            let mut t = self.peers.write().unwrap();
+            let Some(p) = t.by_key.remove(key) else {
+                return;
+            };
+            t.by_index.remove(&p.index);
+            p
+        };
+        peer.stop.store(true, Ordering::Relaxed);
+        let h = peer.reader.lock().unwrap().take();
+        if let Some(h) = h {
+            let _ = tokio::task::spawn_blocking(move || h.join()).await;
+        }
+        tracing::info!(peer = %peer.name, device = %peer.tun.name(), "peer removed");
+        // The TUN fd closes (and the kernel deletes the device and its routes)
+        // when the last Arc goes, i.e. once in-flight UDP processing finished.
+    }
+
+    /// Applies changes that keep the device: endpoint, allowed IPs, keepalive, addresses, routes.
+    async fn update_peer(&self, peer: &Arc<Peer>, cfg: PeerConfig) -> Result<(), GatewayError> {
+        let (old_cfg, keepalive_changed) = {
+            let s = peer.settings.lock().unwrap();
+            (s.cfg.clone(), s.keepalive != cfg.persistent_keepalive)
+        };
+        if old_cfg == cfg {
+            return Ok(());
+        }
+        let nc = |source| GatewayError::Netconf {
+            peer: cfg.name.clone(),
+            device: peer.tun.name().to_string(),
+            source,
+        };
+        let ifindex = peer.tun.ifindex();
+        netconf::sync_addresses(&self.netlink, ifindex, &old_cfg.addresses, &cfg.addresses)
+            .await
+            .map_err(nc)?;
+        netconf::sync_routes(&self.netlink, ifindex, &old_cfg.routes, &cfg.routes)
+            .await
+            .map_err(nc)?;
+        if old_cfg.endpoint != cfg.endpoint {
+            *peer.endpoint.write().unwrap() = cfg.endpoint;
+        }
+        *peer.allowed.write().unwrap() = AllowedIps::new(cfg.allowed_ips.iter().copied());
+        if keepalive_changed {
+            // boringtun cannot change keepalive on a live Tunn; a fresh one re-handshakes (~1 RTT).
+            *peer.tunn.lock().unwrap() =
+                self.new_tunn(&peer.public_key, cfg.persistent_keepalive, peer.index);
+        }
+        if old_cfg.probe_address != cfg.probe_address || old_cfg.addresses != cfg.addresses {
+            *peer.probe.lock().unwrap() = make_probe(&cfg);
+        }
+        let dial =
+            cfg.endpoint.is_some() && (old_cfg.endpoint != cfg.endpoint || keepalive_changed);
+        tracing::info!(peer = %peer.name, endpoint = ?cfg.endpoint, "peer updated");
+        {
+            let mut s = peer.settings.lock().unwrap();
+            s.keepalive = cfg.persistent_keepalive;
+            s.cfg = cfg;
+        }
+        if dial {
+            self.initiate_handshake(peer);
+        }
+        Ok(())
+    }
+
+    /// Makes the running peer set match `cfg`. Untouched peers keep their
+    /// sessions and devices, so their traffic is not disturbed.
+    pub async fn reload(self: &Arc<Self>, cfg: Config) -> Result<(), GatewayError> {
+        let _guard = self.control.lock().await;
+        let i = &cfg.interface;
+        if i.listen_port != self.iface.listen_port
+            || i.listen_address != self.iface.listen_address
+            || i.mtu != self.iface.mtu
+            || i.name != self.iface.name
+        {
+            tracing::warn!("interface settings changed; they take effect only after a restart");
+        }
+        if PrivateKey::read_file(&i.private_key_file)?.public_key() != self.public_key {
+            tracing::warn!(
+                "private key file changed; the new key takes effect only after a restart"
+            );
+        }
+        let wanted: HashMap<PublicKey, &PeerConfig> =
+            cfg.peers.iter().map(|p| (p.public_key, p)).collect();
+        let current = self.peers();
+        // Removals first so a device name can move from an old peer to a new one.
+        for p in &current {
+            let same_dev = wanted
+                .get(&p.public_key)
+                .is_some_and(|c| c.device_name() == p.tun.name() && c.name == p.name);
+            if !same_dev {
+                self.remove_peer(&p.public_key).await;
+            }
+        }
+        let mut errors = Vec::new();
+        for pc in &cfg.peers {
+            let res = match self.peer_by_key(&pc.public_key) {
+                Some(p) => self.update_peer(&p, pc.clone()).await,
+                None => self.add_peer(pc.clone()).await,
+            };
+            if let Err(e) = res {
+                tracing::error!(peer = %pc.name, error = %e, "reload: peer not applied");
+                errors.push(e.to_string());
+            }
+        }
+        if let Err(e) = apply_dataplane(cfg.dataplane()) {
+            tracing::error!(error = %e, "reload: data plane not applied");
+            errors.push(e.to_string());
+        }
+        if errors.is_empty() {
+            tracing::info!(peers = cfg.peers.len(), "configuration reloaded");
+            Ok(())
+        } else {
+            Err(GatewayError::Other(errors.join("; ")))
+        }
+    }
+
+    // ---------------------------------------------------------------- UAPI
+
+    pub fn uapi_get(&self) -> uapi::DeviceSnapshot {
+        let now = SystemTime::now();
+        uapi::DeviceSnapshot {
+            listen_port: self.listen_port(),
+            peers: self
+                .peers()
+                .iter()
+                .map(|p| {
+                    let (hs, ..) = p.tunn.lock().unwrap().stats();
+                    uapi::PeerSnapshot {
+                        public_key: p.public_key,
+                        endpoint: *p.endpoint.read().unwrap(),
+                        last_handshake: hs.and_then(|d| now.checked_sub(d)),
+                        tx_bytes: p.counters.tx_bytes.load(Ordering::Relaxed),
+                        rx_bytes: p.counters.rx_bytes.load(Ordering::Relaxed),
+                        persistent_keepalive: p.settings.lock().unwrap().keepalive,
+                        allowed_ips: p.allowed.read().unwrap().nets().to_vec(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Applies a `wg set`. Changes are live only: a reload restores the file's state.
+    pub async fn uapi_set(self: &Arc<Self>, req: uapi::SetRequest) -> Result<(), uapi::UapiError> {
+        let err = |errno, m: String| uapi::UapiError { errno, message: m };
+        if req.private_key_given {
+            return Err(err(
+                uapi::EOPNOTSUPP,
+                "the private key comes from private_key_file; change it there and restart".into(),
+            ));
+        }
+        if req.listen_port.is_some_and(|p| p != self.listen_port()) {
+            return Err(err(
+                uapi::EOPNOTSUPP,
+                "listen port changes need a restart".into(),
+            ));
+        }
+        if req.fwmark.is_some_and(|m| m != 0) {
+            return Err(err(uapi::EOPNOTSUPP, "fwmark is not supported".into()));
+        }
+        if req.peers.iter().any(|p| p.preshared_key_given) {
+            return Err(err(
+                uapi::EOPNOTSUPP,
+                "preshared keys are not supported".into(),
+            ));
+        }
+        if req.replace_peers {
+            let keep: Vec<_> = req.peers.iter().map(|p| p.public_key).collect();
+            for p in self.peers() {
+                if !keep.contains(&p.public_key) {
+                    let _g = self.control.lock().await;
+                    self.remove_peer(&p.public_key).await;
+                }
+            }
+        }
+        for ps in req.peers {
+            let _g = self.control.lock().await;
+            let existing = self.peer_by_key(&ps.public_key);
+            if ps.remove {
+                self.remove_peer(&ps.public_key).await;
+                continue;
+            }
+            let mut cfg = match &existing {
+                Some(p) => p.settings.lock().unwrap().cfg.clone(),
+                None if ps.update_only => continue,
+                None => {
+                    // Peers created over UAPI get a device named after their key.
+                    let hex = ps.public_key.to_hex();
+                    PeerConfig {
+                        name: format!("uapi-{}", &hex[..8]),
+                        public_key: ps.public_key,
+                        endpoint: None,
+                        allowed_ips: vec![],
+                        persistent_keepalive: None,
+                        device: Some(format!("fab-{}", &hex[..8])),
+                        addresses: vec![],
+                        routes: vec![],
+                        probe_address: None,
+                        id: None,
+                        remaps: vec![],
+                        mss: None,
+                    }
+                }
+            };
+            if let Some(e) = ps.endpoint {
+                cfg.endpoint = Some(e);
+            } else if let Some(p) = &existing {
+                // Keep the roamed endpoint rather than the configured one.
+                cfg.endpoint = *p.endpoint.read().unwrap();
+            }
+            if let Some(k) = ps.persistent_keepalive {
+                cfg.persistent_keepalive = (k != 0).then_some(k);
+            }
+            if ps.replace_allowed_ips {
+                cfg.allowed_ips.clear();
+            }
+            for n in ps.allowed_ips {
+                let n = IpNetwork::new(n.network(), n.prefix()).expect("valid prefix");
+                if !cfg.allowed_ips.contains(&n) {
+                    cfg.allowed_ips.push(n);
+                }
+            }
+            let res = match existing {
+                Some(p) => self.update_peer(&p, cfg).await,
+                None => self.add_peer(cfg).await,
+            };
+            res.map_err(|e| err(uapi::EINVAL, e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- status
+
+    pub fn status(&self) -> Status {
+        let now = Instant::now();
+        let interval = Duration::from_secs(self.iface.probe_interval);
+        let peers = self
+            .peers()
+            .iter()
+            .map(|p| {
+                let (hs, ..) = p.tunn.lock().unwrap().stats();
+                let probe = p.probe.lock().unwrap();
+                let up = match probe.as_ref() {
+                    Some(pr) => pr.state.is_up(now, interval),
+                    // Without a probe the best evidence is a session younger than REJECT_AFTER_TIME.
+                    None => hs.is_some_and(|d| d < Duration::from_secs(180)),
+                };
+                let c = &p.counters;
+                PeerStatus {
+                    name: p.name.clone(),
+                    public_key: p.public_key.to_base64(),
+                    device: p.tun.name().to_string(),
+                    ifindex: p.tun.ifindex(),
+                    endpoint: p.endpoint.read().unwrap().map(|e| e.to_string()),
+                    allowed_ips: p
+                        .allowed
+                        .read()
+                        .unwrap()
+                        .nets()
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect(),
+                    up,
+                    probe_enabled: probe.is_some(),
+                    probe_rtt_seconds: probe
+                        .as_ref()
+                        .and_then(|p| p.state.last_rtt())
+                        .map(|d| d.as_secs_f64()),
+                    probe_sent: probe.as_ref().map_or(0, |p| p.state.sent()),
+                    probe_received: probe.as_ref().map_or(0, |p| p.state.received()),
+                    probe_lost: probe
+                        .as_ref()
+                        .map_or(0, |p| p.state.lost(now, interval * 3)),
+                    latest_handshake_age_seconds: hs.map(|d| d.as_secs_f64()),
+                    rx_bytes: c.rx_bytes.load(Ordering::Relaxed),
+                    tx_bytes: c.tx_bytes.load(Ordering::Relaxed),
+                    rx_packets: c.rx_packets.load(Ordering::Relaxed),
+                    tx_packets: c.tx_packets.load(Ordering::Relaxed),
+                    drops: PEER_DROP_NAMES
+                        .iter()
+                        .zip(&c.drops)
+                        .map(|(n, v)| (n.to_string(), v.load(Ordering::Relaxed)))
+                        .collect(),
+                }
+            })
+            .collect();
+        Status {
+            name: self.iface.name.clone(),
+            public_key: self.public_key.to_base64(),
+            listen_port: self.listen_port(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            drops: GLOBAL_DROP_NAMES
+                .iter()
+                .zip(&self.drops)
+                .map(|(n, v)| (n.to_string(), v.load(Ordering::Relaxed)))
+                .collect::<BTreeMap<_, _>>(),
+            cookie_replies_sent: self.cookies_sent.load(Ordering::Relaxed),
+            peers,
+        }
+    }
+
+    /// Stops all threads and removes every TUN device.
+    pub async fn shutdown(self: &Arc<Self>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for p in self.peers() {
+            self.remove_peer(&p.public_key).await;
+        }
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock().unwrap());
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+        // The devices (and the filters on them) are gone; drop the maps too. After a crash
+        // they stay pinned and the next start reuses them.
+        let pin_dir = self.iface.pin_dir();
+        if let Err(e) = fabric_dataplane::Dataplane::reset(&pin_dir) {
+            tracing::warn!(pin_dir = %pin_dir.display(), error = %e, "removing data-plane pins");
+        }
+        tracing::info!("gateway stopped");
+    }
+
+    // ---------------------------------------------------------- data plane
+
+    fn send_to_peer(&self, peer: &Peer, pkt: &[u8]) {
+        let ep = *peer.endpoint.read().unwrap();
+        match ep {
+            Some(ep) => self.send_to(peer, pkt, ep),
+            None => peer.counters.drop(PeerDrop::NoEndpoint),
+        }
+    }
+
+    fn send_to(&self, peer: &Peer, pkt: &[u8], ep: SocketAddr) {
+        match self.udp.send_to(pkt, ep) {
+            Ok(n) => {
+                peer.counters
+                    .tx_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                peer.counters.drop(PeerDrop::UdpSend);
+                tracing::trace!(peer = %peer.name, error = %e, "udp send failed");
+            }
+        }
+    }
+
+    /// TUN -> encrypt -> UDP for one peer.
+    fn tun_loop(&self, peer: &Peer) {
+        let mut src = vec![0u8; BUF];
+        let mut dst = vec![0u8; BUF_OUT];
+        while !peer.stop.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) {
+            let n = match peer.tun.recv_timeout(&mut src, POLL_TIMEOUT) {
+                Ok(Some(n)) => n,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::error!(peer = %peer.name, error = %e, "TUN read failed; stopping reader");
+                    return;
+                }
+            };
+            if peer.endpoint.read().unwrap().is_none() {
+                // A server-side peer that never contacted us: nowhere to send, and
+                // queueing inside Tunn would only deliver stale packets later.
+                peer.counters.drop(PeerDrop::NoEndpoint);
+                continue;
+            }
+            let mut tunn = peer.tunn.lock().unwrap();
+            match tunn.encapsulate(&src[..n], &mut dst) {
+                TunnResult::WriteToNetwork(pkt) => {
+                    drop(tunn);
+                    peer.counters.tx_packets.fetch_add(1, Ordering::Relaxed);
+                    self.send_to_peer(peer, pkt);
+                }
+                TunnResult::Done => {}
+                TunnResult::Err(e) => {
+                    tracing::debug!(peer = %peer.name, error = ?e, "encapsulate failed")
+                }
+                TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
+            }
+        }
+    }
+
+    /// UDP -> find peer -> decrypt -> TUN.
+    fn udp_loop(&self) {
+        let mut buf = vec![0u8; BUF];
+        let mut out = vec![0u8; BUF_OUT];
+        let static_private = self.private_key.to_dalek();
+        let static_public = self.public_key.to_dalek();
+        while !self.stop.load(Ordering::Relaxed) {
+            let (n, from) = match self.udp.recv_from(&mut buf) {
+                Ok(r) => r,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => {
+                    // ICMP port unreachable from a dead endpoint surfaces here; not fatal.
+                    tracing::trace!(error = %e, "udp recv error");
+                    continue;
+                }
+            };
+            let datagram = &buf[..n];
+            let peer = {
+                let packet =
+                    match self
+                        .rate_limiter
+                        .verify_packet(Some(from.ip()), datagram, &mut out)
+                    {
+                        Ok(p) => p,
+                        Err(TunnResult::WriteToNetwork(cookie)) => {
+                            self.cookies_sent.fetch_add(1, Ordering::Relaxed);
+                            let _ = self.udp.send_to(cookie, from);
+                            continue;
+                        }
+                        Err(TunnResult::Err(WireGuardError::UnderLoad)) => {
+                            self.drops[GlobalDrop::UnderLoad as usize]
+                                .fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Err(_) => {
+                            self.drops[GlobalDrop::Invalid as usize]
+                                .fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    };
+                let t = self.peers.read().unwrap();
+                let found = match packet {
+                    Packet::HandshakeInit(ref p) => {
+                        match parse_handshake_anon(&static_private, &static_public, p) {
+                            Ok(hh) => t
+                                .by_key
+                                .get(&PublicKey::from_bytes(hh.peer_static_public))
+                                .cloned(),
+                            Err(_) => None,
+                        }
+                    }
+                    Packet::HandshakeResponse(ref p) => {
+                        t.by_index.get(&(p.receiver_idx >> 8)).cloned()
+                    }
+                    Packet::PacketCookieReply(ref p) => {
+                        t.by_index.get(&(p.receiver_idx >> 8)).cloned()
+                    }
+                    Packet::PacketData(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+                };
+                match found {
+                    Some(p) => p,
+                    None => {
+                        self.drops[GlobalDrop::UnknownPeer as usize]
+                            .fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
+            };
+            self.handle_peer_datagram(&peer, datagram, from, &mut out);
+        }
+    }
+
+    fn handle_peer_datagram(&self, peer: &Peer, datagram: &[u8], from: SocketAddr, out: &mut [u8]) {
+        let mut tunn = peer.tunn.lock().unwrap();
+        let res = tunn.decapsulate(Some(from.ip()), datagram, out);
+        let authenticated = !matches!(res, TunnResult::Err(_));
+        match res {
+            TunnResult::Err(e) => {
+                drop(tunn);
+                peer.counters.drop(PeerDrop::Decrypt);
+                tracing::trace!(peer = %peer.name, error = ?e, "decapsulate failed");
+                return;
+            }
+            TunnResult::Done => {}
+            TunnResult::WriteToNetwork(pkt) => {
+                // Handshake response or cookie for the sender, then flush packets
+                // that were queued while the session was being established.
+                let _ = self.udp.send_to(pkt, from).map(|n| {
+                    peer.counters
+                        .tx_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed)
+                });
+                while let TunnResult::WriteToNetwork(pkt) = tunn.decapsulate(None, &[], out) {
+                    peer.counters.tx_packets.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.udp.send_to(pkt, from).map(|n| {
+                        peer.counters
+                            .tx_bytes
+                            .fetch_add(n as u64, Ordering::Relaxed)
+                    });
+                }
+            }
+            TunnResult::WriteToTunnelV4(pkt, src) => {
+                drop(tunn);
+                self.deliver(peer, pkt, IpAddr::V4(src));
+            }
+            TunnResult::WriteToTunnelV6(pkt, src) => {
+                drop(tunn);
+                self.deliver(peer, pkt, IpAddr::V6(src));
+            }
+        }
+        if authenticated {
+            peer.counters
+                .rx_bytes
+                .fetch_add(datagram.len() as u64, Ordering::Relaxed);
+            // Roaming: only authenticated datagrams may move the endpoint.
+            let cur = *peer.endpoint.read().unwrap();
+            if cur != Some(from) {
+                tracing::info!(peer = %peer.name, old = ?cur, new = %from, "peer endpoint changed");
+                *peer.endpoint.write().unwrap() = Some(from);
+            }
+        }
+    }
+
+    fn deliver(&self, peer: &Peer, pkt: &[u8], src: IpAddr) {
+        if packet::src_addr(pkt).is_none() {
+            peer.counters.drop(PeerDrop::Malformed);
+            return;
+        }
+        if !peer.allowed.read().unwrap().contains(src) {
+            peer.counters.drop(PeerDrop::NotAllowedSource);
+            tracing::trace!(peer = %peer.name, %src, "source outside allowed IPs");
+            return;
+        }
+        {
+            let mut probe = peer.probe.lock().unwrap();
+            if let Some(pr) = probe.as_mut()
+                && let Some(seq) = packet::parse_probe_reply_v4(pkt, pr.src)
+            {
+                pr.state.on_reply(seq, Instant::now());
+                return;
+            }
+        }
+        peer.counters.rx_packets.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = peer.tun.send(pkt) {
+            peer.counters.drop(PeerDrop::TunWrite);
+            tracing::trace!(peer = %peer.name, error = %e, "TUN write failed");
+        }
+    }
+
+    /// Rekey/keepalive timers, rate-limiter reset, health probes.
+    fn timer_loop(&self) {
+        let mut out = vec![0u8; BUF_OUT];
+        let mut probe_buf = [0u8; packet::PROBE_LEN];
+        let mut last_reset = Instant::now();
+        let interval = Duration::from_secs(self.iface.probe_interval);
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(TIMER_TICK);
+            let now = Instant::now();
+            if now.duration_since(last_reset) >= Duration::from_secs(1) {
+                // The shared limiter is not reset by the Tunns (they were given it), so do it here.
+                self.rate_limiter.reset_count();
+                last_reset = now;
+            }
+            for peer in self.peers() {
+                let res = peer.tunn.lock().unwrap().update_timers(&mut out);
+                match res {
+                    TunnResult::WriteToNetwork(pkt) => self.send_to_peer(&peer, pkt),
+                    TunnResult::Err(WireGuardError::ConnectionExpired)
+                        // Dialing peers keep trying; a silent server peer just waits.
+                        if peer.endpoint.read().unwrap().is_some() => {
+                            let mut t = peer.tunn.lock().unwrap();
+                            if let TunnResult::WriteToNetwork(pkt) =
+                                t.format_handshake_initiation(&mut out, true)
+                            {
+                                drop(t);
+                                self.send_to_peer(&peer, pkt);
+                            }
+                        }
+                    _ => {}
+                }
+                let (probe_len, force) = {
+                    let mut probe = peer.probe.lock().unwrap();
+                    // A restarted peer silently drops our old session's packets and
+                    // WireGuard alone would notice only after ~15 s; failing probes
+                    // prove the session is dead, so re-handshake at REKEY_TIMEOUT pace.
+                    let force = match probe.as_mut() {
+                        Some(pr)
+                            if pr.state.sent() >= 3
+                                && !pr.state.is_up(now, interval)
+                                && pr.last_forced_handshake.is_none_or(|t| {
+                                    now.duration_since(t) >= FORCED_REKEY_EVERY
+                                }) =>
+                        {
+                            pr.last_forced_handshake = Some(now);
+                            true
+                        }
+                        _ => false,
+                    };
+                    let len = match probe.as_mut() {
+                        Some(pr)
+                            if pr
+                                .last_sent
+                                .is_none_or(|t| now.duration_since(t) >= interval) =>
+                        {
+                            pr.last_sent = Some(now);
+                            let seq = pr.state.on_send(now);
+                            packet::build_probe_v4(&mut probe_buf, pr.src, pr.dst, seq)
+                        }
+                        _ => 0,
+                    };
+                    (len, force)
+                };
+                if force && peer.endpoint.read().unwrap().is_some() {
+                    tracing::debug!(peer = %peer.name, "probes failing; forcing a new handshake");
+                    let res = peer
+                        .tunn
+                        .lock()
+                        .unwrap()
+                        .format_handshake_initiation(&mut out, true);
+                    if let TunnResult::WriteToNetwork(pkt) = res {
+                        self.send_to_peer(&peer, pkt);
+                    }
+                }
+                if probe_len > 0 && peer.endpoint.read().unwrap().is_some() {
+                    let res = peer
+                        .tunn
+                        .lock()
+                        .unwrap()
+                        .encapsulate(&probe_buf[..probe_len], &mut out);
+                    if let TunnResult::WriteToNetwork(pkt) = res {
+                        self.send_to_peer(&peer, pkt);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Puts the remap programs on the peers' devices and makes their maps match. The devices
+/// exist by now; filters on them go away with them, so a restarted gateway re-applies.
+fn apply_dataplane(
+    dp: Option<(std::path::PathBuf, fabric_dataplane::DataplaneConfig)>,
+) -> Result<(), GatewayError> {
+    let Some((pin_dir, cfg)) = dp else {
+        return Ok(());
+    };
+    let err = |e: fabric_dataplane::Error| {
+        let mut msg = format!("data plane: {e}");
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            msg.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        GatewayError::Other(msg)
+    };
+    let mut plane = fabric_dataplane::Dataplane::load(Some(&pin_dir)).map_err(err)?;
+    let report = plane.apply(&cfg).map_err(err)?;
+    tracing::info!(pin_dir = %pin_dir.display(), ?report, "data plane applied");
+    Ok(())
+}
+
+fn make_probe(cfg: &PeerConfig) -> Option<Probe> {
+    match (cfg.probe_source(), cfg.probe_address) {
+        (Some(IpAddr::V4(src)), Some(IpAddr::V4(dst))) => Some(Probe {
+            src,
+            dst,
+            state: ProbeState::default(),
+            last_sent: None,
+            last_forced_handshake: None,
+        }),
+        _ => None,
+    }
+}
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // SAFETY: b is valid for 4 bytes. A short read leaves zeros, which is still a valid start.
+    unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, 0) };
+    u32::from_ne_bytes(b)
+}

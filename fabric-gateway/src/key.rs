@@ -1,0 +1,292 @@
+//! WireGuard keys in the formats `wg` uses (base64 in files/CLI, hex on the UAPI).
+//!
+//! The private key type deliberately has no `Display`, no serde impls and a
+//! redacted `Debug`, so that it cannot end up in logs, status JSON or panics.
+
+use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use boringtun::x25519;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("key is not valid base64 of 32 bytes")]
+    InvalidBase64,
+    #[error("key is not valid hex of 32 bytes")]
+    InvalidHex,
+    #[error("cannot read private key file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "private key file {path} has mode {mode:04o}; it must be 0600 (or 0400) and owned by the gateway user — run `chmod 600 {path}`"
+    )]
+    InsecurePermissions { path: PathBuf, mode: u32 },
+    #[error("private key file {path} does not contain a valid base64 WireGuard key")]
+    InvalidKeyFile { path: PathBuf },
+    #[error("cannot obtain randomness from the kernel: {0}")]
+    Random(std::io::Error),
+}
+
+/// A Curve25519 public key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PublicKey([u8; 32]);
+
+impl PublicKey {
+    pub fn from_bytes(b: [u8; 32]) -> Self {
+        Self(b)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    pub fn from_base64(s: &str) -> Result<Self, KeyError> {
+        decode_b64_32(s).map(Self)
+    }
+
+    pub fn from_hex(s: &str) -> Result<Self, KeyError> {
+        decode_hex_32(s).map(Self)
+    }
+
+    pub fn to_base64(&self) -> String {
+        B64.encode(self.0)
+    }
+
+    pub fn to_hex(&self) -> String {
+        encode_hex(&self.0)
+    }
+
+    pub fn to_dalek(&self) -> x25519::PublicKey {
+        x25519::PublicKey::from(self.0)
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_base64())
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.to_base64())
+    }
+}
+
+impl std::str::FromStr for PublicKey {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::from_base64(s)
+    }
+}
+
+/// A Curve25519 private key. Zeroed on drop.
+#[derive(Clone)]
+pub struct PrivateKey([u8; 32]);
+
+impl PrivateKey {
+    /// A fresh clamped key, like `wg genkey`.
+    pub fn generate() -> Result<Self, KeyError> {
+        let mut b = [0u8; 32];
+        let mut filled = 0;
+        while filled < b.len() {
+            // SAFETY: the pointer/len pair describes the unfilled tail of `b`.
+            let n =
+                unsafe { libc::getrandom(b[filled..].as_mut_ptr().cast(), b.len() - filled, 0) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(KeyError::Random(e));
+            }
+            filled += n as usize;
+        }
+        clamp(&mut b);
+        Ok(Self(b))
+    }
+
+    pub fn from_base64(s: &str) -> Result<Self, KeyError> {
+        decode_b64_32(s).map(Self)
+    }
+
+    /// Base64 form, only for `genkey` output; never log it.
+    pub fn to_base64(&self) -> String {
+        B64.encode(self.0)
+    }
+
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey(x25519::PublicKey::from(&self.to_dalek()).to_bytes())
+    }
+
+    pub fn to_dalek(&self) -> x25519::StaticSecret {
+        x25519::StaticSecret::from(self.0)
+    }
+
+    /// Reads a key file written by `wg genkey`/`fabric-gateway genkey`.
+    /// Refuses files readable or writable by group/other, because a leaked
+    /// gateway key lets anyone impersonate the whole cluster.
+    pub fn read_file(path: &Path) -> Result<Self, KeyError> {
+        let io = |source| KeyError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut f = fs::File::open(path).map_err(io)?;
+        let mode = f.metadata().map_err(io)?.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(KeyError::InsecurePermissions {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        let mut s = String::new();
+        f.read_to_string(&mut s).map_err(io)?;
+        let key = Self::from_base64(s.trim()).map_err(|_| KeyError::InvalidKeyFile {
+            path: path.to_path_buf(),
+        });
+        wipe_string(&mut s);
+        key
+    }
+}
+
+impl Drop for PrivateKey {
+    fn drop(&mut self) {
+        // Volatile writes so the compiler cannot elide the wipe of a dying value.
+        for b in self.0.iter_mut() {
+            // SAFETY: `b` is a valid, aligned, exclusive reference.
+            unsafe { std::ptr::write_volatile(b, 0) };
+        }
+    }
+}
+
+impl fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PrivateKey(<redacted>)")
+    }
+}
+
+fn wipe_string(s: &mut str) {
+    // SAFETY: writing zero bytes keeps the string valid UTF-8.
+    for b in unsafe { s.as_bytes_mut() } {
+        unsafe { std::ptr::write_volatile(b, 0) };
+    }
+}
+
+fn clamp(b: &mut [u8; 32]) {
+    b[0] &= 248;
+    b[31] = (b[31] & 127) | 64;
+}
+
+fn decode_b64_32(s: &str) -> Result<[u8; 32], KeyError> {
+    let v = B64.decode(s.trim()).map_err(|_| KeyError::InvalidBase64)?;
+    v.try_into().map_err(|_| KeyError::InvalidBase64)
+}
+
+pub(crate) fn decode_hex_32(s: &str) -> Result<[u8; 32], KeyError> {
+    let s = s.as_bytes();
+    if s.len() != 64 {
+        return Err(KeyError::InvalidHex);
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        let hi = hex_val(s[2 * i]).ok_or(KeyError::InvalidHex)?;
+        let lo = hex_val(s[2 * i + 1]).ok_or(KeyError::InvalidHex)?;
+        *o = (hi << 4) | lo;
+    }
+    Ok(out)
+}
+
+fn hex_val(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+pub(crate) fn encode_hex(b: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(HEX[(x >> 4) as usize] as char);
+        s.push(HEX[(x & 15) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn known_vector_matches_wg_pubkey() {
+        // Produced with `echo <priv> | wg pubkey`.
+        let k = PrivateKey::from_base64("yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=").unwrap();
+        assert_eq!(
+            k.public_key().to_base64(),
+            "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="
+        );
+    }
+
+    #[test]
+    fn hex_roundtrip_and_rejects_garbage() {
+        let k = PrivateKey::generate().unwrap().public_key();
+        assert_eq!(PublicKey::from_hex(&k.to_hex()).unwrap(), k);
+        assert!(PublicKey::from_hex("zz").is_err());
+        assert!(PublicKey::from_hex(&"g".repeat(64)).is_err());
+        assert!(PublicKey::from_base64("AAAA").is_err());
+    }
+
+    #[test]
+    fn generated_keys_are_clamped_and_distinct() {
+        let a = PrivateKey::generate().unwrap();
+        let b = PrivateKey::generate().unwrap();
+        assert_ne!(a.to_base64(), b.to_base64());
+        assert_eq!(a.0[0] & 7, 0);
+        assert_eq!(a.0[31] & 0xc0, 0x40);
+    }
+
+    #[test]
+    fn debug_does_not_leak_private_key() {
+        let k = PrivateKey::generate().unwrap();
+        let dbg = format!("{k:?}");
+        assert!(!dbg.contains(&k.to_base64()));
+        assert!(dbg.contains("redacted"));
+    }
+
+    #[test]
+    fn key_file_permissions_are_enforced() {
+        let dir = std::env::temp_dir().join(format!("fgw-key-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("k");
+        let k = PrivateKey::generate().unwrap();
+        let mut f = fs::File::create(&p).unwrap();
+        writeln!(f, "{}", k.to_base64()).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = PrivateKey::read_file(&p).unwrap_err();
+        assert!(
+            matches!(err, KeyError::InsecurePermissions { mode: 0o644, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("chmod 600"));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        let read = PrivateKey::read_file(&p).unwrap();
+        assert_eq!(read.public_key(), k.public_key());
+        fs::write(&p, "not a key").unwrap();
+        assert!(matches!(
+            PrivateKey::read_file(&p),
+            Err(KeyError::InvalidKeyFile { .. })
+        ));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

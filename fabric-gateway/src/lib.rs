@@ -1,0 +1,15 @@
+//! fabric-gateway: a userspace WireGuard gateway for the fabric multi-cluster
+//! network, built on boringtun's `noise::Tunn`, with one TUN device per peer so
+//! that peers with overlapping real CIDRs stay distinguishable.
+
+pub mod allowed_ips;
+pub mod config;
+pub mod control;
+pub mod gateway;
+pub mod key;
+pub mod netconf;
+pub mod packet;
+pub mod probe;
+pub mod status;
+pub mod tun;
+pub mod uapi;

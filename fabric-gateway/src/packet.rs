@@ -1,0 +1,121 @@
+//! Allocation-free helpers for raw IP packets: address extraction and the
+//! in-tunnel ICMP echo used as a health probe.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Source address of an IPv4/IPv6 packet, or None if the header is truncated.
+pub fn src_addr(p: &[u8]) -> Option<IpAddr> {
+    match p.first()? >> 4 {
+        4 if p.len() >= 20 => Some(IpAddr::V4(Ipv4Addr::new(p[12], p[13], p[14], p[15]))),
+        6 if p.len() >= 40 => {
+            let b: [u8; 16] = p[8..24].try_into().ok()?;
+            Some(IpAddr::V6(Ipv6Addr::from(b)))
+        }
+        _ => None,
+    }
+}
+
+/// ICMP identifier that marks our probes, so echo replies to real pods are
+/// never swallowed by the gateway.
+pub const PROBE_ICMP_ID: u16 = 0xFAB0;
+pub const PROBE_LEN: usize = 20 + 8 + 8;
+
+/// Writes an IPv4 ICMP echo request (id = PROBE_ICMP_ID, seq) into `buf` and
+/// returns its length. The payload carries `seq` again so replies can be matched.
+pub fn build_probe_v4(buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, seq: u16) -> usize {
+    let p = &mut buf[..PROBE_LEN];
+    p.fill(0);
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(PROBE_LEN as u16).to_be_bytes());
+    p[6] = 0x40; // DF: a probe must not be fragmented, so it also detects MTU black holes for tiny packets
+    p[8] = 64;
+    p[9] = 1; // ICMP
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let c = checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    let icmp = &mut p[20..];
+    icmp[0] = 8; // echo request
+    icmp[4..6].copy_from_slice(&PROBE_ICMP_ID.to_be_bytes());
+    icmp[6..8].copy_from_slice(&seq.to_be_bytes());
+    icmp[8..10].copy_from_slice(b"fg");
+    icmp[10..12].copy_from_slice(&seq.to_be_bytes());
+    let c = checksum(icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    PROBE_LEN
+}
+
+/// If `p` is an echo reply to one of our probes addressed to `our_addr`, returns its sequence number.
+pub fn parse_probe_reply_v4(p: &[u8], our_addr: Ipv4Addr) -> Option<u16> {
+    if p.len() < 28 || p[0] >> 4 != 4 || p[9] != 1 {
+        return None;
+    }
+    let ihl = ((p[0] & 0xf) as usize) * 4;
+    if ihl < 20 || p.len() < ihl + 8 || p[16..20] != our_addr.octets() {
+        return None;
+    }
+    let icmp = &p[ihl..];
+    if icmp[0] != 0 || icmp[4..6] != PROBE_ICMP_ID.to_be_bytes() {
+        return None;
+    }
+    Some(u16::from_be_bytes([icmp[6], icmp[7]]))
+}
+
+/// RFC 1071 Internet checksum.
+pub fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    if let [b] = chunks.remainder() {
+        sum += (*b as u32) << 8;
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_is_valid_ipv4_icmp() {
+        let mut b = [0u8; 64];
+        let n = build_probe_v4(&mut b, [169, 254, 0, 1].into(), [169, 254, 0, 2].into(), 7);
+        assert_eq!(n, PROBE_LEN);
+        assert_eq!(checksum(&b[..20]), 0, "ip header checksum must verify");
+        assert_eq!(checksum(&b[20..n]), 0, "icmp checksum must verify");
+        assert_eq!(src_addr(&b[..n]), Some("169.254.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn reply_parsing_matches_only_our_probes() {
+        let mut b = [0u8; 64];
+        let ours: Ipv4Addr = [169, 254, 0, 1].into();
+        // Simulate the peer kernel's answer: swap addresses, type 0.
+        let n = build_probe_v4(&mut b, [169, 254, 0, 2].into(), ours, 42);
+        b[20] = 0;
+        assert_eq!(parse_probe_reply_v4(&b[..n], ours), Some(42));
+        assert_eq!(parse_probe_reply_v4(&b[..n], [10, 0, 0, 1].into()), None);
+        b[24] = 0x12; // a pod's ping id
+        assert_eq!(parse_probe_reply_v4(&b[..n], ours), None);
+        b[24] = 0xFA;
+        b[20] = 8; // a request, not a reply
+        assert_eq!(parse_probe_reply_v4(&b[..n], ours), None);
+        assert_eq!(parse_probe_reply_v4(&b[..10], ours), None);
+    }
+
+    #[test]
+    fn src_addr_handles_v6_and_garbage() {
+        let mut p = [0u8; 40];
+        p[0] = 0x60;
+        p[8..24].copy_from_slice(&"fd00::5".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(src_addr(&p), Some("fd00::5".parse().unwrap()));
+        assert_eq!(src_addr(&p[..30]), None);
+        assert_eq!(src_addr(&[0x45; 10]), None);
+        assert_eq!(src_addr(&[]), None);
+    }
+}

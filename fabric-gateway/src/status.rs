@@ -1,0 +1,269 @@
+//! Gateway status snapshot: served as JSON (`fabric-gateway status`, `/status`)
+//! and rendered as Prometheus text exposition (`/metrics`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    pub name: String,
+    pub public_key: String,
+    pub listen_port: u16,
+    pub uptime_seconds: f64,
+    /// Datagrams that could not be attributed to any peer, by reason.
+    pub drops: BTreeMap<String, u64>,
+    pub cookie_replies_sent: u64,
+    pub peers: Vec<PeerStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PeerStatus {
+    pub name: String,
+    pub public_key: String,
+    /// TUN device carrying this peer's traffic (for attaching eBPF programs).
+    pub device: String,
+    pub ifindex: u32,
+    pub endpoint: Option<String>,
+    pub allowed_ips: Vec<String>,
+    pub up: bool,
+    pub probe_enabled: bool,
+    pub probe_rtt_seconds: Option<f64>,
+    pub probe_sent: u64,
+    pub probe_received: u64,
+    pub probe_lost: u64,
+    pub latest_handshake_age_seconds: Option<f64>,
+    /// Encrypted bytes on the UDP socket, like `wg show` transfer.
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    /// Inner (tunnelled) packets.
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub drops: BTreeMap<String, u64>,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus text format 0.0.4.
+pub fn render_metrics(s: &Status) -> String {
+    let mut o = String::with_capacity(1024 + s.peers.len() * 1024);
+    let gw = format!("gateway=\"{}\"", esc(&s.name));
+    let family = |o: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(o, "# HELP fabric_gateway_{name} {help}");
+        let _ = writeln!(o, "# TYPE fabric_gateway_{name} {kind}");
+    };
+    family(
+        &mut o,
+        "uptime_seconds",
+        "gauge",
+        "Seconds since the gateway started.",
+    );
+    let _ = writeln!(
+        o,
+        "fabric_gateway_uptime_seconds{{{gw}}} {}",
+        s.uptime_seconds
+    );
+    family(&mut o, "peers", "gauge", "Configured peers.");
+    let _ = writeln!(o, "fabric_gateway_peers{{{gw}}} {}", s.peers.len());
+    family(
+        &mut o,
+        "cookie_replies_sent_total",
+        "counter",
+        "Cookie replies sent because of handshake load.",
+    );
+    let _ = writeln!(
+        o,
+        "fabric_gateway_cookie_replies_sent_total{{{gw}}} {}",
+        s.cookie_replies_sent
+    );
+    family(
+        &mut o,
+        "unattributed_drops_total",
+        "counter",
+        "Datagrams dropped before a peer was known, by reason.",
+    );
+    for (r, v) in &s.drops {
+        let _ = writeln!(
+            o,
+            "fabric_gateway_unattributed_drops_total{{{gw},reason=\"{}\"}} {v}",
+            esc(r)
+        );
+    }
+
+    type Get = fn(&PeerStatus) -> Option<f64>;
+    let per_peer: [(&str, &str, &str, Get); 11] = [
+        (
+            "peer_up",
+            "gauge",
+            "1 if in-tunnel probes (or, without probes, recent handshakes) succeed.",
+            |p| Some(p.up as u8 as f64),
+        ),
+        (
+            "peer_rx_bytes_total",
+            "counter",
+            "Encrypted bytes received from the peer.",
+            |p| Some(p.rx_bytes as f64),
+        ),
+        (
+            "peer_tx_bytes_total",
+            "counter",
+            "Encrypted bytes sent to the peer.",
+            |p| Some(p.tx_bytes as f64),
+        ),
+        (
+            "peer_rx_packets_total",
+            "counter",
+            "Tunnelled packets received from the peer.",
+            |p| Some(p.rx_packets as f64),
+        ),
+        (
+            "peer_tx_packets_total",
+            "counter",
+            "Tunnelled packets sent to the peer.",
+            |p| Some(p.tx_packets as f64),
+        ),
+        (
+            "peer_handshake_age_seconds",
+            "gauge",
+            "Seconds since the latest handshake.",
+            |p| p.latest_handshake_age_seconds,
+        ),
+        (
+            "peer_probe_rtt_seconds",
+            "gauge",
+            "Round-trip time of the latest in-tunnel probe.",
+            |p| p.probe_rtt_seconds,
+        ),
+        (
+            "peer_probe_sent_total",
+            "counter",
+            "In-tunnel probes sent.",
+            |p| p.probe_enabled.then_some(p.probe_sent as f64),
+        ),
+        (
+            "peer_probe_received_total",
+            "counter",
+            "In-tunnel probe replies received.",
+            |p| p.probe_enabled.then_some(p.probe_received as f64),
+        ),
+        (
+            "peer_probe_lost_total",
+            "counter",
+            "In-tunnel probes never answered.",
+            |p| p.probe_enabled.then_some(p.probe_lost as f64),
+        ),
+        (
+            "peer_ifindex",
+            "gauge",
+            "Interface index of the peer's TUN device.",
+            |p| Some(p.ifindex as f64),
+        ),
+    ];
+    for (name, kind, help, get) in per_peer {
+        family(&mut o, name, kind, help);
+        for p in &s.peers {
+            if let Some(v) = get(p) {
+                let _ = writeln!(o, "fabric_gateway_{name}{{{gw},{}}} {v}", peer_labels(p));
+            }
+        }
+    }
+    family(
+        &mut o,
+        "peer_drops_total",
+        "counter",
+        "Packets of a peer dropped, by reason.",
+    );
+    for p in &s.peers {
+        for (r, v) in &p.drops {
+            let _ = writeln!(
+                o,
+                "fabric_gateway_peer_drops_total{{{gw},{},reason=\"{}\"}} {v}",
+                peer_labels(p),
+                esc(r)
+            );
+        }
+    }
+    o
+}
+
+fn peer_labels(p: &PeerStatus) -> String {
+    format!(
+        "peer=\"{}\",device=\"{}\",public_key=\"{}\"",
+        esc(&p.name),
+        esc(&p.device),
+        esc(&p.public_key)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Status {
+        Status {
+            name: "fabric".into(),
+            public_key: "pk".into(),
+            listen_port: 51820,
+            uptime_seconds: 1.5,
+            drops: BTreeMap::from([("unknown_peer".into(), 3)]),
+            cookie_replies_sent: 0,
+            peers: vec![PeerStatus {
+                name: "b\"x".into(),
+                public_key: "k".into(),
+                device: "fab-b".into(),
+                ifindex: 7,
+                endpoint: None,
+                allowed_ips: vec![],
+                up: true,
+                probe_enabled: true,
+                probe_rtt_seconds: Some(0.002),
+                probe_sent: 5,
+                probe_received: 4,
+                probe_lost: 1,
+                latest_handshake_age_seconds: None,
+                rx_bytes: 100,
+                tx_bytes: 200,
+                rx_packets: 1,
+                tx_packets: 2,
+                drops: BTreeMap::from([("not_allowed_source".into(), 9)]),
+            }],
+        }
+    }
+
+    #[test]
+    fn metrics_contain_expected_series_and_escape_labels() {
+        let m = render_metrics(&sample());
+        let labels = r#"gateway="fabric",peer="b\"x",device="fab-b",public_key="k""#;
+        for line in [
+            format!("fabric_gateway_peer_up{{{labels}}} 1"),
+            format!("fabric_gateway_peer_rx_bytes_total{{{labels}}} 100"),
+            format!("fabric_gateway_peer_probe_rtt_seconds{{{labels}}} 0.002"),
+            format!("fabric_gateway_peer_drops_total{{{labels},reason=\"not_allowed_source\"}} 9"),
+            "fabric_gateway_unattributed_drops_total{gateway=\"fabric\",reason=\"unknown_peer\"} 3"
+                .to_string(),
+        ] {
+            assert!(m.contains(&line), "missing {line}\n{m}");
+        }
+        assert!(
+            !m.contains("peer_handshake_age_seconds{"),
+            "absent values are not exported"
+        );
+        // Every sample line belongs to a declared family.
+        for l in m.lines().filter(|l| !l.starts_with('#')) {
+            let fam = l.split('{').next().unwrap();
+            assert!(m.contains(&format!("# TYPE {fam} ")), "{fam} undeclared");
+        }
+    }
+
+    #[test]
+    fn status_json_roundtrips() {
+        let s = sample();
+        let j = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Status>(&j).unwrap(), s);
+    }
+}

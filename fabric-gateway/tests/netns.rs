@@ -1,0 +1,517 @@
+//! End-to-end tests in network namespaces: two gateway namespaces joined by a
+//! veth "underlay", each with a "pod" namespace behind it.
+//!
+//!   pa (10.10.0.2) -- ga [fab-b 169.254.100.1] == udp 10.250.0.1 <-> 10.250.0.2 == gb [fab-a 169.254.100.2] -- pb (10.20.0.2)
+
+mod common;
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const A_UL: &str = "10.250.0.1";
+const B_UL: &str = "10.250.0.2";
+const PORT: u16 = 51820;
+
+struct Topo {
+    ga: String,
+    gb: String,
+    pa: String,
+    pb: String,
+}
+
+fn topology(lab: &mut Lab) -> Topo {
+    let t = Topo {
+        ga: lab.add_ns("ga"),
+        gb: lab.add_ns("gb"),
+        pa: lab.add_ns("pa"),
+        pb: lab.add_ns("pb"),
+    };
+    lab.link(
+        &t.ga,
+        "ula",
+        &format!("{A_UL}/24"),
+        &t.gb,
+        "ulb",
+        &format!("{B_UL}/24"),
+    );
+    lab.link(&t.ga, "poda", "10.10.0.1/24", &t.pa, "eth0", "10.10.0.2/24");
+    lab.link(&t.gb, "podb", "10.20.0.1/24", &t.pb, "eth0", "10.20.0.2/24");
+    lab.exec(
+        &t.pa,
+        &["ip", "route", "add", "default", "via", "10.10.0.1"],
+    );
+    lab.exec(
+        &t.pb,
+        &["ip", "route", "add", "default", "via", "10.20.0.1"],
+    );
+    t
+}
+
+pub struct PeerSpec<'a> {
+    pub name: &'a str,
+    pub public_key: &'a str,
+    pub endpoint: Option<String>,
+    pub allowed: &'a [&'a str],
+    pub device: &'a str,
+    pub address: &'a str,
+    pub routes: &'a [&'a str],
+    pub probe: Option<&'a str>,
+    pub keepalive: Option<u16>,
+}
+
+fn quote(v: &[&str]) -> String {
+    v.iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn config(name: &str, key: &std::path::Path, peers: &[PeerSpec]) -> String {
+    let mut s = format!(
+        "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\n",
+        key.display()
+    );
+    for p in peers {
+        s += &format!(
+            "\n[[peers]]\nname = \"{}\"\npublic_key = \"{}\"\nallowed_ips = [{}]\ndevice = \"{}\"\naddresses = [\"{}\"]\nroutes = [{}]\n",
+            p.name,
+            p.public_key,
+            quote(p.allowed),
+            p.device,
+            p.address,
+            quote(p.routes)
+        );
+        if let Some(e) = &p.endpoint {
+            s += &format!("endpoint = \"{e}\"\n");
+        }
+        if let Some(pr) = p.probe {
+            s += &format!("probe_address = \"{pr}\"\n");
+        }
+        if let Some(k) = p.keepalive {
+            s += &format!("persistent_keepalive = {k}\n");
+        }
+    }
+    s
+}
+
+struct Gws {
+    a_name: String,
+    b_name: String,
+    a_pub: String,
+    b_pub: String,
+    a_cfg: std::path::PathBuf,
+    b_cfg: std::path::PathBuf,
+}
+
+fn a_peer<'a>(b_pub: &'a str) -> PeerSpec<'a> {
+    PeerSpec {
+        name: "cluster-b",
+        public_key: b_pub,
+        endpoint: Some(format!("{B_UL}:{PORT}")),
+        allowed: &["10.20.0.0/24", "169.254.100.0/30"],
+        device: "fab-b",
+        address: "169.254.100.1/30",
+        routes: &["10.20.0.0/24"],
+        probe: Some("169.254.100.2"),
+        keepalive: None,
+    }
+}
+
+fn b_peer<'a>(a_pub: &'a str) -> PeerSpec<'a> {
+    PeerSpec {
+        name: "cluster-a",
+        public_key: a_pub,
+        endpoint: None, // server role: waits for A, learns its endpoint
+        allowed: &["10.10.0.0/24", "169.254.100.0/30"],
+        device: "fab-a",
+        address: "169.254.100.2/30",
+        routes: &["10.10.0.0/24"],
+        probe: Some("169.254.100.1"),
+        keepalive: None,
+    }
+}
+
+fn start_gateway(
+    lab: &mut Lab,
+    which: &str,
+    ns: &str,
+    name: &str,
+    cfg: &std::path::Path,
+    extra: &[&str],
+) {
+    let dir = lab.dir.to_str().unwrap().to_string();
+    let mut cmd = vec![
+        BIN,
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--control-dir",
+        &dir,
+    ];
+    cmd.extend_from_slice(extra);
+    lab.spawn(which, ns, &cmd, &[("RUST_LOG", "info")]);
+    lab.remember_file(format!("/var/run/wireguard/{name}.sock").into());
+    lab.wait_status(name, Duration::from_secs(10), |_| true)
+        .unwrap_or_else(|| panic!("gateway {which} did not start:\n{}", lab.log(which)));
+}
+
+fn setup(lab: &mut Lab, t: &Topo, a_extra: &[&str]) -> Gws {
+    let (a_key, a_pub) = lab.write_key("a");
+    let (b_key, b_pub) = lab.write_key("b");
+    let a_name = format!("{}a", lab.tag);
+    let b_name = format!("{}b", lab.tag);
+    let a_cfg = lab.write("a.toml", &config(&a_name, &a_key, &[a_peer(&b_pub)]));
+    let b_cfg = lab.write("b.toml", &config(&b_name, &b_key, &[b_peer(&a_pub)]));
+    start_gateway(lab, "gwb", &t.gb, &b_name, &b_cfg, &[]);
+    start_gateway(lab, "gwa", &t.ga, &a_name, &a_cfg, a_extra);
+    Gws {
+        a_name,
+        b_name,
+        a_pub,
+        b_pub,
+        a_cfg,
+        b_cfg,
+    }
+}
+
+fn peer0(v: &serde_json::Value) -> &serde_json::Value {
+    &v["peers"][0]
+}
+
+fn both_up(lab: &Lab, g: &Gws, timeout: Duration) {
+    for (n, w) in [(&g.a_name, "gwa"), (&g.b_name, "gwb")] {
+        lab.wait_status(n, timeout, |v| peer0(v)["up"] == true)
+            .unwrap_or_else(|| panic!("{n} never reported its peer up\n{}", lab.log(w)));
+    }
+}
+
+#[test]
+fn tunnel_ping_tcp_wg_show_metrics() {
+    if !require_root("tunnel_ping_tcp_wg_show_metrics") {
+        return;
+    }
+    let mut lab = Lab::new("t");
+    let t = topology(&mut lab);
+    let g = setup(&mut lab, &t, &["--metrics-addr", "127.0.0.1:9586"]);
+    both_up(&lab, &g, Duration::from_secs(15));
+
+    assert!(
+        lab.ping(&t.pa, "10.20.0.2", 3),
+        "ping A->B pod failed\n{}",
+        lab.log("gwa")
+    );
+    assert!(
+        lab.ping(&t.pb, "10.10.0.2", 3),
+        "ping B->A pod failed\n{}",
+        lab.log("gwb")
+    );
+    // Large transfers exercise full-MTU packets in both directions.
+    lab.tcp_transfer(&t.pb, "10.20.0.2:5001", &t.pa, 2 << 20);
+    lab.tcp_transfer(&t.pa, "10.10.0.2:5002", &t.pb, 2 << 20);
+
+    // `wg` talks to our UAPI socket.
+    let show = run(&["wg", "show", &g.a_name]);
+    assert!(show.contains(&format!("peer: {}", g.b_pub)), "{show}");
+    assert!(show.contains("latest handshake:"), "{show}");
+    assert!(show.contains("transfer:"), "{show}");
+    assert!(show.contains(&format!("endpoint: {B_UL}:{PORT}")), "{show}");
+    let dump = run(&["wg", "show", &g.b_name, "dump"]);
+    let line = dump
+        .lines()
+        .find(|l| l.starts_with(&g.a_pub))
+        .expect("peer in dump");
+    let f: Vec<&str> = line.split('\t').collect();
+    assert_eq!(
+        f[2],
+        format!("{A_UL}:{PORT}"),
+        "B learnt A's endpoint by roaming: {line}"
+    );
+    assert_eq!(f[3], "10.10.0.0/24,169.254.100.0/30");
+    assert!(f[4].parse::<u64>().unwrap() > 0, "handshake time: {line}");
+    assert!(f[5].parse::<u64>().unwrap() > 2 << 20, "rx bytes: {line}");
+    assert!(f[6].parse::<u64>().unwrap() > 2 << 20, "tx bytes: {line}");
+
+    // Cryptokey routing: once B no longer accepts A's pod CIDR, pings die and are counted.
+    run(&[
+        "wg",
+        "set",
+        &g.b_name,
+        "peer",
+        &g.a_pub,
+        "allowed-ips",
+        "169.254.100.0/30",
+    ]);
+    assert!(
+        !lab.ping(&t.pa, "10.20.0.2", 2),
+        "packets from a non-allowed source got through"
+    );
+    let st = lab.wait_status(&g.b_name, Duration::from_secs(2), |v| {
+        peer0(v)["drops"]["not_allowed_source"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    assert!(st.is_some(), "not_allowed_source drops not counted");
+    run(&[
+        "wg",
+        "set",
+        &g.b_name,
+        "peer",
+        &g.a_pub,
+        "allowed-ips",
+        "10.10.0.0/24,169.254.100.0/30",
+    ]);
+    assert!(
+        lab.ping(&t.pa, "10.20.0.2", 2),
+        "ping after restoring allowed-ips"
+    );
+    run(&[
+        "wg",
+        "set",
+        &g.a_name,
+        "peer",
+        &g.b_pub,
+        "persistent-keepalive",
+        "7",
+    ]);
+    let dump = run(&["wg", "show", &g.a_name, "dump"]);
+    assert!(dump.lines().nth(1).unwrap().ends_with("\t7"), "{dump}");
+
+    // Status exposes the device for the eBPF loader.
+    let st = lab
+        .wait_status(&g.a_name, Duration::from_secs(5), |_| true)
+        .unwrap();
+    let p = peer0(&st);
+    assert_eq!(p["device"], "fab-b");
+    let link = lab.exec(&t.ga, &["ip", "-o", "link", "show", "fab-b"]);
+    assert!(
+        link.starts_with(&format!("{}: fab-b", p["ifindex"])),
+        "{link} vs {p}"
+    );
+    assert!(link.contains("mtu 1420"), "{link}");
+    assert!(p["probe_rtt_seconds"].as_f64().unwrap() > 0.0);
+
+    let metrics = lab.in_ns(&t.ga, || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect("127.0.0.1:9586").unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    });
+    assert!(metrics.starts_with("HTTP/1.0 200"), "{metrics}");
+    assert!(
+        metrics.contains("fabric_gateway_peer_up{") && metrics.contains("peer=\"cluster-b\""),
+        "{metrics}"
+    );
+    let up = metrics
+        .lines()
+        .find(|l| l.starts_with("fabric_gateway_peer_up{"))
+        .unwrap();
+    assert!(up.ends_with(" 1"), "{up}");
+    let rx = metrics
+        .lines()
+        .find(|l| l.starts_with("fabric_gateway_peer_rx_bytes_total{"))
+        .unwrap();
+    assert!(
+        rx.rsplit(' ').next().unwrap().parse::<f64>().unwrap() > 0.0,
+        "{rx}"
+    );
+
+    // Graceful shutdown removes the TUN device and the UAPI socket.
+    let st = lab.stop("gwa", libc::SIGTERM).unwrap();
+    assert!(st.success(), "exit status {st:?}\n{}", lab.log("gwa"));
+    assert!(
+        !lab.try_exec(&t.ga, &["ip", "link", "show", "fab-b"])
+            .status
+            .success()
+    );
+    assert!(!std::path::Path::new(&format!("/var/run/wireguard/{}.sock", g.a_name)).exists());
+}
+
+#[test]
+fn faults_restart_and_garbage() {
+    if !require_root("faults_restart_and_garbage") {
+        return;
+    }
+    let mut lab = Lab::new("f");
+    let t = topology(&mut lab);
+    let g = setup(&mut lab, &t, &[]);
+    both_up(&lab, &g, Duration::from_secs(15));
+    assert!(lab.ping(&t.pa, "10.20.0.2", 2));
+
+    // 10,000 garbage datagrams, including ones shaped like each WireGuard message type.
+    let sent = lab.in_ns(&t.gb, || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut buf = [0u8; 1500];
+        let sizes = [148usize, 92, 64, 32, 1, 0, 200, 1400];
+        for i in 0..10_000u32 {
+            for b in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            let len = sizes[i as usize % sizes.len()];
+            if len >= 4 {
+                buf[..4].copy_from_slice(&[(i % 5) as u8, 0, 0, 0]);
+            }
+            s.send_to(&buf[..len], (A_UL, PORT)).unwrap();
+            if i % 200 == 199 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        10_000
+    });
+    assert_eq!(sent, 10_000);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        lab.is_running("gwa"),
+        "gateway died on garbage:\n{}",
+        lab.log("gwa")
+    );
+    assert!(
+        lab.ping(&t.pa, "10.20.0.2", 2),
+        "tunnel broken after garbage"
+    );
+    // Every datagram is accounted for: dropped by us (before or after peer
+    // lookup) or, when the debug build falls behind, by the kernel's receive queue.
+    let st = lab
+        .wait_status(&g.a_name, Duration::from_secs(2), |_| true)
+        .unwrap();
+    let ours: u64 = st["drops"]
+        .as_object()
+        .unwrap()
+        .values()
+        .chain(peer0(&st)["drops"].as_object().unwrap().values())
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    let snmp = lab.exec(&t.ga, &["cat", "/proc/net/snmp"]);
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (hdr, val) = (udp.next().unwrap(), udp.next().unwrap());
+    let kernel: u64 = hdr
+        .split_whitespace()
+        .zip(val.split_whitespace())
+        .find(|(h, _)| *h == "RcvbufErrors")
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap();
+    assert!(
+        ours + kernel >= 10_000 && ours >= 5_000,
+        "garbage not accounted: ours={ours} kernel={kernel} {st}"
+    );
+
+    // Kill B hard: A must report Down even though its own socket is fine.
+    lab.stop("gwb", libc::SIGKILL);
+    lab.wait_status(&g.a_name, Duration::from_secs(8), |v| {
+        peer0(v)["up"] == false
+    })
+    .expect("A still reports B up after B died");
+    assert!(!lab.ping(&t.pa, "10.20.0.2", 1));
+
+    // B comes back (new process, new sessions): traffic resumes within 10 s.
+    let t0 = Instant::now();
+    let b_cfg = g.b_cfg.clone();
+    start_gateway(&mut lab, "gwb", &t.gb, &g.b_name, &b_cfg, &[]);
+    let took = lab.wait_ping(&t.pa, "10.20.0.2", Duration::from_secs(10));
+    assert!(
+        took.is_some(),
+        "traffic did not resume within 10s\nA:\n{}\nB:\n{}",
+        lab.log("gwa"),
+        lab.log("gwb")
+    );
+    eprintln!("traffic resumed {:?} after restarting B", t0.elapsed());
+    let _ = g.a_cfg;
+}
+
+#[test]
+fn reload_adds_and_removes_peers_without_disturbing_others() {
+    if !require_root("reload_adds_and_removes_peers_without_disturbing_others") {
+        return;
+    }
+    let mut lab = Lab::new("r");
+    let t = topology(&mut lab);
+    let g = setup(&mut lab, &t, &[]);
+    both_up(&lab, &g, Duration::from_secs(15));
+    let (_, extra_pub) = lab.write_key("extra");
+    let a_key = lab.dir.join("a.key");
+    let extra = PeerSpec {
+        name: "cluster-c",
+        public_key: &extra_pub,
+        endpoint: Some("10.250.0.3:51820".into()),
+        allowed: &["10.30.0.0/24"],
+        device: "fab-c",
+        address: "169.254.101.1/30",
+        routes: &["10.30.0.0/24"],
+        probe: None,
+        keepalive: None,
+    };
+    let a_pid_ping = {
+        // Continuous ping while peers are added and removed.
+        let mut v = vec!["ip", "netns", "exec", &t.pa];
+        v.extend(["ping", "-c", "30", "-i", "0.1", "-W", "1", "10.20.0.2"]);
+        let mut c = std::process::Command::new(v[0]);
+        c.args(&v[1..]).stdout(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    std::fs::write(
+        &g.a_cfg,
+        config(&g.a_name, &a_key, &[a_peer(&g.b_pub), extra]),
+    )
+    .unwrap();
+    run(&[
+        BIN,
+        "reload",
+        "--name",
+        &g.a_name,
+        "--control-dir",
+        lab.dir.to_str().unwrap(),
+    ]);
+    assert!(
+        lab.try_exec(&t.ga, &["ip", "link", "show", "fab-c"])
+            .status
+            .success(),
+        "fab-c not created"
+    );
+    let routes = lab.exec(&t.ga, &["ip", "route", "show", "dev", "fab-c"]);
+    assert!(routes.contains("10.30.0.0/24"), "{routes}");
+    // Remove it again, this time via SIGHUP.
+    std::fs::write(&g.a_cfg, config(&g.a_name, &a_key, &[a_peer(&g.b_pub)])).unwrap();
+    let pid = lab.pid("gwa").unwrap();
+    // SAFETY: pid of the gateway we started in our own namespace.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let t0 = Instant::now();
+    while lab
+        .try_exec(&t.ga, &["ip", "link", "show", "fab-c"])
+        .status
+        .success()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "fab-c not removed on SIGHUP"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = a_pid_ping.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(" 0% packet loss"),
+        "peer B disturbed by reload: {text}"
+    );
+    // Endpoint change on reload: point A at a dead address, B's traffic must stop being answered.
+    let mut moved = a_peer(&g.b_pub);
+    moved.endpoint = Some("10.250.0.9:51820".into());
+    std::fs::write(&g.a_cfg, config(&g.a_name, &a_key, &[moved])).unwrap();
+    run(&[
+        BIN,
+        "reload",
+        "--name",
+        &g.a_name,
+        "--control-dir",
+        lab.dir.to_str().unwrap(),
+    ]);
+    let dump = run(&["wg", "show", &g.a_name, "endpoints"]);
+    assert!(dump.contains("10.250.0.9:51820"), "{dump}");
+}

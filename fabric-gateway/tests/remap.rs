@@ -1,0 +1,219 @@
+//! Overlapping pod CIDRs over WireGuard: three clusters, all with pod CIDR 10.244.0.0/16 and
+//! the same pod address 10.244.1.10, joined by our gateways with the eBPF remap data plane on
+//! their per-peer tunnel devices.
+//!
+//!   A sees B as 10.71/16 and C as 10.73/16;  B sees A as 10.72/16 and C as 10.74/16;
+//!   C sees A as 10.75/16 and B as 10.76/16.
+mod common;
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
+    path::Path,
+    time::Duration,
+};
+
+use common::*;
+
+const PORT: u16 = 51820;
+
+struct Cluster {
+    name: &'static str,
+    gw: String,
+    pod: String,
+    underlay: &'static str,
+    tun_addr: &'static str,
+}
+
+/// One side's view of one peer.
+struct View {
+    peer: usize,
+    id: u32,
+    local: &'static str,
+}
+
+fn gateway_config(me: &Cluster, key: &Path, name: &str, peers: &[(&Cluster, &str, &View)]) -> String {
+    let mut s = format!(
+        "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\nmtu = 1420\n",
+        key.display()
+    );
+    for (c, public, v) in peers {
+        s += &format!(
+            r#"
+[[peers]]
+name = "{cname}"
+id = {id}
+public_key = "{public}"
+endpoint = "{ul}:{PORT}"
+allowed_ips = ["10.244.0.0/16", "{ptun}/32"]
+device = "fab-{cname}"
+addresses = ["{mytun}/32"]
+routes = ["{local}", "{ptun}/32"]
+probe_address = "{ptun}"
+persistent_keepalive = 5
+remaps = [ {{ local = "{local}", remote = "10.244.0.0/16" }} ]
+"#,
+            cname = c.name,
+            id = v.id,
+            ul = c.underlay,
+            ptun = c.tun_addr,
+            mytun = me.tun_addr,
+            local = v.local,
+        );
+    }
+    s
+}
+
+/// A TCP server in `ns` that accepts one connection and returns the peer address it saw.
+fn tcp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> String {
+    let bind: SocketAddr = "0.0.0.0:7000".parse().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sp = format!("/var/run/netns/{server_ns}");
+    let server = std::thread::spawn(move || {
+        let fd = std::fs::File::open(&sp).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: valid netns fd; only this fresh thread changes namespace.
+        assert_eq!(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+        let l = TcpListener::bind(bind).unwrap();
+        tx.send(()).unwrap();
+        let (mut s, peer) = l.accept().unwrap();
+        let mut buf = [0u8; 5];
+        s.read_exact(&mut buf).unwrap();
+        s.write_all(&buf).unwrap();
+        peer.ip().to_string()
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let dst: SocketAddr = format!("{dst}:7000").parse().unwrap();
+    lab.in_ns(client_ns, move || {
+        let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).expect("connect");
+        s.write_all(b"hello").unwrap();
+        let mut b = [0u8; 5];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"hello");
+    });
+    server.join().unwrap()
+}
+
+fn udp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sp = format!("/var/run/netns/{server_ns}");
+    let server = std::thread::spawn(move || {
+        let fd = std::fs::File::open(&sp).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+        let s = UdpSocket::bind("0.0.0.0:7001").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        tx.send(()).unwrap();
+        let mut b = [0u8; 16];
+        let (n, peer) = s.recv_from(&mut b).unwrap();
+        s.send_to(&b[..n], peer).unwrap();
+        peer.ip().to_string()
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let dst = format!("{dst}:7001");
+    lab.in_ns(client_ns, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.send_to(b"datagram", &dst).unwrap();
+        let mut b = [0u8; 16];
+        let (n, _) = s.recv_from(&mut b).unwrap();
+        assert_eq!(&b[..n], b"datagram");
+    });
+    server.join().unwrap()
+}
+
+#[test]
+fn three_clusters_same_pod_cidr_over_wireguard() {
+    if !require_root("three_clusters_same_pod_cidr_over_wireguard") {
+        return;
+    }
+    let mut lab = Lab::new("r");
+    let names = ["a", "b", "c"];
+    let underlays = ["10.250.0.1", "10.250.0.2", "10.250.0.3"];
+    let tuns = ["169.254.200.1", "169.254.200.2", "169.254.200.3"];
+    // One underlay segment: a bridge in its own namespace, a veth per gateway.
+    let ul = lab.add_ns("ul");
+    lab.exec(&ul, &["ip", "link", "add", "br0", "type", "bridge"]);
+    lab.exec(&ul, &["ip", "link", "set", "br0", "up"]);
+    let mut clusters = Vec::new();
+    for i in 0..3 {
+        let gw = lab.add_ns(&format!("g{}", names[i]));
+        let pod = lab.add_ns(&format!("p{}", names[i]));
+        let port = format!("ul-{}", names[i]);
+        run(&["ip", "link", "add", "ul0", "netns", &gw, "type", "veth", "peer", "name", &port, "netns", &ul]);
+        lab.exec(&ul, &["ip", "link", "set", &port, "master", "br0", "up"]);
+        lab.exec(&gw, &["ip", "addr", "add", &format!("{}/24", underlays[i]), "dev", "ul0"]);
+        lab.exec(&gw, &["ip", "link", "set", "ul0", "up"]);
+        lab.link(&gw, "pods", "10.244.1.1/24", &pod, "eth0", "10.244.1.10/24");
+        lab.exec(&pod, &["ip", "route", "add", "default", "via", "10.244.1.1"]);
+        clusters.push(Cluster {
+            name: names[i],
+            gw,
+            pod,
+            underlay: underlays[i],
+            tun_addr: tuns[i],
+        });
+    }
+    // views[i] = how cluster i sees each other cluster
+    let views = [
+        [View { peer: 1, id: 1, local: "10.71.0.0/16" }, View { peer: 2, id: 2, local: "10.73.0.0/16" }],
+        [View { peer: 0, id: 1, local: "10.72.0.0/16" }, View { peer: 2, id: 2, local: "10.74.0.0/16" }],
+        [View { peer: 0, id: 1, local: "10.75.0.0/16" }, View { peer: 1, id: 2, local: "10.76.0.0/16" }],
+    ];
+    let keys: Vec<_> = names.iter().map(|n| lab.write_key(n)).collect();
+    let gw_names: Vec<String> = names.iter().map(|n| format!("{}{n}", lab.tag)).collect();
+    for i in 0..3 {
+        let peers: Vec<_> = views[i]
+            .iter()
+            .map(|v| (&clusters[v.peer], keys[v.peer].1.as_str(), v))
+            .collect();
+        let cfg = lab.write(
+            &format!("{}.toml", names[i]),
+            &gateway_config(&clusters[i], &keys[i].0, &gw_names[i], &peers),
+        );
+        let dir = lab.dir.to_str().unwrap().to_string();
+        lab.spawn(
+            &format!("gw{}", names[i]),
+            &clusters[i].gw.clone(),
+            &[BIN, "run", "--config", cfg.to_str().unwrap(), "--control-dir", &dir, "--uapi-dir", &dir],
+            &[("RUST_LOG", "info")],
+        );
+    }
+    for (i, n) in gw_names.iter().enumerate() {
+        lab.wait_status(n, Duration::from_secs(20), |v| {
+            v["peers"].as_array().is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["up"] == true))
+        })
+        .unwrap_or_else(|| panic!("gateway {n} peers not up\n{}", lab.log(&format!("gw{}", names[i]))));
+    }
+
+    // Every pod reaches every other through its own view, and sees the caller under its own
+    // view of the caller's cluster: the pods share one address, so anything else would mean
+    // a packet went to the wrong cluster or came back un-translated.
+    for (i, vs) in views.iter().enumerate() {
+        for v in vs {
+            let target = v.local.replace(".0.0/16", ".1.10");
+            assert!(
+                lab.ping(&clusters[i].pod, &target, 2),
+                "{} -> {target} (cluster {})",
+                names[i],
+                names[v.peer]
+            );
+            let back = views[v.peer].iter().find(|w| w.peer == i).unwrap();
+            let expect = back.local.replace(".0.0/16", ".1.10");
+            let seen = tcp_peer_seen(&lab, &clusters[v.peer].pod, &clusters[i].pod, &target);
+            assert_eq!(seen, expect, "TCP {} -> {}", names[i], names[v.peer]);
+            let seen = udp_peer_seen(&lab, &clusters[v.peer].pod, &clusters[i].pod, &target);
+            assert_eq!(seen, expect, "UDP {} -> {}", names[i], names[v.peer]);
+        }
+    }
+
+    for i in 0..3 {
+        let st = lab
+            .wait_status(&gw_names[i], Duration::from_secs(5), |_| true)
+            .unwrap();
+        for p in st["peers"].as_array().unwrap() {
+            assert!(p["rx_bytes"].as_u64().unwrap_or(0) > 0, "{p:#}");
+        }
+    }
+}
