@@ -1,0 +1,61 @@
+//! The checked-in CRD YAML must be what the Rust types generate: change the types, then run
+//! `cargo xtask codegen`.
+use std::path::Path;
+
+#[test]
+fn checked_in_crds_are_current() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+    let files = fabric_api::crd_files();
+    assert_eq!(files.len(), 7);
+    for (name, yaml) in &files {
+        let path = dir.join(name);
+        let on_disk = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask codegen`", path.display()));
+        assert!(
+            &on_disk == yaml,
+            "{} is stale; run `cargo xtask codegen`",
+            path.display()
+        );
+    }
+    // and nothing else lingers there
+    let mut listed: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    listed.sort();
+    let mut want: Vec<_> = files.iter().map(|(n, _)| n.clone()).collect();
+    want.sort();
+    assert_eq!(listed, want, "deploy/crds has files no type generates");
+}
+
+#[test]
+fn crds_have_schemas_validation_and_columns() {
+    for crd in fabric_api::crds() {
+        let v = &crd.spec.versions[0];
+        assert!(v.served && v.storage);
+        let schema = serde_json::to_string(&v.schema).unwrap();
+        assert!(schema.contains("openAPIV3Schema"), "{}", crd.spec.names.kind);
+        assert!(
+            v.additional_printer_columns.as_ref().is_some_and(|c| c.len() >= 2),
+            "{} needs printer columns",
+            crd.spec.names.kind
+        );
+    }
+    let conf = serde_json::to_string(&fabric_api::crds()[0]).unwrap();
+    assert!(conf.contains("isCIDR(self)"), "CIDRs are validated by the API server");
+}
+
+/// `FABRIC_WRITE_CRDS=1 cargo test -p fabric-api --test crds write` regenerates the files
+/// (what `cargo xtask codegen` does).
+#[test]
+fn write() {
+    if std::env::var_os("FABRIC_WRITE_CRDS").is_none() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, yaml) in fabric_api::crd_files() {
+        std::fs::write(dir.join(name), yaml).unwrap();
+    }
+}
