@@ -1,0 +1,326 @@
+//! The IPAM controller: for every peer `Configuration`, grants the CIDRs under which this
+//! cluster sees the peer's pod and external networks, and a data-plane peer id.
+//!
+//! Grants are persisted as `Network` objects (owned by the Configuration) before the
+//! Configuration's status shows them, and the in-memory [`Ipam`] is rebuilt from them on
+//! start, so a restart never hands out a CIDR twice. Allocation runs under one lock, so
+//! concurrent peerings cannot race for the same block.
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use fabric_api::{
+    ClusterCidrs, Configuration, ConfigurationStatus, Network, NetworkSpec, NetworkStatus,
+};
+use fabric_ipam::{Ipam, IpamError};
+use futures::StreamExt;
+use ipnetwork::Ipv4Network;
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ListParams, ObjectMeta, Patch, PatchParams},
+    runtime::{
+        Controller,
+        controller::Action,
+        finalizer::{Event, finalizer},
+        watcher,
+    },
+};
+use tokio::sync::Mutex;
+use tracing::{info, warn};
+
+pub const FIELD_MANAGER: &str = "fabric-controller";
+pub const FINALIZER: &str = "networking.fabric.io/ipam";
+const LABEL_CONFIG: &str = "networking.fabric.io/configuration";
+const LABEL_ROLE: &str = "networking.fabric.io/role";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What the cluster itself uses, and where remapped CIDRs come from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub pools: Vec<Ipv4Network>,
+    pub reserved: Vec<Ipv4Network>,
+}
+
+/// Allocation state, rebuilt from the API on start.
+pub struct State {
+    ipam: Ipam,
+    /// Configuration key ("ns/name") -> data-plane peer id.
+    ids: BTreeMap<String, u32>,
+}
+
+impl State {
+    fn allocate_id(&mut self, key: &str) -> Result<u32, Error> {
+        if let Some(id) = self.ids.get(key) {
+            return Ok(*id);
+        }
+        let id = (1..4096u32)
+            .find(|i| !self.ids.values().any(|v| v == i))
+            .ok_or_else(|| Error::Invalid("all 4095 peer ids are in use".into()))?;
+        self.ids.insert(key.to_owned(), id);
+        Ok(id)
+    }
+}
+
+pub struct Ctx {
+    pub client: Client,
+    pub state: Mutex<State>,
+}
+
+fn key(cfg: &Configuration) -> String {
+    format!("{}/{}", cfg.namespace().unwrap_or_default(), cfg.name_any())
+}
+
+fn owner(key: &str, role: &str) -> String {
+    format!("{key}/{role}")
+}
+
+/// Rebuilds the state from the `Network` objects and Configuration statuses in the API.
+pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Error> {
+    let mut ipam = Ipam::new(settings.pools.clone(), settings.reserved.clone())
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let nets: Api<Network> = Api::all(client.clone());
+    for n in nets
+        .list(&ListParams::default().labels(LABEL_CONFIG))
+        .await?
+    {
+        let (Some(cfg), Some(role)) = (n.labels().get(LABEL_CONFIG), n.labels().get(LABEL_ROLE))
+        else {
+            continue;
+        };
+        let Some(granted) = n.status.as_ref().and_then(|s| s.cidr.as_ref()) else {
+            continue;
+        };
+        let k = format!("{}/{cfg}", n.namespace().unwrap_or_default());
+        match granted.parse::<Ipv4Network>() {
+            Ok(c) => {
+                if let Err(e) = ipam.restore(&owner(&k, role), c) {
+                    // It will be re-allocated when its Configuration is reconciled.
+                    warn!(network = %n.name_any(), error = %e, "grant no longer valid");
+                }
+            }
+            Err(e) => warn!(network = %n.name_any(), error = %e, "unreadable grant"),
+        }
+    }
+    let mut ids = BTreeMap::new();
+    let cfgs: Api<Configuration> = Api::all(client.clone());
+    for c in cfgs.list(&ListParams::default()).await? {
+        if let Some(id) = c.status.as_ref().and_then(|s| s.peer_id) {
+            ids.insert(key(&c), id);
+        }
+    }
+    info!(
+        grants = ipam.grants().len(),
+        peer_ids = ids.len(),
+        "IPAM state restored"
+    );
+    Ok(State { ipam, ids })
+}
+
+fn condition(status: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: "Ready".into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: Time(Timestamp::now()),
+        observed_generation: generation,
+    }
+}
+
+async fn patch_status(
+    api: &Api<Configuration>,
+    name: &str,
+    status: ConfigurationStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": "networking.fabric.io/v1alpha1",
+        "kind": "Configuration",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes the grant as a Network object (spec: what was asked; status: what was granted).
+async fn persist(
+    client: &Client,
+    cfg: &Configuration,
+    role: &str,
+    wanted: Ipv4Network,
+    granted: Ipv4Network,
+) -> Result<(), Error> {
+    let ns = cfg.namespace().unwrap_or_default();
+    let api: Api<Network> = Api::namespaced(client.clone(), &ns);
+    let name = format!("{}-{role}", cfg.name_any());
+    let net = Network {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns),
+            labels: Some(BTreeMap::from([
+                (LABEL_CONFIG.to_owned(), cfg.name_any()),
+                (LABEL_ROLE.to_owned(), role.to_owned()),
+                (
+                    fabric_api::LABEL_PEER.to_owned(),
+                    cfg.spec.cluster_id.clone(),
+                ),
+            ])),
+            owner_references: cfg.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: NetworkSpec {
+            cidr: wanted.to_string(),
+        },
+        status: None,
+    };
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &pp, &Patch::Apply(&net)).await?;
+    let status = serde_json::json!({
+        "apiVersion": "networking.fabric.io/v1alpha1",
+        "kind": "Network",
+        "status": NetworkStatus { cidr: Some(granted.to_string()), conditions: vec![] },
+    });
+    api.patch_status(&name, &pp, &Patch::Apply(&status)).await?;
+    Ok(())
+}
+
+async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
+    let api: Api<Configuration> =
+        Api::namespaced(ctx.client.clone(), &cfg.namespace().unwrap_or_default());
+    let k = key(&cfg);
+    let generation = cfg.metadata.generation;
+    let parse = |what: &str, s: &str| {
+        s.parse::<Ipv4Network>()
+            .map_err(|e| Error::Invalid(format!("spec.remote.{what} {s:?}: {e}")))
+    };
+    let wanted = parse("pod", &cfg.spec.remote.pod)
+        .and_then(|p| Ok((p, parse("external", &cfg.spec.remote.external)?)));
+    let (pod, ext) = match wanted {
+        Ok(w) => w,
+        Err(e) => {
+            let status = ConfigurationStatus {
+                conditions: vec![condition(false, "InvalidSpec", e.to_string(), generation)],
+                observed_generation: generation,
+                ..Default::default()
+            };
+            patch_status(&api, &cfg.name_any(), status).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let mut st = ctx.state.lock().await;
+    let granted: Result<(Ipv4Network, Ipv4Network), IpamError> = (|| {
+        let p = st.ipam.allocate(&owner(&k, "pod"), pod)?;
+        let e = st.ipam.allocate(&owner(&k, "external"), ext)?;
+        Ok((p, e))
+    })();
+    let (gp, ge) = match granted {
+        Ok(g) => g,
+        Err(e) => {
+            drop(st);
+            let status = ConfigurationStatus {
+                conditions: vec![condition(false, "IPAMFailed", e.to_string(), generation)],
+                observed_generation: generation,
+                ..Default::default()
+            };
+            patch_status(&api, &cfg.name_any(), status).await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
+    let id = st.allocate_id(&k)?;
+    // Persist while holding the lock: the grant is durable before anyone else allocates.
+    persist(&ctx.client, &cfg, "pod", pod, gp).await?;
+    persist(&ctx.client, &cfg, "external", ext, ge).await?;
+    drop(st);
+    let status = ConfigurationStatus {
+        remote: Some(ClusterCidrs {
+            pod: gp.to_string(),
+            external: ge.to_string(),
+        }),
+        peer_id: Some(id),
+        observed_generation: generation,
+        conditions: vec![condition(
+            true,
+            "Allocated",
+            format!("pod {pod} seen as {gp}, external {ext} seen as {ge}"),
+            generation,
+        )],
+    };
+    patch_status(&api, &cfg.name_any(), status).await?;
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+async fn cleanup(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
+    let k = key(&cfg);
+    let ns = cfg.namespace().unwrap_or_default();
+    let nets: Api<Network> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut st = ctx.state.lock().await;
+    for role in ["pod", "external"] {
+        match nets
+            .delete(&format!("{}-{role}", cfg.name_any()), &Default::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        st.ipam.release(&owner(&k, role));
+    }
+    st.ids.remove(&k);
+    info!(configuration = %k, "released CIDRs and peer id");
+    Ok(Action::await_change())
+}
+
+async fn reconcile(cfg: Arc<Configuration>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<Configuration> =
+        Api::namespaced(ctx.client.clone(), &cfg.namespace().unwrap_or_default());
+    finalizer(&api, FINALIZER, cfg, |event| async {
+        match event {
+            Event::Apply(c) => apply(c, &ctx).await,
+            Event::Cleanup(c) => cleanup(c, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn error_policy(cfg: Arc<Configuration>, err: &Error, _: Arc<Ctx>) -> Action {
+    warn!(configuration = %key(&cfg), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Restores state, then reconciles Configurations until the stream ends.
+pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
+    let state = restore(&client, &settings).await?;
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        state: Mutex::new(state),
+    });
+    let cfgs: Api<Configuration> = Api::all(client.clone());
+    let nets: Api<Network> = Api::all(client);
+    Controller::new(cfgs, watcher::Config::default())
+        .owns(nets, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!(error = %e, "controller");
+            }
+        })
+        .await;
+    Ok(())
+}

@@ -1,0 +1,2 @@
+//! Cluster-level controllers of the fabric.
+pub mod ipam;

@@ -1,0 +1,192 @@
+//! The IPAM controller against a real API server: grants, persistence across a restart,
+//! release on delete, and bad objects refused by the schema.
+mod common;
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+use fabric_api::{Configuration, Network};
+use kube::{Api, api::ListParams};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_controller(api: &ApiServer, log: &Path) -> Proc {
+    let log = std::fs::File::create(log).unwrap();
+    Proc(
+        Command::new(BIN)
+            .env("KUBECONFIG", &api.kubeconfig)
+            .env("RUST_LOG", "info")
+            .args([
+                "--pod-cidr",
+                "10.244.0.0/16",
+                "--service-cidr",
+                "10.96.0.0/12",
+                "--external-cidr",
+                "10.70.0.0/16",
+                "--pools",
+                "10.64.0.0/12",
+            ])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn config_yaml(name: &str, pod: &str, ext: &str) -> String {
+    format!(
+        "apiVersion: networking.fabric.io/v1alpha1\nkind: Configuration\nmetadata: {{name: {name}, namespace: default}}\nspec: {{clusterId: {name}, remote: {{pod: \"{pod}\", external: \"{ext}\"}}}}\n"
+    )
+}
+
+/// Waits until the Configuration's status shows grants, and returns (pod, external, id).
+async fn granted(api: &Api<Configuration>, name: &str) -> (String, String, u32) {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(c) = api.get(name).await
+            && let Some(s) = &c.status
+            && let (Some(r), Some(id)) = (&s.remote, s.peer_id)
+        {
+            return (r.pod.clone(), r.external.clone(), id);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{name} never got its grants"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn ipam_grants_persist_and_release() {
+    if !require_tools("ipam_grants_persist_and_release") {
+        return;
+    }
+    let server = ApiServer::start("ipam");
+    server.kubectl_ok(&[
+        "apply",
+        "-f",
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/crds")
+            .to_str()
+            .unwrap(),
+    ]);
+    server.kubectl_ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd",
+        "--all",
+        "--timeout=30s",
+    ]);
+    let logdir = std::env::temp_dir().join(format!("fabric-ctl-{}", std::process::id()));
+    std::fs::create_dir_all(&logdir).unwrap();
+    let client = server.client().await;
+    let cfgs: Api<Configuration> = Api::namespaced(client.clone(), "default");
+    let nets: Api<Network> = Api::namespaced(client.clone(), "default");
+
+    let ctl = start_controller(&server, &logdir.join("c1.log"));
+    // b uses our own pod and external CIDRs; c does not clash at all.
+    for (n, p, e) in [
+        ("b", "10.244.0.0/16", "10.70.0.0/16"),
+        ("c", "10.50.0.0/16", "10.60.0.0/24"),
+    ] {
+        let o = server.kubectl_stdin(&["apply", "-f", "-"], &config_yaml(n, p, e));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let b = granted(&cfgs, "b").await;
+    let c = granted(&cfgs, "c").await;
+    assert_eq!(
+        (b.0.as_str(), b.1.as_str()),
+        ("10.64.0.0/16", "10.65.0.0/16")
+    );
+    assert_eq!(
+        (c.0.as_str(), c.1.as_str()),
+        ("10.50.0.0/16", "10.60.0.0/24")
+    );
+    assert_ne!(b.2, c.2, "peer ids are distinct");
+    let table = server.kubectl_ok(&["get", "fconfig", "-n", "default"]);
+    assert!(
+        table.contains("SEEN AS") && table.contains("10.64.0.0/16"),
+        "{table}"
+    );
+    assert_eq!(
+        nets.list(&ListParams::default()).await.unwrap().items.len(),
+        4
+    );
+
+    // Restart: nothing moves, and a new peer with b's real CIDR gets a fresh block.
+    drop(ctl);
+    let ctl = start_controller(&server, &logdir.join("c2.log"));
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("d", "10.244.0.0/16", "10.71.0.0/16"),
+    );
+    assert!(o.status.success());
+    let d = granted(&cfgs, "d").await;
+    assert_eq!(
+        d.0, "10.66.0.0/16",
+        "restored grants are not handed out again"
+    );
+    assert_eq!(d.1, "10.71.0.0/16");
+    assert_eq!(granted(&cfgs, "b").await, b);
+    assert_eq!(granted(&cfgs, "c").await, c);
+
+    // Unpeer b: its Networks go, the finalizer lets it go, and its block is free again.
+    server.kubectl_ok(&[
+        "delete",
+        "configuration",
+        "b",
+        "-n",
+        "default",
+        "--timeout=20s",
+    ]);
+    let t0 = Instant::now();
+    while !nets
+        .list(&ListParams::default().labels("networking.fabric.io/configuration=b"))
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "b's Networks not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("e", "10.244.0.0/16", "10.80.0.0/16"),
+    );
+    assert!(o.status.success());
+    assert_eq!(granted(&cfgs, "e").await.0, "10.64.0.0/16");
+
+    // Bad objects never reach the controller.
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("f", "10.244.0.0/33", "10.80.0.0/16"),
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must be an IPv4 CIDR"));
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("Bad_Name", "10.1.0.0/16", "10.2.0.0/16"),
+    );
+    assert!(!o.status.success());
+    drop(ctl);
+    let _ = std::fs::remove_dir_all(&logdir);
+}
