@@ -91,8 +91,9 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Datapath(Datapath::Apply { config, pin_dir }) => {
             let cfg = DataplaneConfig::from_file(&config)?;
-            let mut dp = Dataplane::load(Some(&pin_dir))
-                .with_context(|| format!("loading the data plane (pins in {})", pin_dir.display()))?;
+            let mut dp = Dataplane::load(Some(&pin_dir)).with_context(|| {
+                format!("loading the data plane (pins in {})", pin_dir.display())
+            })?;
             let r = dp.apply(&cfg)?;
             println!(
                 "applied {}: {} map writes; attached {:?}, reloaded {:?}, detached {:?}",
@@ -125,7 +126,10 @@ fn run(cli: Cli) -> Result<()> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
                 Output::Table => {
                     let base = rows.first().map_or(1.0, |r| r.ns_per_packet.max(1.0));
-                    println!("{:<28} {:<8} {:>10} {:>14}", "CASE", "DIR", "NS/PKT", "VS BASELINE");
+                    println!(
+                        "{:<28} {:<8} {:>10} {:>14}",
+                        "CASE", "DIR", "NS/PKT", "VS BASELINE"
+                    );
                     for r in &rows {
                         println!(
                             "{:<28} {:<8} {:>10.1} {:>13.2}x",
@@ -135,7 +139,9 @@ fn run(cli: Cli) -> Result<()> {
                             r.ns_per_packet / base
                         );
                     }
-                    println!("({repeat} runs per case; baseline = a frame the program passes at its first check)");
+                    println!(
+                        "({repeat} runs per case; baseline = a frame the program passes at its first check)"
+                    );
                 }
             }
         }
@@ -153,11 +159,24 @@ fn table(s: &Snapshot) -> String {
     let _ = writeln!(
         o,
         "  {:>4}  {:<16} {:<12} {:>7} {:>5}  {:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
-        "ID", "NAME", "INTERFACE", "IFINDEX", "MSS", "DIR", "PACKETS", "BYTES", "REMAPPED", "CLAMPED",
-        "ICMPERR", "DROPPED"
+        "ID",
+        "NAME",
+        "INTERFACE",
+        "IFINDEX",
+        "MSS",
+        "DIR",
+        "PACKETS",
+        "BYTES",
+        "REMAPPED",
+        "CLAMPED",
+        "ICMPERR",
+        "DROPPED"
     );
     for p in &s.peers {
-        for (i, (dir, c)) in [("egress", &p.egress), ("ingress", &p.ingress)].into_iter().enumerate() {
+        for (i, (dir, c)) in [("egress", &p.egress), ("ingress", &p.ingress)]
+            .into_iter()
+            .enumerate()
+        {
             let (id, name, ifname, idx, mss) = if i == 0 {
                 (
                     p.id.to_string(),
@@ -179,7 +198,10 @@ fn table(s: &Snapshot) -> String {
     if s.peers.is_empty() {
         let _ = writeln!(o, "  (none)");
     }
-    let _ = writeln!(o, "\nREMAPS (this cluster's view -> the peer's real prefix)");
+    let _ = writeln!(
+        o,
+        "\nREMAPS (this cluster's view -> the peer's real prefix)"
+    );
     for r in &s.remaps {
         let _ = writeln!(o, "  {:<16} {:>18} -> {}", r.peer, r.local, r.remote);
     }

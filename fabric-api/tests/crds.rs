@@ -35,15 +35,24 @@ fn crds_have_schemas_validation_and_columns() {
         let v = &crd.spec.versions[0];
         assert!(v.served && v.storage);
         let schema = serde_json::to_string(&v.schema).unwrap();
-        assert!(schema.contains("openAPIV3Schema"), "{}", crd.spec.names.kind);
         assert!(
-            v.additional_printer_columns.as_ref().is_some_and(|c| c.len() >= 2),
+            schema.contains("openAPIV3Schema"),
+            "{}",
+            crd.spec.names.kind
+        );
+        assert!(
+            v.additional_printer_columns
+                .as_ref()
+                .is_some_and(|c| c.len() >= 2),
             "{} needs printer columns",
             crd.spec.names.kind
         );
     }
     let conf = serde_json::to_string(&fabric_api::crds()[0]).unwrap();
-    assert!(conf.contains("isCIDR(self)"), "CIDRs are validated by the API server");
+    assert!(
+        conf.contains("isCIDR(self)"),
+        "CIDRs are validated by the API server"
+    );
 }
 
 /// `FABRIC_WRITE_CRDS=1 cargo test -p fabric-api --test crds write` regenerates the files

@@ -93,11 +93,31 @@ pub fn cases() -> Vec<(&'static str, bool, Vec<u8>)> {
     vec![
         (NOOP_CASE, true, eth(0x0806, &[0u8; 28])),
         ("non-ip pass", true, eth(0x0806, &[0u8; 28])),
-        ("ipv4 unmapped", true, eth(0x0800, &ipv4(a, unmapped, 6, &tcp(a, unmapped, false)))),
-        ("tcp remap egress", true, eth(0x0800, &ipv4(a, b_view, 6, &tcp(a, b_view, false)))),
-        ("tcp remap ingress", false, eth(0x0800, &ipv4(b_real, a, 6, &tcp(b_real, a, false)))),
-        ("tcp syn remap+mss option", true, eth(0x0800, &ipv4(a, b_view, 6, &tcp(a, b_view, true)))),
-        ("icmp frag-needed ingress", false, eth(0x0800, &ipv4([10, 72, 1, 1], a, 1, &icmp))),
+        (
+            "ipv4 unmapped",
+            true,
+            eth(0x0800, &ipv4(a, unmapped, 6, &tcp(a, unmapped, false))),
+        ),
+        (
+            "tcp remap egress",
+            true,
+            eth(0x0800, &ipv4(a, b_view, 6, &tcp(a, b_view, false))),
+        ),
+        (
+            "tcp remap ingress",
+            false,
+            eth(0x0800, &ipv4(b_real, a, 6, &tcp(b_real, a, false))),
+        ),
+        (
+            "tcp syn remap+mss option",
+            true,
+            eth(0x0800, &ipv4(a, b_view, 6, &tcp(a, b_view, true))),
+        ),
+        (
+            "icmp frag-needed ingress",
+            false,
+            eth(0x0800, &ipv4([10, 72, 1, 1], a, 1, &icmp)),
+        ),
     ]
 }
 
@@ -106,8 +126,10 @@ pub fn run(repeat: u32) -> Result<Vec<BenchRow>, Error> {
     let cfg = DataplaneConfig::from_toml(BENCH_CONFIG)?;
     let mut dp = Dataplane::load(None)?;
     let links = [("lo".to_string(), crate::link_facts("lo")?)].into();
-    dp.maps()
-        .write(&state::diff(&MapState::default(), &state::desired(&cfg, &links)))?;
+    dp.maps().write(&state::diff(
+        &MapState::default(),
+        &state::desired(&cfg, &links),
+    ))?;
     let mut rows = Vec::new();
     dp.noop_program()?;
     for (case, egress, frame) in cases() {

@@ -16,12 +16,14 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
-        HashMap, LpmTrie, Map, MapData, MapError, MapInfo, PerCpuArray, PerCpuValues,
-        lpm_trie::Key,
+        HashMap, LpmTrie, Map, MapData, MapError, MapInfo, PerCpuArray, PerCpuValues, lpm_trie::Key,
     },
     programs::{
         SchedClassifier, TcAttachType,
-        tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcError, TcHandle, qdisc_add_clsact, qdisc_detach_program},
+        tc::{
+            NlOptions, SchedClassifierLink, TcAttachOptions, TcError, TcHandle, qdisc_add_clsact,
+            qdisc_detach_program,
+        },
     },
     util::nr_cpus,
 };
@@ -102,7 +104,9 @@ fn expected_shape(name: &str) -> (u32, u32, u32) {
         names::REMAP_EGRESS | names::REMAP_INGRESS => {
             (4 + size_of::<RemapKey>(), size_of::<Rewrite>(), MAX_REMAPS)
         }
-        names::EXT_DNAT | names::EXT_SNAT => (4 + size_of::<ExtKey>(), size_of::<Rewrite>(), MAX_EXTERNALS),
+        names::EXT_DNAT | names::EXT_SNAT => {
+            (4 + size_of::<ExtKey>(), size_of::<Rewrite>(), MAX_EXTERNALS)
+        }
         names::COUNTERS => (4, size_of::<Counters>(), MAX_PEERS * 2),
         names::DROPS => (4, 8, reason::COUNT),
         _ => unreachable!("unknown map {name}"),
@@ -137,7 +141,9 @@ fn ext_key((len, addr): state::ExtEntry) -> Key<ExtKey> {
 }
 
 impl Maps {
-    fn from_source(mut take: impl FnMut(&'static str) -> Result<Map, Error>) -> Result<Self, Error> {
+    fn from_source(
+        mut take: impl FnMut(&'static str) -> Result<Map, Error>,
+    ) -> Result<Self, Error> {
         macro_rules! typed {
             ($name:expr) => {
                 take($name)?.try_into().map_err(Error::map($name))?
@@ -189,7 +195,11 @@ impl Maps {
         }
         for (trie, out, name) in [
             (&self.remap_egress, &mut s.remap_egress, names::REMAP_EGRESS),
-            (&self.remap_ingress, &mut s.remap_ingress, names::REMAP_INGRESS),
+            (
+                &self.remap_ingress,
+                &mut s.remap_ingress,
+                names::REMAP_INGRESS,
+            ),
         ] {
             for kv in trie.iter() {
                 let (k, v) = kv.map_err(Error::map(name))?;
@@ -221,14 +231,19 @@ impl Maps {
         for op in ops {
             debug!(?op, "map write");
             match op {
-                Op::SetIface(k, v) => self.ifaces.insert(k, v, 0).map_err(Error::map(names::IFACES))?,
+                Op::SetIface(k, v) => self
+                    .ifaces
+                    .insert(k, v, 0)
+                    .map_err(Error::map(names::IFACES))?,
                 Op::DelIface(k) => self.ifaces.remove(k).map_err(Error::map(names::IFACES))?,
                 Op::SetPeer(k, v) => {
                     let meta = PeerMeta {
                         name: sys::to_cbuf(&v.name),
                         ifname: sys::to_cbuf(&v.ifname),
                     };
-                    self.peers.insert(k, meta, 0).map_err(Error::map(names::PEERS))?
+                    self.peers
+                        .insert(k, meta, 0)
+                        .map_err(Error::map(names::PEERS))?
                 }
                 Op::DelPeer(k) => self.peers.remove(k).map_err(Error::map(names::PEERS))?,
                 Op::SetRemapEgress(k, v) => self
@@ -251,12 +266,18 @@ impl Maps {
                     .ext_dnat
                     .insert(&ext_key(*k), v, 0)
                     .map_err(Error::map(names::EXT_DNAT))?,
-                Op::DelExtDnat(k) => self.ext_dnat.remove(&ext_key(*k)).map_err(Error::map(names::EXT_DNAT))?,
+                Op::DelExtDnat(k) => self
+                    .ext_dnat
+                    .remove(&ext_key(*k))
+                    .map_err(Error::map(names::EXT_DNAT))?,
                 Op::SetExtSnat(k, v) => self
                     .ext_snat
                     .insert(&ext_key(*k), v, 0)
                     .map_err(Error::map(names::EXT_SNAT))?,
-                Op::DelExtSnat(k) => self.ext_snat.remove(&ext_key(*k)).map_err(Error::map(names::EXT_SNAT))?,
+                Op::DelExtSnat(k) => self
+                    .ext_snat
+                    .remove(&ext_key(*k))
+                    .map_err(Error::map(names::EXT_SNAT))?,
                 Op::ResetCounters(id) => {
                     let cpus = nr_cpus().map_err(|(_, e)| Error::io("counting CPUs", e))?;
                     for dir in [DIR_EGRESS, DIR_INGRESS] {
@@ -302,8 +323,11 @@ impl Maps {
     pub fn snapshot(&self) -> Result<Snapshot, Error> {
         let s = self.read_state()?;
         let mut peers = Vec::new();
-        let by_peer: BTreeMap<u32, (u32, IfaceConfig)> =
-            s.ifaces.iter().map(|(i, c)| (c.peer_id, (*i, *c))).collect();
+        let by_peer: BTreeMap<u32, (u32, IfaceConfig)> = s
+            .ifaces
+            .iter()
+            .map(|(i, c)| (c.peer_id, (*i, *c)))
+            .collect();
         for (id, meta) in &s.peers {
             let (egress, ingress) = self.peer_counters(*id)?;
             let iface = by_peer.get(id);
@@ -323,7 +347,11 @@ impl Maps {
             .iter()
             .map(|((peer, len, addr), rw)| RemapStatus {
                 peer_id: *peer,
-                peer: s.peers.get(peer).map(|m| m.name.clone()).unwrap_or_default(),
+                peer: s
+                    .peers
+                    .get(peer)
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default(),
                 local: cidr(*addr, *len),
                 remote: cidr(u32::from_be(rw.prefix), *len),
             })
@@ -340,7 +368,11 @@ impl Maps {
             peers,
             remaps,
             externals,
-            drops: self.drops()?.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            drops: self
+                .drops()?
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
         })
     }
 }
@@ -436,8 +468,9 @@ impl Dataplane {
                         other => {
                             warn!(map = name, found = ?other.map(|i| (i.key_size(), i.value_size(), i.max_entries())), expected = ?want,
                                 "pinned map has another layout; replacing it");
-                            std::fs::remove_file(&path)
-                                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+                            std::fs::remove_file(&path).map_err(|e| {
+                                Error::io(format!("removing {}", path.display()), e)
+                            })?;
                         }
                     }
                 }
@@ -484,7 +517,11 @@ impl Dataplane {
 
     /// The program for a direction, e.g. to run it with `BPF_PROG_TEST_RUN`.
     pub fn program(&self, egress: bool) -> &SchedClassifier {
-        let name = if egress { progs::EGRESS } else { progs::INGRESS };
+        let name = if egress {
+            progs::EGRESS
+        } else {
+            progs::INGRESS
+        };
         self.ebpf
             .program(name)
             .expect("program checked at load")
@@ -632,7 +669,10 @@ impl Dataplane {
             }
         }
         std::fs::remove_dir(pin_dir).map_err(|e| {
-            Error::io(format!("removing {} (unknown files left in it?)", pin_dir.display()), e)
+            Error::io(
+                format!("removing {} (unknown files left in it?)", pin_dir.display()),
+                e,
+            )
         })?;
         Ok(ifaces)
     }

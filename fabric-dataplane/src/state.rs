@@ -140,8 +140,18 @@ pub fn diff(cur: &MapState, want: &MapState) -> Vec<Op> {
         }
     }
     // 2. Add and update rewrites.
-    set_changed(&cur.remap_egress, &want.remap_egress, &mut ops, Op::SetRemapEgress);
-    set_changed(&cur.remap_ingress, &want.remap_ingress, &mut ops, Op::SetRemapIngress);
+    set_changed(
+        &cur.remap_egress,
+        &want.remap_egress,
+        &mut ops,
+        Op::SetRemapEgress,
+    );
+    set_changed(
+        &cur.remap_ingress,
+        &want.remap_ingress,
+        &mut ops,
+        Op::SetRemapIngress,
+    );
     set_changed(&cur.ext_dnat, &want.ext_dnat, &mut ops, Op::SetExtDnat);
     set_changed(&cur.ext_snat, &want.ext_snat, &mut ops, Op::SetExtSnat);
     set_changed(&cur.peers, &want.peers, &mut ops, Op::SetPeer);
@@ -152,8 +162,18 @@ pub fn diff(cur: &MapState, want: &MapState) -> Vec<Op> {
         }
     }
     // 4. Remove rewrites nobody uses any more.
-    del_missing(&cur.remap_egress, &want.remap_egress, &mut ops, Op::DelRemapEgress);
-    del_missing(&cur.remap_ingress, &want.remap_ingress, &mut ops, Op::DelRemapIngress);
+    del_missing(
+        &cur.remap_egress,
+        &want.remap_egress,
+        &mut ops,
+        Op::DelRemapEgress,
+    );
+    del_missing(
+        &cur.remap_ingress,
+        &want.remap_ingress,
+        &mut ops,
+        Op::DelRemapIngress,
+    );
     del_missing(&cur.ext_dnat, &want.ext_dnat, &mut ops, Op::DelExtDnat);
     del_missing(&cur.ext_snat, &want.ext_snat, &mut ops, Op::DelExtSnat);
     // 5. Peers that left: forget their metadata and counters.
@@ -260,7 +280,11 @@ mod tests {
         let s = desired(&cfg, &links(2));
         assert_eq!(s.remap_ingress.len(), 2);
         let rw = s.remap_ingress[&(2, 16, u32::from_be_bytes([10, 244, 0, 0]))];
-        assert_eq!(rw.apply(u32::from_be_bytes([10, 244, 3, 4]).to_be()).to_ne_bytes(), [10, 72, 3, 4]);
+        assert_eq!(
+            rw.apply(u32::from_be_bytes([10, 244, 3, 4]).to_be())
+                .to_ne_bytes(),
+            [10, 72, 3, 4]
+        );
     }
 
     #[test]
@@ -291,20 +315,28 @@ mod tests {
         );
         let ops = diff(&one, &MapState::default());
         let pos = |f: &dyn Fn(&Op) -> bool| ops.iter().position(f).unwrap();
-        assert!(pos(&|o| matches!(o, Op::DelIface(_))) < pos(&|o| matches!(o, Op::DelRemapEgress(_))));
+        assert!(
+            pos(&|o| matches!(o, Op::DelIface(_))) < pos(&|o| matches!(o, Op::DelRemapEgress(_)))
+        );
         assert!(ops.contains(&Op::ResetCounters(1)));
         // and adding orders rewrites before the interface
         let ops = diff(&MapState::default(), &one);
         let pos = |f: &dyn Fn(&Op) -> bool| ops.iter().position(f).unwrap();
-        assert!(pos(&|o| matches!(o, Op::SetRemapEgress(..))) < pos(&|o| matches!(o, Op::SetIface(..))));
+        assert!(
+            pos(&|o| matches!(o, Op::SetRemapEgress(..))) < pos(&|o| matches!(o, Op::SetIface(..)))
+        );
     }
 
     fn cfg_strategy() -> impl Strategy<Value = DataplaneConfig> {
         proptest::collection::btree_set(1u32..8, 0..6).prop_flat_map(|ids| {
             let ids: Vec<u32> = ids.into_iter().collect();
             let n = ids.len();
-            (Just(ids), proptest::collection::vec(200u8..250, n), any::<bool>()).prop_map(
-                |(ids, octets, ext)| DataplaneConfig {
+            (
+                Just(ids),
+                proptest::collection::vec(200u8..250, n),
+                any::<bool>(),
+            )
+                .prop_map(|(ids, octets, ext)| DataplaneConfig {
                     peers: ids.iter().zip(octets).map(|(i, o)| peer(*i, o)).collect(),
                     externals: if ext {
                         vec![ExternalMapping {
@@ -314,8 +346,7 @@ mod tests {
                     } else {
                         vec![]
                     },
-                },
-            )
+                })
         })
     }
 

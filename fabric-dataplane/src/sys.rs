@@ -36,7 +36,13 @@ pub fn ensure_pin_dir(pin_dir: &Path) -> Result<(), Error> {
             let dst = CString::new("/sys/fs/bpf").unwrap();
             // SAFETY: valid C strings; no data argument.
             let r = unsafe {
-                libc::mount(src.as_ptr(), dst.as_ptr(), src.as_ptr(), 0, std::ptr::null())
+                libc::mount(
+                    src.as_ptr(),
+                    dst.as_ptr(),
+                    src.as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
             };
             if r != 0 {
                 return Err(Error::BpfFs(format!(
@@ -90,7 +96,11 @@ pub fn link_facts(name: &str) -> Result<LinkFacts, Error> {
     let l3_offset = match family {
         ARPHRD_ETHER | ARPHRD_LOOPBACK => 14,
         ARPHRD_NONE => 0,
-        other => return Err(err(format!("unsupported link type {other} (want Ethernet or an L3 tunnel)"))),
+        other => {
+            return Err(err(format!(
+                "unsupported link type {other} (want Ethernet or an L3 tunnel)"
+            )));
+        }
     };
     Ok(LinkFacts { ifindex, l3_offset })
 }
@@ -103,7 +113,11 @@ pub fn ifname(ifindex: u32) -> Option<String> {
     if p.is_null() {
         return None;
     }
-    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
     String::from_utf8(bytes).ok()
 }
 

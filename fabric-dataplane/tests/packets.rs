@@ -44,14 +44,21 @@ fn fixture() -> Option<Dataplane> {
 
 fn fixture_with(config: &str) -> Option<Dataplane> {
     if unsafe { libc::geteuid() } != 0 {
-        assert!(std::env::var_os("CI").is_none(), "packet tests need root in CI");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "packet tests need root in CI"
+        );
         eprintln!("skipped: BPF_PROG_TEST_RUN needs root");
         return None;
     }
     let cfg = DataplaneConfig::from_toml(config).unwrap();
     let mut dp = Dataplane::load(None).expect("load programs");
     // test_run hands the program an skb on loopback: configure ifindex of `lo` as the device.
-    let links = [("lo".to_string(), fabric_dataplane::link_facts("lo").unwrap())].into();
+    let links = [(
+        "lo".to_string(),
+        fabric_dataplane::link_facts("lo").unwrap(),
+    )]
+    .into();
     let ops = state::diff(&MapState::default(), &state::desired(&cfg, &links));
     dp.maps().write(&ops).unwrap();
     Some(dp)
@@ -151,28 +158,44 @@ fn frame_udp(src: &str, dst: &str, zero_csum: bool) -> Vec<u8> {
 fn parse(out: &[u8]) -> (Ipv4Header, Vec<u8>) {
     assert_eq!(&out[12..14], &[0x08, 0x00]);
     let (h, rest) = Ipv4Header::from_slice(&out[14..]).expect("ipv4 header");
-    assert_eq!(h.header_checksum, h.calc_header_checksum(), "IPv4 header checksum");
+    assert_eq!(
+        h.header_checksum,
+        h.calc_header_checksum(),
+        "IPv4 header checksum"
+    );
     let l4 = rest[..h.payload_len().unwrap() as usize].to_vec();
     (h, l4)
 }
 
 fn assert_tcp_ok(h: &Ipv4Header, l4: &[u8]) -> TcpHeader {
     let (t, payload) = TcpHeader::from_slice(l4).unwrap();
-    assert_eq!(t.checksum, t.calc_checksum_ipv4(h, payload).unwrap(), "TCP checksum");
+    assert_eq!(
+        t.checksum,
+        t.calc_checksum_ipv4(h, payload).unwrap(),
+        "TCP checksum"
+    );
     t
 }
 
 fn assert_udp_ok(h: &Ipv4Header, l4: &[u8]) -> UdpHeader {
     let (u, payload) = UdpHeader::from_slice(l4).unwrap();
     if u.checksum != 0 {
-        assert_eq!(u.checksum, u.calc_checksum_ipv4(h, payload).unwrap(), "UDP checksum");
+        assert_eq!(
+            u.checksum,
+            u.calc_checksum_ipv4(h, payload).unwrap(),
+            "UDP checksum"
+        );
     }
     u
 }
 
 fn assert_icmp_ok(l4: &[u8]) -> (Icmpv4Header, Vec<u8>) {
     let (i, payload) = Icmpv4Header::from_slice(l4).unwrap();
-    assert_eq!(i.checksum, i.icmp_type.calc_checksum(payload), "ICMP checksum");
+    assert_eq!(
+        i.checksum,
+        i.icmp_type.calc_checksum(payload),
+        "ICMP checksum"
+    );
     (i, payload.to_vec())
 }
 
@@ -191,13 +214,55 @@ fn tcp_both_directions_and_prefix_lengths() {
     let Some(dp) = fixture() else { return };
     // (egress?, src, dst, expected src, expected dst)
     let table = [
-        (true, "10.244.1.10", "10.71.2.7", "10.244.1.10", "10.244.2.7"),
-        (false, "10.244.2.7", "10.244.1.10", "10.71.2.7", "10.244.1.10"),
-        (true, "10.244.1.10", "10.81.5.9", "10.244.1.10", "172.16.21.9"), // /20
-        (false, "172.16.31.255", "10.244.1.10", "10.81.15.255", "10.244.1.10"),
-        (true, "10.244.1.10", "10.99.0.7", "10.244.1.10", "192.168.50.9"), // /32
-        (false, "192.168.50.9", "10.244.1.10", "10.99.0.7", "10.244.1.10"),
-        (true, "10.244.1.10", "11.200.3.4", "10.244.1.10", "12.200.3.4"), // /8
+        (
+            true,
+            "10.244.1.10",
+            "10.71.2.7",
+            "10.244.1.10",
+            "10.244.2.7",
+        ),
+        (
+            false,
+            "10.244.2.7",
+            "10.244.1.10",
+            "10.71.2.7",
+            "10.244.1.10",
+        ),
+        (
+            true,
+            "10.244.1.10",
+            "10.81.5.9",
+            "10.244.1.10",
+            "172.16.21.9",
+        ), // /20
+        (
+            false,
+            "172.16.31.255",
+            "10.244.1.10",
+            "10.81.15.255",
+            "10.244.1.10",
+        ),
+        (
+            true,
+            "10.244.1.10",
+            "10.99.0.7",
+            "10.244.1.10",
+            "192.168.50.9",
+        ), // /32
+        (
+            false,
+            "192.168.50.9",
+            "10.244.1.10",
+            "10.99.0.7",
+            "10.244.1.10",
+        ),
+        (
+            true,
+            "10.244.1.10",
+            "11.200.3.4",
+            "10.244.1.10",
+            "12.200.3.4",
+        ), // /8
         (false, "12.0.0.1", "10.244.1.10", "11.0.0.1", "10.244.1.10"),
         // externals: a local IP leaves under its external address and is reached by it
         (true, "192.168.1.5", "10.71.0.9", "10.70.0.5", "10.244.0.9"),
@@ -207,7 +272,11 @@ fn tcp_both_directions_and_prefix_lengths() {
         let (ret, out) = run(&dp, egress, &frame_tcp(src, dst, false, None));
         assert_eq!(ret, TC_ACT_OK, "{src}->{dst}");
         let (h, l4) = parse(&out);
-        assert_eq!(addrs(&h), (a(esrc), a(edst)), "{src}->{dst} egress={egress}");
+        assert_eq!(
+            addrs(&h),
+            (a(esrc), a(edst)),
+            "{src}->{dst} egress={egress}"
+        );
         let t = assert_tcp_ok(&h, &l4);
         assert_eq!((t.source_port, t.destination_port), (40000, 80));
     }
@@ -226,7 +295,11 @@ fn udp_with_and_without_checksum() {
     assert_eq!(ret, TC_ACT_OK);
     let (h, l4) = parse(&out);
     assert_eq!(addrs(&h).0, a("10.71.2.7"));
-    assert_eq!(assert_udp_ok(&h, &l4).checksum, 0, "a zero UDP checksum stays zero");
+    assert_eq!(
+        assert_udp_ok(&h, &l4).checksum,
+        0,
+        "a zero UDP checksum stays zero"
+    );
 }
 
 #[test]
@@ -236,7 +309,13 @@ fn icmp_echo() {
         Icmpv4Type::EchoRequest(etherparse::IcmpEchoHeader { id: 77, seq: 1 }),
         b"ping payload",
     );
-    let f = eth(0x0800, &packet(&ipv4("10.244.1.10", "10.71.2.7", IpNumber::ICMP, &msg), &msg));
+    let f = eth(
+        0x0800,
+        &packet(
+            &ipv4("10.244.1.10", "10.71.2.7", IpNumber::ICMP, &msg),
+            &msg,
+        ),
+    );
     let (ret, out) = run(&dp, true, &f);
     assert_eq!(ret, TC_ACT_OK);
     let (h, l4) = parse(&out);
@@ -263,14 +342,23 @@ fn icmp_frag_needed_inner_header_ingress() {
                 tcp("10.244.1.10", "10.71.2.7", false, None, b"too big"),
             )
         };
-        let inner = packet(&ipv4("10.244.1.10", "10.244.2.7", inner_proto, &inner_l4), &inner_l4);
+        let inner = packet(
+            &ipv4("10.244.1.10", "10.244.2.7", inner_proto, &inner_l4),
+            &inner_l4,
+        );
         let msg = icmp(
             Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
                 next_hop_mtu: 1400,
             }),
             &inner,
         );
-        let f = eth(0x0800, &packet(&ipv4("10.244.1.1", "10.244.1.10", IpNumber::ICMP, &msg), &msg));
+        let f = eth(
+            0x0800,
+            &packet(
+                &ipv4("10.244.1.1", "10.244.1.10", IpNumber::ICMP, &msg),
+                &msg,
+            ),
+        );
         let (ret, out) = run(&dp, false, &f);
         assert_eq!(ret, TC_ACT_OK);
         let (h, l4) = parse(&out);
@@ -283,7 +371,11 @@ fn icmp_frag_needed_inner_header_ingress() {
             })
         ));
         let (ih, irest) = Ipv4Header::from_slice(&quoted).unwrap();
-        assert_eq!(ih.header_checksum, ih.calc_header_checksum(), "inner IPv4 checksum");
+        assert_eq!(
+            ih.header_checksum,
+            ih.calc_header_checksum(),
+            "inner IPv4 checksum"
+        );
         assert_eq!(addrs(&ih), (a("10.244.1.10"), a("10.71.2.7")));
         // The embedded segment is exactly what A's pod would have sent to 10.71.2.7.
         assert_eq!(irest, &inner_l4_rewritten[..], "{inner_proto:?}");
@@ -296,9 +388,18 @@ fn icmp_frag_needed_inner_header_ingress() {
 fn icmp_time_exceeded_inner_header_egress() {
     let Some(dp) = fixture() else { return };
     let inner_l4 = udp("10.71.2.7", "10.244.1.10", b"traceroute", false);
-    let inner = packet(&ipv4("10.71.2.7", "10.244.1.10", IpNumber::UDP, &inner_l4), &inner_l4);
-    let msg = icmp(Icmpv4Type::TimeExceeded(etherparse::icmpv4::TimeExceededCode::TtlExceededInTransit), &inner);
-    let f = eth(0x0800, &packet(&ipv4("10.244.1.1", "10.71.2.7", IpNumber::ICMP, &msg), &msg));
+    let inner = packet(
+        &ipv4("10.71.2.7", "10.244.1.10", IpNumber::UDP, &inner_l4),
+        &inner_l4,
+    );
+    let msg = icmp(
+        Icmpv4Type::TimeExceeded(etherparse::icmpv4::TimeExceededCode::TtlExceededInTransit),
+        &inner,
+    );
+    let f = eth(
+        0x0800,
+        &packet(&ipv4("10.244.1.1", "10.71.2.7", IpNumber::ICMP, &msg), &msg),
+    );
     let (ret, out) = run(&dp, true, &f);
     assert_eq!(ret, TC_ACT_OK);
     let (h, l4) = parse(&out);
@@ -307,7 +408,10 @@ fn icmp_time_exceeded_inner_header_egress() {
     let (ih, irest) = Ipv4Header::from_slice(&quoted).unwrap();
     assert_eq!(ih.header_checksum, ih.calc_header_checksum());
     assert_eq!(addrs(&ih), (a("10.244.2.7"), a("10.244.1.10")));
-    assert_eq!(irest, &udp("10.244.2.7", "10.244.1.10", b"traceroute", false)[..]);
+    assert_eq!(
+        irest,
+        &udp("10.244.2.7", "10.244.1.10", b"traceroute", false)[..]
+    );
 }
 
 /// A UDP datagram in two fragments: the first carries the L4 checksum for the whole datagram,
@@ -335,7 +439,11 @@ fn fragments() {
     assert_eq!(l2, second, "a later fragment's payload is never touched");
     let whole = [l1, l2].concat();
     let (u, rest) = UdpHeader::from_slice(&whole).unwrap();
-    assert_eq!(u.checksum, u.calc_checksum_ipv4(&p1, rest).unwrap(), "reassembled UDP checksum");
+    assert_eq!(
+        u.checksum,
+        u.calc_checksum_ipv4(&p1, rest).unwrap(),
+        "reassembled UDP checksum"
+    );
 }
 
 #[test]
@@ -350,12 +458,20 @@ fn mss_clamping() {
             .unwrap()
     };
     // SYN towards the peer: clamped (and remapped), checksum right.
-    let (ret, out) = run(&dp, true, &frame_tcp("10.244.1.10", "10.71.2.7", true, Some(1460)));
+    let (ret, out) = run(
+        &dp,
+        true,
+        &frame_tcp("10.244.1.10", "10.71.2.7", true, Some(1460)),
+    );
     assert_eq!(ret, TC_ACT_OK);
     let (h, l4) = parse(&out);
     assert_eq!(mss_of(&assert_tcp_ok(&h, &l4)), 1360);
     // SYN-ACK from the peer: clamped too.
-    let (_, out) = run(&dp, false, &frame_tcp("10.244.2.7", "10.244.1.10", true, Some(8960)));
+    let (_, out) = run(
+        &dp,
+        false,
+        &frame_tcp("10.244.2.7", "10.244.1.10", true, Some(8960)),
+    );
     let (h, l4) = parse(&out);
     assert_eq!(mss_of(&assert_tcp_ok(&h, &l4)), 1360);
     // Already small: left alone.
@@ -379,10 +495,20 @@ fn untouched_traffic() {
     let f = eth(0x86dd, &v6);
     assert_eq!(run(&dp, true, &f), (TC_ACT_OK, f.clone()));
     // ARP
-    let f = eth(0x0806, &[0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 1, 10, 244, 1, 10, 0, 0, 0, 0, 0, 0, 10, 71, 2, 7]);
+    let f = eth(
+        0x0806,
+        &[
+            0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 1, 10, 244, 1, 10, 0, 0, 0, 0, 0, 0, 10, 71, 2,
+            7,
+        ],
+    );
     assert_eq!(run(&dp, true, &f), (TC_ACT_OK, f.clone()));
     // SYN to an unmapped destination is still clamped (the device's MTU applies to all)
-    let (_, out) = run(&dp, true, &frame_tcp("10.244.1.10", "10.50.0.1", true, Some(1460)));
+    let (_, out) = run(
+        &dp,
+        true,
+        &frame_tcp("10.244.1.10", "10.50.0.1", true, Some(1460)),
+    );
     let (h, l4) = parse(&out);
     assert_eq!(addrs(&h).1, a("10.50.0.1"));
     assert_tcp_ok(&h, &l4);
@@ -403,13 +529,22 @@ fn malformed_packets_are_dropped_with_reasons() {
     // a mapped TCP packet whose TCP header is cut
     let seg = tcp("10.244.1.10", "10.71.2.7", false, None, b"");
     let h = ipv4("10.244.1.10", "10.71.2.7", IpNumber::TCP, &seg[..10]);
-    assert_eq!(run(&dp, true, &eth(0x0800, &packet(&h, &seg[..10]))).0, TC_ACT_SHOT);
+    assert_eq!(
+        run(&dp, true, &eth(0x0800, &packet(&h, &seg[..10]))).0,
+        TC_ACT_SHOT
+    );
     // an ICMP error whose quoted header is garbage
     let msg = icmp(
         Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Host),
         &[0x99; 28],
     );
-    let f = eth(0x0800, &packet(&ipv4("10.244.1.1", "10.244.1.10", IpNumber::ICMP, &msg), &msg));
+    let f = eth(
+        0x0800,
+        &packet(
+            &ipv4("10.244.1.1", "10.244.1.10", IpNumber::ICMP, &msg),
+            &msg,
+        ),
+    );
     assert_eq!(run(&dp, false, &f).0, TC_ACT_SHOT);
 
     let drops = dp.maps().drops().unwrap();
@@ -454,10 +589,34 @@ fn many_remaps_use_the_tries() {
     cfg = cfg.replace("10.244.200.0/24", "10.246.0.0/24");
     let Some(dp) = fixture_with(&cfg) else { return };
     let table = [
-        (true, "10.244.1.10", "10.71.2.7", "10.244.1.10", "10.244.2.7"),
-        (false, "10.244.2.7", "10.244.1.10", "10.71.2.7", "10.244.1.10"),
-        (true, "10.244.1.10", "10.91.0.9", "10.244.1.10", "10.245.0.9"),
-        (false, "10.246.0.3", "10.244.1.10", "10.90.0.3", "10.244.1.10"),
+        (
+            true,
+            "10.244.1.10",
+            "10.71.2.7",
+            "10.244.1.10",
+            "10.244.2.7",
+        ),
+        (
+            false,
+            "10.244.2.7",
+            "10.244.1.10",
+            "10.71.2.7",
+            "10.244.1.10",
+        ),
+        (
+            true,
+            "10.244.1.10",
+            "10.91.0.9",
+            "10.244.1.10",
+            "10.245.0.9",
+        ),
+        (
+            false,
+            "10.246.0.3",
+            "10.244.1.10",
+            "10.90.0.3",
+            "10.244.1.10",
+        ),
         (true, "10.244.1.10", "11.1.1.1", "10.244.1.10", "12.1.1.1"),
         (true, "10.244.1.10", "10.92.0.1", "10.244.1.10", "10.92.0.1"),
     ];

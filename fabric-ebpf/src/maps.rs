@@ -5,8 +5,8 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use fabric_common::{
-    Counters, ExtKey, IfaceConfig, PeerMeta, MAX_EXTERNALS, MAX_IFACES, MAX_PEERS, MAX_REMAPS, RemapKey,
-    Rewrite, drop,
+    Counters, ExtKey, IfaceConfig, MAX_EXTERNALS, MAX_IFACES, MAX_PEERS, MAX_REMAPS, PeerMeta,
+    RemapKey, Rewrite, drop,
 };
 
 /// ifindex -> what this device is (which peer, MSS clamp, header offset).
@@ -45,7 +45,11 @@ pub static FABRIC_COUNTERS: PerCpuArray<Counters, { (MAX_PEERS * 2) as usize }> 
 pub static FABRIC_DROPS: PerCpuArray<u64, { drop::COUNT as usize }> = PerCpuArray::new();
 
 #[inline(always)]
-pub fn remap(map: &LpmTrie<RemapKey, Rewrite, { MAX_REMAPS as usize }>, peer_be: u32, addr: u32) -> u32 {
+pub fn remap(
+    map: &LpmTrie<RemapKey, Rewrite, { MAX_REMAPS as usize }>,
+    peer_be: u32,
+    addr: u32,
+) -> u32 {
     let key = Key::new(
         64,
         RemapKey {

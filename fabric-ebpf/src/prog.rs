@@ -112,7 +112,11 @@ fn handle<const EGRESS: bool>(ctx: &TcContext) -> i32 {
         // Not a fabric device (or being torn down): not ours to touch.
         return TC_ACT_OK;
     };
-    let dir = if EGRESS { DIR_EGRESS } else { fabric_common::DIR_INGRESS };
+    let dir = if EGRESS {
+        DIR_EGRESS
+    } else {
+        fabric_common::DIR_INGRESS
+    };
     let result = try_handle::<EGRESS>(ctx, iface);
     if let Some(stats) = FABRIC_COUNTERS.get_ptr_mut(counter_index(iface.peer_id, dir)) {
         // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently with us.
@@ -157,7 +161,11 @@ fn peer_side<const EGRESS: bool>(iface: &IfaceConfig, addr: u32) -> u32 {
             break;
         }
         let e = &iface.fast[i];
-        let hit = if EGRESS { e.egress(addr) } else { e.ingress(addr) };
+        let hit = if EGRESS {
+            e.egress(addr)
+        } else {
+            e.ingress(addr)
+        };
         if let Some(a) = hit {
             return a;
         }
@@ -199,9 +207,15 @@ fn try_handle<const EGRESS: bool>(ctx: &TcContext, iface: &IfaceConfig) -> Resul
 
     // The peer's address is the destination on the way out and the source on the way in.
     let (src, dst) = if EGRESS {
-        (local_side::<true>(iface, ip.saddr), peer_side::<true>(iface, ip.daddr))
+        (
+            local_side::<true>(iface, ip.saddr),
+            peer_side::<true>(iface, ip.daddr),
+        )
     } else {
-        (peer_side::<false>(iface, ip.saddr), local_side::<false>(iface, ip.daddr))
+        (
+            peer_side::<false>(iface, ip.saddr),
+            local_side::<false>(iface, ip.daddr),
+        )
     };
     let outer = src != ip.saddr || dst != ip.daddr;
     let mut did = if outer { DID_REMAP } else { 0 };
@@ -315,9 +329,15 @@ fn rewrite_icmp_inner<const EGRESS: bool>(
     let ip = unsafe { ip_ptr.read_unaligned() };
     let ihl = ip.header_len().ok_or(drop::BAD_ICMP_INNER)?;
     let (src, dst) = if EGRESS {
-        (peer_side::<true>(iface, ip.saddr), local_side::<true>(iface, ip.daddr))
+        (
+            peer_side::<true>(iface, ip.saddr),
+            local_side::<true>(iface, ip.daddr),
+        )
     } else {
-        (local_side::<false>(iface, ip.saddr), peer_side::<false>(iface, ip.daddr))
+        (
+            local_side::<false>(iface, ip.saddr),
+            peer_side::<false>(iface, ip.daddr),
+        )
     };
     if src == ip.saddr && dst == ip.daddr {
         return Ok(false);
@@ -354,8 +374,7 @@ fn rewrite_icmp_inner<const EGRESS: bool>(
         // This change is inside the ICMP payload with nothing to offset it: the ICMP
         // checksum takes the opposite change.
         let check = icmp_check.read_unaligned()[1];
-        core::ptr::addr_of_mut!((*icmp_check)[1])
-            .write_unaligned(csum::replace16(check, old, new));
+        core::ptr::addr_of_mut!((*icmp_check)[1]).write_unaligned(csum::replace16(check, old, new));
     }
     Ok(true)
 }

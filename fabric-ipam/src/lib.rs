@@ -145,8 +145,8 @@ impl Ipam {
             while cand + size <= end {
                 match used.iter().find(|(s, e)| *s < cand + size && cand < *e) {
                     None => {
-                        let net = Ipv4Network::new((cand as u32).into(), len)
-                            .expect("length checked");
+                        let net =
+                            Ipv4Network::new((cand as u32).into(), len).expect("length checked");
                         return Ok(net);
                     }
                     // Jump past the blocking range, aligned up to the block size.
@@ -187,14 +187,23 @@ mod tests {
     #[test]
     fn keeps_real_cidr_when_free_and_remaps_when_not() {
         let mut i = ipam();
-        assert_eq!(i.allocate("b/pod", n("10.50.0.0/16")).unwrap(), n("10.50.0.0/16"));
+        assert_eq!(
+            i.allocate("b/pod", n("10.50.0.0/16")).unwrap(),
+            n("10.50.0.0/16")
+        );
         // same as our own pod CIDR: remapped into the pool
         let g = i.allocate("c/pod", n("10.244.0.0/16")).unwrap();
         assert_eq!(g, n("10.64.0.0/16"));
         // a third cluster with the same real CIDR gets the next block
-        assert_eq!(i.allocate("d/pod", n("10.244.0.0/16")).unwrap(), n("10.65.0.0/16"));
+        assert_eq!(
+            i.allocate("d/pod", n("10.244.0.0/16")).unwrap(),
+            n("10.65.0.0/16")
+        );
         // and one clashing with another peer's kept real CIDR is remapped too
-        assert_eq!(i.allocate("e/pod", n("10.50.0.0/16")).unwrap(), n("10.66.0.0/16"));
+        assert_eq!(
+            i.allocate("e/pod", n("10.50.0.0/16")).unwrap(),
+            n("10.66.0.0/16")
+        );
         // the reserved service CIDR sits inside the pool's reach: never granted
         for g in i.grants().values() {
             assert!(!g.overlaps(n("10.96.0.0/12")));

@@ -1,0 +1,31 @@
+//! `fabric-bench datapath [--quick]`: see `fabric_tests::bench` (run via `cargo xtask bench datapath`).
+use std::process::ExitCode;
+
+use fabric_tests::{bench, install_interrupt_handler, is_root};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) != Some("datapath")
+        || args.iter().any(|a| a == "-h" || a == "--help")
+    {
+        eprintln!("usage: fabric-bench datapath [--quick]");
+        return ExitCode::from(2);
+    }
+    if !is_root() {
+        eprintln!("fabric-bench: needs root (network namespaces, eBPF)");
+        return ExitCode::FAILURE;
+    }
+    install_interrupt_handler();
+    let opts = if args.iter().any(|a| a == "--quick") {
+        bench::Options::quick()
+    } else {
+        bench::Options::standard()
+    };
+    match bench::run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fabric-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

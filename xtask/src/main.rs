@@ -1,0 +1,538 @@
+//! Developer tasks for the fabric workspace: `cargo xtask <task>`.
+//!
+//! - `setup`: installs what a fresh Debian machine lacks (idempotent, quick when present).
+//! - `test`: setup, build every binary, run the whole test suite (netns tests need root).
+//! - `demo`: setup, build, run the two-cluster demo in network namespaces.
+//! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
+//!
+//! Kept dependency-light on purpose (anyhow, ctrlc): it is compiled before anything else.
+use std::{
+    env,
+    ffi::OsStr,
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Command, ExitCode, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+tasks:
+  setup             install missing system packages, nightly rust-src, bpf-linker; mount bpffs
+  test              setup, build all binaries, run `cargo test --workspace`
+  demo              setup, build, run the two-cluster demo (network namespaces, needs root)
+  bench datapath    setup, build, benchmark plain forwarding vs eBPF remap vs nftables NAT
+                    (extra args are passed to fabric-bench, e.g. `-- --quick`)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let res = match args.first().map(String::as_str) {
+        Some("setup") => setup().map(|()| ExitCode::SUCCESS),
+        Some("test") => test(&args[1..]),
+        Some("demo") => demo(&args[1..]),
+        Some("bench") => match args.get(1).map(String::as_str) {
+            Some("datapath") => bench_datapath(&args[2..]),
+            _ => {
+                eprint!("{USAGE}");
+                return ExitCode::from(2);
+            }
+        },
+        Some("-h" | "--help" | "help") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+fn target_dir() -> PathBuf {
+    match env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() {
+                d
+            } else {
+                workspace_root().join(d)
+            }
+        }
+        None => workspace_root().join("target"),
+    }
+}
+
+/// The cargo that runs us (so `cargo +toolchain xtask` stays on that toolchain).
+fn cargo() -> Command {
+    let mut c = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(workspace_root());
+    c
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc_geteuid() == 0 }
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+fn step(msg: &str) {
+    use std::io::IsTerminal as _;
+    if std::io::stdout().is_terminal() {
+        println!("\x1b[1m==> {msg}\x1b[0m");
+    } else {
+        println!("==> {msg}");
+    }
+    let _ = std::io::stdout().flush();
+}
+
+fn show(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Runs a command with inherited stdio; fails on a non-zero exit.
+fn run(cmd: &mut Command) -> Result<()> {
+    let desc = show(cmd);
+    println!("    $ {desc}");
+    let st = cmd.status().with_context(|| format!("starting `{desc}`"))?;
+    if !st.success() {
+        bail!("`{desc}` failed: {st}");
+    }
+    Ok(())
+}
+
+/// Whether a command runs and exits 0 (output discarded).
+fn works<I, S>(prog: &str, args: I) -> bool
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let desc = show(cmd);
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("starting `{desc}`"))?;
+    if !out.status.success() {
+        bail!(
+            "`{desc}` failed: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// setup
+
+/// Packages the tests, demo and bench need. `wireguard-tools` goes separately, without
+/// recommends (they pull a kernel image).
+const APT_PACKAGES: &[&str] = &[
+    "iproute2",
+    "iperf3",
+    "bpftool",
+    "nftables",
+    "etcd-server",
+    "xz-utils",
+    "curl",
+    "iputils-ping",
+    "procps",
+];
+const APT_NO_RECOMMENDS: &[&str] = &["wireguard-tools"];
+
+fn dpkg_installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).contains("install ok installed")
+        })
+        .unwrap_or(false)
+}
+
+fn apt_install(pkgs: &[&str], extra: &[&str]) -> Result<()> {
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .args(["install", "-y", "-q"])
+        .args(extra)
+        .args(pkgs))
+    .context("installing system packages")
+}
+
+fn setup_apt() -> Result<()> {
+    if !Path::new("/usr/bin/dpkg-query").exists() {
+        println!(
+            "    (no dpkg: not a Debian-like system; install {APT_PACKAGES:?} and {APT_NO_RECOMMENDS:?} yourself)"
+        );
+        return Ok(());
+    }
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
+    let missing_nr: Vec<&str> = APT_NO_RECOMMENDS
+        .iter()
+        .copied()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
+    if missing.is_empty() && missing_nr.is_empty() {
+        println!("    system packages: all present");
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "missing packages {:?}; run as root (or `sudo apt-get install {}`)",
+            [&missing[..], &missing_nr[..]].concat(),
+            [&missing[..], &missing_nr[..]].concat().join(" ")
+        );
+    }
+    println!(
+        "    missing: {}",
+        [&missing[..], &missing_nr[..]].concat().join(" ")
+    );
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .args(["update", "-q"]))
+    .context("apt-get update")?;
+    if !missing.is_empty() {
+        apt_install(&missing, &[])?;
+    }
+    if !missing_nr.is_empty() {
+        apt_install(&missing_nr, &["--no-install-recommends"])?;
+    }
+    Ok(())
+}
+
+fn nightly_sysroot() -> Result<PathBuf> {
+    output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
+        .map(PathBuf::from)
+        .context("asking the nightly rustc for its sysroot")
+}
+
+fn setup_nightly() -> Result<PathBuf> {
+    if !works("rustc", ["+nightly", "--version"]) {
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+        ]))
+        .context("installing the nightly toolchain (rustup required)")?;
+    }
+    let sysroot = nightly_sysroot()?;
+    if sysroot.join("lib/rustlib/src/rust/library").is_dir() {
+        println!("    nightly rust-src: present");
+    } else {
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))
+        .context("adding rust-src to nightly")?;
+    }
+    Ok(sysroot)
+}
+
+fn setup_bpf_linker(sysroot: &Path) -> Result<()> {
+    if works("bpf-linker", ["--version"]) {
+        println!("    bpf-linker: present");
+        return Ok(());
+    }
+    // Build it against rustc's own LLVM, so the bitcode rustc emits and the linker agree.
+    let lib = sysroot.join("lib");
+    let llvm = std::fs::read_dir(&lib)
+        .with_context(|| format!("listing {}", lib.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("libLLVM.so."))
+        .max()
+        .with_context(|| {
+            format!(
+                "no libLLVM.so.* in {} (rustup component llvm-tools?)",
+                lib.display()
+            )
+        })?;
+    let major = llvm
+        .trim_start_matches("libLLVM.so.")
+        .split('.')
+        .next()
+        .unwrap_or("22")
+        .to_owned();
+    let link = lib.join("libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&llvm, &link)
+        .with_context(|| format!("linking {} -> {llvm}", link.display()))?;
+    println!("    linked {} -> {llvm}", link.display());
+    run(cargo()
+        .env("LLVM_PREFIX", sysroot)
+        .args([
+            "install",
+            "bpf-linker",
+            "--version",
+            "^0.13",
+            "--no-default-features",
+            "--features",
+        ])
+        .arg(format!("llvm-{major}")))
+    .context("installing bpf-linker")?;
+    if !works("bpf-linker", ["--version"]) {
+        bail!("bpf-linker installed but not runnable; is ~/.cargo/bin on PATH?");
+    }
+    Ok(())
+}
+
+fn setup_bpffs() -> Result<()> {
+    let fs = Command::new("stat")
+        .args(["-f", "-c", "%T", "/sys/fs/bpf"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    if fs == "bpf_fs" {
+        println!("    bpffs: mounted at /sys/fs/bpf");
+        return Ok(());
+    }
+    if !is_root() {
+        println!("    bpffs: not mounted at /sys/fs/bpf (needs root; the agent mounts it itself)");
+        return Ok(());
+    }
+    std::fs::create_dir_all("/sys/fs/bpf").context("creating /sys/fs/bpf")?;
+    run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"])).context("mounting bpffs")
+}
+
+fn setup() -> Result<()> {
+    let t = Instant::now();
+    step("setup: system packages");
+    setup_apt()?;
+    step("setup: nightly toolchain and bpf-linker (to build the eBPF programs)");
+    let sysroot = setup_nightly()?;
+    setup_bpf_linker(&sysroot)?;
+    step("setup: BPF filesystem");
+    setup_bpffs()?;
+    println!("    setup done in {:.1}s", t.elapsed().as_secs_f64());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// test
+
+fn agent_bin() -> PathBuf {
+    target_dir().join("debug").join("fabric-agent")
+}
+
+fn build_bins(pkgs: &[&str]) -> Result<()> {
+    let mut c = cargo();
+    c.arg("build");
+    if pkgs.is_empty() {
+        c.arg("--workspace");
+    } else {
+        for p in pkgs {
+            c.args(["-p", p]);
+        }
+    }
+    c.arg("--bins");
+    run(&mut c).context("building the binaries")
+}
+
+#[derive(Default)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+    measured: u64,
+    filtered: u64,
+}
+
+fn parse_count(line: &str, what: &str) -> u64 {
+    // "... 12 passed; 0 failed; ..." -> the number before `what`.
+    line.split(';')
+        .find_map(|part| {
+            let mut w = part.split_whitespace().rev();
+            let name = w.next()?;
+            let n = w.next()?;
+            (name == what).then(|| n.parse().ok()).flatten()
+        })
+        .unwrap_or(0)
+}
+
+fn test(extra: &[String]) -> Result<ExitCode> {
+    let start = Instant::now();
+    setup()?;
+    if !is_root() {
+        println!(
+            "    note: not root; the network-namespace tests will skip themselves (run as root for the full suite)"
+        );
+    }
+    step("build: all binaries (the integration tests drive target/debug/fabric-agent)");
+    build_bins(&[])?;
+    step("test: cargo test --workspace");
+    let mut c = cargo();
+    c.args(["test", "--workspace"]).args(extra);
+    c.env("FABRIC_AGENT_BIN", agent_bin());
+    println!("    $ {}", show(&c));
+    // One pipe for stdout and stderr, so "Running <binary>" lines (stderr) and the
+    // "test result" lines (stdout) stay in order and can be paired for the summary.
+    let (reader, writer) = std::io::pipe().context("creating a pipe")?;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().context("cloning pipe")?)
+        .stderr(writer)
+        .spawn()
+        .context("starting cargo test")?;
+    drop(c);
+    let mut current = String::from("?");
+    let mut results: Vec<(String, String)> = Vec::new();
+    let mut totals = Totals::default();
+    let stdout = std::io::stdout();
+    for line in BufReader::new(reader).lines() {
+        let line = line.context("reading cargo test output")?;
+        {
+            let mut o = stdout.lock();
+            let _ = writeln!(o, "{line}");
+        }
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("Running ") {
+            // "Running unittests src/lib.rs (target/debug/deps/fabric_common-0123abcd)"
+            let what = rest.split(" (").next().unwrap_or(rest);
+            let krate = rest
+                .rsplit('/')
+                .next()
+                .and_then(|f| f.trim_end_matches(')').rsplit_once('-'))
+                .map(|(k, _)| k)
+                .unwrap_or("?");
+            current = format!("{krate}: {what}");
+        } else if let Some(rest) = t.strip_prefix("Doc-tests ") {
+            current = format!("doc-tests {rest}");
+        } else if t.starts_with("test result:") {
+            totals.passed += parse_count(t, "passed");
+            totals.failed += parse_count(t, "failed");
+            totals.ignored += parse_count(t, "ignored");
+            totals.measured += parse_count(t, "measured");
+            totals.filtered += parse_count(t, "out");
+            results.push((current.clone(), t.to_owned()));
+        }
+    }
+    let st = child.wait().context("waiting for cargo test")?;
+    let secs = start.elapsed().as_secs_f64();
+    println!();
+    println!("==> summary (setup + build + test in {secs:.0}s)");
+    for (bin, r) in &results {
+        println!("    {bin:<52} {}", r.trim_start_matches("test result: "));
+    }
+    let ok = st.success() && totals.failed == 0;
+    if !st.success() && totals.failed == 0 {
+        println!("    cargo test failed before all tests ran ({st}); see the output above");
+    }
+    // Last line, in cargo test's own format.
+    println!(
+        "test result: {}. {} passed; {} failed; {} ignored; {} measured; {} filtered out; finished in {secs:.2}s",
+        if ok { "ok" } else { "FAILED" },
+        totals.passed,
+        totals.failed,
+        totals.ignored,
+        totals.measured,
+        totals.filtered
+    );
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// demo, bench
+
+/// Runs one of our binaries as a child; Ctrl-C reaches it too (same process group), and we
+/// wait for it to finish its cleanup instead of dying first.
+fn run_child(bin: &Path, args: &[String]) -> Result<ExitCode> {
+    let _ = ctrlc::set_handler(|| {});
+    let mut c = Command::new(bin);
+    c.args(args).env("FABRIC_AGENT_BIN", agent_bin());
+    println!("    $ {}", show(&c));
+    let st = c
+        .status()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    Ok(if st.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn need_root(what: &str) -> Result<()> {
+    if !is_root() {
+        bail!("{what} creates network namespaces and loads eBPF programs: run it as root");
+    }
+    Ok(())
+}
+
+fn demo(args: &[String]) -> Result<ExitCode> {
+    need_root("the demo")?;
+    setup()?;
+    step("build: all binaries (same feature set as `cargo xtask test`, so nothing rebuilds twice)");
+    build_bins(&[])?;
+    step("demo");
+    run_child(&target_dir().join("debug/demo"), args)
+}
+
+fn bench_datapath(args: &[String]) -> Result<ExitCode> {
+    need_root("the benchmark")?;
+    setup()?;
+    step("build: all binaries (same feature set as `cargo xtask test`, so nothing rebuilds twice)");
+    build_bins(&[])?;
+    step("bench datapath");
+    let mut a = vec!["datapath".to_owned()];
+    a.extend(args.iter().filter(|a| *a != "--").cloned());
+    run_child(&target_dir().join("debug/fabric-bench"), &a)
+}
