@@ -54,17 +54,3 @@ fn crds_have_schemas_validation_and_columns() {
         "CIDRs are validated by the API server"
     );
 }
-
-/// `FABRIC_WRITE_CRDS=1 cargo test -p fabric-api --test crds write` regenerates the files
-/// (what `cargo xtask codegen` does).
-#[test]
-fn write() {
-    if std::env::var_os("FABRIC_WRITE_CRDS").is_none() {
-        return;
-    }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-    std::fs::create_dir_all(&dir).unwrap();
-    for (name, yaml) in fabric_api::crd_files() {
-        std::fs::write(dir.join(name), yaml).unwrap();
-    }
-}

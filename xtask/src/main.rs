@@ -4,6 +4,8 @@
 //! - `test`: setup, build every binary, run the whole test suite (netns tests need root).
 //! - `demo`: setup, build, run the two-cluster demo in network namespaces.
 //! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
+//! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
+//! - `codegen`: regenerate deploy/crds from the Rust API types.
 //!
 //! Kept dependency-light on purpose (anyhow, ctrlc): it is compiled before anything else.
 use std::{
@@ -26,6 +28,8 @@ tasks:
   demo              setup, build, run the two-cluster demo (network namespaces, needs root)
   bench datapath    setup, build, benchmark plain forwarding vs eBPF remap vs nftables NAT
                     (extra args are passed to fabric-bench, e.g. `-- --quick`)
+  bench gateway     setup, build (release), benchmark fabric-gateway vs boringtun-cli vs veth
+  codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
 ";
 
 fn main() -> ExitCode {
@@ -34,8 +38,10 @@ fn main() -> ExitCode {
         Some("setup") => setup().map(|()| ExitCode::SUCCESS),
         Some("test") => test(&args[1..]),
         Some("demo") => demo(&args[1..]),
+        Some("codegen") => codegen(),
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("datapath") => bench_datapath(&args[2..]),
+            Some("gateway") => bench_gateway(&args[2..]),
             _ => {
                 eprint!("{USAGE}");
                 return ExitCode::from(2);
@@ -350,6 +356,18 @@ fn setup_bpffs() -> Result<()> {
     run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"])).context("mounting bpffs")
 }
 
+fn setup_boringtun_cli() -> Result<()> {
+    let home_bin = env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".cargo/bin/boringtun-cli"))
+        .filter(|p| p.exists());
+    if works("boringtun-cli", ["--version"]) || home_bin.is_some() {
+        println!("    boringtun-cli: present");
+        return Ok(());
+    }
+    run(cargo().args(["install", "boringtun-cli", "--locked", "--version", "^0.7"]))
+        .context("installing boringtun-cli")
+}
+
 fn setup() -> Result<()> {
     let t = Instant::now();
     step("setup: system packages");
@@ -359,6 +377,8 @@ fn setup() -> Result<()> {
     setup_bpf_linker(&sysroot)?;
     step("setup: BPF filesystem");
     setup_bpffs()?;
+    step("setup: boringtun-cli (the other WireGuard implementation for interop tests and benches)");
+    setup_boringtun_cli()?;
     println!("    setup done in {:.1}s", t.elapsed().as_secs_f64());
     Ok(())
 }
@@ -535,4 +555,22 @@ fn bench_datapath(args: &[String]) -> Result<ExitCode> {
     let mut a = vec!["datapath".to_owned()];
     a.extend(args.iter().filter(|a| *a != "--").cloned());
     run_child(&target_dir().join("debug/fabric-bench"), &a)
+}
+
+fn bench_gateway(args: &[String]) -> Result<ExitCode> {
+    need_root("the benchmark")?;
+    setup()?;
+    step("build: fabric-gateway and its benchmark (release: this measures speed)");
+    run(cargo().args(["build", "--release", "-p", "fabric-gateway", "--bins"]))
+        .context("building the gateway")?;
+    step("bench gateway");
+    let a: Vec<String> = args.iter().filter(|a| *a != "--").cloned().collect();
+    run_child(&target_dir().join("release/fabric-gateway-bench"), &a)
+}
+
+fn codegen() -> Result<ExitCode> {
+    step("codegen: deploy/crds from fabric-api");
+    run(cargo().args(["run", "-q", "-p", "fabric-api", "--bin", "fabric-crds", "--"]).arg(workspace_root().join("deploy/crds")))
+        .context("generating CRDs")?;
+    Ok(ExitCode::SUCCESS)
 }
