@@ -1,10 +1,19 @@
 //! fabric-agent: the per-node agent. For now it owns the data plane on a device set: apply a
 //! configuration, show maps and counters, and reset.
-use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
+use std::{
+    fmt::Write as _,
+    net::{Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    process::ExitCode,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use fabric_dataplane::{DEFAULT_PIN_DIR, Dataplane, DataplaneConfig, Maps, Snapshot, sys};
+
+mod routes;
+mod run;
 
 #[derive(Parser)]
 #[command(name = "fabric-agent", version, about = "fabric node agent")]
@@ -19,6 +28,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the node agent: keep a route to the gateway for every remapped peer CIDR the
+    /// cluster's Configurations grant, and repair it when it drifts.
+    Run {
+        /// Next hop for the peer CIDRs (the gateway, or what reaches it).
+        #[arg(long, env = "FABRIC_GATEWAY_IP")]
+        gateway: Ipv4Addr,
+        /// Full re-check period (route changes trigger one at once).
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        interval: Duration,
+        /// Serve /metrics and /healthz here.
+        #[arg(long, env = "FABRIC_METRICS_ADDR")]
+        metrics_addr: Option<SocketAddr>,
+        /// Manage routes in this network namespace (a name under /run/netns, or a path)
+        /// while talking to the API from the agent's own.
+        #[arg(long)]
+        route_netns: Option<String>,
+    },
     /// The eBPF data plane (remap programs and their maps).
     #[command(subcommand)]
     Datapath(Datapath),
@@ -68,14 +94,21 @@ enum Output {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The long-running agent reports what it does; one-shot commands stay quiet.
+    let default = if matches!(cli.cmd, Cmd::Run { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()) {
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -84,11 +117,49 @@ fn main() -> ExitCode {
     }
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected e.g. 500ms or 2s"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        _ => Err(format!("{s:?}: unit must be ms or s")),
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
     if let Some(ns) = &cli.netns {
         sys::enter_netns(ns)?;
     }
     match cli.cmd {
+        Cmd::Run {
+            gateway,
+            interval,
+            metrics_addr,
+            route_netns,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+                run::run(
+                    client,
+                    run::Opts {
+                        gateway,
+                        interval,
+                        metrics_addr,
+                        route_netns,
+                    },
+                )
+                .await
+            })?;
+        }
         Cmd::Datapath(Datapath::Apply { config, pin_dir }) => {
             let cfg = DataplaneConfig::from_file(&config)?;
             let mut dp = Dataplane::load(Some(&pin_dir)).with_context(|| {

@@ -1,15 +1,13 @@
 //! The IPAM controller against a real API server: grants, persistence across a restart,
 //! release on delete, and bad objects refused by the schema.
-mod common;
-
 use std::{
     path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use common::*;
 use fabric_api::{Configuration, Network};
+use fabric_tests::apiserver::{ApiServer, require_tools};
 use kube::{Api, api::ListParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");

@@ -1,8 +1,7 @@
-//! API-server fixture. By default it starts a kubelite (../shared/kubelite/start.sh) per
+//! API-server fixture (shared by the crates' API-server tests). By default it starts a kubelite (../shared/kubelite/start.sh) per
 //! test on a free loopback port; `FABRIC_TEST_APISERVER` names another start script with the
 //! same contract (`start.sh DIR PORT` printing `export KUBECONFIG=...`), and
 //! `FABRIC_TEST_KUBECONFIG` points the tests at an existing cluster instead.
-#![allow(dead_code)]
 
 use std::{
     net::TcpListener,

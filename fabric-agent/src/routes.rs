@@ -1,0 +1,145 @@
+//! Node routes towards the gateway for every remapped peer CIDR, kept in line with the API
+//! and repaired when someone removes or changes them.
+//!
+//! Our routes carry their own routing protocol number, so we only ever touch routes we made
+//! and can find all of them again after a restart (to remove those of departed peers).
+use std::{collections::BTreeSet, net::Ipv4Addr};
+
+use futures::TryStreamExt;
+use ipnetwork::Ipv4Network;
+use rtnetlink::{
+    Handle, RouteMessageBuilder,
+    packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol},
+};
+
+/// rtm_protocol of fabric routes (`ip route show proto 250`).
+pub const RTPROT_FABRIC: u8 = 250;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Route {
+    pub dst: Ipv4Network,
+    pub via: Ipv4Addr,
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} via {}", self.dst, self.via)
+    }
+}
+
+/// What to add and what to remove to go from `cur` to `want`. A route whose next hop
+/// changed shows up in both (removal of the old, addition of the new).
+pub fn diff(cur: &BTreeSet<Route>, want: &BTreeSet<Route>) -> (Vec<Route>, Vec<Route>) {
+    let add = want.difference(cur).copied().collect();
+    let del = cur.difference(want).copied().collect();
+    (add, del)
+}
+
+fn parse(msg: &RouteMessage) -> Option<Route> {
+    if msg.header.protocol != RouteProtocol::Other(RTPROT_FABRIC) {
+        return None;
+    }
+    let mut dst = Ipv4Addr::UNSPECIFIED;
+    let mut via = None;
+    for a in &msg.attributes {
+        match a {
+            RouteAttribute::Destination(RouteAddress::Inet(d)) => dst = *d,
+            RouteAttribute::Gateway(RouteAddress::Inet(g)) => via = Some(*g),
+            _ => {}
+        }
+    }
+    Some(Route {
+        dst: Ipv4Network::new(dst, msg.header.destination_prefix_length).ok()?,
+        via: via?,
+    })
+}
+
+fn message(r: &Route) -> RouteMessage {
+    RouteMessageBuilder::<Ipv4Addr>::new()
+        .destination_prefix(r.dst.network(), r.dst.prefix())
+        .gateway(r.via)
+        .protocol(RouteProtocol::Other(RTPROT_FABRIC))
+        .build()
+}
+
+/// Our routes as the kernel has them now (main table).
+pub async fn current(h: &Handle) -> Result<BTreeSet<Route>, rtnetlink::Error> {
+    let mut out = BTreeSet::new();
+    let mut s = h
+        .route()
+        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+        .execute();
+    while let Some(m) = s.try_next().await? {
+        if let Some(r) = parse(&m) {
+            out.insert(r);
+        }
+    }
+    Ok(out)
+}
+
+/// Outcome of one reconcile pass.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pass {
+    pub added: Vec<Route>,
+    pub removed: Vec<Route>,
+}
+
+/// Makes our routes exactly `want`. Removals first, so a prefix moving to a new next hop is
+/// replaced rather than refused as existing.
+pub async fn reconcile(h: &Handle, want: &BTreeSet<Route>) -> Result<Pass, rtnetlink::Error> {
+    let cur = current(h).await?;
+    let (add, del) = diff(&cur, want);
+    for r in &del {
+        match h.route().del(message(r)).execute().await {
+            Ok(()) => {}
+            // Gone already (someone else removed it): that is what we wanted.
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ESRCH => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for r in &add {
+        h.route().add(message(r)).replace().execute().await?;
+    }
+    Ok(Pass {
+        added: add,
+        removed: del,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(dst: &str, via: &str) -> Route {
+        Route {
+            dst: dst.parse().unwrap(),
+            via: via.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn diff_adds_removes_and_moves() {
+        let cur: BTreeSet<_> =
+            [r("10.71.0.0/16", "10.0.0.5"), r("10.73.0.0/16", "10.0.0.5")].into();
+        let want: BTreeSet<_> =
+            [r("10.71.0.0/16", "10.0.0.6"), r("10.75.0.0/16", "10.0.0.6")].into();
+        let (add, del) = diff(&cur, &want);
+        assert_eq!(
+            add,
+            vec![r("10.71.0.0/16", "10.0.0.6"), r("10.75.0.0/16", "10.0.0.6")]
+        );
+        assert_eq!(
+            del,
+            vec![r("10.71.0.0/16", "10.0.0.5"), r("10.73.0.0/16", "10.0.0.5")]
+        );
+        assert_eq!(diff(&want, &want), (vec![], vec![]));
+    }
+
+    #[test]
+    fn parses_only_our_routes() {
+        let mut m = message(&r("10.71.0.0/16", "10.0.0.5"));
+        assert_eq!(parse(&m), Some(r("10.71.0.0/16", "10.0.0.5")));
+        m.header.protocol = RouteProtocol::Boot;
+        assert_eq!(parse(&m), None);
+    }
+}

@@ -1,0 +1,223 @@
+//! `fabric-agent run`: the node agent proper. Watches the peer Configurations of its cluster
+//! and keeps one route per remapped peer CIDR towards the gateway; repairs drift as soon as
+//! the kernel reports a route change, and at least every `interval`.
+use std::{
+    collections::BTreeSet,
+    net::{Ipv4Addr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context as _, Result};
+use fabric_api::Configuration;
+use futures::StreamExt;
+use ipnetwork::Ipv4Network;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, reflector, watcher},
+};
+use rtnetlink::{Handle, MulticastGroup};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::Notify,
+};
+use tracing::{info, warn};
+
+use crate::routes::{self, Route};
+
+pub struct Opts {
+    /// Next hop for every peer CIDR: the gateway (or the overlay address that reaches it).
+    pub gateway: Ipv4Addr,
+    pub interval: Duration,
+    pub metrics_addr: Option<SocketAddr>,
+    /// Manage routes in this network namespace instead of the agent's own (the API server
+    /// stays reachable through the agent's namespace).
+    pub route_netns: Option<String>,
+}
+
+#[derive(Default)]
+struct Metrics {
+    routes: AtomicU64,
+    repairs: AtomicU64,
+    reconciles: AtomicU64,
+    errors: AtomicU64,
+    last_ok: AtomicU64,
+}
+
+/// The routes the Configurations ask for: each peer's pod and external CIDRs as this
+/// cluster sees them (status), via the gateway. Configurations without grants yet are
+/// skipped; unreadable CIDRs are skipped with a warning (the API server validates them).
+pub fn desired(cfgs: &[Arc<Configuration>], via: Ipv4Addr) -> BTreeSet<Route> {
+    let mut out = BTreeSet::new();
+    for c in cfgs {
+        let Some(remote) = c.status.as_ref().and_then(|s| s.remote.as_ref()) else {
+            continue;
+        };
+        for cidr in [&remote.pod, &remote.external] {
+            match cidr.parse::<Ipv4Network>() {
+                Ok(n) => {
+                    out.insert(Route {
+                        dst: Ipv4Network::new(n.network(), n.prefix()).expect("valid"),
+                        via,
+                    });
+                }
+                Err(e) => {
+                    warn!(cidr, error = %e, "skipping unreadable CIDR in Configuration status")
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Opens the rtnetlink sockets, in `netns` when given: a socket stays in the namespace it was
+/// created in, so only the creating thread needs to switch.
+type RouteEvents = futures::channel::mpsc::UnboundedReceiver<(
+    rtnetlink::packet_core::NetlinkMessage<rtnetlink::packet_route::RouteNetlinkMessage>,
+    rtnetlink::sys::SocketAddr,
+)>;
+
+async fn netlink(netns: Option<String>) -> Result<(Handle, RouteEvents)> {
+    let rt = tokio::runtime::Handle::current();
+    let (conn, handle, _, mconn, events) = std::thread::spawn(move || -> Result<_> {
+        if let Some(ns) = &netns {
+            fabric_dataplane::sys::enter_netns(ns)?;
+        }
+        let _g = rt.enter();
+        let (conn, handle, unsolicited) = rtnetlink::new_connection().context("netlink socket")?;
+        let (mconn, _, events) = rtnetlink::new_multicast_connection(&[MulticastGroup::Ipv4Route])
+            .context("netlink route monitor")?;
+        Ok((conn, handle, unsolicited, mconn, events))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("netlink thread panicked"))??;
+    tokio::spawn(conn);
+    tokio::spawn(mconn);
+    Ok((handle, events))
+}
+
+pub async fn run(client: Client, opts: Opts) -> Result<()> {
+    let (handle, mut route_events) = netlink(opts.route_netns.clone()).await?;
+    let metrics = Arc::new(Metrics::default());
+    if let Some(addr) = opts.metrics_addr {
+        serve_metrics(addr, metrics.clone()).await?;
+    }
+    let api: Api<Configuration> = Api::all(client);
+    let (reader, writer) = reflector::store();
+    let changed = Arc::new(Notify::new());
+    let notify = changed.clone();
+    tokio::spawn(async move {
+        let mut s = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects()
+            .boxed();
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(_) => notify.notify_one(),
+                Err(e) => warn!(error = %e, "watching Configurations"),
+            }
+        }
+    });
+    // Reconcile only once the first list is in, so routes of live peers are not removed
+    // while the cache is still empty after a restart.
+    reader
+        .wait_until_ready()
+        .await
+        .context("listing Configurations")?;
+    let mut wanted_before: BTreeSet<Route> = BTreeSet::new();
+    let mut tick = tokio::time::interval(opts.interval);
+    loop {
+        let want = desired(&reader.state(), opts.gateway);
+        match routes::reconcile(&handle, &want).await {
+            Ok(pass) => {
+                let repaired = pass
+                    .added
+                    .iter()
+                    .filter(|r| wanted_before.contains(r))
+                    .count();
+                if repaired > 0 {
+                    warn!(repaired, "routes had drifted; restored");
+                }
+                if !pass.added.is_empty() || !pass.removed.is_empty() {
+                    info!(added = ?pass.added.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                          removed = ?pass.removed.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                          "routes reconciled");
+                }
+                metrics
+                    .repairs
+                    .fetch_add(repaired as u64, Ordering::Relaxed);
+                metrics.routes.store(want.len() as u64, Ordering::Relaxed);
+                metrics.last_ok.store(
+                    SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs()),
+                    Ordering::Relaxed,
+                );
+                wanted_before = want;
+            }
+            Err(e) => {
+                metrics.errors.fetch_add(1, Ordering::Relaxed);
+                warn!(error = %e, "reconciling routes");
+            }
+        }
+        metrics.reconciles.fetch_add(1, Ordering::Relaxed);
+        tokio::select! {
+            _ = changed.notified() => {}
+            // Any IPv4 route change in the namespace: cheap to re-check, and it catches a
+            // deleted route within milliseconds.
+            Some(_) = route_events.next() => {}
+            _ = tick.tick() => {}
+            _ = tokio::signal::ctrl_c() => {
+                info!("stopping; routes stay in place for the next agent");
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) -> Result<()> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("metrics address {addr}"))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                continue;
+            };
+            let m = m.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]);
+                let path = req.split_whitespace().nth(1).unwrap_or("/");
+                let (code, body) = match path {
+                    "/healthz" | "/readyz" => ("200 OK", "ok\n".to_owned()),
+                    "/metrics" => (
+                        "200 OK",
+                        format!(
+                            "# TYPE fabric_agent_routes gauge\nfabric_agent_routes {}\n\
+                         # TYPE fabric_agent_route_repairs_total counter\nfabric_agent_route_repairs_total {}\n\
+                         # TYPE fabric_agent_reconciles_total counter\nfabric_agent_reconciles_total {}\n\
+                         # TYPE fabric_agent_reconcile_errors_total counter\nfabric_agent_reconcile_errors_total {}\n\
+                         # TYPE fabric_agent_last_reconcile_timestamp_seconds gauge\nfabric_agent_last_reconcile_timestamp_seconds {}\n",
+                            m.routes.load(Ordering::Relaxed),
+                            m.repairs.load(Ordering::Relaxed),
+                            m.reconciles.load(Ordering::Relaxed),
+                            m.errors.load(Ordering::Relaxed),
+                            m.last_ok.load(Ordering::Relaxed),
+                        ),
+                    ),
+                    _ => ("404 Not Found", "not found\n".to_owned()),
+                };
+                let _ = s
+                    .write_all(format!("HTTP/1.1 {code}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).as_bytes())
+                    .await;
+            });
+        }
+    });
+    Ok(())
+}
