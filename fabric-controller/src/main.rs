@@ -21,8 +21,8 @@ struct Cli {
     #[arg(long, env = "FABRIC_EXTERNAL_CIDR")]
     external_cidr: Ipv4Network,
     /// Further ranges in use here (node subnets, ...), comma separated.
-    #[arg(long, env = "FABRIC_RESERVED", value_delimiter = ',')]
-    reserved: Vec<Ipv4Network>,
+    #[arg(long, env = "FABRIC_RESERVED", value_delimiter = ',', value_parser = cidr_or_empty)]
+    reserved: Vec<Option<Ipv4Network>>,
     /// Where remapped CIDRs are carved from, comma separated.
     #[arg(
         long,
@@ -31,6 +31,15 @@ struct Cli {
         default_value = "10.64.0.0/10"
     )]
     pools: Vec<Ipv4Network>,
+}
+
+/// An empty item (as in `FABRIC_RESERVED=` from a ConfigMap) means none.
+fn cidr_or_empty(s: &str) -> Result<Option<Ipv4Network>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse().map(Some).map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[tokio::main]
@@ -43,7 +52,7 @@ async fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     let mut reserved = vec![cli.pod_cidr, cli.service_cidr, cli.external_cidr];
-    reserved.extend(cli.reserved);
+    reserved.extend(cli.reserved.into_iter().flatten());
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;

@@ -50,7 +50,17 @@ pub fn require_tools(test: &str) -> bool {
 }
 
 impl ApiServer {
+    /// Like [`ApiServer::start`], with token authentication and RBAC enforced (kubelite's
+    /// `KUBELITE_AUTH=1`); the kubeconfig is an admin's.
+    pub fn start_with_auth(tag: &str) -> Self {
+        Self::start_inner(tag, true)
+    }
+
     pub fn start(tag: &str) -> Self {
+        Self::start_inner(tag, false)
+    }
+
+    fn start_inner(tag: &str, auth: bool) -> Self {
         if let Some(kc) = std::env::var_os("FABRIC_TEST_KUBECONFIG") {
             return Self {
                 kubeconfig: kc.into(),
@@ -66,6 +76,7 @@ impl ApiServer {
         let _ = std::fs::remove_dir_all(&dir);
         let port = free_port();
         let out = Command::new("bash")
+            .env("KUBELITE_AUTH", if auth { "1" } else { "0" })
             .arg(&script)
             .arg(&dir)
             .arg(port.to_string())

@@ -11,7 +11,7 @@ fn main() -> std::io::Result<()> {
     let files = fabric_api::crd_files();
     for entry in std::fs::read_dir(&dir)? {
         let name = entry?.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".yaml") && name != "kustomization.yaml" && !files.iter().any(|(n, _)| *n == name) {
+        if name.ends_with(".yaml") && !files.iter().any(|(n, _)| *n == name) {
             std::fs::remove_file(dir.join(&name))?;
             println!("removed {name}");
         }
