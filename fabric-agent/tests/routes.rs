@@ -114,7 +114,7 @@ fn agent_routes_follow_the_api_and_repair_drift() {
     let api = ApiServer::start("agent");
     api.kubectl_ok(&[
         "apply",
-        "-f",
+        "-k",
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../deploy/crds")
             .to_str()

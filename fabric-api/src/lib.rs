@@ -77,7 +77,8 @@ pub struct ConfigurationStatus {
     pub remote: Option<ClusterCidrs>,
     /// Data-plane id of the peer on this cluster's gateway (keys its maps and counters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_id: Option<u32>,
+    #[schemars(range(min = 1, max = 4095))]
+    pub peer_id: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     #[serde(default)]
@@ -120,11 +121,11 @@ pub struct GatewayServerSpec {
     pub service_type: ServiceType,
     /// UDP port the gateway listens on.
     #[schemars(range(min = 1, max = 65535))]
-    pub port: u32,
+    pub port: i32,
     /// Tunnel MTU (the default leaves room for WireGuard on a 1500-byte underlay).
     #[serde(default = "default_mtu")]
     #[schemars(range(min = 576, max = 9000))]
-    pub mtu: u32,
+    pub mtu: i32,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -144,7 +145,7 @@ pub struct Endpoint {
     #[schemars(length(min = 1))]
     pub addresses: Vec<String>,
     #[schemars(range(min = 1, max = 65535))]
-    pub port: u32,
+    pub port: i32,
 }
 
 /// The dialing side of a tunnel.
@@ -171,7 +172,7 @@ pub struct GatewayClientSpec {
     pub endpoint: Endpoint,
     #[serde(default = "default_mtu")]
     #[schemars(range(min = 576, max = 9000))]
-    pub mtu: u32,
+    pub mtu: i32,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -181,7 +182,7 @@ pub struct GatewayClientStatus {
     pub conditions: Vec<Condition>,
 }
 
-fn default_mtu() -> u32 {
+fn default_mtu() -> i32 {
     1420
 }
 

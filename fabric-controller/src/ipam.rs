@@ -116,7 +116,7 @@ pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Erro
     let cfgs: Api<Configuration> = Api::all(client.clone());
     for c in cfgs.list(&ListParams::default()).await? {
         if let Some(id) = c.status.as_ref().and_then(|s| s.peer_id) {
-            ids.insert(key(&c), id);
+            ids.insert(key(&c), id as u32);
         }
     }
     info!(
@@ -251,7 +251,7 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
             pod: gp.to_string(),
             external: ge.to_string(),
         }),
-        peer_id: Some(id),
+        peer_id: Some(id as i32),
         observed_generation: generation,
         conditions: vec![condition(
             true,

@@ -1,2 +1,3 @@
 //! Cluster-level controllers of the fabric.
+pub mod gateway;
 pub mod ipam;

@@ -1,7 +1,12 @@
-//! fabric-controller: runs the cluster-level controllers (IPAM and peer ids for now).
+//! fabric-controller: the cluster-level controllers.
+//! - `ipam`: grants peers' remapped CIDRs and data-plane ids (one per cluster).
+//! - `gateway`: the gateway operator, beside each fabric-gateway (renders its configuration
+//!   from the API and reports Connections).
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
 use anyhow::{Context as _, Result};
-use clap::Parser;
-use fabric_controller::ipam;
+use clap::{Parser, Subcommand};
+use fabric_controller::{gateway, ipam};
 use ipnetwork::Ipv4Network;
 
 #[derive(Parser)]
@@ -11,26 +16,60 @@ use ipnetwork::Ipv4Network;
     about = "fabric cluster controllers"
 )]
 struct Cli {
-    /// This cluster's pod CIDR (never granted to a peer).
-    #[arg(long, env = "FABRIC_POD_CIDR")]
-    pod_cidr: Ipv4Network,
-    /// This cluster's service CIDR.
-    #[arg(long, env = "FABRIC_SERVICE_CIDR")]
-    service_cidr: Ipv4Network,
-    /// This cluster's external CIDR.
-    #[arg(long, env = "FABRIC_EXTERNAL_CIDR")]
-    external_cidr: Ipv4Network,
-    /// Further ranges in use here (node subnets, ...), comma separated.
-    #[arg(long, env = "FABRIC_RESERVED", value_delimiter = ',', value_parser = cidr_or_empty)]
-    reserved: Vec<Option<Ipv4Network>>,
-    /// Where remapped CIDRs are carved from, comma separated.
-    #[arg(
-        long,
-        env = "FABRIC_POOLS",
-        value_delimiter = ',',
-        default_value = "10.64.0.0/10"
-    )]
-    pools: Vec<Ipv4Network>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Grant peers' remapped CIDRs and data-plane ids.
+    Ipam {
+        /// This cluster's pod CIDR (never granted to a peer).
+        #[arg(long, env = "FABRIC_POD_CIDR")]
+        pod_cidr: Ipv4Network,
+        /// This cluster's service CIDR.
+        #[arg(long, env = "FABRIC_SERVICE_CIDR")]
+        service_cidr: Ipv4Network,
+        /// This cluster's external CIDR.
+        #[arg(long, env = "FABRIC_EXTERNAL_CIDR")]
+        external_cidr: Ipv4Network,
+        /// Further ranges in use here (node subnets, ...), comma separated.
+        #[arg(long, env = "FABRIC_RESERVED", value_delimiter = ',', value_parser = cidr_or_empty)]
+        reserved: Vec<Option<Ipv4Network>>,
+        /// Where remapped CIDRs are carved from, comma separated.
+        #[arg(
+            long,
+            env = "FABRIC_POOLS",
+            value_delimiter = ',',
+            default_value = "10.64.0.0/10"
+        )]
+        pools: Vec<Ipv4Network>,
+    },
+    /// Run the gateway operator beside a fabric-gateway.
+    Gateway {
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = "fabric-system")]
+        namespace: String,
+        /// The gateway's interface name (its control socket).
+        #[arg(long, default_value = "fabric")]
+        name: String,
+        #[arg(long, default_value = "/etc/fabric/gateway.toml")]
+        config: PathBuf,
+        #[arg(long, default_value = "/etc/fabric/private.key")]
+        key_file: PathBuf,
+        #[arg(long, default_value = "/var/run/fabric-gateway")]
+        control_dir: PathBuf,
+        #[arg(long, default_value = "fabric-gateway")]
+        gateway_bin: PathBuf,
+        #[arg(long, default_value_t = 51820)]
+        listen_port: u16,
+        #[arg(long, default_value_t = 1420)]
+        mtu: u16,
+        /// Where peers reach this gateway, e.g. the node address and NodePort.
+        #[arg(long, env = "FABRIC_GATEWAY_ENDPOINT")]
+        advertise: SocketAddr,
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        interval: Duration,
+    },
 }
 
 /// An empty item (as in `FABRIC_RESERVED=` from a ConfigMap) means none.
@@ -42,6 +81,18 @@ fn cidr_or_empty(s: &str) -> Result<Option<Ipv4Network>, String> {
     s.parse().map(Some).map_err(|e| format!("{s:?}: {e}"))
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected e.g. 500ms or 2s"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        _ => Err(format!("{s:?}: unit must be ms or s")),
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -51,18 +102,57 @@ async fn main() -> Result<()> {
         )
         .init();
     let cli = Cli::parse();
-    let mut reserved = vec![cli.pod_cidr, cli.service_cidr, cli.external_cidr];
-    reserved.extend(cli.reserved.into_iter().flatten());
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
-    ipam::run(
-        client,
-        ipam::Settings {
-            pools: cli.pools,
+    match cli.cmd {
+        Cmd::Ipam {
+            pod_cidr,
+            service_cidr,
+            external_cidr,
             reserved,
-        },
-    )
-    .await
-    .context("IPAM controller")
+            pools,
+        } => {
+            let mut all = vec![pod_cidr, service_cidr, external_cidr];
+            all.extend(reserved.into_iter().flatten());
+            ipam::run(
+                client,
+                ipam::Settings {
+                    pools,
+                    reserved: all,
+                },
+            )
+            .await
+            .context("IPAM controller")
+        }
+        Cmd::Gateway {
+            namespace,
+            name,
+            config,
+            key_file,
+            control_dir,
+            gateway_bin,
+            listen_port,
+            mtu,
+            advertise,
+            interval,
+        } => {
+            gateway::run(
+                client,
+                gateway::Opts {
+                    namespace,
+                    name,
+                    config_path: config,
+                    key_path: key_file,
+                    control_dir,
+                    gateway_bin,
+                    listen_port,
+                    mtu,
+                    advertise: advertise.to_string(),
+                    interval,
+                },
+            )
+            .await
+        }
+    }
 }

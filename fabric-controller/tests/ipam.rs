@@ -27,6 +27,7 @@ fn start_controller(api: &ApiServer, log: &Path) -> Proc {
             .env("KUBECONFIG", &api.kubeconfig)
             .env("RUST_LOG", "info")
             .args([
+                "ipam",
                 "--pod-cidr",
                 "10.244.0.0/16",
                 "--service-cidr",
@@ -51,7 +52,7 @@ fn config_yaml(name: &str, pod: &str, ext: &str) -> String {
 }
 
 /// Waits until the Configuration's status shows grants, and returns (pod, external, id).
-async fn granted(api: &Api<Configuration>, name: &str) -> (String, String, u32) {
+async fn granted(api: &Api<Configuration>, name: &str) -> (String, String, i32) {
     let t0 = Instant::now();
     loop {
         if let Ok(c) = api.get(name).await
@@ -76,7 +77,7 @@ async fn ipam_grants_persist_and_release() {
     let server = ApiServer::start("ipam");
     server.kubectl_ok(&[
         "apply",
-        "-f",
+        "-k",
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../deploy/crds")
             .to_str()

@@ -29,6 +29,27 @@ pub fn skip_unless_root(test: &str) -> bool {
     true
 }
 
+/// Finds one of the workspace's binaries (built by `cargo build --workspace --bins`): next to
+/// the running test executable, or in ../target/debug.
+pub fn locate_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let mut tried = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1).take(2) {
+            tried.push(dir.join(name));
+        }
+    }
+    tried.push(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/debug")
+            .join(name),
+    );
+    tried
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("{name} not found (tried {tried:?}); run `cargo build --workspace --bins` or `cargo xtask test`"))
+}
+
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// For the demo and the benchmark: Ctrl-C (SIGINT/SIGTERM) only sets a flag, which

@@ -86,6 +86,11 @@ fn manifests_apply_with_least_privilege() {
             "connections.networking.fabric.io/status",
         ),
         ("fabric-gateway", "watch", "publickeys.networking.fabric.io"),
+        (
+            "fabric-gateway",
+            "patch",
+            "configmaps/fabric-gateway-identity",
+        ),
     ];
     for (who, verb, what) in allowed {
         assert!(
@@ -110,6 +115,7 @@ fn manifests_apply_with_least_privilege() {
             "configurations.networking.fabric.io",
         ),
         ("fabric-gateway", "list", "secrets"),
+        ("fabric-gateway", "patch", "configmaps/fabric-cluster"),
     ];
     for (who, verb, what) in denied {
         assert!(
