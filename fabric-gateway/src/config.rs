@@ -330,7 +330,8 @@ impl Config {
             }
         }
         if let Some((_, dp)) = self.dataplane() {
-            dp.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            dp.validate()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         }
         Ok(())
     }

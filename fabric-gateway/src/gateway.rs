@@ -24,11 +24,12 @@ use crate::allowed_ips::AllowedIps;
 use crate::config::{Config, InterfaceConfig, PeerConfig};
 use crate::key::{PrivateKey, PublicKey};
 use crate::netconf;
+use crate::offload::{self, VNET_HDR_LEN, VnetHdr};
 use crate::packet;
 use crate::probe::ProbeState;
 use crate::status::{PeerStatus, Status};
 use crate::tun::Tun;
-use crate::uapi;
+use crate::{uapi, udp};
 
 /// Handshakes per second before cookies are demanded. Every handshake message
 /// is checked twice against the shared limiter (once to find the peer, once
@@ -37,11 +38,13 @@ const HANDSHAKE_RATE_LIMIT: u64 = 200;
 const TIMER_TICK: Duration = Duration::from_millis(100);
 const FORCED_REKEY_EVERY: Duration = Duration::from_secs(5);
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
-/// Largest datagram/packet we handle; TUN offloads (GSO) would need more and
-/// are a later optimisation.
+/// Largest datagram/packet we handle (a TSO super-packet or a GRO batch is at most 64 KiB).
 const BUF: usize = 65_536;
 /// WireGuard data overhead plus room for handshake messages.
 const BUF_OUT: usize = BUF + 256;
+/// Encrypted segments of one super-packet: 64 KiB of payload plus per-segment
+/// headers and WireGuard overhead, which stays below this down to an MSS of 88.
+const SEG_OUT: usize = 256 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -63,7 +66,8 @@ pub enum GatewayError {
     Netconf {
         peer: String,
         device: String,
-        source: netconf::NetconfError,
+        // Boxed: netlink errors are large and every Result<_, GatewayError> would carry the size.
+        source: Box<netconf::NetconfError>,
     },
     #[error("{0}")]
     Other(String),
@@ -175,6 +179,8 @@ pub struct Gateway {
     private_key: PrivateKey,
     public_key: PublicKey,
     udp: UdpSocket,
+    /// Cleared when the kernel refuses UDP_SEGMENT; we then send datagram by datagram.
+    udp_gso: AtomicBool,
     rate_limiter: Arc<RateLimiter>,
     peers: RwLock<PeerTable>,
     next_index: AtomicU32,
@@ -215,6 +221,8 @@ impl Gateway {
         })?;
         udp.set_read_timeout(Some(POLL_TIMEOUT))
             .map_err(|e| GatewayError::Other(format!("UDP socket timeout: {e}")))?;
+        let gro = udp::tune(&udp);
+        tracing::debug!(gro, "UDP socket tuned");
         let rate_limiter = Arc::new(RateLimiter::new(
             &public_key.to_dalek(),
             HANDSHAKE_RATE_LIMIT,
@@ -224,6 +232,7 @@ impl Gateway {
             private_key,
             public_key,
             udp,
+            udp_gso: AtomicBool::new(true),
             rate_limiter,
             peers: RwLock::default(),
             // Random start, so a restarted gateway does not reuse the session
@@ -317,7 +326,7 @@ impl Gateway {
 
     async fn add_peer(self: &Arc<Self>, cfg: PeerConfig) -> Result<(), GatewayError> {
         let device = cfg.device_name();
-        let tun = Tun::create(&device).map_err(|source| GatewayError::Tun {
+        let tun = Tun::create(&device, true).map_err(|source| GatewayError::Tun {
             peer: cfg.name.clone(),
             device: device.clone(),
             source,
@@ -325,7 +334,7 @@ impl Gateway {
         let nc = |source| GatewayError::Netconf {
             peer: cfg.name.clone(),
             device: device.clone(),
-            source,
+            source: Box::new(source),
         };
         let ifindex = tun.ifindex();
         netconf::link_up(&self.netlink, ifindex, self.iface.mtu)
@@ -427,7 +436,7 @@ impl Gateway {
         let nc = |source| GatewayError::Netconf {
             peer: cfg.name.clone(),
             device: peer.tun.name().to_string(),
-            source,
+            source: Box::new(source),
         };
         let ifindex = peer.tun.ifindex();
         netconf::sync_addresses(&self.netlink, ifindex, &old_cfg.addresses, &cfg.addresses)
@@ -744,10 +753,68 @@ impl Gateway {
         }
     }
 
-    /// TUN -> encrypt -> UDP for one peer.
+    /// Sends encrypted datagrams laid out back to back in `buf` (`lens` gives their
+    /// sizes), grouping runs of equal size into UDP_SEGMENT sends.
+    fn send_batch(&self, peer: &Peer, buf: &[u8], lens: &[usize], ep: SocketAddr) {
+        let gso = self.udp_gso.load(Ordering::Relaxed);
+        let (mut i, mut off) = (0, 0);
+        while i < lens.len() {
+            let seg = lens[i];
+            let (mut j, mut total) = (i + 1, seg);
+            // A run: equal sizes, optionally ending with one shorter datagram.
+            while gso
+                && j < lens.len()
+                && j - i < udp::MAX_SEGMENTS
+                && lens[j] <= seg
+                && lens[j - 1] == seg
+                && total + lens[j] <= udp::MAX_GSO_BYTES
+            {
+                total += lens[j];
+                j += 1;
+            }
+            let run = &buf[off..off + total];
+            match udp::send_segments(&self.udp, run, seg, ep) {
+                Ok(n) => {
+                    peer.counters
+                        .tx_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e)
+                    if j - i > 1
+                        && matches!(
+                            e.raw_os_error(),
+                            Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT)
+                        ) =>
+                {
+                    tracing::warn!(error = %e, "UDP segmentation offload refused; sending datagrams one by one");
+                    self.udp_gso.store(false, Ordering::Relaxed);
+                    let mut o = off;
+                    for &l in &lens[i..j] {
+                        self.send_to(peer, &buf[o..o + l], ep);
+                        o += l;
+                    }
+                }
+                Err(e) => {
+                    for _ in i..j {
+                        peer.counters.drop(PeerDrop::UdpSend);
+                    }
+                    tracing::trace!(peer = %peer.name, error = %e, "udp send failed");
+                }
+            }
+            off += total;
+            i = j;
+        }
+    }
+
+    /// TUN -> (segment) -> encrypt -> UDP for one peer. One read may be a 64 KiB
+    /// TSO super-packet; its segments are encrypted under one lock and leave in
+    /// a few UDP_SEGMENT sends.
     fn tun_loop(&self, peer: &Peer) {
-        let mut src = vec![0u8; BUF];
-        let mut dst = vec![0u8; BUF_OUT];
+        let vnet = peer.tun.vnet_hdr();
+        let mut src = vec![0u8; VNET_HDR_LEN + BUF];
+        let mut scratch = vec![0u8; BUF];
+        let mut dst = vec![0u8; SEG_OUT];
+        let mut lens: Vec<usize> = Vec::with_capacity(1024);
         while !peer.stop.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) {
             let n = match peer.tun.recv_timeout(&mut src, POLL_TIMEOUT) {
                 Ok(Some(n)) => n,
@@ -757,36 +824,69 @@ impl Gateway {
                     return;
                 }
             };
-            if peer.endpoint.read().unwrap().is_none() {
+            let Some(ep) = *peer.endpoint.read().unwrap() else {
                 // A server-side peer that never contacted us: nowhere to send, and
                 // queueing inside Tunn would only deliver stale packets later.
                 peer.counters.drop(PeerDrop::NoEndpoint);
                 continue;
-            }
-            let mut tunn = peer.tunn.lock().unwrap();
-            match tunn.encapsulate(&src[..n], &mut dst) {
-                TunnResult::WriteToNetwork(pkt) => {
-                    drop(tunn);
-                    peer.counters.tx_packets.fetch_add(1, Ordering::Relaxed);
-                    self.send_to_peer(peer, pkt);
+            };
+            let (hdr, pkt) = if vnet {
+                if n < VNET_HDR_LEN {
+                    peer.counters.drop(PeerDrop::Malformed);
+                    continue;
                 }
-                TunnResult::Done => {}
-                TunnResult::Err(e) => {
-                    tracing::debug!(peer = %peer.name, error = ?e, "encapsulate failed")
-                }
-                TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
+                let (h, p) = src[..n].split_at_mut(VNET_HDR_LEN);
+                (
+                    VnetHdr::parse((&*h).try_into().expect("split at VNET_HDR_LEN")),
+                    p,
+                )
+            } else {
+                (VnetHdr::default(), &mut src[..n])
+            };
+            lens.clear();
+            let mut used = 0;
+            let mut inner = 0u64;
+            let res = {
+                let mut tunn = peer.tunn.lock().unwrap();
+                offload::segment(&hdr, pkt, &mut scratch, |p| {
+                    let room = &mut dst[used..];
+                    if room.len() < p.len() + 64 {
+                        peer.counters.drop(PeerDrop::Malformed);
+                        return;
+                    }
+                    match tunn.encapsulate(p, room) {
+                        TunnResult::WriteToNetwork(out) => {
+                            used += out.len();
+                            lens.push(out.len());
+                            inner += 1;
+                        }
+                        TunnResult::Done => {}
+                        TunnResult::Err(e) => {
+                            tracing::debug!(peer = %peer.name, error = ?e, "encapsulate failed")
+                        }
+                        TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
+                    }
+                })
+            };
+            if let Err(e) = res {
+                peer.counters.drop(PeerDrop::Malformed);
+                tracing::debug!(peer = %peer.name, error = ?e, "unusable packet from TUN");
             }
+            peer.counters.tx_packets.fetch_add(inner, Ordering::Relaxed);
+            self.send_batch(peer, &dst[..used], &lens, ep);
         }
     }
 
-    /// UDP -> find peer -> decrypt -> TUN.
+    /// UDP -> find peer -> decrypt -> TUN. With UDP GRO one receive may carry
+    /// many datagrams of the same sender, cut at the reported segment size.
     fn udp_loop(&self) {
         let mut buf = vec![0u8; BUF];
         let mut out = vec![0u8; BUF_OUT];
         let static_private = self.private_key.to_dalek();
         let static_public = self.public_key.to_dalek();
+        let mut gro = TunGro::default();
         while !self.stop.load(Ordering::Relaxed) {
-            let (n, from) = match self.udp.recv_from(&mut buf) {
+            let (n, from, seg) = match udp::recv_segments(&self.udp, &mut buf) {
                 Ok(r) => r,
                 Err(e)
                     if matches!(
@@ -804,63 +904,88 @@ impl Gateway {
                     continue;
                 }
             };
-            let datagram = &buf[..n];
-            let peer = {
-                let packet =
-                    match self
-                        .rate_limiter
-                        .verify_packet(Some(from.ip()), datagram, &mut out)
-                    {
-                        Ok(p) => p,
-                        Err(TunnResult::WriteToNetwork(cookie)) => {
-                            self.cookies_sent.fetch_add(1, Ordering::Relaxed);
-                            let _ = self.udp.send_to(cookie, from);
-                            continue;
-                        }
-                        Err(TunnResult::Err(WireGuardError::UnderLoad)) => {
-                            self.drops[GlobalDrop::UnderLoad as usize]
-                                .fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        Err(_) => {
-                            self.drops[GlobalDrop::Invalid as usize]
-                                .fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    };
-                let t = self.peers.read().unwrap();
-                let found = match packet {
-                    Packet::HandshakeInit(ref p) => {
-                        match parse_handshake_anon(&static_private, &static_public, p) {
-                            Ok(hh) => t
-                                .by_key
-                                .get(&PublicKey::from_bytes(hh.peer_static_public))
-                                .cloned(),
-                            Err(_) => None,
-                        }
-                    }
-                    Packet::HandshakeResponse(ref p) => {
-                        t.by_index.get(&(p.receiver_idx >> 8)).cloned()
-                    }
-                    Packet::PacketCookieReply(ref p) => {
-                        t.by_index.get(&(p.receiver_idx >> 8)).cloned()
-                    }
-                    Packet::PacketData(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
-                };
-                match found {
-                    Some(p) => p,
-                    None => {
-                        self.drops[GlobalDrop::UnknownPeer as usize]
-                            .fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                }
-            };
-            self.handle_peer_datagram(&peer, datagram, from, &mut out);
+            if n == 0 {
+                self.drops[GlobalDrop::Invalid as usize].fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            for datagram in buf[..n].chunks(seg.max(1)) {
+                self.handle_datagram(
+                    datagram,
+                    from,
+                    &mut out,
+                    &mut gro,
+                    &static_private,
+                    &static_public,
+                );
+            }
+            // Never hold packets past the batch they came in: no added latency.
+            gro.flush();
         }
     }
 
-    fn handle_peer_datagram(&self, peer: &Peer, datagram: &[u8], from: SocketAddr, out: &mut [u8]) {
+    fn handle_datagram(
+        &self,
+        datagram: &[u8],
+        from: SocketAddr,
+        out: &mut [u8],
+        gro: &mut TunGro,
+        static_private: &boringtun::x25519::StaticSecret,
+        static_public: &boringtun::x25519::PublicKey,
+    ) {
+        let peer = {
+            let packet = match self
+                .rate_limiter
+                .verify_packet(Some(from.ip()), datagram, out)
+            {
+                Ok(p) => p,
+                Err(TunnResult::WriteToNetwork(cookie)) => {
+                    self.cookies_sent.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.udp.send_to(cookie, from);
+                    return;
+                }
+                Err(TunnResult::Err(WireGuardError::UnderLoad)) => {
+                    self.drops[GlobalDrop::UnderLoad as usize].fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(_) => {
+                    self.drops[GlobalDrop::Invalid as usize].fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            };
+            let t = self.peers.read().unwrap();
+            let found = match packet {
+                Packet::HandshakeInit(ref p) => {
+                    match parse_handshake_anon(static_private, static_public, p) {
+                        Ok(hh) => t
+                            .by_key
+                            .get(&PublicKey::from_bytes(hh.peer_static_public))
+                            .cloned(),
+                        Err(_) => None,
+                    }
+                }
+                Packet::HandshakeResponse(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+                Packet::PacketCookieReply(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+                Packet::PacketData(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+            };
+            match found {
+                Some(p) => p,
+                None => {
+                    self.drops[GlobalDrop::UnknownPeer as usize].fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        };
+        self.handle_peer_datagram(&peer, datagram, from, out, gro);
+    }
+
+    fn handle_peer_datagram(
+        &self,
+        peer: &Arc<Peer>,
+        datagram: &[u8],
+        from: SocketAddr,
+        out: &mut [u8],
+        gro: &mut TunGro,
+    ) {
         let mut tunn = peer.tunn.lock().unwrap();
         let res = tunn.decapsulate(Some(from.ip()), datagram, out);
         let authenticated = !matches!(res, TunnResult::Err(_));
@@ -891,11 +1016,11 @@ impl Gateway {
             }
             TunnResult::WriteToTunnelV4(pkt, src) => {
                 drop(tunn);
-                self.deliver(peer, pkt, IpAddr::V4(src));
+                self.deliver(peer, pkt, IpAddr::V4(src), gro);
             }
             TunnResult::WriteToTunnelV6(pkt, src) => {
                 drop(tunn);
-                self.deliver(peer, pkt, IpAddr::V6(src));
+                self.deliver(peer, pkt, IpAddr::V6(src), gro);
             }
         }
         if authenticated {
@@ -911,7 +1036,7 @@ impl Gateway {
         }
     }
 
-    fn deliver(&self, peer: &Peer, pkt: &[u8], src: IpAddr) {
+    fn deliver(&self, peer: &Arc<Peer>, pkt: &[u8], src: IpAddr, gro: &mut TunGro) {
         if packet::src_addr(pkt).is_none() {
             peer.counters.drop(PeerDrop::Malformed);
             return;
@@ -931,10 +1056,7 @@ impl Gateway {
             }
         }
         peer.counters.rx_packets.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = peer.tun.send(pkt) {
-            peer.counters.drop(PeerDrop::TunWrite);
-            tracing::trace!(peer = %peer.name, error = %e, "TUN write failed");
-        }
+        gro.push(peer, pkt);
     }
 
     /// Rekey/keepalive timers, rate-limiter reset, health probes.
@@ -1022,6 +1144,41 @@ impl Gateway {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Decrypted packets on their way to a peer's TUN, merged where possible
+/// (see `offload::Coalescer`). Holds packets of one peer at a time.
+#[derive(Default)]
+struct TunGro {
+    co: offload::Coalescer,
+    peer: Option<Arc<Peer>>,
+}
+
+fn tun_write(peer: &Peer, hdr: &[u8; VNET_HDR_LEN], pkt: &[u8]) {
+    if let Err(e) = peer.tun.send_with_hdr(hdr, pkt) {
+        peer.counters.drop(PeerDrop::TunWrite);
+        tracing::trace!(peer = %peer.name, error = %e, "TUN write failed");
+    }
+}
+
+impl TunGro {
+    fn push(&mut self, peer: &Arc<Peer>, pkt: &[u8]) {
+        if !peer.tun.vnet_hdr() {
+            tun_write(peer, &[0; VNET_HDR_LEN], pkt);
+            return;
+        }
+        if self.peer.as_ref().is_some_and(|p| !Arc::ptr_eq(p, peer)) {
+            self.flush();
+        }
+        let p = self.peer.get_or_insert_with(|| peer.clone());
+        self.co.push(pkt, &mut |h, b| tun_write(p, h, b));
+    }
+
+    fn flush(&mut self) {
+        if let Some(p) = self.peer.take() {
+            self.co.flush(&mut |h, b| tun_write(&p, h, b));
         }
     }
 }

@@ -5,11 +5,14 @@
 pub mod allowed_ips;
 pub mod config;
 pub mod control;
+pub mod daemon;
 pub mod gateway;
 pub mod key;
 pub mod netconf;
+pub mod offload;
 pub mod packet;
 pub mod probe;
 pub mod status;
 pub mod tun;
 pub mod uapi;
+pub mod udp;

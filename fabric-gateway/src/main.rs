@@ -2,15 +2,12 @@ use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use fabric_gateway::config::{Config, DEFAULT_NAME};
-use fabric_gateway::control;
-use fabric_gateway::gateway::Gateway;
 use fabric_gateway::key::PrivateKey;
-use tokio::signal::unix::{SignalKind, signal};
+use fabric_gateway::{control, daemon};
 
 #[derive(Parser)]
 #[command(
@@ -94,11 +91,7 @@ fn main() -> Result<()> {
             uapi_dir,
             control_dir,
             metrics_addr,
-        } => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?
-            .block_on(run(config, uapi_dir, control_dir, metrics_addr)),
+        } => daemon::run_blocking(config, uapi_dir, control_dir, metrics_addr),
     }
 }
 
@@ -141,87 +134,5 @@ fn client(dir: &Path, name: &str, cmd: &str) -> Result<()> {
     if out.starts_with("error:") {
         bail!("gateway refused {cmd}");
     }
-    Ok(())
-}
-
-async fn run(
-    config: PathBuf,
-    uapi_dir: PathBuf,
-    control_dir: PathBuf,
-    metrics_addr: Option<SocketAddr>,
-) -> Result<()> {
-    let cfg = Config::load(&config)?;
-    let name = cfg.interface.name.clone();
-    // Bind sockets before creating devices so a second instance fails without side effects.
-    let uapi_sock = control::bind_socket(&uapi_dir, &format!("{name}.sock"))
-        .await
-        .with_context(|| format!("UAPI socket in {}", uapi_dir.display()))?;
-    let ctl_sock = control::bind_socket(&control_dir, &format!("{name}.ctl"))
-        .await
-        .with_context(|| format!("control socket in {}", control_dir.display()))?;
-    let metrics = match metrics_addr {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("metrics listener on {a}"))?,
-        ),
-        None => None,
-    };
-    let (conn, handle, _) = rtnetlink::new_connection().context("opening rtnetlink socket")?;
-    tokio::spawn(conn);
-    let gw = Gateway::start(cfg, handle)
-        .await
-        .context("starting gateway")?;
-
-    let reload_fn = {
-        let (gw, config) = (gw.clone(), config.clone());
-        move || {
-            let (gw, config) = (gw.clone(), config.clone());
-            async move { reload(&gw, &config).await.map_err(|e| format!("{e:#}")) }
-        }
-    };
-    let mut tasks = vec![
-        tokio::spawn(control::serve_uapi(gw.clone(), uapi_sock)),
-        tokio::spawn(control::serve_control(
-            gw.clone(),
-            ctl_sock,
-            reload_fn.clone(),
-        )),
-    ];
-    if let Some(l) = metrics {
-        tracing::info!(addr = %l.local_addr()?, "metrics listening");
-        tasks.push(tokio::spawn(control::serve_metrics(gw.clone(), l)));
-    }
-
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut term = signal(SignalKind::terminate())?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading configuration");
-                if let Err(e) = reload_fn().await {
-                    tracing::error!(error = %e, "reload failed; keeping previous configuration where not applied");
-                }
-            }
-            _ = int.recv() => break,
-            _ = term.recv() => break,
-        }
-    }
-    tracing::info!("shutting down");
-    // Aborting the listener tasks drops their SocketFile guards, unlinking the sockets.
-    for t in &tasks {
-        t.abort();
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-    gw.shutdown().await;
-    Ok(())
-}
-
-async fn reload(gw: &Arc<Gateway>, config: &Path) -> Result<()> {
-    let cfg = Config::load(config)?;
-    gw.reload(cfg).await?;
     Ok(())
 }

@@ -158,11 +158,23 @@ fn start_gateway(
 }
 
 fn setup(lab: &mut Lab, t: &Topo, a_extra: &[&str]) -> Gws {
+    setup_with(lab, t, a_extra, |_| {})
+}
+
+/// Like `setup`, with a chance to change A's view of B before A starts.
+fn setup_with(
+    lab: &mut Lab,
+    t: &Topo,
+    a_extra: &[&str],
+    tweak_a: impl FnOnce(&mut PeerSpec),
+) -> Gws {
     let (a_key, a_pub) = lab.write_key("a");
     let (b_key, b_pub) = lab.write_key("b");
     let a_name = format!("{}a", lab.tag);
     let b_name = format!("{}b", lab.tag);
-    let a_cfg = lab.write("a.toml", &config(&a_name, &a_key, &[a_peer(&b_pub)]));
+    let mut ap = a_peer(&b_pub);
+    tweak_a(&mut ap);
+    let a_cfg = lab.write("a.toml", &config(&a_name, &a_key, &[ap]));
     let b_cfg = lab.write("b.toml", &config(&b_name, &b_key, &[b_peer(&a_pub)]));
     start_gateway(lab, "gwb", &t.gb, &b_name, &b_cfg, &[]);
     start_gateway(lab, "gwa", &t.ga, &a_name, &a_cfg, a_extra);
@@ -514,4 +526,190 @@ fn reload_adds_and_removes_peers_without_disturbing_others() {
     ]);
     let dump = run(&["wg", "show", &g.a_name, "endpoints"]);
     assert!(dump.contains("10.250.0.9:51820"), "{dump}");
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Silent black hole: every packet on A's underlay is dropped, the link stays up.
+    Nftables,
+    /// Carrier loss: A's underlay link goes down, sends fail with an error.
+    LinkDown,
+}
+
+const CUT_FOR: Duration = Duration::from_secs(20);
+
+fn cut_underlay(lab: &Lab, ns: &str, how: Cut, cut: bool) {
+    match (how, cut) {
+        (Cut::Nftables, true) => {
+            lab.exec(ns, &["nft", "add table inet fgwcut"]);
+            for (chain, hook, dir) in [("in", "input", "iifname"), ("out", "output", "oifname")] {
+                lab.exec(
+                    ns,
+                    &[
+                        "nft",
+                        &format!(
+                            "add chain inet fgwcut {chain} {{ type filter hook {hook} priority -300; policy accept; }}"
+                        ),
+                    ],
+                );
+                lab.exec(
+                    ns,
+                    &[
+                        "nft",
+                        &format!("add rule inet fgwcut {chain} {dir} ula drop"),
+                    ],
+                );
+            }
+        }
+        (Cut::Nftables, false) => {
+            lab.exec(ns, &["nft", "delete table inet fgwcut"]);
+        }
+        (Cut::LinkDown, cut) => {
+            lab.exec(
+                ns,
+                &["ip", "link", "set", "ula", if cut { "down" } else { "up" }],
+            );
+        }
+    }
+}
+
+/// The underlay disappears for 20 s: both sides report Down while it is cut and
+/// the tunnel comes back by itself, without restarts or reconfiguration.
+fn underlay_cut_recovers(test: &str, tag: &str, how: Cut) {
+    if !require_root(test) {
+        return;
+    }
+    let mut lab = Lab::new(tag);
+    let t = topology(&mut lab);
+    let g = setup(&mut lab, &t, &[]);
+    both_up(&lab, &g, Duration::from_secs(15));
+    assert!(lab.ping(&t.pa, "10.20.0.2", 2));
+
+    let cut_at = Instant::now();
+    cut_underlay(&lab, &t.ga, how, true);
+    for (n, w) in [(&g.a_name, "gwa"), (&g.b_name, "gwb")] {
+        lab.wait_status(n, Duration::from_secs(8), |v| peer0(v)["up"] == false)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{n} still reports Up with the underlay cut ({how:?})\n{}",
+                    lab.log(w)
+                )
+            });
+    }
+    assert!(
+        !lab.ping(&t.pa, "10.20.0.2", 2),
+        "ping passed through a cut underlay"
+    );
+    if let Some(rest) = CUT_FOR.checked_sub(cut_at.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    // Still Down at the end of the cut, not just briefly after it began.
+    for n in [&g.a_name, &g.b_name] {
+        let st = lab
+            .wait_status(n, Duration::from_secs(5), |_| true)
+            .unwrap();
+        assert_eq!(
+            peer0(&st)["up"],
+            false,
+            "{n} Up after {CUT_FOR:?} cut: {st}"
+        );
+    }
+
+    let restored = Instant::now();
+    cut_underlay(&lab, &t.ga, how, false);
+    let took = lab.wait_ping(&t.pa, "10.20.0.2", Duration::from_secs(15));
+    assert!(
+        took.is_some(),
+        "no traffic 15 s after restoring the underlay ({how:?})\nA:\n{}\nB:\n{}",
+        lab.log("gwa"),
+        lab.log("gwb")
+    );
+    eprintln!(
+        "{how:?}: traffic resumed {:?} after restoring the underlay",
+        restored.elapsed()
+    );
+    both_up(&lab, &g, Duration::from_secs(10));
+    assert!(
+        lab.ping(&t.pb, "10.10.0.2", 2),
+        "B->A broken after recovery"
+    );
+    lab.tcp_transfer(&t.pb, "10.20.0.2:5003", &t.pa, 1 << 20);
+}
+
+#[test]
+fn underlay_blackholed_20s_recovers() {
+    underlay_cut_recovers("underlay_blackholed_20s_recovers", "c", Cut::Nftables);
+}
+
+#[test]
+fn underlay_link_down_20s_recovers() {
+    underlay_cut_recovers("underlay_link_down_20s_recovers", "d", Cut::LinkDown);
+}
+
+fn endpoints(name: &str) -> String {
+    run(&["wg", "show", name, "endpoints"])
+}
+
+/// The client's underlay address changes under a running tunnel: its keepalives
+/// announce the new address and the server's traffic follows it, with no
+/// reconfiguration of the server.
+#[test]
+fn roaming_client_address_change() {
+    if !require_root("roaming_client_address_change") {
+        return;
+    }
+    let mut lab = Lab::new("m");
+    let t = topology(&mut lab);
+    // No probes on A: only the persistent keepalive may announce the new address.
+    let g = setup_with(&mut lab, &t, &[], |a| {
+        a.keepalive = Some(1);
+        a.probe = None;
+    });
+    both_up(&lab, &g, Duration::from_secs(15));
+    let before = endpoints(&g.b_name);
+    assert!(before.contains(&format!("{A_UL}:{PORT}")), "{before}");
+
+    const NEW_UL: &str = "10.250.0.11";
+    lab.exec(
+        &t.ga,
+        &["ip", "addr", "del", &format!("{A_UL}/24"), "dev", "ula"],
+    );
+    lab.exec(
+        &t.ga,
+        &["ip", "addr", "add", &format!("{NEW_UL}/24"), "dev", "ula"],
+    );
+    let moved = Instant::now();
+    let want = format!("{g_pub}\t{NEW_UL}:{PORT}", g_pub = g.a_pub);
+    let mut last = String::new();
+    while moved.elapsed() < Duration::from_secs(10) {
+        last = endpoints(&g.b_name);
+        if last.lines().any(|l| l == want) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        last.lines().any(|l| l == want),
+        "server did not learn the new endpoint: {last:?}\nA:\n{}\nB:\n{}",
+        lab.log("gwa"),
+        lab.log("gwb")
+    );
+    eprintln!("endpoint moved after {:?}", moved.elapsed());
+
+    // Server-originated traffic is what depends on the learnt endpoint.
+    assert!(
+        lab.ping(&t.pb, "10.10.0.2", 3),
+        "B->A ping did not follow the roamed endpoint\nB:\n{}",
+        lab.log("gwb")
+    );
+    assert!(lab.ping(&t.pa, "10.20.0.2", 3), "A->B ping after roaming");
+    lab.tcp_transfer(&t.pa, "10.10.0.2:5004", &t.pb, 1 << 20);
+    let st = lab
+        .wait_status(&g.b_name, Duration::from_secs(5), |v| {
+            peer0(v)["up"] == true
+        })
+        .expect("B reports A Down after roaming");
+    assert_eq!(peer0(&st)["endpoint"], format!("{NEW_UL}:{PORT}"), "{st}");
+    let b_cfg = std::fs::read_to_string(&g.b_cfg).unwrap();
+    assert!(!b_cfg.contains("endpoint"), "server config was touched");
 }

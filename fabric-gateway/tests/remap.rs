@@ -32,7 +32,12 @@ struct View {
     local: &'static str,
 }
 
-fn gateway_config(me: &Cluster, key: &Path, name: &str, peers: &[(&Cluster, &str, &View)]) -> String {
+fn gateway_config(
+    me: &Cluster,
+    key: &Path,
+    name: &str,
+    peers: &[(&Cluster, &str, &View)],
+) -> String {
     let mut s = format!(
         "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\nmtu = 1420\n",
         key.display()
@@ -73,7 +78,10 @@ fn tcp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> Stri
         let fd = std::fs::File::open(&sp).unwrap();
         use std::os::fd::AsRawFd;
         // SAFETY: valid netns fd; only this fresh thread changes namespace.
-        assert_eq!(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+        assert_eq!(
+            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
         let l = TcpListener::bind(bind).unwrap();
         tx.send(()).unwrap();
         let (mut s, peer) = l.accept().unwrap();
@@ -101,7 +109,10 @@ fn udp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> Stri
         let fd = std::fs::File::open(&sp).unwrap();
         use std::os::fd::AsRawFd;
         // SAFETY: as above.
-        assert_eq!(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+        assert_eq!(
+            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
         let s = UdpSocket::bind("0.0.0.0:7001").unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         tx.send(()).unwrap();
@@ -141,12 +152,28 @@ fn three_clusters_same_pod_cidr_over_wireguard() {
         let gw = lab.add_ns(&format!("g{}", names[i]));
         let pod = lab.add_ns(&format!("p{}", names[i]));
         let port = format!("ul-{}", names[i]);
-        run(&["ip", "link", "add", "ul0", "netns", &gw, "type", "veth", "peer", "name", &port, "netns", &ul]);
+        run(&[
+            "ip", "link", "add", "ul0", "netns", &gw, "type", "veth", "peer", "name", &port,
+            "netns", &ul,
+        ]);
         lab.exec(&ul, &["ip", "link", "set", &port, "master", "br0", "up"]);
-        lab.exec(&gw, &["ip", "addr", "add", &format!("{}/24", underlays[i]), "dev", "ul0"]);
+        lab.exec(
+            &gw,
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", underlays[i]),
+                "dev",
+                "ul0",
+            ],
+        );
         lab.exec(&gw, &["ip", "link", "set", "ul0", "up"]);
         lab.link(&gw, "pods", "10.244.1.1/24", &pod, "eth0", "10.244.1.10/24");
-        lab.exec(&pod, &["ip", "route", "add", "default", "via", "10.244.1.1"]);
+        lab.exec(
+            &pod,
+            &["ip", "route", "add", "default", "via", "10.244.1.1"],
+        );
         clusters.push(Cluster {
             name: names[i],
             gw,
@@ -157,9 +184,42 @@ fn three_clusters_same_pod_cidr_over_wireguard() {
     }
     // views[i] = how cluster i sees each other cluster
     let views = [
-        [View { peer: 1, id: 1, local: "10.71.0.0/16" }, View { peer: 2, id: 2, local: "10.73.0.0/16" }],
-        [View { peer: 0, id: 1, local: "10.72.0.0/16" }, View { peer: 2, id: 2, local: "10.74.0.0/16" }],
-        [View { peer: 0, id: 1, local: "10.75.0.0/16" }, View { peer: 1, id: 2, local: "10.76.0.0/16" }],
+        [
+            View {
+                peer: 1,
+                id: 1,
+                local: "10.71.0.0/16",
+            },
+            View {
+                peer: 2,
+                id: 2,
+                local: "10.73.0.0/16",
+            },
+        ],
+        [
+            View {
+                peer: 0,
+                id: 1,
+                local: "10.72.0.0/16",
+            },
+            View {
+                peer: 2,
+                id: 2,
+                local: "10.74.0.0/16",
+            },
+        ],
+        [
+            View {
+                peer: 0,
+                id: 1,
+                local: "10.75.0.0/16",
+            },
+            View {
+                peer: 1,
+                id: 2,
+                local: "10.76.0.0/16",
+            },
+        ],
     ];
     let keys: Vec<_> = names.iter().map(|n| lab.write_key(n)).collect();
     let gw_names: Vec<String> = names.iter().map(|n| format!("{}{n}", lab.tag)).collect();
@@ -176,15 +236,31 @@ fn three_clusters_same_pod_cidr_over_wireguard() {
         lab.spawn(
             &format!("gw{}", names[i]),
             &clusters[i].gw.clone(),
-            &[BIN, "run", "--config", cfg.to_str().unwrap(), "--control-dir", &dir, "--uapi-dir", &dir],
+            &[
+                BIN,
+                "run",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--control-dir",
+                &dir,
+                "--uapi-dir",
+                &dir,
+            ],
             &[("RUST_LOG", "info")],
         );
     }
     for (i, n) in gw_names.iter().enumerate() {
         lab.wait_status(n, Duration::from_secs(20), |v| {
-            v["peers"].as_array().is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["up"] == true))
+            v["peers"]
+                .as_array()
+                .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["up"] == true))
         })
-        .unwrap_or_else(|| panic!("gateway {n} peers not up\n{}", lab.log(&format!("gw{}", names[i]))));
+        .unwrap_or_else(|| {
+            panic!(
+                "gateway {n} peers not up\n{}",
+                lab.log(&format!("gw{}", names[i]))
+            )
+        });
     }
 
     // Every pod reaches every other through its own view, and sees the caller under its own
@@ -208,9 +284,9 @@ fn three_clusters_same_pod_cidr_over_wireguard() {
         }
     }
 
-    for i in 0..3 {
+    for name in &gw_names {
         let st = lab
-            .wait_status(&gw_names[i], Duration::from_secs(5), |_| true)
+            .wait_status(name, Duration::from_secs(5), |_| true)
             .unwrap();
         for p in st["peers"].as_array().unwrap() {
             assert!(p["rx_bytes"].as_u64().unwrap_or(0) > 0, "{p:#}");

@@ -1,0 +1,968 @@
+//! Data-path benchmark: fabric-gateway vs boringtun-cli vs a plain veth path,
+//! all on the same network-namespace topology and measured in the same run.
+//!
+//!   pa (10.10.0.2) -- ga == underlay veth 10.250.0.1 <-> 10.250.0.2 == gb -- pb (10.20.0.2)
+//!
+//! Every mode gets fresh namespaces. Traffic never leaves them. Every process and
+//! namespace is removed on success, error, panic, SIGINT/SIGTERM and when the
+//! overall deadline passes.
+//!
+//! Our gateway runs as a child process of this very binary (`__gateway`), which
+//! calls the same library code as `fabric-gateway run`, so that `cargo run --bin
+//! fabric-gateway-bench` always measures the code it was built from.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Parser;
+use fabric_gateway::key::PrivateKey;
+
+const A_UL: &str = "10.250.0.1";
+const B_UL: &str = "10.250.0.2";
+const POD_B: &str = "10.20.0.2";
+const PORT: u16 = 51820;
+const MTU: u16 = 1420;
+const PREFIX: &str = "fgb";
+
+#[derive(Parser)]
+#[command(about = "Benchmark fabric-gateway against boringtun-cli and a plain veth path")]
+struct Args {
+    /// Seconds per iperf3 run.
+    #[arg(long, default_value_t = 5)]
+    time: u32,
+    /// Pings for the RTT measurement (sent every 10 ms).
+    #[arg(long, default_value_t = 200)]
+    pings: u32,
+    /// Peers for the large-configuration RSS measurement.
+    #[arg(long, default_value_t = 100)]
+    peers: usize,
+    /// Only measure fabric-gateway (and the veth ceiling).
+    #[arg(long)]
+    skip_boringtun: bool,
+    /// Abort (and clean up) if the whole run takes longer than this many seconds.
+    #[arg(long, default_value_t = 600)]
+    deadline: u64,
+    /// Internal: run the gateway (used by the benchmark on itself).
+    #[arg(long, hide = true, num_args = 3, value_names = ["CONFIG", "UAPI_DIR", "CONTROL_DIR"])]
+    gateway: Option<Vec<PathBuf>>,
+}
+
+// ------------------------------------------------------------------ cleanup
+
+/// Everything that must go away however the run ends. Global so that the
+/// signal thread can clean up while the main thread is blocked in a child.
+#[derive(Default)]
+struct Registry {
+    pids: Vec<i32>,
+    namespaces: Vec<String>,
+    paths: Vec<PathBuf>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    pids: Vec::new(),
+    namespaces: Vec::new(),
+    paths: Vec::new(),
+});
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn kill_and_reap(pid: i32) {
+    // SAFETY: pids in the registry are our own children that were not yet reaped.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut st = 0;
+        // SAFETY: as above; WNOHANG never blocks.
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+        if r != 0 {
+            return;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut st, 0);
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cleanup_all() {
+    let (pids, nss, paths) = {
+        let mut r = registry();
+        (
+            std::mem::take(&mut r.pids),
+            std::mem::take(&mut r.namespaces),
+            std::mem::take(&mut r.paths),
+        )
+    };
+    for pid in pids.into_iter().rev() {
+        kill_and_reap(pid);
+    }
+    for ns in nss {
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+    }
+    for p in paths {
+        let _ = fs::remove_dir_all(&p).or_else(|_| fs::remove_file(&p));
+    }
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise the set we pass them.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Blocks termination signals in every thread and handles them (and the
+/// deadline) on one thread that cleans up and exits.
+fn install_reaper(deadline: Duration) {
+    let set = signal_set();
+    // SAFETY: valid set; called before any other thread exists, so all inherit it.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    std::thread::spawn(move || {
+        let end = Instant::now() + deadline;
+        let sig = loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let ts = libc::timespec {
+                tv_sec: left.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
+            };
+            // SAFETY: valid set and timespec; null siginfo is allowed.
+            let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+            // EINTR (e.g. a debugger or profiler attaching) is not the deadline.
+            if sig >= 0 || left.is_zero() || io_errno() != libc::EINTR {
+                break sig;
+            }
+        };
+        if sig < 0 {
+            eprintln!("bench: deadline of {deadline:?} passed; cleaning up");
+        } else {
+            eprintln!("bench: signal {sig}; cleaning up");
+        }
+        cleanup_all();
+        std::process::exit(if sig < 0 { 124 } else { 128 + sig });
+    });
+}
+
+fn io_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Children must not inherit the blocked signals, or SIGTERM could not stop them.
+fn unblocked(cmd: &mut Command) -> &mut Command {
+    // SAFETY: pthread_sigmask is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let set = signal_set();
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}
+
+/// Removes stale namespaces of earlier runs that were killed with SIGKILL.
+fn remove_stale_namespaces() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let pid: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let Ok(pid) = pid.parse::<i32>()
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
+    }
+}
+
+// ------------------------------------------------------------- processes
+
+fn run_cmd(args: &[&str], timeout: Duration) -> Result<String> {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("-k")
+        .arg("2")
+        .arg(format!("{}", timeout.as_secs().max(1)))
+        .args(args)
+        .stdin(Stdio::null());
+    let out = unblocked(&mut cmd)
+        .output()
+        .with_context(|| format!("spawning {args:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{args:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn ns_cmd(ns: &str, args: &[&str], timeout: Duration) -> Result<String> {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    run_cmd(&v, timeout)
+}
+
+const T: Duration = Duration::from_secs(10);
+
+/// A long-running process in a namespace; `ip netns exec` execs, so the pid is the program's.
+fn spawn_in(ns: &str, args: &[&str], env: &[(&str, &str)], log: &Path) -> Result<i32> {
+    let f = fs::File::create(log)?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(f.try_clone()?)
+        .stderr(f);
+    let child: Child = unblocked(&mut cmd)
+        .spawn()
+        .with_context(|| format!("spawning {args:?}"))?;
+    let pid = child.id() as i32;
+    // Reaped by pid in cleanup; the Child handle itself does not wait on drop.
+    registry().pids.push(pid);
+    Ok(pid)
+}
+
+fn cpu_ticks(pid: i32) -> Result<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may contain spaces; fields after it are fixed.
+    let rest = &s[s.rfind(')').ok_or_else(|| anyhow!("bad stat"))? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15, i.e. 11 and 12 after "state".
+    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
+}
+
+fn vm_rss_kib(pid: i32) -> Result<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = s
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .ok_or_else(|| anyhow!("no VmRSS for {pid}"))?;
+    Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
+}
+
+fn alive(pid: i32) -> bool {
+    let mut st = 0;
+    // SAFETY: our own child; WNOHANG never blocks. 0 means still running.
+    unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) == 0 }
+}
+
+// -------------------------------------------------------------- topology
+
+struct Topo {
+    ga: String,
+    gb: String,
+    pa: String,
+    pb: String,
+    dir: PathBuf,
+    tag: String,
+}
+
+fn topology(mode: &str) -> Result<Topo> {
+    let tag = format!("{PREFIX}{}{mode}", std::process::id());
+    let dir = std::env::temp_dir().join(&tag);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    registry().paths.push(dir.clone());
+    let mk = |s: &str| -> Result<String> {
+        let n = format!("{tag}{s}");
+        let _ = run_cmd(&["ip", "netns", "del", &n], T);
+        run_cmd(&["ip", "netns", "add", &n], T)?;
+        registry().namespaces.push(n.clone());
+        ns_cmd(&n, &["ip", "link", "set", "lo", "up"], T)?;
+        ns_cmd(&n, &["sysctl", "-qw", "net.ipv4.ip_forward=1"], T)?;
+        Ok(n)
+    };
+    let t = Topo {
+        ga: mk("ga")?,
+        gb: mk("gb")?,
+        pa: mk("pa")?,
+        pb: mk("pb")?,
+        dir,
+        tag,
+    };
+    let link = |a: &str, ai: &str, aa: &str, b: &str, bi: &str, ba: &str| -> Result<()> {
+        run_cmd(
+            &[
+                "ip", "link", "add", ai, "netns", a, "type", "veth", "peer", "name", bi, "netns", b,
+            ],
+            T,
+        )?;
+        ns_cmd(a, &["ip", "addr", "add", aa, "dev", ai], T)?;
+        ns_cmd(b, &["ip", "addr", "add", ba, "dev", bi], T)?;
+        ns_cmd(a, &["ip", "link", "set", ai, "up"], T)?;
+        ns_cmd(b, &["ip", "link", "set", bi, "up"], T)?;
+        Ok(())
+    };
+    link(&t.ga, "ula", "10.250.0.1/24", &t.gb, "ulb", "10.250.0.2/24")?;
+    link(&t.ga, "poda", "10.10.0.1/24", &t.pa, "eth0", "10.10.0.2/24")?;
+    link(&t.gb, "podb", "10.20.0.1/24", &t.pb, "eth0", "10.20.0.2/24")?;
+    ns_cmd(
+        &t.pa,
+        &["ip", "route", "add", "default", "via", "10.10.0.1"],
+        T,
+    )?;
+    ns_cmd(
+        &t.pb,
+        &["ip", "route", "add", "default", "via", "10.20.0.1"],
+        T,
+    )?;
+    Ok(t)
+}
+
+fn teardown(t: &Topo) {
+    // Processes first (they hold devices in the namespaces), then the namespaces.
+    let pids = std::mem::take(&mut registry().pids);
+    for pid in pids.into_iter().rev() {
+        kill_and_reap(pid);
+    }
+    for s in ["ga", "gb", "pa", "pb"] {
+        let n = format!("{}{s}", t.tag);
+        let _ = run_cmd(&["ip", "netns", "del", &n], T);
+        registry().namespaces.retain(|x| *x != n);
+    }
+    let _ = fs::remove_dir_all(&t.dir);
+}
+
+fn wait_ping(t: &Topo, timeout: Duration, pids: &[i32]) -> Result<()> {
+    let t0 = Instant::now();
+    while t0.elapsed() < timeout {
+        if let Some(p) = pids.iter().find(|&&p| !alive(p)) {
+            bail!("gateway process {p} exited");
+        }
+        if ns_cmd(&t.pa, &["ping", "-c", "1", "-W", "1", POD_B], T).is_ok() {
+            return Ok(());
+        }
+    }
+    bail!("{POD_B} unreachable from the client pod after {timeout:?}")
+}
+
+fn write_key(dir: &Path, name: &str) -> Result<(PathBuf, String)> {
+    let k = PrivateKey::generate()?;
+    let p = dir.join(format!("{name}.key"));
+    fs::write(&p, format!("{}\n", k.to_base64()))?;
+    fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok((p, k.public_key().to_base64()))
+}
+
+// ------------------------------------------------------------------ modes
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Veth,
+    Boringtun,
+    Ours,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Veth => "plain veth",
+            Mode::Boringtun => "boringtun-cli",
+            Mode::Ours => "fabric-gateway",
+        }
+    }
+}
+
+/// Gateway processes of a running setup (empty for plain veth).
+struct Setup {
+    pids: Vec<i32>,
+    /// The client-side gateway, whose RSS is reported.
+    a_pid: Option<i32>,
+}
+
+fn setup_veth(t: &Topo) -> Result<Setup> {
+    ns_cmd(
+        &t.ga,
+        &["ip", "route", "add", "10.20.0.0/24", "via", B_UL],
+        T,
+    )?;
+    ns_cmd(
+        &t.gb,
+        &["ip", "route", "add", "10.10.0.0/24", "via", A_UL],
+        T,
+    )?;
+    Ok(Setup {
+        pids: vec![],
+        a_pid: None,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn ours_peer(
+    name: &str,
+    public_key: &str,
+    endpoint: Option<&str>,
+    allowed: &[String],
+    device: &str,
+    address: &str,
+    routes: &[String],
+    probe: Option<&str>,
+) -> String {
+    let q = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut s = format!(
+        "\n[[peers]]\nname = \"{name}\"\npublic_key = \"{public_key}\"\nallowed_ips = [{}]\n\
+         device = \"{device}\"\naddresses = [\"{address}\"]\nroutes = [{}]\n",
+        q(allowed),
+        q(routes)
+    );
+    if let Some(e) = endpoint {
+        let _ = writeln!(s, "endpoint = \"{e}\"");
+    }
+    if let Some(p) = probe {
+        let _ = writeln!(s, "probe_address = \"{p}\"");
+    }
+    s
+}
+
+fn start_ours(t: &Topo, ns: &str, which: &str, key: &Path, peers: &str) -> Result<i32> {
+    let name = format!("{}{which}", t.tag);
+    let cfg = t.dir.join(format!("{which}.toml"));
+    fs::write(
+        &cfg,
+        format!(
+            "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\nmtu = {MTU}\n{peers}",
+            key.display()
+        ),
+    )?;
+    let exe = std::env::current_exe()?;
+    let dir = t.dir.to_str().unwrap();
+    spawn_in(
+        ns,
+        &[
+            exe.to_str().unwrap(),
+            "--gateway",
+            cfg.to_str().unwrap(),
+            dir,
+            dir,
+        ],
+        &[("RUST_LOG", "warn")],
+        &t.dir.join(format!("gw{which}.log")),
+    )
+}
+
+/// Our gateway on both sides; A additionally gets `extra` unreachable peers.
+fn setup_ours(t: &Topo, extra: usize) -> Result<Setup> {
+    let (ak, apub) = write_key(&t.dir, "a")?;
+    let (bk, bpub) = write_key(&t.dir, "b")?;
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let mut a_peers = ours_peer(
+        "cluster-b",
+        &bpub,
+        Some(&format!("{B_UL}:{PORT}")),
+        &s(&["10.20.0.0/24", "169.254.100.0/30"]),
+        "fab-b",
+        "169.254.100.1/30",
+        &s(&["10.20.0.0/24"]),
+        Some("169.254.100.2"),
+    );
+    for i in 0..extra {
+        let (_, pk) = write_key(&t.dir, &format!("x{i}"))?;
+        let (hi, lo) = (i / 64, (i % 64) * 4);
+        // Endpoints on the underlay subnet that nobody answers: the peers exist,
+        // keep handshaking, and never come up, like unreachable clusters.
+        a_peers += &ours_peer(
+            &format!("extra-{i}"),
+            &pk,
+            Some(&format!("10.250.0.{}:{PORT}", 100 + i % 150)),
+            &s(&[
+                &format!("10.{}.{}.0/24", 100 + i / 256, i % 256),
+                &format!("169.254.{}.{}/30", 200 + hi, lo),
+            ]),
+            &format!("fabx{i}"),
+            &format!("169.254.{}.{}/30", 200 + hi, lo + 1),
+            &s(&[&format!("10.{}.{}.0/24", 100 + i / 256, i % 256)]),
+            Some(&format!("169.254.{}.{}", 200 + hi, lo + 2)),
+        );
+    }
+    let b_peers = ours_peer(
+        "cluster-a",
+        &apub,
+        None,
+        &s(&["10.10.0.0/24", "169.254.100.0/30"]),
+        "fab-a",
+        "169.254.100.2/30",
+        &s(&["10.10.0.0/24"]),
+        Some("169.254.100.1"),
+    );
+    let b = start_ours(t, &t.gb, "b", &bk, &b_peers)?;
+    let a = start_ours(t, &t.ga, "a", &ak, &a_peers)?;
+    Ok(Setup {
+        pids: vec![a, b],
+        a_pid: Some(a),
+    })
+}
+
+fn setup_boringtun(t: &Topo, bt: &Path) -> Result<Setup> {
+    let (ak, apub) = write_key(&t.dir, "a")?;
+    let (bk, bpub) = write_key(&t.dir, "b")?;
+    let mut pids = vec![];
+    for (ns, side, key, peer_pub, allowed, addr, endpoint) in [
+        (
+            &t.gb,
+            "b",
+            &bk,
+            &apub,
+            "10.10.0.0/24",
+            "169.254.100.2/30",
+            None,
+        ),
+        (
+            &t.ga,
+            "a",
+            &ak,
+            &bpub,
+            "10.20.0.0/24",
+            "169.254.100.1/30",
+            Some(format!("{B_UL}:{PORT}")),
+        ),
+    ] {
+        let ifname = format!("{}{side}", t.tag);
+        let sock = PathBuf::from(format!("/var/run/wireguard/{ifname}.sock"));
+        registry().paths.push(sock.clone());
+        let pid = spawn_in(
+            ns,
+            &[
+                bt.to_str().unwrap(),
+                "--foreground",
+                "--disable-drop-privileges",
+                "-v",
+                "error",
+                &ifname,
+            ],
+            &[("WG_SUDO", "true")],
+            &t.dir.join(format!("bt{side}.log")),
+        )?;
+        pids.push(pid);
+        let t0 = Instant::now();
+        while !sock.exists() {
+            if t0.elapsed() > T || !alive(pid) {
+                bail!(
+                    "boringtun-cli did not create {}: {}",
+                    sock.display(),
+                    fs::read_to_string(t.dir.join(format!("bt{side}.log"))).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut set = vec![
+            "wg".to_string(),
+            "set".into(),
+            ifname.clone(),
+            "private-key".into(),
+            key.to_str().unwrap().into(),
+            "listen-port".into(),
+            PORT.to_string(),
+            "peer".into(),
+            peer_pub.clone(),
+            "allowed-ips".into(),
+            format!("{allowed},169.254.100.0/30"),
+        ];
+        if let Some(e) = endpoint {
+            set.extend(["endpoint".into(), e]);
+        }
+        let set: Vec<&str> = set.iter().map(String::as_str).collect();
+        ns_cmd(ns, &set, T)?;
+        ns_cmd(ns, &["ip", "addr", "add", addr, "dev", &ifname], T)?;
+        ns_cmd(
+            ns,
+            &["ip", "link", "set", &ifname, "mtu", &MTU.to_string(), "up"],
+            T,
+        )?;
+        ns_cmd(ns, &["ip", "route", "add", allowed, "dev", &ifname], T)?;
+    }
+    Ok(Setup {
+        a_pid: Some(pids[1]),
+        pids,
+    })
+}
+
+// ---------------------------------------------------------- measurements
+
+#[derive(Default, Clone, Debug)]
+struct Results {
+    gbps_1: Option<f64>,
+    retr_1: Option<u64>,
+    cpu_1: Option<f64>,
+    gbps_4: Option<f64>,
+    retr_4: Option<u64>,
+    cpu_4: Option<f64>,
+    rtt_ms: Option<f64>,
+    rss_kib: Option<u64>,
+    rss_after_kib: Option<u64>,
+}
+
+fn ping_rtt(t: &Topo, n: u32) -> Result<f64> {
+    let out = ns_cmd(
+        &t.pa,
+        &[
+            "ping",
+            "-q",
+            "-c",
+            &n.to_string(),
+            "-i",
+            "0.01",
+            "-W",
+            "1",
+            POD_B,
+        ],
+        Duration::from_secs(30 + u64::from(n) / 50),
+    )?;
+    // "rtt min/avg/max/mdev = 0.041/0.057/0.120/0.010 ms"
+    let line = out
+        .lines()
+        .find(|l| l.contains("min/avg/max"))
+        .ok_or_else(|| anyhow!("no rtt summary in ping output: {out}"))?;
+    let nums = line.split('=').nth(1).unwrap_or("").trim();
+    Ok(nums
+        .split('/')
+        .nth(1)
+        .ok_or_else(|| anyhow!("bad rtt line {line}"))?
+        .parse()?)
+}
+
+/// Returns (Gbit/s received, retransmits, gateway CPU as % of one core).
+fn iperf(t: &Topo, streams: u32, secs: u32, gws: &[i32]) -> Result<(f64, u64, Option<f64>)> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let before: Vec<u64> = gws.iter().map(|&p| cpu_ticks(p)).collect::<Result<_>>()?;
+    let t0 = Instant::now();
+    let out = ns_cmd(
+        &t.pa,
+        &[
+            "iperf3",
+            "-c",
+            POD_B,
+            "-t",
+            &secs.to_string(),
+            "-P",
+            &streams.to_string(),
+            "-J",
+        ],
+        Duration::from_secs(u64::from(secs) + 20),
+    )?;
+    let wall = t0.elapsed().as_secs_f64();
+    let after: Vec<u64> = gws.iter().map(|&p| cpu_ticks(p)).collect::<Result<_>>()?;
+    let ticks: u64 = after.iter().zip(&before).map(|(a, b)| a - b).sum();
+    let v: serde_json::Value = serde_json::from_str(&out).context("iperf3 JSON")?;
+    if let Some(e) = v.get("error") {
+        bail!("iperf3: {e}");
+    }
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .ok_or_else(|| anyhow!("iperf3 JSON without end.sum_received"))?;
+    let retr = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+    let cpu = (!gws.is_empty()).then(|| ticks as f64 / hz / wall * 100.0);
+    Ok((bps / 1e9, retr, cpu))
+}
+
+fn measure(mode: Mode, args: &Args, bt: Option<&Path>) -> Result<Results> {
+    let t = topology(match mode {
+        Mode::Veth => "v",
+        Mode::Boringtun => "t",
+        Mode::Ours => "o",
+    })?;
+    let res = (|| -> Result<Results> {
+        let s = match mode {
+            Mode::Veth => setup_veth(&t)?,
+            Mode::Ours => setup_ours(&t, 0)?,
+            Mode::Boringtun => setup_boringtun(&t, bt.expect("checked by caller"))?,
+        };
+        wait_ping(&t, Duration::from_secs(20), &s.pids).with_context(|| {
+            let logs: String = ["gwa", "gwb", "bta", "btb"]
+                .iter()
+                .filter_map(|l| fs::read_to_string(t.dir.join(format!("{l}.log"))).ok())
+                .collect();
+            format!("{} never passed traffic; logs:\n{logs}", mode.label())
+        })?;
+        spawn_in(
+            &t.pb,
+            &["iperf3", "-s", "-B", POD_B],
+            &[],
+            &t.dir.join("iperf3-server.log"),
+        )?;
+        let mut r = Results {
+            rtt_ms: Some(ping_rtt(&t, args.pings)?),
+            rss_kib: s.a_pid.map(vm_rss_kib).transpose()?,
+            ..Default::default()
+        };
+        // The server needs a moment to listen; the ping above gave it that, but
+        // retry once in case it was slower.
+        let run = |n| {
+            iperf(&t, n, args.time, &s.pids).or_else(|_| {
+                std::thread::sleep(Duration::from_millis(500));
+                iperf(&t, n, args.time, &s.pids)
+            })
+        };
+        let (g, rt, c) = run(1)?;
+        (r.gbps_1, r.retr_1, r.cpu_1) = (Some(g), Some(rt), c);
+        let (g, rt, c) = run(4)?;
+        (r.gbps_4, r.retr_4, r.cpu_4) = (Some(g), Some(rt), c);
+        r.rss_after_kib = s.a_pid.map(vm_rss_kib).transpose()?;
+        for &p in &s.pids {
+            if !alive(p) {
+                bail!("{} process {p} died during the run", mode.label());
+            }
+        }
+        Ok(r)
+    })();
+    teardown(&t);
+    res
+}
+
+/// VmRSS of our client-side gateway with `n` peers configured, one of them reachable.
+fn rss_with_peers(n: usize, pings: u32) -> Result<u64> {
+    let t = topology("p")?;
+    let res = (|| -> Result<u64> {
+        let s = setup_ours(&t, n.saturating_sub(1))?;
+        wait_ping(&t, Duration::from_secs(30), &s.pids).with_context(|| {
+            let log = fs::read_to_string(t.dir.join("gwa.log")).unwrap_or_default();
+            format!(
+                "client gateway log:\n{}",
+                &log[log.len().saturating_sub(3000)..]
+            )
+        })?;
+        ping_rtt(&t, pings)?;
+        let pid = s.a_pid.expect("ours has a client gateway");
+        if !alive(pid) {
+            bail!("gateway with {n} peers died");
+        }
+        vm_rss_kib(pid)
+    })();
+    teardown(&t);
+    res
+}
+
+fn find_boringtun() -> std::result::Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("BORINGTUN_CLI") {
+        return Ok(p.into());
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(h) = std::env::var_os("HOME") {
+        dirs.push(Path::new(&h).join(".cargo/bin"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("boringtun-cli"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "boringtun-cli not found in PATH or ~/.cargo/bin \
+             (install it with `WG_SUDO=true cargo install boringtun-cli --locked`)"
+                .into()
+        })
+}
+
+fn tool_missing(name: &str) -> bool {
+    Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+}
+
+// ------------------------------------------------------------------ report
+
+fn fmt_opt<T: Copy>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "-".into())
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "-".into(),
+    }
+}
+
+fn print_table(cols: &[(Mode, std::result::Result<Results, String>)]) {
+    let get = |m: Mode| {
+        cols.iter()
+            .find(|(x, _)| *x == m)
+            .and_then(|(_, r)| r.as_ref().ok())
+            .cloned()
+    };
+    let (v, b, o) = (get(Mode::Veth), get(Mode::Boringtun), get(Mode::Ours));
+    type Row = (&'static str, fn(&Results) -> Option<f64>, fn(f64) -> String);
+    let rows: [Row; 9] = [
+        ("TCP 1 stream (Gbit/s)", |r| r.gbps_1, |x| format!("{x:.2}")),
+        (
+            "  retransmits",
+            |r| r.retr_1.map(|x| x as f64),
+            |x| format!("{x:.0}"),
+        ),
+        (
+            "  gateway CPU (% of a core)",
+            |r| r.cpu_1,
+            |x| format!("{x:.0}"),
+        ),
+        (
+            "TCP 4 streams (Gbit/s)",
+            |r| r.gbps_4,
+            |x| format!("{x:.2}"),
+        ),
+        (
+            "  retransmits",
+            |r| r.retr_4.map(|x| x as f64),
+            |x| format!("{x:.0}"),
+        ),
+        (
+            "  gateway CPU (% of a core)",
+            |r| r.cpu_4,
+            |x| format!("{x:.0}"),
+        ),
+        ("ping RTT avg (ms)", |r| r.rtt_ms, |x| format!("{x:.3}")),
+        (
+            "client gw VmRSS, 1 peer (MiB)",
+            |r| r.rss_kib.map(|k| k as f64 / 1024.0),
+            |x| format!("{x:.1}"),
+        ),
+        (
+            "  after the iperf runs (MiB)",
+            |r| r.rss_after_kib.map(|k| k as f64 / 1024.0),
+            |x| format!("{x:.1}"),
+        ),
+    ];
+    println!(
+        "\n{:<32} {:>12} {:>14} {:>15} {:>13} {:>13}",
+        "metric", "plain veth", "boringtun-cli", "fabric-gateway", "ours/bt-cli", "ours/veth"
+    );
+    println!("{}", "-".repeat(104));
+    for (name, f, fmt) in rows {
+        let (vv, bv, ov) = (
+            v.as_ref().and_then(f),
+            b.as_ref().and_then(f),
+            o.as_ref().and_then(f),
+        );
+        println!(
+            "{:<32} {:>12} {:>14} {:>15} {:>13} {:>13}",
+            name,
+            fmt_opt(vv, fmt),
+            fmt_opt(bv, fmt),
+            fmt_opt(ov, fmt),
+            ratio(ov, bv),
+            ratio(ov, vv)
+        );
+    }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if let Some(g) = args.gateway {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+        return fabric_gateway::daemon::run_blocking(
+            g[0].clone(),
+            g[1].clone(),
+            g[2].clone(),
+            None::<SocketAddr>,
+        );
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the benchmark needs root (network namespaces, TUN devices)");
+    }
+    for tool in ["iperf3", "ping", "ip", "timeout"] {
+        if tool_missing(tool) {
+            bail!("{tool} is required but not installed");
+        }
+    }
+    install_reaper(Duration::from_secs(args.deadline));
+    remove_stale_namespaces();
+    let result = bench(&args);
+    cleanup_all();
+    result
+}
+
+fn bench(args: &Args) -> Result<()> {
+    let bt = if args.skip_boringtun {
+        Err("skipped with --skip-boringtun".to_string())
+    } else if tool_missing("wg") {
+        Err(
+            "`wg` (wireguard-tools) is needed to configure boringtun-cli and is not installed"
+                .into(),
+        )
+    } else {
+        find_boringtun()
+    };
+    if let Err(why) = &bt {
+        println!("boringtun-cli comparison skipped: {why}");
+    }
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    println!(
+        "fabric-gateway benchmark: iperf3 {} s runs, {} pings at 10 ms, {cpus} CPU(s), MTU {MTU} in tunnels",
+        args.time, args.pings
+    );
+    let mut cols = vec![];
+    for mode in [Mode::Veth, Mode::Boringtun, Mode::Ours] {
+        let r = match (mode, &bt) {
+            (Mode::Boringtun, Err(why)) => Err(format!("skipped: {why}")),
+            _ => {
+                eprintln!("measuring {} ...", mode.label());
+                measure(mode, args, bt.as_deref().ok()).map_err(|e| format!("{e:#}"))
+            }
+        };
+        if let Err(e) = &r {
+            eprintln!("{}: {e}", mode.label());
+        }
+        cols.push((mode, r));
+    }
+    eprintln!("measuring fabric-gateway RSS with {} peers ...", args.peers);
+    let many = rss_with_peers(args.peers, args.pings.min(50));
+    if let Err(e) = &many {
+        eprintln!("{} peers: {e:#}", args.peers);
+    }
+    print_table(&cols);
+    match &many {
+        Ok(k) => println!(
+            "{:<32} {:>58.1}",
+            format!("client gw VmRSS, {} peers (MiB)", args.peers),
+            *k as f64 / 1024.0
+        ),
+        Err(e) => println!("VmRSS with {} peers: failed: {e:#}", args.peers),
+    }
+    let failed: Vec<_> = cols
+        .iter()
+        .filter(|(m, r)| r.is_err() && !(*m == Mode::Boringtun && bt.is_err()))
+        .map(|(m, _)| m.label())
+        .collect();
+    if !failed.is_empty() || many.is_err() {
+        bail!("measurements failed: {failed:?}");
+    }
+    Ok(())
+}
