@@ -100,6 +100,21 @@ pub fn peers(
     out
 }
 
+/// The /30 that both ends of a tunnel derive from the pair of cluster ids, without talking:
+/// the listening side takes .1, the dialing side .2. Their addresses carry the in-tunnel
+/// health probe (Up/Down, latency, and the quick re-handshake after a peer restarts).
+pub fn tunnel_addrs(a: &str, b: &str) -> (std::net::Ipv4Addr, std::net::Ipv4Addr) {
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let mut h: u32 = 0x811c9dc5;
+    for byte in lo.bytes().chain([b'/']).chain(hi.bytes()) {
+        h ^= u32::from(byte);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let net = u32::from(std::net::Ipv4Addr::new(169, 254, 0, 0)) + (h % 16384) * 4;
+    (std::net::Ipv4Addr::from(net + 1), std::net::Ipv4Addr::from(net + 2))
+}
+
 /// TUN device name for a peer: `fab-` plus as much of the cluster id as fits (IFNAMSIZ).
 pub fn device(cluster_id: &str) -> String {
     let mut d = String::from("fab-");
@@ -107,8 +122,9 @@ pub fn device(cluster_id: &str) -> String {
     d
 }
 
-/// The gateway's configuration file for these peers.
-pub fn render(o: &Opts, peers: &[PeerView]) -> String {
+/// The gateway's configuration file for these peers. `me` is this cluster's id.
+pub fn render(o: &Opts, me: &str, peers: &[PeerView]) -> String {
+    let mut used = std::collections::BTreeSet::new();
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -132,9 +148,22 @@ pub fn render(o: &Opts, peers: &[PeerView]) -> String {
             // We dial: keep the NAT mapping on the way open.
             let _ = writeln!(s, "endpoint = {e:?}\npersistent_keepalive = 25");
         }
+        let (server, client) = tunnel_addrs(me, &p.cluster_id);
+        let (mine, theirs) = if p.endpoint.is_some() { (client, server) } else { (server, client) };
+        // Two peers whose pairs hash to the same /30 would need the same route on two
+        // devices: the later one goes without a probe (Up then follows handshakes).
+        let (probe_lines, extra_allowed, extra_route) = if used.insert(server) {
+            (
+                format!("addresses = [\"{mine}/32\"]\nprobe_address = \"{theirs}\"\n"),
+                format!(", \"{theirs}/32\""),
+                format!(", \"{theirs}/32\""),
+            )
+        } else {
+            (String::new(), String::new(), String::new())
+        };
         let _ = writeln!(
             s,
-            "device = {:?}\nallowed_ips = [{:?}, {:?}]\nroutes = [{:?}, {:?}]\nremaps = [\n  {{ local = {:?}, remote = {:?} }},\n  {{ local = {:?}, remote = {:?} }},\n]\n",
+            "device = {:?}\n{probe_lines}allowed_ips = [{:?}, {:?}{extra_allowed}]\nroutes = [{:?}, {:?}{extra_route}]\nremaps = [\n  {{ local = {:?}, remote = {:?} }},\n  {{ local = {:?}, remote = {:?} }},\n]\n",
             device(&p.cluster_id),
             p.real_pod,
             p.real_external,
@@ -241,7 +270,14 @@ async fn pass(client: &Client, o: &Opts, last_config: &mut Option<String>) -> an
         .await?
         .items;
     let peers = peers(&cfgs, &keys, &clients);
-    let config = render(o, &peers);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let me = cms
+        .get("fabric-cluster")
+        .await?
+        .data
+        .and_then(|d| d.get("FABRIC_CLUSTER_ID").cloned())
+        .ok_or_else(|| anyhow::anyhow!("{ns}/fabric-cluster has no FABRIC_CLUSTER_ID"))?;
+    let config = render(o, &me, &peers);
     if last_config.as_deref() != Some(config.as_str()) {
         write_private(&o.config_path, config.as_bytes())?;
         match gateway(o, &["reload"], true) {
@@ -342,6 +378,17 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_ends_derive_the_same_tunnel_addresses() {
+        let (s1, c1) = tunnel_addrs("cluster-a", "cluster-b");
+        let (s2, c2) = tunnel_addrs("cluster-b", "cluster-a");
+        assert_eq!((s1, c1), (s2, c2));
+        assert_eq!(u32::from(c1), u32::from(s1) + 1);
+        assert_eq!(u32::from(s1) % 4, 1);
+        assert!(s1.is_link_local());
+        assert_ne!(tunnel_addrs("cluster-a", "cluster-c").0, s1);
+    }
 
     #[test]
     fn device_names_fit() {
