@@ -85,7 +85,12 @@ impl PeeredClusters {
         for which in [1u8, 2] {
             let (kc, dir, nodes, i) = {
                 let c = me.cluster_ref(which);
-                (c.api.kubeconfig.display().to_string(), c.dir.display().to_string(), c.nodes.clone(), c.index)
+                (
+                    c.api.kubeconfig.display().to_string(),
+                    c.dir.display().to_string(),
+                    c.nodes.clone(),
+                    c.index,
+                )
             };
             let env = vec![("KUBECONFIG".to_owned(), kc)];
             me.spawn(
@@ -162,10 +167,20 @@ impl PeeredClusters {
             &format!("--from-literal=FABRIC_SERVICE_CIDR={SERVICE_CIDR}"),
             &format!("--from-literal=FABRIC_EXTERNAL_CIDR={EXTERNAL_CIDR}"),
         ]);
-        api.kubectl_ok(&["wait", "--for", "condition=established", "crd", "--all", "--timeout=30s"]);
+        api.kubectl_ok(&[
+            "wait",
+            "--for",
+            "condition=established",
+            "crd",
+            "--all",
+            "--timeout=30s",
+        ]);
         let gw = tb.add_netns(&format!("gw{i}"))?;
         tb.ip(&gw, &["link", "add", "br0", "type", "bridge"])?;
-        tb.ip(&gw, &["addr", "add", &format!("10.0.{i}.1/24"), "dev", "br0"])?;
+        tb.ip(
+            &gw,
+            &["addr", "add", &format!("10.0.{i}.1/24"), "dev", "br0"],
+        )?;
         tb.ip(&gw, &["link", "set", "br0", "up"])?;
         tb.sysctl(&gw, "net.ipv4.ip_forward", "1")?;
         tb.sysctl(&gw, "net.ipv4.conf.all.rp_filter", "0")?;
@@ -177,13 +192,52 @@ impl PeeredClusters {
             tb.veth(&gw, &port, &node, "lan")?;
             tb.ip(&gw, &["link", "set", &port, "master", "br0"])?;
             let node_ip = format!("10.0.{i}.{}", 10 + k);
-            tb.ip(&node, &["addr", "add", &format!("{node_ip}/24"), "dev", "lan"])?;
+            tb.ip(
+                &node,
+                &["addr", "add", &format!("{node_ip}/24"), "dev", "lan"],
+            )?;
             tb.veth(&node, "pod", &pod, "eth0")?;
-            tb.ip(&node, &["addr", "add", &format!("10.244.{}.1/24", k + 1), "dev", "pod"])?;
-            tb.ip(&pod, &["addr", "add", &format!("{}/24", Cluster::pod_ip(k)), "dev", "eth0"])?;
-            tb.ip(&pod, &["route", "add", "default", "via", &format!("10.244.{}.1", k + 1)])?;
+            tb.ip(
+                &node,
+                &[
+                    "addr",
+                    "add",
+                    &format!("10.244.{}.1/24", k + 1),
+                    "dev",
+                    "pod",
+                ],
+            )?;
+            tb.ip(
+                &pod,
+                &[
+                    "addr",
+                    "add",
+                    &format!("{}/24", Cluster::pod_ip(k)),
+                    "dev",
+                    "eth0",
+                ],
+            )?;
+            tb.ip(
+                &pod,
+                &[
+                    "route",
+                    "add",
+                    "default",
+                    "via",
+                    &format!("10.244.{}.1", k + 1),
+                ],
+            )?;
             // What the CNI would do: every node's pod subnet is reachable through that node.
-            tb.ip(&gw, &["route", "add", &format!("10.244.{}.0/24", k + 1), "via", &node_ip])?;
+            tb.ip(
+                &gw,
+                &[
+                    "route",
+                    "add",
+                    &format!("10.244.{}.0/24", k + 1),
+                    "via",
+                    &node_ip,
+                ],
+            )?;
             tb.sysctl(&node, "net.ipv4.ip_forward", "1")?;
             tb.sysctl(&node, "net.ipv4.conf.all.rp_filter", "0")?;
             node_ns.push(node);
@@ -261,7 +315,10 @@ impl PeeredClusters {
             let t0 = Instant::now();
             while !Path::new(&cfg).exists() {
                 if t0.elapsed() > Duration::from_secs(30) {
-                    bail!("operator {i} wrote no gateway configuration\n{}", self.log_tails());
+                    bail!(
+                        "operator {i} wrote no gateway configuration\n{}",
+                        self.log_tails()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -303,7 +360,8 @@ impl PeeredClusters {
                 .output()
         });
         self.start_gateways()?;
-        Ok(h.join().map_err(|_| anyhow::anyhow!("fabricctl thread"))??)
+        Ok(h.join()
+            .map_err(|_| anyhow::anyhow!("fabricctl thread"))??)
     }
 
     /// Runs fabricctl against cluster A.
@@ -318,7 +376,8 @@ impl PeeredClusters {
     pub fn log_tails(&self) -> String {
         let mut s = String::new();
         for p in &self.procs {
-            let text = std::fs::read_to_string(self.logs.join(format!("{}.log", p.name))).unwrap_or_default();
+            let text = std::fs::read_to_string(self.logs.join(format!("{}.log", p.name)))
+                .unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             let from = lines.len().saturating_sub(12);
             s += &format!("--- {} ---\n{}\n", p.name, lines[from..].join("\n"));
@@ -330,11 +389,19 @@ impl PeeredClusters {
     pub fn wait_reachable(&self, from_pod: &str, dst: &str, timeout: Duration) -> Result<Duration> {
         let t0 = Instant::now();
         loop {
-            if self.tb.exec_any(from_pod, &["ping", "-c", "1", "-W", "1", dst])?.status.success() {
+            if self
+                .tb
+                .exec_any(from_pod, &["ping", "-c", "1", "-W", "1", dst])?
+                .status
+                .success()
+            {
                 return Ok(t0.elapsed());
             }
             if t0.elapsed() > timeout {
-                bail!("{from_pod} cannot reach {dst} after {timeout:?}\n{}", self.log_tails());
+                bail!(
+                    "{from_pod} cannot reach {dst} after {timeout:?}\n{}",
+                    self.log_tails()
+                );
             }
         }
     }

@@ -49,7 +49,9 @@ fn remote_pod(k: usize) -> String {
 
 #[test]
 fn peer_two_clusters_with_fabricctl() {
-    if skip_unless_root("peer_two_clusters_with_fabricctl") || !require_tools("peer_two_clusters_with_fabricctl") {
+    if skip_unless_root("peer_two_clusters_with_fabricctl")
+        || !require_tools("peer_two_clusters_with_fabricctl")
+    {
         return;
     }
     let mut cl = PeeredClusters::new(2).unwrap();
@@ -65,7 +67,8 @@ fn peer_two_clusters_with_fabricctl() {
 
     // Every pod in A reaches every pod in B and back; servers see the caller under their own
     // cluster's view of the other cluster (all pods share addresses with the other side).
-    cl.wait_reachable(&cl.a.pods[0], &remote_pod(0), Duration::from_secs(20)).unwrap();
+    cl.wait_reachable(&cl.a.pods[0], &remote_pod(0), Duration::from_secs(20))
+        .unwrap();
     for ka in 0..2 {
         for kb in 0..2 {
             let seen = tcp_seen(&cl.b.pods[kb], &cl.a.pods[ka], &remote_pod(kb));
@@ -77,7 +80,10 @@ fn peer_two_clusters_with_fabricctl() {
 
     let st = cl.fabricctl(&["status"]).unwrap();
     let st = String::from_utf8_lossy(&st.stdout);
-    assert!(st.contains("cluster-b") && st.contains("10.64.0.0/16") && st.contains("Connected"), "{st}");
+    assert!(
+        st.contains("cluster-b") && st.contains("10.64.0.0/16") && st.contains("Connected"),
+        "{st}"
+    );
     let js = cl.fabricctl(&["status", "-o", "json"]).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&js.stdout).unwrap();
     assert_eq!(v[0]["peer"], "cluster-b");
@@ -85,18 +91,38 @@ fn peer_two_clusters_with_fabricctl() {
 
     // Each component is killed (no clean shutdown) and started again; traffic comes back by
     // itself. The gateway takes its tunnels with it, so that one is the real test.
-    for name in ["agent1-0", "ipam1", "operator1", "gateway1", "ipam2", "operator2", "gateway2", "agent2-1"] {
+    for name in [
+        "agent1-0",
+        "ipam1",
+        "operator1",
+        "gateway1",
+        "ipam2",
+        "operator2",
+        "gateway2",
+        "agent2-1",
+    ] {
         cl.restart(name).unwrap();
         let took = cl
             .wait_reachable(&cl.a.pods[0], &remote_pod(1), Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("after restarting {name}: {e}"));
-        assert!(took < Duration::from_secs(15), "{name}: traffic back only after {took:?}");
-        assert_eq!(tcp_seen(&cl.b.pods[1], &cl.a.pods[0], &remote_pod(1)), remote_pod(0), "after {name}");
+        assert!(
+            took < Duration::from_secs(15),
+            "{name}: traffic back only after {took:?}"
+        );
+        assert_eq!(
+            tcp_seen(&cl.b.pods[1], &cl.a.pods[0], &remote_pod(1)),
+            remote_pod(0),
+            "after {name}"
+        );
     }
 
     // Unpeer: routes, tunnels and resources go on both sides.
     let out = cl
-        .fabricctl(&["unpeer", "--remote-kubeconfig", cl.b.api.kubeconfig.to_str().unwrap()])
+        .fabricctl(&[
+            "unpeer",
+            "--remote-kubeconfig",
+            cl.b.api.kubeconfig.to_str().unwrap(),
+        ])
         .unwrap();
     assert!(
         out.status.success(),
@@ -117,13 +143,34 @@ fn peer_two_clusters_with_fabricctl() {
             if routes.trim().is_empty() && !links.contains("fab-") {
                 break;
             }
-            assert!(t0.elapsed() < Duration::from_secs(15), "left behind: routes {routes:?} links {links}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "left behind: routes {routes:?} links {links}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
-        for kind in ["configurations", "networks", "connections", "publickeys", "gatewayclients", "gatewayservers"] {
-            let left = c.api.kubectl_ok(&["get", kind, "-n", "fabric-system", "-o", "name"]);
+        for kind in [
+            "configurations",
+            "networks",
+            "connections",
+            "publickeys",
+            "gatewayclients",
+            "gatewayservers",
+        ] {
+            let left = c
+                .api
+                .kubectl_ok(&["get", kind, "-n", "fabric-system", "-o", "name"]);
             assert!(left.trim().is_empty(), "{kind} left in {}: {left}", c.id);
         }
     }
-    assert!(!cl.tb.exec_any(&cl.a.pods[0], &["ping", "-c", "1", "-W", "1", &remote_pod(0)]).unwrap().status.success());
+    assert!(
+        !cl.tb
+            .exec_any(
+                &cl.a.pods[0],
+                &["ping", "-c", "1", "-W", "1", &remote_pod(0)]
+            )
+            .unwrap()
+            .status
+            .success()
+    );
 }
