@@ -16,7 +16,7 @@ use std::{
 
 use fabric_api::{
     Configuration, Connection, ConnectionSpec, ConnectionState, ConnectionStatus, GatewayClient,
-    PublicKey,
+    IP, PublicKey,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
@@ -112,7 +112,10 @@ pub fn tunnel_addrs(a: &str, b: &str) -> (std::net::Ipv4Addr, std::net::Ipv4Addr
         h = h.wrapping_mul(0x0100_0193);
     }
     let net = u32::from(std::net::Ipv4Addr::new(169, 254, 0, 0)) + (h % 16384) * 4;
-    (std::net::Ipv4Addr::from(net + 1), std::net::Ipv4Addr::from(net + 2))
+    (
+        std::net::Ipv4Addr::from(net + 1),
+        std::net::Ipv4Addr::from(net + 2),
+    )
 }
 
 /// TUN device name for a peer: `fab-` plus as much of the cluster id as fits (IFNAMSIZ).
@@ -122,8 +125,20 @@ pub fn device(cluster_id: &str) -> String {
     d
 }
 
+/// Local IPs exposed to peers: (address in the local external CIDR, the real IP), for `IP`
+/// objects whose address has been granted.
+pub fn externals(ips: &[IP]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = ips
+        .iter()
+        .filter(|i| i.metadata.deletion_timestamp.is_none())
+        .filter_map(|i| Some((i.status.as_ref()?.ip.clone()?, i.spec.ip.clone())))
+        .collect();
+    out.sort();
+    out
+}
+
 /// The gateway's configuration file for these peers. `me` is this cluster's id.
-pub fn render(o: &Opts, me: &str, peers: &[PeerView]) -> String {
+pub fn render(o: &Opts, me: &str, peers: &[PeerView], externals: &[(String, String)]) -> String {
     let mut used = std::collections::BTreeSet::new();
     let mut s = String::new();
     let _ = writeln!(
@@ -149,7 +164,11 @@ pub fn render(o: &Opts, me: &str, peers: &[PeerView]) -> String {
             let _ = writeln!(s, "endpoint = {e:?}\npersistent_keepalive = 25");
         }
         let (server, client) = tunnel_addrs(me, &p.cluster_id);
-        let (mine, theirs) = if p.endpoint.is_some() { (client, server) } else { (server, client) };
+        let (mine, theirs) = if p.endpoint.is_some() {
+            (client, server)
+        } else {
+            (server, client)
+        };
         // Two peers whose pairs hash to the same /30 would need the same route on two
         // devices: the later one goes without a probe (Up then follows handshakes).
         let (probe_lines, extra_allowed, extra_route) = if used.insert(server) {
@@ -173,6 +192,12 @@ pub fn render(o: &Opts, me: &str, peers: &[PeerView]) -> String {
             p.real_pod,
             p.seen_external,
             p.real_external,
+        );
+    }
+    for (external, internal) in externals {
+        let _ = writeln!(
+            s,
+            "[[externals]]\nexternal = \"{external}/32\"\ninternal = \"{internal}/32\"\n"
         );
     }
     s
@@ -277,7 +302,11 @@ async fn pass(client: &Client, o: &Opts, last_config: &mut Option<String>) -> an
         .data
         .and_then(|d| d.get("FABRIC_CLUSTER_ID").cloned())
         .ok_or_else(|| anyhow::anyhow!("{ns}/fabric-cluster has no FABRIC_CLUSTER_ID"))?;
-    let config = render(o, &me, &peers);
+    let ips = Api::<IP>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+        .items;
+    let config = render(o, &me, &peers, &externals(&ips));
     if last_config.as_deref() != Some(config.as_str()) {
         write_private(&o.config_path, config.as_bytes())?;
         match gateway(o, &["reload"], true) {

@@ -127,7 +127,12 @@ pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Erro
     Ok(State { ipam, ids })
 }
 
-fn condition(status: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+pub(crate) fn condition(
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
     Condition {
         type_: "Ready".into(),
         status: if status { "True" } else { "False" }.into(),

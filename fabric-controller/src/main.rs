@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
-use fabric_controller::{gateway, ipam};
+use fabric_controller::{gateway, ipam, ips};
 use ipnetwork::Ipv4Network;
 
 #[derive(Parser)]
@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Grant peers' remapped CIDRs and data-plane ids.
+    /// Grant peers' remapped CIDRs and data-plane ids, and external-CIDR addresses for `IP`s.
     Ipam {
         /// This cluster's pod CIDR (never granted to a peer).
         #[arg(long, env = "FABRIC_POD_CIDR")]
@@ -115,15 +115,25 @@ async fn main() -> Result<()> {
         } => {
             let mut all = vec![pod_cidr, service_cidr, external_cidr];
             all.extend(reserved.into_iter().flatten());
-            ipam::run(
-                client,
-                ipam::Settings {
-                    pools,
-                    reserved: all,
+            tokio::try_join!(
+                async {
+                    ipam::run(
+                        client.clone(),
+                        ipam::Settings {
+                            pools,
+                            reserved: all,
+                        },
+                    )
+                    .await
+                    .context("IPAM controller")
+                },
+                async {
+                    ips::run(client.clone(), external_cidr)
+                        .await
+                        .context("IP controller")
                 },
             )
-            .await
-            .context("IPAM controller")
+            .map(|_| ())
         }
         Cmd::Gateway {
             namespace,

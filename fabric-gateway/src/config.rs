@@ -36,6 +36,9 @@ pub struct Config {
     pub interface: InterfaceConfig,
     #[serde(default)]
     pub peers: Vec<PeerConfig>,
+    /// Local IPs exposed to peers under an address of this cluster's external CIDR.
+    #[serde(default)]
+    pub externals: Vec<fabric_dataplane::ExternalMapping>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -184,7 +187,7 @@ impl Config {
             pin_dir,
             fabric_dataplane::DataplaneConfig {
                 peers,
-                externals: Vec::new(),
+                externals: self.externals.clone(),
             },
         ))
     }

@@ -114,6 +114,20 @@ impl Ipam {
         Ok(grant)
     }
 
+    /// Grants `owner` the first free block of length `len` in the pools, whatever it asked
+    /// for (addresses of the local external CIDR for `IP` objects). Idempotent like
+    /// [`Ipam::allocate`].
+    pub fn allocate_free(&mut self, owner: &str, len: u8) -> Result<Ipv4Network, IpamError> {
+        if let Some(g) = self.grants.get(owner)
+            && g.prefix() == len
+        {
+            return Ok(*g);
+        }
+        let grant = self.first_free(owner, len)?;
+        self.grants.insert(owner.to_owned(), grant);
+        Ok(grant)
+    }
+
     pub fn release(&mut self, owner: &str) -> Option<Ipv4Network> {
         self.grants.remove(owner)
     }
@@ -221,6 +235,16 @@ mod tests {
         assert!(e.to_string().contains("no free /24"), "{e}");
         assert_eq!(i.release("a"), Some(a));
         assert_eq!(i.allocate("c", n("10.244.0.0/24")).unwrap(), a);
+    }
+
+    #[test]
+    fn free_addresses_from_a_pool() {
+        let mut i = Ipam::new(vec![n("10.70.0.0/30")], vec![n("10.70.0.0/32")]).unwrap();
+        assert_eq!(i.allocate_free("ip/a", 32).unwrap(), n("10.70.0.1/32"));
+        assert_eq!(i.allocate_free("ip/b", 32).unwrap(), n("10.70.0.2/32"));
+        assert_eq!(i.allocate_free("ip/a", 32).unwrap(), n("10.70.0.1/32"));
+        assert_eq!(i.allocate_free("ip/c", 32).unwrap(), n("10.70.0.3/32"));
+        assert!(i.allocate_free("ip/d", 32).is_err());
     }
 
     #[test]

@@ -78,6 +78,55 @@ fn peer_two_clusters_with_fabricctl() {
         }
     }
 
+    // A non-pod IP of cluster A (a host behind A's gateway) exposed to peers with an `IP`:
+    // IPAM gives it an address of A's external CIDR 10.70.0.0/16, which B sees (remapped, as
+    // it clashes with B's own) as 10.65.0.0/16.
+    let host = cl.tb.add_netns("host1").unwrap();
+    cl.tb.veth(&cl.a.gw, "ext", &host, "eth0").unwrap();
+    cl.tb
+        .ip(&cl.a.gw, &["addr", "add", "192.168.1.1/24", "dev", "ext"])
+        .unwrap();
+    cl.tb
+        .ip(&host, &["addr", "add", "192.168.1.5/24", "dev", "eth0"])
+        .unwrap();
+    cl.tb
+        .ip(&host, &["route", "add", "default", "via", "192.168.1.1"])
+        .unwrap();
+    let o = cl.a.api.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: networking.fabric.io/v1alpha1\nkind: IP\nmetadata: {name: db, namespace: fabric-system}\nspec: {ip: 192.168.1.5}\n",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t0 = std::time::Instant::now();
+    let external = loop {
+        let v = cl.a.api.kubectl_ok(&[
+            "get",
+            "ip",
+            "db",
+            "-n",
+            "fabric-system",
+            "-o",
+            "jsonpath={.status.ip}",
+        ]);
+        if !v.trim().is_empty() {
+            break v.trim().to_owned();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "IP db got no address\n{}",
+            cl.log_tails()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(external, "10.70.0.1");
+    cl.wait_reachable(&cl.b.pods[0], "10.65.0.1", Duration::from_secs(15))
+        .unwrap();
+    assert_eq!(
+        tcp_seen(&host, &cl.b.pods[1], "10.65.0.1"),
+        remote_pod(1),
+        "the host sees B's pod under A's view"
+    );
+
     let st = cl.fabricctl(&["status"]).unwrap();
     let st = String::from_utf8_lossy(&st.stdout);
     assert!(
