@@ -29,6 +29,7 @@ tasks:
   bench datapath    setup, build, benchmark plain forwarding vs eBPF remap vs nftables NAT
                     (extra args are passed to fabric-bench, e.g. `-- --quick`)
   bench gateway     setup, build (release), benchmark fabric-gateway vs boringtun-cli vs veth
+  bench control     setup, build, time peering and API-to-route reactions, idle memory
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
 ";
 
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("datapath") => bench_datapath(&args[2..]),
             Some("gateway") => bench_gateway(&args[2..]),
+            Some("control") => bench_control(),
             _ => {
                 eprint!("{USAGE}");
                 return ExitCode::from(2);
@@ -566,6 +568,15 @@ fn bench_gateway(args: &[String]) -> Result<ExitCode> {
     step("bench gateway");
     let a: Vec<String> = args.iter().filter(|a| *a != "--").cloned().collect();
     run_child(&target_dir().join("release/fabric-gateway-bench"), &a)
+}
+
+fn bench_control() -> Result<ExitCode> {
+    need_root("the benchmark")?;
+    setup()?;
+    step("build: all binaries");
+    build_bins(&[])?;
+    step("bench control");
+    run_child(&target_dir().join("debug/fabric-bench"), &["control".to_owned()])
 }
 
 fn codegen() -> Result<ExitCode> {

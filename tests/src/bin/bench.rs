@@ -1,14 +1,16 @@
 //! `fabric-bench datapath [--quick]`: see `fabric_tests::bench` (run via `cargo xtask bench datapath`).
+//! `fabric-bench control`: see `fabric_tests::bench_control` (`cargo xtask bench control`).
 use std::process::ExitCode;
 
 use fabric_tests::{bench, install_interrupt_handler, is_root};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) != Some("datapath")
+    let which = args.first().map(String::as_str);
+    if !matches!(which, Some("datapath" | "control"))
         || args.iter().any(|a| a == "-h" || a == "--help")
     {
-        eprintln!("usage: fabric-bench datapath [--quick]");
+        eprintln!("usage: fabric-bench datapath [--quick] | fabric-bench control");
         return ExitCode::from(2);
     }
     if !is_root() {
@@ -16,6 +18,15 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     install_interrupt_handler();
+    if which == Some("control") {
+        return match fabric_tests::bench_control::run(&[1, 10, 100]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabric-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let opts = if args.iter().any(|a| a == "--quick") {
         bench::Options::quick()
     } else {

@@ -1,0 +1,244 @@
+//! `fabric-bench control`: how fast the control plane acts, and what it costs at rest.
+//!
+//! 1. From `fabricctl peer` to the first packet across, on two fresh clusters
+//!    ([`crate::clusters::PeeredClusters`], one node each).
+//! 2. From a peer's Configuration getting its grants (the status update IPAM makes) to the
+//!    route being in place on a node, with 1, 10 and 100 peers: the agent against a kubelite,
+//!    routes in a namespace; p50/p99/max over every peer of a round.
+//! 3. Resident memory of each long-running component at rest after (1).
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use fabric_api::{ClusterCidrs, Configuration, ConfigurationSpec, ConfigurationStatus};
+use kube::{
+    Api,
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+};
+
+use crate::{Testbed, apiserver::ApiServer, check_interrupt, clusters::PeeredClusters, locate_bin};
+
+/// VmRSS in KiB of every process whose command line contains `token`.
+fn rss_kib(token: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Ok(cmd) = std::fs::read(p.join("cmdline")) else {
+            continue;
+        };
+        let cmd: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        if cmd.is_empty() || !cmd.iter().any(|a| a.contains(token)) || cmd[0] == "ip" {
+            continue;
+        }
+        let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
+        if let Some(kib) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        {
+            let name = Path::new(&cmd[0])
+                .file_name()
+                .map_or(cmd[0].clone(), |n| n.to_string_lossy().into_owned());
+            out.push((
+                format!("{name} {}", cmd.get(1).cloned().unwrap_or_default()),
+                kib,
+            ));
+        }
+    }
+    out
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn routes(tb: &Testbed, ns: &str) -> Result<String> {
+    tb.ip(ns, &["route", "show", "proto", "250"])
+}
+
+/// CR change -> route latencies for `n` peers, added one after the other.
+async fn route_latencies(
+    tb: &Testbed,
+    node: &str,
+    api: &Api<Configuration>,
+    round: usize,
+    n: usize,
+) -> Result<Vec<Duration>> {
+    let mut lat = Vec::with_capacity(n);
+    for k in 0..n {
+        check_interrupt()?;
+        let name = format!("r{round}-p{k}");
+        // 10.<64+k/250>.<k%250>.0/24 keeps every peer's CIDR distinct.
+        let seen = format!("10.{}.{}.0/24", 64 + k / 250, k % 250);
+        let cfg = Configuration {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: ConfigurationSpec {
+                cluster_id: name.clone(),
+                remote: ClusterCidrs {
+                    pod: "10.244.0.0/16".into(),
+                    external: "10.70.0.0/16".into(),
+                },
+            },
+            status: None,
+        };
+        api.create(&PostParams::default(), &cfg).await?;
+        let status = serde_json::json!({
+            "apiVersion": "networking.fabric.io/v1alpha1",
+            "kind": "Configuration",
+            "status": ConfigurationStatus {
+                remote: Some(ClusterCidrs { pod: seen.clone(), external: format!("10.{}.{}.0/24", 128 + k / 250, k % 250) }),
+                peer_id: Some(k as i32 + 1),
+                ..Default::default()
+            },
+        });
+        let t0 = Instant::now();
+        api.patch_status(
+            &name,
+            &PatchParams::apply("fabric-bench").force(),
+            &Patch::Apply(&status),
+        )
+        .await?;
+        let want = seen.trim_end_matches(".0/24").to_owned() + ".0/24 via";
+        loop {
+            if routes(tb, node)?.contains(&want) {
+                lat.push(t0.elapsed());
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                bail!("route for {seen} never appeared");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    // Clean up the round: the agent removes the routes.
+    for k in 0..n {
+        let _ = api
+            .delete(&format!("r{round}-p{k}"), &DeleteParams::default())
+            .await;
+    }
+    let t0 = Instant::now();
+    while !routes(tb, node)?.trim().is_empty() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            bail!("routes of round {round} not removed");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(lat)
+}
+
+pub fn run(peer_counts: &[usize]) -> Result<()> {
+    println!("== control plane benchmark (one run; targets from the issue in brackets)\n");
+
+    // 1 + 3: peering two fresh clusters.
+    let mut cl = PeeredClusters::new(1)?;
+    let t0 = Instant::now();
+    let out = cl.peer()?;
+    if !out.status.success() {
+        bail!(
+            "fabricctl peer: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            cl.log_tails()
+        );
+    }
+    let remote = crate::clusters::Cluster::pod_ip(0).replacen("10.244.", "10.64.", 1);
+    cl.wait_reachable(&cl.a.pods[0], &remote, Duration::from_secs(30))?;
+    let to_packet = t0.elapsed();
+    println!(
+        "fabricctl peer -> first packet across:  {:>8.2} s   [< 5 s]",
+        to_packet.as_secs_f64()
+    );
+    check_interrupt()?;
+    std::thread::sleep(Duration::from_secs(3));
+    println!("\nresident memory at rest, one peer (debug builds)   [agent, gateway < 30 MiB]");
+    let mut rows = BTreeMap::new();
+    for (token, what) in [
+        (cl.a.nodes[0].clone(), "agent"),
+        (cl.a.dir.display().to_string(), "gateway + operator"),
+        (crate::clusters::POOL.to_owned(), "ipam"),
+    ] {
+        for (name, kib) in rss_kib(&token) {
+            if name.starts_with("fabric") {
+                rows.insert(name, (what, kib));
+            }
+        }
+    }
+    for (name, (_, kib)) in &rows {
+        println!("  {name:<32} {:>8.1} MiB", *kib as f64 / 1024.0);
+    }
+    drop(cl);
+    check_interrupt()?;
+
+    // 2: the agent's reaction time.
+    let mut tb = Testbed::new()?;
+    let node = tb.add_netns("node")?;
+    let gw = tb.add_netns("gw")?;
+    tb.veth(&node, "eth0", &gw, "eth0")?;
+    tb.ip(&node, &["addr", "add", "10.9.0.2/24", "dev", "eth0"])?;
+    let server = ApiServer::start("bench-control");
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+    server.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
+    server.kubectl_ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd",
+        "--all",
+        "--timeout=30s",
+    ]);
+    let _agent = Proc(
+        Command::new(locate_bin("fabric-agent")?)
+            .env("KUBECONFIG", &server.kubeconfig)
+            .args(["run", "--gateway", "10.9.0.1", "--route-netns", &node])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the agent")?,
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    println!("\nConfiguration granted -> route on the node   [p99 < 200 ms]");
+    println!(
+        "  {:>6} {:>10} {:>10} {:>10}",
+        "peers", "p50 ms", "p99 ms", "max ms"
+    );
+    rt.block_on(async {
+        let api: Api<Configuration> = Api::namespaced(server.client().await, "default");
+        for (round, n) in peer_counts.iter().enumerate() {
+            let mut lat = route_latencies(&tb, &node, &api, round, *n).await?;
+            lat.sort();
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            println!(
+                "  {n:>6} {:>10.1} {:>10.1} {:>10.1}",
+                ms(percentile(&lat, 0.5)),
+                ms(percentile(&lat, 0.99)),
+                ms(*lat.last().unwrap())
+            );
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(())
+}
