@@ -8,6 +8,7 @@
 //! - [`Maps::open_pinned`] + [`Maps::snapshot`] read everything without loading anything.
 use std::{
     collections::BTreeMap,
+    fmt::Write as _,
     io,
     net::Ipv4Addr,
     path::{Path, PathBuf},
@@ -383,6 +384,79 @@ pub struct Snapshot {
     pub remaps: Vec<RemapStatus>,
     pub externals: Vec<ExternalStatus>,
     pub drops: BTreeMap<String, u64>,
+}
+
+impl Snapshot {
+    /// The snapshot as tables for people (`datapath show`, `fabricctl network dump`).
+    pub fn to_table(&self) -> String {
+        let s = self;
+        let mut o = String::new();
+        let _ = writeln!(o, "PEERS");
+        let _ = writeln!(
+            o,
+            "  {:>4}  {:<16} {:<12} {:>7} {:>5}  {:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
+            "ID",
+            "NAME",
+            "INTERFACE",
+            "IFINDEX",
+            "MSS",
+            "DIR",
+            "PACKETS",
+            "BYTES",
+            "REMAPPED",
+            "CLAMPED",
+            "ICMPERR",
+            "DROPPED"
+        );
+        for p in &s.peers {
+            for (i, (dir, c)) in [("egress", &p.egress), ("ingress", &p.ingress)]
+                .into_iter()
+                .enumerate()
+            {
+                let (id, name, ifname, idx, mss) = if i == 0 {
+                    (
+                        p.id.to_string(),
+                        p.name.as_str(),
+                        p.interface.as_str(),
+                        p.ifindex.map_or("-".into(), |i| i.to_string()),
+                        p.mss.map_or("-".into(), |m| m.to_string()),
+                    )
+                } else {
+                    (String::new(), "", "", String::new(), String::new())
+                };
+                let _ = writeln!(
+                    o,
+                    "  {id:>4}  {name:<16} {ifname:<12} {idx:>7} {mss:>5}  {dir:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
+                    c.packets, c.bytes, c.remapped, c.mss_clamped, c.icmp_errors, c.dropped
+                );
+            }
+        }
+        if s.peers.is_empty() {
+            let _ = writeln!(o, "  (none)");
+        }
+        let _ = writeln!(
+            o,
+            "\nREMAPS (this cluster's view -> the peer's real prefix)"
+        );
+        for r in &s.remaps {
+            let _ = writeln!(o, "  {:<16} {:>18} -> {}", r.peer, r.local, r.remote);
+        }
+        if s.remaps.is_empty() {
+            let _ = writeln!(o, "  (none)");
+        }
+        let _ = writeln!(o, "\nEXTERNALS (local external-CIDR address -> local IP)");
+        for e in &s.externals {
+            let _ = writeln!(o, "  {:>18} -> {}", e.external, e.internal);
+        }
+        if s.externals.is_empty() {
+            let _ = writeln!(o, "  (none)");
+        }
+        let _ = writeln!(o, "\nDROPS");
+        for (k, v) in &s.drops {
+            let _ = writeln!(o, "  {k:<16} {v}");
+        }
+        o
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -75,6 +75,25 @@ enum Cmd {
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// What the fabric programmed on this machine (run it on a node or gateway host).
+    #[command(subcommand)]
+    Network(NetworkCmd),
+}
+
+#[derive(Subcommand)]
+enum NetworkCmd {
+    /// The eBPF maps (peers, counters, remaps, external IPs, drops) of every data plane pinned
+    /// here, and the fabric's routes.
+    Dump {
+        /// Pin directories to read (default: every data plane under /sys/fs/bpf).
+        #[arg(long)]
+        pin_dir: Vec<PathBuf>,
+        /// Look inside this network namespace (a name under /run/netns, or a path).
+        #[arg(long)]
+        netns: Option<String>,
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -558,9 +577,139 @@ async fn status(c: &Client, ns: &str, output: Output) -> Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    match run(Cli::parse()).await {
+/// Data planes pinned under /sys/fs/bpf (directories holding the interface map).
+fn pinned_dataplanes() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir("/sys/fs/bpf")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("FABRIC_IFACES").exists())
+        .collect();
+    out.sort();
+    out
+}
+
+#[derive(Serialize)]
+struct Dump {
+    dataplanes: Vec<(PathBuf, fabric_dataplane::Snapshot)>,
+    routes: Vec<String>,
+}
+
+/// Our routes (protocol 250) in the current network namespace, as `dst via gw dev ifindex`.
+async fn fabric_routes() -> Result<Vec<String>> {
+    use futures::TryStreamExt;
+    use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteProtocol};
+    let (conn, handle, _) = rtnetlink::new_connection().context("netlink")?;
+    tokio::spawn(conn);
+    let mut s = handle
+        .route()
+        .get(rtnetlink::RouteMessageBuilder::<std::net::Ipv4Addr>::new().build())
+        .execute();
+    let mut out = Vec::new();
+    while let Some(m) = s.try_next().await.context("listing routes")? {
+        if m.header.protocol != RouteProtocol::Other(250) {
+            continue;
+        }
+        let (mut dst, mut via, mut dev) = (String::from("0.0.0.0"), String::new(), String::new());
+        for a in &m.attributes {
+            match a {
+                RouteAttribute::Destination(RouteAddress::Inet(d)) => dst = d.to_string(),
+                RouteAttribute::Gateway(RouteAddress::Inet(g)) => via = format!(" via {g}"),
+                RouteAttribute::Oif(i) => {
+                    dev = format!(
+                        " dev {}",
+                        fabric_dataplane::sys::ifname(*i).unwrap_or_else(|| i.to_string())
+                    )
+                }
+                _ => {}
+            }
+        }
+        out.push(format!(
+            "{dst}/{}{via}{dev}",
+            m.header.destination_prefix_length
+        ));
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn network_dump(pin_dirs: Vec<PathBuf>, output: Output) -> Result<()> {
+    let dirs = if pin_dirs.is_empty() {
+        pinned_dataplanes()
+    } else {
+        pin_dirs
+    };
+    let mut dump = Dump {
+        dataplanes: Vec::new(),
+        routes: Vec::new(),
+    };
+    for d in dirs {
+        let snap = fabric_dataplane::Maps::open_pinned(&d)
+            .and_then(|m| m.snapshot())
+            .with_context(|| format!("reading the data plane pinned at {}", d.display()))?;
+        dump.dataplanes.push((d, snap));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    dump.routes = rt.block_on(fabric_routes())?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&dump)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&dump)?),
+        Output::Table => {
+            for (d, snap) in &dump.dataplanes {
+                println!(
+                    "== data plane pinned at {}\n{}",
+                    d.display(),
+                    snap.to_table()
+                );
+            }
+            if dump.dataplanes.is_empty() {
+                println!("== no data plane pinned under /sys/fs/bpf (is this a gateway host?)\n");
+            }
+            println!("== fabric routes (proto 250)");
+            for r in &dump.routes {
+                println!("  {r}");
+            }
+            if dump.routes.is_empty() {
+                println!("  (none)");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // Inspecting a host: switch namespace before any thread exists, then stay synchronous.
+    if let Cmd::Network(NetworkCmd::Dump {
+        pin_dir,
+        netns,
+        output,
+    }) = &cli.cmd
+    {
+        let r = netns
+            .as_deref()
+            .map_or(Ok(()), fabric_dataplane::sys::enter_netns)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| network_dump(pin_dir.clone(), *output));
+        return match r {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -599,5 +748,6 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Status { output } => status(&local, &cli.namespace, output).await,
+        Cmd::Network(_) => unreachable!("handled before the runtime starts"),
     }
 }
