@@ -112,22 +112,7 @@ fn agent_routes_follow_the_api_and_repair_drift() {
         .unwrap();
 
     let api = ApiServer::start("agent");
-    api.kubectl_ok(&[
-        "apply",
-        "-k",
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/crds")
-            .to_str()
-            .unwrap(),
-    ]);
-    api.kubectl_ok(&[
-        "wait",
-        "--for",
-        "condition=established",
-        "crd",
-        "--all",
-        "--timeout=30s",
-    ]);
+    api.install_crds();
     let logs = std::env::temp_dir().join(format!("{}-agent", tb.id()));
     std::fs::create_dir_all(&logs).unwrap();
 

@@ -75,22 +75,7 @@ async fn ipam_grants_persist_and_release() {
         return;
     }
     let server = ApiServer::start("ipam");
-    server.kubectl_ok(&[
-        "apply",
-        "-k",
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/crds")
-            .to_str()
-            .unwrap(),
-    ]);
-    server.kubectl_ok(&[
-        "wait",
-        "--for",
-        "condition=established",
-        "crd",
-        "--all",
-        "--timeout=30s",
-    ]);
+    server.install_crds();
     let logdir = std::env::temp_dir().join(format!("fabric-ctl-{}", std::process::id()));
     std::fs::create_dir_all(&logdir).unwrap();
     let client = server.client().await;

@@ -95,6 +95,20 @@ impl ApiServer {
         server
     }
 
+    /// Installs the fabric's CRDs (deploy/crds) and waits until the server serves them.
+    pub fn install_crds(&self) {
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+        self.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
+        self.kubectl_ok(&[
+            "wait",
+            "--for",
+            "condition=established",
+            "crd",
+            "--all",
+            "--timeout=30s",
+        ]);
+    }
+
     pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
         Command::new("kubectl")
             .env("KUBECONFIG", &self.kubeconfig)

@@ -197,16 +197,7 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     tb.veth(&node, "eth0", &gw, "eth0")?;
     tb.ip(&node, &["addr", "add", "10.9.0.2/24", "dev", "eth0"])?;
     let server = ApiServer::start("bench-control");
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-    server.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
-    server.kubectl_ok(&[
-        "wait",
-        "--for",
-        "condition=established",
-        "crd",
-        "--all",
-        "--timeout=30s",
-    ]);
+    server.install_crds();
     let _agent = Proc(
         Command::new(locate_bin("fabric-agent")?)
             .env("KUBECONFIG", &server.kubeconfig)
