@@ -642,6 +642,8 @@ impl Gateway {
     pub fn status(&self) -> Status {
         let now = Instant::now();
         let interval = Duration::from_secs(self.iface.probe_interval);
+        // The remap programs' counters, when this gateway runs the data plane.
+        let maps = fabric_dataplane::Maps::open_pinned(&self.iface.pin_dir()).ok();
         let peers = self
             .peers()
             .iter()
@@ -689,6 +691,11 @@ impl Gateway {
                         .zip(&c.drops)
                         .map(|(n, v)| (n.to_string(), v.load(Ordering::Relaxed)))
                         .collect(),
+                    dataplane: maps.as_ref().and_then(|m| {
+                        let id = p.settings.lock().unwrap().cfg.id?;
+                        let (eg, ing) = m.peer_counters(id).ok()?;
+                        Some(crate::status::DataplaneCounters::from_counters(&eg, &ing))
+                    }),
                 }
             })
             .collect();

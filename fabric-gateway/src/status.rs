@@ -41,6 +41,38 @@ pub struct PeerStatus {
     pub rx_packets: u64,
     pub tx_packets: u64,
     pub drops: BTreeMap<String, u64>,
+    /// What the eBPF remap programs on the peer's device counted (when the data plane runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataplane: Option<DataplaneCounters>,
+}
+
+/// Per-direction counters of the remap programs on a peer's device.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DataplaneCounters {
+    pub egress: BTreeMap<String, u64>,
+    pub ingress: BTreeMap<String, u64>,
+}
+
+impl DataplaneCounters {
+    pub fn from_counters(
+        egress: &fabric_common::Counters,
+        ingress: &fabric_common::Counters,
+    ) -> Self {
+        let m = |c: &fabric_common::Counters| {
+            BTreeMap::from([
+                ("packets".to_owned(), c.packets),
+                ("bytes".to_owned(), c.bytes),
+                ("remapped".to_owned(), c.remapped),
+                ("mss_clamped".to_owned(), c.mss_clamped),
+                ("icmp_errors".to_owned(), c.icmp_errors),
+                ("dropped".to_owned(), c.dropped),
+            ])
+        };
+        Self {
+            egress: m(egress),
+            ingress: m(ingress),
+        }
+    }
 }
 
 fn esc(s: &str) -> String {
@@ -188,6 +220,24 @@ pub fn render_metrics(s: &Status) -> String {
             );
         }
     }
+    family(
+        &mut o,
+        "dataplane_total",
+        "counter",
+        "Counters of the eBPF remap programs on a peer's device, by direction and kind.",
+    );
+    for p in &s.peers {
+        let Some(d) = &p.dataplane else { continue };
+        for (dir, m) in [("egress", &d.egress), ("ingress", &d.ingress)] {
+            for (what, v) in m {
+                let _ = writeln!(
+                    o,
+                    "fabric_gateway_dataplane_total{{{gw},{},direction=\"{dir}\",counter=\"{what}\"}} {v}",
+                    peer_labels(p)
+                );
+            }
+        }
+    }
     o
 }
 
@@ -231,6 +281,14 @@ mod tests {
                 rx_packets: 1,
                 tx_packets: 2,
                 drops: BTreeMap::from([("not_allowed_source".into(), 9)]),
+                dataplane: Some(DataplaneCounters::from_counters(
+                    &fabric_common::Counters {
+                        packets: 10,
+                        remapped: 7,
+                        ..Default::default()
+                    },
+                    &fabric_common::Counters::default(),
+                )),
             }],
         }
     }
@@ -244,6 +302,9 @@ mod tests {
             format!("fabric_gateway_peer_rx_bytes_total{{{labels}}} 100"),
             format!("fabric_gateway_peer_probe_rtt_seconds{{{labels}}} 0.002"),
             format!("fabric_gateway_peer_drops_total{{{labels},reason=\"not_allowed_source\"}} 9"),
+            format!(
+                "fabric_gateway_dataplane_total{{{labels},direction=\"egress\",counter=\"remapped\"}} 7"
+            ),
             "fabric_gateway_unattributed_drops_total{gateway=\"fabric\",reason=\"unknown_peer\"} 3"
                 .to_string(),
         ] {

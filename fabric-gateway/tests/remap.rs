@@ -290,6 +290,13 @@ fn three_clusters_same_pod_cidr_over_wireguard() {
             .unwrap();
         for p in st["peers"].as_array().unwrap() {
             assert!(p["rx_bytes"].as_u64().unwrap_or(0) > 0, "{p:#}");
+            // The remap programs on the peer's device did the rewriting, both ways.
+            for dir in ["egress", "ingress"] {
+                assert!(
+                    p["dataplane"][dir]["remapped"].as_u64().unwrap_or(0) > 0,
+                    "{dir}: {p:#}"
+                );
+            }
         }
     }
 }
