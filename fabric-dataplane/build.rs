@@ -45,10 +45,11 @@ fn main() -> anyhow::Result<()> {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        if msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "fabric" {
-            if let Some(e) = msg["executable"].as_str() {
-                exe = Some(PathBuf::from(e));
-            }
+        if msg["reason"] == "compiler-artifact"
+            && msg["target"]["name"] == "fabric"
+            && let Some(e) = msg["executable"].as_str()
+        {
+            exe = Some(PathBuf::from(e));
         }
     }
     // Diagnostics of our own programs (rendered on stderr by cargo) are worth seeing.
