@@ -192,6 +192,9 @@ pub struct Gateway {
     /// Serialises control-plane mutations (reload, UAPI set).
     control: tokio::sync::Mutex<()>,
     netlink: rtnetlink::Handle,
+    /// The loaded remap programs and their maps, kept between reloads so a configuration
+    /// change costs map writes, not another program load and verification.
+    dataplane: Mutex<Option<fabric_dataplane::Dataplane>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -243,6 +246,7 @@ impl Gateway {
             drops: Default::default(),
             cookies_sent: AtomicU64::new(0),
             threads: Mutex::default(),
+            dataplane: Mutex::default(),
             control: tokio::sync::Mutex::new(()),
             netlink,
         });
@@ -253,7 +257,7 @@ impl Gateway {
                 return Err(e);
             }
         }
-        if let Err(e) = apply_dataplane(dataplane) {
+        if let Err(e) = gw.apply_dataplane(dataplane) {
             gw.shutdown().await;
             return Err(e);
         }
@@ -511,7 +515,7 @@ impl Gateway {
                 errors.push(e.to_string());
             }
         }
-        if let Err(e) = apply_dataplane(cfg.dataplane()) {
+        if let Err(e) = self.apply_dataplane(cfg.dataplane()) {
             tracing::error!(error = %e, "reload: data plane not applied");
             errors.push(e.to_string());
         }
@@ -1190,27 +1194,34 @@ impl TunGro {
     }
 }
 
-/// Puts the remap programs on the peers' devices and makes their maps match. The devices
-/// exist by now; filters on them go away with them, so a restarted gateway re-applies.
-fn apply_dataplane(
-    dp: Option<(std::path::PathBuf, fabric_dataplane::DataplaneConfig)>,
-) -> Result<(), GatewayError> {
-    let Some((pin_dir, cfg)) = dp else {
-        return Ok(());
-    };
-    let err = |e: fabric_dataplane::Error| {
-        let mut msg = format!("data plane: {e}");
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            msg.push_str(&format!(": {s}"));
-            src = s.source();
-        }
-        GatewayError::Other(msg)
-    };
-    let mut plane = fabric_dataplane::Dataplane::load(Some(&pin_dir)).map_err(err)?;
-    let report = plane.apply(&cfg).map_err(err)?;
-    tracing::info!(pin_dir = %pin_dir.display(), ?report, "data plane applied");
-    Ok(())
+impl Gateway {
+    /// Puts the remap programs on the peers' devices and makes their maps match. The devices
+    /// exist by now; filters on them go away with them, so a restarted gateway re-applies.
+    fn apply_dataplane(
+        &self,
+        dp: Option<(std::path::PathBuf, fabric_dataplane::DataplaneConfig)>,
+    ) -> Result<(), GatewayError> {
+        let Some((pin_dir, cfg)) = dp else {
+            return Ok(());
+        };
+        let err = |e: fabric_dataplane::Error| {
+            let mut msg = format!("data plane: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            GatewayError::Other(msg)
+        };
+        let mut slot = self.dataplane.lock().unwrap();
+        let plane = match slot.as_mut() {
+            Some(p) => p,
+            None => slot.insert(fabric_dataplane::Dataplane::load(Some(&pin_dir)).map_err(err)?),
+        };
+        let report = plane.apply(&cfg).map_err(err)?;
+        tracing::info!(pin_dir = %pin_dir.display(), ?report, "data plane applied");
+        Ok(())
+    }
 }
 
 fn make_probe(cfg: &PeerConfig) -> Option<Probe> {
