@@ -3,42 +3,21 @@
 //! the same pod addresses, the real binaries as separate processes. `fabricctl peer` connects
 //! them; pods on every node talk across using the addresses each cluster's IPAM chose; every
 //! component survives a restart mid-traffic; `fabricctl unpeer` removes every trace.
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
-    time::Duration,
-};
+use std::time::Duration;
 
 use fabric_tests::{
     apiserver::require_tools,
     clusters::{Cluster, PeeredClusters},
-    netns::{join, spawn_in_netns},
-    skip_unless_root,
+    skip_unless_root, traffic,
 };
 
-/// TCP from `client` to `dst`; returns the client address the server in `server` saw.
-fn tcp_seen(server: &str, client: &str, dst: &str) -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let srv = spawn_in_netns(server, move || {
-        let l = TcpListener::bind("0.0.0.0:7100")?;
-        tx.send(()).unwrap();
-        let (mut s, peer) = l.accept()?;
-        let mut b = [0u8; 4];
-        s.read_exact(&mut b)?;
-        s.write_all(&b)?;
-        Ok(peer.ip().to_string())
-    });
-    rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    let dst: SocketAddr = format!("{dst}:7100").parse().unwrap();
-    join(spawn_in_netns(client, move || {
-        let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(5))?;
-        s.write_all(b"ping")?;
-        let mut b = [0u8; 4];
-        s.read_exact(&mut b)?;
-        Ok(())
-    }))
-    .unwrap();
-    join(srv).unwrap()
+/// TCP from `client` to `dst`: the client address the server in `server` saw.
+fn server_saw(server: &str, client: &str, dst: &str) -> String {
+    traffic::tcp_probe(client, server, dst, 7100)
+        .unwrap()
+        .server_saw
+        .ip()
+        .to_string()
 }
 
 /// How cluster `me` sees pod `k` of its peer: both IPAMs give the other's 10.244.0.0/16
@@ -71,9 +50,9 @@ fn peer_two_clusters_with_fabricctl() {
         .unwrap();
     for ka in 0..2 {
         for kb in 0..2 {
-            let seen = tcp_seen(&cl.b.pods[kb], &cl.a.pods[ka], &remote_pod(kb));
+            let seen = server_saw(&cl.b.pods[kb], &cl.a.pods[ka], &remote_pod(kb));
             assert_eq!(seen, remote_pod(ka), "A pod {ka} -> B pod {kb}");
-            let seen = tcp_seen(&cl.a.pods[ka], &cl.b.pods[kb], &remote_pod(ka));
+            let seen = server_saw(&cl.a.pods[ka], &cl.b.pods[kb], &remote_pod(ka));
             assert_eq!(seen, remote_pod(kb), "B pod {kb} -> A pod {ka}");
         }
     }
@@ -122,7 +101,7 @@ fn peer_two_clusters_with_fabricctl() {
     cl.wait_reachable(&cl.b.pods[0], "10.65.0.1", Duration::from_secs(15))
         .unwrap();
     assert_eq!(
-        tcp_seen(&host, &cl.b.pods[1], "10.65.0.1"),
+        server_saw(&host, &cl.b.pods[1], "10.65.0.1"),
         remote_pod(1),
         "the host sees B's pod under A's view"
     );
@@ -159,7 +138,7 @@ fn peer_two_clusters_with_fabricctl() {
             "{name}: traffic back only after {took:?}"
         );
         assert_eq!(
-            tcp_seen(&cl.b.pods[1], &cl.a.pods[0], &remote_pod(1)),
+            server_saw(&cl.b.pods[1], &cl.a.pods[0], &remote_pod(1)),
             remote_pod(0),
             "after {name}"
         );

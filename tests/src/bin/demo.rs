@@ -2,20 +2,14 @@
 //! and its own network, both using pod CIDR 10.244.0.0/16 (the same pod addresses even), are
 //! peered with one `fabricctl peer` and their pods talk across a WireGuard tunnel through the
 //! eBPF double NAT. Everything is removed at the end, also on Ctrl-C or failure.
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
-    process::ExitCode,
-    time::Duration,
-};
+use std::{process::ExitCode, time::Duration};
 
 use anyhow::{Result, bail};
 use fabric_tests::{
     apiserver::require_tools,
     check_interrupt,
     clusters::{Cluster, POD_CIDR, PeeredClusters},
-    install_interrupt_handler, is_root,
-    netns::{join, spawn_in_netns},
+    install_interrupt_handler, is_root, traffic,
 };
 
 fn title(s: &str) {
@@ -26,30 +20,6 @@ fn indent(s: &str) {
     for l in s.lines() {
         println!("    {l}");
     }
-}
-
-/// TCP from `client` to `dst`: returns the address the server saw.
-fn tcp_seen(server: &str, client: &str, dst: &str) -> Result<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let srv = spawn_in_netns(server, move || {
-        let l = TcpListener::bind("0.0.0.0:8080")?;
-        tx.send(()).ok();
-        let (mut s, peer) = l.accept()?;
-        let mut b = [0u8; 5];
-        s.read_exact(&mut b)?;
-        s.write_all(&b)?;
-        Ok(peer.ip().to_string())
-    });
-    rx.recv_timeout(Duration::from_secs(5))?;
-    let dst: SocketAddr = format!("{dst}:8080").parse()?;
-    join(spawn_in_netns(client, move || {
-        let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(5))?;
-        s.write_all(b"hello")?;
-        let mut b = [0u8; 5];
-        s.read_exact(&mut b)?;
-        Ok(())
-    }))?;
-    join(srv)
 }
 
 fn demo() -> Result<()> {
@@ -99,7 +69,9 @@ fn demo() -> Result<()> {
             let client = &from.pods[k];
             let server = &to.pods[1 - k];
             let dst = seen(1 - k);
-            let saw = tcp_seen(server, client, &dst)?;
+            let saw = traffic::tcp_probe(client, server, &dst, 8080)?
+                .server_saw
+                .ip();
             println!(
                 "  {fname} pod {} connects to {dst}  =>  {tname} pod {} sees the client as {saw}",
                 Cluster::pod_ip(k),
