@@ -30,10 +30,20 @@ struct Cli {
 enum Cmd {
     /// Run the node agent: keep a route to the gateway for every remapped peer CIDR the
     /// cluster's Configurations grant, and repair it when it drifts.
+    #[command(group(clap::ArgGroup::new("next_hop").required(true).args(["gateway", "gateway_from_lease"])))]
     Run {
         /// Next hop for the peer CIDRs (the gateway, or what reaches it).
         #[arg(long, env = "FABRIC_GATEWAY_IP")]
-        gateway: Ipv4Addr,
+        gateway: Option<Ipv4Addr>,
+        /// Route to the active gateway replica instead: the address its operator publishes on
+        /// this Lease (NAMESPACE/NAME), followed as replicas take over.
+        #[arg(
+            long,
+            env = "FABRIC_GATEWAY_LEASE",
+            num_args = 0..=1,
+            default_missing_value = "fabric-system/fabric-gateway"
+        )]
+        gateway_from_lease: Option<run::LeaseRef>,
         /// Full re-check period (route changes trigger one at once).
         #[arg(long, default_value = "2s", value_parser = parse_duration)]
         interval: Duration,
@@ -136,6 +146,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Run {
             gateway,
+            gateway_from_lease,
             interval,
             metrics_addr,
             route_netns,
@@ -151,7 +162,13 @@ fn run(cli: Cli) -> Result<()> {
                 run::run(
                     client,
                     run::Opts {
-                        gateway,
+                        gateway: match (gateway, gateway_from_lease) {
+                            (Some(ip), _) => run::NextHop::Fixed(ip),
+                            (None, Some(lease)) => run::NextHop::Lease(lease),
+                            (None, None) => {
+                                anyhow::bail!("--gateway or --gateway-from-lease is required")
+                            }
+                        },
                         interval,
                         metrics_addr,
                         route_netns,

@@ -1,9 +1,11 @@
 //! `fabric-agent run`: the node agent proper. Watches the peer Configurations of its cluster
 //! and keeps one route per remapped peer CIDR towards the gateway; repairs drift as soon as
-//! the kernel reports a route change, and at least every `interval`.
+//! the kernel reports a route change, and at least every `interval`. The gateway is a fixed
+//! address, or the active gateway replica's, which its operator publishes on a Lease.
 use std::{
     collections::BTreeSet,
     net::{Ipv4Addr, SocketAddr},
+    str::FromStr,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -17,20 +19,78 @@ use futures::StreamExt;
 use ipnetwork::Ipv4Network;
 use kube::{
     Api, Client,
+    core::{ApiResource, DynamicObject, GroupVersionKind},
     runtime::{WatchStreamExt, reflector, watcher},
 };
 use rtnetlink::{Handle, MulticastGroup};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    sync::Notify,
+    sync::{Notify, watch},
 };
 use tracing::{info, warn};
 
 use crate::routes::{self, Route};
 
+/// Annotation on the gateway Lease holding the active replica's address; written by the
+/// gateway operator (`fabric_controller::gateway::GATEWAY_IP_ANNOTATION`, which the agent does
+/// not depend on).
+pub const GATEWAY_IP_ANNOTATION: &str = "networking.fabric.io/gateway-ip";
+
+/// A Lease by namespace and name, written `NAMESPACE/NAME` (or `NAME` in fabric-system).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl FromStr for LeaseRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (namespace, name) = s.split_once('/').unwrap_or(("fabric-system", s));
+        let label = |x: &str| {
+            !x.is_empty()
+                && x.len() <= 253
+                && x.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        };
+        if !label(namespace) || !label(name) {
+            return Err(format!("{s:?}: expected NAMESPACE/NAME of a Lease"));
+        }
+        Ok(Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// Where the peer CIDRs are routed.
+#[derive(Debug, Clone)]
+pub enum NextHop {
+    Fixed(Ipv4Addr),
+    /// The address the active gateway replica publishes on this Lease.
+    Lease(LeaseRef),
+}
+
+/// The next hop a gateway Lease names: the holder's published address. None while nobody
+/// holds it (released on shutdown, not yet taken) or when the address is missing or unreadable.
+pub fn lease_next_hop(lease: &DynamicObject) -> Option<Ipv4Addr> {
+    let holder = lease.data["spec"]["holderIdentity"].as_str().unwrap_or("");
+    if holder.is_empty() {
+        return None;
+    }
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(GATEWAY_IP_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
 pub struct Opts {
     /// Next hop for every peer CIDR: the gateway (or the overlay address that reaches it).
-    pub gateway: Ipv4Addr,
+    pub gateway: NextHop,
     pub interval: Duration,
     pub metrics_addr: Option<SocketAddr>,
     /// Manage routes in this network namespace instead of the agent's own (the API server
@@ -99,15 +159,56 @@ async fn netlink(netns: Option<String>) -> Result<(Handle, RouteEvents)> {
     Ok((handle, events))
 }
 
+/// Follows the gateway Lease: sends each next hop it names. A Lease that disappears or names
+/// nobody keeps the last known next hop: routes to the last active gateway are the best guess
+/// until another replica takes over.
+fn follow_lease(
+    client: Client,
+    lease: &LeaseRef,
+    notify: Arc<Notify>,
+) -> watch::Receiver<Option<Ipv4Addr>> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"));
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &lease.namespace, &ar);
+    // Only this Lease: RBAC may grant the agent just this name.
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={}", lease.name));
+    let (tx, rx) = watch::channel(None);
+    let name = lease.name.clone();
+    tokio::spawn(async move {
+        let mut s = watcher(api, cfg)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(l) => {
+                    let Some(hop) = lease_next_hop(&l) else {
+                        continue;
+                    };
+                    if tx.send_if_modified(|cur| cur.replace(hop) != Some(hop)) {
+                        info!(lease = %name, gateway = %hop, "active gateway");
+                        notify.notify_one();
+                    }
+                }
+                Err(e) => warn!(error = %e, "watching the gateway Lease"),
+            }
+        }
+    });
+    rx
+}
+
 pub async fn run(client: Client, opts: Opts) -> Result<()> {
     let (handle, mut route_events) = netlink(opts.route_netns.clone()).await?;
     let metrics = Arc::new(Metrics::default());
     if let Some(addr) = opts.metrics_addr {
         serve_metrics(addr, metrics.clone()).await?;
     }
+    let changed = Arc::new(Notify::new());
+    let next_hop = match &opts.gateway {
+        NextHop::Fixed(ip) => watch::channel(Some(*ip)).1,
+        NextHop::Lease(l) => follow_lease(client.clone(), l, changed.clone()),
+    };
     let api: Api<Configuration> = Api::all(client);
     let (reader, writer) = reflector::store();
-    let changed = Arc::new(Notify::new());
     let notify = changed.clone();
     tokio::spawn(async move {
         let mut s = watcher(api, watcher::Config::default())
@@ -130,8 +231,24 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
         .context("listing Configurations")?;
     let mut wanted_before: BTreeSet<Route> = BTreeSet::new();
     let mut tick = tokio::time::interval(opts.interval);
+    let mut waiting_reported = false;
     loop {
-        let want = desired(&reader.state(), opts.gateway);
+        let Some(via) = *next_hop.borrow() else {
+            // No active gateway known yet: leave the routes as they are rather than remove
+            // them (after a restart they still point at the last active gateway).
+            if !waiting_reported {
+                info!("waiting for the gateway Lease to name an active gateway");
+                waiting_reported = true;
+            }
+            tokio::select! {
+                _ = changed.notified() => {}
+                Some(_) = route_events.next() => {}
+                _ = tick.tick() => {}
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+            continue;
+        };
+        let want = desired(&reader.state(), via);
         match routes::reconcile(&handle, &want).await {
             Ok(pass) => {
                 let repaired = pass
@@ -220,4 +337,76 @@ async fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) -> Result<()> {
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, ip: Option<&str>) -> DynamicObject {
+        let ar =
+            ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"));
+        let mut l = DynamicObject::new("fabric-gateway", &ar).data(serde_json::json!({
+            "spec": { "holderIdentity": holder, "leaseDurationSeconds": 4 }
+        }));
+        if let Some(ip) = ip {
+            l.metadata.annotations =
+                Some([(GATEWAY_IP_ANNOTATION.to_owned(), ip.to_owned())].into());
+        }
+        l
+    }
+
+    #[test]
+    fn the_lease_names_the_holders_address() {
+        assert_eq!(
+            lease_next_hop(&lease(Some("gw-1"), Some("10.0.1.2"))),
+            Some(Ipv4Addr::new(10, 0, 1, 2))
+        );
+        // Released (no holder): the address left on it is no longer anyone's.
+        assert_eq!(lease_next_hop(&lease(None, Some("10.0.1.2"))), None);
+        assert_eq!(lease_next_hop(&lease(Some(""), Some("10.0.1.2"))), None);
+        assert_eq!(lease_next_hop(&lease(Some("gw-1"), None)), None);
+        assert_eq!(
+            lease_next_hop(&lease(Some("gw-1"), Some("gw-1.local"))),
+            None
+        );
+    }
+
+    #[test]
+    fn lease_refs_parse() {
+        assert_eq!(
+            "fabric-system/fabric-gateway".parse::<LeaseRef>(),
+            Ok(LeaseRef {
+                namespace: "fabric-system".into(),
+                name: "fabric-gateway".into()
+            })
+        );
+        assert_eq!(
+            "gw".parse::<LeaseRef>().map(|l| l.namespace),
+            Ok("fabric-system".into())
+        );
+        for bad in ["", "/gw", "ns/", "Ns/gw", "a/b/c"] {
+            assert!(bad.parse::<LeaseRef>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn routes_follow_the_next_hop() {
+        let cfg: Configuration = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.fabric.io/v1alpha1",
+            "kind": "Configuration",
+            "metadata": { "name": "b", "namespace": "fabric-system" },
+            "spec": { "clusterId": "b", "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } },
+            "status": { "remote": { "pod": "10.64.0.0/16", "external": "10.65.0.0/16" } }
+        }))
+        .unwrap();
+        let cfgs = [Arc::new(cfg)];
+        let a = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 1));
+        let b = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 2));
+        assert_eq!(a.len(), 2);
+        // A takeover moves every route: all old ones go, all new ones come.
+        let (add, del) = routes::diff(&a, &b);
+        assert_eq!(del, a.iter().copied().collect::<Vec<_>>());
+        assert_eq!(add, b.iter().copied().collect::<Vec<_>>());
+    }
 }

@@ -5,24 +5,38 @@
 //! file, asks the gateway to reload when anything changed, and reports each tunnel as a
 //! `Connection`. It also publishes this gateway's identity (public key, endpoint) for
 //! `fabricctl peer`.
+//!
+//! Replicas run active/passive: the operators compete for a Lease, and only the holder's
+//! gateway runs tunnels. The passive replica's gateway gets a configuration without peers, so
+//! the peer never sees two gateways with the same key. The holder publishes its gateway's
+//! cluster-network address on the Lease; node agents route to whatever that says.
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
+    net::Ipv4Addr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
     process::Command,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use fabric_api::{
     Configuration, Connection, ConnectionSpec, ConnectionState, ConnectionStatus, GatewayClient,
     IP, PublicKey,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::{
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::{ConfigMap, Secret},
+    },
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client, ResourceExt,
-    api::{ListParams, ObjectMeta, Patch, PatchParams},
+    api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 pub const FIELD_MANAGER: &str = "fabric-gateway-operator";
@@ -30,6 +44,27 @@ pub const FIELD_MANAGER: &str = "fabric-gateway-operator";
 pub const KEY_SECRET: &str = "fabric-gateway-key";
 /// ConfigMap where the operator publishes `publicKey` and `endpoint` for peering.
 pub const IDENTITY: &str = "fabric-gateway-identity";
+/// Lease the gateway replicas compete for; its holder runs the tunnels.
+pub const LEASE: &str = "fabric-gateway";
+/// Annotation on the Lease: the holder's gateway address on the cluster network, which the
+/// node agents use as next hop (`fabric-agent run --gateway-from-lease`).
+pub const GATEWAY_IP_ANNOTATION: &str = "networking.fabric.io/gateway-ip";
+
+/// How this replica takes part in the active/passive election.
+#[derive(Debug, Clone)]
+pub struct Election {
+    /// Name of the Lease (in the operator's namespace).
+    pub lease: String,
+    /// This replica's holderIdentity (the pod name).
+    pub identity: String,
+    /// This replica's gateway address as the nodes reach it, published while it holds the
+    /// Lease.
+    pub gateway_ip: Option<Ipv4Addr>,
+    /// leaseDurationSeconds: how long a silent holder keeps the Lease.
+    pub duration: Duration,
+    /// How often the holder renews and a standby checks.
+    pub retry: Duration,
+}
 
 pub struct Opts {
     pub namespace: String,
@@ -44,6 +79,9 @@ pub struct Opts {
     /// `address:port` where peers reach this gateway (after NodePort/LoadBalancer mapping).
     pub advertise: String,
     pub interval: Duration,
+    /// Where the gateway pins its data-plane maps (its default when unset).
+    pub pin_dir: Option<PathBuf>,
+    pub election: Election,
 }
 
 /// One peer as the gateway needs it, assembled from the API.
@@ -147,12 +185,16 @@ pub fn render(o: &Opts, me: &str, peers: &[PeerView], externals: &[(String, Stri
     );
     let _ = writeln!(
         s,
-        "[interface]\nname = {:?}\nprivate_key_file = {:?}\nlisten_port = {}\nmtu = {}\n",
+        "[interface]\nname = {:?}\nprivate_key_file = {:?}\nlisten_port = {}\nmtu = {}",
         o.name,
         o.key_path.display().to_string(),
         o.listen_port,
         o.mtu
     );
+    if let Some(pins) = &o.pin_dir {
+        let _ = writeln!(s, "dataplane_pin_dir = {:?}", pins.display().to_string());
+    }
+    s.push('\n');
     for p in peers {
         let _ = writeln!(
             s,
@@ -235,8 +277,15 @@ fn gateway(o: &Opts, args: &[&str], control: bool) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// One pass: key, identity, config (+ reload), Connections.
-async fn pass(client: &Client, o: &Opts, last_config: &mut Option<String>) -> anyhow::Result<()> {
+/// One pass: key, identity, config (+ reload), Connections. A standby replica (`active`
+/// false) only keeps its key file current and gives its gateway a configuration without peers;
+/// the identity and the Connections are the active replica's to write.
+async fn pass(
+    client: &Client,
+    o: &Opts,
+    active: bool,
+    last_config: &mut Option<String>,
+) -> anyhow::Result<()> {
     let ns = o.namespace.as_str();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let secret = secrets.get(KEY_SECRET).await?;
@@ -253,6 +302,18 @@ async fn pass(client: &Client, o: &Opts, last_config: &mut Option<String>) -> an
         != Some(key_text.as_str())
     {
         write_private(&o.key_path, format!("{key_text}\n").as_bytes())?;
+    }
+    if !active {
+        let config = render(o, "", &[], &[]);
+        if last_config.as_deref() != Some(config.as_str()) {
+            write_private(&o.config_path, config.as_bytes())?;
+            match gateway(o, &["reload"], true) {
+                Ok(_) => info!("standby: gateway configuration without peers applied"),
+                Err(e) => warn!(error = %e, "gateway reload"),
+            }
+            *last_config = Some(config);
+        }
+        return Ok(());
     }
     if let Ok(public) = gateway(
         o,
@@ -310,7 +371,7 @@ async fn pass(client: &Client, o: &Opts, last_config: &mut Option<String>) -> an
     if last_config.as_deref() != Some(config.as_str()) {
         write_private(&o.config_path, config.as_bytes())?;
         match gateway(o, &["reload"], true) {
-            Ok(_) => info!(peers = peers.len(), "gateway configuration applied"),
+            Ok(_) => info!(peers = peers.len(), "active: gateway configuration applied"),
             // Not running yet: it reads the file when it starts.
             Err(e) => warn!(error = %e, "gateway reload"),
         }
@@ -391,17 +452,219 @@ async fn pass(client: &Client, o: &Opts, last_config: &mut Option<String>) -> an
     Ok(())
 }
 
+/// What a candidate knows about the Lease: the last record it saw, and when (by its own
+/// clock) it first saw it. A holder counts as gone once its record has not changed for
+/// leaseDurationSeconds of local time, as in client-go: comparing the holder's renewTime with
+/// our clock would make clock skew between nodes decide who leads.
+#[derive(Debug, Default)]
+pub struct Observed {
+    record: Option<(String, String)>,
+    since: Option<Instant>,
+}
+
+impl Observed {
+    /// Notes the Lease's current holder and renewTime as seen at `now`.
+    pub fn observe(&mut self, holder: &str, renew_time: &str, now: Instant) {
+        let rec = (holder.to_owned(), renew_time.to_owned());
+        if self.record.as_ref() != Some(&rec) {
+            self.record = Some(rec);
+            self.since = Some(now);
+        }
+    }
+
+    /// Whether the record has stayed the same for `duration` (never true before a first
+    /// observation).
+    pub fn expired(&self, duration: Duration, now: Instant) -> bool {
+        self.since
+            .is_some_and(|t| now.saturating_duration_since(t) >= duration)
+    }
+}
+
+/// What a candidate does with the Lease it just read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It is ours: renew it.
+    Renew,
+    /// Free, released or expired: take it.
+    Take,
+    /// Someone else holds it.
+    Standby,
+}
+
+pub fn verdict(
+    me: &str,
+    holder: Option<&str>,
+    seen: &Observed,
+    duration: Duration,
+    now: Instant,
+) -> Verdict {
+    match holder.filter(|h| !h.is_empty()) {
+        Some(h) if h == me => Verdict::Renew,
+        None => Verdict::Take,
+        Some(_) if seen.expired(duration, now) => Verdict::Take,
+        Some(_) => Verdict::Standby,
+    }
+}
+
+fn lease_secs(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+fn set_gateway_ip(meta: &mut ObjectMeta, ip: Option<Ipv4Addr>) {
+    let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+    match ip {
+        Some(ip) => ann.insert(GATEWAY_IP_ANNOTATION.to_owned(), ip.to_string()),
+        None => ann.remove(GATEWAY_IP_ANNOTATION),
+    };
+}
+
+/// One round of the election: creates, renews or takes the Lease when this replica may.
+/// Returns whether this replica holds it now. Writes go through the Lease's resourceVersion,
+/// so of two candidates taking an expired Lease at once, one gets a conflict and stands by.
+async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kube::Result<bool> {
+    let stamp = MicroTime(Timestamp::now());
+    let Some(mut lease) = api.get_opt(&e.lease).await? else {
+        let mut lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(e.lease.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(e.identity.clone()),
+                lease_duration_seconds: Some(lease_secs(e.duration)),
+                acquire_time: Some(stamp.clone()),
+                renew_time: Some(stamp),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        set_gateway_ip(&mut lease.metadata, e.gateway_ip);
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(err) => Err(err),
+        };
+    };
+    let spec = lease.spec.take().unwrap_or_default();
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let renewed = spec
+        .renew_time
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default();
+    let now = Instant::now();
+    seen.observe(&holder, &renewed, now);
+    // The holder's own duration counts, not ours: replicas may run with different flags.
+    let duration = spec.lease_duration_seconds.map_or(e.duration, |s| {
+        Duration::from_secs(s.max(0).unsigned_abs().into())
+    });
+    let taking = match verdict(&e.identity, Some(&holder), seen, duration, now) {
+        Verdict::Standby => return Ok(false),
+        Verdict::Renew => false,
+        Verdict::Take => true,
+    };
+    lease.spec = Some(LeaseSpec {
+        holder_identity: Some(e.identity.clone()),
+        lease_duration_seconds: Some(lease_secs(e.duration)),
+        acquire_time: if taking {
+            Some(stamp.clone())
+        } else {
+            spec.acquire_time.clone()
+        },
+        renew_time: Some(stamp),
+        lease_transitions: Some(spec.lease_transitions.unwrap_or(0) + i32::from(taking)),
+        ..spec
+    });
+    set_gateway_ip(&mut lease.metadata, e.gateway_ip);
+    match api.replace(&e.lease, &PostParams::default(), &lease).await {
+        Ok(_) => {
+            if taking {
+                info!(previous = %holder, "took over the gateway Lease");
+            }
+            Ok(true)
+        }
+        // Someone else wrote first (took it, or renewed just now): theirs.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// Competes for the Lease for as long as the operator runs; `leading` says whether this
+/// replica holds it. Leadership is only given up when the Lease shows another holder: while
+/// the API cannot be reached nobody can take over, and dropping the tunnels then would turn
+/// a control-plane outage into a data-plane one.
+async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
+    let mut seen = Observed::default();
+    let mut tick = tokio::time::interval(e.retry);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match contend(&api, &e, &mut seen).await {
+            Ok(now) => {
+                leading.send_if_modified(|was| {
+                    if *was == now {
+                        return false;
+                    }
+                    if now {
+                        info!(identity = %e.identity, "active: this replica holds the gateway Lease");
+                    } else {
+                        info!(identity = %e.identity, "standby: another replica holds the gateway Lease");
+                    }
+                    *was = now;
+                    true
+                });
+            }
+            Err(err) => warn!(error = %err, "gateway Lease"),
+        }
+    }
+}
+
+/// Hands the Lease back on a clean shutdown, so the standby takes over at once instead of
+/// after leaseDurationSeconds.
+async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
+    let Some(mut lease) = api.get_opt(&e.lease).await? else {
+        return Ok(());
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(e.identity.as_str()) {
+        return Ok(());
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(Timestamp::now()));
+    set_gateway_ip(&mut lease.metadata, None);
+    api.replace(&e.lease, &PostParams::default(), &lease)
+        .await
+        .map(|_| ())
+}
+
 pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
+    let (tx, mut leading) = watch::channel(false);
+    let elector = tokio::spawn(elect(leases.clone(), o.election.clone(), tx));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut last = None;
     loop {
-        if let Err(e) = pass(&client, &o, &mut last).await {
+        let active = *leading.borrow_and_update();
+        if let Err(e) = pass(&client, &o, active, &mut last).await {
             warn!(error = %format!("{e:#}"), "gateway operator pass");
         }
         tokio::select! {
             _ = tokio::time::sleep(o.interval) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            // A takeover is applied at once, not at the next interval.
+            Ok(()) = leading.changed() => {}
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
         }
     }
+    elector.abort();
+    if *leading.borrow() {
+        match release(&leases, &o.election).await {
+            Ok(()) => info!("released the gateway Lease"),
+            Err(e) => warn!(error = %e, "releasing the gateway Lease"),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -417,6 +680,111 @@ mod tests {
         assert_eq!(u32::from(s1) % 4, 1);
         assert!(s1.is_link_local());
         assert_ne!(tunnel_addrs("cluster-a", "cluster-c").0, s1);
+    }
+
+    #[test]
+    fn a_silent_holder_loses_the_lease_after_its_duration_of_local_time() {
+        let d = Duration::from_secs(4);
+        let t0 = Instant::now();
+        let mut seen = Observed::default();
+        seen.observe("gw-0", "2025-01-01T00:00:00.000000Z", t0);
+        assert_eq!(
+            verdict("gw-1", Some("gw-0"), &seen, d, t0),
+            Verdict::Standby
+        );
+        // Renewals keep it alive, however long it has been held.
+        let t1 = t0 + Duration::from_secs(3);
+        seen.observe("gw-0", "2025-01-01T00:00:03.000000Z", t1);
+        let t2 = t0 + Duration::from_secs(6);
+        seen.observe("gw-0", "2025-01-01T00:00:03.000000Z", t2);
+        assert_eq!(
+            verdict("gw-1", Some("gw-0"), &seen, d, t2),
+            Verdict::Standby
+        );
+        // The same record for the whole duration: the holder is gone.
+        let t3 = t1 + d;
+        seen.observe("gw-0", "2025-01-01T00:00:03.000000Z", t3);
+        assert_eq!(verdict("gw-1", Some("gw-0"), &seen, d, t3), Verdict::Take);
+        // Its renewTime says nothing about our clock: a record renewed "in the future" still
+        // expires on local time.
+        let mut skewed = Observed::default();
+        skewed.observe("gw-0", "2099-01-01T00:00:00.000000Z", t0);
+        assert_eq!(
+            verdict("gw-1", Some("gw-0"), &skewed, d, t0),
+            Verdict::Standby
+        );
+        assert_eq!(
+            verdict("gw-1", Some("gw-0"), &skewed, d, t0 + d),
+            Verdict::Take
+        );
+    }
+
+    #[test]
+    fn free_or_own_leases_are_taken_or_renewed_at_once() {
+        let d = Duration::from_secs(4);
+        let t0 = Instant::now();
+        let mut seen = Observed::default();
+        seen.observe("gw-1", "x", t0);
+        assert_eq!(verdict("gw-1", Some("gw-1"), &seen, d, t0), Verdict::Renew);
+        seen.observe("", "x", t0);
+        // Released on shutdown: no waiting.
+        assert_eq!(verdict("gw-1", Some(""), &seen, d, t0), Verdict::Take);
+        assert_eq!(verdict("gw-1", None, &seen, d, t0), Verdict::Take);
+        // Nothing observed yet never counts as expired.
+        assert!(!Observed::default().expired(d, t0 + d * 10));
+    }
+
+    fn opts(pin_dir: Option<&str>) -> Opts {
+        Opts {
+            namespace: "fabric-system".into(),
+            name: "gw".into(),
+            config_path: "/tmp/gw.toml".into(),
+            key_path: "/tmp/gw.key".into(),
+            control_dir: "/tmp".into(),
+            gateway_bin: "fabric-gateway".into(),
+            listen_port: 51820,
+            mtu: 1420,
+            advertise: "192.0.2.1:51820".into(),
+            interval: Duration::from_secs(1),
+            pin_dir: pin_dir.map(PathBuf::from),
+            election: Election {
+                lease: LEASE.into(),
+                identity: "gw-0".into(),
+                gateway_ip: None,
+                duration: Duration::from_secs(4),
+                retry: Duration::from_secs(1),
+            },
+        }
+    }
+
+    #[test]
+    fn the_pin_dir_goes_into_the_interface_table() {
+        let peer = PeerView {
+            cluster_id: "b".into(),
+            peer_id: 1,
+            public_key: "k".into(),
+            endpoint: None,
+            real_pod: "10.244.0.0/16".into(),
+            real_external: "10.70.0.0/16".into(),
+            seen_pod: "10.64.0.0/16".into(),
+            seen_external: "10.65.0.0/16".into(),
+        };
+        let with = render(
+            &opts(Some("/sys/fs/bpf/x")),
+            "a",
+            std::slice::from_ref(&peer),
+            &[],
+        );
+        let iface = &with[..with.find("[[peers]]").unwrap()];
+        assert!(
+            iface.contains("dataplane_pin_dir = \"/sys/fs/bpf/x\""),
+            "{with}"
+        );
+        let without = render(&opts(None), "a", &[peer], &[]);
+        assert!(!without.contains("dataplane_pin_dir"), "{without}");
+        // What a standby replica's gateway gets: the interface and nothing else.
+        let standby = render(&opts(None), "", &[], &[]);
+        assert!(!standby.contains("[[peers]]") && standby.contains("[interface]"));
     }
 
     #[test]

@@ -2,7 +2,11 @@
 //! - `ipam`: grants peers' remapped CIDRs and data-plane ids (one per cluster).
 //! - `gateway`: the gateway operator, beside each fabric-gateway (renders its configuration
 //!   from the API and reports Connections).
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
@@ -20,6 +24,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once at start-up; boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Grant peers' remapped CIDRs and data-plane ids, and external-CIDR addresses for `IP`s.
@@ -69,6 +75,26 @@ enum Cmd {
         advertise: SocketAddr,
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
         interval: Duration,
+        /// Where the gateway pins its data-plane maps (default: the gateway's own default).
+        #[arg(long)]
+        pin_dir: Option<PathBuf>,
+        /// This replica's identity in the active/passive election (default: $POD_NAME, else
+        /// the host name).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        /// This replica's gateway address on the cluster network: published on the Lease while
+        /// it is active, so node agents route to it.
+        #[arg(long, env = "FABRIC_GATEWAY_POD_IP")]
+        gateway_ip: Option<Ipv4Addr>,
+        /// The Lease the replicas compete for (in --namespace).
+        #[arg(long, default_value = gateway::LEASE)]
+        lease: String,
+        /// How long a holder that stops renewing keeps the Lease.
+        #[arg(long, default_value = "4s", value_parser = parse_duration)]
+        lease_duration: Duration,
+        /// How often the holder renews and a standby replica checks the Lease.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        lease_retry: Duration,
     },
 }
 
@@ -146,7 +172,24 @@ async fn main() -> Result<()> {
             mtu,
             advertise,
             interval,
+            pin_dir,
+            identity,
+            gateway_ip,
+            lease,
+            lease_duration,
+            lease_retry,
         } => {
+            let identity = match identity {
+                Some(i) => i,
+                None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .context("no --identity or POD_NAME, and no host name")?
+                    .trim()
+                    .to_owned(),
+            };
+            anyhow::ensure!(
+                lease_retry < lease_duration,
+                "--lease-retry must be shorter than --lease-duration, or the holder loses the Lease between renewals"
+            );
             gateway::run(
                 client,
                 gateway::Opts {
@@ -160,6 +203,14 @@ async fn main() -> Result<()> {
                     mtu,
                     advertise: advertise.to_string(),
                     interval,
+                    pin_dir,
+                    election: gateway::Election {
+                        lease,
+                        identity,
+                        gateway_ip,
+                        duration: lease_duration,
+                        retry: lease_retry,
+                    },
                 },
             )
             .await

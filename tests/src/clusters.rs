@@ -1,12 +1,15 @@
 //! Two whole clusters for end-to-end tests and the demo: each has its own API server
-//! (kubelite, see [`crate::apiserver`]) and its own network in namespaces — a gateway with a
-//! bridge as the cluster network, N nodes, one pod per node — and runs the real binaries as
-//! separate processes: the IPAM controller, the gateway operator, the gateway and one agent per
-//! node. Both clusters use pod CIDR 10.244.0.0/16 and the same pod addresses.
+//! (kubelite, see [`crate::apiserver`]) and its own network in namespaces — a bridge as the
+//! cluster network, one or more gateway replicas on it, N nodes, one pod per node — and runs
+//! the real binaries as separate processes: the IPAM controller, per gateway replica the gateway
+//! operator and the gateway, and one agent per node. Both clusters use pod CIDR 10.244.0.0/16
+//! and the same pod addresses.
 //!
-//! Addresses in cluster i (1 or 2): gateway 10.0.i.1 on the cluster bridge, node k
-//! 10.0.i.(10+k), pod k 10.244.(k+1).10 behind node k; gateways meet on the underlay
-//! 192.168.77.0/24 (192.168.77.i).
+//! Addresses in cluster i (1 or 2): gateway replica r 10.0.i.(1+r) on the cluster bridge, node
+//! k 10.0.i.(10+k), pod k 10.244.(k+1).10 behind node k; every gateway replica is also on the
+//! underlay bridge 192.168.77.0/24 as 192.168.77.(i+10r). Replicas run active/passive (the
+//! operators compete for the `fabric-gateway` Lease); with more than one, the agents follow the
+//! Lease to the active replica, with one they route to 10.0.i.1.
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
@@ -21,12 +24,36 @@ pub const POD_CIDR: &str = "10.244.0.0/16";
 pub const EXTERNAL_CIDR: &str = "10.70.0.0/16";
 pub const SERVICE_CIDR: &str = "10.96.0.0/12";
 pub const POOL: &str = "10.64.0.0/12";
+/// The Lease the gateway replicas of a cluster compete for (namespace fabric-system).
+pub const GATEWAY_LEASE: &str = "fabric-gateway";
+
+/// One gateway replica: a gateway and its operator, as one pod of the gateway Deployment.
+#[derive(Debug, Clone)]
+pub struct Replica {
+    /// Network namespace the gateway runs in (its TUN devices and remap programs live there).
+    pub ns: String,
+    /// Its operator's holderIdentity in the gateway Lease (what the pod name would be); also
+    /// the gateway's process name.
+    pub identity: String,
+    /// Process name of its operator.
+    pub operator: String,
+    /// Address on the cluster network: the nodes' next hop while it is active.
+    pub ip: String,
+    /// Address on the underlay.
+    pub underlay_ip: String,
+    /// Configuration, key file, control and UAPI sockets.
+    pub dir: PathBuf,
+}
 
 pub struct Cluster {
     pub index: u8,
     pub id: String,
     pub api: ApiServer,
+    /// The first gateway replica's namespace (the only one unless more were asked for).
     pub gw: String,
+    pub replicas: Vec<Replica>,
+    /// Namespace holding the cluster network's bridge.
+    pub lan: String,
     pub nodes: Vec<String>,
     pub pods: Vec<String>,
     pub dir: PathBuf,
@@ -38,8 +65,43 @@ impl Cluster {
         format!("10.244.{}.10", k + 1)
     }
 
+    /// The first gateway replica's address on the cluster network.
     pub fn gateway_ip(&self) -> String {
         format!("10.0.{}.1", self.index)
+    }
+
+    /// The gateway Lease as (holderIdentity, published gateway address); None while it does
+    /// not exist. Empty strings for fields not set.
+    pub fn gateway_lease(&self) -> Option<(String, String)> {
+        let o = self.api.kubectl(&[
+            "get",
+            "lease",
+            GATEWAY_LEASE,
+            "-n",
+            "fabric-system",
+            "-o",
+            "json",
+        ]);
+        if !o.status.success() {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        Some((
+            v["spec"]["holderIdentity"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            v["metadata"]["annotations"]["networking.fabric.io/gateway-ip"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        ))
+    }
+
+    /// The replica holding the gateway Lease, if any.
+    pub fn active_replica(&self) -> Option<&Replica> {
+        let (holder, _) = self.gateway_lease()?;
+        self.replicas.iter().find(|r| r.identity == holder)
     }
 }
 
@@ -64,17 +126,30 @@ fn bin(name: &str) -> Result<String> {
 }
 
 impl PeeredClusters {
-    /// Builds both clusters and starts everything but the gateways (their operators need the
-    /// key that `fabricctl peer` creates before they can write a configuration).
+    /// Builds both clusters, one gateway replica each, and starts everything but the gateways
+    /// (their operators need the key that `fabricctl peer` creates before they can write a
+    /// configuration).
     pub fn new(nodes: usize) -> Result<Self> {
+        Self::with_replicas(nodes, 1)
+    }
+
+    /// Like [`PeeredClusters::new`], with `replicas_a` gateway replicas in cluster A (the side
+    /// that dials: `fabricctl peer` runs against A and B's gateway listens).
+    pub fn with_replicas(nodes: usize, replicas_a: usize) -> Result<Self> {
+        anyhow::ensure!(
+            (1..=9).contains(&replicas_a),
+            "1 to 9 gateway replicas (one digit in names and addresses)"
+        );
         let mut tb = Testbed::new()?;
         let logs = std::env::temp_dir().join(format!("{}-clusters", tb.id()));
         std::fs::create_dir_all(&logs)?;
-        let a = Self::cluster(&mut tb, 1, "cluster-a", nodes, &logs)?;
-        let b = Self::cluster(&mut tb, 2, "cluster-b", nodes, &logs)?;
-        tb.veth(&a.gw, "ul", &b.gw, "ul")?;
-        tb.ip(&a.gw, &["addr", "add", "192.168.77.1/24", "dev", "ul"])?;
-        tb.ip(&b.gw, &["addr", "add", "192.168.77.2/24", "dev", "ul"])?;
+        // The underlay: one bridge every gateway replica of both clusters is plugged into, as
+        // the nodes' network between two sites would be.
+        let ul = tb.add_netns("ul")?;
+        tb.ip(&ul, &["link", "add", "br0", "type", "bridge"])?;
+        tb.ip(&ul, &["link", "set", "br0", "up"])?;
+        let a = Self::cluster(&mut tb, &ul, 1, "cluster-a", nodes, replicas_a, &logs)?;
+        let b = Self::cluster(&mut tb, &ul, 2, "cluster-b", nodes, 1, &logs)?;
         let mut me = Self {
             a,
             b,
@@ -83,13 +158,13 @@ impl PeeredClusters {
             tb,
         };
         for which in [1u8, 2] {
-            let (kc, dir, nodes, i) = {
+            let (kc, nodes, i, replicas) = {
                 let c = me.cluster_ref(which);
                 (
                     c.api.kubeconfig.display().to_string(),
-                    c.dir.display().to_string(),
                     c.nodes.clone(),
                     c.index,
+                    c.replicas.clone(),
                 )
             };
             let env = vec![("KUBECONFIG".to_owned(), kc)];
@@ -109,49 +184,86 @@ impl PeeredClusters {
                 ],
                 env.clone(),
             )?;
-            me.spawn(
-                &format!("operator{i}"),
-                vec![
-                    bin("fabric-controller")?,
-                    "gateway".into(),
-                    "--name".into(),
-                    format!("gw{i}"),
-                    "--interval".into(),
-                    "300ms".into(),
-                    "--advertise".into(),
-                    format!("192.168.77.{i}:51820"),
-                    "--config".into(),
-                    format!("{dir}/gateway.toml"),
-                    "--key-file".into(),
-                    format!("{dir}/private.key"),
-                    "--control-dir".into(),
-                    dir.clone(),
-                    "--gateway-bin".into(),
-                    bin("fabric-gateway")?,
-                ],
-                env.clone(),
-            )?;
-            for (k, node) in nodes.iter().enumerate() {
+            for (r, rep) in replicas.iter().enumerate() {
+                let dir = rep.dir.display().to_string();
+                let pins = me.tb.pin_dir(&rep.ns, &format!("gw{i}r{r}"));
                 me.spawn(
-                    &format!("agent{i}-{k}"),
+                    &rep.operator,
                     vec![
-                        bin("fabric-agent")?,
-                        "run".into(),
-                        "--gateway".into(),
-                        format!("10.0.{i}.1"),
+                        bin("fabric-controller")?,
+                        "gateway".into(),
+                        "--name".into(),
+                        Self::gateway_name(i, r),
                         "--interval".into(),
-                        "500ms".into(),
-                        "--route-netns".into(),
-                        node.clone(),
+                        "300ms".into(),
+                        "--advertise".into(),
+                        format!("{}:51820", rep.underlay_ip),
+                        "--config".into(),
+                        format!("{dir}/gateway.toml"),
+                        "--key-file".into(),
+                        format!("{dir}/private.key"),
+                        "--control-dir".into(),
+                        dir.clone(),
+                        "--gateway-bin".into(),
+                        bin("fabric-gateway")?,
+                        "--pin-dir".into(),
+                        pins.display().to_string(),
+                        "--identity".into(),
+                        rep.identity.clone(),
+                        "--gateway-ip".into(),
+                        rep.ip.clone(),
                     ],
                     env.clone(),
                 )?;
+            }
+            // One replica: a fixed next hop, as before replicas existed; more: follow the Lease.
+            let next_hop: Vec<String> = if replicas.len() == 1 {
+                vec!["--gateway".into(), replicas[0].ip.clone()]
+            } else {
+                vec![
+                    "--gateway-from-lease".into(),
+                    format!("fabric-system/{GATEWAY_LEASE}"),
+                ]
+            };
+            for (k, node) in nodes.iter().enumerate() {
+                let mut argv = vec![bin("fabric-agent")?, "run".into()];
+                argv.extend(next_hop.iter().cloned());
+                argv.extend([
+                    "--interval".into(),
+                    "500ms".into(),
+                    "--route-netns".into(),
+                    node.clone(),
+                ]);
+                me.spawn(&format!("agent{i}-{k}"), argv, env.clone())?;
             }
         }
         Ok(me)
     }
 
-    fn cluster(tb: &mut Testbed, i: u8, id: &str, nodes: usize, logs: &Path) -> Result<Cluster> {
+    /// Names of replica `r`'s things: the first replica keeps the names from before replicas
+    /// existed (`gw1`, `operator1`, `gateway1`, ...), later ones get `r<N>` appended.
+    fn suffix(r: usize) -> String {
+        if r == 0 {
+            String::new()
+        } else {
+            format!("r{r}")
+        }
+    }
+
+    fn gateway_name(i: u8, r: usize) -> String {
+        format!("gw{i}{}", Self::suffix(r))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn cluster(
+        tb: &mut Testbed,
+        ul: &str,
+        i: u8,
+        id: &str,
+        nodes: usize,
+        replicas: usize,
+        logs: &Path,
+    ) -> Result<Cluster> {
         let api = ApiServer::start(&format!("{id}-{}", tb.id()));
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
         api.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
@@ -175,22 +287,50 @@ impl PeeredClusters {
             "--all",
             "--timeout=30s",
         ]);
-        let gw = tb.add_netns(&format!("gw{i}"))?;
-        tb.ip(&gw, &["link", "add", "br0", "type", "bridge"])?;
-        tb.ip(
-            &gw,
-            &["addr", "add", &format!("10.0.{i}.1/24"), "dev", "br0"],
-        )?;
-        tb.ip(&gw, &["link", "set", "br0", "up"])?;
-        tb.sysctl(&gw, "net.ipv4.ip_forward", "1")?;
-        tb.sysctl(&gw, "net.ipv4.conf.all.rp_filter", "0")?;
+        let dir = logs.join(id);
+        std::fs::create_dir_all(&dir)?;
+        // The cluster network: a bridge of its own, so that gateway replicas come and go on it
+        // like pods on a node network.
+        let lan = tb.add_netns(&format!("lan{i}"))?;
+        tb.ip(&lan, &["link", "add", "br0", "type", "bridge"])?;
+        tb.ip(&lan, &["link", "set", "br0", "up"])?;
+        let mut reps = Vec::new();
+        for r in 0..replicas {
+            let sfx = Self::suffix(r);
+            let gw = tb.add_netns(&format!("gw{i}{sfx}"))?;
+            let ip = format!("10.0.{i}.{}", 1 + r);
+            let underlay_ip = format!("192.168.77.{}", usize::from(i) + 10 * r);
+            let port = format!("g{r}");
+            tb.veth(&gw, "lan", &lan, &port)?;
+            tb.ip(&lan, &["link", "set", &port, "master", "br0"])?;
+            tb.ip(&gw, &["addr", "add", &format!("{ip}/24"), "dev", "lan"])?;
+            let port = format!("c{i}g{r}");
+            tb.veth(&gw, "ul", ul, &port)?;
+            tb.ip(ul, &["link", "set", &port, "master", "br0"])?;
+            tb.ip(
+                &gw,
+                &["addr", "add", &format!("{underlay_ip}/24"), "dev", "ul"],
+            )?;
+            tb.sysctl(&gw, "net.ipv4.ip_forward", "1")?;
+            tb.sysctl(&gw, "net.ipv4.conf.all.rp_filter", "0")?;
+            let rdir = if r == 0 { dir.clone() } else { dir.join(&sfx) };
+            std::fs::create_dir_all(&rdir)?;
+            reps.push(Replica {
+                ns: gw,
+                identity: format!("gateway{i}{sfx}"),
+                operator: format!("operator{i}{sfx}"),
+                ip,
+                underlay_ip,
+                dir: rdir,
+            });
+        }
         let (mut node_ns, mut pod_ns) = (Vec::new(), Vec::new());
         for k in 0..nodes {
             let node = tb.add_netns(&format!("n{i}{k}"))?;
             let pod = tb.add_netns(&format!("p{i}{k}"))?;
             let port = format!("n{k}");
-            tb.veth(&gw, &port, &node, "lan")?;
-            tb.ip(&gw, &["link", "set", &port, "master", "br0"])?;
+            tb.veth(&lan, &port, &node, "lan")?;
+            tb.ip(&lan, &["link", "set", &port, "master", "br0"])?;
             let node_ip = format!("10.0.{i}.{}", 10 + k);
             tb.ip(
                 &node,
@@ -227,29 +367,32 @@ impl PeeredClusters {
                     &format!("10.244.{}.1", k + 1),
                 ],
             )?;
-            // What the CNI would do: every node's pod subnet is reachable through that node.
-            tb.ip(
-                &gw,
-                &[
-                    "route",
-                    "add",
-                    &format!("10.244.{}.0/24", k + 1),
-                    "via",
-                    &node_ip,
-                ],
-            )?;
+            // What the CNI would do: every node's pod subnet is reachable through that node,
+            // from every gateway replica.
+            for rep in &reps {
+                tb.ip(
+                    &rep.ns,
+                    &[
+                        "route",
+                        "add",
+                        &format!("10.244.{}.0/24", k + 1),
+                        "via",
+                        &node_ip,
+                    ],
+                )?;
+            }
             tb.sysctl(&node, "net.ipv4.ip_forward", "1")?;
             tb.sysctl(&node, "net.ipv4.conf.all.rp_filter", "0")?;
             node_ns.push(node);
             pod_ns.push(pod);
         }
-        let dir = logs.join(id);
-        std::fs::create_dir_all(&dir)?;
         Ok(Cluster {
             index: i,
             id: id.to_owned(),
             api,
-            gw,
+            gw: reps[0].ns.clone(),
+            replicas: reps,
+            lan,
             nodes: node_ns,
             pods: pod_ns,
             dir,
@@ -290,8 +433,8 @@ impl PeeredClusters {
         Ok(())
     }
 
-    /// Kills a component (SIGKILL: no clean shutdown) and starts it again.
-    pub fn restart(&mut self, name: &str) -> Result<()> {
+    /// Kills a component (SIGKILL: no clean shutdown), as when its pod dies; it stays down.
+    pub fn kill(&mut self, name: &str) -> Result<()> {
         let p = self
             .procs
             .iter_mut()
@@ -301,47 +444,87 @@ impl PeeredClusters {
             let _ = c.kill();
             let _ = c.wait();
         }
+        Ok(())
+    }
+
+    /// Kills a component (SIGKILL: no clean shutdown) and starts it again.
+    pub fn restart(&mut self, name: &str) -> Result<()> {
+        self.kill(name)?;
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no process {name}"))?;
         Self::start(&self.logs, p)
     }
 
-    /// Starts both gateways once their operators have written a configuration.
+    /// Brings a dead gateway replica back as the Deployment would replace its pod: a fresh
+    /// configuration directory (an emptyDir), the operator first, the gateway once the
+    /// operator has written its configuration.
+    pub fn replace_replica(&mut self, rep: &Replica) -> Result<()> {
+        self.kill(&rep.identity)?;
+        self.kill(&rep.operator)?;
+        let cfg = rep.dir.join("gateway.toml");
+        match std::fs::remove_file(&cfg) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", cfg.display()));
+            }
+            _ => {}
+        }
+        self.restart(&rep.operator)?;
+        let t0 = Instant::now();
+        while !cfg.exists() {
+            if t0.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "{} wrote no gateway configuration\n{}",
+                    rep.operator,
+                    self.log_tails()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.restart(&rep.identity)
+    }
+
+    /// Starts every gateway replica once its operator has written a configuration.
     fn start_gateways(&mut self) -> Result<()> {
         for i in [1u8, 2] {
-            let (gw, dir) = {
-                let c = self.cluster_ref(i);
-                (c.gw.clone(), c.dir.display().to_string())
-            };
-            let cfg = format!("{dir}/gateway.toml");
-            let t0 = Instant::now();
-            while !Path::new(&cfg).exists() {
-                if t0.elapsed() > Duration::from_secs(30) {
-                    bail!(
-                        "operator {i} wrote no gateway configuration\n{}",
-                        self.log_tails()
-                    );
+            let replicas = self.cluster_ref(i).replicas.clone();
+            for rep in replicas {
+                let dir = rep.dir.display().to_string();
+                let cfg = format!("{dir}/gateway.toml");
+                let t0 = Instant::now();
+                while !Path::new(&cfg).exists() {
+                    if t0.elapsed() > Duration::from_secs(30) {
+                        bail!(
+                            "{} wrote no gateway configuration\n{}",
+                            rep.operator,
+                            self.log_tails()
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                // The gateway runs in its namespace (its TUN devices and the remap programs
+                // live there); it never talks to the API, its operator does.
+                self.spawn(
+                    &rep.identity,
+                    vec![
+                        "ip".into(),
+                        "netns".into(),
+                        "exec".into(),
+                        rep.ns.clone(),
+                        bin("fabric-gateway")?,
+                        "run".into(),
+                        "--config".into(),
+                        cfg,
+                        "--control-dir".into(),
+                        dir.clone(),
+                        "--uapi-dir".into(),
+                        dir,
+                    ],
+                    vec![],
+                )?;
             }
-            // The gateway runs in the gateway namespace (its TUN devices and the remap
-            // programs live there); it never talks to the API, its operator does.
-            self.spawn(
-                &format!("gateway{i}"),
-                vec![
-                    "ip".into(),
-                    "netns".into(),
-                    "exec".into(),
-                    gw,
-                    bin("fabric-gateway")?,
-                    "run".into(),
-                    "--config".into(),
-                    cfg,
-                    "--control-dir".into(),
-                    dir.clone(),
-                    "--uapi-dir".into(),
-                    dir,
-                ],
-                vec![],
-            )?;
         }
         Ok(())
     }

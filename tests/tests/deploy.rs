@@ -79,7 +79,22 @@ fn manifests_apply_with_least_privilege() {
             "networks.networking.fabric.io",
         ),
         ("fabric-gateway", "get", "secrets/fabric-gateway-key"),
-        ("fabric-gateway", "update", "leases.coordination.k8s.io"),
+        (
+            "fabric-gateway",
+            "update",
+            "leases.coordination.k8s.io/fabric-gateway",
+        ),
+        ("fabric-gateway", "create", "leases.coordination.k8s.io"),
+        (
+            "fabric-agent",
+            "watch",
+            "leases.coordination.k8s.io/fabric-gateway",
+        ),
+        (
+            "fabric-agent",
+            "get",
+            "leases.coordination.k8s.io/fabric-gateway",
+        ),
         (
             "fabric-gateway",
             "patch",
@@ -116,11 +131,67 @@ fn manifests_apply_with_least_privilege() {
         ),
         ("fabric-gateway", "list", "secrets"),
         ("fabric-gateway", "patch", "configmaps/fabric-cluster"),
+        // Only the gateway's own Lease, and the agent only reads it.
+        (
+            "fabric-gateway",
+            "update",
+            "leases.coordination.k8s.io/some-other-lease",
+        ),
+        ("fabric-gateway", "delete", "leases.coordination.k8s.io"),
+        (
+            "fabric-agent",
+            "update",
+            "leases.coordination.k8s.io/fabric-gateway",
+        ),
+        ("fabric-agent", "create", "leases.coordination.k8s.io"),
+        ("fabric-agent", "list", "leases.coordination.k8s.io"),
+        (
+            "fabric-agent",
+            "get",
+            "leases.coordination.k8s.io/some-other-lease",
+        ),
     ];
     for (who, verb, what) in denied {
         assert!(
             !can(&api, who, verb, what),
             "{who} must not be allowed to {verb} {what}"
+        );
+    }
+
+    // What the agent actually sends to follow the gateway Lease: list and watch narrowed to it
+    // by a field selector, which the API server authorizes as that name. Without the selector
+    // the same request is refused; and the agent reads no Lease in other namespaces.
+    let agent = "system:serviceaccount:fabric-system:fabric-agent";
+    let lease_list = |ns: &str, selector: bool, watch: bool| {
+        let mut args = vec!["get", "leases", "-n", ns, "--as", agent];
+        if selector {
+            args.extend(["--field-selector", "metadata.name=fabric-gateway"]);
+        }
+        if watch {
+            args.extend(["--watch", "--request-timeout=1s"]);
+        }
+        let o = api.kubectl(&args);
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = lease_list("fabric-system", true, false);
+    assert!(ok, "the agent cannot list its Lease by name: {err}");
+    let (_, err) = lease_list("fabric-system", true, true);
+    assert!(
+        !err.contains("forbidden"),
+        "the agent cannot watch its Lease by name: {err}"
+    );
+    for (ns, selector, watch) in [
+        ("fabric-system", false, false),
+        ("fabric-system", false, true),
+        ("kube-system", true, false),
+    ] {
+        let (ok, err) = lease_list(ns, selector, watch);
+        assert!(
+            !ok && err.contains("forbidden"),
+            "the agent may list/watch Leases in {ns} (selector: {selector}, watch: {watch}): {err}"
         );
     }
 }

@@ -1,0 +1,166 @@
+//! Gateway high availability end to end (see `fabric_tests::clusters`): cluster A runs two
+//! gateway replicas, active/passive through the `fabric-gateway` Lease, and dials cluster B.
+//! The active replica dies as a pod would (gateway and operator SIGKILLed); the standby takes
+//! the Lease once it expires, its gateway dials B (which follows by WireGuard roaming), and
+//! A's nodes move their routes to it. Traffic must be back within 10 s.
+use std::time::{Duration, Instant};
+
+use fabric_tests::{
+    apiserver::require_tools,
+    clusters::{Cluster, PeeredClusters, Replica},
+    skip_unless_root,
+};
+
+/// How a cluster sees pod `k` of its peer (both IPAMs pick 10.64.0.0/16, keeping host bits).
+fn remote_pod(k: usize) -> String {
+    Cluster::pod_ip(k).replacen("10.244.", "10.64.", 1)
+}
+
+fn has_tunnel(cl: &PeeredClusters, rep: &Replica) -> bool {
+    cl.tb
+        .ip(&rep.ns, &["-o", "link", "show"])
+        .unwrap()
+        .contains("fab-")
+}
+
+/// Waits until `what` holds, or fails the test with `msg` and the components' logs.
+fn eventually(cl: &PeeredClusters, timeout: Duration, msg: &str, mut what: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !what() {
+        assert!(
+            t0.elapsed() < timeout,
+            "{msg} (after {timeout:?})\n{}",
+            cl.log_tails()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn standby_gateway_takes_over_within_ten_seconds() {
+    if skip_unless_root("standby_gateway_takes_over_within_ten_seconds")
+        || !require_tools("standby_gateway_takes_over_within_ten_seconds")
+    {
+        return;
+    }
+    let mut cl = PeeredClusters::with_replicas(1, 2).unwrap();
+    let out = cl.peer().unwrap();
+    assert!(
+        out.status.success(),
+        "fabricctl peer failed:\n{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        cl.log_tails()
+    );
+    // Both clusters see each other's pods as 10.64.x.y.
+    let (a_pod, b_pod, dst_in_b, dst_in_a) = (
+        cl.a.pods[0].clone(),
+        cl.b.pods[0].clone(),
+        remote_pod(0),
+        remote_pod(0),
+    );
+    cl.wait_reachable(&a_pod, &dst_in_b, Duration::from_secs(20))
+        .unwrap();
+
+    // One replica holds the Lease and publishes its address; only its gateway has a tunnel;
+    // the node routes through it.
+    let active =
+        cl.a.active_replica()
+            .expect("a replica holds the gateway Lease")
+            .clone();
+    let standby =
+        cl.a.replicas
+            .iter()
+            .find(|r| r.identity != active.identity)
+            .unwrap()
+            .clone();
+    let (_, published) = cl.a.gateway_lease().unwrap();
+    assert_eq!(published, active.ip);
+    assert!(has_tunnel(&cl, &active), "the active gateway has no tunnel");
+    assert!(
+        !has_tunnel(&cl, &standby),
+        "the standby gateway runs a tunnel too"
+    );
+    let node = cl.a.nodes[0].clone();
+    let routes = cl.tb.ip(&node, &["route", "show", "proto", "250"]).unwrap();
+    assert!(
+        routes.contains(&format!("via {}", active.ip)),
+        "node routes not via the active replica {}: {routes}",
+        active.ip
+    );
+
+    // The active replica dies as its pod would: gateway and operator, no clean shutdown, so
+    // the Lease is not released and has to expire.
+    let t0 = Instant::now();
+    cl.kill(&active.identity).unwrap();
+    cl.kill(&active.operator).unwrap();
+    assert!(
+        !cl.tb
+            .exec_any(&a_pod, &["ping", "-c", "1", "-W", "1", &dst_in_b])
+            .unwrap()
+            .status
+            .success(),
+        "traffic still flows with the active replica dead"
+    );
+    cl.wait_reachable(&a_pod, &dst_in_b, Duration::from_secs(30))
+        .unwrap();
+    let took = t0.elapsed();
+    eprintln!("failover: traffic back {took:?} after the active gateway replica died");
+    assert!(
+        took < Duration::from_secs(10),
+        "traffic back only after {took:?} (target 10 s)\n{}",
+        cl.log_tails()
+    );
+
+    // The standby holds the Lease now, the nodes route to it, B follows it (a connection
+    // opened from B's side reaches A through the roamed endpoint), and it reports the tunnel.
+    let (holder, published) = cl.a.gateway_lease().unwrap();
+    assert_eq!(holder, standby.identity, "Lease holder after failover");
+    assert_eq!(published, standby.ip);
+    assert!(has_tunnel(&cl, &standby));
+    let routes = cl.tb.ip(&node, &["route", "show", "proto", "250"]).unwrap();
+    assert!(
+        routes.contains(&format!("via {}", standby.ip)) && !routes.contains(&active.ip),
+        "node routes after failover: {routes}"
+    );
+    cl.wait_reachable(&b_pod, &dst_in_a, Duration::from_secs(5))
+        .unwrap();
+    eventually(
+        &cl,
+        Duration::from_secs(10),
+        "the new active replica reports the Connection as Connected",
+        || {
+            cl.a.api
+                .kubectl(&[
+                    "get",
+                    "connection",
+                    "cluster-b",
+                    "-n",
+                    "fabric-system",
+                    "-o",
+                    "jsonpath={.status.value}",
+                ])
+                .stdout
+                == b"Connected"
+        },
+    );
+
+    // The dead replica comes back (the Deployment replaces the pod) and stays standby: no
+    // tunnel of its own, the Lease where it is, traffic undisturbed.
+    cl.replace_replica(&active).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let (holder, _) = cl.a.gateway_lease().unwrap();
+    assert_eq!(
+        holder, standby.identity,
+        "the returning replica took the Lease back"
+    );
+    assert!(
+        !has_tunnel(&cl, &active),
+        "the returning replica runs a tunnel while standby\n{}",
+        cl.log_tails()
+    );
+    let took = cl
+        .wait_reachable(&a_pod, &dst_in_b, Duration::from_secs(5))
+        .unwrap();
+    assert!(took < Duration::from_secs(2), "traffic disturbed: {took:?}");
+}
