@@ -1,7 +1,6 @@
 //! fabric-agent: the per-node agent. For now it owns the data plane on a device set: apply a
 //! configuration, show maps and counters, and reset.
 use std::{
-    fmt::Write as _,
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
     process::ExitCode,
@@ -10,7 +9,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use fabric_dataplane::{DEFAULT_PIN_DIR, Dataplane, DataplaneConfig, Maps, Snapshot, sys};
+use fabric_dataplane::{DEFAULT_PIN_DIR, Dataplane, DataplaneConfig, Maps, sys};
 
 mod routes;
 mod run;
@@ -45,7 +44,7 @@ enum Cmd {
         )]
         gateway_from_lease: Option<run::LeaseRef>,
         /// Full re-check period (route changes trigger one at once).
-        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         interval: Duration,
         /// Serve /metrics and /healthz here.
         #[arg(long, env = "FABRIC_METRICS_ADDR")]
@@ -127,18 +126,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected e.g. 500ms or 2s"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        _ => Err(format!("{s:?}: unit must be ms or s")),
-    }
-}
-
 fn run(cli: Cli) -> Result<()> {
     if let Some(ns) = &cli.netns {
         sys::enter_netns(ns)?;
@@ -196,7 +183,7 @@ fn run(cli: Cli) -> Result<()> {
             let snap = Maps::open_pinned(&pin_dir)?.snapshot()?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&snap)?),
-                Output::Table => print!("{}", table(&snap)),
+                Output::Table => print!("{}", snap.to_table()),
             }
         }
         Cmd::Datapath(Datapath::Check { config }) => {
@@ -239,73 +226,4 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn table(s: &Snapshot) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "PEERS");
-    let _ = writeln!(
-        o,
-        "  {:>4}  {:<16} {:<12} {:>7} {:>5}  {:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
-        "ID",
-        "NAME",
-        "INTERFACE",
-        "IFINDEX",
-        "MSS",
-        "DIR",
-        "PACKETS",
-        "BYTES",
-        "REMAPPED",
-        "CLAMPED",
-        "ICMPERR",
-        "DROPPED"
-    );
-    for p in &s.peers {
-        for (i, (dir, c)) in [("egress", &p.egress), ("ingress", &p.ingress)]
-            .into_iter()
-            .enumerate()
-        {
-            let (id, name, ifname, idx, mss) = if i == 0 {
-                (
-                    p.id.to_string(),
-                    p.name.as_str(),
-                    p.interface.as_str(),
-                    p.ifindex.map_or("-".into(), |i| i.to_string()),
-                    p.mss.map_or("-".into(), |m| m.to_string()),
-                )
-            } else {
-                (String::new(), "", "", String::new(), String::new())
-            };
-            let _ = writeln!(
-                o,
-                "  {id:>4}  {name:<16} {ifname:<12} {idx:>7} {mss:>5}  {dir:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
-                c.packets, c.bytes, c.remapped, c.mss_clamped, c.icmp_errors, c.dropped
-            );
-        }
-    }
-    if s.peers.is_empty() {
-        let _ = writeln!(o, "  (none)");
-    }
-    let _ = writeln!(
-        o,
-        "\nREMAPS (this cluster's view -> the peer's real prefix)"
-    );
-    for r in &s.remaps {
-        let _ = writeln!(o, "  {:<16} {:>18} -> {}", r.peer, r.local, r.remote);
-    }
-    if s.remaps.is_empty() {
-        let _ = writeln!(o, "  (none)");
-    }
-    let _ = writeln!(o, "\nEXTERNALS (local external-CIDR address -> local IP)");
-    for e in &s.externals {
-        let _ = writeln!(o, "  {:>18} -> {}", e.external, e.internal);
-    }
-    if s.externals.is_empty() {
-        let _ = writeln!(o, "  (none)");
-    }
-    let _ = writeln!(o, "\nDROPS");
-    for (k, v) in &s.drops {
-        let _ = writeln!(o, "  {k:<16} {v}");
-    }
-    o
 }

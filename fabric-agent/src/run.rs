@@ -15,6 +15,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use fabric_api::Configuration;
+pub use fabric_api::GATEWAY_IP_ANNOTATION;
 use futures::StreamExt;
 use ipnetwork::Ipv4Network;
 use kube::{
@@ -30,11 +31,6 @@ use tokio::{
 use tracing::{info, warn};
 
 use crate::routes::{self, Route};
-
-/// Annotation on the gateway Lease holding the active replica's address; written by the
-/// gateway operator (`fabric_controller::gateway::GATEWAY_IP_ANNOTATION`, which the agent does
-/// not depend on).
-pub const GATEWAY_IP_ANNOTATION: &str = "networking.fabric.io/gateway-ip";
 
 /// A Lease by namespace and name, written `NAMESPACE/NAME` (or `NAME` in fabric-system).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,6 +22,9 @@ pub const VERSION: &str = "v1alpha1";
 /// Label every fabric object carries: the peer cluster it belongs to.
 pub const LABEL_PEER: &str = "networking.fabric.io/peer";
 
+/// Annotation on the gateway Lease: the active replica's address, the nodes' next hop.
+pub const GATEWAY_IP_ANNOTATION: &str = "networking.fabric.io/gateway-ip";
+
 const IPV4_CIDR: &str = "isCIDR(self) && cidr(self).ip().family() == 4";
 const IPV4_ADDR: &str = "isIP(self) && ip(self).family() == 4";
 const DNS_LABEL: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 63";

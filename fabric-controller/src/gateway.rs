@@ -20,6 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use fabric_api::GATEWAY_IP_ANNOTATION;
 use fabric_api::{
     Configuration, Connection, ConnectionSpec, ConnectionState, ConnectionStatus, GatewayClient,
     IP, PublicKey,
@@ -46,9 +47,6 @@ pub const KEY_SECRET: &str = "fabric-gateway-key";
 pub const IDENTITY: &str = "fabric-gateway-identity";
 /// Lease the gateway replicas compete for; its holder runs the tunnels.
 pub const LEASE: &str = "fabric-gateway";
-/// Annotation on the Lease: the holder's gateway address on the cluster network, which the
-/// node agents use as next hop (`fabric-agent run --gateway-from-lease`).
-pub const GATEWAY_IP_ANNOTATION: &str = "networking.fabric.io/gateway-ip";
 
 /// How this replica takes part in the active/passive election.
 #[derive(Debug, Clone)]

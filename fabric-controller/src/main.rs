@@ -73,7 +73,7 @@ enum Cmd {
         /// Where peers reach this gateway, e.g. the node address and NodePort.
         #[arg(long, env = "FABRIC_GATEWAY_ENDPOINT")]
         advertise: SocketAddr,
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         interval: Duration,
         /// Where the gateway pins its data-plane maps (default: the gateway's own default).
         #[arg(long)]
@@ -90,10 +90,10 @@ enum Cmd {
         #[arg(long, default_value = gateway::LEASE)]
         lease: String,
         /// How long a holder that stops renewing keeps the Lease.
-        #[arg(long, default_value = "4s", value_parser = parse_duration)]
+        #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
         lease_duration: Duration,
         /// How often the holder renews and a standby replica checks the Lease.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         lease_retry: Duration,
     },
 }
@@ -105,18 +105,6 @@ fn cidr_or_empty(s: &str) -> Result<Option<Ipv4Network>, String> {
         return Ok(None);
     }
     s.parse().map(Some).map_err(|e| format!("{s:?}: {e}"))
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected e.g. 500ms or 2s"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        _ => Err(format!("{s:?}: unit must be ms or s")),
-    }
 }
 
 #[tokio::main]
