@@ -636,11 +636,51 @@ async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
         .map(|_| ())
 }
 
+/// Watches one kind in the namespace and signals every change.
+fn spawn_watch<K>(
+    client: &Client,
+    ns: &str,
+    changed: std::sync::Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    tokio::spawn(async move {
+        let mut s = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(_) => changed.notify_one(),
+                Err(e) => warn!(error = %e, "watch"),
+            }
+        }
+    })
+}
+
 pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
     let (tx, mut leading) = watch::channel(false);
     let elector = tokio::spawn(elect(leases.clone(), o.election.clone(), tx));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // Changes to what the configuration is made of trigger a pass at once; the interval pass
+    // still catches the gateway's own state (Connections) and anything a watch missed.
+    let changed = std::sync::Arc::new(tokio::sync::Notify::new());
+    let watchers = [
+        spawn_watch::<Configuration>(&client, &o.namespace, changed.clone()),
+        spawn_watch::<PublicKey>(&client, &o.namespace, changed.clone()),
+        spawn_watch::<GatewayClient>(&client, &o.namespace, changed.clone()),
+        spawn_watch::<IP>(&client, &o.namespace, changed.clone()),
+    ];
     let mut last = None;
     loop {
         let active = *leading.borrow_and_update();
@@ -649,6 +689,7 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         }
         tokio::select! {
             _ = tokio::time::sleep(o.interval) => {}
+            _ = changed.notified() => {}
             // A takeover is applied at once, not at the next interval.
             Ok(()) = leading.changed() => {}
             _ = tokio::signal::ctrl_c() => break,
@@ -656,6 +697,9 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         }
     }
     elector.abort();
+    for w in watchers {
+        w.abort();
+    }
     if *leading.borrow() {
         match release(&leases, &o.election).await {
             Ok(()) => info!("released the gateway Lease"),
