@@ -636,6 +636,17 @@ async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
         .map(|_| ())
 }
 
+/// Label on gateway pods: "true" on the replica holding the Lease (the Service selects it).
+pub const ACTIVE_LABEL: &str = "networking.fabric.io/gateway-active";
+
+async fn label_pod(client: &Client, ns: &str, pod: &str, active: bool) -> kube::Result<()> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({"metadata": {"labels": {ACTIVE_LABEL: active.to_string()}}});
+    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
 /// Watches one kind in the namespace and signals every change.
 fn spawn_watch<K>(
     client: &Client,
@@ -682,8 +693,20 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         spawn_watch::<IP>(&client, &o.namespace, changed.clone()),
     ];
     let mut last = None;
+    // In a pod, the label tells the gateway Service which replica is active, so peers'
+    // handshakes reach the one with the tunnels and not the standby.
+    let pod = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty());
+    let mut labeled: Option<bool> = None;
     loop {
         let active = *leading.borrow_and_update();
+        if let Some(pod) = &pod
+            && labeled != Some(active)
+        {
+            match label_pod(&client, &o.namespace, pod, active).await {
+                Ok(()) => labeled = Some(active),
+                Err(e) => warn!(error = %e, pod, "labelling this pod for the gateway Service"),
+            }
+        }
         if let Err(e) = pass(&client, &o, active, &mut last).await {
             warn!(error = %format!("{e:#}"), "gateway operator pass");
         }

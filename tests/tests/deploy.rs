@@ -130,6 +130,8 @@ fn manifests_apply_with_least_privilege() {
             "configurations.networking.fabric.io",
         ),
         ("fabric-gateway", "list", "secrets"),
+        ("fabric-gateway", "delete", "pods"),
+        ("fabric-gateway", "create", "pods"),
         ("fabric-gateway", "patch", "configmaps/fabric-cluster"),
         // Only the gateway's own Lease, and the agent only reads it.
         (
