@@ -4,15 +4,35 @@
 //! `FABRIC_TEST_KUBECONFIG` points the tests at an existing cluster instead.
 
 use std::{
-    net::TcpListener,
+    collections::HashMap,
+    io::ErrorKind,
+    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::Command,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
 };
 
 pub struct ApiServer {
+    /// For clients in the host namespace (the tests, kubectl, fabricctl).
     pub kubeconfig: PathBuf,
+    /// For components inside the API server's cluster network (see
+    /// [`ApiServer::start_in_netns`]); the same file as `kubeconfig` otherwise.
+    pub in_cluster_kubeconfig: PathBuf,
     run_dir: Option<PathBuf>,
+    // Dropped after the server processes are killed (fields drop after `Drop::drop`).
+    forwarder: Option<Forwarder>,
 }
+
+/// Port of an API server inside its own namespace: nothing else listens there, so it can be
+/// fixed, as a cluster's API server port would be.
+const NETNS_API_PORT: u16 = 6443;
+/// Concurrent forwarded connections; kube clients pool theirs, so a few per client suffice.
+const MAX_FORWARDED: usize = 64;
 
 fn free_port() -> u16 {
     // kubelite also takes PORT+1000 and PORT+1001 for etcd: all three must be free.
@@ -29,6 +49,12 @@ fn free_port() -> u16 {
         }
     }
     panic!("no free port triple for the API server");
+}
+
+fn run_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fabric-api-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
 }
 
 pub fn require_tools(test: &str) -> bool {
@@ -62,21 +88,75 @@ impl ApiServer {
 
     fn start_inner(tag: &str, auth: bool) -> Self {
         if let Some(kc) = std::env::var_os("FABRIC_TEST_KUBECONFIG") {
+            let kc = PathBuf::from(kc);
             return Self {
-                kubeconfig: kc.into(),
+                in_cluster_kubeconfig: kc.clone(),
+                kubeconfig: kc,
                 run_dir: None,
+                forwarder: None,
             };
         }
+        let dir = run_dir(tag);
+        let port = free_port();
+        let mut c = Command::new("bash");
+        c.env("KUBELITE_AUTH", if auth { "1" } else { "0" });
+        Self::run_start_script(c, dir, port)
+    }
+
+    /// Starts an API server inside network namespace `netns` (it must have loopback up and
+    /// `cluster_ip` on an interface), listening on every address there, with etcd on that
+    /// namespace's loopback. `in_cluster_kubeconfig` reaches it at `cluster_ip` from the cluster
+    /// network; `kubeconfig` reaches it from the host namespace through a forwarder on the host
+    /// loopback. The server certificate names only localhost and 127.0.0.1, so the in-cluster
+    /// kubeconfig asks for `localhost` (`tls-server-name`) whatever address it dials.
+    /// `FABRIC_TEST_KUBECONFIG` does not apply: an existing cluster is not in our namespace.
+    pub fn start_in_netns(tag: &str, netns: &str, cluster_ip: &str) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let dir = run_dir(tag);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", netns, "bash"])
+            .env("KUBELITE_AUTH", "0")
+            // start.sh passes --bind-address=127.0.0.1 before KUBELITE_ARGS; the last one wins.
+            .env("KUBELITE_ARGS", "--bind-address=0.0.0.0");
+        let mut server = Self::run_start_script(c, dir.clone(), NETNS_API_PORT);
+        let fwd = Forwarder::start(netns, NETNS_API_PORT).context("starting the API forwarder")?;
+        let original = std::fs::read_to_string(&server.kubeconfig)
+            .with_context(|| format!("reading {}", server.kubeconfig.display()))?;
+        let loopback = format!("https://127.0.0.1:{NETNS_API_PORT}");
+        // start.sh writes the server as a quoted value in a flow mapping; a sibling key there
+        // is enough, no YAML round trip.
+        let server_field = format!("server: \"{loopback}\"");
+        anyhow::ensure!(
+            original.contains(&server_field),
+            "{} has no `{server_field}`",
+            server.kubeconfig.display()
+        );
+        let in_cluster = dir.join("kubeconfig-in-cluster");
+        std::fs::write(
+            &in_cluster,
+            original.replace(
+                &server_field,
+                &format!(
+                    "server: \"https://{cluster_ip}:{NETNS_API_PORT}\", tls-server-name: localhost"
+                ),
+            ),
+        )?;
+        std::fs::write(
+            &server.kubeconfig,
+            original.replace(&loopback, &format!("https://{}", fwd.addr)),
+        )?;
+        server.in_cluster_kubeconfig = in_cluster;
+        server.forwarder = Some(fwd);
+        Ok(server)
+    }
+
+    fn run_start_script(mut c: Command, dir: PathBuf, port: u16) -> Self {
         let script = std::env::var_os("FABRIC_TEST_APISERVER")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kubelite/start.sh")
             });
-        let dir = std::env::temp_dir().join(format!("fabric-api-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let port = free_port();
-        let out = Command::new("bash")
-            .env("KUBELITE_AUTH", if auth { "1" } else { "0" })
+        let out = c
             .arg(&script)
             .arg(&dir)
             .arg(port.to_string())
@@ -84,7 +164,9 @@ impl ApiServer {
             .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
         let server = Self {
             kubeconfig: dir.join("kubeconfig"),
+            in_cluster_kubeconfig: dir.join("kubeconfig"),
             run_dir: Some(dir),
+            forwarder: None,
         };
         assert!(
             out.status.success(),
@@ -164,5 +246,106 @@ impl Drop for ApiServer {
             }
         }
         let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A TCP listener on the host loopback whose connections are relayed to `127.0.0.1:port` inside
+/// a network namespace, so that host-side clients reach a server that listens only there.
+/// Connections beyond [`MAX_FORWARDED`] are closed at once; dropping it closes all of them.
+struct Forwarder {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    // Both sockets of every live connection, so that Drop can unblock their relay threads.
+    conns: Arc<Mutex<HashMap<u64, [TcpStream; 2]>>>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Forwarder {
+    fn start(netns: &str, port: u16) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<HashMap<u64, [TcpStream; 2]>>> = Arc::default();
+        let ns_path = PathBuf::from("/run/netns").join(netns);
+        let accept = {
+            let (stop, conns) = (stop.clone(), conns.clone());
+            std::thread::spawn(move || {
+                let ids = Arc::new(AtomicU64::new(0));
+                for client in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(client) = client else { continue };
+                    if conns.lock().unwrap().len() >= MAX_FORWARDED {
+                        continue;
+                    }
+                    let id = ids.fetch_add(1, Ordering::Relaxed);
+                    let (conns, ns_path) = (conns.clone(), ns_path.clone());
+                    std::thread::spawn(move || {
+                        let _ = relay(id, client, &ns_path, port, &conns);
+                        conns.lock().unwrap().remove(&id);
+                    });
+                }
+            })
+        };
+        Ok(Self {
+            addr,
+            stop,
+            conns,
+            accept: Some(accept),
+        })
+    }
+}
+
+fn relay(
+    id: u64,
+    client: TcpStream,
+    ns_path: &Path,
+    port: u16,
+    conns: &Mutex<HashMap<u64, [TcpStream; 2]>>,
+) -> anyhow::Result<()> {
+    // Only this thread moves; the connect below is what has to happen inside the namespace.
+    crate::netns::enter_netns(ns_path)?;
+    let upstream = TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(5),
+    )?;
+    conns
+        .lock()
+        .unwrap()
+        .insert(id, [client.try_clone()?, upstream.try_clone()?]);
+    let (mut c_rd, mut u_wr) = (client.try_clone()?, upstream.try_clone()?);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c_rd, &mut u_wr);
+        let _ = u_wr.shutdown(Shutdown::Write);
+    });
+    let (mut u_rd, mut c_wr) = (upstream, client);
+    let _ = std::io::copy(&mut u_rd, &mut c_wr);
+    let _ = c_wr.shutdown(Shutdown::Write);
+    let _ = up.join();
+    Ok(())
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the blocking accept so that it sees the flag.
+        match TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)) {
+            Err(e) if e.kind() != ErrorKind::ConnectionRefused => {
+                eprintln!("fabric-tests: waking the API forwarder: {e}");
+            }
+            _ => {}
+        }
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        for [a, b] in self.conns.lock().unwrap().values() {
+            let _ = a.shutdown(Shutdown::Both);
+            let _ = b.shutdown(Shutdown::Both);
+        }
+        let t0 = Instant::now();
+        while !self.conns.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

@@ -174,7 +174,8 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     println!("\nresident memory at rest, one peer (debug builds)   [agent, gateway < 30 MiB]");
     let mut rows = BTreeMap::new();
     for (token, what) in [
-        (cl.a.nodes[0].clone(), "agent"),
+        // The agents' next hop in cluster A (single gateway replica).
+        ("--gateway".to_owned(), "agent"),
         (cl.a.dir.display().to_string(), "gateway + operator"),
         (crate::clusters::POOL.to_owned(), "ipam"),
     ] {

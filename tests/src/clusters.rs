@@ -1,15 +1,17 @@
-//! Two whole clusters for end-to-end tests and the demo: each has its own API server
-//! (kubelite, see [`crate::apiserver`]) and its own network in namespaces — a bridge as the
-//! cluster network, one or more gateway replicas on it, N nodes, one pod per node — and runs
-//! the real binaries as separate processes: the IPAM controller, per gateway replica the gateway
-//! operator and the gateway, and one agent per node. Both clusters use pod CIDR 10.244.0.0/16
-//! and the same pod addresses.
+//! Two whole clusters for end-to-end tests and the demo: each has its own network in
+//! namespaces — a bridge as the cluster network, its API server (kubelite, see
+//! [`crate::apiserver`]) on it, one or more gateway replicas, N nodes, one pod per node — and
+//! runs the real binaries as separate processes inside that network, reaching the API server
+//! over it as in a real cluster: the IPAM controller and, per gateway replica, the gateway
+//! operator and the gateway in the replica's namespace, one agent in each node's namespace.
+//! The tests and `fabricctl` (host namespace) reach both API servers through forwarders on the
+//! host loopback. Both clusters use pod CIDR 10.244.0.0/16 and the same pod addresses.
 //!
 //! Addresses in cluster i (1 or 2): gateway replica r 10.0.i.(1+r) on the cluster bridge, node
-//! k 10.0.i.(10+k), pod k 10.244.(k+1).10 behind node k; every gateway replica is also on the
-//! underlay bridge 192.168.77.0/24 as 192.168.77.(i+10r). Replicas run active/passive (the
-//! operators compete for the `fabric-gateway` Lease); with more than one, the agents follow the
-//! Lease to the active replica, with one they route to 10.0.i.1.
+//! k 10.0.i.(10+k), API server 10.0.i.100, pod k 10.244.(k+1).10 behind node k; every gateway
+//! replica is also on the underlay bridge 192.168.77.0/24 as 192.168.77.(i+10r). Replicas run
+//! active/passive (the operators compete for the `fabric-gateway` Lease); with more than one,
+//! the agents follow the Lease to the active replica, with one they route to 10.0.i.1.
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
@@ -48,7 +50,10 @@ pub struct Replica {
 pub struct Cluster {
     pub index: u8,
     pub id: String,
+    /// Its `kubeconfig` is for the host namespace, `in_cluster_kubeconfig` for the components.
     pub api: ApiServer,
+    /// Namespace the API server (and its etcd) runs in, on the cluster network.
+    pub api_ns: String,
     /// The first gateway replica's namespace (the only one unless more were asked for).
     pub gw: String,
     pub replicas: Vec<Replica>,
@@ -96,6 +101,11 @@ impl Cluster {
                 .unwrap_or_default()
                 .to_owned(),
         ))
+    }
+
+    /// The API server's address on the cluster network.
+    pub fn api_ip(&self) -> String {
+        format!("10.0.{}.100", self.index)
     }
 
     /// The replica holding the gateway Lease, if any.
@@ -161,16 +171,21 @@ impl PeeredClusters {
             let (kc, nodes, i, replicas) = {
                 let c = me.cluster_ref(which);
                 (
-                    c.api.kubeconfig.display().to_string(),
+                    c.api.in_cluster_kubeconfig.display().to_string(),
                     c.nodes.clone(),
                     c.index,
                     c.replicas.clone(),
                 )
             };
             let env = vec![("KUBECONFIG".to_owned(), kc)];
+            // The controller Deployment's pod: any namespace on the cluster network will do.
             me.spawn(
                 &format!("ipam{i}"),
                 vec![
+                    "ip".into(),
+                    "netns".into(),
+                    "exec".into(),
+                    replicas[0].ns.clone(),
                     bin("fabric-controller")?,
                     "ipam".into(),
                     "--pod-cidr".into(),
@@ -190,6 +205,10 @@ impl PeeredClusters {
                 me.spawn(
                     &rep.operator,
                     vec![
+                        "ip".into(),
+                        "netns".into(),
+                        "exec".into(),
+                        rep.ns.clone(),
                         bin("fabric-controller")?,
                         "gateway".into(),
                         "--name".into(),
@@ -226,14 +245,17 @@ impl PeeredClusters {
                 ]
             };
             for (k, node) in nodes.iter().enumerate() {
-                let mut argv = vec![bin("fabric-agent")?, "run".into()];
-                argv.extend(next_hop.iter().cloned());
-                argv.extend([
-                    "--interval".into(),
-                    "500ms".into(),
-                    "--route-netns".into(),
+                // In the node's namespace the agent's routes land there without --route-netns.
+                let mut argv = vec![
+                    "ip".into(),
+                    "netns".into(),
+                    "exec".into(),
                     node.clone(),
-                ]);
+                    bin("fabric-agent")?,
+                    "run".into(),
+                ];
+                argv.extend(next_hop.iter().cloned());
+                argv.extend(["--interval".into(), "500ms".into()]);
                 me.spawn(&format!("agent{i}-{k}"), argv, env.clone())?;
             }
         }
@@ -264,7 +286,20 @@ impl PeeredClusters {
         replicas: usize,
         logs: &Path,
     ) -> Result<Cluster> {
-        let api = ApiServer::start(&format!("{id}-{}", tb.id()));
+        // The cluster network: a bridge of its own, so that gateway replicas come and go on it
+        // like pods on a node network.
+        let lan = tb.add_netns(&format!("lan{i}"))?;
+        tb.ip(&lan, &["link", "add", "br0", "type", "bridge"])?;
+        tb.ip(&lan, &["link", "set", "br0", "up"])?;
+        let api_ns = tb.add_netns(&format!("api{i}"))?;
+        let api_ip = format!("10.0.{i}.100");
+        tb.veth(&api_ns, "lan", &lan, "api")?;
+        tb.ip(&lan, &["link", "set", "api", "master", "br0"])?;
+        tb.ip(
+            &api_ns,
+            &["addr", "add", &format!("{api_ip}/24"), "dev", "lan"],
+        )?;
+        let api = ApiServer::start_in_netns(&format!("{id}-{}", tb.id()), &api_ns, &api_ip)?;
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
         api.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
         api.kubectl_ok(&["create", "namespace", "fabric-system"]);
@@ -289,11 +324,6 @@ impl PeeredClusters {
         ]);
         let dir = logs.join(id);
         std::fs::create_dir_all(&dir)?;
-        // The cluster network: a bridge of its own, so that gateway replicas come and go on it
-        // like pods on a node network.
-        let lan = tb.add_netns(&format!("lan{i}"))?;
-        tb.ip(&lan, &["link", "add", "br0", "type", "bridge"])?;
-        tb.ip(&lan, &["link", "set", "br0", "up"])?;
         let mut reps = Vec::new();
         for r in 0..replicas {
             let sfx = Self::suffix(r);
@@ -390,6 +420,7 @@ impl PeeredClusters {
             index: i,
             id: id.to_owned(),
             api,
+            api_ns,
             gw: reps[0].ns.clone(),
             replicas: reps,
             lan,
