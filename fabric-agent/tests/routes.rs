@@ -3,29 +3,21 @@
 //! those it finds after a restart).
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use fabric_tests::{
-    Testbed,
+    ChildGuard, Testbed,
     apiserver::{ApiServer, require_tools},
     skip_unless_root,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-agent");
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_agent(api: &ApiServer, node: &str, log: &Path) -> Proc {
+fn start_agent(api: &ApiServer, node: &str, log: &Path) -> ChildGuard {
     let log = std::fs::File::create(log).unwrap();
-    Proc(
+    ChildGuard(
         Command::new(BIN)
             .env("KUBECONFIG", &api.kubeconfig)
             .env("RUST_LOG", "info")

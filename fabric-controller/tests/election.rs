@@ -2,25 +2,20 @@
 //! Lease and labels its pod active (the gateway Service selects it), the other labels its pod
 //! standby; when the active one dies, the standby takes over and relabels.
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use fabric_tests::apiserver::{ApiServer, require_tools};
+use fabric_tests::{
+    ChildGuard,
+    apiserver::{ApiServer, require_tools},
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn operator(api: &ApiServer, pod: &str, dir: &std::path::Path) -> Proc {
+fn operator(api: &ApiServer, pod: &str, dir: &std::path::Path) -> ChildGuard {
     std::fs::create_dir_all(dir).unwrap();
-    Proc(
+    ChildGuard(
         Command::new(BIN)
             .env("KUBECONFIG", &api.kubeconfig)
             .env("POD_NAME", pod)

@@ -2,27 +2,22 @@
 //! release on delete, and bad objects refused by the schema.
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use fabric_api::{Configuration, Network};
-use fabric_tests::apiserver::{ApiServer, require_tools};
+use fabric_tests::{
+    ChildGuard,
+    apiserver::{ApiServer, require_tools},
+};
 use kube::{Api, api::ListParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_controller(api: &ApiServer, log: &Path) -> Proc {
+fn start_controller(api: &ApiServer, log: &Path) -> ChildGuard {
     let log = std::fs::File::create(log).unwrap();
-    Proc(
+    ChildGuard(
         Command::new(BIN)
             .env("KUBECONFIG", &api.kubeconfig)
             .env("RUST_LOG", "info")

@@ -9,7 +9,7 @@
 use std::{
     collections::BTreeMap,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -20,7 +20,10 @@ use kube::{
     api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 
-use crate::{Testbed, apiserver::ApiServer, check_interrupt, clusters::PeeredClusters, locate_bin};
+use crate::{
+    ChildGuard, Testbed, apiserver::ApiServer, check_interrupt, clusters::PeeredClusters,
+    locate_bin,
+};
 
 /// VmRSS in KiB of every process whose command line contains `token`.
 fn rss_kib(token: &str) -> Vec<(String, u64)> {
@@ -61,14 +64,6 @@ fn rss_kib(token: &str) -> Vec<(String, u64)> {
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
-}
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn routes(tb: &Testbed, ns: &str) -> Result<String> {
@@ -280,7 +275,7 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     tb.ip(&node, &["addr", "add", "10.9.0.2/24", "dev", "eth0"])?;
     let server = ApiServer::start("bench-control");
     server.install_crds();
-    let _agent = Proc(
+    let _agent = ChildGuard(
         Command::new(locate_bin("fabric-agent")?)
             .env("KUBECONFIG", &server.kubeconfig)
             .args(["run", "--gateway", "10.9.0.1", "--route-netns", &node])

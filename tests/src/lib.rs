@@ -31,6 +31,17 @@ pub fn skip_unless_root(test: &str) -> bool {
     true
 }
 
+/// A child process that is killed and reaped when dropped, so a failing test leaves none
+/// behind.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Finds one of the workspace's binaries (built by `cargo build --workspace --bins`): next to
 /// the running test executable, or in ../target/debug.
 pub fn locate_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
