@@ -591,7 +591,7 @@ async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kube::R
 /// replica holds it. Leadership is only given up when the Lease shows another holder: while
 /// the API cannot be reached nobody can take over, and dropping the tunnels then would turn
 /// a control-plane outage into a data-plane one.
-async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
+pub(crate) async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
     let mut seen = Observed::default();
     let mut tick = tokio::time::interval(e.retry);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -604,22 +604,22 @@ async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
                         return false;
                     }
                     if now {
-                        info!(identity = %e.identity, "active: this replica holds the gateway Lease");
+                        info!(identity = %e.identity, lease = %e.lease, "active: this replica holds the Lease");
                     } else {
-                        info!(identity = %e.identity, "standby: another replica holds the gateway Lease");
+                        info!(identity = %e.identity, lease = %e.lease, "standby: another replica holds the Lease");
                     }
                     *was = now;
                     true
                 });
             }
-            Err(err) => warn!(error = %err, "gateway Lease"),
+            Err(err) => warn!(error = %err, lease = %e.lease, "Lease"),
         }
     }
 }
 
 /// Hands the Lease back on a clean shutdown, so the standby takes over at once instead of
 /// after leaseDurationSeconds.
-async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
+pub(crate) async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
     let Some(mut lease) = api.get_opt(&e.lease).await? else {
         return Ok(());
     };

@@ -308,6 +308,54 @@ fn error_policy(cfg: Arc<Configuration>, err: &Error, _: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
+/// Runs `work` (the IPAM and IP controllers) only while this replica holds the Lease
+/// `election.lease`: a standby waits, and a leader that sees another holder exits, so that a
+/// restart restores its state from the API again rather than allocating from a stale copy.
+pub async fn run_elected<F>(
+    client: Client,
+    namespace: &str,
+    election: crate::gateway::Election,
+    work: F,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client, namespace);
+    let (tx, mut leading) = tokio::sync::watch::channel(false);
+    let elector = tokio::spawn(crate::gateway::elect(leases.clone(), election.clone(), tx));
+    info!(lease = %election.lease, identity = %election.identity, "waiting to lead");
+    loop {
+        if *leading.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            r = leading.changed() => r?,
+            _ = tokio::signal::ctrl_c() => {
+                elector.abort();
+                return Ok(());
+            }
+        }
+    }
+    info!("leading: allocating");
+    let lost = async {
+        loop {
+            if leading.changed().await.is_err() || !*leading.borrow() {
+                return;
+            }
+        }
+    };
+    let out = tokio::select! {
+        r = work => r,
+        () = lost => Err(anyhow::anyhow!("another replica took the Lease {}; exiting to restart as a standby", election.lease)),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    elector.abort();
+    if let Err(e) = crate::gateway::release(&leases, &election).await {
+        warn!(error = %e, "releasing the Lease");
+    }
+    out
+}
+
 /// Restores state, then reconciles Configurations until the stream ends.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     let state = restore(&client, &settings).await?;

@@ -42,6 +42,15 @@ enum Cmd {
         /// Further ranges in use here (node subnets, ...), comma separated.
         #[arg(long, env = "FABRIC_RESERVED", value_delimiter = ',', value_parser = cidr_or_empty)]
         reserved: Vec<Option<Ipv4Network>>,
+        /// This replica's identity when several run (default: $POD_NAME, else the host name):
+        /// only the holder of the Lease allocates.
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = "fabric-system")]
+        namespace: String,
+        /// The Lease the IPAM replicas compete for (in --namespace).
+        #[arg(long, default_value = "fabric-ipam")]
+        lease: String,
         /// Where remapped CIDRs are carved from, comma separated.
         #[arg(
             long,
@@ -107,6 +116,16 @@ fn cidr_or_empty(s: &str) -> Result<Option<Ipv4Network>, String> {
     s.parse().map(Some).map_err(|e| format!("{s:?}: {e}"))
 }
 
+fn identity_or_hostname(identity: Option<String>) -> Result<String> {
+    match identity {
+        Some(i) => Ok(i),
+        None => Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .context("no --identity or POD_NAME, and no host name")?
+            .trim()
+            .to_owned()),
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -126,28 +145,41 @@ async fn main() -> Result<()> {
             external_cidr,
             reserved,
             pools,
+            identity,
+            namespace,
+            lease,
         } => {
             let mut all = vec![pod_cidr, service_cidr, external_cidr];
             all.extend(reserved.into_iter().flatten());
-            tokio::try_join!(
-                async {
-                    ipam::run(
-                        client.clone(),
-                        ipam::Settings {
-                            pools,
-                            reserved: all,
-                        },
-                    )
-                    .await
-                    .context("IPAM controller")
-                },
-                async {
-                    ips::run(client.clone(), external_cidr)
+            let election = gateway::Election {
+                lease,
+                identity: identity_or_hostname(identity)?,
+                gateway_ip: None,
+                duration: Duration::from_secs(4),
+                retry: Duration::from_secs(1),
+            };
+            let work = async {
+                tokio::try_join!(
+                    async {
+                        ipam::run(
+                            client.clone(),
+                            ipam::Settings {
+                                pools,
+                                reserved: all,
+                            },
+                        )
                         .await
-                        .context("IP controller")
-                },
-            )
-            .map(|_| ())
+                        .context("IPAM controller")
+                    },
+                    async {
+                        ips::run(client.clone(), external_cidr)
+                            .await
+                            .context("IP controller")
+                    },
+                )
+                .map(|_| ())
+            };
+            ipam::run_elected(client.clone(), &namespace, election, work).await
         }
         Cmd::Gateway {
             namespace,
@@ -167,13 +199,7 @@ async fn main() -> Result<()> {
             lease_duration,
             lease_retry,
         } => {
-            let identity = match identity {
-                Some(i) => i,
-                None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .context("no --identity or POD_NAME, and no host name")?
-                    .trim()
-                    .to_owned(),
-            };
+            let identity = identity_or_hostname(identity)?;
             anyhow::ensure!(
                 lease_retry < lease_duration,
                 "--lease-retry must be shorter than --lease-duration, or the holder loses the Lease between renewals"

@@ -16,6 +16,11 @@ use kube::{Api, api::ListParams};
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 
 fn start_controller(api: &ApiServer, log: &Path) -> ChildGuard {
+    start_replica(api, log, "ipam-0")
+}
+
+/// One IPAM replica; replicas compete for the Lease fabric-ipam (in `default` here).
+fn start_replica(api: &ApiServer, log: &Path, identity: &str) -> ChildGuard {
     let log = std::fs::File::create(log).unwrap();
     ChildGuard(
         Command::new(BIN)
@@ -23,6 +28,10 @@ fn start_controller(api: &ApiServer, log: &Path) -> ChildGuard {
             .env("RUST_LOG", "info")
             .args([
                 "ipam",
+                "--namespace",
+                "default",
+                "--identity",
+                identity,
                 "--pod-cidr",
                 "10.244.0.0/16",
                 "--service-cidr",
@@ -167,5 +176,65 @@ async fn ipam_grants_persist_and_release() {
     );
     assert!(!o.status.success());
     drop(ctl);
+    let _ = std::fs::remove_dir_all(&logdir);
+}
+
+/// Two replicas: only the Lease holder allocates; when it dies the standby takes over with
+/// the state restored from the API, and nothing is handed out twice.
+#[tokio::test]
+async fn ipam_standby_takes_over() {
+    if !require_tools("ipam_standby_takes_over") {
+        return;
+    }
+    let server = ApiServer::start("ipam-ha");
+    server.install_crds();
+    let logdir = std::env::temp_dir().join(format!("fabric-ctl-ha-{}", std::process::id()));
+    std::fs::create_dir_all(&logdir).unwrap();
+    let cfgs: Api<Configuration> = Api::namespaced(server.client().await, "default");
+    let first = start_replica(&server, &logdir.join("r0.log"), "ipam-0");
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("b", "10.244.0.0/16", "10.70.0.0/16"),
+    );
+    assert!(o.status.success());
+    let b = granted(&cfgs, "b").await;
+    let _second = start_replica(&server, &logdir.join("r1.log"), "ipam-1");
+    let holder = server.kubectl_ok(&[
+        "get",
+        "lease",
+        "fabric-ipam",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_eq!(holder, "ipam-0");
+
+    drop(first); // SIGKILL: no release; the standby waits out the Lease
+    let t0 = Instant::now();
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("c", "10.244.0.0/16", "10.70.0.0/16"),
+    );
+    assert!(o.status.success());
+    let c = granted(&cfgs, "c").await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "takeover took {:?}",
+        t0.elapsed()
+    );
+    assert_ne!(c.0, b.0, "the new leader knows b's grant");
+    assert_ne!(c.1, b.1);
+    assert_ne!(c.2, b.2);
+    let holder = server.kubectl_ok(&[
+        "get",
+        "lease",
+        "fabric-ipam",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_eq!(holder, "ipam-1");
     let _ = std::fs::remove_dir_all(&logdir);
 }

@@ -123,6 +123,11 @@ fn manifests_apply_with_least_privilege() {
         ("fabric-agent", "create", "pods"),
         ("fabric-controller", "get", "secrets"),
         ("fabric-controller", "delete", "nodes"),
+        (
+            "fabric-controller",
+            "update",
+            "leases.coordination.k8s.io/fabric-gateway",
+        ),
         ("fabric-gateway", "get", "secrets/some-other-secret"),
         (
             "fabric-gateway",
