@@ -17,15 +17,35 @@ fn main() -> anyhow::Result<()> {
     for dir in ["fabric-ebpf", "fabric-common/src"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
-    println!("cargo:rerun-if-changed={}", root.join("fabric-common/Cargo.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("fabric-common/Cargo.toml").display()
+    );
     let endian = env::var("CARGO_CFG_TARGET_ENDIAN").context("CARGO_CFG_TARGET_ENDIAN")?;
-    let target = if endian == "big" { "bpfeb-unknown-none" } else { "bpfel-unknown-none" };
+    let target = if endian == "big" {
+        "bpfeb-unknown-none"
+    } else {
+        "bpfel-unknown-none"
+    };
     let arch = env::var("CARGO_CFG_TARGET_ARCH").context("CARGO_CFG_TARGET_ARCH")?;
 
     let mut cmd = Command::new("rustup");
     cmd.current_dir(root)
-        .args(["run", "nightly", "cargo", "build", "--package", "fabric-ebpf", "--bins"])
-        .args(["--message-format=json-render-diagnostics", "--release", "--target", target])
+        .args([
+            "run",
+            "nightly",
+            "cargo",
+            "build",
+            "--package",
+            "fabric-ebpf",
+            "--bins",
+        ])
+        .args([
+            "--message-format=json-render-diagnostics",
+            "--release",
+            "--target",
+            target,
+        ])
         .args(["-Z", "build-std=core", "--target-dir"])
         .arg(out_dir.join("ebpf-target"))
         .env(
@@ -33,7 +53,12 @@ fn main() -> anyhow::Result<()> {
             format!("--cfg=bpf_target_arch=\"{arch}\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf"),
         );
     // The outer build's compiler settings are for the host, not for the programs.
-    for var in ["RUSTC", "RUSTC_WORKSPACE_WRAPPER", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS_HOST"] {
+    for var in [
+        "RUSTC",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS_HOST",
+    ] {
         cmd.env_remove(var);
     }
     let out = cmd
@@ -53,7 +78,10 @@ fn main() -> anyhow::Result<()> {
         }
     }
     // Diagnostics of our own programs (rendered on stderr by cargo) are worth seeing.
-    for l in stderr.lines().filter(|l| l.starts_with("warning") || l.starts_with("error")) {
+    for l in stderr
+        .lines()
+        .filter(|l| l.starts_with("warning") || l.starts_with("error"))
+    {
         if !l.contains("Compiling") {
             println!("cargo:warning=fabric-ebpf: {l}");
         }
@@ -62,13 +90,17 @@ fn main() -> anyhow::Result<()> {
         for l in stderr.lines() {
             println!("cargo:warning={l}");
         }
-        bail!("building the eBPF programs failed ({}); see the warnings above", out.status);
+        bail!(
+            "building the eBPF programs failed ({}); see the warnings above",
+            out.status
+        );
     }
     let exe = exe.context("the eBPF build produced no `fabric` object")?;
     copy(&exe, &out_dir.join("fabric"))
 }
 
 fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    std::fs::copy(from, to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     Ok(())
 }

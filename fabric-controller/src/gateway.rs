@@ -432,14 +432,15 @@ async fn pass(
         conns
             .patch(&p.cluster_id, &pp, &Patch::Apply(&conn))
             .await?;
-        let st = serde_json::json!({
-            "apiVersion": "networking.fabric.io/v1alpha1",
-            "kind": "Connection",
-            "status": ConnectionStatus { value, latency, rx_bytes: rx, tx_bytes: tx, message, conditions: vec![] },
-        });
-        conns
-            .patch_status(&p.cluster_id, &pp, &Patch::Apply(&st))
-            .await?;
+        let st = ConnectionStatus {
+            value,
+            latency,
+            rx_bytes: rx,
+            tx_bytes: tx,
+            message,
+            conditions: vec![],
+        };
+        crate::apply_status(&conns, &p.cluster_id, FIELD_MANAGER, st).await?;
     }
     // Connections of peers that are gone.
     for c in conns.list(&lp).await?.items {

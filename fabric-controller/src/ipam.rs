@@ -148,18 +148,7 @@ async fn patch_status(
     name: &str,
     status: ConfigurationStatus,
 ) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": "networking.fabric.io/v1alpha1",
-        "kind": "Configuration",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    Ok(crate::apply_status(api, name, FIELD_MANAGER, status).await?)
 }
 
 /// Writes the grant as a Network object (spec: what was asked; status: what was granted).
@@ -195,12 +184,11 @@ async fn persist(
     };
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&name, &pp, &Patch::Apply(&net)).await?;
-    let status = serde_json::json!({
-        "apiVersion": "networking.fabric.io/v1alpha1",
-        "kind": "Network",
-        "status": NetworkStatus { cidr: Some(granted.to_string()), conditions: vec![] },
-    });
-    api.patch_status(&name, &pp, &Patch::Apply(&status)).await?;
+    let status = NetworkStatus {
+        cidr: Some(granted.to_string()),
+        conditions: vec![],
+    };
+    crate::apply_status(&api, &name, FIELD_MANAGER, status).await?;
     Ok(())
 }
 

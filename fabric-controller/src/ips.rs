@@ -12,7 +12,7 @@ use futures::StreamExt;
 use ipnetwork::Ipv4Network;
 use kube::{
     Api, Client, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
+    api::ListParams,
     runtime::{
         Controller,
         controller::Action,
@@ -43,18 +43,7 @@ fn pool(external: Ipv4Network) -> Result<Ipam, Error> {
 }
 
 async fn patch_status(api: &Api<IP>, name: &str, status: IPStatus) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": "networking.fabric.io/v1alpha1",
-        "kind": "IP",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    Ok(crate::apply_status(api, name, FIELD_MANAGER, status).await?)
 }
 
 async fn apply(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {

@@ -8,10 +8,7 @@ use aya::programs::{TestRun, TestRunOptions};
 use fabric_common::csum;
 use serde::Serialize;
 
-use crate::{
-    Dataplane, DataplaneConfig, Error,
-    state::{self, MapState},
-};
+use crate::{Dataplane, DataplaneConfig, Error, state};
 
 const BENCH_CONFIG: &str = r#"
 [[peers]]
@@ -125,11 +122,8 @@ pub fn cases() -> Vec<(&'static str, bool, Vec<u8>)> {
 pub fn run(repeat: u32) -> Result<Vec<BenchRow>, Error> {
     let cfg = DataplaneConfig::from_toml(BENCH_CONFIG)?;
     let mut dp = Dataplane::load(None)?;
-    let links = [("lo".to_string(), crate::link_facts("lo")?)].into();
-    dp.maps().write(&state::diff(
-        &MapState::default(),
-        &state::desired(&cfg, &links),
-    ))?;
+    let links = [("lo".to_string(), crate::sys::link_facts("lo")?)].into();
+    dp.maps().reconcile(&state::desired(&cfg, &links))?;
     let mut rows = Vec::new();
     dp.noop_program()?;
     for (case, egress, frame) in cases() {

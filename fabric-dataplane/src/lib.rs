@@ -42,7 +42,7 @@ pub mod sys;
 
 pub use config::{DataplaneConfig, ExternalMapping, PeerConfig, Remap};
 pub use fabric_common::DEFAULT_PIN_DIR;
-use state::{LinkFacts, MapState, Op, PeerMetaEntry};
+use state::{MapState, Op, PeerMetaEntry};
 
 /// The compiled programs (built by build.rs from `fabric-ebpf`).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fabric"));
@@ -225,6 +225,15 @@ impl Maps {
             }
         }
         Ok(s)
+    }
+
+    /// Makes the maps hold `want`: reads what they hold, writes only the difference. Returns
+    /// what they held before and how many writes it took.
+    pub fn reconcile(&mut self, want: &MapState) -> Result<(MapState, usize), Error> {
+        let cur = self.read_state()?;
+        let ops = state::diff(&cur, want);
+        self.write(&ops)?;
+        Ok((cur, ops.len()))
     }
 
     /// Performs the writes in order. Stops at the first failure (a later apply resumes).
@@ -690,16 +699,13 @@ impl Dataplane {
         for p in &cfg.peers {
             links.insert(p.interface.clone(), sys::link_facts(&p.interface)?);
         }
-        let want = state::desired(cfg, &links);
-        let cur = self.maps.read_state()?;
+        // Rewrites first, then programs: a freshly attached program finds its entries ready.
+        let (cur, map_writes) = self.maps.reconcile(&state::desired(cfg, &links))?;
         let previously: Vec<String> = cur.peers.values().map(|m| m.ifname.clone()).collect();
-        let ops = state::diff(&cur, &want);
         let mut report = ApplyReport {
-            map_writes: ops.len(),
+            map_writes,
             ..Default::default()
         };
-        // Rewrites first, then programs: a freshly attached program finds its entries ready.
-        self.maps.write(&ops)?;
         for p in &cfg.peers {
             if self.attach(&p.interface)? {
                 report.replaced.push(p.interface.clone());
@@ -750,9 +756,4 @@ impl Dataplane {
         })?;
         Ok(ifaces)
     }
-}
-
-/// Facts about configured interfaces, for callers that build map state themselves.
-pub fn link_facts(name: &str) -> Result<LinkFacts, Error> {
-    sys::link_facts(name)
 }

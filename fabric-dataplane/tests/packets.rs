@@ -8,10 +8,7 @@ use etherparse::{
     icmpv4::DestUnreachableHeader,
 };
 use fabric_common::drop;
-use fabric_dataplane::{
-    Dataplane, DataplaneConfig,
-    state::{self, MapState},
-};
+use fabric_dataplane::{Dataplane, DataplaneConfig, state};
 
 const TC_ACT_OK: u32 = 0;
 const TC_ACT_SHOT: u32 = 2;
@@ -56,11 +53,10 @@ fn fixture_with(config: &str) -> Option<Dataplane> {
     // test_run hands the program an skb on loopback: configure ifindex of `lo` as the device.
     let links = [(
         "lo".to_string(),
-        fabric_dataplane::link_facts("lo").unwrap(),
+        fabric_dataplane::sys::link_facts("lo").unwrap(),
     )]
     .into();
-    let ops = state::diff(&MapState::default(), &state::desired(&cfg, &links));
-    dp.maps().write(&ops).unwrap();
+    dp.maps().reconcile(&state::desired(&cfg, &links)).unwrap();
     Some(dp)
 }
 
