@@ -79,6 +79,8 @@ pub struct Opts {
     pub interval: Duration,
     /// Where the gateway pins its data-plane maps (its default when unset).
     pub pin_dir: Option<PathBuf>,
+    /// The gateway's `busy_poll_us` (0: off).
+    pub busy_poll_us: u64,
     pub election: Election,
 }
 
@@ -191,6 +193,9 @@ pub fn render(o: &Opts, me: &str, peers: &[PeerView], externals: &[(String, Stri
     );
     if let Some(pins) = &o.pin_dir {
         let _ = writeln!(s, "dataplane_pin_dir = {:?}", pins.display().to_string());
+    }
+    if o.busy_poll_us > 0 {
+        let _ = writeln!(s, "busy_poll_us = {}", o.busy_poll_us);
     }
     s.push('\n');
     for p in peers {
@@ -813,6 +818,7 @@ mod tests {
             advertise: "192.0.2.1:51820".into(),
             interval: Duration::from_secs(1),
             pin_dir: pin_dir.map(PathBuf::from),
+            busy_poll_us: 0,
             election: Election {
                 lease: LEASE.into(),
                 identity: "gw-0".into(),
@@ -846,8 +852,20 @@ mod tests {
             iface.contains("dataplane_pin_dir = \"/sys/fs/bpf/x\""),
             "{with}"
         );
-        let without = render(&opts(None), "a", &[peer], &[]);
+        let without = render(&opts(None), "a", std::slice::from_ref(&peer), &[]);
         assert!(!without.contains("dataplane_pin_dir"), "{without}");
+        assert!(!without.contains("busy_poll_us"), "{without}");
+        let busy = render(
+            &Opts {
+                busy_poll_us: 20_000,
+                ..opts(None)
+            },
+            "a",
+            &[peer],
+            &[],
+        );
+        let iface = &busy[..busy.find("[[peers]]").unwrap()];
+        assert!(iface.contains("busy_poll_us = 20000"), "{busy}");
         // What a standby replica's gateway gets: the interface and nothing else.
         let standby = render(&opts(None), "", &[], &[]);
         assert!(!standby.contains("[[peers]]") && standby.contains("[interface]"));

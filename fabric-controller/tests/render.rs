@@ -17,6 +17,7 @@ fn opts() -> Opts {
         advertise: "192.0.2.10:31820".into(),
         interval: Duration::from_secs(1),
         pin_dir: None,
+        busy_poll_us: 20_000,
         election: Election {
             lease: "fabric-gateway".into(),
             identity: "gw-0".into(),

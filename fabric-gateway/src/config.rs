@@ -1,8 +1,10 @@
 //! Typed gateway configuration (TOML) and its validation.
 
-use std::collections::HashSet;
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashSet,
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+};
 
 use ipnetwork::IpNetwork;
 use serde::Deserialize;
@@ -15,6 +17,8 @@ pub const DEFAULT_PORT: u16 = 51820;
 pub const DEFAULT_NAME: &str = "fabric";
 /// Linux IFNAMSIZ - 1.
 pub const MAX_IFNAME: usize = 15;
+/// Longest busy-poll window: beyond it a sleeping thread costs nothing measurable.
+pub const MAX_BUSY_POLL_US: u64 = 1_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -60,6 +64,11 @@ pub struct InterfaceConfig {
     /// Where the remap data plane pins its maps. Default: /sys/fs/bpf/fabric-gw-<name>.
     #[serde(default)]
     pub dataplane_pin_dir: Option<PathBuf>,
+    /// When non-zero, one thread serves every tunnel and keeps polling for this many
+    /// microseconds after traffic before it sleeps: lower latency for more CPU.
+    /// 0 (default): a reader thread per direction that sleeps until packets come.
+    #[serde(default)]
+    pub busy_poll_us: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -240,6 +249,13 @@ impl Config {
         if !(576..=9000).contains(&i.mtu) {
             return inv(format!("interface.mtu {} must be within 576..=9000", i.mtu));
         }
+        if i.busy_poll_us > MAX_BUSY_POLL_US {
+            return inv(format!(
+                "interface.busy_poll_us {} must be at most {MAX_BUSY_POLL_US} (1 s); \
+                 it is how long to keep polling after traffic, 0 turns it off",
+                i.busy_poll_us
+            ));
+        }
         if i.probe_interval == 0 {
             return inv("interface.probe_interval must be at least 1 second".into());
         }
@@ -379,6 +395,15 @@ probe_address = "169.254.100.2"
         assert_eq!(p.allowed_ips.len(), 3);
         assert_eq!(p.persistent_keepalive, Some(25));
         assert_eq!(p.probe_source(), Some("169.254.100.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn busy_poll_defaults_off_and_is_bounded() {
+        assert_eq!(Config::parse(&base()).unwrap().interface.busy_poll_us, 0);
+        let on = base().replace("[interface]\n", "[interface]\nbusy_poll_us = 20000\n");
+        assert_eq!(Config::parse(&on).unwrap().interface.busy_poll_us, 20_000);
+        let e = err(&base().replace("[interface]\n", "[interface]\nbusy_poll_us = 5000000\n"));
+        assert!(e.contains("busy_poll_us") && e.contains("at most"), "{e}");
     }
 
     #[test]

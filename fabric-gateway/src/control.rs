@@ -1,17 +1,19 @@
 //! Control-plane listeners: the WireGuard UAPI socket (for `wg`), the fabric
 //! control socket (status/reload) and the Prometheus endpoint.
 
-use std::io;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::{
+    io,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    net::{TcpListener, UnixListener, UnixStream},
+};
 
-use crate::gateway::Gateway;
-use crate::status::render_metrics;
-use crate::uapi;
+use crate::{gateway::Gateway, status::render_metrics, uapi};
 
 /// Largest request we accept on a unix socket; `wg setconf` for thousands of
 /// allowed IPs stays well below this.

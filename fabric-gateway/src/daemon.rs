@@ -2,16 +2,16 @@
 //! until SIGINT/SIGTERM. In the library so that the benchmark harness can run
 //! exactly this code in a child process of its own binary.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use anyhow::{Context, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::config::Config;
-use crate::control;
-use crate::gateway::Gateway;
+use crate::{config::Config, control, gateway::Gateway};
 
 /// Runs the gateway on its own tokio runtime until a termination signal.
 pub fn run_blocking(

@@ -6,30 +6,37 @@
 //! does no heap allocation and never waits on the async control plane. The
 //! control plane (reload, UAPI, netlink) runs on tokio and only takes short locks.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::{
+    collections::{BTreeMap, HashMap},
+    io,
+    net::{IpAddr, SocketAddr, UdpSocket},
+    os::fd::AsRawFd,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant, SystemTime},
+};
 
-use boringtun::noise::errors::WireGuardError;
-use boringtun::noise::handshake::parse_handshake_anon;
-use boringtun::noise::rate_limiter::RateLimiter;
-use boringtun::noise::{Packet, Tunn, TunnResult};
+use boringtun::noise::{
+    Packet, Tunn, TunnResult, errors::WireGuardError, handshake::parse_handshake_anon,
+    rate_limiter::RateLimiter,
+};
 use ipnetwork::IpNetwork;
 
-use crate::allowed_ips::AllowedIps;
-use crate::config::{Config, InterfaceConfig, PeerConfig};
-use crate::key::{PrivateKey, PublicKey};
-use crate::netconf;
-use crate::offload::{self, VNET_HDR_LEN, VnetHdr};
-use crate::packet;
-use crate::probe::ProbeState;
-use crate::status::{PeerStatus, Status};
-use crate::tun::Tun;
-use crate::{uapi, udp};
+use crate::{
+    allowed_ips::AllowedIps,
+    config::{Config, InterfaceConfig, PeerConfig},
+    key::{PrivateKey, PublicKey},
+    netconf,
+    offload::{self, VNET_HDR_LEN, VnetHdr},
+    packet,
+    probe::ProbeState,
+    status::{PeerStatus, Status},
+    tun::Tun,
+    uapi, udp,
+};
 
 /// Handshakes per second before cookies are demanded. Every handshake message
 /// is checked twice against the shared limiter (once to find the peer, once
@@ -183,6 +190,8 @@ pub struct Gateway {
     udp_gso: AtomicBool,
     rate_limiter: Arc<RateLimiter>,
     peers: RwLock<PeerTable>,
+    /// Bumped on every peer add/remove, so the poll loop knows to rebuild its fd set.
+    peers_gen: AtomicU64,
     next_index: AtomicU32,
     stop: AtomicBool,
     started: Instant,
@@ -238,6 +247,7 @@ impl Gateway {
             udp_gso: AtomicBool::new(true),
             rate_limiter,
             peers: RwLock::default(),
+            peers_gen: AtomicU64::new(0),
             // Random start, so a restarted gateway does not reuse the session
             // indices its peers may still be sending to.
             next_index: AtomicU32::new(random_u32() & 0x00ff_ffff),
@@ -262,9 +272,20 @@ impl Gateway {
             return Err(e);
         }
         let g = gw.clone();
+        let spin = gw.busy_poll();
         let udp_thread = std::thread::Builder::new()
-            .name("fgw-udp".into())
-            .spawn(move || g.udp_loop())
+            .name(
+                if spin.is_some() {
+                    "fgw-poll"
+                } else {
+                    "fgw-udp"
+                }
+                .into(),
+            )
+            .spawn(move || match spin {
+                Some(spin) => g.poll_loop(spin),
+                None => g.udp_loop(),
+            })
             .map_err(|e| GatewayError::Other(format!("spawn: {e}")))?;
         let g = gw.clone();
         let timer_thread = std::thread::Builder::new()
@@ -287,6 +308,11 @@ impl Gateway {
 
     pub fn name(&self) -> &str {
         &self.iface.name
+    }
+
+    /// Some(spin window) when one polling thread serves all devices.
+    fn busy_poll(&self) -> Option<Duration> {
+        (self.iface.busy_poll_us > 0).then(|| Duration::from_micros(self.iface.busy_poll_us))
     }
 
     pub fn public_key(&self) -> PublicKey {
@@ -370,16 +396,19 @@ impl Gateway {
             stop: AtomicBool::new(false),
             reader: Mutex::new(None),
         });
-        let (g, p) = (self.clone(), peer.clone());
-        let h = std::thread::Builder::new()
-            .name(format!("fgw-tun-{}", peer.tun.name()))
-            .spawn(move || g.tun_loop(&p))
-            .map_err(|e| GatewayError::Other(format!("spawn: {e}")))?;
-        *peer.reader.lock().unwrap() = Some(h);
+        if self.busy_poll().is_none() {
+            let (g, p) = (self.clone(), peer.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("fgw-tun-{}", peer.tun.name()))
+                .spawn(move || g.tun_loop(&p))
+                .map_err(|e| GatewayError::Other(format!("spawn: {e}")))?;
+            *peer.reader.lock().unwrap() = Some(h);
+        }
         {
             let mut t = self.peers.write().unwrap();
             t.by_index.insert(index, peer.clone());
             t.by_key.insert(cfg.public_key, peer.clone());
+            self.peers_gen.fetch_add(1, Ordering::Release);
         }
         tracing::info!(
             peer = %peer.name,
@@ -416,6 +445,7 @@ impl Gateway {
                 return;
             };
             t.by_index.remove(&p.index);
+            self.peers_gen.fetch_add(1, Ordering::Release);
             p
         };
         peer.stop.store(true, Ordering::Relaxed);
@@ -484,6 +514,7 @@ impl Gateway {
             || i.listen_address != self.iface.listen_address
             || i.mtu != self.iface.mtu
             || i.name != self.iface.name
+            || i.busy_poll_us != self.iface.busy_poll_us
         {
             tracing::warn!("interface settings changed; they take effect only after a restart");
         }
@@ -817,120 +848,185 @@ impl Gateway {
         }
     }
 
-    /// TUN -> (segment) -> encrypt -> UDP for one peer. One read may be a 64 KiB
-    /// TSO super-packet; its segments are encrypted under one lock and leave in
-    /// a few UDP_SEGMENT sends.
+    /// TUN -> (segment) -> encrypt -> UDP for one peer, a reader thread per device.
     fn tun_loop(&self, peer: &Peer) {
-        let vnet = peer.tun.vnet_hdr();
-        let mut src = vec![0u8; VNET_HDR_LEN + BUF];
-        let mut scratch = vec![0u8; BUF];
-        let mut dst = vec![0u8; SEG_OUT];
-        let mut lens: Vec<usize> = Vec::with_capacity(1024);
+        let mut bufs = TunBufs::new();
         while !peer.stop.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) {
-            let n = match peer.tun.recv_timeout(&mut src, POLL_TIMEOUT) {
-                Ok(Some(n)) => n,
-                Ok(None) => continue,
+            match peer.tun.recv_timeout(&mut bufs.src, POLL_TIMEOUT) {
+                Ok(Some(n)) => self.tun_packet(peer, n, &mut bufs),
+                Ok(None) => {}
                 Err(e) => {
                     tracing::error!(peer = %peer.name, error = %e, "TUN read failed; stopping reader");
                     return;
                 }
-            };
-            let Some(ep) = *peer.endpoint.read().unwrap() else {
-                // A server-side peer that never contacted us: nowhere to send, and
-                // queueing inside Tunn would only deliver stale packets later.
-                peer.counters.drop(PeerDrop::NoEndpoint);
-                continue;
-            };
-            let (hdr, pkt) = if vnet {
-                if n < VNET_HDR_LEN {
-                    peer.counters.drop(PeerDrop::Malformed);
-                    continue;
-                }
-                let (h, p) = src[..n].split_at_mut(VNET_HDR_LEN);
-                (
-                    VnetHdr::parse((&*h).try_into().expect("split at VNET_HDR_LEN")),
-                    p,
-                )
-            } else {
-                (VnetHdr::default(), &mut src[..n])
-            };
-            lens.clear();
-            let mut used = 0;
-            let mut inner = 0u64;
-            let res = {
-                let mut tunn = peer.tunn.lock().unwrap();
-                offload::segment(&hdr, pkt, &mut scratch, |p| {
-                    let room = &mut dst[used..];
-                    if room.len() < p.len() + 64 {
-                        peer.counters.drop(PeerDrop::Malformed);
-                        return;
-                    }
-                    match tunn.encapsulate(p, room) {
-                        TunnResult::WriteToNetwork(out) => {
-                            used += out.len();
-                            lens.push(out.len());
-                            inner += 1;
-                        }
-                        TunnResult::Done => {}
-                        TunnResult::Err(e) => {
-                            tracing::debug!(peer = %peer.name, error = ?e, "encapsulate failed")
-                        }
-                        TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
-                    }
-                })
-            };
-            if let Err(e) = res {
-                peer.counters.drop(PeerDrop::Malformed);
-                tracing::debug!(peer = %peer.name, error = ?e, "unusable packet from TUN");
             }
-            peer.counters.tx_packets.fetch_add(inner, Ordering::Relaxed);
-            self.send_batch(peer, &dst[..used], &lens, ep);
         }
     }
 
-    /// UDP -> find peer -> decrypt -> TUN. With UDP GRO one receive may carry
-    /// many datagrams of the same sender, cut at the reported segment size.
+    /// One read from a peer's TUN (`n` bytes in `bufs.src`). It may be a 64 KiB TSO
+    /// super-packet; its segments are encrypted under one lock and leave in a few
+    /// UDP_SEGMENT sends.
+    fn tun_packet(&self, peer: &Peer, n: usize, bufs: &mut TunBufs) {
+        let TunBufs {
+            src,
+            scratch,
+            dst,
+            lens,
+        } = bufs;
+        let Some(ep) = *peer.endpoint.read().unwrap() else {
+            // A server-side peer that never contacted us: nowhere to send, and
+            // queueing inside Tunn would only deliver stale packets later.
+            peer.counters.drop(PeerDrop::NoEndpoint);
+            return;
+        };
+        let (hdr, pkt) = if peer.tun.vnet_hdr() {
+            if n < VNET_HDR_LEN {
+                peer.counters.drop(PeerDrop::Malformed);
+                return;
+            }
+            let (h, p) = src[..n].split_at_mut(VNET_HDR_LEN);
+            (
+                VnetHdr::parse((&*h).try_into().expect("split at VNET_HDR_LEN")),
+                p,
+            )
+        } else {
+            (VnetHdr::default(), &mut src[..n])
+        };
+        lens.clear();
+        let mut used = 0;
+        let mut inner = 0u64;
+        let res = {
+            let mut tunn = peer.tunn.lock().unwrap();
+            offload::segment(&hdr, pkt, scratch, |p| {
+                let room = &mut dst[used..];
+                if room.len() < p.len() + 64 {
+                    peer.counters.drop(PeerDrop::Malformed);
+                    return;
+                }
+                match tunn.encapsulate(p, room) {
+                    TunnResult::WriteToNetwork(out) => {
+                        used += out.len();
+                        lens.push(out.len());
+                        inner += 1;
+                    }
+                    TunnResult::Done => {}
+                    TunnResult::Err(e) => {
+                        tracing::debug!(peer = %peer.name, error = ?e, "encapsulate failed")
+                    }
+                    TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
+                }
+            })
+        };
+        if let Err(e) = res {
+            peer.counters.drop(PeerDrop::Malformed);
+            tracing::debug!(peer = %peer.name, error = ?e, "unusable packet from TUN");
+        }
+        peer.counters.tx_packets.fetch_add(inner, Ordering::Relaxed);
+        self.send_batch(peer, &dst[..used], lens, ep);
+    }
+
+    /// UDP -> find peer -> decrypt -> TUN, on its own thread.
     fn udp_loop(&self) {
-        let mut buf = vec![0u8; BUF];
-        let mut out = vec![0u8; BUF_OUT];
-        let static_private = self.private_key.to_dalek();
-        let static_public = self.public_key.to_dalek();
-        let mut gro = TunGro::default();
+        let mut bufs = UdpBufs::new(&self.private_key, &self.public_key);
         while !self.stop.load(Ordering::Relaxed) {
-            let (n, from, seg) = match udp::recv_segments(&self.udp, &mut buf) {
-                Ok(r) => r,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    continue;
-                }
-                Err(e) => {
-                    // ICMP port unreachable from a dead endpoint surfaces here; not fatal.
-                    tracing::trace!(error = %e, "udp recv error");
-                    continue;
-                }
+            self.udp_receive(&mut bufs);
+        }
+    }
+
+    /// One receive from the UDP socket. With UDP GRO it may carry many datagrams
+    /// of the same sender, cut at the reported segment size. Returns whether
+    /// anything arrived.
+    fn udp_receive(&self, bufs: &mut UdpBufs) -> bool {
+        let (n, from, seg) = match udp::recv_segments(&self.udp, &mut bufs.buf) {
+            Ok(r) => r,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return false;
+            }
+            Err(e) => {
+                // ICMP port unreachable from a dead endpoint surfaces here; not fatal.
+                tracing::trace!(error = %e, "udp recv error");
+                return true;
+            }
+        };
+        if n == 0 {
+            self.drops[GlobalDrop::Invalid as usize].fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let UdpBufs {
+            buf,
+            out,
+            gro,
+            static_private,
+            static_public,
+        } = bufs;
+        for datagram in buf[..n].chunks(seg.max(1)) {
+            self.handle_datagram(datagram, from, out, gro, static_private, static_public);
+        }
+        // Never hold packets past the batch they came in: no added latency.
+        gro.flush();
+        true
+    }
+
+    /// Both directions of every peer on one thread, for `busy_poll_us` > 0: after
+    /// traffic it keeps polling without sleeping for that long, so a reply that
+    /// comes back within the window costs no thread wake-up. Trades CPU for latency.
+    fn poll_loop(&self, spin: Duration) {
+        let mut tb = TunBufs::new();
+        let mut ub = UdpBufs::new(&self.private_key, &self.public_key);
+        let mut seen_gen = u64::MAX;
+        let mut peers: Vec<Arc<Peer>> = Vec::new();
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut last_traffic = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            let g = self.peers_gen.load(Ordering::Acquire);
+            if g != seen_gen {
+                seen_gen = g;
+                peers = self.peers();
+                fds.clear();
+                fds.push(pollfd(self.udp.as_raw_fd()));
+                fds.extend(peers.iter().map(|p| pollfd(p.tun.as_raw_fd())));
+            }
+            let spinning = last_traffic.elapsed() < spin;
+            let timeout = if spinning {
+                0
+            } else {
+                POLL_TIMEOUT.as_millis() as libc::c_int
             };
-            if n == 0 {
-                self.drops[GlobalDrop::Invalid as usize].fetch_add(1, Ordering::Relaxed);
+            // SAFETY: fds is a live array of pollfd of the given length.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+            if r <= 0 {
+                if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(error = %io::Error::last_os_error(), "poll failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if spinning {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
-            for datagram in buf[..n].chunks(seg.max(1)) {
-                self.handle_datagram(
-                    datagram,
-                    from,
-                    &mut out,
-                    &mut gro,
-                    &static_private,
-                    &static_public,
-                );
+            last_traffic = Instant::now();
+            if fds[0].revents != 0 {
+                self.udp_receive(&mut ub);
             }
-            // Never hold packets past the batch they came in: no added latency.
-            gro.flush();
+            for (pfd, peer) in fds[1..].iter().zip(&peers) {
+                if pfd.revents == 0 || peer.stop.load(Ordering::Relaxed) {
+                    continue;
+                }
+                match peer.tun.recv(&mut tb.src) {
+                    Ok(Some(n)) => self.tun_packet(peer, n, &mut tb),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::error!(peer = %peer.name, error = %e, "TUN read failed");
+                    }
+                }
+            }
         }
     }
 
@@ -1156,6 +1252,54 @@ impl Gateway {
                 }
             }
         }
+    }
+}
+
+/// Per-thread buffers of the TUN -> UDP direction, allocated once.
+struct TunBufs {
+    src: Vec<u8>,
+    scratch: Vec<u8>,
+    dst: Vec<u8>,
+    lens: Vec<usize>,
+}
+
+impl TunBufs {
+    fn new() -> Self {
+        Self {
+            src: vec![0u8; VNET_HDR_LEN + BUF],
+            scratch: vec![0u8; BUF],
+            dst: vec![0u8; SEG_OUT],
+            lens: Vec::with_capacity(1024),
+        }
+    }
+}
+
+/// Per-thread state of the UDP -> TUN direction.
+struct UdpBufs {
+    buf: Vec<u8>,
+    out: Vec<u8>,
+    gro: TunGro,
+    static_private: boringtun::x25519::StaticSecret,
+    static_public: boringtun::x25519::PublicKey,
+}
+
+impl UdpBufs {
+    fn new(private: &PrivateKey, public: &PublicKey) -> Self {
+        Self {
+            buf: vec![0u8; BUF],
+            out: vec![0u8; BUF_OUT],
+            gro: TunGro::default(),
+            static_private: private.to_dalek(),
+            static_public: public.to_dalek(),
+        }
+    }
+}
+
+fn pollfd(fd: std::os::fd::RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
     }
 }
 

@@ -3,14 +3,14 @@
 //! The private key type deliberately has no `Display`, no serde impls and a
 //! redacted `Debug`, so that it cannot end up in logs, status JSON or panics.
 
-use std::fmt;
-use std::fs;
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::{
+    fmt, fs,
+    io::Read,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
+use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use boringtun::x25519;
 
 #[derive(Debug, thiserror::Error)]
@@ -225,8 +225,9 @@ pub(crate) fn encode_hex(b: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::io::Write;
+
+    use super::*;
 
     #[test]
     fn known_vector_matches_wg_pubkey() {

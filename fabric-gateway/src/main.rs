@@ -1,13 +1,17 @@
-use std::io::{IsTerminal, Read, Write};
-use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::{
+    io::{IsTerminal, Read, Write},
+    net::SocketAddr,
+    os::unix::fs::OpenOptionsExt,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use fabric_gateway::config::{Config, DEFAULT_NAME};
-use fabric_gateway::key::PrivateKey;
-use fabric_gateway::{control, daemon};
+use fabric_gateway::{
+    config::{Config, DEFAULT_NAME},
+    control, daemon,
+    key::PrivateKey,
+};
 
 #[derive(Parser)]
 #[command(

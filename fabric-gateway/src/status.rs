@@ -1,8 +1,7 @@
 //! Gateway status snapshot: served as JSON (`fabric-gateway status`, `/status`)
 //! and rendered as Prometheus text exposition (`/metrics`).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 

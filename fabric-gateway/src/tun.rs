@@ -4,10 +4,12 @@
 //! checksumming TCP before handing packets to us: one read returns up to 64 KiB,
 //! which `offload::segment` cuts up. That turns ~45 reads into one.
 
-use std::ffi::CString;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::Duration;
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    time::Duration,
+};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
@@ -101,6 +103,20 @@ impl Tun {
 
     /// Waits up to `timeout` for a packet. Ok(None) on timeout, so reader
     /// threads can notice a stop flag without needing a wakeup fd.
+    /// Reads one packet; only call when poll said the device is readable.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        // SAFETY: buf is valid for buf.len() bytes.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Some(n as usize))
+    }
+
     pub fn recv_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
         let mut pfd = libc::pollfd {
             fd: self.fd.as_raw_fd(),
@@ -165,5 +181,11 @@ impl Tun {
         } else {
             Ok(n as usize)
         }
+    }
+}
+
+impl AsRawFd for Tun {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
 }

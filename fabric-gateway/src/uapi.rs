@@ -5,9 +5,11 @@
 //! it (it just omits the interface public/private key lines) and the gateway
 //! promises never to print the key anywhere.
 
-use std::fmt::Write as _;
-use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::{
+    fmt::Write as _,
+    net::SocketAddr,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use ipnetwork::IpNetwork;
 

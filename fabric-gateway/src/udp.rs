@@ -1,10 +1,12 @@
 //! UDP segmentation and receive offloads (UDP_SEGMENT / UDP_GRO) on the
 //! gateway's socket: one syscall moves up to 64 equally sized datagrams.
 
-use std::io;
-use std::mem::{size_of, zeroed};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::{
+    io,
+    mem::{size_of, zeroed},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket},
+    os::fd::AsRawFd,
+};
 
 const SOL_UDP: libc::c_int = 17;
 const UDP_SEGMENT: libc::c_int = 103;
@@ -198,8 +200,9 @@ pub fn recv_segments(s: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Socket
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::time::Duration;
+
+    use super::*;
 
     #[test]
     fn gso_send_and_gro_receive_on_loopback() {

@@ -2,8 +2,7 @@
 
 mod common;
 
-use std::net::UdpSocket;
-use std::process::Command;
+use std::{net::UdpSocket, process::Command};
 
 use common::*;
 

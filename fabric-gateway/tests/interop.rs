@@ -3,8 +3,10 @@
 
 mod common;
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use common::*;
 

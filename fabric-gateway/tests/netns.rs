@@ -5,8 +5,10 @@
 
 mod common;
 
-use std::net::UdpSocket;
-use std::time::{Duration, Instant};
+use std::{
+    net::UdpSocket,
+    time::{Duration, Instant},
+};
 
 use common::*;
 
@@ -712,4 +714,151 @@ fn roaming_client_address_change() {
     assert_eq!(peer0(&st)["endpoint"], format!("{NEW_UL}:{PORT}"), "{st}");
     let b_cfg = std::fs::read_to_string(&g.b_cfg).unwrap();
     assert!(!b_cfg.contains("endpoint"), "server config was touched");
+}
+
+/// Busy-poll mode: one thread serves every tunnel (devices come and go with reloads)
+/// and it stops spinning once traffic stops.
+#[test]
+fn busy_poll_one_thread_serves_all_tunnels() {
+    if !require_root("busy_poll_one_thread_serves_all_tunnels") {
+        return;
+    }
+    let mut lab = Lab::new("q");
+    let t = topology(&mut lab);
+    let busy = |c: String| c.replacen("[interface]\n", "[interface]\nbusy_poll_us = 2000\n", 1);
+    let (a_key, a_pub) = lab.write_key("a");
+    let (b_key, b_pub) = lab.write_key("b");
+    let g = Gws {
+        a_name: format!("{}a", lab.tag),
+        b_name: format!("{}b", lab.tag),
+        a_cfg: lab.write(
+            "a.toml",
+            &busy(config(&format!("{}a", lab.tag), &a_key, &[a_peer(&b_pub)])),
+        ),
+        b_cfg: lab.write(
+            "b.toml",
+            &busy(config(&format!("{}b", lab.tag), &b_key, &[b_peer(&a_pub)])),
+        ),
+        a_pub,
+        b_pub,
+    };
+    start_gateway(&mut lab, "gwb", &t.gb, &g.b_name, &g.b_cfg, &[]);
+    start_gateway(&mut lab, "gwa", &t.ga, &g.a_name, &g.a_cfg, &[]);
+    both_up(&lab, &g, Duration::from_secs(15));
+    assert!(
+        lab.ping(&t.pa, "10.20.0.2", 3),
+        "ping A->B\n{}",
+        lab.log("gwa")
+    );
+    assert!(
+        lab.ping(&t.pb, "10.10.0.2", 3),
+        "ping B->A\n{}",
+        lab.log("gwb")
+    );
+    lab.tcp_transfer(&t.pb, "10.20.0.2:5001", &t.pa, 4 << 20);
+    lab.tcp_transfer(&t.pa, "10.10.0.2:5002", &t.pb, 4 << 20);
+
+    let a_pid = lab.pid("gwa").unwrap();
+    let threads = || -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{a_pid}/task"))
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+            .map(|s| s.trim().to_string())
+            .collect()
+    };
+    let names = threads();
+    assert!(names.iter().any(|n| n == "fgw-poll"), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("fgw-tun") || n == "fgw-udp"),
+        "{names:?}"
+    );
+
+    // A peer added and removed while B's traffic flows: the poll set follows.
+    let (_, c_pub) = lab.write_key("c");
+    let extra = PeerSpec {
+        name: "cluster-c",
+        public_key: &c_pub,
+        // Server role, never contacted: what it reads from fab-c is counted as no_endpoint.
+        endpoint: None,
+        allowed: &["10.30.0.0/24"],
+        device: "fab-c",
+        address: "169.254.101.1/30",
+        routes: &["10.30.0.0/24"],
+        probe: None,
+        keepalive: None,
+    };
+    let reload = |cfg: String| {
+        std::fs::write(&g.a_cfg, busy(cfg)).unwrap();
+        run(&[
+            BIN,
+            "reload",
+            "--name",
+            &g.a_name,
+            "--control-dir",
+            lab.dir.to_str().unwrap(),
+        ]);
+    };
+    let pinger = {
+        let mut c = std::process::Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &t.pa,
+            "ping",
+            "-c",
+            "30",
+            "-i",
+            "0.05",
+            "-W",
+            "1",
+            "10.20.0.2",
+        ])
+        .stdout(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    reload(config(&g.a_name, &a_key, &[a_peer(&g.b_pub), extra]));
+    assert!(
+        lab.try_exec(&t.ga, &["ip", "link", "show", "fab-c"])
+            .status
+            .success()
+    );
+    // Traffic to the new peer's routes reaches the poll loop.
+    lab.try_exec(&t.pa, &["ping", "-c", "1", "-W", "1", "10.30.0.9"]);
+    let st = lab.wait_status(&g.a_name, Duration::from_secs(5), |v| {
+        v["peers"].as_array().unwrap().iter().any(|p| {
+            p["name"] == "cluster-c" && p["drops"]["no_endpoint"].as_u64().unwrap_or(0) > 0
+        })
+    });
+    assert!(
+        st.is_some(),
+        "packets for the added peer were not read\n{}",
+        lab.log("gwa")
+    );
+    reload(config(&g.a_name, &a_key, &[a_peer(&g.b_pub)]));
+    let out = pinger.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(" 0% packet loss"),
+        "B disturbed by reloads: {text}"
+    );
+    lab.tcp_transfer(&t.pb, "10.20.0.2:5003", &t.pa, 1 << 20);
+
+    // Idle: the spin window has passed, so the thread sleeps (the 1 s probes aside).
+    std::thread::sleep(Duration::from_millis(500));
+    let ticks = || -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{a_pid}/stat")).unwrap();
+        let f: Vec<&str> = s[s.rfind(')').unwrap() + 2..].split_whitespace().collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    };
+    let before = ticks();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let used = ticks() - before;
+    assert!(
+        used * 10 < 2 * hz,
+        "idle gateway used {used} ticks in 2 s (hz {hz}): still spinning"
+    );
 }

@@ -11,14 +11,16 @@
 //! calls the same library code as `fabric-gateway run`, so that `cargo run --bin
 //! fabric-gateway-bench` always measures the code it was built from.
 
-use std::fmt::Write as _;
-use std::fs;
-use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::{
+    fmt::Write as _,
+    fs,
+    net::SocketAddr,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
@@ -43,6 +45,10 @@ struct Args {
     /// Peers for the large-configuration RSS measurement.
     #[arg(long, default_value_t = 100)]
     peers: usize,
+    /// Spin window of the busy-poll column (fabric-gateway's `busy_poll_us`); it must
+    /// exceed the 10 ms ping interval to spare the wake-ups.
+    #[arg(long, default_value_t = 20_000)]
+    busy_poll_us: u64,
     /// Only measure fabric-gateway (and the veth ceiling).
     #[arg(long)]
     skip_boringtun: bool,
@@ -375,6 +381,7 @@ enum Mode {
     Veth,
     Boringtun,
     Ours,
+    OursBusy,
 }
 
 impl Mode {
@@ -383,6 +390,7 @@ impl Mode {
             Mode::Veth => "plain veth",
             Mode::Boringtun => "boringtun-cli",
             Mode::Ours => "fabric-gateway",
+            Mode::OursBusy => "fabric-gateway busy-poll",
         }
     }
 }
@@ -443,14 +451,21 @@ fn ours_peer(
     s
 }
 
-fn start_ours(t: &Topo, ns: &str, which: &str, key: &Path, peers: &str) -> Result<i32> {
+fn start_ours(
+    t: &Topo,
+    ns: &str,
+    which: &str,
+    key: &Path,
+    peers: &str,
+    busy_poll_us: u64,
+) -> Result<i32> {
     let name = format!("{}{which}", t.tag);
     let cfg = t.dir.join(format!("{which}.toml"));
     fs::write(
         &cfg,
         format!(
-            "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\nmtu = {MTU}\n{peers}",
-            key.display()
+            "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\nmtu = {MTU}\nbusy_poll_us = {busy_poll_us}\n{peers}",
+            key.display(),
         ),
     )?;
     let exe = std::env::current_exe()?;
@@ -470,7 +485,7 @@ fn start_ours(t: &Topo, ns: &str, which: &str, key: &Path, peers: &str) -> Resul
 }
 
 /// Our gateway on both sides; A additionally gets `extra` unreachable peers.
-fn setup_ours(t: &Topo, extra: usize) -> Result<Setup> {
+fn setup_ours(t: &Topo, extra: usize, busy_poll_us: u64) -> Result<Setup> {
     let (ak, apub) = write_key(&t.dir, "a")?;
     let (bk, bpub) = write_key(&t.dir, "b")?;
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
@@ -513,8 +528,8 @@ fn setup_ours(t: &Topo, extra: usize) -> Result<Setup> {
         &s(&["10.10.0.0/24"]),
         Some("169.254.100.1"),
     );
-    let b = start_ours(t, &t.gb, "b", &bk, &b_peers)?;
-    let a = start_ours(t, &t.ga, "a", &ak, &a_peers)?;
+    let b = start_ours(t, &t.gb, "b", &bk, &b_peers, busy_poll_us)?;
+    let a = start_ours(t, &t.ga, "a", &ak, &a_peers, busy_poll_us)?;
     Ok(Setup {
         pids: vec![a, b],
         a_pid: Some(a),
@@ -616,6 +631,7 @@ struct Results {
     retr_4: Option<u64>,
     cpu_4: Option<f64>,
     rtt_ms: Option<f64>,
+    cpu_ping: Option<f64>,
     rss_kib: Option<u64>,
     rss_after_kib: Option<u64>,
 }
@@ -649,29 +665,41 @@ fn ping_rtt(t: &Topo, n: u32) -> Result<f64> {
         .parse()?)
 }
 
-/// Returns (Gbit/s received, retransmits, gateway CPU as % of one core).
-fn iperf(t: &Topo, streams: u32, secs: u32, gws: &[i32]) -> Result<(f64, u64, Option<f64>)> {
+/// Runs `f` and returns its result with the CPU the gateways `gws` used meanwhile,
+/// as % of one core (None without gateways).
+fn with_cpu<T>(gws: &[i32], f: impl FnOnce() -> Result<T>) -> Result<(T, Option<f64>)> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let before: Vec<u64> = gws.iter().map(|&p| cpu_ticks(p)).collect::<Result<_>>()?;
     let t0 = Instant::now();
-    let out = ns_cmd(
-        &t.pa,
-        &[
-            "iperf3",
-            "-c",
-            POD_B,
-            "-t",
-            &secs.to_string(),
-            "-P",
-            &streams.to_string(),
-            "-J",
-        ],
-        Duration::from_secs(u64::from(secs) + 20),
-    )?;
+    let v = f()?;
     let wall = t0.elapsed().as_secs_f64();
     let after: Vec<u64> = gws.iter().map(|&p| cpu_ticks(p)).collect::<Result<_>>()?;
     let ticks: u64 = after.iter().zip(&before).map(|(a, b)| a - b).sum();
+    Ok((
+        v,
+        (!gws.is_empty()).then(|| ticks as f64 / hz / wall * 100.0),
+    ))
+}
+
+/// Returns (Gbit/s received, retransmits, gateway CPU as % of one core).
+fn iperf(t: &Topo, streams: u32, secs: u32, gws: &[i32]) -> Result<(f64, u64, Option<f64>)> {
+    let (out, cpu) = with_cpu(gws, || {
+        ns_cmd(
+            &t.pa,
+            &[
+                "iperf3",
+                "-c",
+                POD_B,
+                "-t",
+                &secs.to_string(),
+                "-P",
+                &streams.to_string(),
+                "-J",
+            ],
+            Duration::from_secs(u64::from(secs) + 20),
+        )
+    })?;
     let v: serde_json::Value = serde_json::from_str(&out).context("iperf3 JSON")?;
     if let Some(e) = v.get("error") {
         bail!("iperf3: {e}");
@@ -680,7 +708,6 @@ fn iperf(t: &Topo, streams: u32, secs: u32, gws: &[i32]) -> Result<(f64, u64, Op
         .as_f64()
         .ok_or_else(|| anyhow!("iperf3 JSON without end.sum_received"))?;
     let retr = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-    let cpu = (!gws.is_empty()).then(|| ticks as f64 / hz / wall * 100.0);
     Ok((bps / 1e9, retr, cpu))
 }
 
@@ -689,11 +716,13 @@ fn measure(mode: Mode, args: &Args, bt: Option<&Path>) -> Result<Results> {
         Mode::Veth => "v",
         Mode::Boringtun => "t",
         Mode::Ours => "o",
+        Mode::OursBusy => "q",
     })?;
     let res = (|| -> Result<Results> {
         let s = match mode {
             Mode::Veth => setup_veth(&t)?,
-            Mode::Ours => setup_ours(&t, 0)?,
+            Mode::Ours => setup_ours(&t, 0, 0)?,
+            Mode::OursBusy => setup_ours(&t, 0, args.busy_poll_us)?,
             Mode::Boringtun => setup_boringtun(&t, bt.expect("checked by caller"))?,
         };
         wait_ping(&t, Duration::from_secs(20), &s.pids).with_context(|| {
@@ -709,8 +738,10 @@ fn measure(mode: Mode, args: &Args, bt: Option<&Path>) -> Result<Results> {
             &[],
             &t.dir.join("iperf3-server.log"),
         )?;
+        let (rtt, cpu_ping) = with_cpu(&s.pids, || ping_rtt(&t, args.pings))?;
         let mut r = Results {
-            rtt_ms: Some(ping_rtt(&t, args.pings)?),
+            rtt_ms: Some(rtt),
+            cpu_ping,
             rss_kib: s.a_pid.map(vm_rss_kib).transpose()?,
             ..Default::default()
         };
@@ -742,7 +773,7 @@ fn measure(mode: Mode, args: &Args, bt: Option<&Path>) -> Result<Results> {
 fn rss_with_peers(n: usize, pings: u32) -> Result<u64> {
     let t = topology("p")?;
     let res = (|| -> Result<u64> {
-        let s = setup_ours(&t, n.saturating_sub(1))?;
+        let s = setup_ours(&t, n.saturating_sub(1), 0)?;
         wait_ping(&t, Duration::from_secs(30), &s.pids).with_context(|| {
             let log = fs::read_to_string(t.dir.join("gwa.log")).unwrap_or_default();
             format!(
@@ -810,9 +841,14 @@ fn print_table(cols: &[(Mode, std::result::Result<Results, String>)]) {
             .and_then(|(_, r)| r.as_ref().ok())
             .cloned()
     };
-    let (v, b, o) = (get(Mode::Veth), get(Mode::Boringtun), get(Mode::Ours));
+    let (v, b, o, q) = (
+        get(Mode::Veth),
+        get(Mode::Boringtun),
+        get(Mode::Ours),
+        get(Mode::OursBusy),
+    );
     type Row = (&'static str, fn(&Results) -> Option<f64>, fn(f64) -> String);
-    let rows: [Row; 9] = [
+    let rows: [Row; 10] = [
         ("TCP 1 stream (Gbit/s)", |r| r.gbps_1, |x| format!("{x:.2}")),
         (
             "  retransmits",
@@ -841,6 +877,11 @@ fn print_table(cols: &[(Mode, std::result::Result<Results, String>)]) {
         ),
         ("ping RTT avg (ms)", |r| r.rtt_ms, |x| format!("{x:.3}")),
         (
+            "  gateway CPU (% of a core)",
+            |r| r.cpu_ping,
+            |x| format!("{x:.0}"),
+        ),
+        (
             "client gw VmRSS, 1 peer (MiB)",
             |r| r.rss_kib.map(|k| k as f64 / 1024.0),
             |x| format!("{x:.1}"),
@@ -852,26 +893,29 @@ fn print_table(cols: &[(Mode, std::result::Result<Results, String>)]) {
         ),
     ];
     println!(
-        "\n{:<32} {:>12} {:>14} {:>15} {:>13} {:>13}",
-        "metric", "plain veth", "boringtun-cli", "fabric-gateway", "ours/bt-cli", "ours/veth"
+        "\n{:<30} {:>8} {:>9} {:>8} {:>8} | {:>9} {:>9} {:>9}",
+        "metric", "veth", "bt-cli", "ours", "busy", "ours/bt", "busy/bt", "ours/veth"
     );
-    println!("{}", "-".repeat(104));
+    println!("{}", "-".repeat(108));
     for (name, f, fmt) in rows {
-        let (vv, bv, ov) = (
-            v.as_ref().and_then(f),
-            b.as_ref().and_then(f),
-            o.as_ref().and_then(f),
-        );
+        let val = |r: &Option<Results>| r.as_ref().and_then(f);
+        let (vv, bv, ov, qv) = (val(&v), val(&b), val(&o), val(&q));
         println!(
-            "{:<32} {:>12} {:>14} {:>15} {:>13} {:>13}",
+            "{:<30} {:>8} {:>9} {:>8} {:>8} | {:>9} {:>9} {:>9}",
             name,
             fmt_opt(vv, fmt),
             fmt_opt(bv, fmt),
             fmt_opt(ov, fmt),
+            fmt_opt(qv, fmt),
             ratio(ov, bv),
+            ratio(qv, bv),
             ratio(ov, vv)
         );
     }
+    println!(
+        "ours = fabric-gateway defaults (a thread per direction, sleeps between packets); \
+         busy = busy_poll_us set (one thread, polls instead of sleeping while traffic flows)"
+    );
 }
 
 fn main() -> Result<()> {
@@ -929,7 +973,7 @@ fn bench(args: &Args) -> Result<()> {
         args.time, args.pings
     );
     let mut cols = vec![];
-    for mode in [Mode::Veth, Mode::Boringtun, Mode::Ours] {
+    for mode in [Mode::Veth, Mode::Boringtun, Mode::Ours, Mode::OursBusy] {
         let r = match (mode, &bt) {
             (Mode::Boringtun, Err(why)) => Err(format!("skipped: {why}")),
             _ => {
@@ -950,7 +994,7 @@ fn bench(args: &Args) -> Result<()> {
     print_table(&cols);
     match &many {
         Ok(k) => println!(
-            "{:<32} {:>58.1}",
+            "{:<30} {:>35.1}",
             format!("client gw VmRSS, {} peers (MiB)", args.peers),
             *k as f64 / 1024.0
         ),
