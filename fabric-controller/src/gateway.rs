@@ -2,9 +2,9 @@
 //! and turns the API into the gateway's configuration, then the gateway's state back into the
 //! API. It renders the gateway's TOML from the peers' Configurations (real and granted CIDRs,
 //! peer id), PublicKeys and GatewayClients, writes the private key from its Secret to a 0600
-//! file, asks the gateway to reload when anything changed, and reports each tunnel as a
-//! `Connection`. It also publishes this gateway's identity (public key, endpoint) for
-//! `fabricctl peer`.
+//! file, asks the gateway to reload (over its control socket) when anything changed, and
+//! reports each tunnel as a `Connection`. It also publishes this gateway's identity (public
+//! key, endpoint) for `fabricctl peer`.
 //!
 //! Replicas run active/passive: the operators compete for a Lease, and only the holder's
 //! gateway runs tunnels. The passive replica's gateway gets a configuration without peers, so
@@ -16,7 +16,6 @@ use std::{
     net::Ipv4Addr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -70,8 +69,8 @@ pub struct Opts {
     pub name: String,
     pub config_path: PathBuf,
     pub key_path: PathBuf,
+    /// Where the gateway's control socket `<name>.ctl` is.
     pub control_dir: PathBuf,
-    pub gateway_bin: PathBuf,
     pub listen_port: u16,
     pub mtu: u16,
     /// `address:port` where peers reach this gateway (after NodePort/LoadBalancer mapping).
@@ -263,21 +262,37 @@ fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
-/// Runs a `fabric-gateway` subcommand; `control` adds the socket it talks to.
-fn gateway(o: &Opts, args: &[&str], control: bool) -> Result<String, String> {
-    let mut c = Command::new(&o.gateway_bin);
-    c.args(args);
-    if control {
-        c.args(["--name", &o.name, "--control-dir"])
-            .arg(&o.control_dir);
+/// How long a control request may take; a reload of hundreds of peers is well inside it.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends one command over the gateway's control socket (`<control_dir>/<name>.ctl`).
+async fn control(o: &Opts, cmd: &str) -> Result<String, String> {
+    let path = o.control_dir.join(format!("{}.ctl", o.name));
+    let answer = tokio::time::timeout(
+        CONTROL_TIMEOUT,
+        fabric_gateway::control::control_request(&path, cmd),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "{cmd}: no answer on {} within {CONTROL_TIMEOUT:?}",
+            path.display()
+        )
+    })?
+    .map_err(|e| format!("{cmd}: {}: {e} (is the gateway running?)", path.display()))?;
+    match answer.strip_prefix("error:") {
+        Some(e) => Err(format!("{cmd}: {}", e.trim())),
+        None => Ok(answer),
     }
-    let out = c
-        .output()
-        .map_err(|e| format!("running {}: {e}", o.gateway_bin.display()))?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+async fn reload_gateway(o: &Opts) -> Result<(), String> {
+    control(o, "reload").await.map(|_| ())
+}
+
+async fn gateway_status(o: &Opts) -> Result<fabric_gateway::status::Status, String> {
+    let text = control(o, "status").await?;
+    serde_json::from_str(&text).map_err(|e| format!("status: unreadable answer: {e}"))
 }
 
 /// One pass: key, identity, config (+ reload), Connections. A standby replica (`active`
@@ -310,21 +325,19 @@ async fn pass(
         let config = render(o, "", &[], &[]);
         if last_config.as_deref() != Some(config.as_str()) {
             write_private(&o.config_path, config.as_bytes())?;
-            match gateway(o, &["reload"], true) {
-                Ok(_) => info!("standby: gateway configuration without peers applied"),
+            match reload_gateway(o).await {
+                Ok(()) => info!("standby: gateway configuration without peers applied"),
                 Err(e) => warn!(error = %e, "gateway reload"),
             }
             *last_config = Some(config);
         }
         return Ok(());
     }
-    if let Ok(public) = gateway(
-        o,
-        &["pubkey", "--key-file", &o.key_path.display().to_string()],
-        false,
-    )
-    .map(|s| s.trim().to_owned())
     {
+        let public = fabric_gateway::key::PrivateKey::from_base64(&key_text)
+            .map_err(|e| anyhow::anyhow!("secret {KEY_SECRET}: privateKey: {e}"))?
+            .public_key()
+            .to_base64();
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let cm = ConfigMap {
             metadata: ObjectMeta {
@@ -373,8 +386,8 @@ async fn pass(
     let config = render(o, &me, &peers, &externals(&ips));
     if last_config.as_deref() != Some(config.as_str()) {
         write_private(&o.config_path, config.as_bytes())?;
-        match gateway(o, &["reload"], true) {
-            Ok(_) => info!(peers = peers.len(), "active: gateway configuration applied"),
+        match reload_gateway(o).await {
+            Ok(()) => info!(peers = peers.len(), "active: gateway configuration applied"),
             // Not running yet: it reads the file when it starts.
             Err(e) => warn!(error = %e, "gateway reload"),
         }
@@ -382,34 +395,33 @@ async fn pass(
     }
 
     // Report each tunnel.
-    let status: serde_json::Value = match gateway(o, &["status"], true) {
-        Ok(s) => serde_json::from_str(&s).unwrap_or_default(),
+    let status = match gateway_status(o).await {
+        Ok(s) => Some(s),
         Err(e) => {
             warn!(error = %e, "gateway status");
-            serde_json::Value::Null
+            None
         }
     };
     let conns: Api<Connection> = Api::namespaced(client.clone(), ns);
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     for p in &peers {
-        let gw = status["peers"]
-            .as_array()
-            .and_then(|a| a.iter().find(|x| x["name"] == p.cluster_id.as_str()));
+        let gw = status
+            .as_ref()
+            .and_then(|s| s.peers.iter().find(|x| x.name == p.cluster_id));
+        let bytes = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let (value, latency, rx, tx, message) = match gw {
-            Some(g) if g["up"] == true => (
+            Some(g) if g.up => (
                 ConnectionState::Connected,
-                g["probe_rtt_seconds"]
-                    .as_f64()
-                    .map(|s| format!("{:.2}ms", s * 1e3)),
-                g["rx_bytes"].as_i64().unwrap_or(0),
-                g["tx_bytes"].as_i64().unwrap_or(0),
+                g.probe_rtt_seconds.map(|s| format!("{:.2}ms", s * 1e3)),
+                bytes(g.rx_bytes),
+                bytes(g.tx_bytes),
                 None,
             ),
             Some(g) => (
                 ConnectionState::Connecting,
                 None,
-                g["rx_bytes"].as_i64().unwrap_or(0),
-                g["tx_bytes"].as_i64().unwrap_or(0),
+                bytes(g.rx_bytes),
+                bytes(g.tx_bytes),
                 Some("no recent handshake".to_owned()),
             ),
             None => (
@@ -812,7 +824,6 @@ mod tests {
             config_path: "/tmp/gw.toml".into(),
             key_path: "/tmp/gw.key".into(),
             control_dir: "/tmp".into(),
-            gateway_bin: "fabric-gateway".into(),
             listen_port: 51820,
             mtu: 1420,
             advertise: "192.0.2.1:51820".into(),

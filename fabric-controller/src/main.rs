@@ -73,8 +73,6 @@ enum Cmd {
         key_file: PathBuf,
         #[arg(long, default_value = "/var/run/fabric-gateway")]
         control_dir: PathBuf,
-        #[arg(long, default_value = "fabric-gateway")]
-        gateway_bin: PathBuf,
         #[arg(long, default_value_t = 51820)]
         listen_port: u16,
         #[arg(long, default_value_t = 1420)]
@@ -191,7 +189,6 @@ async fn main() -> Result<()> {
             config,
             key_file,
             control_dir,
-            gateway_bin,
             listen_port,
             mtu,
             advertise,
@@ -217,7 +214,6 @@ async fn main() -> Result<()> {
                     config_path: config,
                     key_path: key_file,
                     control_dir,
-                    gateway_bin,
                     listen_port,
                     mtu,
                     advertise: advertise.to_string(),

@@ -33,7 +33,6 @@ fn operator(api: &ApiServer, pod: &str, dir: &std::path::Path) -> ChildGuard {
             .arg("--control-dir")
             .arg(dir)
             // No gateway runs here: reloads fail harmlessly, the election is what is tested.
-            .args(["--gateway-bin", "/bin/false"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

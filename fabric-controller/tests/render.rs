@@ -11,7 +11,6 @@ fn opts() -> Opts {
         config_path: "/etc/fabric/gateway.toml".into(),
         key_path: PathBuf::from("/etc/fabric/private.key"),
         control_dir: "/var/run/fabric-gateway".into(),
-        gateway_bin: "fabric-gateway".into(),
         listen_port: 51820,
         mtu: 1420,
         advertise: "192.0.2.10:31820".into(),

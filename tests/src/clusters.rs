@@ -223,8 +223,6 @@ impl PeeredClusters {
                         format!("{dir}/private.key"),
                         "--control-dir".into(),
                         dir.clone(),
-                        "--gateway-bin".into(),
-                        bin("fabric-gateway")?,
                         "--pin-dir".into(),
                         pins.display().to_string(),
                         "--identity".into(),
