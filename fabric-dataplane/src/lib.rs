@@ -526,9 +526,12 @@ pub struct Dataplane {
     pin_dir: Option<PathBuf>,
 }
 
-/// Where our filters sit in the clsact hooks. Fixed, so a reload finds and replaces them.
-const TC_PRIORITY: u16 = 1;
-const TC_HANDLE: TcHandle = TcHandle::new(0, 0xfab);
+/// Where our filters sit in the clsact hooks (`tc filter show dev X egress`: pref 1, handle
+/// 0xfab). Fixed, so a reload finds and replaces them and a checker can tell they are there.
+pub const FILTER_PRIORITY: u16 = 1;
+pub const FILTER_HANDLE: u32 = 0xfab;
+const TC_PRIORITY: u16 = FILTER_PRIORITY;
+const TC_HANDLE: TcHandle = TcHandle::new(0, FILTER_HANDLE as u16);
 
 const DIRS: [(TcAttachType, &str, &str); 2] = [
     (TcAttachType::Egress, progs::EGRESS, "egress"),
@@ -721,6 +724,18 @@ impl Dataplane {
         }
         info!(?report, "data plane applied");
         Ok(report)
+    }
+
+    /// Puts back map entries that differ from `cfg` (deleted or overwritten by someone else)
+    /// without touching the attachments. Returns how many entries it wrote: 0 when nothing
+    /// had drifted.
+    pub fn repair_maps(&mut self, cfg: &DataplaneConfig) -> Result<usize, Error> {
+        let mut links = BTreeMap::new();
+        for p in &cfg.peers {
+            links.insert(p.interface.clone(), sys::link_facts(&p.interface)?);
+        }
+        let (_, writes) = self.maps.reconcile(&state::desired(cfg, &links))?;
+        Ok(writes)
     }
 
     /// Detaches from every interface the maps know and removes every pin under `pin_dir`.

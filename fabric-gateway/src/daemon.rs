@@ -13,6 +13,9 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{config::Config, control, gateway::Gateway};
 
+/// How often the data plane is checked against what was applied (filters and map entries).
+const DATAPLANE_REPAIR_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs the gateway on its own tokio runtime until a termination signal.
 pub fn run_blocking(
     config: PathBuf,
@@ -71,6 +74,17 @@ pub async fn run(
             reload_fn.clone(),
         )),
     ];
+    tasks.push(tokio::spawn({
+        let gw = gw.clone();
+        async move {
+            let mut tick = tokio::time::interval(DATAPLANE_REPAIR_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                gw.repair_dataplane().await;
+            }
+        }
+    }));
     if let Some(l) = metrics {
         tracing::info!(addr = %l.local_addr()?, "metrics listening");
         tasks.push(tokio::spawn(control::serve_metrics(gw.clone(), l)));

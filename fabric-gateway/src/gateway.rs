@@ -204,6 +204,10 @@ pub struct Gateway {
     /// The loaded remap programs and their maps, kept between reloads so a configuration
     /// change costs map writes, not another program load and verification.
     dataplane: Mutex<Option<fabric_dataplane::Dataplane>>,
+    /// What the data plane was last set to, for the periodic drift repair.
+    dataplane_cfg: Mutex<Option<(std::path::PathBuf, fabric_dataplane::DataplaneConfig)>>,
+    /// Map entries rewritten and filters re-attached by the drift repair.
+    dataplane_repairs: AtomicU64,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -257,6 +261,8 @@ impl Gateway {
             cookies_sent: AtomicU64::new(0),
             threads: Mutex::default(),
             dataplane: Mutex::default(),
+            dataplane_cfg: Mutex::default(),
+            dataplane_repairs: AtomicU64::new(0),
             control: tokio::sync::Mutex::new(()),
             netlink,
         });
@@ -745,6 +751,7 @@ impl Gateway {
                 .map(|(n, v)| (n.to_string(), v.load(Ordering::Relaxed)))
                 .collect::<BTreeMap<_, _>>(),
             cookie_replies_sent: self.cookies_sent.load(Ordering::Relaxed),
+            dataplane_repairs: self.dataplane_repairs.load(Ordering::Relaxed),
             peers,
         }
     }
@@ -1364,7 +1371,53 @@ impl Gateway {
         };
         let report = plane.apply(&cfg).map_err(err)?;
         tracing::info!(pin_dir = %pin_dir.display(), ?report, "data plane applied");
+        *self.dataplane_cfg.lock().unwrap() = Some((pin_dir, cfg));
         Ok(())
+    }
+
+    /// Puts back what someone changed under the data plane since it was applied: a filter
+    /// detached from a peer's device (re-attached), map entries deleted or overwritten
+    /// (rewritten). Cheap when nothing drifted: one filter dump per device and one map read.
+    pub async fn repair_dataplane(&self) {
+        let _guard = self.control.lock().await;
+        let Some((pin_dir, cfg)) = self.dataplane_cfg.lock().unwrap().clone() else {
+            return;
+        };
+        let mut detached = Vec::new();
+        for p in self.peers() {
+            if !cfg.peers.iter().any(|d| d.interface == p.tun.name()) {
+                continue;
+            }
+            match netconf::dataplane_filters_present(&self.netlink, p.tun.ifindex()).await {
+                Ok(true) => {}
+                Ok(false) => detached.push(p.tun.name().to_string()),
+                Err(e) => tracing::warn!(device = %p.tun.name(), error = %e, "checking filters"),
+            }
+        }
+        if !detached.is_empty() {
+            tracing::warn!(devices = ?detached, "remap filters missing; attaching them again");
+            match self.apply_dataplane(Some((pin_dir, cfg))) {
+                Ok(()) => {
+                    self.dataplane_repairs
+                        .fetch_add(detached.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => tracing::error!(error = %e, "repairing the data plane"),
+            }
+            return;
+        }
+        let res = match self.dataplane.lock().unwrap().as_mut() {
+            Some(plane) => plane.repair_maps(&cfg),
+            None => return,
+        };
+        match res {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!(entries = n, "data-plane map entries had drifted; rewritten");
+                self.dataplane_repairs
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::error!(error = %e, "repairing data-plane maps"),
+        }
     }
 }
 

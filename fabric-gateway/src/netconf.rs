@@ -106,3 +106,41 @@ pub async fn sync_routes(
     }
     Ok(())
 }
+
+/// Whether both of the data plane's clsact filters (ingress and egress, at its fixed priority
+/// and handle, kind `bpf`) are on the device.
+pub async fn dataplane_filters_present(h: &Handle, ifindex: u32) -> Result<bool, NetconfError> {
+    use netlink_packet_route::tc::{TcAttribute, TcHandle};
+    for egress in [false, true] {
+        let req = h.traffic_filter(ifindex as i32).get();
+        let req = if egress { req.egress() } else { req.ingress() };
+        let mut s = req.execute();
+        let mut found = false;
+        while let Some(msg) = s.try_next().await.map_err(nl("filter get", ifindex))? {
+            let prio = (msg.header.info >> 16) as u16;
+            let bpf = msg
+                .attributes
+                .iter()
+                .any(|a| matches!(a, TcAttribute::Kind(k) if k == "bpf"));
+            let want_parent = TcHandle {
+                major: 0xffff,
+                minor: if egress {
+                    TcHandle::MIN_EGRESS
+                } else {
+                    TcHandle::MIN_INGRESS
+                },
+            };
+            if bpf
+                && prio == fabric_dataplane::FILTER_PRIORITY
+                && msg.header.parent == want_parent
+                && u32::from(msg.header.handle) == fabric_dataplane::FILTER_HANDLE
+            {
+                found = true;
+            }
+        }
+        if !found {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

@@ -14,6 +14,9 @@ pub struct Status {
     /// Datagrams that could not be attributed to any peer, by reason.
     pub drops: BTreeMap<String, u64>,
     pub cookie_replies_sent: u64,
+    /// Data-plane filters re-attached and map entries rewritten after someone changed them.
+    #[serde(default)]
+    pub dataplane_repairs: u64,
     pub peers: Vec<PeerStatus>,
 }
 
@@ -111,6 +114,17 @@ pub fn render_metrics(s: &Status) -> String {
         o,
         "fabric_gateway_cookie_replies_sent_total{{{gw}}} {}",
         s.cookie_replies_sent
+    );
+    family(
+        &mut o,
+        "dataplane_repairs_total",
+        "counter",
+        "Remap filters re-attached and map entries rewritten after they were changed by hand.",
+    );
+    let _ = writeln!(
+        o,
+        "fabric_gateway_dataplane_repairs_total{{{gw}}} {}",
+        s.dataplane_repairs
     );
     family(
         &mut o,
@@ -261,6 +275,7 @@ mod tests {
             uptime_seconds: 1.5,
             drops: BTreeMap::from([("unknown_peer".into(), 3)]),
             cookie_replies_sent: 0,
+            dataplane_repairs: 2,
             peers: vec![PeerStatus {
                 name: "b\"x".into(),
                 public_key: "k".into(),
@@ -306,6 +321,7 @@ mod tests {
             ),
             "fabric_gateway_unattributed_drops_total{gateway=\"fabric\",reason=\"unknown_peer\"} 3"
                 .to_string(),
+            "fabric_gateway_dataplane_repairs_total{gateway=\"fabric\"} 2".to_string(),
         ] {
             assert!(m.contains(&line), "missing {line}\n{m}");
         }

@@ -300,3 +300,183 @@ fn three_clusters_same_pod_cidr_over_wireguard() {
         }
     }
 }
+
+/// The BPF map `name` behind the egress program on `dev` in `ns`, by id (the gateway's pins
+/// live in its own mount namespace, ids are global).
+fn map_id_behind(lab: &Lab, ns: &str, dev: &str, name: &str) -> u64 {
+    let show = lab.exec(ns, &["tc", "filter", "show", "dev", dev, "egress"]);
+    let prog: u64 = show
+        .split_whitespace()
+        .skip_while(|w| *w != "id")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no program id in {show}"));
+    let p: serde_json::Value = serde_json::from_str(&run(&[
+        "bpftool",
+        "prog",
+        "show",
+        "id",
+        &prog.to_string(),
+        "--json",
+    ]))
+    .unwrap();
+    for id in p["map_ids"].as_array().unwrap() {
+        let id = id.as_u64().unwrap();
+        let m: serde_json::Value = serde_json::from_str(&run(&[
+            "bpftool",
+            "map",
+            "show",
+            "id",
+            &id.to_string(),
+            "--json",
+        ]))
+        .unwrap();
+        if m["name"] == name {
+            return id;
+        }
+    }
+    panic!("program {prog} has no map {name}: {p}");
+}
+
+fn remapped_ping(lab: &Lab, ns: &str, target: &str, timeout: Duration) -> bool {
+    lab.wait_ping(ns, target, timeout).is_some()
+}
+
+/// Someone detaches a remap filter or deletes map entries by hand: the gateway notices within
+/// seconds and puts them back, and traffic flows again.
+#[test]
+fn gateway_repairs_dataplane_drift() {
+    if !require_root("gateway_repairs_dataplane_drift") {
+        return;
+    }
+    let mut lab = Lab::new("d");
+    let ga = lab.add_ns("ga");
+    let gb = lab.add_ns("gb");
+    let pa = lab.add_ns("pa");
+    let pb = lab.add_ns("pb");
+    lab.link(&ga, "ul0", "10.250.0.1/24", &gb, "ul0", "10.250.0.2/24");
+    for (gw, pod) in [(&ga, &pa), (&gb, &pb)] {
+        lab.link(gw, "pods", "10.244.1.1/24", pod, "eth0", "10.244.1.10/24");
+        lab.exec(pod, &["ip", "route", "add", "default", "via", "10.244.1.1"]);
+    }
+    let a = Cluster {
+        name: "a",
+        gw: ga.clone(),
+        pod: pa.clone(),
+        underlay: "10.250.0.1",
+        tun_addr: "169.254.200.1",
+    };
+    let b = Cluster {
+        name: "b",
+        gw: gb.clone(),
+        pod: pb.clone(),
+        underlay: "10.250.0.2",
+        tun_addr: "169.254.200.2",
+    };
+    let (ka, kb) = (lab.write_key("a"), lab.write_key("b"));
+    let (na, nb) = (format!("{}a", lab.tag), format!("{}b", lab.tag));
+    let va = View {
+        peer: 1,
+        id: 1,
+        local: "10.71.0.0/16",
+    };
+    let vb = View {
+        peer: 0,
+        id: 1,
+        local: "10.72.0.0/16",
+    };
+    let dir = lab.dir.to_str().unwrap().to_string();
+    for (me, other, key, other_pub, name, view, tag) in [
+        (&a, &b, &ka.0, &kb.1, &na, &va, "gwa"),
+        (&b, &a, &kb.0, &ka.1, &nb, &vb, "gwb"),
+    ] {
+        let cfg = lab.write(
+            &format!("{tag}.toml"),
+            &gateway_config(me, key, name, &[(other, other_pub, view)]),
+        );
+        lab.spawn(
+            tag,
+            &me.gw.clone(),
+            &[
+                BIN,
+                "run",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--control-dir",
+                &dir,
+                "--uapi-dir",
+                &dir,
+            ],
+            &[("RUST_LOG", "info")],
+        );
+    }
+    for n in [&na, &nb] {
+        lab.wait_status(n, Duration::from_secs(20), |v| v["peers"][0]["up"] == true)
+            .unwrap_or_else(|| panic!("{n} not up\n{}", lab.log("gwa")));
+    }
+    assert!(remapped_ping(
+        &lab,
+        &pa,
+        "10.71.1.10",
+        Duration::from_secs(5)
+    ));
+    let repairs = |lab: &Lab| {
+        lab.wait_status(&na, Duration::from_secs(2), |_| true)
+            .unwrap()["dataplane_repairs"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(repairs(&lab), 0);
+
+    // A detached filter: un-translated packets no longer reach B's pod.
+    lab.exec(&ga, &["tc", "filter", "del", "dev", "fab-b", "egress"]);
+    let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
+        v["dataplane_repairs"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(st.is_some(), "filter not re-attached\n{}", lab.log("gwa"));
+    let show = lab.exec(&ga, &["tc", "filter", "show", "dev", "fab-b", "egress"]);
+    assert!(show.contains("handle 0xfab"), "{show}");
+    assert!(remapped_ping(
+        &lab,
+        &pa,
+        "10.71.1.10",
+        Duration::from_secs(5)
+    ));
+
+    // Deleted map entries: the device's remap configuration goes, and comes back.
+    let before = repairs(&lab);
+    let id = map_id_behind(&lab, &ga, "fab-b", "FABRIC_IFACES").to_string();
+    let dump: serde_json::Value =
+        serde_json::from_str(&run(&["bpftool", "map", "dump", "id", &id, "--json"])).unwrap();
+    let entries = dump.as_array().unwrap();
+    assert!(!entries.is_empty(), "no interface entries to delete");
+    for e in entries {
+        let mut cmd = vec!["bpftool", "map", "delete", "id", &id, "key", "hex"];
+        let key: Vec<String> = e["key"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_str().unwrap().trim_start_matches("0x").to_string())
+            .collect();
+        cmd.extend(key.iter().map(String::as_str));
+        run(&cmd);
+    }
+    let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
+        v["dataplane_repairs"].as_u64().unwrap_or(0) > before
+    });
+    assert!(
+        st.is_some(),
+        "map entries not rewritten\n{}",
+        lab.log("gwa")
+    );
+    let dump: serde_json::Value =
+        serde_json::from_str(&run(&["bpftool", "map", "dump", "id", &id, "--json"])).unwrap();
+    assert_eq!(dump.as_array().unwrap().len(), entries.len());
+    assert!(remapped_ping(
+        &lab,
+        &pa,
+        "10.71.1.10",
+        Duration::from_secs(5)
+    ));
+    assert!(lab.log("gwa").contains("had drifted"), "{}", lab.log("gwa"));
+}
