@@ -11,7 +11,6 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use fabric_dataplane::{DEFAULT_PIN_DIR, Dataplane, DataplaneConfig, Maps, sys};
 
-mod routes;
 mod run;
 
 #[derive(Parser)]
@@ -53,6 +52,22 @@ enum Cmd {
         /// while talking to the API from the agent's own.
         #[arg(long)]
         route_netns: Option<String>,
+        /// Reach the gateway through a VXLAN overlay (device fabric.vx) instead of routing to
+        /// its address directly: needed unless the gateway's address is on a subnet of every
+        /// node (flat network or host-network gateway). The gateway operator must run with
+        /// --overlay too.
+        #[arg(long, env = "FABRIC_OVERLAY", requires = "node_ip")]
+        overlay: bool,
+        /// This node's address on the cluster network: the overlay's local endpoint (the
+        /// downward API's status.hostIP).
+        #[arg(long, env = "NODE_IP")]
+        node_ip: Option<Ipv4Addr>,
+        /// VXLAN network identifier of the overlay.
+        #[arg(long, default_value_t = fabric_routing::overlay::DEFAULT_VNI)]
+        overlay_vni: u32,
+        /// UDP port of the overlay.
+        #[arg(long, default_value_t = fabric_routing::overlay::DEFAULT_PORT)]
+        overlay_port: u16,
     },
     /// The eBPF data plane (remap programs and their maps).
     #[command(subcommand)]
@@ -137,6 +152,10 @@ fn run(cli: Cli) -> Result<()> {
             interval,
             metrics_addr,
             route_netns,
+            overlay,
+            node_ip,
+            overlay_vni,
+            overlay_port,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -159,6 +178,18 @@ fn run(cli: Cli) -> Result<()> {
                         interval,
                         metrics_addr,
                         route_netns,
+                        overlay: match (overlay, node_ip) {
+                            (true, Some(node_ip)) => Some(run::OverlayOpts {
+                                overlay: fabric_routing::overlay::Overlay {
+                                    vni: overlay_vni,
+                                    port: overlay_port,
+                                    ..Default::default()
+                                },
+                                node_ip,
+                            }),
+                            (true, None) => anyhow::bail!("--overlay needs --node-ip (NODE_IP)"),
+                            (false, _) => None,
+                        },
                     },
                 )
                 .await

@@ -16,6 +16,10 @@ use std::{
 use anyhow::{Context as _, Result};
 use fabric_api::Configuration;
 pub use fabric_api::GATEWAY_IP_ANNOTATION;
+use fabric_routing::{
+    overlay::{self, Overlay},
+    routes::{self, Route},
+};
 use futures::StreamExt;
 use ipnetwork::Ipv4Network;
 use kube::{
@@ -29,8 +33,6 @@ use tokio::{
     sync::{Notify, watch},
 };
 use tracing::{info, warn};
-
-use crate::routes::{self, Route};
 
 /// A Lease by namespace and name, written `NAMESPACE/NAME` (or `NAME` in fabric-system).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +94,14 @@ pub struct Opts {
     /// Manage routes in this network namespace instead of the agent's own (the API server
     /// stays reachable through the agent's namespace).
     pub route_netns: Option<String>,
+    /// Reach the gateway through the VXLAN overlay instead of directly.
+    pub overlay: Option<OverlayOpts>,
+}
+
+pub struct OverlayOpts {
+    pub overlay: Overlay,
+    /// This node's endpoint address.
+    pub node_ip: Ipv4Addr,
 }
 
 #[derive(Default)]
@@ -104,9 +114,10 @@ struct Metrics {
 }
 
 /// The routes the Configurations ask for: each peer's pod and external CIDRs as this
-/// cluster sees them (status), via the gateway. Configurations without grants yet are
-/// skipped; unreadable CIDRs are skipped with a warning (the API server validates them).
-pub fn desired(cfgs: &[Arc<Configuration>], via: Ipv4Addr) -> BTreeSet<Route> {
+/// cluster sees them (status), via the gateway (on-link through the overlay device `dev` when
+/// there is one). Configurations without grants yet are skipped; unreadable CIDRs are skipped
+/// with a warning (the API server validates them).
+pub fn desired(cfgs: &[Arc<Configuration>], via: Ipv4Addr, dev: Option<u32>) -> BTreeSet<Route> {
     let mut out = BTreeSet::new();
     for c in cfgs {
         let Some(remote) = c.status.as_ref().and_then(|s| s.remote.as_ref()) else {
@@ -118,6 +129,7 @@ pub fn desired(cfgs: &[Arc<Configuration>], via: Ipv4Addr) -> BTreeSet<Route> {
                     out.insert(Route {
                         dst: Ipv4Network::new(n.network(), n.prefix()).expect("valid"),
                         via,
+                        dev,
                     });
                 }
                 Err(e) => {
@@ -226,6 +238,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
         .await
         .context("listing Configurations")?;
     let mut wanted_before: BTreeSet<Route> = BTreeSet::new();
+    let mut overlay_via: Option<Ipv4Addr> = None;
     let mut tick = tokio::time::interval(opts.interval);
     let mut waiting_reported = false;
     loop {
@@ -244,7 +257,27 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             }
             continue;
         };
-        let want = desired(&reader.state(), via);
+        let dev = match &opts.overlay {
+            None => None,
+            Some(o) => match ensure_overlay(&handle, o, via, overlay_via).await {
+                Ok((idx, repaired)) => {
+                    metrics.repairs.fetch_add(repaired, Ordering::Relaxed);
+                    overlay_via = Some(via);
+                    Some(idx)
+                }
+                Err(e) => {
+                    metrics.errors.fetch_add(1, Ordering::Relaxed);
+                    warn!(error = %e, "setting up the overlay");
+                    tokio::select! {
+                        _ = changed.notified() => {}
+                        _ = tick.tick() => {}
+                        _ = tokio::signal::ctrl_c() => return Ok(()),
+                    }
+                    continue;
+                }
+            },
+        };
+        let want = desired(&reader.state(), via, dev);
         match routes::reconcile(&handle, &want).await {
             Ok(pass) => {
                 let repaired = pass
@@ -290,6 +323,38 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             }
         }
     }
+}
+
+/// The overlay device towards the gateway `via`: returns its ifindex and how many things had
+/// to be put back. `prev` is the gateway of the last good pass: entries for it that had to be
+/// added again were removed by someone (drift); entries for a new gateway are not.
+async fn ensure_overlay(
+    h: &Handle,
+    o: &OverlayOpts,
+    via: Ipv4Addr,
+    prev: Option<Ipv4Addr>,
+) -> Result<(u32, u64), overlay::OverlayError> {
+    let (idx, dev) = overlay::ensure_device(h, &o.overlay, o.node_ip).await?;
+    let entries = overlay::sync_remotes(h, idx, &[via].into()).await?;
+    if dev.any() {
+        info!(device = %o.overlay.device, ?dev, "overlay device set up");
+    }
+    if !entries.added.is_empty() || !entries.removed.is_empty() {
+        info!(gateway = %via, added = ?entries.added, removed = ?entries.removed, "overlay entries");
+    }
+    let mut repaired = 0;
+    if let Some(p) = prev {
+        repaired = u64::from(dev.any())
+            + if p == via {
+                entries.added.len() as u64
+            } else {
+                0
+            };
+        if repaired > 0 {
+            warn!(repaired, "overlay had drifted; restored");
+        }
+    }
+    Ok((idx, repaired))
 }
 
 async fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) -> Result<()> {
@@ -397,8 +462,8 @@ mod tests {
         }))
         .unwrap();
         let cfgs = [Arc::new(cfg)];
-        let a = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 1));
-        let b = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 2));
+        let a = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 1), None);
+        let b = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 2), None);
         assert_eq!(a.len(), 2);
         // A takeover moves every route: all old ones go, all new ones come.
         let (add, del) = routes::diff(&a, &b);

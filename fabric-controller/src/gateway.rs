@@ -27,7 +27,7 @@ use fabric_api::{
 use k8s_openapi::{
     api::{
         coordination::v1::{Lease, LeaseSpec},
-        core::v1::{ConfigMap, Secret},
+        core::v1::{ConfigMap, Node, Secret},
     },
     apimachinery::pkg::apis::meta::v1::MicroTime,
     jiff::Timestamp,
@@ -80,6 +80,8 @@ pub struct Opts {
     pub pin_dir: Option<PathBuf>,
     /// The gateway's `busy_poll_us` (0: off).
     pub busy_poll_us: u64,
+    /// Reach the nodes through the VXLAN overlay (the gateway's end of it, from Node objects).
+    pub overlay: Option<fabric_routing::overlay::Overlay>,
     pub election: Election,
 }
 
@@ -710,6 +712,53 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         spawn_watch::<GatewayClient>(&client, &o.namespace, changed.clone()),
         spawn_watch::<IP>(&client, &o.namespace, changed.clone()),
     ];
+    let mut overlay = match &o.overlay {
+        None => None,
+        Some(ov) => {
+            let local = o.election.gateway_ip.ok_or_else(|| {
+                anyhow::anyhow!("--overlay needs --gateway-ip: the nodes' overlay endpoint")
+            })?;
+            let (conn, handle, _) =
+                rtnetlink::new_connection().map_err(|e| anyhow::anyhow!("netlink socket: {e}"))?;
+            tokio::spawn(conn);
+            let (nodes, writer) = kube::runtime::reflector::store::<Node>();
+            let notify = changed.clone();
+            let api: Api<Node> = Api::all(client.clone());
+            tokio::spawn(async move {
+                use futures::StreamExt;
+                use kube::runtime::{WatchStreamExt, watcher};
+                let mut s = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .reflect(writer)
+                    .touched_objects()
+                    .boxed();
+                while let Some(ev) = s.next().await {
+                    match ev {
+                        Ok(_) => notify.notify_one(),
+                        Err(e) => warn!(error = %e, "watching Nodes"),
+                    }
+                }
+            });
+            // An empty cache would remove the routes to every node's pods after a restart, so
+            // the overlay is only synced once the Nodes have been listed.
+            let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            tokio::spawn({
+                let (nodes, ready) = (nodes.clone(), ready.clone());
+                let notify = changed.clone();
+                async move {
+                    if nodes.wait_until_ready().await.is_ok() {
+                        ready.store(true, std::sync::atomic::Ordering::Relaxed);
+                        notify.notify_one();
+                    }
+                }
+            });
+            Some((
+                crate::overlay::GatewayOverlay::new(ov.clone(), local, handle),
+                nodes,
+                ready,
+            ))
+        }
+    };
     let mut last = None;
     // In a pod, the label tells the gateway Service which replica is active, so peers'
     // handshakes reach the one with the tunnels and not the standby.
@@ -723,6 +772,17 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
             match label_pod(&client, &o.namespace, pod, active).await {
                 Ok(()) => labeled = Some(active),
                 Err(e) => warn!(error = %e, pod, "labelling this pod for the gateway Service"),
+            }
+        }
+        // Both replicas keep their end of the overlay: a takeover then only moves the nodes'
+        // next hop.
+        if let Some((ov, nodes, _)) = overlay
+            .as_mut()
+            .filter(|(_, _, r)| r.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            let list: Vec<Node> = nodes.state().iter().map(|n| (**n).clone()).collect();
+            if let Err(e) = ov.sync(&list).await {
+                warn!(error = %format!("{e:#}"), "gateway overlay");
             }
         }
         if let Err(e) = pass(&client, &o, active, &mut last).await {
@@ -830,6 +890,7 @@ mod tests {
             interval: Duration::from_secs(1),
             pin_dir: pin_dir.map(PathBuf::from),
             busy_poll_us: 0,
+            overlay: None,
             election: Election {
                 lease: LEASE.into(),
                 identity: "gw-0".into(),

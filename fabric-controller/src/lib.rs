@@ -2,6 +2,7 @@
 pub mod gateway;
 pub mod ipam;
 pub mod ips;
+pub mod overlay;
 
 /// Server-side applies `status` to the status subresource of object `name`, owning its fields
 /// as `manager` (every controller here writes status this way).

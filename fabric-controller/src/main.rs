@@ -89,6 +89,17 @@ enum Cmd {
         /// tunnel latency for CPU (one core per gateway while traffic flows). 0: off.
         #[arg(long, env = "FABRIC_GATEWAY_BUSY_POLL_US", default_value_t = 0)]
         busy_poll_us: u64,
+        /// Reach the nodes through the VXLAN overlay (device fabric.vx, an endpoint per Node,
+        /// each node's pod CIDRs through it); the agents run with --overlay too. Needs
+        /// --gateway-ip.
+        #[arg(long, env = "FABRIC_OVERLAY", requires = "gateway_ip")]
+        overlay: bool,
+        /// VXLAN network identifier of the overlay.
+        #[arg(long, default_value_t = fabric_routing::overlay::DEFAULT_VNI)]
+        overlay_vni: u32,
+        /// UDP port of the overlay.
+        #[arg(long, default_value_t = fabric_routing::overlay::DEFAULT_PORT)]
+        overlay_port: u16,
         /// This replica's identity in the active/passive election (default: $POD_NAME, else
         /// the host name).
         #[arg(long, env = "POD_NAME")]
@@ -195,6 +206,9 @@ async fn main() -> Result<()> {
             interval,
             pin_dir,
             busy_poll_us,
+            overlay,
+            overlay_vni,
+            overlay_port,
             identity,
             gateway_ip,
             lease,
@@ -220,6 +234,11 @@ async fn main() -> Result<()> {
                     interval,
                     pin_dir,
                     busy_poll_us,
+                    overlay: overlay.then(|| fabric_routing::overlay::Overlay {
+                        vni: overlay_vni,
+                        port: overlay_port,
+                        ..Default::default()
+                    }),
                     election: gateway::Election {
                         lease,
                         identity,

@@ -17,6 +17,7 @@ fn opts() -> Opts {
         interval: Duration::from_secs(1),
         pin_dir: None,
         busy_poll_us: 20_000,
+        overlay: None,
         election: Election {
             lease: "fabric-gateway".into(),
             identity: "gw-0".into(),

@@ -72,7 +72,12 @@ impl Cluster {
 
     /// The first gateway replica's address on the cluster network.
     pub fn gateway_ip(&self) -> String {
-        format!("10.0.{}.1", self.index)
+        self.replicas[0].ip.clone()
+    }
+
+    /// Address of node `k` of cluster `i` on the cluster network.
+    pub fn node_ip(i: u8, k: usize) -> String {
+        format!("10.0.{i}.{}", 10 + k)
     }
 
     /// The gateway Lease as (holderIdentity, published gateway address); None while it does
@@ -146,6 +151,19 @@ impl PeeredClusters {
     /// Like [`PeeredClusters::new`], with `replicas_a` gateway replicas in cluster A (the side
     /// that dials: `fabricctl peer` runs against A and B's gateway listens).
     pub fn with_replicas(nodes: usize, replicas_a: usize) -> Result<Self> {
+        Self::build(nodes, replicas_a, false)
+    }
+
+    /// Clusters whose nodes cannot reach the gateway's address directly: the gateway replicas
+    /// sit on a subnet of their own (10.1.i.0/24) behind a router (10.0.i.254 / 10.1.i.254)
+    /// that knows nothing of pod addresses, as on a routed node network or with a pod network
+    /// of its own. Agents and operators run with `--overlay`; the Node objects name each
+    /// node's address and pod CIDR, as the kubelet and the node IPAM would.
+    pub fn with_overlay(nodes: usize) -> Result<Self> {
+        Self::build(nodes, 1, true)
+    }
+
+    fn build(nodes: usize, replicas_a: usize, overlay: bool) -> Result<Self> {
         anyhow::ensure!(
             (1..=9).contains(&replicas_a),
             "1 to 9 gateway replicas (one digit in names and addresses)"
@@ -158,8 +176,17 @@ impl PeeredClusters {
         let ul = tb.add_netns("ul")?;
         tb.ip(&ul, &["link", "add", "br0", "type", "bridge"])?;
         tb.ip(&ul, &["link", "set", "br0", "up"])?;
-        let a = Self::cluster(&mut tb, &ul, 1, "cluster-a", nodes, replicas_a, &logs)?;
-        let b = Self::cluster(&mut tb, &ul, 2, "cluster-b", nodes, 1, &logs)?;
+        let a = Self::cluster(
+            &mut tb,
+            &ul,
+            1,
+            "cluster-a",
+            nodes,
+            replicas_a,
+            overlay,
+            &logs,
+        )?;
+        let b = Self::cluster(&mut tb, &ul, 2, "cluster-b", nodes, 1, overlay, &logs)?;
         let mut me = Self {
             a,
             b,
@@ -229,7 +256,10 @@ impl PeeredClusters {
                         rep.identity.clone(),
                         "--gateway-ip".into(),
                         rep.ip.clone(),
-                    ],
+                    ]
+                    .into_iter()
+                    .chain(overlay.then(|| "--overlay".to_owned()))
+                    .collect(),
                     env.clone(),
                 )?;
             }
@@ -254,6 +284,13 @@ impl PeeredClusters {
                 ];
                 argv.extend(next_hop.iter().cloned());
                 argv.extend(["--interval".into(), "500ms".into()]);
+                if overlay {
+                    argv.extend([
+                        "--overlay".into(),
+                        "--node-ip".into(),
+                        Cluster::node_ip(i, k),
+                    ]);
+                }
                 me.spawn(&format!("agent{i}-{k}"), argv, env.clone())?;
             }
         }
@@ -282,6 +319,7 @@ impl PeeredClusters {
         id: &str,
         nodes: usize,
         replicas: usize,
+        overlay: bool,
         logs: &Path,
     ) -> Result<Cluster> {
         // The cluster network: a bridge of its own, so that gateway replicas come and go on it
@@ -322,16 +360,65 @@ impl PeeredClusters {
         ]);
         let dir = logs.join(id);
         std::fs::create_dir_all(&dir)?;
+        if overlay {
+            // The gateways' own subnet, on a second bridge, and the router between the two.
+            tb.ip(&lan, &["link", "add", "br1", "type", "bridge"])?;
+            tb.ip(&lan, &["link", "set", "br1", "up"])?;
+            let rt = tb.add_netns(&format!("rt{i}"))?;
+            for (leg, br, addr) in [
+                ("nodes", "br0", format!("10.0.{i}.254/24")),
+                ("gws", "br1", format!("10.1.{i}.254/24")),
+            ] {
+                let port = format!("rt{leg}");
+                tb.veth(&rt, leg, &lan, &port)?;
+                tb.ip(&lan, &["link", "set", &port, "master", br])?;
+                tb.ip(&rt, &["addr", "add", &addr, "dev", leg])?;
+            }
+            tb.sysctl(&rt, "net.ipv4.ip_forward", "1")?;
+            tb.ip(
+                &api_ns,
+                &[
+                    "route",
+                    "add",
+                    &format!("10.1.{i}.0/24"),
+                    "via",
+                    &format!("10.0.{i}.254"),
+                ],
+            )?;
+        }
         let mut reps = Vec::new();
         for r in 0..replicas {
             let sfx = Self::suffix(r);
             let gw = tb.add_netns(&format!("gw{i}{sfx}"))?;
-            let ip = format!("10.0.{i}.{}", 1 + r);
+            let subnet = if overlay { 1 } else { 0 };
+            let ip = format!("10.{subnet}.{i}.{}", 1 + r);
             let underlay_ip = format!("192.168.77.{}", usize::from(i) + 10 * r);
             let port = format!("g{r}");
             tb.veth(&gw, "lan", &lan, &port)?;
-            tb.ip(&lan, &["link", "set", &port, "master", "br0"])?;
+            tb.ip(
+                &lan,
+                &[
+                    "link",
+                    "set",
+                    &port,
+                    "master",
+                    if overlay { "br1" } else { "br0" },
+                ],
+            )?;
             tb.ip(&gw, &["addr", "add", &format!("{ip}/24"), "dev", "lan"])?;
+            if overlay {
+                // The API server and the nodes are behind the router.
+                tb.ip(
+                    &gw,
+                    &[
+                        "route",
+                        "add",
+                        &format!("10.0.{i}.0/24"),
+                        "via",
+                        &format!("10.1.{i}.254"),
+                    ],
+                )?;
+            }
             let port = format!("c{i}g{r}");
             tb.veth(&gw, "ul", ul, &port)?;
             tb.ip(ul, &["link", "set", &port, "master", "br0"])?;
@@ -359,7 +446,7 @@ impl PeeredClusters {
             let port = format!("n{k}");
             tb.veth(&lan, &port, &node, "lan")?;
             tb.ip(&lan, &["link", "set", &port, "master", "br0"])?;
-            let node_ip = format!("10.0.{i}.{}", 10 + k);
+            let node_ip = Cluster::node_ip(i, k);
             tb.ip(
                 &node,
                 &["addr", "add", &format!("{node_ip}/24"), "dev", "lan"],
@@ -395,9 +482,46 @@ impl PeeredClusters {
                     &format!("10.244.{}.1", k + 1),
                 ],
             )?;
-            // What the CNI would do: every node's pod subnet is reachable through that node,
-            // from every gateway replica.
-            for rep in &reps {
+            if overlay {
+                // The node network's router: the gateways' subnet is reachable through it.
+                tb.ip(
+                    &node,
+                    &[
+                        "route",
+                        "add",
+                        &format!("10.1.{i}.0/24"),
+                        "via",
+                        &format!("10.0.{i}.254"),
+                    ],
+                )?;
+                // The Node object as the kubelet and node IPAM leave it.
+                let node_obj = serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": { "name": format!("node{k}") },
+                    "spec": { "podCIDR": format!("10.244.{}.0/24", k + 1),
+                              "podCIDRs": [format!("10.244.{}.0/24", k + 1)] },
+                });
+                let f = dir.join(format!("node{k}.json"));
+                std::fs::write(&f, node_obj.to_string())?;
+                api.kubectl_ok(&["create", "-f", &f.display().to_string()]);
+                let status = serde_json::json!({ "status": { "addresses": [
+                    { "type": "InternalIP", "address": node_ip },
+                    { "type": "Hostname", "address": format!("node{k}") },
+                ] } });
+                api.kubectl_ok(&[
+                    "patch",
+                    "node",
+                    &format!("node{k}"),
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    &status.to_string(),
+                ]);
+            }
+            // What the CNI would do on a flat network: every node's pod subnet is reachable
+            // through that node, from every gateway replica (the overlay does it otherwise).
+            for rep in reps.iter().filter(|_| !overlay) {
                 tb.ip(
                     &rep.ns,
                     &[

@@ -101,6 +101,7 @@ fn manifests_apply_with_least_privilege() {
             "connections.networking.fabric.io/status",
         ),
         ("fabric-gateway", "watch", "publickeys.networking.fabric.io"),
+        ("fabric-gateway", "list", "nodes"),
         (
             "fabric-gateway",
             "patch",
@@ -136,6 +137,7 @@ fn manifests_apply_with_least_privilege() {
         ),
         ("fabric-gateway", "list", "secrets"),
         ("fabric-gateway", "delete", "pods"),
+        ("fabric-gateway", "patch", "nodes"),
         ("fabric-gateway", "create", "pods"),
         ("fabric-gateway", "patch", "configmaps/fabric-cluster"),
         // Only the gateway's own Lease, and the agent only reads it.

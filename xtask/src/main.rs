@@ -576,12 +576,25 @@ fn bench_control() -> Result<ExitCode> {
     step("build: all binaries");
     build_bins(&[])?;
     step("bench control");
-    run_child(&target_dir().join("debug/fabric-bench"), &["control".to_owned()])
+    run_child(
+        &target_dir().join("debug/fabric-bench"),
+        &["control".to_owned()],
+    )
 }
 
 fn codegen() -> Result<ExitCode> {
     step("codegen: deploy/crds from fabric-api");
-    run(cargo().args(["run", "-q", "-p", "fabric-api", "--bin", "fabric-crds", "--"]).arg(workspace_root().join("deploy/crds")))
-        .context("generating CRDs")?;
+    run(cargo()
+        .args([
+            "run",
+            "-q",
+            "-p",
+            "fabric-api",
+            "--bin",
+            "fabric-crds",
+            "--",
+        ])
+        .arg(workspace_root().join("deploy/crds")))
+    .context("generating CRDs")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -9,7 +9,7 @@ use futures::TryStreamExt;
 use ipnetwork::Ipv4Network;
 use rtnetlink::{
     Handle, RouteMessageBuilder,
-    packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol},
+    packet_route::route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteProtocol},
 };
 
 /// rtm_protocol of fabric routes (`ip route show proto 250`).
@@ -19,11 +19,29 @@ pub const RTPROT_FABRIC: u8 = 250;
 pub struct Route {
     pub dst: Ipv4Network,
     pub via: Ipv4Addr,
+    /// Out through this device with `via` taken as on-link (the overlay): the next hop need
+    /// not be on any subnet of the device. None: the kernel picks the device that reaches
+    /// `via` directly.
+    pub dev: Option<u32>,
+}
+
+impl Route {
+    pub fn via(dst: Ipv4Network, via: Ipv4Addr) -> Self {
+        Self {
+            dst,
+            via,
+            dev: None,
+        }
+    }
 }
 
 impl std::fmt::Display for Route {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} via {}", self.dst, self.via)
+        write!(f, "{} via {}", self.dst, self.via)?;
+        if let Some(d) = self.dev {
+            write!(f, " dev #{d} onlink")?;
+        }
+        Ok(())
     }
 }
 
@@ -41,28 +59,39 @@ fn parse(msg: &RouteMessage) -> Option<Route> {
     }
     let mut dst = Ipv4Addr::UNSPECIFIED;
     let mut via = None;
+    let mut oif = None;
     for a in &msg.attributes {
         match a {
             RouteAttribute::Destination(RouteAddress::Inet(d)) => dst = *d,
             RouteAttribute::Gateway(RouteAddress::Inet(g)) => via = Some(*g),
+            RouteAttribute::Oif(i) => oif = Some(*i),
             _ => {}
         }
     }
     Some(Route {
         dst: Ipv4Network::new(dst, msg.header.destination_prefix_length).ok()?,
         via: via?,
+        dev: oif.filter(|_| msg.header.flags.contains(RouteFlags::Onlink)),
     })
 }
 
 fn message(r: &Route) -> RouteMessage {
-    RouteMessageBuilder::<Ipv4Addr>::new()
+    let b = RouteMessageBuilder::<Ipv4Addr>::new()
         .destination_prefix(r.dst.network(), r.dst.prefix())
         .gateway(r.via)
-        .protocol(RouteProtocol::Other(RTPROT_FABRIC))
-        .build()
+        .protocol(RouteProtocol::Other(RTPROT_FABRIC));
+    match r.dev {
+        Some(i) => {
+            let mut m = b.output_interface(i).build();
+            m.header.flags |= RouteFlags::Onlink;
+            m
+        }
+        None => b.build(),
+    }
 }
 
-/// Our routes as the kernel has them now (main table).
+/// Our routes as the kernel has them now (main table). A route we did not make (another
+/// protocol) is never listed, so never removed.
 pub async fn current(h: &Handle) -> Result<BTreeSet<Route>, rtnetlink::Error> {
     let mut out = BTreeSet::new();
     let mut s = h
@@ -111,10 +140,7 @@ mod tests {
     use super::*;
 
     fn r(dst: &str, via: &str) -> Route {
-        Route {
-            dst: dst.parse().unwrap(),
-            via: via.parse().unwrap(),
-        }
+        Route::via(dst.parse().unwrap(), via.parse().unwrap())
     }
 
     #[test]
@@ -137,6 +163,11 @@ mod tests {
 
     #[test]
     fn parses_only_our_routes() {
+        let over = Route {
+            dev: Some(7),
+            ..r("10.71.0.0/16", "10.0.0.5")
+        };
+        assert_eq!(parse(&message(&over)), Some(over));
         let mut m = message(&r("10.71.0.0/16", "10.0.0.5"));
         assert_eq!(parse(&m), Some(r("10.71.0.0/16", "10.0.0.5")));
         m.header.protocol = RouteProtocol::Boot;

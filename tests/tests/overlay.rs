@@ -1,0 +1,159 @@
+//! The VXLAN overlay end to end: two clusters whose nodes cannot reach the gateway's address
+//! directly (the gateways sit on a subnet of their own behind a router that knows no pod
+//! addresses; see `PeeredClusters::with_overlay`). Agents and gateway operators run with
+//! `--overlay`: every pod pair still talks across, with the overlay devices, entries and
+//! routes put back when someone removes them, and nothing of the peer left after unpeering.
+use std::time::{Duration, Instant};
+
+use fabric_tests::{
+    apiserver::require_tools,
+    clusters::{Cluster, PeeredClusters},
+    skip_unless_root, traffic,
+};
+
+fn remote_pod(k: usize) -> String {
+    Cluster::pod_ip(k).replacen("10.244.", "10.64.", 1)
+}
+
+fn server_saw(server: &str, client: &str, dst: &str) -> String {
+    traffic::tcp_probe(client, server, dst, 7200)
+        .unwrap()
+        .server_saw
+        .ip()
+        .to_string()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < timeout, "{what} not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn peering_over_the_overlay_on_a_routed_cluster_network() {
+    if skip_unless_root("peering_over_the_overlay_on_a_routed_cluster_network")
+        || !require_tools("peering_over_the_overlay_on_a_routed_cluster_network")
+    {
+        return;
+    }
+    let mut cl = PeeredClusters::with_overlay(2).unwrap();
+    let node = cl.a.nodes[0].clone();
+    // What makes the overlay necessary: the gateway is no next hop for the nodes.
+    let direct = cl
+        .tb
+        .exec_any(
+            &node,
+            &[
+                "ip",
+                "route",
+                "add",
+                "10.99.0.0/16",
+                "via",
+                &cl.a.gateway_ip(),
+            ],
+        )
+        .unwrap();
+    assert!(
+        !direct.status.success(),
+        "the gateway should not be on-link here"
+    );
+
+    let out = cl.peer().unwrap();
+    assert!(
+        out.status.success(),
+        "fabricctl peer failed:\n{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        cl.log_tails()
+    );
+    cl.wait_reachable(&cl.a.pods[0], &remote_pod(0), Duration::from_secs(20))
+        .unwrap();
+    for ka in 0..2 {
+        for kb in 0..2 {
+            let seen = server_saw(&cl.b.pods[kb], &cl.a.pods[ka], &remote_pod(kb));
+            assert_eq!(seen, remote_pod(ka), "A pod {ka} -> B pod {kb}");
+            let seen = server_saw(&cl.a.pods[ka], &cl.b.pods[kb], &remote_pod(ka));
+            assert_eq!(seen, remote_pod(kb), "B pod {kb} -> A pod {ka}");
+        }
+    }
+    let routes = cl.tb.ip(&node, &["route", "show", "proto", "250"]).unwrap();
+    assert!(
+        routes.contains("10.64.0.0/16 via 10.1.1.1 dev fabric.vx") && routes.contains("onlink"),
+        "{routes}"
+    );
+    let gw_routes = cl
+        .tb
+        .ip(&cl.a.gw, &["route", "show", "proto", "250"])
+        .unwrap();
+    assert!(
+        gw_routes.contains("10.244.1.0/24 via 10.0.1.10 dev fabric.vx")
+            && gw_routes.contains("10.244.2.0/24 via 10.0.1.11 dev fabric.vx"),
+        "{gw_routes}"
+    );
+
+    // Drift on a node (its forwarding entry to the gateway) and on the gateway (its route to
+    // a node's pods): both come back, and so does traffic.
+    cl.tb
+        .exec_any(
+            &node,
+            &[
+                "bridge",
+                "fdb",
+                "del",
+                "02:fa:0a:01:01:01",
+                "dev",
+                "fabric.vx",
+                "dst",
+                "10.1.1.1",
+            ],
+        )
+        .unwrap();
+    cl.tb
+        .ip(&cl.a.gw, &["route", "del", "10.244.2.0/24"])
+        .unwrap();
+    wait_for("overlay repair", Duration::from_secs(5), || {
+        let fdb = cl
+            .tb
+            .exec_any(&node, &["bridge", "fdb", "show", "dev", "fabric.vx"])
+            .unwrap();
+        let r = cl
+            .tb
+            .ip(&cl.a.gw, &["route", "show", "proto", "250"])
+            .unwrap();
+        String::from_utf8_lossy(&fdb.stdout).contains("dst 10.1.1.1") && r.contains("10.244.2.0/24")
+    });
+    assert_eq!(
+        server_saw(&cl.b.pods[1], &cl.a.pods[0], &remote_pod(1)),
+        remote_pod(0)
+    );
+    assert_eq!(
+        server_saw(&cl.a.pods[1], &cl.b.pods[0], &remote_pod(1)),
+        remote_pod(0)
+    );
+
+    let out = cl
+        .fabricctl(&[
+            "unpeer",
+            "--remote-kubeconfig",
+            cl.b.api.kubeconfig.to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for c in [&cl.a, &cl.b] {
+        wait_for("peer routes removed", Duration::from_secs(15), || {
+            c.nodes.iter().all(|n| {
+                cl.tb
+                    .ip(n, &["route", "show", "proto", "250"])
+                    .unwrap()
+                    .trim()
+                    .is_empty()
+            })
+        });
+    }
+}
