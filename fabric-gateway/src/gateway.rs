@@ -43,7 +43,10 @@ use crate::{
 /// inside `Tunn::decapsulate`), so this is twice the effective limit of 100/s.
 const HANDSHAKE_RATE_LIMIT: u64 = 200;
 const TIMER_TICK: Duration = Duration::from_millis(100);
-const FORCED_REKEY_EVERY: Duration = Duration::from_secs(5);
+/// While probes fail, a new handshake this often. Shorter than WireGuard's REKEY_TIMEOUT (5 s):
+/// the peer behind a Service may have been replaced by a replica that only waits for our
+/// handshake, and one initiation every 2 s per dead peer is still no load.
+const FORCED_REKEY_EVERY: Duration = Duration::from_secs(2);
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
 /// Largest datagram/packet we handle (a TSO super-packet or a GRO batch is at most 64 KiB).
 const BUF: usize = 65_536;

@@ -128,12 +128,153 @@ struct Proc {
 }
 
 pub struct PeeredClusters {
+    /// B's gateway Service, when B's replicas sit behind one. First: stops before the rest.
+    pub lb: Option<LoadBalancer>,
     pub a: Cluster,
     pub b: Cluster,
     procs: Vec<Proc>,
     pub logs: PathBuf,
     // Dropped last: the namespaces go after the processes that live in them.
     pub tb: Testbed,
+}
+
+/// The address B's gateway Service has on the underlay.
+pub const LB_VIP: &str = "192.168.77.200";
+
+/// Cluster B's gateway Service as kube-proxy makes it for a LoadBalancer or NodePort: a
+/// namespace on the underlay with the Service's address, which forwards WireGuard's port to
+/// the replica whose pod carries `networking.fabric.io/gateway-active=true` (the Service's
+/// selector), with SNAT so that replies come back through it, and which drops the UDP
+/// conntrack entries of a replica that is no longer selected, as kube-proxy does.
+pub struct LoadBalancer {
+    pub ns: String,
+    /// The replica identity it forwards to now.
+    pub backend: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LoadBalancer {
+    fn start(tb: &mut Testbed, ul: &str, b: &Cluster) -> Result<Self> {
+        use std::sync::{
+            Arc, Mutex,
+            atomic::{AtomicBool, Ordering},
+        };
+        let ns = tb.add_netns("lb")?;
+        tb.veth(&ns, "ul", ul, "lb")?;
+        tb.ip(ul, &["link", "set", "lb", "master", "br0"])?;
+        tb.ip(&ns, &["addr", "add", &format!("{LB_VIP}/24"), "dev", "ul"])?;
+        tb.sysctl(&ns, "net.ipv4.ip_forward", "1")?;
+        tb.sysctl(&ns, "net.ipv4.conf.all.send_redirects", "0")?;
+        tb.sysctl(&ns, "net.ipv4.conf.ul.send_redirects", "0")?;
+        let rules = "table ip lb {\n chain pre { type nat hook prerouting priority dstnat; }\n \
+             chain post { type nat hook postrouting priority srcnat; ct status dnat masquerade; }\n}\n";
+        let nft = |args: &[&str], stdin: Option<&str>| -> Result<()> {
+            use std::io::Write;
+            let mut c = Command::new("ip")
+                .args(["netns", "exec", &ns, "nft"])
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            if let Some(t) = stdin {
+                c.stdin.take().unwrap().write_all(t.as_bytes())?;
+            }
+            let o = c.wait_with_output()?;
+            anyhow::ensure!(
+                o.status.success(),
+                "nft {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            Ok(())
+        };
+        nft(&["-f", "-"], Some(rules))?;
+        let backends: Vec<(String, String)> = b
+            .replicas
+            .iter()
+            .map(|r| (r.identity.clone(), r.underlay_ip.clone()))
+            .collect();
+        let kubeconfig = b.api.kubeconfig.clone();
+        let (stop, backend) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(None)));
+        let thread = std::thread::spawn({
+            let (stop, backend, ns) = (stop.clone(), backend.clone(), ns.clone());
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let o = Command::new("kubectl")
+                        .env("KUBECONFIG", &kubeconfig)
+                        .args([
+                            "get",
+                            "pods",
+                            "-n",
+                            "fabric-system",
+                            "-l",
+                            "networking.fabric.io/gateway-active=true",
+                            "-o",
+                            "jsonpath={.items[*].metadata.name}",
+                        ])
+                        .output();
+                    let selected = o
+                        .ok()
+                        .filter(|o| o.status.success())
+                        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+                    if let Some(sel) = selected {
+                        let want = sel.split_whitespace().next().map(str::to_owned);
+                        let mut cur = backend.lock().unwrap();
+                        if *cur != want {
+                            let ip = want
+                                .as_ref()
+                                .and_then(|w| backends.iter().find(|(id, _)| id == w))
+                                .map(|(_, ip)| ip.clone());
+                            let mut script = "flush chain ip lb pre\n".to_owned();
+                            if let Some(ip) = &ip {
+                                script += &format!(
+                                    "add rule ip lb pre ip daddr {LB_VIP} udp dport 51820 dnat to {ip}\n"
+                                );
+                            }
+                            let ok = Command::new("ip")
+                                .args(["netns", "exec", &ns, "nft", "-f", "-"])
+                                .stdin(Stdio::piped())
+                                .stdout(Stdio::null())
+                                .stderr(Stdio::null())
+                                .spawn()
+                                .and_then(|mut c| {
+                                    use std::io::Write;
+                                    c.stdin.take().unwrap().write_all(script.as_bytes())?;
+                                    c.wait()
+                                })
+                                .is_ok_and(|s| s.success());
+                            // Flows pinned to the old backend would keep going there.
+                            let _ = Command::new("ip")
+                                .args(["netns", "exec", &ns, "conntrack", "-D", "-p", "udp"])
+                                .stdout(Stdio::null())
+                                .stderr(Stdio::null())
+                                .status();
+                            if ok {
+                                *cur = want;
+                            }
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        });
+        Ok(Self {
+            ns,
+            backend,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for LoadBalancer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn bin(name: &str) -> Result<String> {
@@ -151,7 +292,14 @@ impl PeeredClusters {
     /// Like [`PeeredClusters::new`], with `replicas_a` gateway replicas in cluster A (the side
     /// that dials: `fabricctl peer` runs against A and B's gateway listens).
     pub fn with_replicas(nodes: usize, replicas_a: usize) -> Result<Self> {
-        Self::build(nodes, replicas_a, false)
+        Self::build(nodes, replicas_a, 1, false, false)
+    }
+
+    /// B (the listening side) with `replicas_b` gateway replicas behind a load balancer (see
+    /// [`LoadBalancer`]): every B replica advertises its address, as they would advertise a
+    /// LoadBalancer Service's. Each B replica also has a Pod object that its operator labels.
+    pub fn with_listening_replicas(nodes: usize, replicas_b: usize) -> Result<Self> {
+        Self::build(nodes, 1, replicas_b, false, true)
     }
 
     /// Clusters whose nodes cannot reach the gateway's address directly: the gateway replicas
@@ -160,12 +308,18 @@ impl PeeredClusters {
     /// of its own. Agents and operators run with `--overlay`; the Node objects name each
     /// node's address and pod CIDR, as the kubelet and the node IPAM would.
     pub fn with_overlay(nodes: usize) -> Result<Self> {
-        Self::build(nodes, 1, true)
+        Self::build(nodes, 1, 1, true, false)
     }
 
-    fn build(nodes: usize, replicas_a: usize, overlay: bool) -> Result<Self> {
+    fn build(
+        nodes: usize,
+        replicas_a: usize,
+        replicas_b: usize,
+        overlay: bool,
+        lb: bool,
+    ) -> Result<Self> {
         anyhow::ensure!(
-            (1..=9).contains(&replicas_a),
+            (1..=9).contains(&replicas_a) && (1..=9).contains(&replicas_b),
             "1 to 9 gateway replicas (one digit in names and addresses)"
         );
         let mut tb = Testbed::new()?;
@@ -186,8 +340,23 @@ impl PeeredClusters {
             overlay,
             &logs,
         )?;
-        let b = Self::cluster(&mut tb, &ul, 2, "cluster-b", nodes, 1, overlay, &logs)?;
+        let b = Self::cluster(
+            &mut tb,
+            &ul,
+            2,
+            "cluster-b",
+            nodes,
+            replicas_b,
+            overlay,
+            &logs,
+        )?;
+        let lb = if lb {
+            Some(LoadBalancer::start(&mut tb, &ul, &b)?)
+        } else {
+            None
+        };
         let mut me = Self {
+            lb,
             a,
             b,
             procs: Vec::new(),
@@ -226,9 +395,35 @@ impl PeeredClusters {
                 ],
                 env.clone(),
             )?;
+            let behind_lb = me.lb.is_some() && which == 2;
             for (r, rep) in replicas.iter().enumerate() {
                 let dir = rep.dir.display().to_string();
                 let pins = me.tb.pin_dir(&rep.ns, &format!("gw{i}r{r}"));
+                let advertise = if behind_lb {
+                    format!("{LB_VIP}:51820")
+                } else {
+                    format!("{}:51820", rep.underlay_ip)
+                };
+                let mut env = env.clone();
+                if behind_lb {
+                    // The replica's pod, which its operator labels active or standby for the
+                    // Service's selector.
+                    let pod = serde_json::json!({
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": { "name": rep.identity, "namespace": "fabric-system",
+                                      "labels": { "app.kubernetes.io/name": "fabric-gateway" } },
+                        "spec": { "containers": [{ "name": "gateway", "image": "fabric-gateway" }] },
+                    });
+                    let f = rep.dir.join("pod.json");
+                    std::fs::write(&f, pod.to_string())?;
+                    me.cluster_ref(which).api.kubectl_ok(&[
+                        "create",
+                        "-f",
+                        &f.display().to_string(),
+                    ]);
+                    env.push(("POD_NAME".into(), rep.identity.clone()));
+                }
                 me.spawn(
                     &rep.operator,
                     vec![
@@ -243,7 +438,7 @@ impl PeeredClusters {
                         "--interval".into(),
                         "300ms".into(),
                         "--advertise".into(),
-                        format!("{}:51820", rep.underlay_ip),
+                        advertise,
                         "--config".into(),
                         format!("{dir}/gateway.toml"),
                         "--key-file".into(),

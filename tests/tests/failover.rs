@@ -164,3 +164,97 @@ fn standby_gateway_takes_over_within_ten_seconds() {
         .unwrap();
     assert!(took < Duration::from_secs(2), "traffic disturbed: {took:?}");
 }
+
+/// The listening side: B runs two replicas behind its gateway Service (a load balancer that
+/// follows the pod label the operators set). A dials the Service's address. When B's active
+/// replica dies, the standby takes the Lease and labels its pod active, the Service moves to
+/// it, and A's gateway, seeing its probes fail, handshakes again through the same address.
+#[test]
+fn listening_side_fails_over_behind_its_service() {
+    if skip_unless_root("listening_side_fails_over_behind_its_service")
+        || !require_tools("listening_side_fails_over_behind_its_service")
+    {
+        return;
+    }
+    let mut cl = PeeredClusters::with_listening_replicas(1, 2).unwrap();
+    let out = cl.peer().unwrap();
+    assert!(
+        out.status.success(),
+        "fabricctl peer failed:\n{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        cl.log_tails()
+    );
+    let (a_pod, b_pod, dst) = (cl.a.pods[0].clone(), cl.b.pods[0].clone(), remote_pod(0));
+    cl.wait_reachable(&a_pod, &dst, Duration::from_secs(20))
+        .unwrap();
+    let active =
+        cl.b.active_replica()
+            .expect("B has an active replica")
+            .clone();
+    let standby =
+        cl.b.replicas
+            .iter()
+            .find(|r| r.identity != active.identity)
+            .unwrap()
+            .clone();
+    let lb = cl.lb.as_ref().unwrap();
+    eventually(
+        &cl,
+        Duration::from_secs(5),
+        "the Service selects the active replica",
+        || lb.backend.lock().unwrap().as_deref() == Some(active.identity.as_str()),
+    );
+    // A knows B only by the Service's address.
+    let a_dir = cl.a.replicas[0].dir.display().to_string();
+    let a_cfg = std::fs::read_to_string(format!("{a_dir}/gateway.toml")).unwrap();
+    assert!(
+        a_cfg.contains(&format!(
+            "endpoint = \"{}:51820\"",
+            fabric_tests::clusters::LB_VIP
+        )),
+        "{a_cfg}"
+    );
+
+    let t0 = Instant::now();
+    cl.kill(&active.identity).unwrap();
+    cl.kill(&active.operator).unwrap();
+    // The kubelet sees the pod's containers die and it leaves the Service's endpoints; here
+    // the pod object goes (its label would otherwise keep selecting it).
+    cl.b.api.kubectl_ok(&[
+        "delete",
+        "pod",
+        &active.identity,
+        "-n",
+        "fabric-system",
+        "--wait=false",
+    ]);
+    cl.wait_reachable(&a_pod, &dst, Duration::from_secs(30))
+        .unwrap();
+    let took = t0.elapsed();
+    eprintln!("listening-side failover: traffic back {took:?} after B's active replica died");
+    assert!(
+        took < Duration::from_secs(10),
+        "traffic back only after {took:?} (target 10 s)\n{}",
+        cl.log_tails()
+    );
+    let lb = cl.lb.as_ref().unwrap();
+    assert_eq!(
+        lb.backend.lock().unwrap().as_deref(),
+        Some(standby.identity.as_str()),
+        "the Service follows the new active replica"
+    );
+    let labels = cl.b.api.kubectl_ok(&[
+        "get",
+        "pod",
+        &standby.identity,
+        "-n",
+        "fabric-system",
+        "-o",
+        "jsonpath={.metadata.labels.networking\\.fabric\\.io/gateway-active}",
+    ]);
+    assert_eq!(labels, "true");
+    // Both directions through the new replica.
+    cl.wait_reachable(&b_pod, &remote_pod(0), Duration::from_secs(5))
+        .unwrap();
+}

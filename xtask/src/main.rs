@@ -180,6 +180,7 @@ const APT_PACKAGES: &[&str] = &[
     "iperf3",
     "bpftool",
     "nftables",
+    "conntrack",
     "etcd-server",
     "xz-utils",
     "curl",
