@@ -257,8 +257,22 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             }
             continue;
         };
+        let state = reader.state();
+        // Nothing peered: the overlay device goes too, so an unpeered node carries no trace.
+        let peered = !desired(&state, via, None).is_empty();
         let dev = match &opts.overlay {
             None => None,
+            Some(o) if !peered => {
+                match overlay::remove_device(&handle, &o.overlay).await {
+                    Ok(true) => {
+                        info!(device = %o.overlay.device, "no peers: overlay device removed")
+                    }
+                    Ok(false) => {}
+                    Err(e) => warn!(error = %e, "removing the overlay device"),
+                }
+                overlay_via = None;
+                None
+            }
             Some(o) => match ensure_overlay(&handle, o, via, overlay_via).await {
                 Ok((idx, repaired)) => {
                     metrics.repairs.fetch_add(repaired, Ordering::Relaxed);
@@ -277,7 +291,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
                 }
             },
         };
-        let want = desired(&reader.state(), via, dev);
+        let want = desired(&state, via, dev);
         match routes::reconcile(&handle, &want).await {
             Ok(pass) => {
                 let repaired = pass

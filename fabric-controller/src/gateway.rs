@@ -781,7 +781,15 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
             .filter(|(_, _, r)| r.load(std::sync::atomic::Ordering::Relaxed))
         {
             let list: Vec<Node> = nodes.state().iter().map(|n| (**n).clone()).collect();
-            if let Err(e) = ov.sync(&list).await {
+            let peered = Api::<Configuration>::namespaced(client.clone(), &o.namespace)
+                .list_metadata(&ListParams::default().limit(1))
+                .await
+                .map(|l| !l.items.is_empty());
+            let res = match peered {
+                Ok(peered) => ov.sync(&list, peered).await,
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = res {
                 warn!(error = %format!("{e:#}"), "gateway overlay");
             }
         }

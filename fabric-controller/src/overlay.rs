@@ -97,8 +97,14 @@ impl GatewayOverlay {
         }
     }
 
-    /// One pass: device, node endpoints, routes.
-    pub async fn sync(&mut self, nodes: &[Node]) -> anyhow::Result<()> {
+    /// One pass: device, node endpoints, routes; with nothing peered, no device at all.
+    pub async fn sync(&mut self, nodes: &[Node], peered: bool) -> anyhow::Result<()> {
+        if !peered {
+            if overlay::remove_device(&self.handle, &self.overlay).await? {
+                info!(device = %self.overlay.device, "no peers: overlay device removed");
+            }
+            return Ok(());
+        }
         let (eps, skipped) = endpoints(nodes);
         for (n, why) in &skipped {
             if self.reported.get(n) != Some(why) {

@@ -146,14 +146,23 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
         String::from_utf8_lossy(&out.stderr)
     );
     for c in [&cl.a, &cl.b] {
-        wait_for("peer routes removed", Duration::from_secs(15), || {
-            c.nodes.iter().all(|n| {
-                cl.tb
-                    .ip(n, &["route", "show", "proto", "250"])
-                    .unwrap()
-                    .trim()
-                    .is_empty()
-            })
-        });
+        wait_for(
+            "peer routes and overlay devices removed",
+            Duration::from_secs(15),
+            || {
+                c.nodes.iter().chain([&c.gw]).all(|n| {
+                    cl.tb
+                        .ip(n, &["route", "show", "proto", "250"])
+                        .unwrap()
+                        .trim()
+                        .is_empty()
+                        && !cl
+                            .tb
+                            .ip(n, &["-o", "link", "show"])
+                            .unwrap()
+                            .contains("fabric.vx")
+                })
+            },
+        );
     }
 }
