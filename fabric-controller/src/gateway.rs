@@ -667,28 +667,30 @@ async fn label_pod(client: &Client, ns: &str, pod: &str, active: bool) -> kube::
     Ok(())
 }
 
-/// Watches one kind in the namespace and signals every change.
+/// Watches `api` and signals every change, keeping `store` (when given) up to date.
 fn spawn_watch<K>(
-    client: &Client,
-    ns: &str,
+    api: Api<K>,
+    store: Option<kube::runtime::reflector::store::Writer<K>>,
     changed: std::sync::Arc<tokio::sync::Notify>,
 ) -> tokio::task::JoinHandle<()>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+    K: kube::Resource
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
+        + Sync
         + 'static,
-    K::DynamicType: Default,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
     tokio::spawn(async move {
-        let mut s = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let mut s = match store {
+            Some(w) => events.reflect(w).boxed(),
+            None => events.boxed(),
+        };
         while let Some(ev) = s.next().await {
             match ev {
                 Ok(_) => changed.notify_one(),
@@ -706,11 +708,12 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
     // Changes to what the configuration is made of trigger a pass at once; the interval pass
     // still catches the gateway's own state (Connections) and anything a watch missed.
     let changed = std::sync::Arc::new(tokio::sync::Notify::new());
-    let watchers = [
-        spawn_watch::<Configuration>(&client, &o.namespace, changed.clone()),
-        spawn_watch::<PublicKey>(&client, &o.namespace, changed.clone()),
-        spawn_watch::<GatewayClient>(&client, &o.namespace, changed.clone()),
-        spawn_watch::<IP>(&client, &o.namespace, changed.clone()),
+    let ns = o.namespace.as_str();
+    let mut watchers = vec![
+        spawn_watch::<Configuration>(Api::namespaced(client.clone(), ns), None, changed.clone()),
+        spawn_watch::<PublicKey>(Api::namespaced(client.clone(), ns), None, changed.clone()),
+        spawn_watch::<GatewayClient>(Api::namespaced(client.clone(), ns), None, changed.clone()),
+        spawn_watch::<IP>(Api::namespaced(client.clone(), ns), None, changed.clone()),
     ];
     let mut overlay = match &o.overlay {
         None => None,
@@ -722,23 +725,11 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
                 rtnetlink::new_connection().map_err(|e| anyhow::anyhow!("netlink socket: {e}"))?;
             tokio::spawn(conn);
             let (nodes, writer) = kube::runtime::reflector::store::<Node>();
-            let notify = changed.clone();
-            let api: Api<Node> = Api::all(client.clone());
-            tokio::spawn(async move {
-                use futures::StreamExt;
-                use kube::runtime::{WatchStreamExt, watcher};
-                let mut s = watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .reflect(writer)
-                    .touched_objects()
-                    .boxed();
-                while let Some(ev) = s.next().await {
-                    match ev {
-                        Ok(_) => notify.notify_one(),
-                        Err(e) => warn!(error = %e, "watching Nodes"),
-                    }
-                }
-            });
+            watchers.push(spawn_watch(
+                Api::<Node>::all(client.clone()),
+                Some(writer),
+                changed.clone(),
+            ));
             // An empty cache would remove the routes to every node's pods after a restart, so
             // the overlay is only synced once the Nodes have been listed.
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -101,8 +101,6 @@ impl Tun {
         self.vnet
     }
 
-    /// Waits up to `timeout` for a packet. Ok(None) on timeout, so reader
-    /// threads can notice a stop flag without needing a wakeup fd.
     /// Reads one packet; only call when poll said the device is readable.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         // SAFETY: buf is valid for buf.len() bytes.
@@ -117,6 +115,8 @@ impl Tun {
         Ok(Some(n as usize))
     }
 
+    /// Waits up to `timeout` for a packet. Ok(None) on timeout, so reader
+    /// threads can notice a stop flag without needing a wakeup fd.
     pub fn recv_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
         let mut pfd = libc::pollfd {
             fd: self.fd.as_raw_fd(),
@@ -136,16 +136,7 @@ impl Tun {
         if r == 0 {
             return Ok(None);
         }
-        // SAFETY: buf is valid for buf.len() bytes.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => Ok(None),
-                _ => Err(e),
-            };
-        }
-        Ok(Some(n as usize))
+        self.recv(buf)
     }
 
     /// Writes one complete packet (a zero `virtio_net_hdr` is prepended when needed).

@@ -149,14 +149,7 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     // 1 + 3: peering two fresh clusters.
     let mut cl = PeeredClusters::new(1)?;
     let t0 = Instant::now();
-    let out = cl.peer()?;
-    if !out.status.success() {
-        bail!(
-            "fabricctl peer: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            cl.log_tails()
-        );
-    }
+    cl.peer_ok()?;
     let remote = crate::clusters::Cluster::pod_ip(0).replacen("10.244.", "10.64.", 1);
     cl.wait_reachable(&cl.a.pods[0], &remote, Duration::from_secs(30))?;
     let to_packet = t0.elapsed();

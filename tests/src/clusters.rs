@@ -169,27 +169,7 @@ impl LoadBalancer {
         tb.sysctl(&ns, "net.ipv4.conf.ul.send_redirects", "0")?;
         let rules = "table ip lb {\n chain pre { type nat hook prerouting priority dstnat; }\n \
              chain post { type nat hook postrouting priority srcnat; ct status dnat masquerade; }\n}\n";
-        let nft = |args: &[&str], stdin: Option<&str>| -> Result<()> {
-            use std::io::Write;
-            let mut c = Command::new("ip")
-                .args(["netns", "exec", &ns, "nft"])
-                .args(args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()?;
-            if let Some(t) = stdin {
-                c.stdin.take().unwrap().write_all(t.as_bytes())?;
-            }
-            let o = c.wait_with_output()?;
-            anyhow::ensure!(
-                o.status.success(),
-                "nft {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            Ok(())
-        };
-        nft(&["-f", "-"], Some(rules))?;
+        nft_script(&ns, rules)?;
         let backends: Vec<(String, String)> = b
             .replicas
             .iter()
@@ -232,18 +212,7 @@ impl LoadBalancer {
                                     "add rule ip lb pre ip daddr {LB_VIP} udp dport 51820 dnat to {ip}\n"
                                 );
                             }
-                            let ok = Command::new("ip")
-                                .args(["netns", "exec", &ns, "nft", "-f", "-"])
-                                .stdin(Stdio::piped())
-                                .stdout(Stdio::null())
-                                .stderr(Stdio::null())
-                                .spawn()
-                                .and_then(|mut c| {
-                                    use std::io::Write;
-                                    c.stdin.take().unwrap().write_all(script.as_bytes())?;
-                                    c.wait()
-                                })
-                                .is_ok_and(|s| s.success());
+                            let ok = nft_script(&ns, &script).is_ok();
                             // Flows pinned to the old backend would keep going there.
                             let _ = Command::new("ip")
                                 .args(["netns", "exec", &ns, "conntrack", "-D", "-p", "udp"])
@@ -266,6 +235,28 @@ impl LoadBalancer {
             thread: Some(thread),
         })
     }
+}
+
+/// Runs an nft script in namespace `ns`.
+fn nft_script(ns: &str, script: &str) -> Result<()> {
+    use std::io::Write;
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    c.stdin
+        .take()
+        .expect("piped")
+        .write_all(script.as_bytes())?;
+    let o = c.wait_with_output()?;
+    anyhow::ensure!(
+        o.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(())
 }
 
 impl Drop for LoadBalancer {
@@ -893,6 +884,21 @@ impl PeeredClusters {
         self.start_gateways()?;
         Ok(h.join()
             .map_err(|_| anyhow::anyhow!("fabricctl thread"))??)
+    }
+
+    /// [`PeeredClusters::peer`], failing with fabricctl's output and the components' logs
+    /// unless it succeeds; returns its standard output.
+    pub fn peer_ok(&mut self) -> Result<String> {
+        let out = self.peer()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            bail!(
+                "fabricctl peer failed:\n{text}{}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.log_tails()
+            );
+        }
+        Ok(text)
     }
 
     /// Runs fabricctl against cluster A.

@@ -44,14 +44,7 @@ fn standby_gateway_takes_over_within_ten_seconds() {
         return;
     }
     let mut cl = PeeredClusters::with_replicas(1, 2).unwrap();
-    let out = cl.peer().unwrap();
-    assert!(
-        out.status.success(),
-        "fabricctl peer failed:\n{}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        cl.log_tails()
-    );
+    cl.peer_ok().unwrap();
     // Both clusters see each other's pods as 10.64.x.y.
     let (a_pod, b_pod, dst_in_b, dst_in_a) = (
         cl.a.pods[0].clone(),
@@ -177,14 +170,7 @@ fn listening_side_fails_over_behind_its_service() {
         return;
     }
     let mut cl = PeeredClusters::with_listening_replicas(1, 2).unwrap();
-    let out = cl.peer().unwrap();
-    assert!(
-        out.status.success(),
-        "fabricctl peer failed:\n{}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        cl.log_tails()
-    );
+    cl.peer_ok().unwrap();
     let (a_pod, b_pod, dst) = (cl.a.pods[0].clone(), cl.b.pods[0].clone(), remote_pod(0));
     cl.wait_reachable(&a_pod, &dst, Duration::from_secs(20))
         .unwrap();

@@ -60,14 +60,7 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
         "the gateway should not be on-link here"
     );
 
-    let out = cl.peer().unwrap();
-    assert!(
-        out.status.success(),
-        "fabricctl peer failed:\n{}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        cl.log_tails()
-    );
+    cl.peer_ok().unwrap();
     cl.wait_reachable(&cl.a.pods[0], &remote_pod(0), Duration::from_secs(20))
         .unwrap();
     for ka in 0..2 {

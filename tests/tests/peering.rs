@@ -34,14 +34,7 @@ fn peer_two_clusters_with_fabricctl() {
         return;
     }
     let mut cl = PeeredClusters::new(2).unwrap();
-    let out = cl.peer().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "fabricctl peer failed:\n{text}{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        cl.log_tails()
-    );
+    let text = cl.peer_ok().unwrap();
     assert!(text.contains("connected"), "{text}");
 
     // Every pod in A reaches every pod in B and back; servers see the caller under their own
