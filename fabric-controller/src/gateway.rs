@@ -743,10 +743,35 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
                     }
                 }
             });
+            // Pods, for nodes without spec.podCIDRs: only where each runs is kept.
+            let pods =
+                std::sync::Arc::new(std::sync::Mutex::new(crate::overlay::PodPlaces::default()));
+            watchers.push(tokio::spawn({
+                let (pods, notify) = (pods.clone(), changed.clone());
+                let api = Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone());
+                async move {
+                    use futures::StreamExt;
+                    use kube::runtime::{WatchStreamExt, watcher};
+                    let mut s = watcher(api, watcher::Config::default())
+                        .default_backoff()
+                        .boxed();
+                    while let Some(ev) = s.next().await {
+                        match ev {
+                            Ok(ev) => {
+                                if pods.lock().unwrap().apply(ev) {
+                                    notify.notify_one();
+                                }
+                            }
+                            Err(e) => warn!(error = %e, "watching Pods"),
+                        }
+                    }
+                }
+            }));
             Some((
                 crate::overlay::GatewayOverlay::new(ov.clone(), local, handle),
                 nodes,
                 ready,
+                pods,
             ))
         }
     };
@@ -767,17 +792,18 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         }
         // Both replicas keep their end of the overlay: a takeover then only moves the nodes'
         // next hop.
-        if let Some((ov, nodes, _)) = overlay
-            .as_mut()
-            .filter(|(_, _, r)| r.load(std::sync::atomic::Ordering::Relaxed))
-        {
+        if let Some((ov, nodes, _, pods)) = overlay.as_mut().filter(|(_, _, r, p)| {
+            r.load(std::sync::atomic::Ordering::Relaxed) && p.lock().unwrap().ready
+        }) {
             let list: Vec<Node> = nodes.state().iter().map(|n| (**n).clone()).collect();
             let peered = Api::<Configuration>::namespaced(client.clone(), &o.namespace)
                 .list_metadata(&ListParams::default().limit(1))
                 .await
                 .map(|l| !l.items.is_empty());
+            // A snapshot: the lock is not held across the netlink calls.
+            let places = pods.lock().unwrap().clone();
             let res = match peered {
-                Ok(peered) => ov.sync(&list, peered).await,
+                Ok(peered) => ov.sync(&list, &places, peered).await,
                 Err(e) => Err(e.into()),
             };
             if let Err(e) = res {

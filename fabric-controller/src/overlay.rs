@@ -2,6 +2,10 @@
 //! network namespace with an endpoint for every node, and a route for each node's pod CIDRs
 //! to that node through it. Nodes and their pod CIDRs come from the Node objects (InternalIP,
 //! spec.podCIDRs); the agents set up the nodes' ends towards the active gateway.
+//!
+//! Many CNIs hand out pod addresses without `spec.podCIDRs` (Calico's IPAM blocks, Cilium's
+//! cluster pool, cloud VPC CNIs). For a node without them, each of its pods gets a /32 route
+//! to the node instead, from the Pod objects (status.podIP on spec.nodeName).
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::Ipv4Addr,
@@ -12,8 +16,8 @@ use fabric_routing::{
     routes::{self, Route},
 };
 use ipnetwork::Ipv4Network;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{ResourceExt, runtime::watcher};
 use rtnetlink::Handle;
 use tracing::{info, warn};
 
@@ -25,8 +29,83 @@ pub struct Endpoint {
     pub pod_cidrs: Vec<Ipv4Network>,
 }
 
-/// The nodes that can be reached, and for the others why not.
-pub fn endpoints(nodes: &[Node]) -> (Vec<Endpoint>, BTreeMap<String, String>) {
+/// Where pods with addresses of their own run: a compact view of the Pod objects, kept from a
+/// watch (only the address and the node of each pod, not the objects).
+#[derive(Debug, Default, Clone)]
+pub struct PodPlaces {
+    /// namespace/name -> (pod IP, node name).
+    pods: BTreeMap<String, (Ipv4Addr, String)>,
+    /// Filled during a (re)list, swapped in when it is complete.
+    relist: Option<BTreeMap<String, (Ipv4Addr, String)>>,
+    /// A complete list has been seen.
+    pub ready: bool,
+}
+
+/// A pod's own IPv4 address and node; None for pods without one (pending, finished, host
+/// network, IPv6 only).
+fn place(p: &Pod) -> Option<(Ipv4Addr, String)> {
+    let spec = p.spec.as_ref()?;
+    if spec.host_network == Some(true) {
+        return None;
+    }
+    let st = p.status.as_ref()?;
+    if matches!(st.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let ip: Ipv4Addr = st.pod_ip.as_deref()?.parse().ok()?;
+    if st.host_ip.as_deref() == Some(&ip.to_string()) {
+        return None;
+    }
+    Some((ip, spec.node_name.clone()?))
+}
+
+impl PodPlaces {
+    /// Takes one watch event; returns whether the view changed.
+    pub fn apply(&mut self, ev: watcher::Event<Pod>) -> bool {
+        let key = |p: &Pod| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+        match ev {
+            watcher::Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(p) => {
+                if let (Some(l), Some(pl)) = (self.relist.as_mut(), place(&p)) {
+                    l.insert(key(&p), pl);
+                }
+                false
+            }
+            watcher::Event::InitDone => {
+                let new = self.relist.take().unwrap_or_default();
+                let changed = new != self.pods || !self.ready;
+                self.pods = new;
+                self.ready = true;
+                changed
+            }
+            watcher::Event::Apply(p) => match place(&p) {
+                Some(pl) => self.pods.insert(key(&p), pl.clone()) != Some(pl),
+                None => self.pods.remove(&key(&p)).is_some(),
+            },
+            watcher::Event::Delete(p) => self.pods.remove(&key(&p)).is_some(),
+        }
+    }
+
+    /// The pod addresses on node `name`.
+    pub fn on_node(&self, name: &str) -> Vec<Ipv4Addr> {
+        let mut v: Vec<Ipv4Addr> = self
+            .pods
+            .values()
+            .filter(|(_, n)| n == name)
+            .map(|(ip, _)| *ip)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+/// The nodes that can be reached, and for the others why not. A node without pod CIDRs is
+/// reached for its pods' own addresses (from `pods`).
+pub fn endpoints(nodes: &[Node], pods: &PodPlaces) -> (Vec<Endpoint>, BTreeMap<String, String>) {
     let mut ok = Vec::new();
     let mut skipped = BTreeMap::new();
     for n in nodes {
@@ -51,10 +130,14 @@ pub fn endpoints(nodes: &[Node]) -> (Vec<Endpoint>, BTreeMap<String, String>) {
             .filter_map(|c| c.parse::<Ipv4Network>().ok())
             .map(|c| Ipv4Network::new(c.network(), c.prefix()).expect("valid prefix"))
             .collect();
-        if pod_cidrs.is_empty() {
-            skipped.insert(name, "no IPv4 spec.podCIDRs".into());
-            continue;
-        }
+        let pod_cidrs = if pod_cidrs.is_empty() {
+            pods.on_node(&name)
+                .into_iter()
+                .map(|ip| Ipv4Network::new(ip, 32).expect("a /32"))
+                .collect()
+        } else {
+            pod_cidrs
+        };
         ok.push(Endpoint {
             name,
             ip,
@@ -98,14 +181,19 @@ impl GatewayOverlay {
     }
 
     /// One pass: device, node endpoints, routes; with nothing peered, no device at all.
-    pub async fn sync(&mut self, nodes: &[Node], peered: bool) -> anyhow::Result<()> {
+    pub async fn sync(
+        &mut self,
+        nodes: &[Node],
+        pods: &PodPlaces,
+        peered: bool,
+    ) -> anyhow::Result<()> {
         if !peered {
             if overlay::remove_device(&self.handle, &self.overlay).await? {
                 info!(device = %self.overlay.device, "no peers: overlay device removed");
             }
             return Ok(());
         }
-        let (eps, skipped) = endpoints(nodes);
+        let (eps, skipped) = endpoints(nodes, pods);
         for (n, why) in &skipped {
             if self.reported.get(n) != Some(why) {
                 warn!(node = %n, why, "node not reachable through the overlay");
@@ -153,24 +241,87 @@ mod tests {
         .unwrap()
     }
 
+    fn pod(ns: &str, name: &str, node: &str, ip: &str, host_network: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "namespace": ns },
+            "spec": { "nodeName": node, "hostNetwork": host_network,
+                      "containers": [{ "name": "c" }] },
+            "status": { "phase": "Running", "podIP": ip, "hostIP": "10.0.1.13" }
+        }))
+        .unwrap()
+    }
+
     #[test]
-    fn endpoints_need_an_address_and_a_pod_cidr() {
-        let (ok, skipped) = endpoints(&[
-            node("n2", Some("10.0.1.11"), &["10.244.2.0/24", "fd00::/64"]),
-            node("n1", Some("10.0.1.10"), &["10.244.1.0/24"]),
-            node("n3", None, &["10.244.3.0/24"]),
-            node("n4", Some("10.0.1.13"), &[]),
-        ]);
+    fn pod_places_follow_the_watch() {
+        let mut pp = PodPlaces::default();
+        assert!(!pp.apply(watcher::Event::Init));
+        assert!(!pp.apply(watcher::Event::InitApply(pod(
+            "a", "p1", "n4", "10.9.0.5", false
+        ))));
+        // Host-network pods have no address of their own.
+        pp.apply(watcher::Event::InitApply(pod(
+            "a",
+            "h",
+            "n4",
+            "10.0.1.13",
+            true,
+        )));
+        assert!(
+            !pp.ready && pp.on_node("n4").is_empty(),
+            "nothing before the list is complete"
+        );
+        assert!(pp.apply(watcher::Event::InitDone));
+        assert_eq!(
+            pp.on_node("n4"),
+            vec!["10.9.0.5".parse::<Ipv4Addr>().unwrap()]
+        );
+        assert!(pp.apply(watcher::Event::Apply(pod(
+            "a", "p2", "n4", "10.9.0.6", false
+        ))));
+        assert!(!pp.apply(watcher::Event::Apply(pod(
+            "a", "p2", "n4", "10.9.0.6", false
+        ))));
+        assert!(pp.apply(watcher::Event::Delete(pod(
+            "a", "p1", "n4", "10.9.0.5", false
+        ))));
+        assert_eq!(
+            pp.on_node("n4"),
+            vec!["10.9.0.6".parse::<Ipv4Addr>().unwrap()]
+        );
+        // A relist drops what it no longer lists.
+        pp.apply(watcher::Event::Init);
+        assert!(pp.apply(watcher::Event::InitDone));
+        assert!(pp.on_node("n4").is_empty());
+    }
+
+    #[test]
+    fn endpoints_need_an_address_and_a_pod_cidr_or_pods() {
+        let mut pods = PodPlaces::default();
+        pods.apply(watcher::Event::Init);
+        pods.apply(watcher::Event::InitApply(pod(
+            "a", "p", "n4", "10.9.0.5", false,
+        )));
+        pods.apply(watcher::Event::InitDone);
+        let (ok, skipped) = endpoints(
+            &[
+                node("n2", Some("10.0.1.11"), &["10.244.2.0/24", "fd00::/64"]),
+                node("n1", Some("10.0.1.10"), &["10.244.1.0/24"]),
+                node("n3", None, &["10.244.3.0/24"]),
+                node("n4", Some("10.0.1.13"), &[]),
+            ],
+            &pods,
+        );
         assert_eq!(
             ok.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
-            ["n1", "n2"]
+            ["n1", "n2", "n4"]
         );
         assert_eq!(ok[1].pod_cidrs, vec!["10.244.2.0/24".parse().unwrap()]);
-        assert_eq!(skipped.len(), 2);
+        // Without pod CIDRs, the node's pods one by one.
+        assert_eq!(ok[2].pod_cidrs, vec!["10.9.0.5/32".parse().unwrap()]);
+        assert_eq!(skipped.len(), 1);
         assert!(skipped["n3"].contains("InternalIP"));
-        assert!(skipped["n4"].contains("podCIDRs"));
         let r = desired_routes(&ok, 9);
-        assert_eq!(r.len(), 2);
+        assert_eq!(r.len(), 3);
         assert!(r.iter().all(|r| r.dev == Some(9)));
         assert!(r.contains(&Route {
             dst: "10.244.1.0/24".parse().unwrap(),

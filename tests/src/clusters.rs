@@ -297,7 +297,8 @@ impl PeeredClusters {
     /// sit on a subnet of their own (10.1.i.0/24) behind a router (10.0.i.254 / 10.1.i.254)
     /// that knows nothing of pod addresses, as on a routed node network or with a pod network
     /// of its own. Agents and operators run with `--overlay`; the Node objects name each
-    /// node's address and pod CIDR, as the kubelet and the node IPAM would.
+    /// node's address and pod CIDR, as the kubelet and the node IPAM would, except for the
+    /// second node, which has none: its pod is reached through its Pod object's address.
     pub fn with_overlay(nodes: usize) -> Result<Self> {
         Self::build(nodes, 1, 1, true, false)
     }
@@ -680,13 +681,20 @@ impl PeeredClusters {
                         &format!("10.0.{i}.254"),
                     ],
                 )?;
-                // The Node object as the kubelet and node IPAM leave it.
+                // The Node object as the kubelet and node IPAM leave it. The second node has
+                // no pod CIDR (as with CNIs that allocate otherwise): its pod is known from
+                // its Pod object instead.
+                let cidr = format!("10.244.{}.0/24", k + 1);
+                let spec = if k == 1 {
+                    serde_json::json!({})
+                } else {
+                    serde_json::json!({ "podCIDR": cidr, "podCIDRs": [cidr] })
+                };
                 let node_obj = serde_json::json!({
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": { "name": format!("node{k}") },
-                    "spec": { "podCIDR": format!("10.244.{}.0/24", k + 1),
-                              "podCIDRs": [format!("10.244.{}.0/24", k + 1)] },
+                    "spec": spec,
                 });
                 let f = dir.join(format!("node{k}.json"));
                 std::fs::write(&f, node_obj.to_string())?;
@@ -699,6 +707,33 @@ impl PeeredClusters {
                     "patch",
                     "node",
                     &format!("node{k}"),
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    &status.to_string(),
+                ]);
+                let pod_obj = serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": { "name": format!("pod{k}"), "namespace": "default" },
+                    "spec": { "nodeName": format!("node{k}"),
+                              "containers": [{ "name": "app", "image": "app" }] },
+                });
+                let f = dir.join(format!("pod{k}.json"));
+                std::fs::write(&f, pod_obj.to_string())?;
+                api.kubectl_ok(&["create", "-f", &f.display().to_string()]);
+                let status = serde_json::json!({ "status": {
+                    "phase": "Running",
+                    "hostIP": node_ip,
+                    "podIP": Cluster::pod_ip(k),
+                    "podIPs": [{ "ip": Cluster::pod_ip(k) }],
+                } });
+                api.kubectl_ok(&[
+                    "patch",
+                    "pod",
+                    &format!("pod{k}"),
+                    "-n",
+                    "default",
                     "--subresource=status",
                     "--type=merge",
                     "-p",
