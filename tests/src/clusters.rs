@@ -127,6 +127,20 @@ struct Proc {
     child: Option<Child>,
 }
 
+/// How [`PeeredClusters::with_options`] builds the two clusters.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Nodes (each with one pod) per cluster.
+    pub nodes: usize,
+    /// Gateway replicas of A (dials) and B (listens).
+    pub replicas_a: usize,
+    pub replicas_b: usize,
+    /// Gateways behind a router, reached through the overlay (see `with_overlay`).
+    pub overlay: bool,
+    /// B's replicas behind a load balancer (see `with_listening_replicas`).
+    pub listener_lb: bool,
+}
+
 pub struct PeeredClusters {
     /// B's gateway Service, when B's replicas sit behind one. First: stops before the rest.
     pub lb: Option<LoadBalancer>,
@@ -301,6 +315,17 @@ impl PeeredClusters {
     /// second node, which has none: its pod is reached through its Pod object's address.
     pub fn with_overlay(nodes: usize) -> Result<Self> {
         Self::build(nodes, 1, 1, true, false)
+    }
+
+    /// Any combination of the above.
+    pub fn with_options(o: Options) -> Result<Self> {
+        Self::build(
+            o.nodes,
+            o.replicas_a,
+            o.replicas_b,
+            o.overlay,
+            o.listener_lb,
+        )
     }
 
     fn build(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fabric_tests::{
     apiserver::require_tools,
-    clusters::{Cluster, PeeredClusters, Replica},
+    clusters::{Cluster, Options, PeeredClusters, Replica},
     skip_unless_root,
 };
 
@@ -243,4 +243,78 @@ fn listening_side_fails_over_behind_its_service() {
     // Both directions through the new replica.
     cl.wait_reachable(&b_pod, &remote_pod(0), Duration::from_secs(5))
         .unwrap();
+}
+
+/// With the overlay, a takeover moves the nodes' overlay entries and routes to the new
+/// active replica (its end of the overlay is already up, standby replicas keep theirs).
+#[test]
+fn standby_takes_over_through_the_overlay() {
+    if skip_unless_root("standby_takes_over_through_the_overlay")
+        || !require_tools("standby_takes_over_through_the_overlay")
+    {
+        return;
+    }
+    let mut cl = PeeredClusters::with_options(Options {
+        nodes: 1,
+        replicas_a: 2,
+        replicas_b: 1,
+        overlay: true,
+        listener_lb: false,
+    })
+    .unwrap();
+    cl.peer_ok().unwrap();
+    let (a_pod, dst) = (cl.a.pods[0].clone(), remote_pod(0));
+    cl.wait_reachable(&a_pod, &dst, Duration::from_secs(20))
+        .unwrap();
+    let active = cl.a.active_replica().unwrap().clone();
+    let standby =
+        cl.a.replicas
+            .iter()
+            .find(|r| r.identity != active.identity)
+            .unwrap()
+            .clone();
+    let node = cl.a.nodes[0].clone();
+    let fdb = |cl: &PeeredClusters| {
+        String::from_utf8_lossy(
+            &cl.tb
+                .exec_any(&node, &["bridge", "fdb", "show", "dev", "fabric.vx"])
+                .unwrap()
+                .stdout,
+        )
+        .into_owned()
+    };
+    assert!(
+        fdb(&cl).contains(&format!("dst {}", active.ip)),
+        "{}",
+        fdb(&cl)
+    );
+    // The standby's end of the overlay is up before it is needed.
+    assert!(
+        cl.tb
+            .ip(&standby.ns, &["-o", "link", "show"])
+            .unwrap()
+            .contains("fabric.vx")
+    );
+    let t0 = Instant::now();
+    cl.kill(&active.identity).unwrap();
+    cl.kill(&active.operator).unwrap();
+    cl.wait_reachable(&a_pod, &dst, Duration::from_secs(30))
+        .unwrap();
+    let took = t0.elapsed();
+    eprintln!("overlay failover: traffic back {took:?} after the active gateway replica died");
+    assert!(
+        took < Duration::from_secs(10),
+        "traffic back only after {took:?}\n{}",
+        cl.log_tails()
+    );
+    let f = fdb(&cl);
+    assert!(
+        f.contains(&format!("dst {}", standby.ip)) && !f.contains(&format!("dst {}", active.ip)),
+        "{f}"
+    );
+    let routes = cl.tb.ip(&node, &["route", "show", "proto", "250"]).unwrap();
+    assert!(
+        routes.contains(&format!("via {} dev fabric.vx", standby.ip)),
+        "{routes}"
+    );
 }
