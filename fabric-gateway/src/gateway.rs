@@ -1017,7 +1017,10 @@ impl Gateway {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 if spinning {
-                    std::hint::spin_loop();
+                    // Give way to whatever else wants this CPU (a woken peer thread, the
+                    // application): spinning must never delay the packets it waits for.
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
                 }
                 continue;
             }
