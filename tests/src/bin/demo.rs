@@ -36,7 +36,9 @@ fn demo() -> Result<()> {
     println!(
         "WireGuard gateway (boringtun) with the eBPF remap programs, and a node agent per node."
     );
-    let mut cl = PeeredClusters::new(2)?;
+    println!("The gateways sit on a subnet of their own behind a router that knows no pod");
+    println!("addresses: nodes reach them through the fabric's VXLAN overlay (fabric.vx).");
+    let mut cl = PeeredClusters::with_overlay(2)?;
     check_interrupt()?;
 
     title("fabricctl peer --remote-kubeconfig <cluster B>   (run against cluster A)");
@@ -62,6 +64,17 @@ fn demo() -> Result<()> {
     let seen = |k: usize| Cluster::pod_ip(k).replacen("10.244.", "10.64.", 1);
     cl.wait_reachable(&cl.a.pods[0], &seen(0), Duration::from_secs(20))?;
     check_interrupt()?;
+
+    title("How node 0 of cluster A reaches its gateway (ip route show proto 250; bridge fdb)");
+    let node = cl.a.nodes[0].clone();
+    indent(&cl.tb.ip(&node, &["route", "show", "proto", "250"])?);
+    indent(&String::from_utf8_lossy(
+        &cl.tb
+            .exec_any(&node, &["bridge", "fdb", "show", "dev", "fabric.vx"])?
+            .stdout,
+    ));
+    title("... and how gateway A reaches the pods of each node");
+    indent(&cl.tb.ip(&cl.a.gw, &["route", "show", "proto", "250"])?);
 
     title("Pods talking across (TCP; the server reports the client address it sees)");
     for (from, to, fname, tname) in [(&cl.a, &cl.b, "A", "B"), (&cl.b, &cl.a, "B", "A")] {
