@@ -137,6 +137,35 @@ async fn find(h: &Handle, name: &str) -> Result<Option<DeviceFacts>, OverlayErro
     }
 }
 
+/// An overlay device as it is now, for inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    pub ifindex: u32,
+    pub vni: Option<u32>,
+    pub port: Option<u16>,
+    pub mac: Vec<u8>,
+    /// The entries of ours on it (each remote endpoint should have both kinds).
+    pub entries: BTreeSet<Entry>,
+    /// Entries that are not ours (other MACs): the next sync removes them.
+    pub foreign: usize,
+}
+
+/// The overlay device `name` and its entries; None when there is no such VXLAN device.
+pub async fn inspect(h: &Handle, name: &str) -> Result<Option<Inspection>, OverlayError> {
+    let Some(f) = find(h, name).await?.filter(|f| f.vxlan) else {
+        return Ok(None);
+    };
+    let (entries, foreign) = current(h, f.index).await?;
+    Ok(Some(Inspection {
+        ifindex: f.index,
+        vni: f.vni,
+        port: f.port,
+        mac: f.mac,
+        entries,
+        foreign: foreign.len(),
+    }))
+}
+
 /// What [`ensure_device`] had to do.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DeviceChange {

@@ -594,44 +594,78 @@ fn pinned_dataplanes() -> Vec<PathBuf> {
 struct Dump {
     dataplanes: Vec<(PathBuf, fabric_dataplane::Snapshot)>,
     routes: Vec<String>,
+    /// The overlay device between nodes and gateway, when there is one.
+    overlay: Option<OverlayDump>,
 }
 
-/// Our routes (protocol 250) in the current network namespace, as `dst via gw dev ifindex`.
-async fn fabric_routes() -> Result<Vec<String>> {
-    use futures::TryStreamExt;
-    use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteProtocol};
+#[derive(Serialize)]
+struct OverlayDump {
+    device: String,
+    vni: Option<u32>,
+    port: Option<u16>,
+    mac: String,
+    /// Remote endpoints with both their forwarding and neighbour entries.
+    endpoints: Vec<std::net::Ipv4Addr>,
+    /// Remote endpoints with only one of the two (the agent or operator restores the other).
+    incomplete: Vec<std::net::Ipv4Addr>,
+    foreign_entries: usize,
+}
+
+fn ifname(i: u32) -> String {
+    fabric_dataplane::sys::ifname(i).unwrap_or_else(|| i.to_string())
+}
+
+/// Our routes (protocol 250) and the overlay device in the current network namespace.
+async fn fabric_routing_state() -> Result<(Vec<String>, Option<OverlayDump>)> {
+    use fabric_routing::overlay::{self, Entry};
     let (conn, handle, _) = rtnetlink::new_connection().context("netlink")?;
     tokio::spawn(conn);
-    let mut s = handle
-        .route()
-        .get(rtnetlink::RouteMessageBuilder::<std::net::Ipv4Addr>::new().build())
-        .execute();
-    let mut out = Vec::new();
-    while let Some(m) = s.try_next().await.context("listing routes")? {
-        if m.header.protocol != RouteProtocol::Other(250) {
-            continue;
-        }
-        let (mut dst, mut via, mut dev) = (String::from("0.0.0.0"), String::new(), String::new());
-        for a in &m.attributes {
-            match a {
-                RouteAttribute::Destination(RouteAddress::Inet(d)) => dst = d.to_string(),
-                RouteAttribute::Gateway(RouteAddress::Inet(g)) => via = format!(" via {g}"),
-                RouteAttribute::Oif(i) => {
-                    dev = format!(
-                        " dev {}",
-                        fabric_dataplane::sys::ifname(*i).unwrap_or_else(|| i.to_string())
-                    )
-                }
-                _ => {}
+    let mut routes: Vec<String> = fabric_routing::routes::current(&handle)
+        .await
+        .context("listing routes")?
+        .into_iter()
+        .map(|r| match r.dev {
+            Some(d) => format!("{} via {} dev {} onlink", r.dst, r.via, ifname(d)),
+            None => format!("{} via {}", r.dst, r.via),
+        })
+        .collect();
+    routes.sort();
+    let ov = overlay::inspect(&handle, overlay::DEFAULT_DEVICE)
+        .await
+        .context("reading the overlay device")?
+        .map(|i| {
+            let fdb: std::collections::BTreeSet<_> = i
+                .entries
+                .iter()
+                .filter_map(|e| match e {
+                    Entry::Fdb(ip) => Some(*ip),
+                    _ => None,
+                })
+                .collect();
+            let neigh: std::collections::BTreeSet<_> = i
+                .entries
+                .iter()
+                .filter_map(|e| match e {
+                    Entry::Neighbour(ip) => Some(*ip),
+                    _ => None,
+                })
+                .collect();
+            OverlayDump {
+                device: overlay::DEFAULT_DEVICE.into(),
+                vni: i.vni,
+                port: i.port,
+                mac: i
+                    .mac
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":"),
+                endpoints: fdb.intersection(&neigh).copied().collect(),
+                incomplete: fdb.symmetric_difference(&neigh).copied().collect(),
+                foreign_entries: i.foreign,
             }
-        }
-        out.push(format!(
-            "{dst}/{}{via}{dev}",
-            m.header.destination_prefix_length
-        ));
-    }
-    out.sort();
-    Ok(out)
+        });
+    Ok((routes, ov))
 }
 
 fn network_dump(pin_dirs: Vec<PathBuf>, output: Output) -> Result<()> {
@@ -643,6 +677,7 @@ fn network_dump(pin_dirs: Vec<PathBuf>, output: Output) -> Result<()> {
     let mut dump = Dump {
         dataplanes: Vec::new(),
         routes: Vec::new(),
+        overlay: None,
     };
     for d in dirs {
         let snap = fabric_dataplane::Maps::open_pinned(&d)
@@ -653,7 +688,7 @@ fn network_dump(pin_dirs: Vec<PathBuf>, output: Output) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    dump.routes = rt.block_on(fabric_routes())?;
+    (dump.routes, dump.overlay) = rt.block_on(fabric_routing_state())?;
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&dump)?),
         Output::Yaml => print!("{}", serde_saphyr::to_string(&dump)?),
@@ -674,6 +709,32 @@ fn network_dump(pin_dirs: Vec<PathBuf>, output: Output) -> Result<()> {
             }
             if dump.routes.is_empty() {
                 println!("  (none)");
+            }
+            match &dump.overlay {
+                None => println!("== no overlay device"),
+                Some(o) => {
+                    println!(
+                        "== overlay {} (VNI {}, UDP {}, MAC {})",
+                        o.device,
+                        o.vni.map_or("?".into(), |v| v.to_string()),
+                        o.port.map_or("?".into(), |v| v.to_string()),
+                        o.mac
+                    );
+                    for e in &o.endpoints {
+                        println!("  endpoint {e}");
+                    }
+                    for e in &o.incomplete {
+                        println!(
+                            "  endpoint {e} (incomplete: forwarding or neighbour entry missing)"
+                        );
+                    }
+                    if o.endpoints.is_empty() && o.incomplete.is_empty() {
+                        println!("  (no endpoints)");
+                    }
+                    if o.foreign_entries > 0 {
+                        println!("  {} entries not written by the fabric", o.foreign_entries);
+                    }
+                }
             }
         }
     }

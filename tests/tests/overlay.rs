@@ -87,6 +87,32 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
         "{gw_routes}"
     );
 
+    // `fabricctl network dump` on a node shows the overlay and its endpoint.
+    let out = std::process::Command::new(fabric_tests::locate_bin("fabricctl").unwrap())
+        .args(["network", "dump", "--netns", &node, "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["overlay"]["vni"], 4011, "{v:#}");
+    assert_eq!(
+        v["overlay"]["endpoints"],
+        serde_json::json!(["10.1.1.1"]),
+        "{v:#}"
+    );
+    assert!(
+        v["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "10.64.0.0/16 via 10.1.1.1 dev fabric.vx onlink"),
+        "{v:#}"
+    );
+
     // Drift on a node (its forwarding entry to the gateway) and on the gateway (its route to
     // a node's pods): both come back, and so does traffic.
     cl.tb
