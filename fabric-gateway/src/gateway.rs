@@ -47,6 +47,9 @@ const TIMER_TICK: Duration = Duration::from_millis(100);
 /// the peer behind a Service may have been replaced by a replica that only waits for our
 /// handshake, and one initiation every 2 s per dead peer is still no load.
 const FORCED_REKEY_EVERY: Duration = Duration::from_secs(2);
+/// A peer without a session in its first 30 s is dialled again every second.
+const FRESH_PEER_WINDOW: Duration = Duration::from_secs(30);
+const FRESH_PEER_RETRY: Duration = Duration::from_secs(1);
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
 /// Largest datagram/packet we handle (a TSO super-packet or a GRO batch is at most 64 KiB).
 const BUF: usize = 65_536;
@@ -133,6 +136,7 @@ struct Probe {
     state: ProbeState,
     last_sent: Option<Instant>,
     last_forced_handshake: Option<Instant>,
+    created: Instant,
 }
 
 /// Settings that can change on reload without recreating the TUN device.
@@ -1194,7 +1198,10 @@ impl Gateway {
                 last_reset = now;
             }
             for peer in self.peers() {
-                let res = peer.tunn.lock().unwrap().update_timers(&mut out);
+                let (res, connected) = {
+                    let mut t = peer.tunn.lock().unwrap();
+                    (t.update_timers(&mut out), t.stats().0.is_some())
+                };
                 match res {
                     TunnResult::WriteToNetwork(pkt) => self.send_to_peer(&peer, pkt),
                     TunnResult::Err(WireGuardError::ConnectionExpired)
@@ -1215,12 +1222,23 @@ impl Gateway {
                     // A restarted peer silently drops our old session's packets and
                     // WireGuard alone would notice only after ~15 s; failing probes
                     // prove the session is dead, so re-handshake at REKEY_TIMEOUT pace.
+                    // A new peer that has not answered yet is most likely still being set up
+                    // on its side (its gateway reloading): ask again soon rather than after
+                    // REKEY_TIMEOUT, so a peering is up within a second of both sides being ready.
+                    let fresh = |pr: &Probe| {
+                        !connected && now.duration_since(pr.created) < FRESH_PEER_WINDOW
+                    };
                     let force = match probe.as_mut() {
                         Some(pr)
-                            if pr.state.sent() >= 3
-                                && !pr.state.is_up(now, interval)
+                            if (fresh(pr)
+                                || (pr.state.sent() >= 3 && !pr.state.is_up(now, interval)))
                                 && pr.last_forced_handshake.is_none_or(|t| {
-                                    now.duration_since(t) >= FORCED_REKEY_EVERY
+                                    now.duration_since(t)
+                                        >= if fresh(pr) {
+                                            FRESH_PEER_RETRY
+                                        } else {
+                                            FORCED_REKEY_EVERY
+                                        }
                                 }) =>
                         {
                             pr.last_forced_handshake = Some(now);
@@ -1434,7 +1452,9 @@ fn make_probe(cfg: &PeerConfig) -> Option<Probe> {
             dst,
             state: ProbeState::default(),
             last_sent: None,
-            last_forced_handshake: None,
+            // The dialing side sends its first initiation when the peer is added.
+            last_forced_handshake: Some(Instant::now()),
+            created: Instant::now(),
         }),
         _ => None,
     }
