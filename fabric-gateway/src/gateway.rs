@@ -50,6 +50,8 @@ const FORCED_REKEY_EVERY: Duration = Duration::from_secs(2);
 /// A peer without a session in its first 30 s is dialled again every second.
 const FRESH_PEER_WINDOW: Duration = Duration::from_secs(30);
 const FRESH_PEER_RETRY: Duration = Duration::from_secs(1);
+/// Probe pace between a new session and the first probe reply.
+const FIRST_PROBE_EVERY: Duration = Duration::from_millis(200);
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
 /// Largest datagram/packet we handle (a TSO super-packet or a GRO batch is at most 64 KiB).
 const BUF: usize = 65_536;
@@ -1246,11 +1248,20 @@ impl Gateway {
                         }
                         _ => false,
                     };
+                    // Until the first reply, probe every few ticks once a session exists: the
+                    // tunnel is reported up as soon as it is, not a probe interval later.
+                    let every = |pr: &Probe| {
+                        if connected && pr.state.received() == 0 {
+                            FIRST_PROBE_EVERY.min(interval)
+                        } else {
+                            interval
+                        }
+                    };
                     let len = match probe.as_mut() {
                         Some(pr)
                             if pr
                                 .last_sent
-                                .is_none_or(|t| now.duration_since(t) >= interval) =>
+                                .is_none_or(|t| now.duration_since(t) >= every(pr)) =>
                         {
                             pr.last_sent = Some(now);
                             let seq = pr.state.on_send(now);
