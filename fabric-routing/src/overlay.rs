@@ -150,6 +150,27 @@ pub struct Inspection {
     pub foreign: usize,
 }
 
+impl Inspection {
+    /// Remote endpoints with both entries, and those with only one of the two.
+    pub fn endpoints(&self) -> (Vec<Ipv4Addr>, Vec<Ipv4Addr>) {
+        let of = |want_fdb: bool| -> BTreeSet<Ipv4Addr> {
+            self.entries
+                .iter()
+                .filter_map(|e| match *e {
+                    Entry::Fdb(ip) if want_fdb => Some(ip),
+                    Entry::Neighbour(ip) if !want_fdb => Some(ip),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (fdb, neigh) = (of(true), of(false));
+        (
+            fdb.intersection(&neigh).copied().collect(),
+            fdb.symmetric_difference(&neigh).copied().collect(),
+        )
+    }
+}
+
 /// The overlay device `name` and its entries; None when there is no such VXLAN device.
 pub async fn inspect(h: &Handle, name: &str) -> Result<Option<Inspection>, OverlayError> {
     let Some(f) = find(h, name).await?.filter(|f| f.vxlan) else {

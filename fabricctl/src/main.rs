@@ -617,7 +617,7 @@ fn ifname(i: u32) -> String {
 
 /// Our routes (protocol 250) and the overlay device in the current network namespace.
 async fn fabric_routing_state() -> Result<(Vec<String>, Option<OverlayDump>)> {
-    use fabric_routing::overlay::{self, Entry};
+    use fabric_routing::overlay;
     let (conn, handle, _) = rtnetlink::new_connection().context("netlink")?;
     tokio::spawn(conn);
     let mut routes: Vec<String> = fabric_routing::routes::current(&handle)
@@ -634,22 +634,7 @@ async fn fabric_routing_state() -> Result<(Vec<String>, Option<OverlayDump>)> {
         .await
         .context("reading the overlay device")?
         .map(|i| {
-            let fdb: std::collections::BTreeSet<_> = i
-                .entries
-                .iter()
-                .filter_map(|e| match e {
-                    Entry::Fdb(ip) => Some(*ip),
-                    _ => None,
-                })
-                .collect();
-            let neigh: std::collections::BTreeSet<_> = i
-                .entries
-                .iter()
-                .filter_map(|e| match e {
-                    Entry::Neighbour(ip) => Some(*ip),
-                    _ => None,
-                })
-                .collect();
+            let (endpoints, incomplete) = i.endpoints();
             OverlayDump {
                 device: overlay::DEFAULT_DEVICE.into(),
                 vni: i.vni,
@@ -660,8 +645,8 @@ async fn fabric_routing_state() -> Result<(Vec<String>, Option<OverlayDump>)> {
                     .map(|b| format!("{b:02x}"))
                     .collect::<Vec<_>>()
                     .join(":"),
-                endpoints: fdb.intersection(&neigh).copied().collect(),
-                incomplete: fdb.symmetric_difference(&neigh).copied().collect(),
+                endpoints,
+                incomplete,
                 foreign_entries: i.foreign,
             }
         });

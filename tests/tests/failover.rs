@@ -23,6 +23,19 @@ fn has_tunnel(cl: &PeeredClusters, rep: &Replica) -> bool {
         .contains("fab-")
 }
 
+/// Waits for `pod` to reach `dst` again after a replica died at `t0`; the target is 10 s.
+fn traffic_back(cl: &PeeredClusters, t0: Instant, pod: &str, dst: &str, what: &str) {
+    cl.wait_reachable(pod, dst, Duration::from_secs(30))
+        .unwrap();
+    let took = t0.elapsed();
+    eprintln!("{what}: traffic back {took:?} after the active gateway replica died");
+    assert!(
+        took < Duration::from_secs(10),
+        "{what}: traffic back only after {took:?} (target 10 s)\n{}",
+        cl.log_tails()
+    );
+}
+
 /// Waits until `what` holds, or fails the test with `msg` and the components' logs.
 fn eventually(cl: &PeeredClusters, timeout: Duration, msg: &str, mut what: impl FnMut() -> bool) {
     let t0 = Instant::now();
@@ -95,15 +108,7 @@ fn standby_gateway_takes_over_within_ten_seconds() {
             .success(),
         "traffic still flows with the active replica dead"
     );
-    cl.wait_reachable(&a_pod, &dst_in_b, Duration::from_secs(30))
-        .unwrap();
-    let took = t0.elapsed();
-    eprintln!("failover: traffic back {took:?} after the active gateway replica died");
-    assert!(
-        took < Duration::from_secs(10),
-        "traffic back only after {took:?} (target 10 s)\n{}",
-        cl.log_tails()
-    );
+    traffic_back(&cl, t0, &a_pod, &dst_in_b, "failover");
 
     // The standby holds the Lease now, the nodes route to it, B follows it (a connection
     // opened from B's side reaches A through the roamed endpoint), and it reports the tunnel.
@@ -215,15 +220,7 @@ fn listening_side_fails_over_behind_its_service() {
         "fabric-system",
         "--wait=false",
     ]);
-    cl.wait_reachable(&a_pod, &dst, Duration::from_secs(30))
-        .unwrap();
-    let took = t0.elapsed();
-    eprintln!("listening-side failover: traffic back {took:?} after B's active replica died");
-    assert!(
-        took < Duration::from_secs(10),
-        "traffic back only after {took:?} (target 10 s)\n{}",
-        cl.log_tails()
-    );
+    traffic_back(&cl, t0, &a_pod, &dst, "listening-side failover");
     let lb = cl.lb.as_ref().unwrap();
     assert_eq!(
         lb.backend.lock().unwrap().as_deref(),
@@ -298,15 +295,7 @@ fn standby_takes_over_through_the_overlay() {
     let t0 = Instant::now();
     cl.kill(&active.identity).unwrap();
     cl.kill(&active.operator).unwrap();
-    cl.wait_reachable(&a_pod, &dst, Duration::from_secs(30))
-        .unwrap();
-    let took = t0.elapsed();
-    eprintln!("overlay failover: traffic back {took:?} after the active gateway replica died");
-    assert!(
-        took < Duration::from_secs(10),
-        "traffic back only after {took:?}\n{}",
-        cl.log_tails()
-    );
+    traffic_back(&cl, t0, &a_pod, &dst, "overlay failover");
     let f = fdb(&cl);
     assert!(
         f.contains(&format!("dst {}", standby.ip)) && !f.contains(&format!("dst {}", active.ip)),
