@@ -2,7 +2,8 @@
 //! directly (the gateways sit on a subnet of their own behind a router that knows no pod
 //! addresses; see `PeeredClusters::with_overlay`). Agents and gateway operators run with
 //! `--overlay`: every pod pair still talks across, with the overlay devices, entries and
-//! routes put back when someone removes them, and nothing of the peer left after unpeering.
+//! routes put back when someone removes them, components restarted without losing it, and
+//! nothing of the peer left after unpeering.
 use std::time::{Duration, Instant};
 
 use fabric_tests::{
@@ -153,6 +154,23 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
         server_saw(&cl.a.pods[1], &cl.b.pods[0], &remote_pod(1)),
         remote_pod(0)
     );
+
+    // Restarts (SIGKILL, then started again) find their overlay in place and keep it.
+    for name in ["agent1-0", "operator1", "gateway1", "operator2"] {
+        cl.restart(name).unwrap();
+        let took = cl
+            .wait_reachable(&cl.a.pods[0], &remote_pod(1), Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("after restarting {name}: {e}"));
+        assert!(
+            took < Duration::from_secs(15),
+            "{name}: back only after {took:?}"
+        );
+        assert_eq!(
+            server_saw(&cl.a.pods[1], &cl.b.pods[0], &remote_pod(1)),
+            remote_pod(0),
+            "after {name}"
+        );
+    }
 
     let out = cl
         .fabricctl(&[
