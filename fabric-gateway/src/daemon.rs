@@ -13,8 +13,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{config::Config, control, gateway::Gateway};
 
-/// How often the data plane is checked against what was applied (filters and map entries).
-const DATAPLANE_REPAIR_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often the tunnel devices and the data plane are checked against their configuration.
+const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs the gateway on its own tokio runtime until a termination signal.
 pub fn run_blocking(
@@ -77,11 +77,11 @@ pub async fn run(
     tasks.push(tokio::spawn({
         let gw = gw.clone();
         async move {
-            let mut tick = tokio::time::interval(DATAPLANE_REPAIR_EVERY);
+            let mut tick = tokio::time::interval(REPAIR_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                gw.repair_dataplane().await;
+                gw.repair().await;
             }
         }
     }));

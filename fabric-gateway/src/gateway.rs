@@ -215,8 +215,9 @@ pub struct Gateway {
     dataplane: Mutex<Option<fabric_dataplane::Dataplane>>,
     /// What the data plane was last set to, for the periodic drift repair.
     dataplane_cfg: Mutex<Option<(std::path::PathBuf, fabric_dataplane::DataplaneConfig)>>,
-    /// Map entries rewritten and filters re-attached by the drift repair.
-    dataplane_repairs: AtomicU64,
+    /// Things put back by the drift repair: device state, addresses, routes, filters, map
+    /// entries.
+    repairs: AtomicU64,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -271,7 +272,7 @@ impl Gateway {
             threads: Mutex::default(),
             dataplane: Mutex::default(),
             dataplane_cfg: Mutex::default(),
-            dataplane_repairs: AtomicU64::new(0),
+            repairs: AtomicU64::new(0),
             control: tokio::sync::Mutex::new(()),
             netlink,
         });
@@ -760,7 +761,7 @@ impl Gateway {
                 .map(|(n, v)| (n.to_string(), v.load(Ordering::Relaxed)))
                 .collect::<BTreeMap<_, _>>(),
             cookie_replies_sent: self.cookies_sent.load(Ordering::Relaxed),
-            dataplane_repairs: self.dataplane_repairs.load(Ordering::Relaxed),
+            repairs: self.repairs.load(Ordering::Relaxed),
             peers,
         }
     }
@@ -1410,11 +1411,52 @@ impl Gateway {
         Ok(())
     }
 
-    /// Puts back what someone changed under the data plane since it was applied: a filter
-    /// detached from a peer's device (re-attached), map entries deleted or overwritten
-    /// (rewritten). Cheap when nothing drifted: one filter dump per device and one map read.
-    pub async fn repair_dataplane(&self) {
+    /// Puts back what someone changed under the tunnels since they were configured: a peer
+    /// device set down, its addresses or routes deleted, a remap filter detached from it, map
+    /// entries deleted or overwritten. Cheap when nothing drifted: a few dumps per device and
+    /// one map read.
+    pub async fn repair(&self) {
         let _guard = self.control.lock().await;
+        let snap = match netconf::snapshot(&self.netlink).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading links, addresses and routes");
+                None
+            }
+        };
+        for p in self.peers().iter().filter(|_| snap.is_some()) {
+            let cfg = p.settings.lock().unwrap().cfg.clone();
+            let ifindex = p.tun.ifindex();
+            let drift =
+                snap.as_ref()
+                    .expect("filtered")
+                    .drift(ifindex, &cfg.addresses, &cfg.routes);
+            if drift.count() == 0 {
+                continue;
+            }
+            tracing::warn!(device = %p.tun.name(), ?drift, "tunnel device had drifted; restoring");
+            let res = async {
+                if drift.down {
+                    netconf::link_up(&self.netlink, ifindex, self.iface.mtu).await?;
+                }
+                netconf::sync_addresses(&self.netlink, ifindex, &[], &drift.addresses).await?;
+                netconf::sync_routes(&self.netlink, ifindex, &[], &drift.routes).await
+            }
+            .await;
+            match res {
+                Ok(()) => {
+                    self.repairs
+                        .fetch_add(drift.count() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::error!(device = %p.tun.name(), error = %e, "restoring the device")
+                }
+            }
+        }
+        self.repair_dataplane().await;
+    }
+
+    async fn repair_dataplane(&self) {
         let Some((pin_dir, cfg)) = self.dataplane_cfg.lock().unwrap().clone() else {
             return;
         };
@@ -1433,7 +1475,7 @@ impl Gateway {
             tracing::warn!(devices = ?detached, "remap filters missing; attaching them again");
             match self.apply_dataplane(Some((pin_dir, cfg))) {
                 Ok(()) => {
-                    self.dataplane_repairs
+                    self.repairs
                         .fetch_add(detached.len() as u64, Ordering::Relaxed);
                 }
                 Err(e) => tracing::error!(error = %e, "repairing the data plane"),
@@ -1448,8 +1490,7 @@ impl Gateway {
             Ok(0) => {}
             Ok(n) => {
                 tracing::warn!(entries = n, "data-plane map entries had drifted; rewritten");
-                self.dataplane_repairs
-                    .fetch_add(n as u64, Ordering::Relaxed);
+                self.repairs.fetch_add(n as u64, Ordering::Relaxed);
             }
             Err(e) => tracing::error!(error = %e, "repairing data-plane maps"),
         }

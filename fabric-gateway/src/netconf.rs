@@ -144,3 +144,135 @@ pub async fn dataplane_filters_present(h: &Handle, ifindex: u32) -> Result<bool,
     }
     Ok(true)
 }
+
+/// What is missing on a peer's device compared with its configuration: whether it is down,
+/// the addresses and the routes (to the device) that are not there.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DeviceDrift {
+    pub down: bool,
+    pub addresses: Vec<IpNetwork>,
+    pub routes: Vec<IpNetwork>,
+}
+
+impl DeviceDrift {
+    pub fn count(&self) -> usize {
+        usize::from(self.down) + self.addresses.len() + self.routes.len()
+    }
+}
+
+/// Links, addresses and routes of the namespace, as far as drift checks need them: read once
+/// per pass for all devices.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub up: std::collections::HashMap<u32, bool>,
+    pub addresses: std::collections::HashSet<(u32, IpAddr, u8)>,
+    /// (output device, destination, prefix length) of main-table routes.
+    pub routes: std::collections::HashSet<(u32, IpAddr, u8)>,
+}
+
+impl Snapshot {
+    /// What `ifindex` lacks compared with its configured addresses and routes.
+    pub fn drift(
+        &self,
+        ifindex: u32,
+        addresses: &[IpNetwork],
+        routes: &[IpNetwork],
+    ) -> DeviceDrift {
+        DeviceDrift {
+            down: !self.up.get(&ifindex).copied().unwrap_or(false),
+            addresses: addresses
+                .iter()
+                .filter(|a| !self.addresses.contains(&(ifindex, a.ip(), a.prefix())))
+                .copied()
+                .collect(),
+            routes: routes
+                .iter()
+                .filter(|r| !self.routes.contains(&(ifindex, r.network(), r.prefix())))
+                .copied()
+                .collect(),
+        }
+    }
+}
+
+/// Reads the namespace's links, addresses and routes (IPv4 and IPv6).
+pub async fn snapshot(h: &Handle) -> Result<Snapshot, NetconfError> {
+    use rtnetlink::packet_route::{
+        address::AddressAttribute,
+        link::LinkFlags,
+        route::{RouteAddress, RouteAttribute},
+    };
+    let mut snap = Snapshot::default();
+    let mut links = h.link().get().execute();
+    while let Some(l) = links.try_next().await.map_err(nl("link dump", 0))? {
+        snap.up
+            .insert(l.header.index, l.header.flags.contains(LinkFlags::Up));
+    }
+    let mut s = h.address().get().execute();
+    while let Some(m) = s.try_next().await.map_err(nl("address dump", 0))? {
+        for a in &m.attributes {
+            if let AddressAttribute::Address(ip) = a {
+                snap.addresses
+                    .insert((m.header.index, *ip, m.header.prefix_len));
+            }
+        }
+    }
+    for msg in [
+        RouteMessageBuilder::<std::net::Ipv4Addr>::new().build(),
+        RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
+    ] {
+        let mut s = h.route().get(msg).execute();
+        while let Some(m) = s.try_next().await.map_err(nl("route dump", 0))? {
+            let (mut oif, mut dst) = (None, None);
+            for a in &m.attributes {
+                match a {
+                    RouteAttribute::Oif(i) => oif = Some(*i),
+                    RouteAttribute::Destination(RouteAddress::Inet(d)) => {
+                        dst = Some(IpAddr::V4(*d))
+                    }
+                    RouteAttribute::Destination(RouteAddress::Inet6(d)) => {
+                        dst = Some(IpAddr::V6(*d))
+                    }
+                    _ => {}
+                }
+            }
+            if let (Some(o), Some(d)) = (oif, dst) {
+                snap.routes
+                    .insert((o, d, m.header.destination_prefix_length));
+            }
+        }
+    }
+    Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_lists_what_a_device_lacks() {
+        let mut snap = Snapshot::default();
+        snap.up.insert(4, true);
+        snap.addresses
+            .insert((4, "169.254.100.1".parse().unwrap(), 30));
+        snap.routes.insert((4, "10.71.0.0".parse().unwrap(), 16));
+        // The same prefix through another device does not count.
+        snap.routes.insert((5, "10.73.0.0".parse().unwrap(), 16));
+        let addrs: Vec<IpNetwork> = vec!["169.254.100.1/30".parse().unwrap()];
+        let routes: Vec<IpNetwork> = vec![
+            "10.71.0.0/16".parse().unwrap(),
+            "10.73.0.0/16".parse().unwrap(),
+        ];
+        let d = snap.drift(4, &addrs, &routes);
+        assert_eq!(
+            d,
+            DeviceDrift {
+                down: false,
+                addresses: vec![],
+                routes: vec!["10.73.0.0/16".parse().unwrap()],
+            }
+        );
+        assert_eq!(d.count(), 1);
+        let d = snap.drift(9, &addrs, &[]);
+        assert!(d.down && d.addresses.len() == 1, "{d:?}");
+    }
+}

@@ -14,9 +14,10 @@ pub struct Status {
     /// Datagrams that could not be attributed to any peer, by reason.
     pub drops: BTreeMap<String, u64>,
     pub cookie_replies_sent: u64,
-    /// Data-plane filters re-attached and map entries rewritten after someone changed them.
+    /// Things put back after someone changed them: tunnel devices set up again, their
+    /// addresses and routes, remap filters, data-plane map entries.
     #[serde(default)]
-    pub dataplane_repairs: u64,
+    pub repairs: u64,
     pub peers: Vec<PeerStatus>,
 }
 
@@ -117,15 +118,12 @@ pub fn render_metrics(s: &Status) -> String {
     );
     family(
         &mut o,
-        "dataplane_repairs_total",
+        "repairs_total",
         "counter",
-        "Remap filters re-attached and map entries rewritten after they were changed by hand.",
+        "Tunnel device state, addresses, routes, remap filters and map entries put back after \
+         they were changed by hand.",
     );
-    let _ = writeln!(
-        o,
-        "fabric_gateway_dataplane_repairs_total{{{gw}}} {}",
-        s.dataplane_repairs
-    );
+    let _ = writeln!(o, "fabric_gateway_repairs_total{{{gw}}} {}", s.repairs);
     family(
         &mut o,
         "unattributed_drops_total",
@@ -275,7 +273,7 @@ mod tests {
             uptime_seconds: 1.5,
             drops: BTreeMap::from([("unknown_peer".into(), 3)]),
             cookie_replies_sent: 0,
-            dataplane_repairs: 2,
+            repairs: 2,
             peers: vec![PeerStatus {
                 name: "b\"x".into(),
                 public_key: "k".into(),
@@ -321,7 +319,7 @@ mod tests {
             ),
             "fabric_gateway_unattributed_drops_total{gateway=\"fabric\",reason=\"unknown_peer\"} 3"
                 .to_string(),
-            "fabric_gateway_dataplane_repairs_total{gateway=\"fabric\"} 2".to_string(),
+            "fabric_gateway_repairs_total{gateway=\"fabric\"} 2".to_string(),
         ] {
             assert!(m.contains(&line), "missing {line}\n{m}");
         }

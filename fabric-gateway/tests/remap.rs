@@ -342,8 +342,9 @@ fn remapped_ping(lab: &Lab, ns: &str, target: &str, timeout: Duration) -> bool {
     lab.wait_ping(ns, target, timeout).is_some()
 }
 
-/// Someone detaches a remap filter or deletes map entries by hand: the gateway notices within
-/// seconds and puts them back, and traffic flows again.
+/// Someone detaches a remap filter, deletes map entries, deletes a tunnel route or sets the
+/// tunnel device down by hand: the gateway notices within seconds and puts it back, and
+/// traffic flows again.
 #[test]
 fn gateway_repairs_dataplane_drift() {
     if !require_root("gateway_repairs_dataplane_drift") {
@@ -422,7 +423,7 @@ fn gateway_repairs_dataplane_drift() {
     ));
     let repairs = |lab: &Lab| {
         lab.wait_status(&na, Duration::from_secs(2), |_| true)
-            .unwrap()["dataplane_repairs"]
+            .unwrap()["repairs"]
             .as_u64()
             .unwrap()
     };
@@ -431,7 +432,7 @@ fn gateway_repairs_dataplane_drift() {
     // A detached filter: un-translated packets no longer reach B's pod.
     lab.exec(&ga, &["tc", "filter", "del", "dev", "fab-b", "egress"]);
     let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
-        v["dataplane_repairs"].as_u64().unwrap_or(0) >= 1
+        v["repairs"].as_u64().unwrap_or(0) >= 1
     });
     assert!(st.is_some(), "filter not re-attached\n{}", lab.log("gwa"));
     let show = lab.exec(&ga, &["tc", "filter", "show", "dev", "fab-b", "egress"]);
@@ -462,7 +463,7 @@ fn gateway_repairs_dataplane_drift() {
         run(&cmd);
     }
     let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
-        v["dataplane_repairs"].as_u64().unwrap_or(0) > before
+        v["repairs"].as_u64().unwrap_or(0) > before
     });
     assert!(
         st.is_some(),
@@ -479,4 +480,23 @@ fn gateway_repairs_dataplane_drift() {
         Duration::from_secs(5)
     ));
     assert!(lab.log("gwa").contains("had drifted"), "{}", lab.log("gwa"));
+
+    // The tunnel device itself: its route to the peer's pods deleted, then the device set down.
+    for cmd in [
+        &["ip", "route", "del", "10.71.0.0/16", "dev", "fab-b"][..],
+        &["ip", "link", "set", "fab-b", "down"][..],
+    ] {
+        let before = repairs(&lab);
+        lab.exec(&ga, cmd);
+        let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
+            v["repairs"].as_u64().unwrap_or(0) > before
+        });
+        assert!(st.is_some(), "{cmd:?} not undone\n{}", lab.log("gwa"));
+        assert!(
+            remapped_ping(&lab, &pa, "10.71.1.10", Duration::from_secs(5)),
+            "after {cmd:?}"
+        );
+    }
+    let routes = lab.exec(&ga, &["ip", "route", "show", "dev", "fab-b"]);
+    assert!(routes.contains("10.71.0.0/16"), "{routes}");
 }
