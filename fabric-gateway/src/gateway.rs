@@ -1035,7 +1035,7 @@ impl Gateway {
             if fds[0].revents != 0 {
                 self.udp_receive(&mut ub);
             }
-            for (pfd, peer) in fds[1..].iter().zip(&peers) {
+            for (pfd, peer) in fds[1..].iter_mut().zip(&peers) {
                 if pfd.revents == 0 || peer.stop.load(Ordering::Relaxed) {
                     continue;
                 }
@@ -1043,7 +1043,10 @@ impl Gateway {
                     Ok(Some(n)) => self.tun_packet(peer, n, &mut tb),
                     Ok(None) => {}
                     Err(e) => {
-                        tracing::error!(peer = %peer.name, error = %e, "TUN read failed");
+                        // As the threaded reader does: stop reading a broken device (poll
+                        // skips negative fds) rather than spin on its error.
+                        tracing::error!(peer = %peer.name, error = %e, "TUN read failed; no longer reading it");
+                        pfd.fd = -1;
                     }
                 }
             }
@@ -1415,7 +1418,7 @@ impl Gateway {
     /// device set down, its addresses or routes deleted, a remap filter detached from it, map
     /// entries deleted or overwritten. Cheap when nothing drifted: a few dumps per device and
     /// one map read.
-    pub async fn repair(&self) {
+    pub async fn repair(self: &Arc<Self>) {
         let _guard = self.control.lock().await;
         let snap = match netconf::snapshot(&self.netlink).await {
             Ok(s) => Some(s),
@@ -1427,6 +1430,19 @@ impl Gateway {
         for p in self.peers().iter().filter(|_| snap.is_some()) {
             let cfg = p.settings.lock().unwrap().cfg.clone();
             let ifindex = p.tun.ifindex();
+            if !snap.as_ref().expect("filtered").up.contains_key(&ifindex) {
+                // The device was deleted: the peer is set up again from its configuration
+                // (a new device, a new session); the data-plane pass below attaches to it.
+                tracing::warn!(peer = %p.name, device = %p.tun.name(), "tunnel device gone; recreating the peer");
+                self.remove_peer(&p.public_key).await;
+                match self.add_peer(cfg).await {
+                    Ok(()) => {
+                        self.repairs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => tracing::error!(peer = %p.name, error = %e, "recreating the peer"),
+                }
+                continue;
+            }
             let drift =
                 snap.as_ref()
                     .expect("filtered")

@@ -845,6 +845,16 @@ fn busy_poll_one_thread_serves_all_tunnels() {
     );
     lab.tcp_transfer(&t.pb, "10.20.0.2:5003", &t.pa, 1 << 20);
 
+    // The tunnel device deleted under the poll loop: the gateway recreates the peer and the
+    // loop polls the new device.
+    lab.exec(&t.ga, &["ip", "link", "del", "fab-b"]);
+    assert!(
+        lab.wait_ping(&t.pa, "10.20.0.2", Duration::from_secs(15))
+            .is_some(),
+        "no traffic after the device was deleted\n{}",
+        lab.log("gwa")
+    );
+
     // Idle: the spin window has passed, so the thread sleeps (the 1 s probes aside).
     std::thread::sleep(Duration::from_millis(500));
     let ticks = || -> u64 {

@@ -499,4 +499,30 @@ fn gateway_repairs_dataplane_drift() {
     }
     let routes = lab.exec(&ga, &["ip", "route", "show", "dev", "fab-b"]);
     assert!(routes.contains("10.71.0.0/16"), "{routes}");
+
+    // The device deleted outright: the peer comes back on a new one, remap programs and all.
+    let old = lab.exec(&ga, &["ip", "-o", "link", "show", "fab-b"]);
+    let before = repairs(&lab);
+    lab.exec(&ga, &["ip", "link", "del", "fab-b"]);
+    let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
+        v["repairs"].as_u64().unwrap_or(0) > before
+    });
+    assert!(
+        st.is_some(),
+        "deleted device not recreated\n{}",
+        lab.log("gwa")
+    );
+    assert!(
+        remapped_ping(&lab, &pa, "10.71.1.10", Duration::from_secs(10)),
+        "after deleting the device\n{}",
+        lab.log("gwa")
+    );
+    let new = lab.exec(&ga, &["ip", "-o", "link", "show", "fab-b"]);
+    assert_ne!(
+        old.split(':').next(),
+        new.split(':').next(),
+        "a new device: {new}"
+    );
+    let show = lab.exec(&ga, &["tc", "filter", "show", "dev", "fab-b", "egress"]);
+    assert!(show.contains("handle 0xfab"), "{show}");
 }
