@@ -795,7 +795,7 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         if let Some((ov, nodes, _, pods)) = overlay.as_mut().filter(|(_, _, r, p)| {
             r.load(std::sync::atomic::Ordering::Relaxed) && p.lock().unwrap().ready
         }) {
-            let list: Vec<Node> = nodes.state().iter().map(|n| (**n).clone()).collect();
+            let list = nodes.state();
             let peered = Api::<Configuration>::namespaced(client.clone(), &o.namespace)
                 .list_metadata(&ListParams::default().limit(1))
                 .await
@@ -803,7 +803,10 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
             // A snapshot: the lock is not held across the netlink calls.
             let places = pods.lock().unwrap().clone();
             let res = match peered {
-                Ok(peered) => ov.sync(&list, &places, peered).await,
+                Ok(peered) => {
+                    ov.sync(list.iter().map(|n| n.as_ref()), &places, peered)
+                        .await
+                }
                 Err(e) => Err(e.into()),
             };
             if let Err(e) = res {

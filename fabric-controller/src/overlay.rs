@@ -105,7 +105,10 @@ impl PodPlaces {
 
 /// The nodes that can be reached, and for the others why not. A node without pod CIDRs is
 /// reached for its pods' own addresses (from `pods`).
-pub fn endpoints(nodes: &[Node], pods: &PodPlaces) -> (Vec<Endpoint>, BTreeMap<String, String>) {
+pub fn endpoints<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    pods: &PodPlaces,
+) -> (Vec<Endpoint>, BTreeMap<String, String>) {
     let mut ok = Vec::new();
     let mut skipped = BTreeMap::new();
     for n in nodes {
@@ -181,9 +184,9 @@ impl GatewayOverlay {
     }
 
     /// One pass: device, node endpoints, routes; with nothing peered, no device at all.
-    pub async fn sync(
+    pub async fn sync<'a>(
         &mut self,
-        nodes: &[Node],
+        nodes: impl IntoIterator<Item = &'a Node>,
         pods: &PodPlaces,
         peered: bool,
     ) -> anyhow::Result<()> {
