@@ -94,11 +94,19 @@ enum Cmd {
         /// --gateway-ip.
         #[arg(long, env = "FABRIC_OVERLAY", requires = "gateway_ip")]
         overlay: bool,
-        /// VXLAN network identifier of the overlay.
-        #[arg(long, default_value_t = fabric_routing::overlay::DEFAULT_VNI)]
+        /// VXLAN network identifier of the overlay (24 bits; the same on nodes and gateway).
+        #[arg(
+            long,
+            default_value_t = fabric_routing::overlay::DEFAULT_VNI,
+            value_parser = clap::value_parser!(u32).range(1..=0xff_ffff)
+        )]
         overlay_vni: u32,
-        /// UDP port of the overlay.
-        #[arg(long, default_value_t = fabric_routing::overlay::DEFAULT_PORT)]
+        /// UDP port of the overlay (the same on nodes and gateway).
+        #[arg(
+            long,
+            default_value_t = fabric_routing::overlay::DEFAULT_PORT,
+            value_parser = clap::value_parser!(u16).range(1..)
+        )]
         overlay_port: u16,
         /// This replica's identity in the active/passive election (default: $POD_NAME, else
         /// the host name).
