@@ -106,6 +106,8 @@ pub struct OverlayOpts {
 
 #[derive(Default)]
 struct Metrics {
+    /// Overlay datagrams the guard refused (from sources other than the gateway).
+    overlay_refused: AtomicU64,
     routes: AtomicU64,
     repairs: AtomicU64,
     reconciles: AtomicU64,
@@ -239,6 +241,13 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
         .context("listing Configurations")?;
     let mut wanted_before: BTreeSet<Route> = BTreeSet::new();
     let mut overlay_via: Option<Ipv4Addr> = None;
+    // The namespace whose overlay port the guard protects: where the routes and devices are.
+    let netns_path = match &opts.route_netns {
+        Some(ns) if ns.contains('/') => std::path::PathBuf::from(ns),
+        Some(ns) => std::path::Path::new("/run/netns").join(ns),
+        None => std::path::PathBuf::from("/proc/self/ns/net"),
+    };
+    let mut guard: Option<fabric_dataplane::guard::OverlayGuard> = None;
     let mut tick = tokio::time::interval(opts.interval);
     let mut waiting_reported = false;
     loop {
@@ -271,12 +280,14 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
                     Err(e) => warn!(error = %e, "removing the overlay device"),
                 }
                 overlay_via = None;
+                guard = None;
                 None
             }
             Some(o) => match ensure_overlay(&handle, o, via, overlay_via).await {
                 Ok((idx, repaired)) => {
                     metrics.repairs.fetch_add(repaired, Ordering::Relaxed);
                     overlay_via = Some(via);
+                    guard_overlay(&mut guard, &netns_path, o, via, &metrics);
                     Some(idx)
                 }
                 Err(e) => {
@@ -339,6 +350,43 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
     }
 }
 
+/// Keeps the overlay guard on (attached on first use) with the gateway as the only allowed
+/// source. Without it the overlay still works, unguarded: a failure is logged, not fatal.
+fn guard_overlay(
+    guard: &mut Option<fabric_dataplane::guard::OverlayGuard>,
+    netns: &std::path::Path,
+    o: &OverlayOpts,
+    via: Ipv4Addr,
+    metrics: &Metrics,
+) {
+    if guard.is_none() {
+        match fabric_dataplane::guard::OverlayGuard::attach(netns, o.overlay.port) {
+            Ok(g) => {
+                info!(
+                    port = o.overlay.port,
+                    "overlay guard attached: only the gateway may send to the overlay port"
+                );
+                *guard = Some(g);
+            }
+            Err(e) => {
+                warn!(error = %e, "overlay guard not attached; the overlay port accepts any source");
+                return;
+            }
+        }
+    }
+    let g = guard.as_mut().expect("attached above");
+    match g.set_sources(&[via].into()) {
+        Ok((added, removed)) if added + removed > 0 => {
+            info!(gateway = %via, added, removed, "overlay guard sources")
+        }
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "updating the overlay guard"),
+    }
+    if let Ok(n) = g.drops() {
+        metrics.overlay_refused.store(n, Ordering::Relaxed);
+    }
+}
+
 /// The overlay device towards the gateway `via`: returns its ifindex and how many things had
 /// to be put back. `prev` is the gateway of the last good pass: entries for it that had to be
 /// added again were removed by someone (drift); entries for a new gateway are not.
@@ -395,12 +443,14 @@ async fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) -> Result<()> {
                          # TYPE fabric_agent_route_repairs_total counter\nfabric_agent_route_repairs_total {}\n\
                          # TYPE fabric_agent_reconciles_total counter\nfabric_agent_reconciles_total {}\n\
                          # TYPE fabric_agent_reconcile_errors_total counter\nfabric_agent_reconcile_errors_total {}\n\
-                         # TYPE fabric_agent_last_reconcile_timestamp_seconds gauge\nfabric_agent_last_reconcile_timestamp_seconds {}\n",
+                         # TYPE fabric_agent_last_reconcile_timestamp_seconds gauge\nfabric_agent_last_reconcile_timestamp_seconds {}\n\
+                         # TYPE fabric_agent_overlay_refused_total counter\nfabric_agent_overlay_refused_total {}\n",
                             m.routes.load(Ordering::Relaxed),
                             m.repairs.load(Ordering::Relaxed),
                             m.reconciles.load(Ordering::Relaxed),
                             m.errors.load(Ordering::Relaxed),
                             m.last_ok.load(Ordering::Relaxed),
+                            m.overlay_refused.load(Ordering::Relaxed),
                         ),
                     ),
                     _ => ("404 Not Found", "not found\n".to_owned()),

@@ -171,6 +171,9 @@ pub struct GatewayOverlay {
     pub local: Ipv4Addr,
     pub handle: Handle,
     reported: BTreeMap<String, String>,
+    /// Lets only the nodes reach the overlay port (see fabric_dataplane::guard).
+    guard: Option<fabric_dataplane::guard::OverlayGuard>,
+    refused: u64,
 }
 
 impl GatewayOverlay {
@@ -180,6 +183,8 @@ impl GatewayOverlay {
             local,
             handle,
             reported: BTreeMap::new(),
+            guard: None,
+            refused: 0,
         }
     }
 
@@ -191,6 +196,7 @@ impl GatewayOverlay {
         peered: bool,
     ) -> anyhow::Result<()> {
         if !peered {
+            self.guard = None;
             if overlay::remove_device(&self.handle, &self.overlay).await? {
                 info!(device = %self.overlay.device, "no peers: overlay device removed");
             }
@@ -208,6 +214,7 @@ impl GatewayOverlay {
             info!(device = %self.overlay.device, ?dev, "overlay device set up");
         }
         let remotes: BTreeSet<Ipv4Addr> = eps.iter().map(|e| e.ip).collect();
+        self.guard_sources(&remotes);
         let entries = overlay::sync_remotes(&self.handle, idx, &remotes).await?;
         if !entries.added.is_empty() || !entries.removed.is_empty() {
             info!(added = ?entries.added, removed = ?entries.removed, "overlay node entries");
@@ -221,6 +228,49 @@ impl GatewayOverlay {
             );
         }
         Ok(())
+    }
+}
+
+impl GatewayOverlay {
+    /// Keeps the guard on with the nodes as the allowed sources. Without it the overlay still
+    /// works, unguarded: a failure is logged, not fatal.
+    fn guard_sources(&mut self, nodes: &BTreeSet<Ipv4Addr>) {
+        if self.guard.is_none() {
+            match fabric_dataplane::guard::OverlayGuard::attach(
+                std::path::Path::new("/proc/self/ns/net"),
+                self.overlay.port,
+            ) {
+                Ok(g) => {
+                    info!(
+                        port = self.overlay.port,
+                        "overlay guard attached: only nodes may send to the overlay port"
+                    );
+                    self.guard = Some(g);
+                }
+                Err(e) => {
+                    warn!(error = %e, "overlay guard not attached; the overlay port accepts any source");
+                    return;
+                }
+            }
+        }
+        let g = self.guard.as_mut().expect("attached above");
+        match g.set_sources(nodes) {
+            Ok((added, removed)) if added + removed > 0 => {
+                info!(added, removed, "overlay guard sources")
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "updating the overlay guard"),
+        }
+        if let Ok(n) = g.drops()
+            && n > self.refused
+        {
+            warn!(
+                refused = n - self.refused,
+                total = n,
+                "overlay guard refused datagrams from sources that are not nodes"
+            );
+            self.refused = n;
+        }
     }
 }
 

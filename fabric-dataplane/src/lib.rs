@@ -37,6 +37,7 @@ use tracing::{debug, info, warn};
 
 pub mod bench;
 pub mod config;
+pub mod guard;
 pub mod state;
 pub mod sys;
 

@@ -86,6 +86,7 @@ struct DeviceFacts {
     vxlan: bool,
     vni: Option<u32>,
     port: Option<u16>,
+    local: Option<Ipv4Addr>,
     mac: Vec<u8>,
     mtu: Option<u32>,
     up: bool,
@@ -97,6 +98,7 @@ fn facts(m: &LinkMessage) -> DeviceFacts {
         vxlan: false,
         vni: None,
         port: None,
+        local: None,
         mac: Vec::new(),
         mtu: None,
         up: m.header.flags.contains(LinkFlags::Up),
@@ -114,6 +116,7 @@ fn facts(m: &LinkMessage) -> DeviceFacts {
                                 match x {
                                     InfoVxlan::Id(id) => f.vni = Some(*id),
                                     InfoVxlan::Port(p) => f.port = Some(*p),
+                                    InfoVxlan::Local(a) => f.local = Some(*a),
                                     _ => {}
                                 }
                             }
@@ -203,7 +206,8 @@ impl DeviceChange {
     }
 }
 
-/// Makes the overlay device exist for the local endpoint `local`: our VNI and port, no
+/// Makes the overlay device exist for the local endpoint `local`: our VNI and port, `local`
+/// as the outer source (what the other side's guard expects, also on multi-homed hosts), no
 /// learning, MAC [`mac`]`(local)`, MTU, up. Returns its ifindex and what changed.
 pub async fn ensure_device(
     h: &Handle,
@@ -216,7 +220,7 @@ pub async fn ensure_device(
         if !f.vxlan {
             return Err(OverlayError::NotVxlan(o.device.clone()));
         }
-        if f.vni == Some(o.vni) && f.port == Some(o.port) {
+        if f.vni == Some(o.vni) && f.port == Some(o.port) && f.local == Some(local) {
             if f.mac != want_mac || f.mtu != Some(o.mtu) || !f.up {
                 h.link()
                     .set(
@@ -233,7 +237,7 @@ pub async fn ensure_device(
             }
             return Ok((f.index, change));
         }
-        // A VNI or port cannot be changed in place.
+        // A VNI, port or local address cannot be changed in place.
         h.link()
             .del(f.index)
             .execute()
@@ -247,6 +251,7 @@ pub async fn ensure_device(
         .add(
             LinkVxlan::new(&o.device, o.vni)
                 .port(o.port)
+                .local(local)
                 .learning(false)
                 .address(want_mac)
                 .mtu(o.mtu)

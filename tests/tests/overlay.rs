@@ -155,6 +155,55 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
         remote_pod(0)
     );
 
+    // The overlay guard: a well-formed VXLAN datagram reaches node 0's fabric.vx from the
+    // gateway's address, and never from another host on the cluster network.
+    let rx = |cl: &PeeredClusters| -> u64 {
+        let j = cl
+            .tb
+            .ip(&node, &["-s", "-j", "link", "show", "fabric.vx"])
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
+    };
+    let inject = |ns: &str, from: &'static str| {
+        // VXLAN (I flag, VNI 4011), then an Ethernet frame to node 0's overlay MAC.
+        let mut d = vec![0x08, 0, 0, 0, 0x00, 0x0f, 0xab, 0];
+        d.extend_from_slice(&[0x02, 0xfa, 10, 0, 1, 10, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+        d.extend_from_slice(&[0u8; 28]);
+        fabric_tests::netns::spawn_in_netns(ns, move || {
+            let s = std::net::UdpSocket::bind(format!("{from}:0"))?;
+            s.send_to(&d, "10.0.1.10:4790")?;
+            Ok(())
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let before = rx(&cl);
+    inject(&cl.a.api_ns, "10.0.1.100");
+    assert_eq!(
+        rx(&cl),
+        before,
+        "a datagram from a non-gateway host got through"
+    );
+    inject(&cl.a.gw, "10.1.1.1");
+    assert!(rx(&cl) > before, "the gateway's own datagram was refused");
+    // The gateway's guard, likewise, and its operator says so.
+    fabric_tests::netns::spawn_in_netns(&cl.a.api_ns, || {
+        let s = std::net::UdpSocket::bind("10.0.1.100:0")?;
+        s.send_to(&[0x08, 0, 0, 0, 0, 0x0f, 0xab, 0], "10.1.1.1:4790")?;
+        Ok(())
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    wait_for("the gateway guard's report", Duration::from_secs(5), || {
+        std::fs::read_to_string(cl.logs.join("operator1.log"))
+            .unwrap_or_default()
+            .contains("overlay guard refused")
+    });
+
     // Restarts (SIGKILL, then started again) find their overlay in place and keep it.
     for name in ["agent1-0", "operator1", "gateway1", "operator2"] {
         cl.restart(name).unwrap();
