@@ -32,7 +32,13 @@ impl OverlayGuard {
     /// `/proc/self/ns/net`). Until [`OverlayGuard::set_sources`] is called nothing reaches
     /// the port.
     pub fn attach(netns: &Path, port: u16) -> Result<Self, Error> {
-        let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT)?;
+        // The object also declares the data plane's maps; this loader never uses them, so
+        // they get one entry each instead of their full (per-CPU, preallocated) size.
+        let mut loader = EbpfLoader::new();
+        for name in crate::names::ALL {
+            loader.map_max_entries(name, 1);
+        }
+        let mut ebpf = loader.load(EBPF_OBJECT)?;
         let p: &mut SkLookup = ebpf
             .program_mut(PROGRAM)
             .ok_or_else(|| Error::Config(format!("program {PROGRAM} missing from the object")))?
