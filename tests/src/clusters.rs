@@ -118,6 +118,17 @@ impl Cluster {
         let (holder, _) = self.gateway_lease()?;
         self.replicas.iter().find(|r| r.identity == holder)
     }
+
+    /// With two replicas: (the one holding the Lease, the other one).
+    pub fn active_and_standby(&self) -> Option<(Replica, Replica)> {
+        let active = self.active_replica()?.clone();
+        let standby = self
+            .replicas
+            .iter()
+            .find(|r| r.identity != active.identity)?
+            .clone();
+        Some((active, standby))
+    }
 }
 
 struct Proc {

@@ -70,16 +70,9 @@ fn standby_gateway_takes_over_within_ten_seconds() {
 
     // One replica holds the Lease and publishes its address; only its gateway has a tunnel;
     // the node routes through it.
-    let active =
-        cl.a.active_replica()
-            .expect("a replica holds the gateway Lease")
-            .clone();
-    let standby =
-        cl.a.replicas
-            .iter()
-            .find(|r| r.identity != active.identity)
-            .unwrap()
-            .clone();
+    let (active, standby) =
+        cl.a.active_and_standby()
+            .expect("a replica holds the gateway Lease");
     let (_, published) = cl.a.gateway_lease().unwrap();
     assert_eq!(published, active.ip);
     assert!(has_tunnel(&cl, &active), "the active gateway has no tunnel");
@@ -179,16 +172,7 @@ fn listening_side_fails_over_behind_its_service() {
     let (a_pod, b_pod, dst) = (cl.a.pods[0].clone(), cl.b.pods[0].clone(), remote_pod(0));
     cl.wait_reachable(&a_pod, &dst, Duration::from_secs(20))
         .unwrap();
-    let active =
-        cl.b.active_replica()
-            .expect("B has an active replica")
-            .clone();
-    let standby =
-        cl.b.replicas
-            .iter()
-            .find(|r| r.identity != active.identity)
-            .unwrap()
-            .clone();
+    let (active, standby) = cl.b.active_and_standby().expect("B has an active replica");
     let lb = cl.lb.as_ref().unwrap();
     eventually(
         &cl,
@@ -263,13 +247,7 @@ fn standby_takes_over_through_the_overlay() {
     let (a_pod, dst) = (cl.a.pods[0].clone(), remote_pod(0));
     cl.wait_reachable(&a_pod, &dst, Duration::from_secs(20))
         .unwrap();
-    let active = cl.a.active_replica().unwrap().clone();
-    let standby =
-        cl.a.replicas
-            .iter()
-            .find(|r| r.identity != active.identity)
-            .unwrap()
-            .clone();
+    let (active, standby) = cl.a.active_and_standby().unwrap();
     let node = cl.a.nodes[0].clone();
     let fdb = |cl: &PeeredClusters| {
         String::from_utf8_lossy(
