@@ -62,20 +62,8 @@ enum Cmd {
         /// downward API's status.hostIP).
         #[arg(long, env = "NODE_IP")]
         node_ip: Option<Ipv4Addr>,
-        /// VXLAN network identifier of the overlay (24 bits; the same on nodes and gateway).
-        #[arg(
-            long,
-            default_value_t = fabric_routing::overlay::DEFAULT_VNI,
-            value_parser = clap::value_parser!(u32).range(1..=0xff_ffff)
-        )]
-        overlay_vni: u32,
-        /// UDP port of the overlay (the same on nodes and gateway).
-        #[arg(
-            long,
-            default_value_t = fabric_routing::overlay::DEFAULT_PORT,
-            value_parser = clap::value_parser!(u16).range(1..)
-        )]
-        overlay_port: u16,
+        #[command(flatten)]
+        overlay_args: fabric_routing::overlay::OverlayArgs,
     },
     /// The eBPF data plane (remap programs and their maps).
     #[command(subcommand)]
@@ -162,8 +150,7 @@ fn run(cli: Cli) -> Result<()> {
             route_netns,
             overlay,
             node_ip,
-            overlay_vni,
-            overlay_port,
+            overlay_args,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -188,11 +175,7 @@ fn run(cli: Cli) -> Result<()> {
                         route_netns,
                         overlay: match (overlay, node_ip) {
                             (true, Some(node_ip)) => Some(run::OverlayOpts {
-                                overlay: fabric_routing::overlay::Overlay {
-                                    vni: overlay_vni,
-                                    port: overlay_port,
-                                    ..Default::default()
-                                },
+                                overlay: overlay_args.overlay(),
                                 node_ip,
                             }),
                             (true, None) => anyhow::bail!("--overlay needs --node-ip (NODE_IP)"),

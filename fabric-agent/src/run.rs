@@ -287,7 +287,19 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
                 Ok((idx, repaired)) => {
                     metrics.repairs.fetch_add(repaired, Ordering::Relaxed);
                     overlay_via = Some(via);
-                    guard_overlay(&mut guard, &netns_path, o, via, &metrics);
+                    // Only the gateway may send to the overlay port; without the guard the
+                    // overlay still works, unguarded.
+                    match fabric_dataplane::guard::keep(
+                        &mut guard,
+                        &netns_path,
+                        o.overlay.port,
+                        &[via].into(),
+                    ) {
+                        Ok(n) => metrics.overlay_refused.store(n, Ordering::Relaxed),
+                        Err(e) => {
+                            warn!(error = %e, "overlay guard; the overlay port accepts any source")
+                        }
+                    }
                     Some(idx)
                 }
                 Err(e) => {
@@ -347,43 +359,6 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
                 return Ok(());
             }
         }
-    }
-}
-
-/// Keeps the overlay guard on (attached on first use) with the gateway as the only allowed
-/// source. Without it the overlay still works, unguarded: a failure is logged, not fatal.
-fn guard_overlay(
-    guard: &mut Option<fabric_dataplane::guard::OverlayGuard>,
-    netns: &std::path::Path,
-    o: &OverlayOpts,
-    via: Ipv4Addr,
-    metrics: &Metrics,
-) {
-    if guard.is_none() {
-        match fabric_dataplane::guard::OverlayGuard::attach(netns, o.overlay.port) {
-            Ok(g) => {
-                info!(
-                    port = o.overlay.port,
-                    "overlay guard attached: only the gateway may send to the overlay port"
-                );
-                *guard = Some(g);
-            }
-            Err(e) => {
-                warn!(error = %e, "overlay guard not attached; the overlay port accepts any source");
-                return;
-            }
-        }
-    }
-    let g = guard.as_mut().expect("attached above");
-    match g.set_sources(&[via].into()) {
-        Ok((added, removed)) if added + removed > 0 => {
-            info!(gateway = %via, added, removed, "overlay guard sources")
-        }
-        Ok(_) => {}
-        Err(e) => warn!(error = %e, "updating the overlay guard"),
-    }
-    if let Ok(n) = g.drops() {
-        metrics.overlay_refused.store(n, Ordering::Relaxed);
     }
 }
 

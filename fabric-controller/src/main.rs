@@ -94,20 +94,8 @@ enum Cmd {
         /// --gateway-ip.
         #[arg(long, env = "FABRIC_OVERLAY", requires = "gateway_ip")]
         overlay: bool,
-        /// VXLAN network identifier of the overlay (24 bits; the same on nodes and gateway).
-        #[arg(
-            long,
-            default_value_t = fabric_routing::overlay::DEFAULT_VNI,
-            value_parser = clap::value_parser!(u32).range(1..=0xff_ffff)
-        )]
-        overlay_vni: u32,
-        /// UDP port of the overlay (the same on nodes and gateway).
-        #[arg(
-            long,
-            default_value_t = fabric_routing::overlay::DEFAULT_PORT,
-            value_parser = clap::value_parser!(u16).range(1..)
-        )]
-        overlay_port: u16,
+        #[command(flatten)]
+        overlay_args: fabric_routing::overlay::OverlayArgs,
         /// This replica's identity in the active/passive election (default: $POD_NAME, else
         /// the host name).
         #[arg(long, env = "POD_NAME")]
@@ -215,8 +203,7 @@ async fn main() -> Result<()> {
             pin_dir,
             busy_poll_us,
             overlay,
-            overlay_vni,
-            overlay_port,
+            overlay_args,
             identity,
             gateway_ip,
             lease,
@@ -242,11 +229,7 @@ async fn main() -> Result<()> {
                     interval,
                     pin_dir,
                     busy_poll_us,
-                    overlay: overlay.then(|| fabric_routing::overlay::Overlay {
-                        vni: overlay_vni,
-                        port: overlay_port,
-                        ..Default::default()
-                    }),
+                    overlay: overlay.then(|| overlay_args.overlay()),
                     election: gateway::Election {
                         lease,
                         identity,

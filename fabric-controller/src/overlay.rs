@@ -229,47 +229,22 @@ impl GatewayOverlay {
         }
         Ok(())
     }
-}
 
-impl GatewayOverlay {
-    /// Keeps the guard on with the nodes as the allowed sources. Without it the overlay still
-    /// works, unguarded: a failure is logged, not fatal.
+    /// Keeps the guard on with the nodes as the allowed sources, and reports refusals.
+    /// Without it the overlay still works, unguarded.
     fn guard_sources(&mut self, nodes: &BTreeSet<Ipv4Addr>) {
-        if self.guard.is_none() {
-            match fabric_dataplane::guard::OverlayGuard::attach(
-                std::path::Path::new("/proc/self/ns/net"),
-                self.overlay.port,
-            ) {
-                Ok(g) => {
-                    info!(
-                        port = self.overlay.port,
-                        "overlay guard attached: only nodes may send to the overlay port"
-                    );
-                    self.guard = Some(g);
-                }
-                Err(e) => {
-                    warn!(error = %e, "overlay guard not attached; the overlay port accepts any source");
-                    return;
-                }
-            }
-        }
-        let g = self.guard.as_mut().expect("attached above");
-        match g.set_sources(nodes) {
-            Ok((added, removed)) if added + removed > 0 => {
-                info!(added, removed, "overlay guard sources")
+        let netns = std::path::Path::new("/proc/self/ns/net");
+        match fabric_dataplane::guard::keep(&mut self.guard, netns, self.overlay.port, nodes) {
+            Ok(n) if n > self.refused => {
+                warn!(
+                    refused = n - self.refused,
+                    total = n,
+                    "overlay guard refused datagrams from sources that are not nodes"
+                );
+                self.refused = n;
             }
             Ok(_) => {}
-            Err(e) => warn!(error = %e, "updating the overlay guard"),
-        }
-        if let Ok(n) = g.drops()
-            && n > self.refused
-        {
-            warn!(
-                refused = n - self.refused,
-                total = n,
-                "overlay guard refused datagrams from sources that are not nodes"
-            );
-            self.refused = n;
+            Err(e) => warn!(error = %e, "overlay guard; the overlay port accepts any source"),
         }
     }
 }

@@ -96,6 +96,31 @@ impl OverlayGuard {
     }
 }
 
+/// Keeps a guard in `slot` (attached on first use, for `port` in the namespace at `netns`)
+/// admitting exactly `sources`, and returns its refusal count. Callers keep the overlay
+/// working without it: a failure is returned (and nothing attached), not fatal.
+pub fn keep(
+    slot: &mut Option<OverlayGuard>,
+    netns: &Path,
+    port: u16,
+    sources: &BTreeSet<Ipv4Addr>,
+) -> Result<u64, Error> {
+    if slot.is_none() {
+        *slot = Some(OverlayGuard::attach(netns, port)?);
+        tracing::info!(
+            port,
+            ?sources,
+            "overlay guard attached: only these may send to the overlay port"
+        );
+    }
+    let g = slot.as_mut().expect("attached above");
+    let (added, removed) = g.set_sources(sources)?;
+    if added + removed > 0 {
+        tracing::info!(?sources, added, removed, "overlay guard sources");
+    }
+    g.drops()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,14 +170,33 @@ fn setup_with(
     a_extra: &[&str],
     tweak_a: impl FnOnce(&mut PeerSpec),
 ) -> Gws {
+    setup_full(lab, t, a_extra, "", tweak_a)
+}
+
+/// `[interface]` settings shared by both gateways.
+fn with_iface(cfg: String, iface: &str) -> String {
+    cfg.replacen("[interface]\n", &format!("[interface]\n{iface}"), 1)
+}
+
+/// Like `setup_with`, with `iface` lines added to both gateways' `[interface]`.
+fn setup_full(
+    lab: &mut Lab,
+    t: &Topo,
+    a_extra: &[&str],
+    iface: &str,
+    tweak_a: impl FnOnce(&mut PeerSpec),
+) -> Gws {
     let (a_key, a_pub) = lab.write_key("a");
     let (b_key, b_pub) = lab.write_key("b");
     let a_name = format!("{}a", lab.tag);
     let b_name = format!("{}b", lab.tag);
     let mut ap = a_peer(&b_pub);
     tweak_a(&mut ap);
-    let a_cfg = lab.write("a.toml", &config(&a_name, &a_key, &[ap]));
-    let b_cfg = lab.write("b.toml", &config(&b_name, &b_key, &[b_peer(&a_pub)]));
+    let a_cfg = lab.write("a.toml", &with_iface(config(&a_name, &a_key, &[ap]), iface));
+    let b_cfg = lab.write(
+        "b.toml",
+        &with_iface(config(&b_name, &b_key, &[b_peer(&a_pub)]), iface),
+    );
     start_gateway(lab, "gwb", &t.gb, &b_name, &b_cfg, &[]);
     start_gateway(lab, "gwa", &t.ga, &a_name, &a_cfg, a_extra);
     Gws {
@@ -188,6 +207,22 @@ fn setup_with(
         a_cfg,
         b_cfg,
     }
+}
+
+/// Pings both ways, then `bytes` of TCP each way (full-MTU packets in both directions).
+fn traffic_both_ways(lab: &Lab, t: &Topo, bytes: usize) {
+    assert!(
+        lab.ping(&t.pa, "10.20.0.2", 3),
+        "ping A->B pod failed\n{}",
+        lab.log("gwa")
+    );
+    assert!(
+        lab.ping(&t.pb, "10.10.0.2", 3),
+        "ping B->A pod failed\n{}",
+        lab.log("gwb")
+    );
+    lab.tcp_transfer(&t.pb, "10.20.0.2:5001", &t.pa, bytes);
+    lab.tcp_transfer(&t.pa, "10.10.0.2:5002", &t.pb, bytes);
 }
 
 fn peer0(v: &serde_json::Value) -> &serde_json::Value {
@@ -210,20 +245,7 @@ fn tunnel_ping_tcp_wg_show_metrics() {
     let t = topology(&mut lab);
     let g = setup(&mut lab, &t, &["--metrics-addr", "127.0.0.1:9586"]);
     both_up(&lab, &g, Duration::from_secs(15));
-
-    assert!(
-        lab.ping(&t.pa, "10.20.0.2", 3),
-        "ping A->B pod failed\n{}",
-        lab.log("gwa")
-    );
-    assert!(
-        lab.ping(&t.pb, "10.10.0.2", 3),
-        "ping B->A pod failed\n{}",
-        lab.log("gwb")
-    );
-    // Large transfers exercise full-MTU packets in both directions.
-    lab.tcp_transfer(&t.pb, "10.20.0.2:5001", &t.pa, 2 << 20);
-    lab.tcp_transfer(&t.pa, "10.10.0.2:5002", &t.pb, 2 << 20);
+    traffic_both_ways(&lab, &t, 2 << 20);
 
     // `wg` talks to our UAPI socket.
     let show = run(&["wg", "show", &g.a_name]);
@@ -725,38 +747,11 @@ fn busy_poll_one_thread_serves_all_tunnels() {
     }
     let mut lab = Lab::new("q");
     let t = topology(&mut lab);
-    let busy = |c: String| c.replacen("[interface]\n", "[interface]\nbusy_poll_us = 2000\n", 1);
-    let (a_key, a_pub) = lab.write_key("a");
-    let (b_key, b_pub) = lab.write_key("b");
-    let g = Gws {
-        a_name: format!("{}a", lab.tag),
-        b_name: format!("{}b", lab.tag),
-        a_cfg: lab.write(
-            "a.toml",
-            &busy(config(&format!("{}a", lab.tag), &a_key, &[a_peer(&b_pub)])),
-        ),
-        b_cfg: lab.write(
-            "b.toml",
-            &busy(config(&format!("{}b", lab.tag), &b_key, &[b_peer(&a_pub)])),
-        ),
-        a_pub,
-        b_pub,
-    };
-    start_gateway(&mut lab, "gwb", &t.gb, &g.b_name, &g.b_cfg, &[]);
-    start_gateway(&mut lab, "gwa", &t.ga, &g.a_name, &g.a_cfg, &[]);
+    const BUSY: &str = "busy_poll_us = 2000\n";
+    let g = setup_full(&mut lab, &t, &[], BUSY, |_| {});
+    let a_key = lab.dir.join("a.key");
     both_up(&lab, &g, Duration::from_secs(15));
-    assert!(
-        lab.ping(&t.pa, "10.20.0.2", 3),
-        "ping A->B\n{}",
-        lab.log("gwa")
-    );
-    assert!(
-        lab.ping(&t.pb, "10.10.0.2", 3),
-        "ping B->A\n{}",
-        lab.log("gwb")
-    );
-    lab.tcp_transfer(&t.pb, "10.20.0.2:5001", &t.pa, 4 << 20);
-    lab.tcp_transfer(&t.pa, "10.10.0.2:5002", &t.pb, 4 << 20);
+    traffic_both_ways(&lab, &t, 4 << 20);
 
     let a_pid = lab.pid("gwa").unwrap();
     let threads = || -> Vec<String> {
@@ -790,7 +785,7 @@ fn busy_poll_one_thread_serves_all_tunnels() {
         keepalive: None,
     };
     let reload = |cfg: String| {
-        std::fs::write(&g.a_cfg, busy(cfg)).unwrap();
+        std::fs::write(&g.a_cfg, with_iface(cfg, BUSY)).unwrap();
         run(&[
             BIN,
             "reload",

@@ -69,6 +69,26 @@ remaps = [ {{ local = "{local}", remote = "10.244.0.0/16" }} ]
     s
 }
 
+/// Starts a gateway in `ns` with its sockets in the lab directory.
+fn spawn_gateway(lab: &mut Lab, tag: &str, ns: &str, cfg: &Path) {
+    let dir = lab.dir.to_str().unwrap().to_string();
+    lab.spawn(
+        tag,
+        ns,
+        &[
+            BIN,
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--control-dir",
+            &dir,
+            "--uapi-dir",
+            &dir,
+        ],
+        &[("RUST_LOG", "info")],
+    );
+}
+
 /// A TCP server in `ns` that accepts one connection and returns the peer address it saw.
 fn tcp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> String {
     let bind: SocketAddr = "0.0.0.0:7000".parse().unwrap();
@@ -232,21 +252,11 @@ fn three_clusters_same_pod_cidr_over_wireguard() {
             &format!("{}.toml", names[i]),
             &gateway_config(&clusters[i], &keys[i].0, &gw_names[i], &peers),
         );
-        let dir = lab.dir.to_str().unwrap().to_string();
-        lab.spawn(
+        spawn_gateway(
+            &mut lab,
             &format!("gw{}", names[i]),
             &clusters[i].gw.clone(),
-            &[
-                BIN,
-                "run",
-                "--config",
-                cfg.to_str().unwrap(),
-                "--control-dir",
-                &dir,
-                "--uapi-dir",
-                &dir,
-            ],
-            &[("RUST_LOG", "info")],
+            &cfg,
         );
     }
     for (i, n) in gw_names.iter().enumerate() {
@@ -386,7 +396,6 @@ fn gateway_repairs_dataplane_drift() {
         id: 1,
         local: "10.72.0.0/16",
     };
-    let dir = lab.dir.to_str().unwrap().to_string();
     for (me, other, key, other_pub, name, view, tag) in [
         (&a, &b, &ka.0, &kb.1, &na, &va, "gwa"),
         (&b, &a, &kb.0, &ka.1, &nb, &vb, "gwb"),
@@ -395,21 +404,7 @@ fn gateway_repairs_dataplane_drift() {
             &format!("{tag}.toml"),
             &gateway_config(me, key, name, &[(other, other_pub, view)]),
         );
-        lab.spawn(
-            tag,
-            &me.gw.clone(),
-            &[
-                BIN,
-                "run",
-                "--config",
-                cfg.to_str().unwrap(),
-                "--control-dir",
-                &dir,
-                "--uapi-dir",
-                &dir,
-            ],
-            &[("RUST_LOG", "info")],
-        );
+        spawn_gateway(&mut lab, tag, &me.gw.clone(), &cfg);
     }
     for n in [&na, &nb] {
         lab.wait_status(n, Duration::from_secs(20), |v| v["peers"][0]["up"] == true)

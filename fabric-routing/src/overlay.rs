@@ -54,6 +54,36 @@ impl Default for Overlay {
     }
 }
 
+/// The overlay's settings as command-line flags, shared by the agent and the gateway operator
+/// (both ends must agree on them).
+#[derive(Debug, Clone, clap::Args)]
+pub struct OverlayArgs {
+    /// VXLAN network identifier of the overlay (24 bits; the same on nodes and gateway).
+    #[arg(
+        long = "overlay-vni",
+        default_value_t = DEFAULT_VNI,
+        value_parser = clap::value_parser!(u32).range(1..=0xff_ffff)
+    )]
+    pub vni: u32,
+    /// UDP port of the overlay (the same on nodes and gateway).
+    #[arg(
+        long = "overlay-port",
+        default_value_t = DEFAULT_PORT,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub port: u16,
+}
+
+impl OverlayArgs {
+    pub fn overlay(&self) -> Overlay {
+        Overlay {
+            vni: self.vni,
+            port: self.port,
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum OverlayError {
     #[error("netlink: {op}: {source}")]
