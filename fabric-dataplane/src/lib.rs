@@ -3,8 +3,9 @@
 //! - [`Dataplane::load`] loads the programs embedded in this crate, reusing maps pinned under
 //!   the pin directory (so a restart keeps state and traffic).
 //! - [`Dataplane::apply`] reconciles attachments and maps with a [`DataplaneConfig`]: pure diff
-//!   in [`state`], kernel writes here. Programs go on with TCX links pinned next to the maps; a
-//!   reload swaps the program inside the existing link atomically.
+//!   in [`state`], kernel writes here. Programs go on as clsact filters at a fixed priority
+//!   and handle, which outlive the process (the README's "Why clsact filters and not TCX"); a
+//!   reload swaps the program inside the existing filter atomically.
 //! - [`Maps::open_pinned`] + [`Maps::snapshot`] read everything without loading anything.
 use std::{
     collections::BTreeMap,

@@ -1,4 +1,4 @@
-//! The remap programs. One pair (egress, ingress) per fabric device; see `docs/datapath.md`
+//! The remap programs. One pair (egress, ingress) per fabric device; see `docs/packet-path.md`
 //! for the address model.
 //!
 //! Egress (towards a peer): the destination, in this cluster's view of the peer, becomes the

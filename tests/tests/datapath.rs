@@ -176,7 +176,7 @@ fn path_mtu_is_learned_through_the_rewritten_icmp_error() -> Result<()> {
     Ok(())
 }
 
-/// Every file under a pin directory with its inode: a re-pinned map or link gets a new one.
+/// Every file under a pin directory with its inode: a re-pinned map gets a new one.
 fn pins(dir: &Path) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_owned()];
