@@ -1,8 +1,19 @@
-//! Internet checksum arithmetic (RFC 1071/1624) on values as they sit in memory.
+//! Internet checksum arithmetic (RFC 1071/1624), the one implementation of the workspace.
 //!
-//! Values are 16/32-bit words loaded from the packet with the host's native loads, exactly as
-//! the kernel's `csum_partial` family treats them, so results can be mixed with the kernel's
-//! checksum helpers and stored back as they are.
+//! Two flavours share the module:
+//! - The eBPF programs' incremental updates ([`add`], [`fold`], [`diff32`], [`replace16`], …)
+//!   work on 16/32-bit words loaded from the packet with the host's native loads, exactly as
+//!   the kernel's `csum_partial` family treats them, so results can be mixed with the kernel's
+//!   checksum helpers and stored back as they are. They are branch-free and loop-free, as the
+//!   verifier likes them.
+//! - User space's bulk sums ([`wide_add`], [`wide_fold`]) read network-order (big-endian) words
+//!   into a 64-bit accumulator that needs no end-around carry until the fold, for the gateway's
+//!   segmentation offload where a checksum covers up to 64 KiB per segment batch. Their results
+//!   are numbers: store them with `to_be_bytes`. Integers such as the pseudo-header's protocol
+//!   and length can be added to the accumulator as they are.
+//!
+//! The one's-complement sum does not depend on byte order (RFC 1071, section 2(B)), so both
+//! agree: `checksum(d).to_ne_bytes() == (!wide_fold(wide_add(0, d))).to_be_bytes()`.
 
 /// One's-complement add with end-around carry.
 #[inline(always)]
@@ -52,8 +63,44 @@ pub fn checksum(data: &[u8]) -> u16 {
     fold(sum)
 }
 
+/// Adds `data`, read as big-endian 16-bit words (an odd last byte as the high half of a word),
+/// to the wide partial sum `sum`, unfolded. Without a fold in between, a sum stays exact for
+/// 2^33 bytes of data.
+#[inline]
+pub fn wide_add(mut sum: u64, data: &[u8]) -> u64 {
+    // 32-bit words: half the additions of 16-bit ones, and the u64 cannot overflow.
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        sum += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+    }
+    let rest = chunks.remainder();
+    let mut i = 0;
+    while i + 1 < rest.len() {
+        sum += u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
+        i += 2;
+    }
+    if i < rest.len() {
+        sum += u64::from(rest[i]) << 8;
+    }
+    sum
+}
+
+/// Folds a wide partial sum (from [`wide_add`]) to 16 bits with end-around carries; not
+/// complemented (a checksum field takes `!wide_fold(..)`, and a packet whose sum including its
+/// checksum field folds to `0xffff` verifies).
+#[inline]
+pub const fn wide_fold(mut sum: u64) -> u16 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
 #[cfg(test)]
 mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
     use proptest::prelude::*;
 
     use super::*;
@@ -106,5 +153,55 @@ mod tests {
             data[16..18].copy_from_slice(&updated.to_ne_bytes());
             prop_assert_eq!(checksum(&data), 0);
         }
+
+        #[test]
+        fn wide_sum_agrees_with_native_checksum(data in proptest::collection::vec(any::<u8>(), 0..1600)) {
+            let wide = !wide_fold(wide_add(0, &data));
+            prop_assert_eq!(wide.to_be_bytes(), checksum(&data).to_ne_bytes());
+        }
+
+        #[test]
+        fn wide_sum_is_additive_over_even_splits(
+            data in proptest::collection::vec(any::<u8>(), 0..1600),
+            at: proptest::sample::Index,
+        ) {
+            // Splitting at an even offset keeps every word whole: sums of the parts add up,
+            // as the segmentation offload relies on (pseudo-header, then each segment).
+            let cut = at.index(data.len() / 2 + 1) * 2;
+            let parts = wide_add(wide_add(0, &data[..cut]), &data[cut..]);
+            prop_assert_eq!(wide_fold(parts), wide_fold(wide_add(0, &data)));
+        }
+
+        #[test]
+        fn wide_fold_is_the_ones_complement_sum(words in proptest::collection::vec(any::<u16>(), 0..64)) {
+            // Reference: 16-bit one's-complement addition one word at a time.
+            let mut r = 0u16;
+            for w in &words {
+                let (s, c) = r.overflowing_add(*w);
+                r = s.wrapping_add(u16::from(c));
+            }
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+            let folded = wide_fold(wide_add(0, &bytes));
+            // 0x0000 and 0xffff are the same number in one's complement.
+            prop_assert!(folded == r || (folded == 0xffff && r == 0) || (folded == 0 && r == 0xffff));
+        }
+
+        #[test]
+        fn integers_add_to_the_wide_sum_as_words(proto: u8, len: u16, data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut with_bytes = data.clone();
+            if with_bytes.len() % 2 == 1 {
+                with_bytes.push(0);
+            }
+            with_bytes.extend_from_slice(&[0, proto]);
+            with_bytes.extend_from_slice(&len.to_be_bytes());
+            let as_ints = wide_add(0, &data) + u64::from(proto) + u64::from(len);
+            prop_assert_eq!(wide_fold(as_ints), wide_fold(wide_add(0, &with_bytes)));
+        }
+    }
+
+    #[test]
+    fn wide_verifies_a_known_header() {
+        let h = ipv4_header([10, 244, 1, 10], [10, 71, 2, 7]);
+        assert_eq!(wide_fold(wide_add(0, &h)), 0xffff);
     }
 }

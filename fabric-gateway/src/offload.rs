@@ -3,6 +3,8 @@
 //! packets with complete checksums, so we segment and checksum here, as
 //! wireguard-go does. Pure functions on byte slices.
 
+use fabric_common::csum::{wide_add, wide_fold};
+
 /// `struct virtio_net_hdr` as TUN prepends it with IFF_VNET_HDR (native endian).
 pub const VNET_HDR_LEN: usize = 10;
 
@@ -59,43 +61,18 @@ pub enum OffloadError {
     Unsupported(u8),
 }
 
-/// Ones-complement sum of `data` as big-endian 16-bit words, added to `sum` (unfolded).
-pub fn csum_add(mut sum: u64, data: &[u8]) -> u64 {
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        sum += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-    }
-    let rest = chunks.remainder();
-    let mut i = 0;
-    while i + 1 < rest.len() {
-        sum += u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
-        i += 2;
-    }
-    if i < rest.len() {
-        sum += u64::from(rest[i]) << 8;
-    }
-    sum
-}
-
-pub fn csum_fold(mut sum: u64) -> u16 {
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// Pseudo-header sum for a TCP/UDP segment of `l4_len` bytes in IP packet `ip`.
 fn pseudo_sum(ip: &[u8], proto: u8, l4_len: usize) -> u64 {
     match ip[0] >> 4 {
-        4 => csum_add(0, &ip[12..20]) + u64::from(proto) + l4_len as u64,
-        _ => csum_add(0, &ip[8..40]) + u64::from(proto) + l4_len as u64,
+        4 => wide_add(0, &ip[12..20]) + u64::from(proto) + l4_len as u64,
+        _ => wide_add(0, &ip[8..40]) + u64::from(proto) + l4_len as u64,
     }
 }
 
 fn ipv4_header_csum(ip: &mut [u8], ihl: usize) {
     ip[10] = 0;
     ip[11] = 0;
-    let c = !csum_fold(csum_add(0, &ip[..ihl]));
+    let c = !wide_fold(wide_add(0, &ip[..ihl]));
     ip[10..12].copy_from_slice(&c.to_be_bytes());
 }
 
@@ -107,7 +84,7 @@ fn complete_csum(pkt: &mut [u8], h: &VnetHdr) -> Result<(), OffloadError> {
     if field + 2 > pkt.len() {
         return Err(OffloadError::Malformed);
     }
-    let c = !csum_fold(csum_add(0, &pkt[start..]));
+    let c = !wide_fold(wide_add(0, &pkt[start..]));
     pkt[field..field + 2].copy_from_slice(&c.to_be_bytes());
     Ok(())
 }
@@ -212,7 +189,7 @@ fn fix_tcp(s: &mut [u8], iphl: usize, v6: bool) {
     s[iphl + 16] = 0;
     s[iphl + 17] = 0;
     let sum = pseudo_sum(s, 6, len - iphl);
-    let c = !csum_fold(csum_add(sum, &s[iphl..]));
+    let c = !wide_fold(wide_add(sum, &s[iphl..]));
     s[iphl + 16..iphl + 18].copy_from_slice(&c.to_be_bytes());
 }
 
@@ -271,7 +248,7 @@ fn mergeable(pkt: &[u8]) -> Option<(usize, usize, bool)> {
         let frag = u16::from_be_bytes([pkt[6], pkt[7]]);
         if usize::from(u16::from_be_bytes([pkt[2], pkt[3]])) != pkt.len()
             || frag & 0x3fff != 0
-            || csum_fold(csum_add(0, &pkt[..iphl])) != 0xffff
+            || wide_fold(wide_add(0, &pkt[..iphl])) != 0xffff
         {
             return None;
         }
@@ -281,7 +258,7 @@ fn mergeable(pkt: &[u8]) -> Option<(usize, usize, bool)> {
         return None;
     }
     let sum = pseudo_sum(pkt, 6, pkt.len() - iphl);
-    (csum_fold(csum_add(sum, &pkt[iphl..])) == 0xffff).then_some((iphl, tcphl, v6))
+    (wide_fold(wide_add(sum, &pkt[iphl..])) == 0xffff).then_some((iphl, tcphl, v6))
 }
 
 impl Coalescer {
@@ -364,7 +341,7 @@ impl Coalescer {
             ipv4_header_csum(p, iphl);
         }
         // NEEDS_CSUM contract: the field holds the folded pseudo-header sum.
-        let ps = csum_fold(pseudo_sum(p, 6, len - iphl));
+        let ps = wide_fold(pseudo_sum(p, 6, len - iphl));
         p[iphl + 16..iphl + 18].copy_from_slice(&ps.to_be_bytes());
         let h = VnetHdr {
             flags: F_NEEDS_CSUM,
@@ -403,9 +380,9 @@ mod tests {
     }
 
     fn verify_v4(s: &[u8]) {
-        assert_eq!(csum_fold(csum_add(0, &s[..20])), 0xffff, "IP checksum");
+        assert_eq!(wide_fold(wide_add(0, &s[..20])), 0xffff, "IP checksum");
         let sum = pseudo_sum(s, 6, s.len() - 20);
-        assert_eq!(csum_fold(csum_add(sum, &s[20..])), 0xffff, "TCP checksum");
+        assert_eq!(wide_fold(wide_add(sum, &s[20..])), 0xffff, "TCP checksum");
         assert_eq!(usize::from(u16::from_be_bytes([s[2], s[3]])), s.len());
     }
 
@@ -447,7 +424,7 @@ mod tests {
     fn partial_checksum_completed() {
         let mut p = tcp_v4(100, 0x18);
         // What the kernel leaves with NEEDS_CSUM: the pseudo-header sum, not inverted.
-        let ps = csum_fold(pseudo_sum(&p, 6, p.len() - 20));
+        let ps = wide_fold(pseudo_sum(&p, 6, p.len() - 20));
         p[36..38].copy_from_slice(&ps.to_be_bytes());
         ipv4_header_csum(&mut p, 20);
         let h = VnetHdr {
@@ -481,7 +458,7 @@ mod tests {
         segment(&h, &mut p, &mut scratch, |s| {
             assert_eq!(usize::from(u16::from_be_bytes([s[4], s[5]])), s.len() - 40);
             let sum = pseudo_sum(s, 6, s.len() - 40);
-            assert_eq!(csum_fold(csum_add(sum, &s[40..])), 0xffff);
+            assert_eq!(wide_fold(wide_add(sum, &s[40..])), 0xffff);
             n += 1;
         })
         .unwrap();
@@ -525,7 +502,7 @@ mod tests {
         p[36] = 0;
         p[37] = 0;
         let sum = pseudo_sum(&p, 6, p.len() - 20);
-        let c = !csum_fold(csum_add(sum, &p[20..]));
+        let c = !wide_fold(wide_add(sum, &p[20..]));
         p[36..38].copy_from_slice(&c.to_be_bytes());
         p
     }

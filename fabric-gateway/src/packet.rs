@@ -3,6 +3,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use fabric_common::csum::checksum;
+
 /// Source address of an IPv4/IPv6 packet, or None if the header is truncated.
 pub fn src_addr(p: &[u8]) -> Option<IpAddr> {
     match p.first()? >> 4 {
@@ -32,8 +34,9 @@ pub fn build_probe_v4(buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, seq: u16) ->
     p[9] = 1; // ICMP
     p[12..16].copy_from_slice(&src.octets());
     p[16..20].copy_from_slice(&dst.octets());
+    // A native-endian checksum is stored as it is (see fabric_common::csum).
     let c = checksum(&p[..20]);
-    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[10..12].copy_from_slice(&c.to_ne_bytes());
     let icmp = &mut p[20..];
     icmp[0] = 8; // echo request
     icmp[4..6].copy_from_slice(&PROBE_ICMP_ID.to_be_bytes());
@@ -41,7 +44,7 @@ pub fn build_probe_v4(buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, seq: u16) ->
     icmp[8..10].copy_from_slice(b"fg");
     icmp[10..12].copy_from_slice(&seq.to_be_bytes());
     let c = checksum(icmp);
-    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    icmp[2..4].copy_from_slice(&c.to_ne_bytes());
     PROBE_LEN
 }
 
@@ -59,22 +62,6 @@ pub fn parse_probe_reply_v4(p: &[u8], our_addr: Ipv4Addr) -> Option<u16> {
         return None;
     }
     Some(u16::from_be_bytes([icmp[6], icmp[7]]))
-}
-
-/// RFC 1071 Internet checksum.
-pub fn checksum(data: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-    }
-    if let [b] = chunks.remainder() {
-        sum += (*b as u32) << 8;
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 #[cfg(test)]
