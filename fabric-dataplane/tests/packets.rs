@@ -97,19 +97,24 @@ fn packet(h: &Ipv4Header, l4: &[u8]) -> Vec<u8> {
 }
 
 fn tcp(src: &str, dst: &str, syn: bool, mss: Option<u16>, payload: &[u8]) -> Vec<u8> {
-    let mut t = TcpHeader::new(40000, 80, 1, 64240);
-    t.syn = syn;
-    t.ack = !syn;
-    if let Some(m) = mss {
-        t.set_options(&[
+    let opts = match mss {
+        Some(m) => vec![
             TcpOptionElement::MaximumSegmentSize(m),
             TcpOptionElement::SelectiveAcknowledgementPermitted,
             TcpOptionElement::Timestamp(1, 0),
             TcpOptionElement::Noop,
             TcpOptionElement::WindowScale(7),
-        ])
-        .unwrap();
-    }
+        ],
+        None => vec![],
+    };
+    tcp_with(src, dst, syn, &opts, payload)
+}
+
+fn tcp_with(src: &str, dst: &str, syn: bool, opts: &[TcpOptionElement], payload: &[u8]) -> Vec<u8> {
+    let mut t = TcpHeader::new(40000, 80, 1, 64240);
+    t.syn = syn;
+    t.ack = !syn;
+    t.set_options(opts).unwrap();
     t.checksum = t.calc_checksum_ipv4_raw(ip(src), ip(dst), payload).unwrap();
     let mut v = t.to_bytes().to_vec();
     v.extend_from_slice(payload);
@@ -440,6 +445,46 @@ fn fragments() {
         u.calc_checksum_ipv4(&p1, rest).unwrap(),
         "reassembled UDP checksum"
     );
+}
+
+/// The MSS value at an odd offset of the TCP header straddles two 16-bit checksum words, so the
+/// incremental update must use the byte-swapped values (RFC 1071): after a single NOP, or after
+/// a window scale option, as some stacks send them.
+#[test]
+fn mss_clamping_at_odd_offsets() {
+    let Some(dp) = fixture() else { return };
+    let layouts: [&[TcpOptionElement]; 3] = [
+        &[
+            TcpOptionElement::Noop,
+            TcpOptionElement::MaximumSegmentSize(1460),
+        ],
+        &[
+            TcpOptionElement::WindowScale(7),
+            TcpOptionElement::MaximumSegmentSize(8960),
+            TcpOptionElement::Noop,
+        ],
+        &[
+            TcpOptionElement::Noop,
+            TcpOptionElement::Noop,
+            TcpOptionElement::Noop,
+            TcpOptionElement::MaximumSegmentSize(65495),
+            TcpOptionElement::SelectiveAcknowledgementPermitted,
+        ],
+    ];
+    for opts in layouts {
+        let (src, dst) = ("10.244.1.10", "10.71.2.7");
+        let seg = tcp_with(src, dst, true, opts, b"");
+        let f = eth(0x0800, &packet(&ipv4(src, dst, IpNumber::TCP, &seg), &seg));
+        let (ret, out) = run(&dp, true, &f);
+        assert_eq!(ret, TC_ACT_OK, "{opts:?}");
+        let (h, l4) = parse(&out);
+        let t = assert_tcp_ok(&h, &l4);
+        let mss = t.options_iterator().find_map(|o| match o {
+            Ok(TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
+            _ => None,
+        });
+        assert_eq!(mss, Some(1360), "{opts:?}");
+    }
 }
 
 #[test]

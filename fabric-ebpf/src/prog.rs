@@ -399,5 +399,13 @@ fn clamp_mss(ctx: &TcContext, l4: usize, doff: usize, mss: u16) -> Result<Option
     let new = mss.to_be_bytes();
     // SAFETY: bounds checked.
     unsafe { *p = new };
-    Ok(Some((old.to_be(), u16::from_ne_bytes(new))))
+    let (old, new) = (old.to_be(), u16::from_ne_bytes(new));
+    // The checksum sums 16-bit words at even offsets of the TCP header (whose options start at
+    // the even offset 20). A value at an odd offset straddles two of those words, each byte in
+    // the other half of its word, so it counts byte-swapped in the sum (RFC 1071 §2(B)).
+    if at % 2 == 1 {
+        Ok(Some((old.swap_bytes(), new.swap_bytes())))
+    } else {
+        Ok(Some((old, new)))
+    }
 }
