@@ -188,10 +188,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Datapath(Datapath::Apply { config, pin_dir }) => {
             let cfg = DataplaneConfig::from_file(&config)?;
-            let mut dp = Dataplane::load(Some(&pin_dir)).with_context(|| {
-                format!("loading the data plane (pins in {})", pin_dir.display())
+            let r = Dataplane::load_and_apply(&pin_dir, &cfg).with_context(|| {
+                format!("applying the data plane (pins in {})", pin_dir.display())
             })?;
-            let r = dp.apply(&cfg)?;
             println!(
                 "applied {}: {} map writes; attached {:?}, reloaded {:?}, detached {:?}",
                 config.display(),

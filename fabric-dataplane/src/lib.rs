@@ -728,6 +728,26 @@ impl Dataplane {
         Ok(report)
     }
 
+    /// Loads the data plane pinned at `pin_dir` and applies `cfg`: what `fabric-agent datapath
+    /// apply` does. A configuration naming a missing device fails before anything is loaded,
+    /// and when this call created the pin directory, a failure removes what it pinned or
+    /// attached again: a failed first apply leaves nothing half-done. A running data plane
+    /// (pins already there) is left as it was.
+    pub fn load_and_apply(pin_dir: &Path, cfg: &DataplaneConfig) -> Result<ApplyReport, Error> {
+        cfg.validate()?;
+        for p in &cfg.peers {
+            sys::link_facts(&p.interface)?;
+        }
+        let fresh = !pin_dir.exists();
+        let r = Self::load(Some(pin_dir)).and_then(|mut dp| dp.apply(cfg));
+        if r.is_err() && fresh {
+            if let Err(e) = Self::reset(pin_dir) {
+                warn!(pin_dir = %pin_dir.display(), error = %e, "cleaning up after a failed apply");
+            }
+        }
+        r
+    }
+
     /// Puts back map entries that differ from `cfg` (deleted or overwritten by someone else)
     /// without touching the attachments. Returns how many entries it wrote: 0 when nothing
     /// had drifted.

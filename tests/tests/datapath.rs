@@ -6,7 +6,7 @@
 //! builds its own topology with unique names, so they run in parallel.
 use std::{collections::BTreeMap, os::unix::fs::MetadataExt as _, path::Path, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use fabric_tests::{
     Addressing, TwoClusters, addr, peer_counter, skip_unless_root,
     topo::{B_PL_IF, POD_IF},
@@ -246,5 +246,44 @@ fn reapply_is_hitless_and_reuses_pins() -> Result<()> {
         b_before,
         "b-gw pins were replaced, not reused"
     );
+    Ok(())
+}
+
+#[test]
+fn failed_first_apply_leaves_nothing_behind() -> Result<()> {
+    if skip_unless_root("failed_first_apply_leaves_nothing_behind") {
+        return Ok(());
+    }
+    let t = overlapping()?;
+    let cfg = std::fs::read_to_string(&t.a_cfg)?;
+    let dev = t.a_cfg.with_file_name("missing-device.toml");
+    let tunnel = cfg
+        .lines()
+        .find_map(|l| l.strip_prefix("interface = "))
+        .context("no interface in the generated configuration")?
+        .trim_matches('"')
+        .to_owned();
+    std::fs::write(&dev, cfg.replace(&tunnel, "fabnosuchdev"))?;
+    let err = t
+        .agent
+        .apply(&t.a_gw, &t.a_pin, &dev)
+        .expect_err("applying to a missing device must fail");
+    assert!(
+        format!("{err:#}").contains("fabnosuchdev"),
+        "the error names the device: {err:#}"
+    );
+    assert!(
+        !t.a_pin.exists(),
+        "a failed first apply left {} behind: {:?}",
+        t.a_pin.display(),
+        pins(&t.a_pin)
+    );
+    // With a data plane in place, a failed apply keeps it.
+    t.apply()?;
+    let before = pins(&t.a_pin);
+    t.agent
+        .apply(&t.a_gw, &t.a_pin, &dev)
+        .expect_err("applying to a missing device must fail");
+    assert_eq!(pins(&t.a_pin), before, "a failed re-apply touched the pins");
     Ok(())
 }
