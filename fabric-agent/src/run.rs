@@ -14,8 +14,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use fabric_api::Configuration;
-pub use fabric_api::GATEWAY_IP_ANNOTATION;
+use fabric_api::{
+    names::{DEFAULT_NAMESPACE, annotation::GATEWAY_IP as GATEWAY_IP_ANNOTATION},
+    networking::v1alpha1::Configuration,
+};
 use fabric_routing::{
     overlay::{self, Overlay},
     routes::{self, Route},
@@ -45,7 +47,7 @@ impl FromStr for LeaseRef {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let (namespace, name) = s.split_once('/').unwrap_or(("fabric-system", s));
+        let (namespace, name) = s.split_once('/').unwrap_or((DEFAULT_NAMESPACE, s));
         let label = |x: &str| {
             !x.is_empty()
                 && x.len() <= 253

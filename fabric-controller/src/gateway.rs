@@ -19,10 +19,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use fabric_api::GATEWAY_IP_ANNOTATION;
 use fabric_api::{
-    Configuration, Connection, ConnectionSpec, ConnectionState, ConnectionStatus, GatewayClient,
-    IP, PublicKey,
+    identity::{cluster_key, gateway_key},
+    names::{annotation, config_map, field_manager, label, secret},
+    networking::v1alpha1::{
+        Configuration, Connection, ConnectionSpec, ConnectionState, ConnectionStatus,
+        GatewayClient, IP, PublicKey,
+    },
 };
 use k8s_openapi::{
     api::{
@@ -38,14 +41,6 @@ use kube::{
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
-
-pub const FIELD_MANAGER: &str = "fabric-gateway-operator";
-/// Secret holding the gateway's WireGuard private key (`privateKey`, base64 as `wg` prints it).
-pub const KEY_SECRET: &str = "fabric-gateway-key";
-/// ConfigMap where the operator publishes `publicKey` and `endpoint` for peering.
-pub const IDENTITY: &str = "fabric-gateway-identity";
-/// Lease the gateway replicas compete for; its holder runs the tunnels.
-pub const LEASE: &str = "fabric-gateway";
 
 /// How this replica takes part in the active/passive election.
 #[derive(Debug, Clone)]
@@ -308,12 +303,18 @@ async fn pass(
 ) -> anyhow::Result<()> {
     let ns = o.namespace.as_str();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let secret = secrets.get(KEY_SECRET).await?;
+    let secret = secrets.get(secret::GATEWAY_KEY).await?;
     let key = secret
         .data
         .as_ref()
-        .and_then(|d| d.get("privateKey"))
-        .ok_or_else(|| anyhow::anyhow!("secret {KEY_SECRET} has no privateKey"))?;
+        .and_then(|d| d.get(secret::GATEWAY_KEY_FIELD))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "secret {} has no {}",
+                secret::GATEWAY_KEY,
+                secret::GATEWAY_KEY_FIELD
+            )
+        })?;
     let key_text = String::from_utf8_lossy(&key.0).trim().to_owned();
     if std::fs::read_to_string(&o.key_path)
         .ok()
@@ -337,24 +338,30 @@ async fn pass(
     }
     {
         let public = fabric_gateway::key::PrivateKey::from_base64(&key_text)
-            .map_err(|e| anyhow::anyhow!("secret {KEY_SECRET}: privateKey: {e}"))?
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "secret {}: {}: {e}",
+                    secret::GATEWAY_KEY,
+                    secret::GATEWAY_KEY_FIELD
+                )
+            })?
             .public_key()
             .to_base64();
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let cm = ConfigMap {
             metadata: ObjectMeta {
-                name: Some(IDENTITY.into()),
+                name: Some(config_map::GATEWAY_IDENTITY.into()),
                 ..Default::default()
             },
             data: Some(BTreeMap::from([
-                ("publicKey".into(), public),
-                ("endpoint".into(), o.advertise.clone()),
+                (gateway_key::PUBLIC_KEY.into(), public),
+                (gateway_key::ENDPOINT.into(), o.advertise.clone()),
             ])),
             ..Default::default()
         };
         cms.patch(
-            IDENTITY,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            config_map::GATEWAY_IDENTITY,
+            &PatchParams::apply(field_manager::GATEWAY_OPERATOR).force(),
             &Patch::Apply(&cm),
         )
         .await?;
@@ -376,11 +383,17 @@ async fn pass(
     let peers = peers(&cfgs, &keys, &clients);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let me = cms
-        .get("fabric-cluster")
+        .get(config_map::CLUSTER)
         .await?
         .data
-        .and_then(|d| d.get("FABRIC_CLUSTER_ID").cloned())
-        .ok_or_else(|| anyhow::anyhow!("{ns}/fabric-cluster has no FABRIC_CLUSTER_ID"))?;
+        .and_then(|d| d.get(cluster_key::CLUSTER_ID).cloned())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{ns}/{} has no {}",
+                config_map::CLUSTER,
+                cluster_key::CLUSTER_ID
+            )
+        })?;
     let ips = Api::<IP>::namespaced(client.clone(), ns)
         .list(&lp)
         .await?
@@ -405,7 +418,7 @@ async fn pass(
         }
     };
     let conns: Api<Connection> = Api::namespaced(client.clone(), ns);
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let pp = PatchParams::apply(field_manager::GATEWAY_OPERATOR).force();
     for p in &peers {
         let gw = status
             .as_ref()
@@ -438,7 +451,7 @@ async fn pass(
             metadata: ObjectMeta {
                 name: Some(p.cluster_id.clone()),
                 labels: Some(BTreeMap::from([(
-                    fabric_api::LABEL_PEER.to_owned(),
+                    label::PEER.to_owned(),
                     p.cluster_id.clone(),
                 )])),
                 ..Default::default()
@@ -459,7 +472,7 @@ async fn pass(
             message,
             conditions: vec![],
         };
-        crate::apply_status(&conns, &p.cluster_id, FIELD_MANAGER, st).await?;
+        crate::apply_status(&conns, &p.cluster_id, field_manager::GATEWAY_OPERATOR, st).await?;
     }
     // Connections of peers that are gone.
     for c in conns.list(&lp).await?.items {
@@ -531,8 +544,8 @@ fn lease_secs(d: Duration) -> i32 {
 fn set_gateway_ip(meta: &mut ObjectMeta, ip: Option<Ipv4Addr>) {
     let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
     match ip {
-        Some(ip) => ann.insert(GATEWAY_IP_ANNOTATION.to_owned(), ip.to_string()),
-        None => ann.remove(GATEWAY_IP_ANNOTATION),
+        Some(ip) => ann.insert(annotation::GATEWAY_IP.to_owned(), ip.to_string()),
+        None => ann.remove(annotation::GATEWAY_IP),
     };
 }
 
@@ -656,12 +669,10 @@ pub(crate) async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> 
         .map(|_| ())
 }
 
-/// Label on gateway pods: "true" on the replica holding the Lease (the Service selects it).
-pub const ACTIVE_LABEL: &str = "networking.fabric.io/gateway-active";
-
 async fn label_pod(client: &Client, ns: &str, pod: &str, active: bool) -> kube::Result<()> {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
-    let patch = serde_json::json!({"metadata": {"labels": {ACTIVE_LABEL: active.to_string()}}});
+    let patch =
+        serde_json::json!({"metadata": {"labels": {label::GATEWAY_ACTIVE: active.to_string()}}});
     pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
@@ -907,7 +918,7 @@ mod tests {
 
     fn opts(pin_dir: Option<&str>) -> Opts {
         Opts {
-            namespace: "fabric-system".into(),
+            namespace: fabric_api::names::DEFAULT_NAMESPACE.into(),
             name: "gw".into(),
             config_path: "/tmp/gw.toml".into(),
             key_path: "/tmp/gw.key".into(),
@@ -920,7 +931,7 @@ mod tests {
             busy_poll_us: 0,
             overlay: None,
             election: Election {
-                lease: LEASE.into(),
+                lease: fabric_api::names::lease::GATEWAY.into(),
                 identity: "gw-0".into(),
                 gateway_ip: None,
                 duration: Duration::from_secs(4),

@@ -8,7 +8,10 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use fabric_api::{
-    ClusterCidrs, Configuration, ConfigurationStatus, Network, NetworkSpec, NetworkStatus,
+    names::{field_manager::IPAM as FIELD_MANAGER, finalizer::IPAM as FINALIZER, label},
+    networking::v1alpha1::{
+        ClusterCidrs, Configuration, ConfigurationStatus, Network, NetworkSpec, NetworkStatus,
+    },
 };
 use fabric_ipam::{Ipam, IpamError};
 use futures::StreamExt;
@@ -29,11 +32,6 @@ use kube::{
 };
 use tokio::sync::Mutex;
 use tracing::{info, warn};
-
-pub const FIELD_MANAGER: &str = "fabric-controller";
-pub const FINALIZER: &str = "networking.fabric.io/ipam";
-const LABEL_CONFIG: &str = "networking.fabric.io/configuration";
-const LABEL_ROLE: &str = "networking.fabric.io/role";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -91,11 +89,13 @@ pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Erro
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let nets: Api<Network> = Api::all(client.clone());
     for n in nets
-        .list(&ListParams::default().labels(LABEL_CONFIG))
+        .list(&ListParams::default().labels(label::CONFIGURATION))
         .await?
     {
-        let (Some(cfg), Some(role)) = (n.labels().get(LABEL_CONFIG), n.labels().get(LABEL_ROLE))
-        else {
+        let (Some(cfg), Some(role)) = (
+            n.labels().get(label::CONFIGURATION),
+            n.labels().get(label::ROLE),
+        ) else {
             continue;
         };
         let Some(granted) = n.status.as_ref().and_then(|s| s.cidr.as_ref()) else {
@@ -167,12 +167,9 @@ async fn persist(
             name: Some(name.clone()),
             namespace: Some(ns),
             labels: Some(BTreeMap::from([
-                (LABEL_CONFIG.to_owned(), cfg.name_any()),
-                (LABEL_ROLE.to_owned(), role.to_owned()),
-                (
-                    fabric_api::LABEL_PEER.to_owned(),
-                    cfg.spec.cluster_id.clone(),
-                ),
+                (label::CONFIGURATION.to_owned(), cfg.name_any()),
+                (label::ROLE.to_owned(), role.to_owned()),
+                (label::PEER.to_owned(), cfg.spec.cluster_id.clone()),
             ])),
             owner_references: cfg.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()

@@ -6,7 +6,10 @@
 //! keeps every address; a finalizer releases the address when the object goes.
 use std::{sync::Arc, time::Duration};
 
-use fabric_api::{IP, IPStatus};
+use fabric_api::{
+    names::{field_manager::IPAM as FIELD_MANAGER, finalizer::EXTERNAL_IP as FINALIZER},
+    networking::v1alpha1::{IP, IPStatus},
+};
 use fabric_ipam::Ipam;
 use futures::StreamExt;
 use ipnetwork::Ipv4Network;
@@ -23,9 +26,7 @@ use kube::{
 use tokio::sync::Mutex;
 use tracing::{info, warn};
 
-use crate::ipam::{Error, FIELD_MANAGER, condition};
-
-pub const FINALIZER: &str = "networking.fabric.io/external-ip";
+use crate::ipam::{Error, condition};
 
 pub struct Ctx {
     client: Client,

@@ -10,6 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
+use fabric_api::names;
 use fabric_controller::{gateway, ipam, ips};
 use ipnetwork::Ipv4Network;
 
@@ -46,10 +47,10 @@ enum Cmd {
         /// only the holder of the Lease allocates.
         #[arg(long, env = "POD_NAME")]
         identity: Option<String>,
-        #[arg(long, env = "FABRIC_NAMESPACE", default_value = "fabric-system")]
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
         namespace: String,
         /// The Lease the IPAM replicas compete for (in --namespace).
-        #[arg(long, default_value = "fabric-ipam")]
+        #[arg(long, default_value = names::lease::IPAM)]
         lease: String,
         /// Where remapped CIDRs are carved from, comma separated.
         #[arg(
@@ -62,7 +63,7 @@ enum Cmd {
     },
     /// Run the gateway operator beside a fabric-gateway.
     Gateway {
-        #[arg(long, env = "FABRIC_NAMESPACE", default_value = "fabric-system")]
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
         namespace: String,
         /// The gateway's interface name (its control socket).
         #[arg(long, default_value = "fabric")]
@@ -105,7 +106,7 @@ enum Cmd {
         #[arg(long, env = "FABRIC_GATEWAY_POD_IP")]
         gateway_ip: Option<Ipv4Addr>,
         /// The Lease the replicas compete for (in --namespace).
-        #[arg(long, default_value = gateway::LEASE)]
+        #[arg(long, default_value = names::lease::GATEWAY)]
         lease: String,
         /// How long a holder that stops renewing keeps the Lease.
         #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]

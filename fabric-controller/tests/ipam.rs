@@ -6,7 +6,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fabric_api::{Configuration, Network};
+use fabric_api::{
+    names::label,
+    networking::v1alpha1::{Configuration, Network},
+};
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
@@ -144,7 +147,7 @@ async fn ipam_grants_persist_and_release() {
     ]);
     let t0 = Instant::now();
     while !nets
-        .list(&ListParams::default().labels("networking.fabric.io/configuration=b"))
+        .list(&ListParams::default().labels(&format!("{}=b", label::CONFIGURATION)))
         .await
         .unwrap()
         .items

@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
-use fabric_api::{
+use fabric_api::networking::v1alpha1::{
     ClusterCidrs, Configuration, ConfigurationSpec, Connection, ConnectionState, Endpoint,
     GatewayClient, GatewayClientSpec, GatewayServer, GatewayServerSpec, Network, PublicKey,
     PublicKeySpec, ServiceType,
@@ -29,10 +29,12 @@ use kube::{
 };
 use serde::Serialize;
 
-const FIELD_MANAGER: &str = "fabricctl";
-const CLUSTER_CM: &str = "fabric-cluster";
-const IDENTITY_CM: &str = "fabric-gateway-identity";
-const KEY_SECRET: &str = "fabric-gateway-key";
+use fabric_api::names::{
+    config_map::{CLUSTER as CLUSTER_CM, GATEWAY_IDENTITY as IDENTITY_CM},
+    field_manager::PEERING as FIELD_MANAGER,
+    label,
+    secret::{GATEWAY_KEY as KEY_SECRET, GATEWAY_KEY_FIELD},
+};
 
 #[derive(Parser)]
 #[command(
@@ -45,7 +47,7 @@ struct Cli {
     #[arg(long, global = true, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// Namespace the fabric runs in.
-    #[arg(long, short = 'n', global = true, default_value = "fabric-system")]
+    #[arg(long, short = 'n', global = true, default_value = fabric_api::names::DEFAULT_NAMESPACE)]
     namespace: String,
     #[command(subcommand)]
     cmd: Cmd,
@@ -178,7 +180,7 @@ async fn ensure_key(c: &Cluster) -> Result<()> {
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
-            "privateKey".into(),
+            GATEWAY_KEY_FIELD.into(),
             ByteString(genkey()?.into_bytes()),
         )])),
         ..Default::default()
@@ -269,10 +271,7 @@ where
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
-        labels: Some(BTreeMap::from([(
-            fabric_api::LABEL_PEER.to_owned(),
-            name.to_owned(),
-        )])),
+        labels: Some(BTreeMap::from([(label::PEER.to_owned(), name.to_owned())])),
         ..Default::default()
     }
 }
@@ -480,7 +479,7 @@ async fn forget(c: &Cluster, peer: &str, deadline: Instant) -> Result<()> {
             c.label
         ),
         || async {
-            let sel = format!("{}={peer}", fabric_api::LABEL_PEER);
+            let sel = format!("{}={peer}", label::PEER);
             let gone = cfgs.get_opt(peer).await?.is_none()
                 && nets
                     .list(&ListParams::default().labels(&sel))

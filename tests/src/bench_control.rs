@@ -14,7 +14,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use fabric_api::{ClusterCidrs, Configuration, ConfigurationSpec, ConfigurationStatus};
+use fabric_api::networking::v1alpha1::{
+    ClusterCidrs, Configuration, ConfigurationSpec, ConfigurationStatus,
+};
 use kube::{
     Api,
     api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},

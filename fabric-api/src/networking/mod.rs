@@ -1,0 +1,5 @@
+//! API group `networking.fabric.io`: the tunnels between clusters and how each sees the other's
+//! networks.
+pub mod v1alpha1;
+
+pub const GROUP: &str = "networking.fabric.io";
