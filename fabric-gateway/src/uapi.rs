@@ -1,5 +1,6 @@
 //! The WireGuard cross-platform userspace API (https://www.wireguard.com/xplatform/),
-//! as pure parsing/serialisation so it is testable without sockets.
+//! as pure parsing/serialisation and the semantics of `set` ([`plan_set`]), so it is
+//! testable without sockets.
 //!
 //! The interface private key is never emitted by `get`: `wg show` works without
 //! it (it just omits the interface public/private key lines) and the gateway
@@ -13,7 +14,7 @@ use std::{
 
 use ipnetwork::IpNetwork;
 
-use crate::key::PublicKey;
+use crate::{config::PeerConfig, key::PublicKey, reconfig::PeerUpdate};
 
 pub const EINVAL: i32 = 22;
 pub const ENOENT: i32 = 2;
@@ -44,7 +45,7 @@ pub enum Request {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetRequest {
-    /// The key was present; we refuse to change it at runtime (see `Gateway::apply_uapi_set`).
+    /// The key was present; we refuse to change it at runtime (see [`plan_set`]).
     pub private_key_given: bool,
     pub listen_port: Option<u16>,
     pub fwmark: Option<u32>,
@@ -168,6 +169,138 @@ fn parse_endpoint(v: &str) -> Option<SocketAddr> {
     v.parse().ok()
 }
 
+/// A running peer as a `set` sees it: its configuration and its live endpoint (which
+/// roaming may have moved away from the configured one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LivePeer {
+    pub config: PeerConfig,
+    pub endpoint: Option<SocketAddr>,
+}
+
+/// One step of a `set`, applied in order; the first that fails ends the `set` (EINVAL).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerChange {
+    Remove(PublicKey),
+    /// Add the peer, or update the running one with this key to this configuration.
+    Apply(Box<PeerConfig>),
+}
+
+/// What a `set` does to the `running` peers (in the order `replace_peers` removes them).
+/// Refused (EOPNOTSUPP) for what the gateway does not change at runtime: the private key
+/// (it comes from `private_key_file`), the listen port, a fwmark, preshared keys. Changes
+/// are live only: a reload restores the configuration file's state.
+pub fn plan_set(
+    req: SetRequest,
+    listen_port: u16,
+    running: Vec<LivePeer>,
+) -> Result<Vec<PeerChange>, UapiError> {
+    if req.private_key_given {
+        return Err(UapiError::new(
+            EOPNOTSUPP,
+            "the private key comes from private_key_file; change it there and restart",
+        ));
+    }
+    if req.listen_port.is_some_and(|p| p != listen_port) {
+        return Err(UapiError::new(
+            EOPNOTSUPP,
+            "listen port changes need a restart",
+        ));
+    }
+    if req.fwmark.is_some_and(|m| m != 0) {
+        return Err(UapiError::new(EOPNOTSUPP, "fwmark is not supported"));
+    }
+    if req.peers.iter().any(|p| p.preshared_key_given) {
+        return Err(UapiError::new(
+            EOPNOTSUPP,
+            "preshared keys are not supported",
+        ));
+    }
+    // The peers as each step leaves them, so that a key named twice sees the first change.
+    let mut live = running;
+    let mut changes = Vec::new();
+    if req.replace_peers {
+        live.retain(|p| {
+            let keep = req
+                .peers
+                .iter()
+                .any(|s| s.public_key == p.config.public_key);
+            if !keep {
+                changes.push(PeerChange::Remove(p.config.public_key));
+            }
+            keep
+        });
+    }
+    for ps in req.peers {
+        let at = live
+            .iter()
+            .position(|p| p.config.public_key == ps.public_key);
+        if ps.remove {
+            if let Some(i) = at {
+                live.remove(i);
+                changes.push(PeerChange::Remove(ps.public_key));
+            }
+            continue;
+        }
+        let existing = at.map(|i| &live[i]);
+        let mut cfg = match existing {
+            Some(p) => p.config.clone(),
+            None if ps.update_only => continue,
+            None => uapi_peer(ps.public_key),
+        };
+        if let Some(e) = ps.endpoint {
+            cfg.endpoint = Some(e);
+        } else if let Some(p) = existing {
+            // Keep the roamed endpoint rather than the configured one.
+            cfg.endpoint = p.endpoint;
+        }
+        if let Some(k) = ps.persistent_keepalive {
+            cfg.persistent_keepalive = (k != 0).then_some(k);
+        }
+        if ps.replace_allowed_ips {
+            cfg.allowed_ips.clear();
+        }
+        for n in ps.allowed_ips {
+            let n = IpNetwork::new(n.network(), n.prefix()).expect("valid prefix");
+            if !cfg.allowed_ips.contains(&n) {
+                cfg.allowed_ips.push(n);
+            }
+        }
+        let after = LivePeer {
+            endpoint: match existing {
+                Some(p) => PeerUpdate::between(&p.config, &cfg)
+                    .map_or(p.endpoint, |u| u.endpoint_after(p.endpoint)),
+                None => cfg.endpoint,
+            },
+            config: cfg.clone(),
+        };
+        match at {
+            Some(i) => live[i] = after,
+            None => live.push(after),
+        }
+        changes.push(PeerChange::Apply(Box::new(cfg)));
+    }
+    Ok(changes)
+}
+
+/// A peer created over UAPI: named, and its device too, after its key.
+fn uapi_peer(public_key: PublicKey) -> PeerConfig {
+    let hex = public_key.to_hex();
+    PeerConfig {
+        name: format!("uapi-{}", &hex[..8]),
+        public_key,
+        endpoint: None,
+        allowed_ips: vec![],
+        persistent_keepalive: None,
+        device: Some(format!("fab-{}", &hex[..8])),
+        addresses: vec![],
+        routes: vec![],
+        probe_address: None,
+        id: None,
+        remaps: vec![],
+        mss: None,
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceSnapshot {
     pub listen_port: u16,
@@ -288,6 +421,168 @@ mod tests {
     fn private_key_value_is_not_echoed_in_errors() {
         let e = parse_request("set=1\nprivate_key=secretsecret\n").unwrap_err();
         assert!(!e.message.contains("secretsecret"));
+    }
+
+    fn set(peers: Vec<PeerSet>) -> SetRequest {
+        SetRequest {
+            peers,
+            ..SetRequest::default()
+        }
+    }
+
+    fn live(name: &str, key: u8, endpoint: Option<&str>) -> LivePeer {
+        let mut config = crate::reconfig::tests::peer(name, key);
+        config.endpoint = Some("192.0.2.1:51820".parse().unwrap());
+        config.allowed_ips = vec!["10.1.0.0/16".parse().unwrap()];
+        LivePeer {
+            config,
+            endpoint: endpoint.map(|e| e.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn set_refuses_what_needs_a_restart_or_is_unsupported() {
+        let cases = [
+            SetRequest {
+                private_key_given: true,
+                ..SetRequest::default()
+            },
+            SetRequest {
+                listen_port: Some(5),
+                ..SetRequest::default()
+            },
+            SetRequest {
+                fwmark: Some(1),
+                ..SetRequest::default()
+            },
+            set(vec![PeerSet {
+                preshared_key_given: true,
+                ..PeerSet::new(pk(1))
+            }]),
+        ];
+        for req in cases {
+            let e = plan_set(req.clone(), 51820, vec![]).unwrap_err();
+            assert_eq!(e.errno, EOPNOTSUPP, "{req:?}");
+        }
+        let same = SetRequest {
+            listen_port: Some(51820),
+            fwmark: Some(0),
+            ..SetRequest::default()
+        };
+        assert_eq!(plan_set(same, 51820, vec![]), Ok(vec![]));
+    }
+
+    #[test]
+    fn set_creates_a_peer_named_after_its_key() {
+        let req = set(vec![PeerSet {
+            endpoint: Some("192.0.2.9:51820".parse().unwrap()),
+            persistent_keepalive: Some(25),
+            allowed_ips: vec![
+                "10.9.1.2/16".parse().unwrap(),
+                "10.9.0.0/16".parse().unwrap(),
+            ],
+            ..PeerSet::new(pk(0xab))
+        }]);
+        let [PeerChange::Apply(c)] = &plan_set(req, 1, vec![]).unwrap()[..] else {
+            panic!("one peer applied")
+        };
+        assert_eq!(c.name, "uapi-abababab");
+        assert_eq!(c.device_name(), "fab-abababab");
+        assert_eq!(c.endpoint, Some("192.0.2.9:51820".parse().unwrap()));
+        assert_eq!(c.persistent_keepalive, Some(25));
+        // Normalised to the network address, once.
+        assert_eq!(c.allowed_ips, ["10.9.0.0/16".parse().unwrap()]);
+    }
+
+    #[test]
+    fn set_updates_keep_the_roamed_endpoint_and_merge_allowed_ips() {
+        let running = vec![live("a", 1, Some("198.51.100.7:4000"))];
+        let req = set(vec![PeerSet {
+            persistent_keepalive: Some(0),
+            allowed_ips: vec!["10.2.0.0/16".parse().unwrap()],
+            ..PeerSet::new(pk(1))
+        }]);
+        let [PeerChange::Apply(c)] = &plan_set(req, 1, running.clone()).unwrap()[..] else {
+            panic!("one peer applied")
+        };
+        assert_eq!(c.name, "a");
+        assert_eq!(c.endpoint, Some("198.51.100.7:4000".parse().unwrap()));
+        assert_eq!(c.persistent_keepalive, None);
+        assert_eq!(
+            c.allowed_ips,
+            [
+                "10.1.0.0/16".parse().unwrap(),
+                "10.2.0.0/16".parse().unwrap()
+            ]
+        );
+        let req = set(vec![PeerSet {
+            replace_allowed_ips: true,
+            ..PeerSet::new(pk(1))
+        }]);
+        let [PeerChange::Apply(c)] = &plan_set(req, 1, running).unwrap()[..] else {
+            panic!("one peer applied")
+        };
+        assert!(c.allowed_ips.is_empty());
+    }
+
+    #[test]
+    fn set_replace_remove_and_update_only() {
+        let ep = Some("192.0.2.1:51820");
+        let running = vec![live("a", 1, ep), live("b", 2, ep), live("c", 3, ep)];
+        let req = SetRequest {
+            replace_peers: true,
+            peers: vec![
+                PeerSet::new(pk(2)),
+                PeerSet {
+                    remove: true,
+                    ..PeerSet::new(pk(9))
+                },
+                PeerSet {
+                    update_only: true,
+                    ..PeerSet::new(pk(8))
+                },
+            ],
+            ..SetRequest::default()
+        };
+        let changes = plan_set(req, 1, running.clone()).unwrap();
+        assert_eq!(
+            changes,
+            [
+                PeerChange::Remove(pk(1)),
+                PeerChange::Remove(pk(3)),
+                PeerChange::Apply(Box::new(running[1].config.clone())),
+            ]
+        );
+    }
+
+    #[test]
+    fn set_naming_a_key_twice_sees_the_first_change() {
+        let req = set(vec![
+            PeerSet {
+                endpoint: Some("192.0.2.5:1".parse().unwrap()),
+                ..PeerSet::new(pk(5))
+            },
+            PeerSet {
+                allowed_ips: vec!["10.5.0.0/16".parse().unwrap()],
+                ..PeerSet::new(pk(5))
+            },
+            PeerSet {
+                remove: true,
+                ..PeerSet::new(pk(5))
+            },
+            PeerSet {
+                update_only: true,
+                ..PeerSet::new(pk(5))
+            },
+        ]);
+        let changes = plan_set(req, 1, vec![]).unwrap();
+        assert_eq!(changes.len(), 3);
+        let PeerChange::Apply(second) = &changes[1] else {
+            panic!("second change applies")
+        };
+        assert_eq!(second.endpoint, Some("192.0.2.5:1".parse().unwrap()));
+        assert_eq!(second.allowed_ips.len(), 1);
+        assert_eq!(changes[2], PeerChange::Remove(pk(5)));
     }
 
     #[test]
