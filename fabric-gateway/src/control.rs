@@ -13,7 +13,7 @@ use tokio::{
     net::{TcpListener, UnixListener, UnixStream},
 };
 
-use crate::{gateway::Gateway, status::render_metrics, uapi};
+use crate::{device::Gateway, status::render_metrics, uapi};
 
 /// Largest request we accept on a unix socket; `wg setconf` for thousands of
 /// allowed IPs stays well below this.

@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{config::Config, control, gateway::Gateway};
+use crate::{config::Config, control, device::Gateway};
 
 /// How often the tunnel devices and the data plane are checked against their configuration.
 const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_secs(2);

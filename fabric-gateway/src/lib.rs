@@ -6,7 +6,7 @@ pub mod allowed_ips;
 pub mod config;
 pub mod control;
 pub mod daemon;
-pub mod gateway;
+pub mod device;
 pub mod key;
 pub mod netconf;
 pub mod offload;

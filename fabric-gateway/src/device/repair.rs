@@ -1,0 +1,128 @@
+//! The remap data plane on the peers' devices, and the drift repair: whatever someone
+//! changed under the tunnels since they were configured is put back.
+
+use std::{path::PathBuf, sync::Arc, sync::atomic::Ordering};
+
+use super::{Gateway, GatewayError};
+use crate::netconf;
+
+impl Gateway {
+    /// Puts the remap programs on the peers' devices and makes their maps match. The devices
+    /// exist by now; filters on them go away with them, so a restarted gateway re-applies.
+    pub(super) fn apply_dataplane(
+        &self,
+        dp: Option<(PathBuf, fabric_dataplane::DataplaneConfig)>,
+    ) -> Result<(), GatewayError> {
+        let Some((pin_dir, cfg)) = dp else {
+            return Ok(());
+        };
+        let err = |e| GatewayError::Dataplane(Box::new(e));
+        let mut slot = self.dataplane.lock().unwrap();
+        let plane = match slot.as_mut() {
+            Some(p) => p,
+            None => slot.insert(fabric_dataplane::Dataplane::load(Some(&pin_dir)).map_err(err)?),
+        };
+        let report = plane.apply(&cfg).map_err(err)?;
+        tracing::info!(pin_dir = %pin_dir.display(), ?report, "data plane applied");
+        *self.dataplane_cfg.lock().unwrap() = Some((pin_dir, cfg));
+        Ok(())
+    }
+
+    /// Puts back what someone changed under the tunnels since they were configured: a peer
+    /// device set down, its addresses or routes deleted, a remap filter detached from it, map
+    /// entries deleted or overwritten. Cheap when nothing drifted: a few dumps per device and
+    /// one map read.
+    pub async fn repair(self: &Arc<Self>) {
+        let _guard = self.control.lock().await;
+        let snap = match netconf::snapshot(&self.netlink).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading links, addresses and routes");
+                None
+            }
+        };
+        for p in self.peers().iter().filter(|_| snap.is_some()) {
+            let cfg = p.cfg.lock().unwrap().clone();
+            let ifindex = p.tun.ifindex();
+            if !snap.as_ref().expect("filtered").up.contains_key(&ifindex) {
+                // The device was deleted: the peer is set up again from its configuration
+                // (a new device, a new session); the data-plane pass below attaches to it.
+                tracing::warn!(peer = %p.name, device = %p.tun.name(), "tunnel device gone; recreating the peer");
+                self.remove_peer(&p.public_key).await;
+                match self.add_peer(cfg).await {
+                    Ok(()) => {
+                        self.repairs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => tracing::error!(peer = %p.name, error = %e, "recreating the peer"),
+                }
+                continue;
+            }
+            let drift =
+                snap.as_ref()
+                    .expect("filtered")
+                    .drift(ifindex, &cfg.addresses, &cfg.routes);
+            if drift.count() == 0 {
+                continue;
+            }
+            tracing::warn!(device = %p.tun.name(), ?drift, "tunnel device had drifted; restoring");
+            let res = async {
+                if drift.down {
+                    netconf::link_up(&self.netlink, ifindex, self.iface.mtu).await?;
+                }
+                netconf::sync_addresses(&self.netlink, ifindex, &[], &drift.addresses).await?;
+                netconf::sync_routes(&self.netlink, ifindex, &[], &drift.routes).await
+            }
+            .await;
+            match res {
+                Ok(()) => {
+                    self.repairs
+                        .fetch_add(drift.count() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::error!(device = %p.tun.name(), error = %e, "restoring the device")
+                }
+            }
+        }
+        self.repair_dataplane().await;
+    }
+
+    async fn repair_dataplane(&self) {
+        let Some((pin_dir, cfg)) = self.dataplane_cfg.lock().unwrap().clone() else {
+            return;
+        };
+        let mut detached = Vec::new();
+        for p in self.peers() {
+            if !cfg.peers.iter().any(|d| d.interface == p.tun.name()) {
+                continue;
+            }
+            match netconf::dataplane_filters_present(&self.netlink, p.tun.ifindex()).await {
+                Ok(true) => {}
+                Ok(false) => detached.push(p.tun.name().to_string()),
+                Err(e) => tracing::warn!(device = %p.tun.name(), error = %e, "checking filters"),
+            }
+        }
+        if !detached.is_empty() {
+            tracing::warn!(devices = ?detached, "remap filters missing; attaching them again");
+            match self.apply_dataplane(Some((pin_dir, cfg))) {
+                Ok(()) => {
+                    self.repairs
+                        .fetch_add(detached.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => tracing::error!(error = %e, "repairing the data plane"),
+            }
+            return;
+        }
+        let res = match self.dataplane.lock().unwrap().as_mut() {
+            Some(plane) => plane.repair_maps(&cfg),
+            None => return,
+        };
+        match res {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!(entries = n, "data-plane map entries had drifted; rewritten");
+                self.repairs.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::error!(error = %e, "repairing data-plane maps"),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! UDP -> find peer -> decrypt -> TUN: datagrams from the socket (GRO batches cut into
+//! datagrams) to the peers' devices (decrypted packets merged again where possible).
+
+use std::{
+    io,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
+
+use boringtun::noise::{
+    Packet, TunnResult, errors::WireGuardError, handshake::parse_handshake_anon,
+};
+
+use super::{
+    Gateway, GlobalDrop,
+    peer::{Peer, PeerDrop},
+};
+use crate::{
+    key::{PrivateKey, PublicKey},
+    offload::{self, VNET_HDR_LEN},
+    packet, udp,
+};
+
+/// Largest datagram/packet we handle (a TSO super-packet or a GRO batch is at most 64 KiB).
+pub(super) const BUF: usize = 65_536;
+/// WireGuard data overhead plus room for handshake messages.
+pub(super) const BUF_OUT: usize = BUF + 256;
+
+/// Per-thread state of the UDP -> TUN direction.
+pub(super) struct UdpBufs {
+    buf: Vec<u8>,
+    out: Vec<u8>,
+    gro: TunGro,
+    static_private: boringtun::x25519::StaticSecret,
+    static_public: boringtun::x25519::PublicKey,
+}
+
+impl UdpBufs {
+    pub(super) fn new(private: &PrivateKey, public: &PublicKey) -> Self {
+        Self {
+            buf: vec![0u8; BUF],
+            out: vec![0u8; BUF_OUT],
+            gro: TunGro::default(),
+            static_private: private.to_dalek(),
+            static_public: public.to_dalek(),
+        }
+    }
+}
+
+/// Decrypted packets on their way to a peer's TUN, merged where possible
+/// (see `offload::Coalescer`). Holds packets of one peer at a time.
+#[derive(Default)]
+struct TunGro {
+    co: offload::Coalescer,
+    peer: Option<Arc<Peer>>,
+}
+
+fn tun_write(peer: &Peer, hdr: &[u8; VNET_HDR_LEN], pkt: &[u8]) {
+    if let Err(e) = peer.tun.send_with_hdr(hdr, pkt) {
+        peer.counters.drop(PeerDrop::TunWrite);
+        tracing::trace!(peer = %peer.name, error = %e, "TUN write failed");
+    }
+}
+
+impl TunGro {
+    fn push(&mut self, peer: &Arc<Peer>, pkt: &[u8]) {
+        if !peer.tun.vnet_hdr() {
+            tun_write(peer, &[0; VNET_HDR_LEN], pkt);
+            return;
+        }
+        if self.peer.as_ref().is_some_and(|p| !Arc::ptr_eq(p, peer)) {
+            self.flush();
+        }
+        let p = self.peer.get_or_insert_with(|| peer.clone());
+        self.co.push(pkt, &mut |h, b| tun_write(p, h, b));
+    }
+
+    fn flush(&mut self) {
+        if let Some(p) = self.peer.take() {
+            self.co.flush(&mut |h, b| tun_write(&p, h, b));
+        }
+    }
+}
+
+impl Gateway {
+    /// The UDP reader thread (without busy polling).
+    pub(super) fn udp_loop(&self) {
+        let mut bufs = UdpBufs::new(&self.private_key, &self.public_key);
+        while !self.stop.load(Ordering::Relaxed) {
+            self.udp_receive(&mut bufs);
+        }
+    }
+
+    /// One receive from the UDP socket. With UDP GRO it may carry many datagrams
+    /// of the same sender, cut at the reported segment size. Returns whether
+    /// anything arrived.
+    pub(super) fn udp_receive(&self, bufs: &mut UdpBufs) -> bool {
+        let (n, from, seg) = match udp::recv_segments(&self.udp, &mut bufs.buf) {
+            Ok(r) => r,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return false;
+            }
+            Err(e) => {
+                // ICMP port unreachable from a dead endpoint surfaces here; not fatal.
+                tracing::trace!(error = %e, "udp recv error");
+                return true;
+            }
+        };
+        if n == 0 {
+            self.drops[GlobalDrop::Invalid as usize].fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let UdpBufs {
+            buf,
+            out,
+            gro,
+            static_private,
+            static_public,
+        } = bufs;
+        for datagram in buf[..n].chunks(seg.max(1)) {
+            self.handle_datagram(datagram, from, out, gro, static_private, static_public);
+        }
+        // Never hold packets past the batch they came in: no added latency.
+        gro.flush();
+        true
+    }
+
+    fn handle_datagram(
+        &self,
+        datagram: &[u8],
+        from: SocketAddr,
+        out: &mut [u8],
+        gro: &mut TunGro,
+        static_private: &boringtun::x25519::StaticSecret,
+        static_public: &boringtun::x25519::PublicKey,
+    ) {
+        let peer = {
+            let packet = match self
+                .rate_limiter
+                .verify_packet(Some(from.ip()), datagram, out)
+            {
+                Ok(p) => p,
+                Err(TunnResult::WriteToNetwork(cookie)) => {
+                    self.cookies_sent.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.udp.send_to(cookie, from);
+                    return;
+                }
+                Err(TunnResult::Err(WireGuardError::UnderLoad)) => {
+                    self.drops[GlobalDrop::UnderLoad as usize].fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(_) => {
+                    self.drops[GlobalDrop::Invalid as usize].fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            };
+            let t = self.peers.read().unwrap();
+            let found = match packet {
+                Packet::HandshakeInit(ref p) => {
+                    match parse_handshake_anon(static_private, static_public, p) {
+                        Ok(hh) => t
+                            .by_key
+                            .get(&PublicKey::from_bytes(hh.peer_static_public))
+                            .cloned(),
+                        Err(_) => None,
+                    }
+                }
+                Packet::HandshakeResponse(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+                Packet::PacketCookieReply(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+                Packet::PacketData(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+            };
+            match found {
+                Some(p) => p,
+                None => {
+                    self.drops[GlobalDrop::UnknownPeer as usize].fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        };
+        self.handle_peer_datagram(&peer, datagram, from, out, gro);
+    }
+
+    fn handle_peer_datagram(
+        &self,
+        peer: &Arc<Peer>,
+        datagram: &[u8],
+        from: SocketAddr,
+        out: &mut [u8],
+        gro: &mut TunGro,
+    ) {
+        let mut tunn = peer.tunn.lock().unwrap();
+        let res = tunn.decapsulate(Some(from.ip()), datagram, out);
+        let authenticated = !matches!(res, TunnResult::Err(_));
+        match res {
+            TunnResult::Err(e) => {
+                drop(tunn);
+                peer.counters.drop(PeerDrop::Decrypt);
+                tracing::trace!(peer = %peer.name, error = ?e, "decapsulate failed");
+                return;
+            }
+            TunnResult::Done => {}
+            TunnResult::WriteToNetwork(pkt) => {
+                // Handshake response or cookie for the sender, then flush packets
+                // that were queued while the session was being established.
+                let _ = self.udp.send_to(pkt, from).map(|n| {
+                    peer.counters
+                        .tx_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed)
+                });
+                while let TunnResult::WriteToNetwork(pkt) = tunn.decapsulate(None, &[], out) {
+                    peer.counters.tx_packets.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.udp.send_to(pkt, from).map(|n| {
+                        peer.counters
+                            .tx_bytes
+                            .fetch_add(n as u64, Ordering::Relaxed)
+                    });
+                }
+            }
+            TunnResult::WriteToTunnelV4(pkt, src) => {
+                drop(tunn);
+                self.deliver(peer, pkt, IpAddr::V4(src), gro);
+            }
+            TunnResult::WriteToTunnelV6(pkt, src) => {
+                drop(tunn);
+                self.deliver(peer, pkt, IpAddr::V6(src), gro);
+            }
+        }
+        if authenticated {
+            peer.counters
+                .rx_bytes
+                .fetch_add(datagram.len() as u64, Ordering::Relaxed);
+            // Roaming: only authenticated datagrams may move the endpoint.
+            let cur = *peer.endpoint.read().unwrap();
+            if cur != Some(from) {
+                tracing::info!(peer = %peer.name, old = ?cur, new = %from, "peer endpoint changed");
+                *peer.endpoint.write().unwrap() = Some(from);
+            }
+        }
+    }
+
+    fn deliver(&self, peer: &Arc<Peer>, pkt: &[u8], src: IpAddr, gro: &mut TunGro) {
+        if packet::src_addr(pkt).is_none() {
+            peer.counters.drop(PeerDrop::Malformed);
+            return;
+        }
+        if !peer.allowed.read().unwrap().contains(src) {
+            peer.counters.drop(PeerDrop::NotAllowedSource);
+            tracing::trace!(peer = %peer.name, %src, "source outside allowed IPs");
+            return;
+        }
+        {
+            let mut probe = peer.probe.lock().unwrap();
+            if let Some(pr) = probe.as_mut()
+                && let Some(seq) = packet::parse_probe_reply_v4(pkt, pr.src)
+            {
+                pr.timers.on_reply(seq, Instant::now());
+                return;
+            }
+        }
+        peer.counters.rx_packets.fetch_add(1, Ordering::Relaxed);
+        gro.push(peer, pkt);
+    }
+}
