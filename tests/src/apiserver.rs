@@ -51,8 +51,13 @@ fn free_port() -> u16 {
     panic!("no free port triple for the API server");
 }
 
+/// The server's state (etcd's data: about 100 MB), certificates and logs. The name is the test
+/// beds' scratch prefix, so that the reaper of a later run finds the directory, and the etcd and
+/// kubelite processes that name it, when this process was killed before its `Drop` ran: the
+/// start script daemonizes both, so they do not die with us.
 fn run_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fabric-api-{}-{tag}", std::process::id()));
+    fabric_netns::testbed::reap_stale();
+    let dir = fabric_netns::testbed::scratch_dir(&format!("api-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
@@ -156,7 +161,7 @@ impl ApiServer {
             .unwrap_or_else(|| {
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kubelite/start.sh")
             });
-        let out = c
+        let out = fabric_netns::process::die_with_parent(&mut c)
             .arg(&script)
             .arg(&dir)
             .arg(port.to_string())
@@ -305,7 +310,7 @@ fn relay(
     conns: &Mutex<HashMap<u64, [TcpStream; 2]>>,
 ) -> anyhow::Result<()> {
     // Only this thread moves; the connect below is what has to happen inside the namespace.
-    crate::netns::enter_netns(ns_path)?;
+    fabric_netns::enter(&ns_path.to_string_lossy())?;
     let upstream = TcpStream::connect_timeout(
         &SocketAddr::from(([127, 0, 0, 1], port)),
         Duration::from_secs(5),

@@ -179,7 +179,10 @@ fn medians(samples: &[Measurement]) -> Measurement {
 pub fn prog_cost(o: &Options) -> Result<std::result::Result<Vec<(String, f64)>, String>> {
     let agent = Agent::locate()?;
     let mut bed = Testbed::new()?;
-    bed.set_agent(agent.clone());
+    {
+        let agent = agent.clone();
+        bed.on_pin_cleanup(move |ns, pin| agent.reset(ns, pin).map(drop));
+    }
     let ns = bed.add_netns("prog")?;
     let repeat = o.prog_repeat.to_string();
     let out = match agent.run(

@@ -830,15 +830,16 @@ impl PeeredClusters {
             .create(true)
             .append(true)
             .open(logs.join(format!("{}.log", p.name)))?;
-        let child = Command::new(&p.argv[0])
-            .args(&p.argv[1..])
+        let mut c = Command::new(&p.argv[0]);
+        c.args(&p.argv[1..])
             .envs(p.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", p.name))?;
+            .stderr(log);
+        // Dies with the test process, even when that is SIGKILLed.
+        let child =
+            fabric_netns::process::spawn(c).with_context(|| format!("starting {}", p.name))?;
         p.child = Some(child);
         Ok(())
     }
@@ -944,7 +945,7 @@ impl PeeredClusters {
         let (ka, kb) = (self.a.api.kubeconfig.clone(), self.b.api.kubeconfig.clone());
         let ctl = locate_bin("fabricctl")?;
         let h = std::thread::spawn(move || {
-            Command::new(ctl)
+            fabric_netns::process::die_with_parent(&mut Command::new(ctl))
                 .env("KUBECONFIG", ka)
                 .arg("peer")
                 .arg("--remote-kubeconfig")

@@ -88,7 +88,10 @@ impl TwoClusters {
     pub fn new(addressing: Addressing) -> Result<Self> {
         let agent = Agent::locate()?;
         let mut bed = Testbed::new()?;
-        bed.set_agent(agent.clone());
+        {
+            let agent = agent.clone();
+            bed.on_pin_cleanup(move |ns, pin| agent.reset(ns, pin).map(drop));
+        }
         let a_pod = bed.add_netns("a-pod")?;
         let a_gw = bed.add_netns("a-gw")?;
         let b_pod = bed.add_netns("b-pod")?;
