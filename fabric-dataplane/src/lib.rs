@@ -79,6 +79,8 @@ pub enum Error {
     },
     #[error("no fabric data plane is pinned at {0}; run `fabric-agent datapath apply` first")]
     NotLoaded(PathBuf),
+    #[error(transparent)]
+    Netns(#[from] fabric_netns::Error),
 }
 
 impl Error {

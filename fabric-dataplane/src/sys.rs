@@ -1,11 +1,5 @@
 //! Small kernel interfaces the loader needs: the BPF filesystem, interface facts, netns.
-use std::{
-    ffi::CString,
-    fs::File,
-    io,
-    os::fd::AsRawFd,
-    path::{Path, PathBuf},
-};
+use std::{ffi::CString, io, path::Path};
 
 use crate::{Error, state::LinkFacts};
 
@@ -124,20 +118,7 @@ pub fn ifname(ifindex: u32) -> Option<String> {
 /// Moves the calling thread into a network namespace: a name under /run/netns, or a path.
 /// Call it before starting other threads, so the whole process lives there.
 pub fn enter_netns(ns: &str) -> Result<(), Error> {
-    let path = if ns.contains('/') {
-        PathBuf::from(ns)
-    } else {
-        Path::new("/run/netns").join(ns)
-    };
-    let f = File::open(&path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-    // SAFETY: valid fd of a namespace file.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(Error::io(
-            format!("entering network namespace {}", path.display()),
-            io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
+    Ok(fabric_netns::enter(ns)?)
 }
 
 /// Copies a string into a NUL-padded fixed buffer (truncating).

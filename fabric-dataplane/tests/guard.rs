@@ -3,69 +3,33 @@
 use std::{
     collections::BTreeSet,
     net::{Ipv4Addr, UdpSocket},
-    os::fd::AsRawFd,
-    path::Path,
-    process::Command,
     time::Duration,
 };
 
 use fabric_dataplane::guard::OverlayGuard;
-
-fn sh(args: &[&str]) {
-    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-struct Ns(Vec<String>);
-impl Drop for Ns {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
+use fabric_netns::{run_in, testbed::Testbed};
 
 /// Runs `f` on a thread inside namespace `ns`.
 fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(path).unwrap();
-        // SAFETY: a namespace fd we just opened; the thread is ours.
-        assert_eq!(
-            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
-        f()
-    })
-    .join()
-    .unwrap()
+    run_in(ns, f).unwrap()
 }
 
 #[test]
 fn only_allowed_sources_reach_the_guarded_port() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !fabric_netns::testbed::is_root() {
         eprintln!("skipped: needs root (network namespaces, BPF)");
         return;
     }
-    let tag = format!("fdg{}", std::process::id());
-    let (a, b) = (format!("{tag}a"), format!("{tag}b"));
-    let _ns = Ns(vec![a.clone(), b.clone()]);
-    for n in [&a, &b] {
-        sh(&["ip", "netns", "add", n]);
-    }
-    sh(&[
-        "ip", "link", "add", "ga", "netns", &a, "type", "veth", "peer", "name", "gb", "netns", &b,
-    ]);
-    sh(&["ip", "-n", &a, "addr", "add", "10.9.0.1/24", "dev", "ga"]);
-    sh(&["ip", "-n", &a, "addr", "add", "10.9.0.3/24", "dev", "ga"]);
-    sh(&["ip", "-n", &b, "addr", "add", "10.9.0.2/24", "dev", "gb"]);
-    sh(&["ip", "-n", &a, "link", "set", "ga", "up"]);
-    sh(&["ip", "-n", &b, "link", "set", "gb", "up"]);
+    let mut tb = Testbed::new().unwrap();
+    let a = tb.add_netns("a").unwrap();
+    let b = tb.add_netns("b").unwrap();
+    tb.veth(&a, "ga", &b, "gb").unwrap();
+    tb.ip(&a, &["addr", "add", "10.9.0.1/24", "dev", "ga"])
+        .unwrap();
+    tb.ip(&a, &["addr", "add", "10.9.0.3/24", "dev", "ga"])
+        .unwrap();
+    tb.ip(&b, &["addr", "add", "10.9.0.2/24", "dev", "gb"])
+        .unwrap();
 
     // Receivers in B on the guarded port and on another one.
     let (guarded, other) = in_ns(&b, || {
@@ -91,7 +55,7 @@ fn only_allowed_sources_reach_the_guarded_port() {
         }
     };
 
-    let mut guard = OverlayGuard::attach(Path::new(&format!("/run/netns/{b}")), 4790).unwrap();
+    let mut guard = OverlayGuard::attach(&fabric_netns::path_of(&b), 4790).unwrap();
     send("10.9.0.1", 4790);
     assert_eq!(got(&guarded), None, "nothing allowed yet");
     let allowed: BTreeSet<Ipv4Addr> = ["10.9.0.1".parse().unwrap()].into();

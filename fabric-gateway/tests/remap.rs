@@ -93,22 +93,14 @@ fn spawn_gateway(lab: &mut Lab, tag: &str, ns: &str, cfg: &Path) {
 fn tcp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> String {
     let bind: SocketAddr = "0.0.0.0:7000".parse().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    let sp = format!("/var/run/netns/{server_ns}");
-    let server = std::thread::spawn(move || {
-        let fd = std::fs::File::open(&sp).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: valid netns fd; only this fresh thread changes namespace.
-        assert_eq!(
-            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+    let server = fabric_netns::spawn_in(server_ns, move || {
         let l = TcpListener::bind(bind).unwrap();
         tx.send(()).unwrap();
         let (mut s, peer) = l.accept().unwrap();
         let mut buf = [0u8; 5];
         s.read_exact(&mut buf).unwrap();
         s.write_all(&buf).unwrap();
-        peer.ip().to_string()
+        Ok::<_, fabric_netns::Error>(peer.ip().to_string())
     });
     rx.recv_timeout(Duration::from_secs(5)).unwrap();
     let dst: SocketAddr = format!("{dst}:7000").parse().unwrap();
@@ -119,27 +111,19 @@ fn tcp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> Stri
         s.read_exact(&mut b).unwrap();
         assert_eq!(&b, b"hello");
     });
-    server.join().unwrap()
+    server.join().unwrap().unwrap()
 }
 
 fn udp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> String {
     let (tx, rx) = std::sync::mpsc::channel();
-    let sp = format!("/var/run/netns/{server_ns}");
-    let server = std::thread::spawn(move || {
-        let fd = std::fs::File::open(&sp).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: as above.
-        assert_eq!(
-            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+    let server = fabric_netns::spawn_in(server_ns, move || {
         let s = UdpSocket::bind("0.0.0.0:7001").unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         tx.send(()).unwrap();
         let mut b = [0u8; 16];
         let (n, peer) = s.recv_from(&mut b).unwrap();
         s.send_to(&b[..n], peer).unwrap();
-        peer.ip().to_string()
+        Ok::<_, fabric_netns::Error>(peer.ip().to_string())
     });
     rx.recv_timeout(Duration::from_secs(5)).unwrap();
     let dst = format!("{dst}:7001");
@@ -151,7 +135,7 @@ fn udp_peer_seen(lab: &Lab, server_ns: &str, client_ns: &str, dst: &str) -> Stri
         let (n, _) = s.recv_from(&mut b).unwrap();
         assert_eq!(&b[..n], b"datagram");
     });
-    server.join().unwrap()
+    server.join().unwrap().unwrap()
 }
 
 #[test]

@@ -1,61 +1,20 @@
 //! The overlay on real kernels: two namespaces on different subnets, joined only through a
 //! router that knows neither side's "pod" addresses. Traffic between those addresses can only
 //! flow through the VXLAN devices and on-link routes this crate sets up.
-use std::{collections::BTreeSet, net::Ipv4Addr, os::fd::AsRawFd, process::Command};
+use std::{collections::BTreeSet, net::Ipv4Addr};
 
+use fabric_netns::testbed::{Testbed, is_root};
 use fabric_routing::{
     overlay::{self, Entry, Overlay},
     routes::{self, Route},
 };
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let ok = unsafe { libc::geteuid() } == 0;
-    if !ok {
-        eprintln!("skipped: needs root (network namespaces)");
-    }
-    ok
-}
-
-fn sh(args: &[&str]) -> String {
-    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn ns(n: &str, args: &[&str]) -> String {
-    let mut v = vec!["ip", "netns", "exec", n];
-    v.extend_from_slice(args);
-    sh(&v)
-}
-
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
 
 /// Runs `f` with an rtnetlink handle inside namespace `n`.
 fn in_ns<T: Send + 'static>(
     n: &str,
     f: impl FnOnce(rtnetlink::Handle) -> std::pin::Pin<Box<dyn Future<Output = T>>> + Send + 'static,
 ) -> T {
-    let path = format!("/run/netns/{n}");
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(&path).unwrap();
-        // SAFETY: a namespace fd we just opened; this thread is ours alone.
-        assert_eq!(
-            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+    fabric_netns::run_in(n, move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -66,7 +25,6 @@ fn in_ns<T: Send + 'static>(
             f(h).await
         })
     })
-    .join()
     .unwrap()
 }
 
@@ -94,27 +52,24 @@ fn setup(n: &str, local: Ipv4Addr, remote: Ipv4Addr, dst: &'static str) -> (u32,
 
 #[test]
 fn overlay_carries_traffic_across_a_routed_network_and_repairs_itself() {
-    if !root() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
         return;
     }
-    let tag = format!("fro{}", std::process::id());
-    let (a, r, b) = (format!("{tag}a"), format!("{tag}r"), format!("{tag}b"));
-    let _guard = Namespaces(vec![a.clone(), r.clone(), b.clone()]);
-    for n in [&a, &r, &b] {
-        sh(&["ip", "netns", "add", n]);
-        ns(n, &["ip", "link", "set", "lo", "up"]);
-    }
-    for (n, dev, peer, addr, gw) in [
-        (&a, "ra", "eth0", "10.1.0.2/24", "10.1.0.1"),
-        (&b, "rb", "eth0", "10.2.0.2/24", "10.2.0.1"),
+    let mut tb = Testbed::new().unwrap();
+    let (a, r, b) = (
+        tb.add_netns("a").unwrap(),
+        tb.add_netns("r").unwrap(),
+        tb.add_netns("b").unwrap(),
+    );
+    let ns = |n: &str, args: &[&str]| tb.exec(n, args).unwrap();
+    for (n, dev, addr, gw) in [
+        (&a, "ra", "10.1.0.2/24", "10.1.0.1"),
+        (&b, "rb", "10.2.0.2/24", "10.2.0.1"),
     ] {
-        sh(&[
-            "ip", "link", "add", dev, "netns", &r, "type", "veth", "peer", "name", peer, "netns", n,
-        ]);
+        tb.veth(&r, dev, n, "eth0").unwrap();
         ns(n, &["ip", "addr", "add", addr, "dev", "eth0"]);
-        ns(n, &["ip", "link", "set", "eth0", "up"]);
         ns(n, &["ip", "route", "add", "default", "via", gw]);
-        ns(&r, &["ip", "link", "set", dev, "up"]);
     }
     ns(&r, &["ip", "addr", "add", "10.1.0.1/24", "dev", "ra"]);
     ns(&r, &["ip", "addr", "add", "10.2.0.1/24", "dev", "rb"]);
@@ -123,19 +78,11 @@ fn overlay_carries_traffic_across_a_routed_network_and_repairs_itself() {
     ns(&a, &["ip", "addr", "add", "10.88.0.1/32", "dev", "lo"]);
     ns(&b, &["ip", "addr", "add", "10.99.0.1/32", "dev", "lo"]);
     // Without the overlay the peer's address is not a usable next hop: not on-link.
-    let direct = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
+    let direct = tb
+        .exec_any(
             &a,
-            "ip",
-            "route",
-            "add",
-            "10.99.0.0/24",
-            "via",
-            "10.2.0.2",
-        ])
-        .output()
+            &["ip", "route", "add", "10.99.0.0/24", "via", "10.2.0.2"],
+        )
         .unwrap();
     assert!(
         !direct.status.success(),

@@ -12,6 +12,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use fabric_netns::{
+    process::die_with_parent,
+    testbed::{Testbed, scratch_dir},
+};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_fabric-gateway");
 
 /// Returns false (and says why) when the test cannot run here.
@@ -29,7 +34,7 @@ pub fn require_root(test: &str) -> bool {
 }
 
 pub fn sh(args: &[&str]) -> Output {
-    Command::new(args[0])
+    die_with_parent(&mut Command::new(args[0]))
         .args(&args[1..])
         .output()
         .unwrap_or_else(|e| panic!("spawning {args:?}: {e}"))
@@ -47,40 +52,43 @@ pub fn run(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A gateway test's namespaces (a [`Testbed`]), scratch directory and processes.
 pub struct Lab {
+    /// Short and unique per test: gateway names (and so TUN and UAPI socket names) start with it.
     pub tag: String,
     pub dir: PathBuf,
-    namespaces: Vec<String>,
     children: Vec<(String, Child)>,
     extra_files: Vec<PathBuf>,
+    // Last: the namespaces go after the processes in them. Only tests that run as root have it.
+    bed: Option<Testbed>,
 }
 
 impl Lab {
-    /// `tag` must be unique per test (it becomes part of netns and socket names).
+    /// `tag` must be unique per test (it becomes part of gateway and socket names).
     pub fn new(tag: &str) -> Self {
         let tag = format!("fgw{}{tag}", std::process::id() % 100_000);
-        let dir = std::env::temp_dir().join(&tag);
+        // A test-bed scratch name, so that a killed run's keys and logs are reaped.
+        let dir = scratch_dir(&tag);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         Self {
             tag,
             dir,
-            namespaces: vec![],
             children: vec![],
             extra_files: vec![],
+            bed: None,
         }
     }
 
-    pub fn ns(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.tag)
+    fn bed(&mut self) -> &mut Testbed {
+        self.bed
+            .get_or_insert_with(|| Testbed::new().expect("a namespace test bed (root)"))
     }
 
+    /// Creates namespace `<bed>-<suffix>` with loopback up, forwarding on and no reverse-path
+    /// filter; returns its name.
     pub fn add_ns(&mut self, suffix: &str) -> String {
-        let name = self.ns(suffix);
-        let _ = sh(&["ip", "netns", "del", &name]);
-        run(&["ip", "netns", "add", &name]);
-        self.namespaces.push(name.clone());
-        self.exec(&name, &["ip", "link", "set", "lo", "up"]);
+        let name = self.bed().add_netns(suffix).unwrap();
         self.exec(&name, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
         self.exec(&name, &["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"]);
         name
@@ -121,12 +129,11 @@ impl Lab {
         for (k, v) in env {
             c.env(k, v);
         }
-        let child = c
-            .stdin(Stdio::null())
+        c.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+            .stderr(log);
+        // Dies with the test process, even when that is SIGKILLed.
+        let child = fabric_netns::process::spawn(c).unwrap();
         self.children.push((name.to_string(), child));
     }
 
@@ -180,19 +187,9 @@ impl Lab {
         p
     }
 
-    /// Runs `f` with the calling thread moved into `ns` (setns affects only this thread).
+    /// Runs `f` on a thread inside `ns` (setns affects only that thread).
     pub fn in_ns<T: Send + 'static>(&self, ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/var/run/netns/{ns}");
-        std::thread::spawn(move || {
-            let fd = fs::File::open(&path).unwrap();
-            use std::os::fd::AsRawFd;
-            // SAFETY: valid netns fd; only this (fresh) thread changes namespace.
-            let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .unwrap()
+        fabric_netns::run_in(ns, f).unwrap()
     }
 
     pub fn ping(&self, ns: &str, dst: &str, count: u32) -> bool {
@@ -232,15 +229,7 @@ impl Lab {
     pub fn tcp_transfer(&self, server_ns: &str, bind: &str, client_ns: &str, len: usize) {
         let bind: SocketAddr = bind.parse().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        let sp = format!("/var/run/netns/{server_ns}");
-        let server = std::thread::spawn(move || {
-            let fd = fs::File::open(&sp).unwrap();
-            use std::os::fd::AsRawFd;
-            // SAFETY: as in `in_ns`.
-            assert_eq!(
-                unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
-                0
-            );
+        let server = fabric_netns::spawn_in(server_ns, move || {
             let l = TcpListener::bind(bind).unwrap();
             tx.send(()).unwrap();
             let (mut s, _) = l.accept().unwrap();
@@ -248,7 +237,7 @@ impl Lab {
             let mut got = Vec::new();
             s.read_to_end(&mut got).unwrap();
             s.write_all(&(got.len() as u64).to_be_bytes()).unwrap();
-            got
+            Ok::<_, fabric_netns::Error>(got)
         });
         rx.recv_timeout(Duration::from_secs(5)).unwrap();
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
@@ -263,7 +252,7 @@ impl Lab {
             s.read_exact(&mut n).unwrap();
             u64::from_be_bytes(n)
         });
-        let got = server.join().unwrap();
+        let got = server.join().unwrap().unwrap();
         assert_eq!(reply as usize, len);
         assert!(got == data, "TCP payload corrupted");
     }
@@ -315,9 +304,8 @@ impl Drop for Lab {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for ns in &self.namespaces {
-            let _ = sh(&["ip", "netns", "del", ns]);
-        }
+        // The namespaces, now that nothing runs in them.
+        drop(self.bed.take());
         for f in &self.extra_files {
             let _ = fs::remove_file(f);
         }
