@@ -18,6 +18,14 @@ use serde::{Deserialize, Serialize};
 pub const VERSION: &str = "v1alpha1";
 
 const IPV4_CIDR: &str = "isCIDR(self) && cidr(self).ip().family() == 4";
+/// What a peer may announce as its pod or external CIDR. Each rule passes a non-CIDR (the rule
+/// above says what is wrong with it) so that a bad value gets one message, not a CEL error.
+/// A prefix shorter than /8 would have every node route most of the address space into the
+/// tunnel; loopback, link-local (metadata services), multicast and 0.0.0.0/8 are never pods.
+/// The fields carry a maxLength ("255.255.255.255/32") so the API server can bound the cost.
+const NO_HOST_BITS: &str = "!isCIDR(self) || cidr(self).masked() == cidr(self)";
+const AT_MOST_SLASH_8: &str = "!isCIDR(self) || cidr(self).prefixLength() >= 8";
+const UNICAST: &str = "!isCIDR(self) || cidr(self).ip().isGlobalUnicast()";
 const IPV4_ADDR: &str = "isIP(self) && ip(self).family() == 4";
 const DNS_LABEL: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 63";
 /// A WireGuard key: 32 bytes in base64 (the last character before '=' carries 4 bits).
@@ -28,10 +36,22 @@ const WG_KEY: &str = "self.matches('^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$')";
 #[serde(rename_all = "camelCase")]
 pub struct ClusterCidrs {
     /// Pod CIDR, e.g. 10.244.0.0/16.
-    #[x_kube(validation = Rule::new(IPV4_CIDR).message("must be an IPv4 CIDR such as 10.244.0.0/16"))]
+    #[x_kube(
+        validation = Rule::new(IPV4_CIDR).message("must be an IPv4 CIDR such as 10.244.0.0/16"),
+        validation = Rule::new(NO_HOST_BITS).message("has host bits set: give the network address (10.244.0.0/16, not 10.244.1.10/16)"),
+        validation = Rule::new(AT_MOST_SLASH_8).message("must be a /8 or longer prefix: a shorter one would route most addresses to the peer"),
+        validation = Rule::new(UNICAST).message("must be a unicast range (not loopback, link-local, multicast or 0.0.0.0/8)")
+    )]
+    #[schemars(length(max = 18))]
     pub pod: String,
     /// External CIDR: the addresses under which the cluster exposes non-pod IPs to peers.
-    #[x_kube(validation = Rule::new(IPV4_CIDR).message("must be an IPv4 CIDR such as 10.70.0.0/16"))]
+    #[x_kube(
+        validation = Rule::new(IPV4_CIDR).message("must be an IPv4 CIDR such as 10.70.0.0/16"),
+        validation = Rule::new(NO_HOST_BITS).message("has host bits set: give the network address (10.244.0.0/16, not 10.244.1.10/16)"),
+        validation = Rule::new(AT_MOST_SLASH_8).message("must be a /8 or longer prefix: a shorter one would route most addresses to the peer"),
+        validation = Rule::new(UNICAST).message("must be a unicast range (not loopback, link-local, multicast or 0.0.0.0/8)")
+    )]
+    #[schemars(length(max = 18))]
     pub external: String,
 }
 

@@ -1,0 +1,65 @@
+//! The API server refuses bad fabric objects with a message that says what is wrong, before any
+//! controller sees them (CEL rules in the generated CRDs, against a real kube-apiserver).
+use fabric_tests::apiserver::{ApiServer, require_tools};
+
+fn configuration(name: &str, pod: &str, external: &str) -> String {
+    format!(
+        "apiVersion: networking.fabric.io/v1alpha1\nkind: Configuration\n\
+         metadata: {{name: {name}, namespace: default}}\n\
+         spec: {{clusterId: {name}, remote: {{pod: \"{pod}\", external: \"{external}\"}}}}\n"
+    )
+}
+
+/// A peer's announced CIDRs end up as routes on every node: anything default-like, not
+/// unicast, or not a network address is refused.
+#[test]
+fn peer_cidrs_that_are_not_pod_networks_are_refused() {
+    if !require_tools("peer_cidrs_that_are_not_pod_networks_are_refused") {
+        return;
+    }
+    let server = ApiServer::start("crds");
+    server.install_crds();
+    let cases = [
+        ("0.0.0.0/0", "must be a /8 or longer prefix"),
+        ("128.0.0.0/1", "must be a /8 or longer prefix"),
+        ("10.0.0.0/7", "must be a /8 or longer prefix"),
+        ("224.0.0.0/8", "must be a unicast range"),
+        ("239.1.0.0/16", "must be a unicast range"),
+        ("127.0.0.0/8", "must be a unicast range"),
+        ("169.254.0.0/16", "must be a unicast range"),
+        ("0.0.0.0/8", "must be a unicast range"),
+        ("10.244.1.10/16", "has host bits set"),
+        ("10.244.0.0/33", "must be an IPv4 CIDR"),
+    ];
+    for (i, (cidr, why)) in cases.iter().enumerate() {
+        for (pod, external) in [(*cidr, "10.80.0.0/16"), ("10.244.0.0/16", *cidr)] {
+            let o = server.kubectl_stdin(
+                &["apply", "-f", "-"],
+                &configuration(&format!("bad-{i}"), pod, external),
+            );
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{pod} / {external} was accepted");
+            assert!(err.contains(why), "{pod} / {external}: {err}");
+        }
+    }
+    // What clusters really use still goes through.
+    for (i, (pod, external)) in [
+        ("10.244.0.0/16", "10.70.0.0/16"),
+        ("10.0.0.0/8", "192.168.10.0/24"),
+        ("172.16.0.0/12", "100.64.0.0/10"),
+        ("10.244.1.0/32", "10.70.0.0/31"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let o = server.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &configuration(&format!("good-{i}"), pod, external),
+        );
+        assert!(
+            o.status.success(),
+            "{pod} / {external} refused: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
