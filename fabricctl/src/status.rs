@@ -1,0 +1,154 @@
+//! `fabricctl status`: the local cluster's peers, from its Configurations and Connections.
+use anyhow::Result;
+use fabric_api::networking::v1alpha1::{Configuration, Connection};
+use kube::{Api, Client, api::ListParams};
+use serde::Serialize;
+
+use crate::cli::Output;
+
+#[derive(Serialize, Debug, PartialEq)]
+struct PeerRow {
+    peer: String,
+    pod_cidr: String,
+    pod_seen_as: Option<String>,
+    external_cidr: String,
+    external_seen_as: Option<String>,
+    tunnel: String,
+    latency: Option<String>,
+    rx_bytes: i64,
+    tx_bytes: i64,
+}
+
+pub async fn status(c: &Client, ns: &str, output: Output) -> Result<()> {
+    let cfgs = Api::<Configuration>::namespaced(c.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    let conns = Api::<Connection>::namespaced(c.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    let rows = rows(&cfgs.items, &conns.items);
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
+        Output::Table => print!("{}", table(&rows)),
+    }
+    Ok(())
+}
+
+fn rows(cfgs: &[Configuration], conns: &[Connection]) -> Vec<PeerRow> {
+    cfgs.iter()
+        .map(|cfg| {
+            let seen = cfg.status.as_ref().and_then(|s| s.remote.clone());
+            let conn = conns
+                .iter()
+                .find(|x| x.spec.cluster_id == cfg.spec.cluster_id)
+                .and_then(|x| x.status.clone());
+            PeerRow {
+                peer: cfg.spec.cluster_id.clone(),
+                pod_cidr: cfg.spec.remote.pod.clone(),
+                pod_seen_as: seen.as_ref().map(|s| s.pod.clone()),
+                external_cidr: cfg.spec.remote.external.clone(),
+                external_seen_as: seen.map(|s| s.external),
+                tunnel: conn
+                    .as_ref()
+                    .map_or("NoGateway".into(), |s| format!("{:?}", s.value)),
+                latency: conn.as_ref().and_then(|s| s.latency.clone()),
+                rx_bytes: conn.as_ref().map_or(0, |s| s.rx_bytes),
+                tx_bytes: conn.as_ref().map_or(0, |s| s.tx_bytes),
+            }
+        })
+        .collect()
+}
+
+fn table(rows: &[PeerRow]) -> String {
+    let mut out = format!(
+        "{:<16} {:<18} {:<18} {:<18} {:<18} {:<11} {:>9} {:>12} {:>12}\n",
+        "PEER", "POD CIDR", "SEEN AS", "EXTERNAL CIDR", "SEEN AS", "TUNNEL", "LATENCY", "RX", "TX"
+    );
+    for r in rows {
+        out += &format!(
+            "{:<16} {:<18} {:<18} {:<18} {:<18} {:<11} {:>9} {:>12} {:>12}\n",
+            r.peer,
+            r.pod_cidr,
+            r.pod_seen_as.as_deref().unwrap_or("-"),
+            r.external_cidr,
+            r.external_seen_as.as_deref().unwrap_or("-"),
+            r.tunnel,
+            r.latency.as_deref().unwrap_or("-"),
+            r.rx_bytes,
+            r.tx_bytes
+        );
+    }
+    if rows.is_empty() {
+        out += "(no peers; connect one with `fabricctl peer --remote-kubeconfig ...`)\n";
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::networking::v1alpha1::{
+        ClusterCidrs, ConfigurationSpec, ConfigurationStatus, ConnectionSpec, ConnectionState,
+        ConnectionStatus,
+    };
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn cidrs(pod: &str, external: &str) -> ClusterCidrs {
+        ClusterCidrs {
+            pod: pod.into(),
+            external: external.into(),
+        }
+    }
+
+    fn cfg(peer: &str, seen: Option<ClusterCidrs>) -> Configuration {
+        Configuration {
+            metadata: ObjectMeta::default(),
+            spec: ConfigurationSpec {
+                cluster_id: peer.into(),
+                remote: cidrs("10.244.0.0/16", "10.70.0.0/16"),
+            },
+            status: Some(ConfigurationStatus {
+                remote: seen,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_row_per_peer_with_its_tunnel() {
+        let conn = Connection {
+            metadata: ObjectMeta::default(),
+            spec: ConnectionSpec {
+                cluster_id: "b".into(),
+            },
+            status: Some(ConnectionStatus {
+                value: ConnectionState::Connected,
+                latency: Some("0.42ms".into()),
+                rx_bytes: 10,
+                tx_bytes: 20,
+                ..Default::default()
+            }),
+        };
+        let rows = rows(
+            &[
+                cfg("b", Some(cidrs("10.64.0.0/16", "10.65.0.0/16"))),
+                cfg("c", None),
+            ],
+            &[conn],
+        );
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].pod_seen_as.as_deref(), Some("10.64.0.0/16"));
+        assert_eq!(rows[0].external_seen_as.as_deref(), Some("10.65.0.0/16"));
+        assert_eq!(rows[0].tunnel, "Connected");
+        assert_eq!((rows[0].rx_bytes, rows[0].tx_bytes), (10, 20));
+        assert_eq!(rows[1].tunnel, "NoGateway");
+        assert_eq!(rows[1].pod_seen_as, None);
+        let t = table(&rows);
+        assert_eq!(t.lines().count(), 3, "{t}");
+        assert!(t.lines().nth(1).unwrap().starts_with("b "), "{t}");
+        assert!(t.contains("0.42ms"), "{t}");
+        assert!(table(&[]).contains("no peers"));
+    }
+}
