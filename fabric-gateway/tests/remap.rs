@@ -504,4 +504,40 @@ fn gateway_repairs_dataplane_drift() {
     );
     let show = lab.exec(&ga, &["tc", "filter", "show", "dev", "fab-b", "egress"]);
     assert!(show.contains("handle 0xfab"), "{show}");
+
+    // The last peer removed by a reload: its map entries go with it, and the repair does not
+    // chase its deleted device afterwards.
+    let ifaces_map = map_id_behind(&lab, &ga, "fab-b", "FABRIC_IFACES").to_string();
+    let entries = |id: &str| {
+        let dump: serde_json::Value =
+            serde_json::from_str(&run(&["bpftool", "map", "dump", "id", id, "--json"])).unwrap();
+        dump.as_array().unwrap().len()
+    };
+    assert_eq!(entries(&ifaces_map), 1);
+    let cfg = lab.write("gwa.toml", &gateway_config(&a, &ka.0, &na, &[]));
+    let log_before = lab.log("gwa").len();
+    run(&[
+        BIN,
+        "reload",
+        "--name",
+        &na,
+        "--control-dir",
+        lab.dir.to_str().unwrap(),
+    ]);
+    assert!(cfg.exists());
+    assert!(
+        !lab.try_exec(&ga, &["ip", "link", "show", "fab-b"])
+            .status
+            .success(),
+        "fab-b still there after its peer was removed"
+    );
+    assert_eq!(entries(&ifaces_map), 0, "the last peer stayed in the maps");
+    // Two repair passes (every 2 s) later, nothing was repaired or complained about.
+    std::thread::sleep(Duration::from_secs(5));
+    let log = lab.log("gwa");
+    let since = &log[log_before..];
+    assert!(
+        !since.contains("WARN") && !since.contains("ERROR"),
+        "after removing the last peer:\n{since}"
+    );
 }

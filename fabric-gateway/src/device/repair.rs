@@ -13,10 +13,22 @@ impl Gateway {
         &self,
         dp: Option<(PathBuf, fabric_dataplane::DataplaneConfig)>,
     ) -> Result<(), GatewayError> {
+        let err = |e| GatewayError::Dataplane(Box::new(e));
         let Some((pin_dir, cfg)) = dp else {
+            // No peer left that wants remapping: empty what the last apply put in the maps and
+            // detach from its devices, and stop repairing toward it, or the last peer would
+            // stay in the maps and the repair would chase its deleted device forever.
+            let Some((pin_dir, _)) = self.dataplane_cfg.lock().unwrap().take() else {
+                return Ok(());
+            };
+            if let Some(plane) = self.dataplane.lock().unwrap().as_mut() {
+                let report = plane
+                    .apply(&fabric_dataplane::DataplaneConfig::default())
+                    .map_err(err)?;
+                tracing::info!(pin_dir = %pin_dir.display(), ?report, "data plane emptied: no peers left");
+            }
             return Ok(());
         };
-        let err = |e| GatewayError::Dataplane(Box::new(e));
         let mut slot = self.dataplane.lock().unwrap();
         let plane = match slot.as_mut() {
             Some(p) => p,
