@@ -3,6 +3,7 @@ use std::{
     net::SocketAddr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
+    process::ExitCode,
 };
 
 use anyhow::{Context, Result, bail};
@@ -69,7 +70,19 @@ enum Cmd {
     },
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
+    // `{:#}` prints the chain of causes on one line; returning the error from main would print
+    // its Debug form, which carries a backtrace whenever RUST_BACKTRACE is set.
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -7,10 +7,19 @@ use std::{net::UdpSocket, process::Command};
 use common::*;
 
 fn fails_with(args: &[&str], needles: &[&str]) {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    // People get messages; backtraces are for bugs, even with RUST_BACKTRACE set.
+    let out = Command::new(BIN)
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{args:?} should fail");
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert!(
+        !err.contains("acktrace"),
+        "{args:?} printed a backtrace: {err}"
+    );
     for n in needles {
         assert!(err.contains(n), "{args:?}: expected {n:?} in:\n{err}");
     }
