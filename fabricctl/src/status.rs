@@ -22,10 +22,12 @@ struct PeerRow {
 pub async fn status(c: &Client, ns: &str, output: Output) -> Result<()> {
     let cfgs = Api::<Configuration>::namespaced(c.clone(), ns)
         .list(&ListParams::default())
-        .await?;
+        .await
+        .map_err(|e| not_installed(e, "Configurations"))?;
     let conns = Api::<Connection>::namespaced(c.clone(), ns)
         .list(&ListParams::default())
-        .await?;
+        .await
+        .map_err(|e| not_installed(e, "Connections"))?;
     let rows = rows(&cfgs.items, &conns.items);
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
@@ -33,6 +35,19 @@ pub async fn status(c: &Client, ns: &str, output: Output) -> Result<()> {
         Output::Table => print!("{}", table(&rows)),
     }
     Ok(())
+}
+
+/// Listing a kind the API server does not know answers a bare "404 page not found": say that
+/// the fabric is missing there and how to install it.
+fn not_installed(e: kube::Error, what: &str) -> anyhow::Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => anyhow::anyhow!(
+            "the fabric is not installed in this cluster (its API server does not know \
+             networking.fabric.io {what}): install it with `kubectl apply -k deploy/`, \
+             or point --kubeconfig at a cluster that has it"
+        ),
+        _ => anyhow::Error::new(e).context(format!("listing {what}")),
+    }
 }
 
 fn rows(cfgs: &[Configuration], conns: &[Connection]) -> Vec<PeerRow> {

@@ -63,3 +63,25 @@ fn peer_cidrs_that_are_not_pod_networks_are_refused() {
         );
     }
 }
+
+/// `fabricctl status` against a cluster without the fabric says so, and how to install it,
+/// instead of the API server's bare "404 page not found".
+#[test]
+fn status_without_the_fabric_says_how_to_install_it() {
+    if !require_tools("status_without_the_fabric_says_how_to_install_it") {
+        return;
+    }
+    let server = ApiServer::start("no-fabric");
+    let out = std::process::Command::new(fabric_tests::locate_bin("fabricctl").unwrap())
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .arg("status")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "status succeeded without the fabric");
+    assert!(
+        err.contains("the fabric is not installed") && err.contains("kubectl apply -k deploy/"),
+        "{err}"
+    );
+}
