@@ -34,12 +34,13 @@ enum Cmd {
         #[arg(long, env = "FABRIC_GATEWAY_IP")]
         gateway: Option<Ipv4Addr>,
         /// Route to the active gateway replica instead: the address its operator publishes on
-        /// this Lease (NAMESPACE/NAME), followed as replicas take over.
+        /// this Lease (NAMESPACE/NAME, or NAME in fabric-system; without a value the gateway
+        /// Lease), followed as replicas take over.
         #[arg(
             long,
             env = "FABRIC_GATEWAY_LEASE",
             num_args = 0..=1,
-            default_missing_value = "fabric-system/fabric-gateway"
+            default_missing_value = fabric_api::names::lease::GATEWAY
         )]
         gateway_from_lease: Option<run::LeaseRef>,
         /// Full re-check period (route changes trigger one at once).

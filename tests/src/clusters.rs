@@ -19,6 +19,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use fabric_api::{identity::cluster_key, names};
 
 use crate::{Testbed, apiserver::ApiServer, locate_bin};
 
@@ -26,8 +27,10 @@ pub const POD_CIDR: &str = "10.244.0.0/16";
 pub const EXTERNAL_CIDR: &str = "10.70.0.0/16";
 pub const SERVICE_CIDR: &str = "10.96.0.0/12";
 pub const POOL: &str = "10.64.0.0/12";
-/// The Lease the gateway replicas of a cluster compete for (namespace fabric-system).
-pub const GATEWAY_LEASE: &str = "fabric-gateway";
+/// The Lease the gateway replicas of a cluster compete for (in [`NAMESPACE`]).
+pub const GATEWAY_LEASE: &str = names::lease::GATEWAY;
+/// Where the fabric runs in the test clusters.
+pub const NAMESPACE: &str = names::DEFAULT_NAMESPACE;
 
 /// One gateway replica: a gateway and its operator, as one pod of the gateway Deployment.
 #[derive(Debug, Clone)]
@@ -83,15 +86,9 @@ impl Cluster {
     /// The gateway Lease as (holderIdentity, published gateway address); None while it does
     /// not exist. Empty strings for fields not set.
     pub fn gateway_lease(&self) -> Option<(String, String)> {
-        let o = self.api.kubectl(&[
-            "get",
-            "lease",
-            GATEWAY_LEASE,
-            "-n",
-            "fabric-system",
-            "-o",
-            "json",
-        ]);
+        let o = self
+            .api
+            .kubectl(&["get", "lease", GATEWAY_LEASE, "-n", NAMESPACE, "-o", "json"]);
         if !o.status.success() {
             return None;
         }
@@ -101,7 +98,7 @@ impl Cluster {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned(),
-            v["metadata"]["annotations"]["networking.fabric.io/gateway-ip"]
+            v["metadata"]["annotations"][names::annotation::GATEWAY_IP]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned(),
@@ -212,9 +209,9 @@ impl LoadBalancer {
                             "get",
                             "pods",
                             "-n",
-                            "fabric-system",
+                            NAMESPACE,
                             "-l",
-                            "networking.fabric.io/gateway-active=true",
+                            &format!("{}=true", names::label::GATEWAY_ACTIVE),
                             "-o",
                             "jsonpath={.items[*].metadata.name}",
                         ])
@@ -492,7 +489,7 @@ impl PeeredClusters {
             } else {
                 vec![
                     "--gateway-from-lease".into(),
-                    format!("fabric-system/{GATEWAY_LEASE}"),
+                    format!("{NAMESPACE}/{GATEWAY_LEASE}"),
                 ]
             };
             for (k, node) in nodes.iter().enumerate() {
@@ -561,18 +558,20 @@ impl PeeredClusters {
         let api = ApiServer::start_in_netns(&format!("{id}-{}", tb.id()), &api_ns, &api_ip)?;
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
         api.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
-        api.kubectl_ok(&["create", "namespace", "fabric-system"]);
-        api.kubectl_ok(&[
-            "create",
-            "configmap",
-            "fabric-cluster",
-            "-n",
-            "fabric-system",
-            &format!("--from-literal=FABRIC_CLUSTER_ID={id}"),
-            &format!("--from-literal=FABRIC_POD_CIDR={POD_CIDR}"),
-            &format!("--from-literal=FABRIC_SERVICE_CIDR={SERVICE_CIDR}"),
-            &format!("--from-literal=FABRIC_EXTERNAL_CIDR={EXTERNAL_CIDR}"),
-        ]);
+        api.kubectl_ok(&["create", "namespace", NAMESPACE]);
+        let identity: Vec<String> = [
+            (cluster_key::CLUSTER_ID, id),
+            (cluster_key::POD_CIDR, POD_CIDR),
+            (cluster_key::SERVICE_CIDR, SERVICE_CIDR),
+            (cluster_key::EXTERNAL_CIDR, EXTERNAL_CIDR),
+        ]
+        .iter()
+        .map(|(k, v)| format!("--from-literal={k}={v}"))
+        .collect();
+        let mut create = vec!["create", "configmap", names::config_map::CLUSTER];
+        create.extend(["-n", NAMESPACE]);
+        create.extend(identity.iter().map(String::as_str));
+        api.kubectl_ok(&create);
         api.kubectl_ok(&[
             "wait",
             "--for",
