@@ -3,9 +3,10 @@
 //!
 //!   pa (10.10.0.2) -- ga == underlay veth 10.250.0.1 <-> 10.250.0.2 == gb -- pb (10.20.0.2)
 //!
-//! Every mode gets fresh namespaces. Traffic never leaves them. Every process and
-//! namespace is removed on success, error, panic, SIGINT/SIGTERM and when the
-//! overall deadline passes.
+//! Every mode gets a fresh test bed (`fabric_netns::testbed`). Traffic never leaves its
+//! namespaces. Every process and namespace is removed on success, error, panic, SIGINT/SIGTERM
+//! and when the overall deadline passes; after a SIGKILL the processes die with the benchmark
+//! and the next test bed reaps the rest.
 //!
 //! Our gateway runs as a child process of this very binary (`__gateway`), which
 //! calls the same library code as `fabric-gateway run`, so that `cargo run --bin
@@ -25,6 +26,7 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
 use fabric_gateway::key::PrivateKey;
+use fabric_netns::testbed::Testbed;
 
 const A_UL: &str = "10.250.0.1";
 const B_UL: &str = "10.250.0.2";
@@ -67,14 +69,17 @@ struct Args {
 #[derive(Default)]
 struct Registry {
     pids: Vec<i32>,
-    namespaces: Vec<String>,
+    beds: Vec<Testbed>,
     paths: Vec<PathBuf>,
+    /// Set once the final cleanup has begun: no new test beds from then on.
+    closing: bool,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     pids: Vec::new(),
-    namespaces: Vec::new(),
+    beds: Vec::new(),
     paths: Vec::new(),
+    closing: false,
 });
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
@@ -105,20 +110,24 @@ fn kill_and_reap(pid: i32) {
 }
 
 fn cleanup_all() {
-    let (pids, nss, paths) = {
+    // Whoever comes second (main returning, the signal thread) waits until the first is done,
+    // so the process never exits in the middle of a cleanup.
+    static CLEANING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = CLEANING.lock().unwrap_or_else(|e| e.into_inner());
+    let (pids, beds, paths) = {
         let mut r = registry();
+        r.closing = true;
         (
             std::mem::take(&mut r.pids),
-            std::mem::take(&mut r.namespaces),
+            std::mem::take(&mut r.beds),
             std::mem::take(&mut r.paths),
         )
     };
     for pid in pids.into_iter().rev() {
         kill_and_reap(pid);
     }
-    for ns in nss {
-        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-    }
+    // Namespaces and scratch directories go with their test beds.
+    drop(beds);
     for p in paths {
         let _ = fs::remove_dir_all(&p).or_else(|_| fs::remove_file(&p));
     }
@@ -183,25 +192,6 @@ fn unblocked(cmd: &mut Command) -> &mut Command {
     }
 }
 
-/// Removes stale namespaces of earlier runs that were killed with SIGKILL.
-fn remove_stale_namespaces() {
-    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
-        return;
-    };
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let name = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = name.strip_prefix(PREFIX) else {
-            continue;
-        };
-        let pid: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-        if let Ok(pid) = pid.parse::<i32>()
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = Command::new("ip").args(["netns", "del", name]).output();
-        }
-    }
-}
-
 // ------------------------------------------------------------- processes
 
 fn run_cmd(args: &[&str], timeout: Duration) -> Result<String> {
@@ -211,7 +201,7 @@ fn run_cmd(args: &[&str], timeout: Duration) -> Result<String> {
         .arg(format!("{}", timeout.as_secs().max(1)))
         .args(args)
         .stdin(Stdio::null());
-    let out = unblocked(&mut cmd)
+    let out = unblocked(fabric_netns::process::die_with_parent(&mut cmd))
         .output()
         .with_context(|| format!("spawning {args:?}"))?;
     if !out.status.success() {
@@ -243,9 +233,10 @@ fn spawn_in(ns: &str, args: &[&str], env: &[(&str, &str)], log: &Path) -> Result
         .stdin(Stdio::null())
         .stdout(f.try_clone()?)
         .stderr(f);
-    let child: Child = unblocked(&mut cmd)
-        .spawn()
-        .with_context(|| format!("spawning {args:?}"))?;
+    unblocked(&mut cmd);
+    // Dies with the benchmark, even when that is SIGKILLed.
+    let child: Child =
+        fabric_netns::process::spawn(cmd).with_context(|| format!("spawning {args:?}"))?;
     let pid = child.id() as i32;
     // Reaped by pid in cleanup; the Child handle itself does not wait on drop.
     registry().pids.push(pid);
@@ -283,60 +274,44 @@ struct Topo {
     gb: String,
     pa: String,
     pb: String,
+    /// The test bed's scratch directory: keys, configurations, logs, sockets.
     dir: PathBuf,
+    /// Short and unique: gateway and boringtun interface names start with it.
     tag: String,
+    /// The test bed (kept in the registry, so that the signal thread can clean it up).
+    bed_id: String,
 }
 
 fn topology(mode: &str) -> Result<Topo> {
     let tag = format!("{PREFIX}{}{mode}", std::process::id());
-    let dir = std::env::temp_dir().join(&tag);
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
-    registry().paths.push(dir.clone());
-    let mk = |s: &str| -> Result<String> {
-        let n = format!("{tag}{s}");
-        let _ = run_cmd(&["ip", "netns", "del", &n], T);
-        run_cmd(&["ip", "netns", "add", &n], T)?;
-        registry().namespaces.push(n.clone());
-        ns_cmd(&n, &["ip", "link", "set", "lo", "up"], T)?;
-        ns_cmd(&n, &["sysctl", "-qw", "net.ipv4.ip_forward=1"], T)?;
+    // Built under the registry's lock: the signal thread cleans up either before the test bed
+    // exists or after it is complete, never half of it.
+    let mut r = registry();
+    if r.closing {
+        bail!("cleaning up");
+    }
+    r.beds.push(Testbed::new()?);
+    let bed = r.beds.last_mut().expect("just pushed");
+    let mut mk = |s: &str| -> Result<String> {
+        let n = bed.add_netns(s)?;
+        bed.sysctl(&n, "net.ipv4.ip_forward", "1")?;
         Ok(n)
     };
-    let t = Topo {
-        ga: mk("ga")?,
-        gb: mk("gb")?,
-        pa: mk("pa")?,
-        pb: mk("pb")?,
-        dir,
+    let (ga, gb, pa, pb) = (mk("ga")?, mk("gb")?, mk("pa")?, mk("pb")?);
+    bed.veth_addrs((&ga, "ula", "10.250.0.1/24"), (&gb, "ulb", "10.250.0.2/24"))?;
+    bed.veth_addrs((&ga, "poda", "10.10.0.1/24"), (&pa, "eth0", "10.10.0.2/24"))?;
+    bed.veth_addrs((&gb, "podb", "10.20.0.1/24"), (&pb, "eth0", "10.20.0.2/24"))?;
+    bed.ip(&pa, &["route", "add", "default", "via", "10.10.0.1"])?;
+    bed.ip(&pb, &["route", "add", "default", "via", "10.20.0.1"])?;
+    Ok(Topo {
+        ga,
+        gb,
+        pa,
+        pb,
+        dir: bed.dir().to_owned(),
         tag,
-    };
-    let link = |a: &str, ai: &str, aa: &str, b: &str, bi: &str, ba: &str| -> Result<()> {
-        run_cmd(
-            &[
-                "ip", "link", "add", ai, "netns", a, "type", "veth", "peer", "name", bi, "netns", b,
-            ],
-            T,
-        )?;
-        ns_cmd(a, &["ip", "addr", "add", aa, "dev", ai], T)?;
-        ns_cmd(b, &["ip", "addr", "add", ba, "dev", bi], T)?;
-        ns_cmd(a, &["ip", "link", "set", ai, "up"], T)?;
-        ns_cmd(b, &["ip", "link", "set", bi, "up"], T)?;
-        Ok(())
-    };
-    link(&t.ga, "ula", "10.250.0.1/24", &t.gb, "ulb", "10.250.0.2/24")?;
-    link(&t.ga, "poda", "10.10.0.1/24", &t.pa, "eth0", "10.10.0.2/24")?;
-    link(&t.gb, "podb", "10.20.0.1/24", &t.pb, "eth0", "10.20.0.2/24")?;
-    ns_cmd(
-        &t.pa,
-        &["ip", "route", "add", "default", "via", "10.10.0.1"],
-        T,
-    )?;
-    ns_cmd(
-        &t.pb,
-        &["ip", "route", "add", "default", "via", "10.20.0.1"],
-        T,
-    )?;
-    Ok(t)
+        bed_id: bed.id().to_owned(),
+    })
 }
 
 fn teardown(t: &Topo) {
@@ -345,12 +320,12 @@ fn teardown(t: &Topo) {
     for pid in pids.into_iter().rev() {
         kill_and_reap(pid);
     }
-    for s in ["ga", "gb", "pa", "pb"] {
-        let n = format!("{}{s}", t.tag);
-        let _ = run_cmd(&["ip", "netns", "del", &n], T);
-        registry().namespaces.retain(|x| *x != n);
-    }
-    let _ = fs::remove_dir_all(&t.dir);
+    let bed = {
+        let mut r = registry();
+        let i = r.beds.iter().position(|b| b.id() == t.bed_id);
+        i.map(|i| r.beds.swap_remove(i))
+    };
+    drop(bed);
 }
 
 fn wait_ping(t: &Topo, timeout: Duration, pids: &[i32]) -> Result<()> {
@@ -946,7 +921,7 @@ fn main() -> Result<()> {
         }
     }
     install_reaper(Duration::from_secs(args.deadline));
-    remove_stale_namespaces();
+    fabric_netns::testbed::reap_stale();
     let result = bench(&args);
     cleanup_all();
     result
