@@ -6,6 +6,8 @@
 //!    route being in place on a node, with 1, 10 and 100 peers: the agent against a kubelite,
 //!    routes in a namespace; p50/p99/max over every peer of a round.
 //! 3. Resident memory of each long-running component at rest after (1).
+//! 4. The gateway operator's API requests per minute with 10 idle peers
+//!    ([`crate::bench_operator`]).
 use std::{
     collections::BTreeMap,
     path::Path,
@@ -311,5 +313,5 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
         }
         anyhow::Ok(())
     })?;
-    Ok(())
+    crate::bench_operator::run_operator(10)
 }

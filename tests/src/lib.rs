@@ -11,6 +11,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod bench;
 pub mod bench_control;
+pub mod bench_operator;
 pub mod clusters;
 pub mod netns;
 pub mod topo;
