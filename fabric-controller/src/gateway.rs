@@ -16,7 +16,7 @@ use std::{
     net::Ipv4Addr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use fabric_api::{
@@ -27,36 +27,21 @@ use fabric_api::{
         GatewayClient, IP, PublicKey,
     },
 };
-use k8s_openapi::{
-    api::{
-        coordination::v1::{Lease, LeaseSpec},
-        core::v1::{ConfigMap, Node, Secret},
-    },
-    apimachinery::pkg::apis::meta::v1::MicroTime,
-    jiff::Timestamp,
+pub use fabric_kube::Election;
+use fabric_kube::{FieldManager, lease};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Node, Secret},
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{ListParams, ObjectMeta, Patch, PatchParams},
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-/// How this replica takes part in the active/passive election.
-#[derive(Debug, Clone)]
-pub struct Election {
-    /// Name of the Lease (in the operator's namespace).
-    pub lease: String,
-    /// This replica's holderIdentity (the pod name).
-    pub identity: String,
-    /// This replica's gateway address as the nodes reach it, published while it holds the
-    /// Lease.
-    pub gateway_ip: Option<Ipv4Addr>,
-    /// leaseDurationSeconds: how long a silent holder keeps the Lease.
-    pub duration: Duration,
-    /// How often the holder renews and a standby checks.
-    pub retry: Duration,
-}
+/// Everything the operator writes: Connections and the gateway identity.
+pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::GATEWAY_OPERATOR);
 
 pub struct Opts {
     pub namespace: String,
@@ -77,6 +62,10 @@ pub struct Opts {
     pub busy_poll_us: u64,
     /// Reach the nodes through the VXLAN overlay (the gateway's end of it, from Node objects).
     pub overlay: Option<fabric_routing::overlay::Overlay>,
+    /// This replica's gateway address as the nodes reach it: published on the Lease while it
+    /// holds it, and the gateway's end of the overlay.
+    pub gateway_ip: Option<Ipv4Addr>,
+    /// The active/passive election (the gateway address annotation is added by [`run`]).
     pub election: Election,
 }
 
@@ -359,12 +348,7 @@ async fn pass(
             ])),
             ..Default::default()
         };
-        cms.patch(
-            config_map::GATEWAY_IDENTITY,
-            &PatchParams::apply(field_manager::GATEWAY_OPERATOR).force(),
-            &Patch::Apply(&cm),
-        )
-        .await?;
+        FIELD_MANAGER.apply(&cms, &cm).await?;
     }
 
     let lp = ListParams::default();
@@ -418,7 +402,6 @@ async fn pass(
         }
     };
     let conns: Api<Connection> = Api::namespaced(client.clone(), ns);
-    let pp = PatchParams::apply(field_manager::GATEWAY_OPERATOR).force();
     for p in &peers {
         let gw = status
             .as_ref()
@@ -461,9 +444,7 @@ async fn pass(
             },
             status: None,
         };
-        conns
-            .patch(&p.cluster_id, &pp, &Patch::Apply(&conn))
-            .await?;
+        FIELD_MANAGER.apply(&conns, &conn).await?;
         let st = ConnectionStatus {
             value,
             latency,
@@ -472,7 +453,9 @@ async fn pass(
             message,
             conditions: vec![],
         };
-        crate::apply_status(&conns, &p.cluster_id, field_manager::GATEWAY_OPERATOR, st).await?;
+        FIELD_MANAGER
+            .apply_status(&conns, &p.cluster_id, st)
+            .await?;
     }
     // Connections of peers that are gone.
     for c in conns.list(&lp).await?.items {
@@ -481,192 +464,6 @@ async fn pass(
         }
     }
     Ok(())
-}
-
-/// What a candidate knows about the Lease: the last record it saw, and when (by its own
-/// clock) it first saw it. A holder counts as gone once its record has not changed for
-/// leaseDurationSeconds of local time, as in client-go: comparing the holder's renewTime with
-/// our clock would make clock skew between nodes decide who leads.
-#[derive(Debug, Default)]
-pub struct Observed {
-    record: Option<(String, String)>,
-    since: Option<Instant>,
-}
-
-impl Observed {
-    /// Notes the Lease's current holder and renewTime as seen at `now`.
-    pub fn observe(&mut self, holder: &str, renew_time: &str, now: Instant) {
-        let rec = (holder.to_owned(), renew_time.to_owned());
-        if self.record.as_ref() != Some(&rec) {
-            self.record = Some(rec);
-            self.since = Some(now);
-        }
-    }
-
-    /// Whether the record has stayed the same for `duration` (never true before a first
-    /// observation).
-    pub fn expired(&self, duration: Duration, now: Instant) -> bool {
-        self.since
-            .is_some_and(|t| now.saturating_duration_since(t) >= duration)
-    }
-}
-
-/// What a candidate does with the Lease it just read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// It is ours: renew it.
-    Renew,
-    /// Free, released or expired: take it.
-    Take,
-    /// Someone else holds it.
-    Standby,
-}
-
-pub fn verdict(
-    me: &str,
-    holder: Option<&str>,
-    seen: &Observed,
-    duration: Duration,
-    now: Instant,
-) -> Verdict {
-    match holder.filter(|h| !h.is_empty()) {
-        Some(h) if h == me => Verdict::Renew,
-        None => Verdict::Take,
-        Some(_) if seen.expired(duration, now) => Verdict::Take,
-        Some(_) => Verdict::Standby,
-    }
-}
-
-fn lease_secs(d: Duration) -> i32 {
-    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
-}
-
-fn set_gateway_ip(meta: &mut ObjectMeta, ip: Option<Ipv4Addr>) {
-    let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
-    match ip {
-        Some(ip) => ann.insert(annotation::GATEWAY_IP.to_owned(), ip.to_string()),
-        None => ann.remove(annotation::GATEWAY_IP),
-    };
-}
-
-/// One round of the election: creates, renews or takes the Lease when this replica may.
-/// Returns whether this replica holds it now. Writes go through the Lease's resourceVersion,
-/// so of two candidates taking an expired Lease at once, one gets a conflict and stands by.
-async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kube::Result<bool> {
-    let stamp = MicroTime(Timestamp::now());
-    let Some(mut lease) = api.get_opt(&e.lease).await? else {
-        let mut lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(e.lease.clone()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(e.identity.clone()),
-                lease_duration_seconds: Some(lease_secs(e.duration)),
-                acquire_time: Some(stamp.clone()),
-                renew_time: Some(stamp),
-                lease_transitions: Some(0),
-                ..Default::default()
-            }),
-        };
-        set_gateway_ip(&mut lease.metadata, e.gateway_ip);
-        return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(err) => Err(err),
-        };
-    };
-    let spec = lease.spec.take().unwrap_or_default();
-    let holder = spec.holder_identity.clone().unwrap_or_default();
-    let renewed = spec
-        .renew_time
-        .as_ref()
-        .map(|t| t.0.to_string())
-        .unwrap_or_default();
-    let now = Instant::now();
-    seen.observe(&holder, &renewed, now);
-    // The holder's own duration counts, not ours: replicas may run with different flags.
-    let duration = spec.lease_duration_seconds.map_or(e.duration, |s| {
-        Duration::from_secs(s.max(0).unsigned_abs().into())
-    });
-    let taking = match verdict(&e.identity, Some(&holder), seen, duration, now) {
-        Verdict::Standby => return Ok(false),
-        Verdict::Renew => false,
-        Verdict::Take => true,
-    };
-    lease.spec = Some(LeaseSpec {
-        holder_identity: Some(e.identity.clone()),
-        lease_duration_seconds: Some(lease_secs(e.duration)),
-        acquire_time: if taking {
-            Some(stamp.clone())
-        } else {
-            spec.acquire_time.clone()
-        },
-        renew_time: Some(stamp),
-        lease_transitions: Some(spec.lease_transitions.unwrap_or(0) + i32::from(taking)),
-        ..spec
-    });
-    set_gateway_ip(&mut lease.metadata, e.gateway_ip);
-    match api.replace(&e.lease, &PostParams::default(), &lease).await {
-        Ok(_) => {
-            if taking {
-                info!(previous = %holder, "took over the gateway Lease");
-            }
-            Ok(true)
-        }
-        // Someone else wrote first (took it, or renewed just now): theirs.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(err) => Err(err),
-    }
-}
-
-/// Competes for the Lease for as long as the operator runs; `leading` says whether this
-/// replica holds it. Leadership is only given up when the Lease shows another holder: while
-/// the API cannot be reached nobody can take over, and dropping the tunnels then would turn
-/// a control-plane outage into a data-plane one.
-pub(crate) async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
-    let mut seen = Observed::default();
-    let mut tick = tokio::time::interval(e.retry);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        match contend(&api, &e, &mut seen).await {
-            Ok(now) => {
-                leading.send_if_modified(|was| {
-                    if *was == now {
-                        return false;
-                    }
-                    if now {
-                        info!(identity = %e.identity, lease = %e.lease, "active: this replica holds the Lease");
-                    } else {
-                        info!(identity = %e.identity, lease = %e.lease, "standby: another replica holds the Lease");
-                    }
-                    *was = now;
-                    true
-                });
-            }
-            Err(err) => warn!(error = %err, lease = %e.lease, "Lease"),
-        }
-    }
-}
-
-/// Hands the Lease back on a clean shutdown, so the standby takes over at once instead of
-/// after leaseDurationSeconds.
-pub(crate) async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
-    let Some(mut lease) = api.get_opt(&e.lease).await? else {
-        return Ok(());
-    };
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    if spec.holder_identity.as_deref() != Some(e.identity.as_str()) {
-        return Ok(());
-    }
-    spec.holder_identity = None;
-    spec.lease_duration_seconds = Some(1);
-    spec.renew_time = Some(MicroTime(Timestamp::now()));
-    set_gateway_ip(&mut lease.metadata, None);
-    api.replace(&e.lease, &PostParams::default(), &lease)
-        .await
-        .map(|_| ())
 }
 
 async fn label_pod(client: &Client, ns: &str, pod: &str, active: bool) -> kube::Result<()> {
@@ -714,7 +511,13 @@ where
 pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
     let (tx, mut leading) = watch::channel(false);
-    let elector = tokio::spawn(elect(leases.clone(), o.election.clone(), tx));
+    let mut election = o.election.clone();
+    // The node agents route to whatever address the holder publishes here.
+    election.annotations.insert(
+        annotation::GATEWAY_IP.to_owned(),
+        o.gateway_ip.map(|ip| ip.to_string()),
+    );
+    let elector = tokio::spawn(lease::elect(leases.clone(), election.clone(), tx));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // Changes to what the configuration is made of trigger a pass at once; the interval pass
     // still catches the gateway's own state (Connections) and anything a watch missed.
@@ -729,7 +532,7 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
     let mut overlay = match &o.overlay {
         None => None,
         Some(ov) => {
-            let local = o.election.gateway_ip.ok_or_else(|| {
+            let local = o.gateway_ip.ok_or_else(|| {
                 anyhow::anyhow!("--overlay needs --gateway-ip: the nodes' overlay endpoint")
             })?;
             let (conn, handle, _) =
@@ -841,7 +644,7 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         w.abort();
     }
     if *leading.borrow() {
-        match release(&leases, &o.election).await {
+        match lease::release(&leases, &election).await {
             Ok(()) => info!("released the gateway Lease"),
             Err(e) => warn!(error = %e, "releasing the gateway Lease"),
         }
@@ -864,58 +667,6 @@ mod tests {
         assert_ne!(tunnel_addrs("cluster-a", "cluster-c").0, s1);
     }
 
-    #[test]
-    fn a_silent_holder_loses_the_lease_after_its_duration_of_local_time() {
-        let d = Duration::from_secs(4);
-        let t0 = Instant::now();
-        let mut seen = Observed::default();
-        seen.observe("gw-0", "2025-01-01T00:00:00.000000Z", t0);
-        assert_eq!(
-            verdict("gw-1", Some("gw-0"), &seen, d, t0),
-            Verdict::Standby
-        );
-        // Renewals keep it alive, however long it has been held.
-        let t1 = t0 + Duration::from_secs(3);
-        seen.observe("gw-0", "2025-01-01T00:00:03.000000Z", t1);
-        let t2 = t0 + Duration::from_secs(6);
-        seen.observe("gw-0", "2025-01-01T00:00:03.000000Z", t2);
-        assert_eq!(
-            verdict("gw-1", Some("gw-0"), &seen, d, t2),
-            Verdict::Standby
-        );
-        // The same record for the whole duration: the holder is gone.
-        let t3 = t1 + d;
-        seen.observe("gw-0", "2025-01-01T00:00:03.000000Z", t3);
-        assert_eq!(verdict("gw-1", Some("gw-0"), &seen, d, t3), Verdict::Take);
-        // Its renewTime says nothing about our clock: a record renewed "in the future" still
-        // expires on local time.
-        let mut skewed = Observed::default();
-        skewed.observe("gw-0", "2099-01-01T00:00:00.000000Z", t0);
-        assert_eq!(
-            verdict("gw-1", Some("gw-0"), &skewed, d, t0),
-            Verdict::Standby
-        );
-        assert_eq!(
-            verdict("gw-1", Some("gw-0"), &skewed, d, t0 + d),
-            Verdict::Take
-        );
-    }
-
-    #[test]
-    fn free_or_own_leases_are_taken_or_renewed_at_once() {
-        let d = Duration::from_secs(4);
-        let t0 = Instant::now();
-        let mut seen = Observed::default();
-        seen.observe("gw-1", "x", t0);
-        assert_eq!(verdict("gw-1", Some("gw-1"), &seen, d, t0), Verdict::Renew);
-        seen.observe("", "x", t0);
-        // Released on shutdown: no waiting.
-        assert_eq!(verdict("gw-1", Some(""), &seen, d, t0), Verdict::Take);
-        assert_eq!(verdict("gw-1", None, &seen, d, t0), Verdict::Take);
-        // Nothing observed yet never counts as expired.
-        assert!(!Observed::default().expired(d, t0 + d * 10));
-    }
-
     fn opts(pin_dir: Option<&str>) -> Opts {
         Opts {
             namespace: fabric_api::names::DEFAULT_NAMESPACE.into(),
@@ -930,13 +681,8 @@ mod tests {
             pin_dir: pin_dir.map(PathBuf::from),
             busy_poll_us: 0,
             overlay: None,
-            election: Election {
-                lease: fabric_api::names::lease::GATEWAY.into(),
-                identity: "gw-0".into(),
-                gateway_ip: None,
-                duration: Duration::from_secs(4),
-                retry: Duration::from_secs(1),
-            },
+            gateway_ip: None,
+            election: Election::new(fabric_api::names::lease::GATEWAY, "gw-0"),
         }
     }
 

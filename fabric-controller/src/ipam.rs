@@ -8,21 +8,23 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use fabric_api::{
-    names::{field_manager::IPAM as FIELD_MANAGER, finalizer::IPAM as FINALIZER, label},
+    names::{field_manager, finalizer::IPAM as FINALIZER, label},
     networking::v1alpha1::{
         ClusterCidrs, Configuration, ConfigurationStatus, Network, NetworkSpec, NetworkStatus,
     },
 };
 use fabric_ipam::{Ipam, IpamError};
+use fabric_kube::{
+    Election, FieldManager,
+    lease::{Led, run_while_leading},
+    status::with_condition,
+};
 use futures::StreamExt;
 use ipnetwork::Ipv4Network;
-use k8s_openapi::{
-    apimachinery::pkg::apis::meta::v1::{Condition, Time},
-    jiff::Timestamp,
-};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ListParams, ObjectMeta, Patch, PatchParams},
+    api::{ListParams, ObjectMeta},
     runtime::{
         Controller,
         controller::Action,
@@ -32,6 +34,9 @@ use kube::{
 };
 use tokio::sync::Mutex;
 use tracing::{info, warn};
+
+/// Everything IPAM writes (Configuration status, `Network` records, `IP` status).
+pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::IPAM);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -127,20 +132,19 @@ pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Erro
     Ok(State { ipam, ids })
 }
 
-pub(crate) fn condition(
-    status: bool,
+/// `current` with the Ready condition set: its lastTransitionTime only moves when its status
+/// does, so re-applying an unchanged grant writes nothing new.
+pub(crate) fn ready(
+    current: &[Condition],
+    ok: bool,
     reason: &str,
     message: String,
     generation: Option<i64>,
-) -> Condition {
-    Condition {
-        type_: "Ready".into(),
-        status: if status { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: Time(Timestamp::now()),
-        observed_generation: generation,
-    }
+) -> Vec<Condition> {
+    with_condition(
+        current,
+        fabric_kube::status::condition("Ready", ok, reason, message, generation, Timestamp::now()),
+    )
 }
 
 async fn patch_status(
@@ -148,7 +152,7 @@ async fn patch_status(
     name: &str,
     status: ConfigurationStatus,
 ) -> Result<(), Error> {
-    Ok(crate::apply_status(api, name, FIELD_MANAGER, status).await?)
+    Ok(FIELD_MANAGER.apply_status(api, name, status).await?)
 }
 
 /// Writes the grant as a Network object (spec: what was asked; status: what was granted).
@@ -179,13 +183,12 @@ async fn persist(
         },
         status: None,
     };
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &pp, &Patch::Apply(&net)).await?;
+    FIELD_MANAGER.apply(&api, &net).await?;
     let status = NetworkStatus {
         cidr: Some(granted.to_string()),
         conditions: vec![],
     };
-    crate::apply_status(&api, &name, FIELD_MANAGER, status).await?;
+    FIELD_MANAGER.apply_status(&api, &name, status).await?;
     Ok(())
 }
 
@@ -194,6 +197,11 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         Api::namespaced(ctx.client.clone(), &cfg.namespace().unwrap_or_default());
     let k = key(&cfg);
     let generation = cfg.metadata.generation;
+    let conditions = cfg
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
     let parse = |what: &str, s: &str| {
         s.parse::<Ipv4Network>()
             .map_err(|e| Error::Invalid(format!("spec.remote.{what} {s:?}: {e}")))
@@ -204,7 +212,7 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         Ok(w) => w,
         Err(e) => {
             let status = ConfigurationStatus {
-                conditions: vec![condition(false, "InvalidSpec", e.to_string(), generation)],
+                conditions: ready(conditions, false, "InvalidSpec", e.to_string(), generation),
                 observed_generation: generation,
                 ..Default::default()
             };
@@ -223,7 +231,7 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         Err(e) => {
             drop(st);
             let status = ConfigurationStatus {
-                conditions: vec![condition(false, "IPAMFailed", e.to_string(), generation)],
+                conditions: ready(conditions, false, "IPAMFailed", e.to_string(), generation),
                 observed_generation: generation,
                 ..Default::default()
             };
@@ -243,12 +251,13 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         }),
         peer_id: Some(id as i32),
         observed_generation: generation,
-        conditions: vec![condition(
+        conditions: ready(
+            conditions,
             true,
             "Allocated",
             format!("pod {pod} seen as {gp}, external {ext} seen as {ge}"),
             generation,
-        )],
+        ),
     };
     patch_status(&api, &cfg.name_any(), status).await?;
     Ok(Action::requeue(Duration::from_secs(600)))
@@ -299,46 +308,21 @@ fn error_policy(cfg: Arc<Configuration>, err: &Error, _: Arc<Ctx>) -> Action {
 pub async fn run_elected<F>(
     client: Client,
     namespace: &str,
-    election: crate::gateway::Election,
+    election: Election,
     work: F,
 ) -> anyhow::Result<()>
 where
     F: std::future::Future<Output = anyhow::Result<()>>,
 {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client, namespace);
-    let (tx, mut leading) = tokio::sync::watch::channel(false);
-    let elector = tokio::spawn(crate::gateway::elect(leases.clone(), election.clone(), tx));
-    info!(lease = %election.lease, identity = %election.identity, "waiting to lead");
-    loop {
-        if *leading.borrow_and_update() {
-            break;
-        }
-        tokio::select! {
-            r = leading.changed() => r?,
-            _ = tokio::signal::ctrl_c() => {
-                elector.abort();
-                return Ok(());
-            }
-        }
+    let lease = election.lease.clone();
+    match run_while_leading(leases, election, work).await {
+        Led::Done(r) => r,
+        Led::Interrupted => Ok(()),
+        Led::Lost => Err(anyhow::anyhow!(
+            "another replica took the Lease {lease}; exiting to restart as a standby"
+        )),
     }
-    info!("leading: allocating");
-    let lost = async {
-        loop {
-            if leading.changed().await.is_err() || !*leading.borrow() {
-                return;
-            }
-        }
-    };
-    let out = tokio::select! {
-        r = work => r,
-        () = lost => Err(anyhow::anyhow!("another replica took the Lease {}; exiting to restart as a standby", election.lease)),
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    };
-    elector.abort();
-    if let Err(e) = crate::gateway::release(&leases, &election).await {
-        warn!(error = %e, "releasing the Lease");
-    }
-    out
 }
 
 /// Restores state, then reconciles Configurations until the stream ends.

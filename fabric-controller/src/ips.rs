@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
-    names::{field_manager::IPAM as FIELD_MANAGER, finalizer::EXTERNAL_IP as FINALIZER},
+    names::finalizer::EXTERNAL_IP as FINALIZER,
     networking::v1alpha1::{IP, IPStatus},
 };
 use fabric_ipam::Ipam;
@@ -26,7 +26,7 @@ use kube::{
 use tokio::sync::Mutex;
 use tracing::{info, warn};
 
-use crate::ipam::{Error, condition};
+use crate::ipam::{Error, FIELD_MANAGER, ready};
 
 pub struct Ctx {
     client: Client,
@@ -44,17 +44,23 @@ fn pool(external: Ipv4Network) -> Result<Ipam, Error> {
 }
 
 async fn patch_status(api: &Api<IP>, name: &str, status: IPStatus) -> Result<(), Error> {
-    Ok(crate::apply_status(api, name, FIELD_MANAGER, status).await?)
+    Ok(FIELD_MANAGER.apply_status(api, name, status).await?)
 }
 
 async fn apply(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {
     let api: Api<IP> = Api::namespaced(ctx.client.clone(), &ip.namespace().unwrap_or_default());
     let generation = ip.metadata.generation;
+    let conditions = ip
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
     let granted = ctx.pool.lock().await.allocate_free(&key(&ip), 32);
     let status = match granted {
         Ok(g) => IPStatus {
             ip: Some(g.ip().to_string()),
-            conditions: vec![condition(
+            conditions: ready(
+                conditions,
                 true,
                 "Allocated",
                 format!(
@@ -63,16 +69,17 @@ async fn apply(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {
                     g.ip()
                 ),
                 generation,
-            )],
+            ),
         },
         Err(e) => IPStatus {
             ip: None,
-            conditions: vec![condition(
+            conditions: ready(
+                conditions,
                 false,
                 "ExternalCIDRFull",
                 e.to_string(),
                 generation,
-            )],
+            ),
         },
     };
     patch_status(&api, &ip.name_any(), status).await?;

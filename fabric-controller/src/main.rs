@@ -161,13 +161,7 @@ async fn main() -> Result<()> {
         } => {
             let mut all = vec![pod_cidr, service_cidr, external_cidr];
             all.extend(reserved.into_iter().flatten());
-            let election = gateway::Election {
-                lease,
-                identity: identity_or_hostname(identity)?,
-                gateway_ip: None,
-                duration: Duration::from_secs(4),
-                retry: Duration::from_secs(1),
-            };
+            let election = fabric_kube::Election::new(lease, identity_or_hostname(identity)?);
             let work = async {
                 tokio::try_join!(
                     async {
@@ -231,12 +225,11 @@ async fn main() -> Result<()> {
                     pin_dir,
                     busy_poll_us,
                     overlay: overlay.then(|| overlay_args.overlay()),
-                    election: gateway::Election {
-                        lease,
-                        identity,
-                        gateway_ip,
+                    gateway_ip,
+                    election: fabric_kube::Election {
                         duration: lease_duration,
                         retry: lease_retry,
+                        ..fabric_kube::Election::new(lease, identity)
                     },
                 },
             )

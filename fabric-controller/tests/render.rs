@@ -18,13 +18,8 @@ fn opts() -> Opts {
         pin_dir: None,
         busy_poll_us: 20_000,
         overlay: None,
-        election: Election {
-            lease: "fabric-gateway".into(),
-            identity: "gw-0".into(),
-            gateway_ip: None,
-            duration: Duration::from_secs(4),
-            retry: Duration::from_secs(1),
-        },
+        gateway_ip: None,
+        election: Election::new("fabric-gateway", "gw-0"),
     }
 }
 

@@ -1,0 +1,265 @@
+//! Lease leader election against the API: the thin edge around [`crate::election`].
+//!
+//! Candidates compete for one `coordination.k8s.io/v1` Lease (holder = their identity,
+//! renewed every `retry`, writes guarded by the Lease's resourceVersion). The holder may keep
+//! annotations on the Lease for others to follow (the gateway operator publishes its
+//! gateway's address there for the node agents).
+use std::{collections::BTreeMap, future::Future, time::Duration};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::Timestamp,
+};
+use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::election::{Observed, Verdict, lease_seconds, verdict};
+
+/// How a replica takes part in an election.
+#[derive(Debug, Clone)]
+pub struct Election {
+    /// Name of the Lease (in the namespace of the `Api` it is used with).
+    pub lease: String,
+    /// This replica's holderIdentity (the pod name).
+    pub identity: String,
+    /// leaseDurationSeconds: how long a silent holder keeps the Lease.
+    pub duration: Duration,
+    /// How often the holder renews and a standby checks.
+    pub retry: Duration,
+    /// Annotations this replica keeps on the Lease while it holds it; a key with None is
+    /// removed. All of them are removed when it releases the Lease.
+    pub annotations: BTreeMap<String, Option<String>>,
+}
+
+impl Election {
+    /// An election with the usual timing (4 s Lease, renewed every second) and no
+    /// annotations.
+    pub fn new(lease: impl Into<String>, identity: impl Into<String>) -> Self {
+        Self {
+            lease: lease.into(),
+            identity: identity.into(),
+            duration: Duration::from_secs(4),
+            retry: Duration::from_secs(1),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    fn annotate(&self, meta: &mut ObjectMeta, holding: bool) {
+        let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &self.annotations {
+            match v.as_ref().filter(|_| holding) {
+                Some(v) => ann.insert(k.clone(), v.clone()),
+                None => ann.remove(k),
+            };
+        }
+    }
+}
+
+/// One round of the election: creates, renews or takes the Lease when this replica may.
+/// Returns whether this replica holds it now. Writes go through the Lease's resourceVersion,
+/// so of two candidates taking an expired Lease at once, one gets a conflict and stands by.
+pub async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kube::Result<bool> {
+    let stamp = MicroTime(Timestamp::now());
+    let Some(mut lease) = api.get_opt(&e.lease).await? else {
+        let mut lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(e.lease.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(e.identity.clone()),
+                lease_duration_seconds: Some(lease_seconds(e.duration)),
+                acquire_time: Some(stamp.clone()),
+                renew_time: Some(stamp),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        e.annotate(&mut lease.metadata, true);
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(err) => Err(err),
+        };
+    };
+    let spec = lease.spec.take().unwrap_or_default();
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let renewed = spec
+        .renew_time
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default();
+    let now = std::time::Instant::now();
+    seen.observe(&holder, &renewed, now);
+    // The holder's own duration counts, not ours: replicas may run with different flags.
+    let duration = spec.lease_duration_seconds.map_or(e.duration, |s| {
+        Duration::from_secs(s.max(0).unsigned_abs().into())
+    });
+    let taking = match verdict(&e.identity, Some(&holder), seen, duration, now) {
+        Verdict::Standby => return Ok(false),
+        Verdict::Renew => false,
+        Verdict::Take => true,
+    };
+    lease.spec = Some(LeaseSpec {
+        holder_identity: Some(e.identity.clone()),
+        lease_duration_seconds: Some(lease_seconds(e.duration)),
+        acquire_time: if taking {
+            Some(stamp.clone())
+        } else {
+            spec.acquire_time.clone()
+        },
+        renew_time: Some(stamp),
+        lease_transitions: Some(spec.lease_transitions.unwrap_or(0) + i32::from(taking)),
+        ..spec
+    });
+    e.annotate(&mut lease.metadata, true);
+    match api.replace(&e.lease, &PostParams::default(), &lease).await {
+        Ok(_) => {
+            if taking {
+                info!(lease = %e.lease, previous = %holder, "took over the Lease");
+            }
+            Ok(true)
+        }
+        // Someone else wrote first (took it, or renewed just now): theirs.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// Competes for the Lease for as long as it runs; `leading` says whether this replica holds
+/// it. Leadership is only given up when the Lease shows another holder: while the API cannot
+/// be reached nobody can take over, and dropping the work then would turn a control-plane
+/// outage into a data-plane one.
+pub async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
+    let mut seen = Observed::default();
+    let mut tick = tokio::time::interval(e.retry);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match contend(&api, &e, &mut seen).await {
+            Ok(now) => {
+                leading.send_if_modified(|was| {
+                    if *was == now {
+                        return false;
+                    }
+                    if now {
+                        info!(identity = %e.identity, lease = %e.lease, "active: this replica holds the Lease");
+                    } else {
+                        info!(identity = %e.identity, lease = %e.lease, "standby: another replica holds the Lease");
+                    }
+                    *was = now;
+                    true
+                });
+            }
+            Err(err) => warn!(error = %err, lease = %e.lease, "Lease"),
+        }
+    }
+}
+
+/// Hands the Lease back on a clean shutdown, so a standby takes over at once instead of after
+/// leaseDurationSeconds. Does nothing when another replica holds it.
+pub async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
+    let Some(mut lease) = api.get_opt(&e.lease).await? else {
+        return Ok(());
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(e.identity.as_str()) {
+        return Ok(());
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(Timestamp::now()));
+    e.annotate(&mut lease.metadata, false);
+    api.replace(&e.lease, &PostParams::default(), &lease)
+        .await
+        .map(|_| ())
+}
+
+/// How [`run_while_leading`] ended.
+#[derive(Debug)]
+pub enum Led<T> {
+    /// The work finished (with its output) while this replica led.
+    Done(T),
+    /// Another replica took the Lease: the work was dropped.
+    Lost,
+    /// Interrupted (SIGINT) before or during the work.
+    Interrupted,
+}
+
+/// Runs `work` only while this replica holds the Lease: waits as a standby until it leads,
+/// drops the work as soon as another holder shows up, and releases the Lease when it ends.
+/// Work that keeps state (an allocator) should exit on [`Led::Lost`] and restart from the
+/// API, rather than carry on from a copy that another leader may have made stale.
+pub async fn run_while_leading<F: Future>(api: Api<Lease>, e: Election, work: F) -> Led<F::Output> {
+    let (tx, mut leading) = watch::channel(false);
+    let elector = tokio::spawn(elect(api.clone(), e.clone(), tx));
+    info!(lease = %e.lease, identity = %e.identity, "waiting to lead");
+    let waited = async {
+        while !*leading.borrow_and_update() {
+            if leading.changed().await.is_err() {
+                return false;
+            }
+        }
+        true
+    };
+    let led = tokio::select! {
+        led = waited => led,
+        _ = tokio::signal::ctrl_c() => false,
+    };
+    if !led {
+        elector.abort();
+        return Led::Interrupted;
+    }
+    info!(lease = %e.lease, "leading");
+    let lost = async {
+        loop {
+            if leading.changed().await.is_err() || !*leading.borrow() {
+                return;
+            }
+        }
+    };
+    let out = tokio::select! {
+        r = work => Led::Done(r),
+        () = lost => Led::Lost,
+        _ = tokio::signal::ctrl_c() => Led::Interrupted,
+    };
+    elector.abort();
+    if let Err(err) = release(&api, &e).await {
+        warn!(error = %err, lease = %e.lease, "releasing the Lease");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_keeps_its_annotations_and_removes_them_on_release() {
+        let mut e = Election::new("l", "gw-0");
+        e.annotations
+            .insert("example.io/ip".into(), Some("10.0.0.1".into()));
+        e.annotations.insert("example.io/gone".into(), None);
+        let mut meta = ObjectMeta {
+            annotations: Some(BTreeMap::from([
+                ("example.io/gone".into(), "x".into()),
+                ("other".into(), "kept".into()),
+            ])),
+            ..Default::default()
+        };
+        e.annotate(&mut meta, true);
+        let ann = meta.annotations.clone().unwrap();
+        assert_eq!(
+            ann.get("example.io/ip").map(String::as_str),
+            Some("10.0.0.1")
+        );
+        assert!(!ann.contains_key("example.io/gone"));
+        assert_eq!(ann.get("other").map(String::as_str), Some("kept"));
+        e.annotate(&mut meta, false);
+        let ann = meta.annotations.unwrap();
+        assert!(!ann.contains_key("example.io/ip"));
+        assert_eq!(ann.len(), 1);
+    }
+}

@@ -1,0 +1,18 @@
+//! The controllers' kit: what every fabric controller (and the coming peering controllers and
+//! virtual kubelet) needs from the Kubernetes API besides its own reconcile logic.
+//!
+//! - [`election`]: Lease leader election. The policy ([`election::verdict`]) is a pure
+//!   function of what was observed and an injected clock; [`lease`] is its thin I/O edge.
+//! - [`status`]: server-side apply of objects and status subresources under one field manager
+//!   per controller, and `Ready`-style conditions.
+//! - [`events`]: Kubernetes Events on the objects a controller reports about.
+//!
+//! The metrics/health HTTP server is not here but in `fabric-http`: the gateway serves it
+//! too and must not link kube.
+pub mod election;
+pub mod events;
+pub mod lease;
+pub mod status;
+
+pub use lease::Election;
+pub use status::FieldManager;
