@@ -30,10 +30,7 @@ use kube::{
     runtime::{WatchStreamExt, reflector, watcher},
 };
 use rtnetlink::{Handle, MulticastGroup};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    sync::{Notify, watch},
-};
+use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 /// A Lease by namespace and name, written `NAMESPACE/NAME` (or `NAME` in fabric-system).
@@ -396,48 +393,52 @@ async fn ensure_overlay(
     Ok((idx, repaired))
 }
 
+impl Metrics {
+    /// The Prometheus text of the counters.
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for (name, kind, v) in [
+            ("fabric_agent_routes", "gauge", &self.routes),
+            ("fabric_agent_route_repairs_total", "counter", &self.repairs),
+            ("fabric_agent_reconciles_total", "counter", &self.reconciles),
+            (
+                "fabric_agent_reconcile_errors_total",
+                "counter",
+                &self.errors,
+            ),
+            (
+                "fabric_agent_last_reconcile_timestamp_seconds",
+                "gauge",
+                &self.last_ok,
+            ),
+            (
+                "fabric_agent_overlay_refused_total",
+                "counter",
+                &self.overlay_refused,
+            ),
+        ] {
+            out += &format!(
+                "# TYPE {name} {kind}\n{name} {}\n",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        out
+    }
+}
+
 async fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) -> Result<()> {
     let l = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("metrics address {addr}"))?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else {
-                continue;
-            };
-            let m = m.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 1024];
-                let n = s.read(&mut buf).await.unwrap_or(0);
-                let req = String::from_utf8_lossy(&buf[..n]);
-                let path = req.split_whitespace().nth(1).unwrap_or("/");
-                let (code, body) = match path {
-                    "/healthz" | "/readyz" => ("200 OK", "ok\n".to_owned()),
-                    "/metrics" => (
-                        "200 OK",
-                        format!(
-                            "# TYPE fabric_agent_routes gauge\nfabric_agent_routes {}\n\
-                         # TYPE fabric_agent_route_repairs_total counter\nfabric_agent_route_repairs_total {}\n\
-                         # TYPE fabric_agent_reconciles_total counter\nfabric_agent_reconciles_total {}\n\
-                         # TYPE fabric_agent_reconcile_errors_total counter\nfabric_agent_reconcile_errors_total {}\n\
-                         # TYPE fabric_agent_last_reconcile_timestamp_seconds gauge\nfabric_agent_last_reconcile_timestamp_seconds {}\n\
-                         # TYPE fabric_agent_overlay_refused_total counter\nfabric_agent_overlay_refused_total {}\n",
-                            m.routes.load(Ordering::Relaxed),
-                            m.repairs.load(Ordering::Relaxed),
-                            m.reconciles.load(Ordering::Relaxed),
-                            m.errors.load(Ordering::Relaxed),
-                            m.last_ok.load(Ordering::Relaxed),
-                            m.overlay_refused.load(Ordering::Relaxed),
-                        ),
-                    ),
-                    _ => ("404 Not Found", "not found\n".to_owned()),
-                };
-                let _ = s
-                    .write_all(format!("HTTP/1.1 {code}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).as_bytes())
-                    .await;
-            });
-        }
-    });
+    tokio::spawn(fabric_http::serve(
+        l,
+        fabric_http::Limits::default(),
+        move |path| match path {
+            "/healthz" | "/readyz" => Some(fabric_http::Reply::ok("text/plain", "ok\n")),
+            "/metrics" => Some(fabric_http::Reply::ok(fabric_http::PROMETHEUS, m.render())),
+            _ => None,
+        },
+    ));
     Ok(())
 }
 
@@ -472,6 +473,17 @@ mod tests {
             lease_next_hop(&lease(Some("gw-1"), Some("gw-1.local"))),
             None
         );
+    }
+
+    #[test]
+    fn metrics_name_every_counter() {
+        let m = Metrics::default();
+        m.routes.store(3, Ordering::Relaxed);
+        m.overlay_refused.store(2, Ordering::Relaxed);
+        let text = m.render();
+        assert!(text.contains("# TYPE fabric_agent_routes gauge\nfabric_agent_routes 3\n"));
+        assert!(text.contains("fabric_agent_overlay_refused_total 2\n"));
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 6);
     }
 
     #[test]

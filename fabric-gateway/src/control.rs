@@ -149,49 +149,22 @@ pub async fn control_request(path: &Path, cmd: &str) -> io::Result<String> {
     Ok(out)
 }
 
-/// Minimal HTTP/1.0 server: `/metrics` (Prometheus) and `/status` (JSON).
+/// `/metrics` (Prometheus) and `/status` (JSON), on the fabric's shared HTTP server.
 pub async fn serve_metrics(gw: Arc<Gateway>, listener: TcpListener) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let gw = gw.clone();
-        tokio::spawn(async move {
-            let (r, mut w) = stream.into_split();
-            let mut r = BufReader::new(r.take(16 * 1024));
-            let mut first = String::new();
-            if r.read_line(&mut first).await.is_err() {
-                return;
-            }
-            // Drain headers so the client does not see a reset before reading the reply.
-            loop {
-                let mut l = String::new();
-                match r.read_line(&mut l).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if l == "\r\n" || l == "\n" => break,
-                    Ok(_) => {}
-                }
-            }
-            let path = first.split_whitespace().nth(1).unwrap_or("");
-            let (code, ctype, body) = match path {
-                "/metrics" => (
-                    "200 OK",
-                    "text/plain; version=0.0.4",
-                    render_metrics(&gw.status()),
-                ),
-                "/status" => (
-                    "200 OK",
-                    "application/json",
-                    serde_json::to_string_pretty(&gw.status()).unwrap_or_default(),
-                ),
-                _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-            };
-            let head = format!(
-                "HTTP/1.0 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = w.write_all(head.as_bytes()).await;
-            let _ = w.write_all(body.as_bytes()).await;
-        });
-    }
+    fabric_http::serve(
+        listener,
+        fabric_http::Limits::default(),
+        move |path| match path {
+            "/metrics" => Some(fabric_http::Reply::ok(
+                fabric_http::PROMETHEUS,
+                render_metrics(&gw.status()),
+            )),
+            "/status" => Some(fabric_http::Reply::ok(
+                "application/json",
+                serde_json::to_string_pretty(&gw.status()).unwrap_or_default(),
+            )),
+            _ => None,
+        },
+    )
+    .await
 }
