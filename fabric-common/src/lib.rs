@@ -246,8 +246,11 @@ pub mod drop {
     pub const REWRITE_FAILED: u32 = BASE + 4;
     /// A TCP header length that points outside the packet or below 20 bytes.
     pub const BAD_TCP_HEADER: u32 = BASE + 5;
+    /// An ICMP redirect or source quench from a peer: obsolete, or an attempt to steer local
+    /// routing; never honoured across the fabric.
+    pub const ICMP_REFUSED: u32 = BASE + 6;
     /// Number of reasons; size of the drop counter array.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
 
     pub const fn name(code: u32) -> &'static str {
         match code {
@@ -257,6 +260,7 @@ pub mod drop {
             BAD_ICMP_INNER => "bad-icmp-inner",
             REWRITE_FAILED => "rewrite-failed",
             BAD_TCP_HEADER => "bad-tcp-header",
+            ICMP_REFUSED => "icmp-refused",
             _ => "unknown",
         }
     }

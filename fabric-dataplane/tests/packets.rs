@@ -555,6 +555,47 @@ fn untouched_traffic() {
     assert_tcp_ok(&h, &l4);
 }
 
+/// A peer may not steer this cluster's routing: redirects and source quenches coming out of a
+/// tunnel are dropped with their own reason; the same types going out, and other ICMP errors
+/// coming in, are not.
+#[test]
+fn icmp_redirect_and_source_quench_from_peers_are_dropped() {
+    let Some(mut dp) = fixture() else { return };
+    let quoted = {
+        let seg = tcp("10.244.1.10", "10.244.2.7", false, None, b"");
+        let mut q = ipv4("10.244.1.10", "10.244.2.7", IpNumber::TCP, &seg)
+            .to_bytes()
+            .to_vec();
+        q.extend_from_slice(&seg[..8]);
+        q
+    };
+    let frame = |ty: u8, code: u8, src: &str, dst: &str| {
+        let msg = icmp(
+            Icmpv4Type::Unknown {
+                type_u8: ty,
+                code_u8: code,
+                bytes5to8: [10, 244, 1, 1],
+            },
+            &quoted,
+        );
+        eth(0x0800, &packet(&ipv4(src, dst, IpNumber::ICMP, &msg), &msg))
+    };
+    for (ty, code) in [(5, 0), (5, 1), (4, 0)] {
+        let f = frame(ty, code, "10.244.2.7", "10.244.1.10");
+        assert_eq!(
+            run(&dp, false, &f).0,
+            TC_ACT_SHOT,
+            "type {ty} code {code} in"
+        );
+        let f = frame(ty, code, "10.244.1.10", "10.71.2.7");
+        assert_eq!(run(&dp, true, &f).0, TC_ACT_OK, "type {ty} code {code} out");
+    }
+    let unreachable = frame(3, 1, "10.244.2.7", "10.244.1.10");
+    assert_eq!(run(&dp, false, &unreachable).0, TC_ACT_OK);
+    let drops = dp.maps().drops().unwrap();
+    assert_eq!(drops[drop::name(drop::ICMP_REFUSED)], 3);
+}
+
 #[test]
 fn malformed_packets_are_dropped_with_reasons() {
     let Some(mut dp) = fixture() else { return };

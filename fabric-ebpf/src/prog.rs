@@ -267,6 +267,9 @@ fn try_handle<const EGRESS: bool>(ctx: &TcContext, iface: &IfaceConfig) -> Resul
             let hdr = ptr_at::<[u8; 8]>(ctx, l4).ok_or(drop::TRUNCATED_L4)?;
             // SAFETY: bounds checked.
             let ty = unsafe { (*hdr)[0] };
+            if !EGRESS && matches!(ty, ICMP_SOURCE_QUENCH | ICMP_REDIRECT) {
+                return Err(drop::ICMP_REFUSED);
+            }
             if is_icmp_error(ty) && rewrite_icmp_inner::<EGRESS>(ctx, iface, l4)? {
                 did |= DID_ICMP_ERR | DID_REMAP;
             }
@@ -284,6 +287,9 @@ fn try_handle<const EGRESS: bool>(ctx: &TcContext, iface: &IfaceConfig) -> Resul
     }
     Ok(did)
 }
+
+const ICMP_SOURCE_QUENCH: u8 = 4;
+const ICMP_REDIRECT: u8 = 5;
 
 #[inline(always)]
 fn is_icmp_error(ty: u8) -> bool {
