@@ -48,13 +48,19 @@ pub fn build_probe_v4(buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, seq: u16) ->
     PROBE_LEN
 }
 
-/// If `p` is an echo reply to one of our probes addressed to `our_addr`, returns its sequence number.
-pub fn parse_probe_reply_v4(p: &[u8], our_addr: Ipv4Addr) -> Option<u16> {
+/// If `p` is an echo reply to one of our probes, from the address probed (`peer_addr`) to
+/// `our_addr`, returns its sequence number. Matching the source too means that no other host
+/// behind the peer (any of its pods) can keep a dead tunnel looking up with forged replies.
+pub fn parse_probe_reply_v4(p: &[u8], our_addr: Ipv4Addr, peer_addr: Ipv4Addr) -> Option<u16> {
     if p.len() < 28 || p[0] >> 4 != 4 || p[9] != 1 {
         return None;
     }
     let ihl = ((p[0] & 0xf) as usize) * 4;
-    if ihl < 20 || p.len() < ihl + 8 || p[16..20] != our_addr.octets() {
+    if ihl < 20
+        || p.len() < ihl + 8
+        || p[16..20] != our_addr.octets()
+        || p[12..16] != peer_addr.octets()
+    {
         return None;
     }
     let icmp = &p[ihl..];
@@ -82,17 +88,26 @@ mod tests {
     fn reply_parsing_matches_only_our_probes() {
         let mut b = [0u8; 64];
         let ours: Ipv4Addr = [169, 254, 0, 1].into();
+        let theirs: Ipv4Addr = [169, 254, 0, 2].into();
         // Simulate the peer kernel's answer: swap addresses, type 0.
-        let n = build_probe_v4(&mut b, [169, 254, 0, 2].into(), ours, 42);
+        let n = build_probe_v4(&mut b, theirs, ours, 42);
         b[20] = 0;
-        assert_eq!(parse_probe_reply_v4(&b[..n], ours), Some(42));
-        assert_eq!(parse_probe_reply_v4(&b[..n], [10, 0, 0, 1].into()), None);
+        assert_eq!(parse_probe_reply_v4(&b[..n], ours, theirs), Some(42));
+        assert_eq!(
+            parse_probe_reply_v4(&b[..n], [10, 0, 0, 1].into(), theirs),
+            None
+        );
+        // The same reply forged by another host behind the peer (a pod).
+        assert_eq!(
+            parse_probe_reply_v4(&b[..n], ours, [10, 244, 2, 7].into()),
+            None
+        );
         b[24] = 0x12; // a pod's ping id
-        assert_eq!(parse_probe_reply_v4(&b[..n], ours), None);
+        assert_eq!(parse_probe_reply_v4(&b[..n], ours, theirs), None);
         b[24] = 0xFA;
         b[20] = 8; // a request, not a reply
-        assert_eq!(parse_probe_reply_v4(&b[..n], ours), None);
-        assert_eq!(parse_probe_reply_v4(&b[..10], ours), None);
+        assert_eq!(parse_probe_reply_v4(&b[..n], ours, theirs), None);
+        assert_eq!(parse_probe_reply_v4(&b[..10], ours, theirs), None);
     }
 
     #[test]

@@ -259,7 +259,7 @@ impl Gateway {
         {
             let mut probe = peer.probe.lock().unwrap();
             if let Some(pr) = probe.as_mut()
-                && let Some(seq) = packet::parse_probe_reply_v4(pkt, pr.src)
+                && let Some(seq) = packet::parse_probe_reply_v4(pkt, pr.src, pr.dst)
             {
                 pr.timers.on_reply(seq, Instant::now());
                 return;
