@@ -2,6 +2,7 @@
 //! next run's reaper removes everything else it left: daemons (an API server and its etcd),
 //! namespaces with their devices, pin directories, scratch directories with keys and state.
 use std::{
+    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -38,7 +39,7 @@ fn strings(v: &Value, key: &str) -> Vec<String> {
 
 /// The run to be killed: builds the fixture's pieces, reports them, and waits to be killed.
 #[test]
-#[ignore = "the child of killed_run_leaves_nothing_behind_after_the_reaper"]
+#[ignore = "the run that the other tests here kill"]
 fn fixture_of_a_run_that_gets_killed() -> Result<()> {
     let manifest = PathBuf::from(std::env::var_os(MANIFEST_ENV).context(MANIFEST_ENV)?);
     let mut tb = Testbed::new()?;
@@ -72,14 +73,45 @@ fn fixture_of_a_run_that_gets_killed() -> Result<()> {
     bail!("was not killed")
 }
 
+/// How the run is killed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    /// SIGKILL to the test process alone (`kill -9 PID`).
+    Process,
+    /// SIGKILL to its whole process group, as a CI timeout or a terminal does: helpers of the
+    /// run in that group die too, only processes that left it (daemons) survive.
+    Group,
+}
+
 #[test]
-fn killed_run_leaves_nothing_behind_after_the_reaper() -> Result<()> {
-    if skip_unless_root("killed_run_leaves_nothing_behind_after_the_reaper")
-        || !apiserver::require_tools("killed_run_leaves_nothing_behind_after_the_reaper")
-    {
+fn a_killed_run_takes_its_processes_along() -> Result<()> {
+    killed_run("a_killed_run_takes_its_processes_along", Kill::Process)
+}
+
+#[test]
+fn what_a_killed_run_group_leaves_the_reaper_removes() -> Result<()> {
+    killed_run(
+        "what_a_killed_run_group_leaves_the_reaper_removes",
+        Kill::Group,
+    )
+}
+
+fn wait_gone(pids: &[u32], what: &str) {
+    let t0 = Instant::now();
+    while let Some(p) = pids.iter().find(|p| running(**p)) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{what} {p} survived");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn killed_run(test: &str, how: Kill) -> Result<()> {
+    if skip_unless_root(test) || !apiserver::require_tools(test) {
         return Ok(());
     }
-    let dir = fabric_netns::testbed::scratch_dir("reaper-test");
+    // One at a time: one test's reaper would otherwise reap the other's killed run early.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fabric_netns::testbed::scratch_dir(test);
     std::fs::create_dir_all(&dir)?;
     let manifest = dir.join("manifest.json");
     let mut child = Command::new(std::env::current_exe()?)
@@ -90,6 +122,7 @@ fn killed_run_leaves_nothing_behind_after_the_reaper() -> Result<()> {
             "--nocapture",
         ])
         .env(MANIFEST_ENV, &manifest)
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("child.log"))?)
@@ -131,29 +164,31 @@ fn killed_run_leaves_nothing_behind_after_the_reaper() -> Result<()> {
         assert!(running(*p), "{p} should run before the kill");
     }
 
-    child.kill()?;
+    match how {
+        Kill::Process => child.kill()?,
+        // SAFETY: plain syscall; the group is the child's own (process_group(0) above).
+        Kill::Group => assert_eq!(
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) },
+            0
+        ),
+    }
     child.wait()?;
 
-    // Children die with their parent at once, without any reaper.
-    let t0 = Instant::now();
-    while let Some(p) = children.iter().find(|p| running(**p)) {
+    // Children die with their parent at once, without any reaper; so do the API server's
+    // daemons, through their lifeline, unless the kill took the lifeline along.
+    wait_gone(&children, "child");
+    if how == Kill::Process {
+        wait_gone(&daemons, "API server daemon");
+    } else {
         assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "child {p} outlived the killed run"
+            daemons.iter().all(|p| running(*p)),
+            "the daemons left the process group: only the reaper can end them"
         );
-        std::thread::sleep(Duration::from_millis(20));
     }
 
     fabric_netns::testbed::reap_stale_now();
 
-    let t0 = Instant::now();
-    while let Some(p) = daemons.iter().find(|p| running(**p)) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "daemon {p} of the killed run survived the reaper"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(&daemons, "after the reaper, API server daemon");
     for ns in &namespaces {
         assert!(
             !fabric_netns::path_of(ns).exists(),
