@@ -248,37 +248,9 @@ fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
-/// How long a control request may take; a reload of hundreds of peers is well inside it.
-const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Sends one command over the gateway's control socket (`<control_dir>/<name>.ctl`).
-async fn control(o: &Opts, cmd: &str) -> Result<String, String> {
-    let path = o.control_dir.join(format!("{}.ctl", o.name));
-    let answer = tokio::time::timeout(
-        CONTROL_TIMEOUT,
-        fabric_gateway::control::control_request(&path, cmd),
-    )
-    .await
-    .map_err(|_| {
-        format!(
-            "{cmd}: no answer on {} within {CONTROL_TIMEOUT:?}",
-            path.display()
-        )
-    })?
-    .map_err(|e| format!("{cmd}: {}: {e} (is the gateway running?)", path.display()))?;
-    match answer.strip_prefix("error:") {
-        Some(e) => Err(format!("{cmd}: {}", e.trim())),
-        None => Ok(answer),
-    }
-}
-
-async fn reload_gateway(o: &Opts) -> Result<(), String> {
-    control(o, "reload").await.map(|_| ())
-}
-
-async fn gateway_status(o: &Opts) -> Result<fabric_gateway::status::Status, String> {
-    let text = control(o, "status").await?;
-    serde_json::from_str(&text).map_err(|e| format!("status: unreadable answer: {e}"))
+/// The gateway's control socket (`<control_dir>/<name>.ctl`).
+fn control(o: &Opts) -> fabric_gateway_api::control::Client {
+    fabric_gateway_api::control::Client::for_gateway(&o.control_dir, &o.name)
 }
 
 /// One pass: key, identity, config (+ reload), Connections. A standby replica (`active`
@@ -317,7 +289,7 @@ async fn pass(
         let config = render(o, "", &[], &[]);
         if last_config.as_deref() != Some(config.as_str()) {
             write_private(&o.config_path, config.as_bytes())?;
-            match reload_gateway(o).await {
+            match control(o).reload().await {
                 Ok(()) => info!("standby: gateway configuration without peers applied"),
                 Err(e) => warn!(error = %e, "gateway reload"),
             }
@@ -326,7 +298,7 @@ async fn pass(
         return Ok(());
     }
     {
-        let public = fabric_gateway::key::PrivateKey::from_base64(&key_text)
+        let public = fabric_gateway_api::PrivateKey::from_base64(&key_text)
             .map_err(|e| {
                 anyhow::anyhow!(
                     "secret {}: {}: {e}",
@@ -385,7 +357,7 @@ async fn pass(
     let config = render(o, &me, &peers, &externals(&ips));
     if last_config.as_deref() != Some(config.as_str()) {
         write_private(&o.config_path, config.as_bytes())?;
-        match reload_gateway(o).await {
+        match control(o).reload().await {
             Ok(()) => info!(peers = peers.len(), "active: gateway configuration applied"),
             // Not running yet: it reads the file when it starts.
             Err(e) => warn!(error = %e, "gateway reload"),
@@ -394,7 +366,7 @@ async fn pass(
     }
 
     // Report each tunnel.
-    let status = match gateway_status(o).await {
+    let status = match control(o).status().await {
         Ok(s) => Some(s),
         Err(e) => {
             warn!(error = %e, "gateway status");

@@ -43,8 +43,7 @@ fn rendered_configuration_is_accepted_by_the_gateway() {
     let peers = [peer("cluster-b", 1, true), peer("cluster-c", 2, false)];
     let externals = [("10.70.0.1".to_owned(), "192.168.1.5".to_owned())];
     let text = render(&opts(), "cluster-a", &peers, &externals);
-    let cfg =
-        fabric_gateway::config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let cfg = fabric_gateway_api::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(cfg.peers.len(), 2);
     let b = &cfg.peers[0];
     assert_eq!(b.id, Some(1));
@@ -69,6 +68,6 @@ fn rendered_configuration_is_accepted_by_the_gateway() {
 #[test]
 fn no_peers_is_a_valid_standby_configuration() {
     let text = render(&opts(), "cluster-a", &[], &[]);
-    let cfg = fabric_gateway::config::Config::parse(&text).unwrap();
+    let cfg = fabric_gateway_api::Config::parse(&text).unwrap();
     assert!(cfg.peers.is_empty());
 }

@@ -13,6 +13,8 @@ use tokio::{
     net::{TcpListener, UnixListener, UnixStream},
 };
 
+use fabric_gateway_api::control::{self as api, ControlError, Reply, Request, Response};
+
 use crate::{device::Gateway, status::render_metrics, uapi};
 
 /// Largest request we accept on a unix socket; `wg setconf` for thousands of
@@ -105,11 +107,12 @@ pub async fn serve_uapi(gw: Arc<Gateway>, sock: SocketFile) {
     }
 }
 
-/// Line protocol: `status` -> JSON, `reload` -> `ok` / `error: ...`.
+/// The control protocol of `fabric_gateway_api::control`: one JSON request line, one JSON
+/// response line, then the connection is closed.
 pub async fn serve_control<F, Fut>(gw: Arc<Gateway>, sock: SocketFile, reload: F)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
+    Fut: std::future::Future<Output = Result<(), ControlError>> + Send,
 {
     loop {
         let Ok((stream, _)) = sock.listener.accept().await else {
@@ -120,33 +123,26 @@ where
         tokio::spawn(async move {
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
-            if BufReader::new(r.take(4096))
+            if BufReader::new(r.take(api::MAX_REQUEST))
                 .read_line(&mut line)
                 .await
                 .is_err()
             {
                 return;
             }
-            let resp = match line.trim() {
-                "status" => serde_json::to_string_pretty(&gw.status()).unwrap_or_default() + "\n",
-                "reload" => match reload().await {
-                    Ok(()) => "ok\n".to_string(),
-                    Err(e) => format!("error: {e}\n"),
-                },
-                other => format!("error: unknown command {other:?}\n"),
+            let reply = match Request::from_line(&line) {
+                Ok(Request::Status) => Ok(Reply::Status(Box::new(gw.status()))),
+                Ok(Request::Reload) => reload().await.map(|()| Reply::Reloaded),
+                Err(e) => Err(e),
             };
-            let _ = w.write_all(resp.as_bytes()).await;
+            match Response::from(reply).to_line() {
+                Ok(resp) => {
+                    let _ = w.write_all(resp.as_bytes()).await;
+                }
+                Err(e) => tracing::error!(error = %e, "cannot encode a control response"),
+            }
         });
     }
-}
-
-/// Sends one control command and returns the answer.
-pub async fn control_request(path: &Path, cmd: &str) -> io::Result<String> {
-    let mut s = UnixStream::connect(path).await?;
-    s.write_all(format!("{cmd}\n").as_bytes()).await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
 }
 
 /// `/metrics` (Prometheus) and `/status` (JSON), on the fabric's shared HTTP server.

@@ -11,6 +11,8 @@ use std::{
 use anyhow::{Context, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
+use fabric_gateway_api::control::{ControlError, ErrorKind};
+
 use crate::{config::Config, control, device::Gateway};
 
 /// How often the tunnel devices and the data plane are checked against their configuration.
@@ -63,7 +65,7 @@ pub async fn run(
         let (gw, config) = (gw.clone(), config.clone());
         move || {
             let (gw, config) = (gw.clone(), config.clone());
-            async move { reload(&gw, &config).await.map_err(|e| format!("{e:#}")) }
+            async move { reload(&gw, &config).await }
         }
     };
     let mut tasks = vec![
@@ -117,8 +119,9 @@ pub async fn run(
     Ok(())
 }
 
-async fn reload(gw: &Arc<Gateway>, config: &Path) -> Result<()> {
-    let cfg = Config::load(config)?;
-    gw.reload(cfg).await?;
-    Ok(())
+async fn reload(gw: &Arc<Gateway>, config: &Path) -> Result<(), ControlError> {
+    let cfg = Config::load(config).map_err(|e| ControlError::from_error(ErrorKind::Config, &e))?;
+    gw.reload(cfg)
+        .await
+        .map_err(|e| ControlError::from_error(ErrorKind::Apply, &e))
 }

@@ -6,13 +6,14 @@ use std::{
     process::ExitCode,
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use fabric_gateway::{
     config::{Config, DEFAULT_NAME},
-    control, daemon,
+    daemon,
     key::PrivateKey,
 };
+use fabric_gateway_api::control::{self, Reply, Request};
 
 #[derive(Parser)]
 #[command(
@@ -101,8 +102,8 @@ fn run() -> Result<()> {
             println!("ok: {} peer(s)", cfg.peers.len());
             Ok(())
         }
-        Cmd::Status { name, control_dir } => client(&control_dir, &name, "status"),
-        Cmd::Reload { name, control_dir } => client(&control_dir, &name, "reload"),
+        Cmd::Status { name, control_dir } => client(&control_dir, &name, Request::Status),
+        Cmd::Reload { name, control_dir } => client(&control_dir, &name, Request::Reload),
         Cmd::Run {
             config,
             uapi_dir,
@@ -139,17 +140,14 @@ fn pubkey(file: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-fn client(dir: &Path, name: &str, cmd: &str) -> Result<()> {
-    let path = dir.join(format!("{name}.ctl"));
+fn client(dir: &Path, name: &str, request: Request) -> Result<()> {
+    let client = control::Client::for_gateway(dir, name);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let out = rt
-        .block_on(control::control_request(&path, cmd))
-        .with_context(|| format!("talking to {} (is the gateway running?)", path.display()))?;
-    print!("{out}");
-    if out.starts_with("error:") {
-        bail!("gateway refused {cmd}");
+    match rt.block_on(client.request(request))? {
+        Reply::Status(s) => println!("{}", serde_json::to_string_pretty(&s)?),
+        Reply::Reloaded => println!("ok"),
     }
     Ok(())
 }

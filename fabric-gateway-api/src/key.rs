@@ -1,7 +1,8 @@
-//! WireGuard keys in the formats `wg` uses (base64 in files/CLI, hex on the UAPI).
+//! WireGuard keys in the formats `wg` uses (base64 in files, the CLI and the configuration;
+//! hex on the UAPI).
 //!
-//! The private key type deliberately has no `Display`, no serde impls and a
-//! redacted `Debug`, so that it cannot end up in logs, status JSON or panics.
+//! The private key type deliberately has no `Display`, no serde impls and a redacted
+//! `Debug`, so that it cannot end up in logs, status JSON or panics; it is wiped on drop.
 
 use std::{
     fmt, fs,
@@ -11,7 +12,8 @@ use std::{
 };
 
 use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
-use boringtun::x25519;
+use rand_core::{OsRng, RngCore};
+use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -32,10 +34,10 @@ pub enum KeyError {
     #[error("private key file {path} does not contain a valid base64 WireGuard key")]
     InvalidKeyFile { path: PathBuf },
     #[error("cannot obtain randomness from the kernel: {0}")]
-    Random(std::io::Error),
+    Random(#[source] rand_core::Error),
 }
 
-/// A Curve25519 public key.
+/// A Curve25519 public key. Serialized as base64, as `wg` prints it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PublicKey([u8; 32]);
 
@@ -61,11 +63,11 @@ impl PublicKey {
     }
 
     pub fn to_hex(&self) -> String {
-        encode_hex(&self.0)
+        hex::encode(self.0)
     }
 
-    pub fn to_dalek(&self) -> x25519::PublicKey {
-        x25519::PublicKey::from(self.0)
+    pub fn to_dalek(&self) -> x25519_dalek::PublicKey {
+        x25519_dalek::PublicKey::from(self.0)
     }
 }
 
@@ -88,47 +90,52 @@ impl std::str::FromStr for PublicKey {
     }
 }
 
+impl serde::Serialize for PublicKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_base64())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PublicKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::from_base64(&s).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "public_key {s:?} is not a base64-encoded 32-byte WireGuard key"
+            ))
+        })
+    }
+}
+
 /// A Curve25519 private key. Zeroed on drop.
-#[derive(Clone)]
+#[derive(Clone, Zeroize, ZeroizeOnDrop)]
 pub struct PrivateKey([u8; 32]);
 
 impl PrivateKey {
     /// A fresh clamped key, like `wg genkey`.
     pub fn generate() -> Result<Self, KeyError> {
-        let mut b = [0u8; 32];
-        let mut filled = 0;
-        while filled < b.len() {
-            // SAFETY: the pointer/len pair describes the unfilled tail of `b`.
-            let n =
-                unsafe { libc::getrandom(b[filled..].as_mut_ptr().cast(), b.len() - filled, 0) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(KeyError::Random(e));
-            }
-            filled += n as usize;
-        }
-        clamp(&mut b);
-        Ok(Self(b))
+        let mut key = Self([0u8; 32]);
+        OsRng.try_fill_bytes(&mut key.0).map_err(KeyError::Random)?;
+        key.0[0] &= 248;
+        key.0[31] = (key.0[31] & 127) | 64;
+        Ok(key)
     }
 
     pub fn from_base64(s: &str) -> Result<Self, KeyError> {
         decode_b64_32(s).map(Self)
     }
 
-    /// Base64 form, only for `genkey` output; never log it.
+    /// Base64 form, only for `genkey` output and key Secrets; never log it.
     pub fn to_base64(&self) -> String {
         B64.encode(self.0)
     }
 
     pub fn public_key(&self) -> PublicKey {
-        PublicKey(x25519::PublicKey::from(&self.to_dalek()).to_bytes())
+        PublicKey(x25519_dalek::PublicKey::from(&self.to_dalek()).to_bytes())
     }
 
-    pub fn to_dalek(&self) -> x25519::StaticSecret {
-        x25519::StaticSecret::from(self.0)
+    pub fn to_dalek(&self) -> x25519_dalek::StaticSecret {
+        x25519_dalek::StaticSecret::from(self.0)
     }
 
     /// Reads a key file written by `wg genkey`/`fabric-gateway genkey`.
@@ -147,23 +154,11 @@ impl PrivateKey {
                 mode,
             });
         }
-        let mut s = String::new();
+        let mut s = Zeroizing::new(String::new());
         f.read_to_string(&mut s).map_err(io)?;
-        let key = Self::from_base64(s.trim()).map_err(|_| KeyError::InvalidKeyFile {
+        Self::from_base64(s.trim()).map_err(|_| KeyError::InvalidKeyFile {
             path: path.to_path_buf(),
-        });
-        wipe_string(&mut s);
-        key
-    }
-}
-
-impl Drop for PrivateKey {
-    fn drop(&mut self) {
-        // Volatile writes so the compiler cannot elide the wipe of a dying value.
-        for b in self.0.iter_mut() {
-            // SAFETY: `b` is a valid, aligned, exclusive reference.
-            unsafe { std::ptr::write_volatile(b, 0) };
-        }
+        })
     }
 }
 
@@ -173,54 +168,16 @@ impl fmt::Debug for PrivateKey {
     }
 }
 
-fn wipe_string(s: &mut str) {
-    // SAFETY: writing zero bytes keeps the string valid UTF-8.
-    for b in unsafe { s.as_bytes_mut() } {
-        unsafe { std::ptr::write_volatile(b, 0) };
-    }
-}
-
-fn clamp(b: &mut [u8; 32]) {
-    b[0] &= 248;
-    b[31] = (b[31] & 127) | 64;
-}
-
 fn decode_b64_32(s: &str) -> Result<[u8; 32], KeyError> {
-    let v = B64.decode(s.trim()).map_err(|_| KeyError::InvalidBase64)?;
-    v.try_into().map_err(|_| KeyError::InvalidBase64)
+    let v = Zeroizing::new(B64.decode(s.trim()).map_err(|_| KeyError::InvalidBase64)?);
+    v.as_slice().try_into().map_err(|_| KeyError::InvalidBase64)
 }
 
-pub(crate) fn decode_hex_32(s: &str) -> Result<[u8; 32], KeyError> {
-    let s = s.as_bytes();
-    if s.len() != 64 {
-        return Err(KeyError::InvalidHex);
-    }
+/// 32 bytes from 64 hex digits (either case), as the UAPI writes keys.
+pub fn decode_hex_32(s: &str) -> Result<[u8; 32], KeyError> {
     let mut out = [0u8; 32];
-    for (i, o) in out.iter_mut().enumerate() {
-        let hi = hex_val(s[2 * i]).ok_or(KeyError::InvalidHex)?;
-        let lo = hex_val(s[2 * i + 1]).ok_or(KeyError::InvalidHex)?;
-        *o = (hi << 4) | lo;
-    }
+    hex::decode_to_slice(s, &mut out).map_err(|_| KeyError::InvalidHex)?;
     Ok(out)
-}
-
-fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
-pub(crate) fn encode_hex(b: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        s.push(HEX[(x >> 4) as usize] as char);
-        s.push(HEX[(x & 15) as usize] as char);
-    }
-    s
 }
 
 #[cfg(test)]
@@ -243,9 +200,21 @@ mod tests {
     fn hex_roundtrip_and_rejects_garbage() {
         let k = PrivateKey::generate().unwrap().public_key();
         assert_eq!(PublicKey::from_hex(&k.to_hex()).unwrap(), k);
+        assert_eq!(PublicKey::from_hex(&k.to_hex().to_uppercase()).unwrap(), k);
         assert!(PublicKey::from_hex("zz").is_err());
         assert!(PublicKey::from_hex(&"g".repeat(64)).is_err());
+        assert!(PublicKey::from_hex(&"a".repeat(66)).is_err());
         assert!(PublicKey::from_base64("AAAA").is_err());
+    }
+
+    #[test]
+    fn public_keys_serialize_as_base64() {
+        let k = PrivateKey::generate().unwrap().public_key();
+        let j = serde_json::to_string(&k).unwrap();
+        assert_eq!(j, format!("\"{}\"", k.to_base64()));
+        assert_eq!(serde_json::from_str::<PublicKey>(&j).unwrap(), k);
+        let e = serde_json::from_str::<PublicKey>("\"nope\"").unwrap_err();
+        assert!(e.to_string().contains("base64"), "{e}");
     }
 
     #[test]
@@ -267,7 +236,7 @@ mod tests {
 
     #[test]
     fn key_file_permissions_are_enforced() {
-        let dir = std::env::temp_dir().join(format!("fgw-key-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("fgw-api-key-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let p = dir.join("k");
         let k = PrivateKey::generate().unwrap();
