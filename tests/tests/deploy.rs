@@ -101,6 +101,9 @@ fn manifests_apply_with_least_privilege() {
             "connections.networking.fabric.io/status",
         ),
         ("fabric-gateway", "watch", "publickeys.networking.fabric.io"),
+        ("fabric-gateway", "watch", "secrets/fabric-gateway-key"),
+        ("fabric-gateway", "watch", "configmaps/fabric-cluster"),
+        ("fabric-gateway", "create", "events.events.k8s.io"),
         ("fabric-gateway", "list", "nodes"),
         (
             "fabric-gateway",

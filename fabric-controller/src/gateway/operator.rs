@@ -1,0 +1,491 @@
+//! The operator loop: the thin edge that reads the watch caches, renders, talks to the
+//! gateway and writes to the API only what changed.
+//!
+//! Passes run on every watch event, on a change of leadership, and every `interval` (the
+//! gateway's own state, read over its control socket, is not in the API). A pass writes the
+//! identity ConfigMap when it changed, the Connections whose state changed (their counters at
+//! most every [`COUNTER_REFRESH`]), and Events on state changes. Every [`RESYNC`] it forgets
+//! what it wrote, so the caches decide again what is current.
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use fabric_api::{
+    identity::{ClusterIdentity, GatewayIdentity},
+    names::{annotation, config_map, label, secret},
+    networking::v1alpha1::{Connection, ConnectionSpec, ConnectionStatus},
+};
+use fabric_kube::{
+    events::{Event, Events},
+    lease,
+};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Node, Pod},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ObjectMeta, Patch, PatchParams},
+    runtime::watcher,
+};
+use tokio::sync::{Notify, watch};
+use tracing::{info, warn};
+
+use super::{
+    FIELD_MANAGER, Opts,
+    caches::{self, Caches},
+    control, externals, peers, render,
+    report::{self, Tunnel},
+    write_private,
+};
+
+/// How often latency and byte counters alone are written to a Connection.
+pub const COUNTER_REFRESH: Duration = Duration::from_secs(10);
+/// How often the operator forgets what it wrote and lets the caches decide again.
+pub const RESYNC: Duration = Duration::from_secs(60);
+/// The `reportingController` of the operator's Events.
+const REPORTER: &str = "fabric-gateway-operator";
+
+/// What this replica wrote last, to write nothing twice.
+#[derive(Default)]
+struct Written {
+    config: Option<String>,
+    identity: Option<BTreeMap<String, String>>,
+    /// Per peer: the Connection status written, and when.
+    conns: BTreeMap<String, (ConnectionStatus, Instant)>,
+    since: Option<Instant>,
+}
+
+impl Written {
+    /// Forgets what went to the API (not the gateway's configuration file, which is ours).
+    fn forget_api(&mut self) {
+        self.identity = None;
+        self.conns.clear();
+    }
+}
+
+struct Operator {
+    client: Client,
+    o: Opts,
+    caches: Caches,
+    events: Events,
+    written: Written,
+}
+
+impl Operator {
+    /// The private key from the Secret, written to the gateway's key file when it changed.
+    fn key(&self) -> anyhow::Result<String> {
+        let secret = self
+            .caches
+            .secret
+            .find(|s| s.name_any() == secret::GATEWAY_KEY)
+            .ok_or_else(|| anyhow::anyhow!("secret {} not found", secret::GATEWAY_KEY))?;
+        let key = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(secret::GATEWAY_KEY_FIELD))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "secret {} has no {}",
+                    secret::GATEWAY_KEY,
+                    secret::GATEWAY_KEY_FIELD
+                )
+            })?;
+        let key_text = String::from_utf8_lossy(&key.0).trim().to_owned();
+        if std::fs::read_to_string(&self.o.key_path)
+            .ok()
+            .as_deref()
+            .map(str::trim)
+            != Some(key_text.as_str())
+        {
+            write_private(&self.o.key_path, format!("{key_text}\n").as_bytes())?;
+        }
+        Ok(key_text)
+    }
+
+    async fn apply_config(&mut self, config: String, what: &str) -> anyhow::Result<()> {
+        if self.written.config.as_deref() == Some(config.as_str()) {
+            return Ok(());
+        }
+        write_private(&self.o.config_path, config.as_bytes())?;
+        match control(&self.o).reload().await {
+            Ok(()) => info!("{what}: gateway configuration applied"),
+            // Not running yet: it reads the file when it starts.
+            Err(e) => warn!(error = %e, "gateway reload"),
+        }
+        self.written.config = Some(config);
+        Ok(())
+    }
+
+    /// Publishes this gateway's public key and endpoint for `fabricctl peer`.
+    async fn publish_identity(&mut self, key_text: &str) -> anyhow::Result<()> {
+        let public_key = fabric_gateway_api::PrivateKey::from_base64(key_text)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "secret {}: {}: {e}",
+                    secret::GATEWAY_KEY,
+                    secret::GATEWAY_KEY_FIELD
+                )
+            })?
+            .public_key()
+            .to_base64();
+        let endpoint = self
+            .o
+            .advertise
+            .parse()
+            .map_err(|e| anyhow::anyhow!("advertised endpoint {}: {e}", self.o.advertise))?;
+        let data = GatewayIdentity {
+            public_key,
+            endpoint,
+        }
+        .to_data();
+        if self.written.identity.as_ref() == Some(&data) {
+            return Ok(());
+        }
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(config_map::GATEWAY_IDENTITY.into()),
+                ..Default::default()
+            },
+            data: Some(data.clone()),
+            ..Default::default()
+        };
+        let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.o.namespace);
+        FIELD_MANAGER.apply(&cms, &cm).await?;
+        self.written.identity = Some(data);
+        Ok(())
+    }
+
+    /// This cluster's identity, from the watched `fabric-cluster` ConfigMap.
+    fn cluster(&self) -> anyhow::Result<ClusterIdentity> {
+        let (ns, name) = (&self.o.namespace, config_map::CLUSTER);
+        let cm = self
+            .caches
+            .cluster
+            .find(|c| c.name_any() == name)
+            .ok_or_else(|| anyhow::anyhow!("no ConfigMap {ns}/{name}"))?;
+        ClusterIdentity::from_data(cm.data.as_ref().unwrap_or(&BTreeMap::new()))
+            .map_err(|e| anyhow::anyhow!("{ns}/{name}: {e}"))
+    }
+
+    /// One pass. A standby replica (`active` false) only keeps its key file current and gives
+    /// its gateway a configuration without peers; the identity and the Connections are the
+    /// active replica's to write.
+    async fn pass(&mut self, active: bool) -> anyhow::Result<()> {
+        let key_text = self.key()?;
+        if !active {
+            return self
+                .apply_config(render(&self.o, "", &[], &[]), "standby")
+                .await;
+        }
+        self.publish_identity(&key_text).await?;
+        let peers = peers(
+            &self.caches.configs.state(),
+            &self.caches.keys.state(),
+            &self.caches.clients.state(),
+        );
+        let me = self.cluster()?.cluster_id;
+        let ips = self.caches.ips.state();
+        let config = render(&self.o, &me, &peers, &externals(&ips));
+        let n = peers.len();
+        self.apply_config(config, &format!("active, {n} peers"))
+            .await?;
+
+        let status = match control(&self.o).status().await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(error = %e, "gateway status");
+                None
+            }
+        };
+        let conns: Api<Connection> = Api::namespaced(self.client.clone(), &self.o.namespace);
+        let now = Instant::now();
+        for p in &peers {
+            let tunnel = status
+                .as_ref()
+                .and_then(|s| s.peers.iter().find(|x| x.name == p.cluster_id))
+                .map(|g| Tunnel {
+                    up: g.up,
+                    rtt_seconds: g.probe_rtt_seconds,
+                    rx_bytes: g.rx_bytes,
+                    tx_bytes: g.tx_bytes,
+                });
+            let want = report::connection_status(tunnel);
+            let stored = self.caches.conns.find(|c| c.name_any() == p.cluster_id);
+            let object_ok = stored.as_ref().is_some_and(|c| {
+                c.spec.cluster_id == p.cluster_id
+                    && c.labels().get(label::PEER) == Some(&p.cluster_id)
+            });
+            if !object_ok {
+                let conn = Connection {
+                    metadata: ObjectMeta {
+                        name: Some(p.cluster_id.clone()),
+                        labels: Some(BTreeMap::from([(
+                            label::PEER.to_owned(),
+                            p.cluster_id.clone(),
+                        )])),
+                        ..Default::default()
+                    },
+                    spec: ConnectionSpec {
+                        cluster_id: p.cluster_id.clone(),
+                    },
+                    status: None,
+                };
+                FIELD_MANAGER.apply(&conns, &conn).await?;
+            }
+            // What we wrote ourselves is newer than the cache until its watch event arrives.
+            let mine = self.written.conns.get(&p.cluster_id);
+            let current = match (mine, stored.as_ref().filter(|_| object_ok)) {
+                (Some((s, _)), Some(_)) => Some(s.clone()),
+                (_, stored) => stored.and_then(|c| c.status.clone()),
+            };
+            let written_at = mine.map(|(_, t)| *t);
+            if !report::due(current.as_ref(), &want, written_at, now, COUNTER_REFRESH) {
+                continue;
+            }
+            FIELD_MANAGER
+                .apply_status(&conns, &p.cluster_id, &want)
+                .await?;
+            let before = current.as_ref().map(|s| s.value);
+            if let Some(ev) = report::transition(&p.cluster_id, before, &want) {
+                self.event_on_peer(&p.cluster_id, &ev).await;
+            }
+            self.written.conns.insert(p.cluster_id.clone(), (want, now));
+        }
+        // Connections of peers that are gone.
+        for c in self.caches.conns.state() {
+            if !peers.iter().any(|p| p.cluster_id == c.spec.cluster_id) {
+                let _ = conns.delete(&c.name_any(), &Default::default()).await;
+                self.written.conns.remove(&c.name_any());
+            }
+        }
+        Ok(())
+    }
+
+    /// An Event on the peer's Configuration (where `kubectl describe` of the peer shows it).
+    async fn event_on_peer(&self, cluster_id: &str, ev: &Event) {
+        let cfg = self
+            .caches
+            .configs
+            .find(|c| c.spec.cluster_id == cluster_id);
+        match cfg {
+            Some(cfg) => self.events.publish(&*cfg, ev).await,
+            None => warn!(
+                peer = cluster_id,
+                reason = ev.reason,
+                "no Configuration for an Event"
+            ),
+        }
+        if ev.warning {
+            warn!(peer = cluster_id, reason = ev.reason, note = %ev.note, "peer");
+        } else {
+            info!(peer = cluster_id, reason = ev.reason, note = %ev.note, "peer");
+        }
+    }
+}
+
+async fn label_pod(client: &Client, ns: &str, pod: &str, active: bool) -> kube::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let patch =
+        serde_json::json!({"metadata": {"labels": {label::GATEWAY_ACTIVE: active.to_string()}}});
+    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The gateway's end of the overlay, with the Node and Pod watches that feed it.
+struct OverlayFeed {
+    overlay: crate::overlay::GatewayOverlay,
+    nodes: kube::runtime::reflector::Store<Node>,
+    ready: Arc<AtomicBool>,
+    pods: Arc<std::sync::Mutex<crate::overlay::PodPlaces>>,
+}
+
+fn start_overlay(
+    client: &Client,
+    ov: &fabric_routing::overlay::Overlay,
+    local: std::net::Ipv4Addr,
+    changed: &Arc<Notify>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<OverlayFeed> {
+    let (conn, handle, _) =
+        rtnetlink::new_connection().map_err(|e| anyhow::anyhow!("netlink socket: {e}"))?;
+    tokio::spawn(conn);
+    let (nodes, writer) = kube::runtime::reflector::store::<Node>();
+    tasks.push(caches::watch(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        Some(writer),
+        changed.clone(),
+    ));
+    // An empty cache would remove the routes to every node's pods after a restart, so the
+    // overlay is only synced once the Nodes have been listed.
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn({
+        let (nodes, ready) = (nodes.clone(), ready.clone());
+        let notify = changed.clone();
+        async move {
+            if nodes.wait_until_ready().await.is_ok() {
+                ready.store(true, Ordering::Relaxed);
+                notify.notify_one();
+            }
+        }
+    });
+    // Pods, for nodes without spec.podCIDRs: only where each runs is kept.
+    let pods = Arc::new(std::sync::Mutex::new(crate::overlay::PodPlaces::default()));
+    tasks.push(tokio::spawn({
+        let (pods, notify) = (pods.clone(), changed.clone());
+        let api = Api::<Pod>::all(client.clone());
+        async move {
+            use futures::StreamExt;
+            use kube::runtime::WatchStreamExt;
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(ev) => {
+                        if pods.lock().unwrap().apply(ev) {
+                            notify.notify_one();
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "watching Pods"),
+                }
+            }
+        }
+    }));
+    Ok(OverlayFeed {
+        overlay: crate::overlay::GatewayOverlay::new(ov.clone(), local, handle),
+        nodes,
+        ready,
+        pods,
+    })
+}
+
+pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
+    let (tx, mut leading) = watch::channel(false);
+    let mut election = o.election.clone();
+    // The node agents route to whatever address the holder publishes here.
+    election.annotations.insert(
+        annotation::GATEWAY_IP.to_owned(),
+        o.gateway_ip.map(|ip| ip.to_string()),
+    );
+    let elector = tokio::spawn(lease::elect(leases.clone(), election.clone(), tx));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // Every change to what the configuration and the reports are made of triggers a pass at
+    // once; the interval pass reads the gateway's own state.
+    let changed = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    let caches = Caches::start(
+        &client,
+        &o.namespace,
+        secret::GATEWAY_KEY,
+        config_map::CLUSTER,
+        &changed,
+        &mut tasks,
+    );
+    let mut overlay = match &o.overlay {
+        None => None,
+        Some(ov) => {
+            let local = o.gateway_ip.ok_or_else(|| {
+                anyhow::anyhow!("--overlay needs --gateway-ip: the nodes' overlay endpoint")
+            })?;
+            Some(start_overlay(&client, ov, local, &changed, &mut tasks)?)
+        }
+    };
+    let stop = async {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    let mut stopped = false;
+    tokio::select! {
+        r = caches.ready() => r?,
+        () = stop => stopped = true,
+    }
+    let events = Events::new(client.clone(), REPORTER, Some(o.election.identity.clone()));
+    let mut op = Operator {
+        client: client.clone(),
+        o,
+        caches,
+        events,
+        written: Written::default(),
+    };
+    // In a pod, the label tells the gateway Service which replica is active, so peers'
+    // handshakes reach the one with the tunnels and not the standby.
+    let pod = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty());
+    let mut labeled: Option<bool> = None;
+    let mut was_active = false;
+    while !stopped {
+        let active = *leading.borrow_and_update();
+        if active != was_active {
+            // Another replica wrote in between: the caches know better than our memory.
+            op.written.forget_api();
+            was_active = active;
+        }
+        let now = Instant::now();
+        if op
+            .written
+            .since
+            .is_none_or(|t| now.duration_since(t) >= RESYNC)
+        {
+            op.written.forget_api();
+            op.written.since = Some(now);
+        }
+        if let Some(pod) = &pod
+            && labeled != Some(active)
+        {
+            match label_pod(&client, &op.o.namespace, pod, active).await {
+                Ok(()) => labeled = Some(active),
+                Err(e) => warn!(error = %e, pod, "labelling this pod for the gateway Service"),
+            }
+        }
+        // Both replicas keep their end of the overlay: a takeover then only moves the nodes'
+        // next hop.
+        if let Some(f) = overlay
+            .as_mut()
+            .filter(|f| f.ready.load(Ordering::Relaxed) && f.pods.lock().unwrap().ready)
+        {
+            let list = f.nodes.state();
+            let peered = !op.caches.configs.is_empty();
+            // A snapshot: the lock is not held across the netlink calls.
+            let places = f.pods.lock().unwrap().clone();
+            if let Err(e) = f
+                .overlay
+                .sync(list.iter().map(|n| n.as_ref()), &places, peered)
+                .await
+            {
+                warn!(error = %format!("{e:#}"), "gateway overlay");
+            }
+        }
+        if let Err(e) = op.pass(active).await {
+            warn!(error = %format!("{e:#}"), "gateway operator pass");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(op.o.interval) => {}
+            _ = changed.notified() => {}
+            // A takeover is applied at once, not at the next interval.
+            Ok(()) = leading.changed() => {}
+            _ = tokio::signal::ctrl_c() => stopped = true,
+            _ = term.recv() => stopped = true,
+        }
+    }
+    elector.abort();
+    for t in tasks {
+        t.abort();
+    }
+    if *leading.borrow() {
+        match lease::release(&leases, &election).await {
+            Ok(()) => info!("released the gateway Lease"),
+            Err(e) => warn!(error = %e, "releasing the gateway Lease"),
+        }
+    }
+    Ok(())
+}
