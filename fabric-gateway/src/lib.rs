@@ -14,6 +14,7 @@ pub mod offload;
 pub mod packet;
 pub mod probe;
 pub mod reconfig;
+pub mod roam;
 pub mod timers;
 pub mod tun;
 pub mod uapi;

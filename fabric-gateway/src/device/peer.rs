@@ -12,7 +12,7 @@ use std::{
     time::Instant,
 };
 
-use boringtun::noise::{Tunn, TunnResult};
+use boringtun::noise::{Tunn, TunnResult, rate_limiter::RateLimiter};
 
 use super::{Gateway, GatewayError};
 use crate::{
@@ -120,13 +120,18 @@ fn make_probe(cfg: &PeerConfig) -> Option<Probe> {
 
 impl Gateway {
     fn new_tunn(&self, key: &PublicKey, keepalive: Option<u16>, index: u32) -> Tunn {
+        // Handshakes are limited once, by the gateway's shared limiter before a datagram is
+        // matched to a peer. The state machine insists on a limiter of its own: give it one
+        // that never limits, or it would count every handshake a second time and, under load,
+        // answer with cookies of its own.
+        let unlimited = RateLimiter::new(&self.public_key.to_dalek(), u64::MAX);
         Tunn::new(
             self.private_key.to_dalek(),
             key.to_dalek(),
             None,
             keepalive,
             index,
-            Some(self.rate_limiter.clone()),
+            Some(Arc::new(unlimited)),
         )
     }
 

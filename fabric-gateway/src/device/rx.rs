@@ -19,7 +19,7 @@ use super::{
 use crate::{
     key::{PrivateKey, PublicKey},
     offload::{self, VNET_HDR_LEN},
-    packet, udp,
+    packet, roam, udp,
 };
 
 /// Largest datagram/packet we handle (a TSO super-packet or a GRO batch is at most 64 KiB).
@@ -142,6 +142,7 @@ impl Gateway {
         static_private: &boringtun::x25519::StaticSecret,
         static_public: &boringtun::x25519::PublicKey,
     ) {
+        let kind;
         let peer = {
             let packet = match self
                 .rate_limiter
@@ -162,6 +163,7 @@ impl Gateway {
                     return;
                 }
             };
+            kind = roam::Kind::of(&packet);
             let t = self.peers.read().unwrap();
             let found = match packet {
                 Packet::HandshakeInit(ref p) => {
@@ -185,20 +187,23 @@ impl Gateway {
                 }
             }
         };
-        self.handle_peer_datagram(&peer, datagram, from, out, gro);
+        self.handle_peer_datagram(&peer, kind, datagram, from, out, gro);
     }
 
     fn handle_peer_datagram(
         &self,
         peer: &Arc<Peer>,
+        kind: roam::Kind,
         datagram: &[u8],
         from: SocketAddr,
         out: &mut [u8],
         gro: &mut TunGro,
     ) {
         let mut tunn = peer.tunn.lock().unwrap();
-        let res = tunn.decapsulate(Some(from.ip()), datagram, out);
-        let authenticated = !matches!(res, TunnResult::Err(_));
+        // The shared limiter has already verified and counted this datagram; the peer's own
+        // never limits (see `new_tunn`), so the datagram is not limited twice.
+        let res = tunn.decapsulate(None, datagram, out);
+        let authenticated = roam::proves_peer(kind, &res);
         match res {
             TunnResult::Err(e) => {
                 drop(tunn);
