@@ -742,10 +742,11 @@ impl Dataplane {
         }
         let fresh = !pin_dir.exists();
         let r = Self::load(Some(pin_dir)).and_then(|mut dp| dp.apply(cfg));
-        if r.is_err() && fresh {
-            if let Err(e) = Self::reset(pin_dir) {
-                warn!(pin_dir = %pin_dir.display(), error = %e, "cleaning up after a failed apply");
-            }
+        if r.is_err()
+            && fresh
+            && let Err(e) = Self::reset(pin_dir)
+        {
+            warn!(pin_dir = %pin_dir.display(), error = %e, "cleaning up after a failed apply");
         }
         r
     }
