@@ -37,6 +37,12 @@ pub const PIN_PREFIX: &str = "/sys/fs/bpf/fabric-test-";
 /// Scratch directories (in the temp dir) that fixtures of earlier versions named otherwise; a
 /// run killed by such a build is reaped too.
 const LEGACY_SCRATCH_PREFIXES: &[&str] = &["fabric-api-"];
+/// Gateway names (`<prefix><pid><letters>`, short: they become interface names) of the gateway
+/// tests and the gateway benchmark. A gateway killed with its run leaves its pins
+/// (`/sys/fs/bpf/fabric-gw-<name>`) and a UAPI socket (`/var/run/wireguard/<name>.sock`).
+pub const GATEWAY_NAME_PREFIXES: &[&str] = &["fgw", "fgb"];
+const GATEWAY_PIN_PREFIX: &str = "fabric-gw-";
+const UAPI_DIR: &str = "/var/run/wireguard";
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 static REAPED: Mutex<bool> = Mutex::new(false);
@@ -126,7 +132,20 @@ fn owner_pid(name: &str, prefix: &str) -> Option<u32> {
 
 /// Whether `name` belongs to a run (not this one) whose process is gone.
 fn is_stale(name: &str, prefix: &str) -> bool {
-    owner_pid(name, prefix).is_some_and(|pid| pid != std::process::id() && !pid_alive(pid))
+    owner_pid(name, prefix).is_some_and(stale_pid)
+}
+
+fn stale_pid(pid: u32) -> bool {
+    pid != std::process::id() && !pid_alive(pid)
+}
+
+/// The pid in a gateway name `<prefix><pid><letters>` (see [`GATEWAY_NAME_PREFIXES`]).
+fn gateway_owner_pid(name: &str) -> Option<u32> {
+    GATEWAY_NAME_PREFIXES.iter().find_map(|p| {
+        let rest = name.strip_prefix(p)?;
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        rest[..digits].parse().ok()
+    })
 }
 
 /// Whether a command line (NUL-separated, as in /proc/PID/cmdline) names `dir` or something
@@ -224,6 +243,24 @@ pub fn reap_stale_now() {
                 path.display()
             );
             let _ = std::fs::remove_dir_all(path);
+        }
+    }
+    for (name, path) in names(Path::new("/sys/fs/bpf")) {
+        if name
+            .strip_prefix(GATEWAY_PIN_PREFIX)
+            .and_then(gateway_owner_pid)
+            .is_some_and(stale_pid)
+        {
+            eprintln!(
+                "fabric-netns: removing stale gateway pins {}",
+                path.display()
+            );
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
+    for (name, path) in names(Path::new(UAPI_DIR)) {
+        if name.ends_with(".sock") && gateway_owner_pid(&name).is_some_and(stale_pid) {
+            let _ = std::fs::remove_file(path);
         }
     }
     for dir in scratch {
@@ -527,6 +564,10 @@ mod tests {
             &format!("fabt-{}-0", std::process::id()),
             NETNS_PREFIX
         ));
+        assert_eq!(gateway_owner_pid("fgw4321r"), Some(4321));
+        assert_eq!(gateway_owner_pid("fgb77o.sock"), Some(77));
+        assert_eq!(gateway_owner_pid("fgwx"), None);
+        assert_eq!(gateway_owner_pid("wg0.sock"), None);
     }
 
     #[test]

@@ -50,6 +50,13 @@ fn fixture_of_a_run_that_gets_killed() -> Result<()> {
     let pin = tb.pin_dir(&gw, "gw");
     std::fs::create_dir_all(&pin)?;
     let key = tb.write_file("gateway.key", "not really a key\n")?;
+    // What a gateway of the gateway tests leaves when it is killed: its pins and UAPI socket.
+    let gw_name = format!("fgw{}k", std::process::id());
+    let gw_pins = PathBuf::from(format!("/sys/fs/bpf/fabric-gw-{gw_name}"));
+    std::fs::create_dir_all(&gw_pins)?;
+    std::fs::create_dir_all("/var/run/wireguard")?;
+    let uapi = PathBuf::from(format!("/var/run/wireguard/{gw_name}.sock"));
+    std::fs::write(&uapi, "")?;
     // A component inside the namespace and one outside, as the fixture starts them.
     let in_ns = tb.spawn(&gw, &["sleep", "3600"])?;
     let mut c = Command::new("sleep");
@@ -64,7 +71,7 @@ fn fixture_of_a_run_that_gets_killed() -> Result<()> {
         .collect::<Result<_>>()?;
     let report = json!({
         "namespaces": [gw],
-        "paths": [pin, key.parent().unwrap(), api_dir],
+        "paths": [pin, key.parent().unwrap(), api_dir, gw_pins, uapi],
         "children": [in_ns.pid(), host.id()],
         "daemons": daemons,
     });
@@ -157,7 +164,7 @@ fn killed_run(test: &str, how: Kill) -> Result<()> {
     };
     let (children, daemons) = (pids("children"), pids("daemons"));
     assert!(
-        children.len() == 2 && daemons.len() == 2 && paths.len() == 3,
+        children.len() == 2 && daemons.len() == 2 && paths.len() == 5,
         "{m}"
     );
     for p in children.iter().chain(&daemons) {

@@ -66,7 +66,9 @@ pub struct Lab {
 impl Lab {
     /// `tag` must be unique per test (it becomes part of gateway and socket names).
     pub fn new(tag: &str) -> Self {
-        let tag = format!("fgw{}{tag}", std::process::id() % 100_000);
+        // The whole pid: the reaper (fabric_netns::testbed) finds a killed run's gateway pins
+        // and UAPI sockets by it. At most 7 digits: names stay within IFNAMSIZ.
+        let tag = format!("fgw{}{tag}", std::process::id());
         // A test-bed scratch name, so that a killed run's keys and logs are reaped.
         let dir = scratch_dir(&tag);
         let _ = fs::remove_dir_all(&dir);
