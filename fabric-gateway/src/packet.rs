@@ -17,6 +17,25 @@ pub fn src_addr(p: &[u8]) -> Option<IpAddr> {
     }
 }
 
+/// WireGuard pads every transport payload with zeros to a multiple of 16 bytes, never past the
+/// tunnel MTU, so that the exact sizes of inner packets do not show on the underlay; boringtun
+/// 0.7 does not, so the gateway does it before encrypting. Receivers (boringtun, the kernel)
+/// trim by the IP header's total length. Returns `p` itself when it needs no padding (or `buf`
+/// is too small), else a padded copy in `buf`.
+pub fn pad_transport<'a>(p: &'a [u8], mtu: usize, buf: &'a mut [u8]) -> &'a [u8] {
+    let want = p.len().next_multiple_of(16).min(mtu.max(p.len()));
+    if want == p.len() || buf.len() < want {
+        return p;
+    }
+    buf[..p.len()].copy_from_slice(p);
+    buf[p.len()..want].fill(0);
+    &buf[..want]
+}
+
+/// The largest packet [`pad_transport`] writes into its buffer (the largest MTU the gateway
+/// accepts).
+pub const PAD_BUF: usize = 9000;
+
 /// ICMP identifier that marks our probes, so echo replies to real pods are
 /// never swallowed by the gateway.
 pub const PROBE_ICMP_ID: u16 = 0xFAB0;
@@ -82,6 +101,65 @@ mod tests {
         assert_eq!(checksum(&b[..20]), 0, "ip header checksum must verify");
         assert_eq!(checksum(&b[20..n]), 0, "icmp checksum must verify");
         assert_eq!(src_addr(&b[..n]), Some("169.254.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn transport_padding_to_16_within_the_mtu() {
+        let mut buf = [0xffu8; PAD_BUF];
+        for (len, mtu, want) in [
+            (36, 1420, 48),
+            (48, 1420, 48),
+            (1, 1420, 16),
+            (1401, 1420, 1408),
+            (1415, 1420, 1420),
+            (1420, 1420, 1420),
+            (1500, 1420, 1500),
+        ] {
+            let p: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let out = pad_transport(&p, mtu, &mut buf).to_vec();
+            assert_eq!(out.len(), want, "len {len} mtu {mtu}");
+            assert_eq!(&out[..len], &p[..], "payload kept");
+            assert!(out[len..].iter().all(|&b| b == 0), "zero padding");
+        }
+    }
+
+    /// A padded packet goes through real WireGuard state machines: the ciphertext hides the
+    /// exact size, and the receiver hands back the packet at its IP length.
+    #[test]
+    fn padded_packets_decrypt_to_their_ip_length() {
+        use boringtun::{
+            noise::{Tunn, TunnResult},
+            x25519::{PublicKey, StaticSecret},
+        };
+        let (ka, kb) = (StaticSecret::from([3u8; 32]), StaticSecret::from([4u8; 32]));
+        let (pa, pb) = (PublicKey::from(&ka), PublicKey::from(&kb));
+        let mut a = Tunn::new(ka, pb, None, None, 1 << 8, None);
+        let mut b = Tunn::new(kb, pa, None, None, 2 << 8, None);
+        let mut buf = vec![0u8; 2048];
+        let mut out = vec![0u8; 2048];
+        let init = match a.format_handshake_initiation(&mut buf, false) {
+            TunnResult::WriteToNetwork(p) => p.to_vec(),
+            r => panic!("{r:?}"),
+        };
+        let resp = match b.decapsulate(None, &init, &mut out) {
+            TunnResult::WriteToNetwork(p) => p.to_vec(),
+            r => panic!("{r:?}"),
+        };
+        let _ = a.decapsulate(None, &resp, &mut out);
+        let mut probe = [0u8; 64];
+        let n = build_probe_v4(&mut probe, [10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 9);
+        let mut pad = [0u8; PAD_BUF];
+        let padded = pad_transport(&probe[..n], 1420, &mut pad);
+        let wire = match a.encapsulate(padded, &mut buf) {
+            TunnResult::WriteToNetwork(p) => p.to_vec(),
+            r => panic!("{r:?}"),
+        };
+        // 16 bytes of header, the padded payload, a 16-byte tag.
+        assert_eq!(wire.len(), 16 + 48 + 16);
+        match b.decapsulate(None, &wire, &mut out) {
+            TunnResult::WriteToTunnelV4(p, _) => assert_eq!(p, &probe[..n]),
+            r => panic!("{r:?}"),
+        }
     }
 
     #[test]

@@ -75,11 +75,13 @@ impl Gateway {
             self.send_initiation(peer, out);
         }
         if probe_len > 0 {
-            let res = peer
-                .tunn
-                .lock()
-                .unwrap()
-                .encapsulate(&probe_buf[..probe_len], out);
+            let mut pad = [0u8; packet::PROBE_LEN.next_multiple_of(16)];
+            let probe = packet::pad_transport(
+                &probe_buf[..probe_len],
+                usize::from(self.iface.mtu),
+                &mut pad,
+            );
+            let res = peer.tunn.lock().unwrap().encapsulate(probe, out);
             if let TunnResult::WriteToNetwork(pkt) = res {
                 self.send_to_peer(peer, pkt);
             }

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     offload::{self, VNET_HDR_LEN, VnetHdr},
-    udp,
+    packet, udp,
 };
 
 /// Encrypted segments of one super-packet: 64 KiB of payload plus per-segment
@@ -24,6 +24,7 @@ pub(super) struct TunBufs {
     scratch: Vec<u8>,
     dst: Vec<u8>,
     lens: Vec<usize>,
+    pad: Vec<u8>,
 }
 
 impl TunBufs {
@@ -33,6 +34,7 @@ impl TunBufs {
             scratch: vec![0u8; BUF],
             dst: vec![0u8; SEG_OUT],
             lens: Vec::with_capacity(1024),
+            pad: vec![0u8; packet::PAD_BUF],
         }
     }
 }
@@ -137,7 +139,9 @@ impl Gateway {
             scratch,
             dst,
             lens,
+            pad,
         } = bufs;
+        let mtu = usize::from(self.iface.mtu);
         let Some(ep) = *peer.endpoint.read().unwrap() else {
             // A server-side peer that never contacted us: nowhere to send, and
             // queueing inside Tunn would only deliver stale packets later.
@@ -168,7 +172,7 @@ impl Gateway {
                     peer.counters.drop(PeerDrop::Malformed);
                     return;
                 }
-                match tunn.encapsulate(p, room) {
+                match tunn.encapsulate(packet::pad_transport(p, mtu, pad), room) {
                     TunnResult::WriteToNetwork(out) => {
                         used += out.len();
                         lens.push(out.len());
