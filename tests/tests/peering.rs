@@ -109,6 +109,21 @@ fn peer_two_clusters_with_fabricctl() {
     let v: serde_json::Value = serde_json::from_slice(&js.stdout).unwrap();
     assert_eq!(v[0]["peer"], "cluster-b");
     assert!(v[0]["rx_bytes"].as_i64().unwrap() > 0, "{v:#}");
+    // The operator told the peer's Configuration that its tunnel came up.
+    let events = cl.a.api.kubectl_ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        "fabric-system",
+        "-o",
+        "jsonpath={range .items[*]}{.regarding.kind}/{.regarding.name} {.reason} {.reportingController}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        events
+            .lines()
+            .any(|l| l == "Configuration/cluster-b Connected fabric-gateway-operator"),
+        "{events}"
+    );
 
     // Each component is killed (no clean shutdown) and started again; traffic comes back by
     // itself. The gateway takes its tunnels with it, so that one is the real test.
