@@ -18,7 +18,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_fabric-agent");
 fn start_agent(api: &ApiServer, node: &str, log: &Path) -> ChildGuard {
     let log = std::fs::File::create(log).unwrap();
     ChildGuard(
-        Command::new(BIN)
+        fabric_tests::die_with_parent(&mut Command::new(BIN))
             .env("KUBECONFIG", &api.kubeconfig)
             .env("RUST_LOG", "info")
             .args([

@@ -16,7 +16,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 fn operator(api: &ApiServer, pod: &str, dir: &std::path::Path) -> ChildGuard {
     std::fs::create_dir_all(dir).unwrap();
     ChildGuard(
-        Command::new(BIN)
+        fabric_tests::die_with_parent(&mut Command::new(BIN))
             .env("KUBECONFIG", &api.kubeconfig)
             .env("POD_NAME", pod)
             .args([

@@ -26,7 +26,7 @@ fn start_controller(api: &ApiServer, log: &Path) -> ChildGuard {
 fn start_replica(api: &ApiServer, log: &Path, identity: &str) -> ChildGuard {
     let log = std::fs::File::create(log).unwrap();
     ChildGuard(
-        Command::new(BIN)
+        fabric_tests::die_with_parent(&mut Command::new(BIN))
             .env("KUBECONFIG", &api.kubeconfig)
             .env("RUST_LOG", "info")
             .args([

@@ -281,7 +281,7 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     let server = ApiServer::start("bench-control");
     server.install_crds();
     let _agent = ChildGuard(
-        Command::new(locate_bin("fabric-agent")?)
+        crate::die_with_parent(&mut Command::new(locate_bin("fabric-agent")?))
             .env("KUBECONFIG", &server.kubeconfig)
             .args(["run", "--gateway", "10.9.0.1", "--route-netns", &node])
             .stdin(Stdio::null())

@@ -153,7 +153,7 @@ pub fn operator_requests(
     std::fs::create_dir_all(&dir)?;
     let log = std::fs::File::create(dir.join("operator.log"))?;
     let operator = ChildGuard(
-        Command::new(locate_bin("fabric-controller")?)
+        crate::die_with_parent(&mut Command::new(locate_bin("fabric-controller")?))
             .env("KUBECONFIG", &api.kubeconfig)
             .env("POD_NAME", "gw-0")
             .args(["gateway", "--advertise", "192.0.2.10:31820"])

@@ -18,6 +18,8 @@ pub mod topo;
 pub mod traffic;
 
 pub use agent::{Agent, peer_counter};
+/// For children a test waits for or kills itself: they die with the test process too.
+pub use fabric_netns::process::die_with_parent;
 pub use netns::{Testbed, is_root};
 pub use topo::{Addressing, TwoClusters, addr};
 
