@@ -1,0 +1,25 @@
+//! The checks behind the fuzz targets in `fuzz_targets/`, one module per target. Each
+//! `check(data)` feeds arbitrary bytes to a parser of the gateway or of `fabric-common` and
+//! panics when an invariant breaks, not only when the code under test panics. The libFuzzer
+//! binaries call them (`cargo xtask fuzz TARGET`), and the main workspace's
+//! `tests/tests/fuzz_seeds.rs` replays the committed seeds (`seeds/TARGET/`) through them.
+
+pub mod coalesce;
+pub mod config;
+pub mod packet;
+pub mod remap;
+pub mod segment;
+pub mod tcp_options;
+mod tcpip;
+pub mod uapi;
+
+/// Every target: its name (the libFuzzer binary and the directory of its seeds) and its check.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("packet", packet::check),
+    ("segment", segment::check),
+    ("coalesce", coalesce::check),
+    ("uapi", uapi::check),
+    ("config", config::check),
+    ("tcp_options", tcp_options::check),
+    ("remap", remap::check),
+];
