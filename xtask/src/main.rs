@@ -6,6 +6,7 @@
 //! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
 //! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
 //! - `codegen`: regenerate deploy/crds from the Rust API types.
+//! - `fuzz`: run one of the fuzz targets in fuzz/ (cargo-fuzz, nightly) from its seeds.
 //!
 //! Kept dependency-light on purpose (anyhow, ctrlc): it is compiled before anything else.
 use std::{
@@ -31,6 +32,10 @@ tasks:
   bench gateway     setup, build (release), benchmark fabric-gateway vs boringtun-cli vs veth
   bench control     setup, build, time peering and API-to-route reactions, idle memory
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
+  fuzz --list       list the fuzz targets (fuzz/, built by cargo-fuzz on the nightly toolchain)
+  fuzz TARGET [--time SECONDS] [-- LIBFUZZER-ARGS]
+                    fuzz one target from its seeds for SECONDS (default 60); installs
+                    cargo-fuzz if missing; crashing inputs land in fuzz/artifacts/TARGET
 ";
 
 fn main() -> ExitCode {
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("demo") => demo(&args[1..]),
         Some("codegen") => codegen(),
+        Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("datapath") => bench_datapath(&args[2..]),
             Some("gateway") => bench_gateway(&args[2..]),
@@ -607,4 +613,136 @@ fn codegen() -> Result<ExitCode> {
         .arg(workspace_root().join("deploy/crds")))
     .context("generating CRDs")?;
     Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// fuzz
+
+fn fuzz_dir() -> PathBuf {
+    workspace_root().join("fuzz")
+}
+
+/// The targets: one file each in fuzz/fuzz_targets.
+fn fuzz_targets() -> Result<Vec<String>> {
+    let dir = fuzz_dir().join("fuzz_targets");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".rs")?.to_owned())
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn setup_cargo_fuzz() -> Result<()> {
+    if works("rustup", ["run", "nightly", "cargo", "fuzz", "--version"]) {
+        println!("    cargo-fuzz: present");
+        return Ok(());
+    }
+    run(cargo().args(["install", "cargo-fuzz", "--locked"])).context("installing cargo-fuzz")
+}
+
+/// `fuzz TARGET [--time SECONDS] [-- ARGS]`: splits the arguments.
+fn fuzz_args(args: &[String]) -> Result<(String, u64, Vec<String>)> {
+    let (ours, libfuzzer) = match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], args[i + 1..].to_vec()),
+        None => (args, Vec::new()),
+    };
+    let mut target = None;
+    let mut secs = 60;
+    let mut it = ours.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--time" => {
+                let v = it.next().context("--time needs a number of seconds")?;
+                secs = v
+                    .parse()
+                    .with_context(|| format!("--time {v:?}: not a number of seconds"))?;
+            }
+            t if target.is_none() && !t.starts_with('-') => target = Some(t.to_owned()),
+            other => bail!("unexpected argument {other:?}\n{USAGE}"),
+        }
+    }
+    let target = target.with_context(|| format!("which target?\n{USAGE}"))?;
+    Ok((target, secs, libfuzzer))
+}
+
+fn fuzz(args: &[String]) -> Result<ExitCode> {
+    let targets = fuzz_targets()?;
+    if args.first().map(String::as_str) == Some("--list") {
+        for t in &targets {
+            println!("{t}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (target, secs, extra) = fuzz_args(args)?;
+    if !targets.contains(&target) {
+        bail!(
+            "no fuzz target {target:?}; the targets are: {}",
+            targets.join(", ")
+        );
+    }
+    step("setup: nightly toolchain and cargo-fuzz");
+    setup_nightly()?;
+    setup_cargo_fuzz()?;
+    // libFuzzer adds what it finds to the first directory (not committed) and only reads
+    // the committed seeds.
+    let dir = fuzz_dir();
+    let corpus = dir.join("corpus").join(&target);
+    std::fs::create_dir_all(&corpus).with_context(|| format!("creating {}", corpus.display()))?;
+    step(&format!("fuzz {target} for {secs} s"));
+    let mut c = Command::new("rustup");
+    c.current_dir(&dir)
+        .args(["run", "nightly", "cargo", "fuzz", "run", &target])
+        .arg(&corpus)
+        .arg(dir.join("seeds").join(&target))
+        .arg("--")
+        .arg(format!("-max_total_time={secs}"))
+        .args(extra);
+    // The cargo and rustc that run xtask are stable ones; cargo-fuzz must use nightly's.
+    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN"] {
+        c.env_remove(var);
+    }
+    run(&mut c).with_context(|| {
+        format!(
+            "fuzzing {target} (a crashing input is in fuzz/artifacts/{target}/; replay it in \
+             fuzz/ with `rustup run nightly cargo fuzz run {target} artifacts/{target}/FILE`)"
+        )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn fuzz_arguments() {
+        let (t, secs, extra) = fuzz_args(&args(&["segment"])).unwrap();
+        assert_eq!((t.as_str(), secs, extra.len()), ("segment", 60, 0));
+        let (t, secs, extra) =
+            fuzz_args(&args(&["--time", "5", "uapi", "--", "-max_len=100"])).unwrap();
+        assert_eq!((t.as_str(), secs), ("uapi", 5));
+        assert_eq!(extra, ["-max_len=100"]);
+        assert!(fuzz_args(&args(&[])).is_err());
+        assert!(fuzz_args(&args(&["uapi", "--time"])).is_err());
+        assert!(fuzz_args(&args(&["uapi", "--time", "soon"])).is_err());
+        assert!(fuzz_args(&args(&["uapi", "config"])).is_err());
+    }
+
+    #[test]
+    fn fuzz_targets_are_listed() {
+        let t = fuzz_targets().unwrap();
+        assert!(
+            t.contains(&"segment".to_owned()) && t.contains(&"uapi".to_owned()),
+            "{t:?}"
+        );
+    }
 }
