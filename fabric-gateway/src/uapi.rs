@@ -91,10 +91,11 @@ pub fn parse_request(text: &str) -> Result<Request, UapiError> {
             Ok(Request::Get)
         }
         Some("set=1") => parse_set(lines).map(Request::Set),
-        Some(other) => Err(UapiError::new(
-            EPROTO,
-            format!("unknown operation {other:?}"),
-        )),
+        Some(other) => {
+            // Only the name: a request that lost its `set=1` may start with a key's line.
+            let op = other.split_once('=').map_or(other, |(op, _)| op);
+            Err(UapiError::new(EPROTO, format!("unknown operation {op:?}")))
+        }
         None => Err(UapiError::new(EPROTO, "empty request")),
     }
 }
@@ -421,6 +422,11 @@ mod tests {
     fn private_key_value_is_not_echoed_in_errors() {
         let e = parse_request("set=1\nprivate_key=secretsecret\n").unwrap_err();
         assert!(!e.message.contains("secretsecret"));
+        // Found by the uapi fuzz target: a request without its `set=1` line.
+        let e = parse_request("private_key=e_key=pubtie\n").unwrap_err();
+        assert_eq!(e.errno, EPROTO);
+        assert!(!e.message.contains("pubtie"), "{}", e.message);
+        assert!(e.message.contains("private_key"), "{}", e.message);
     }
 
     fn set(peers: Vec<PeerSet>) -> SetRequest {
