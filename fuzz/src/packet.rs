@@ -4,7 +4,7 @@
 //! Input: a packet; its first bytes also give a probe's source, destination and sequence.
 //! Checked: `src_addr` finds the address etherparse finds in every IP header it accepts and
 //! never reads one from something too short; a reply is only recognised with our ICMP id and
-//! type, to our address, and gives its sequence; a probe built from the input is a valid
+//! type, from the probed peer to our address, and gives its sequence; a probe built from the input is a valid
 //! IPv4 echo request (checksums verified by etherparse) whose reply is recognised.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -39,11 +39,15 @@ fn check_src_addr(data: &[u8]) {
 }
 
 fn check_reply(data: &[u8]) {
-    // As the gateway calls it: with its own tunnel address, here the packet's destination.
-    let ours = data.get(16..20).map_or(Ipv4Addr::new(169, 254, 0, 1), |d| {
-        Ipv4Addr::from(<[u8; 4]>::try_from(d).unwrap())
-    });
-    let Some(seq) = parse_probe_reply_v4(data, ours) else {
+    // As the gateway calls it, with its own tunnel address and the peer's; here taken from
+    // the packet's destination and source, so that replies can match.
+    let addr = |at: usize, or: Ipv4Addr| {
+        data.get(at..at + 4)
+            .map_or(or, |d| Ipv4Addr::from(<[u8; 4]>::try_from(d).unwrap()))
+    };
+    let ours = addr(16, Ipv4Addr::new(169, 254, 0, 1));
+    let peer = addr(12, Ipv4Addr::new(169, 254, 0, 2));
+    let Some(seq) = parse_probe_reply_v4(data, ours, peer) else {
         return;
     };
     let ihl = usize::from(data[0] & 0x0f) * 4;
@@ -52,10 +56,18 @@ fn check_reply(data: &[u8]) {
         "not ICMP over IPv4"
     );
     assert_eq!(data[16..20], ours.octets(), "not to our address");
+    assert_eq!(data[12..16], peer.octets(), "not from the peer");
     let icmp = &data[ihl..];
     assert_eq!(icmp[0], 0, "not an echo reply");
     assert_eq!(icmp[4..6], PROBE_ICMP_ID.to_be_bytes(), "not our ICMP id");
     assert_eq!(icmp[6..8], seq.to_be_bytes());
+    // Anyone else behind the peer cannot answer for it.
+    let other = Ipv4Addr::from(u32::from(peer).wrapping_add(1));
+    assert_eq!(
+        parse_probe_reply_v4(data, ours, other),
+        None,
+        "a reply from another host"
+    );
 }
 
 fn check_probe(data: &[u8]) {
@@ -97,14 +109,18 @@ fn check_probe(data: &[u8]) {
     reply[12..16].copy_from_slice(&dst.octets());
     reply[16..20].copy_from_slice(&src.octets());
     reply[20] = 0;
-    assert_eq!(parse_probe_reply_v4(&reply, src), Some(seq));
+    assert_eq!(parse_probe_reply_v4(&reply, src, dst), Some(seq));
     if src != dst {
         assert_eq!(
-            parse_probe_reply_v4(&reply, dst),
+            parse_probe_reply_v4(&reply, dst, src),
             None,
             "a reply to someone else"
         );
     }
     reply[24] ^= 1;
-    assert_eq!(parse_probe_reply_v4(&reply, src), None, "another ICMP id");
+    assert_eq!(
+        parse_probe_reply_v4(&reply, src, dst),
+        None,
+        "another ICMP id"
+    );
 }
