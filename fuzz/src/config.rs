@@ -1,13 +1,14 @@
-//! The gateway's configuration file (TOML → `Config` + validation): written by the gateway
-//! operator, or by hand.
+//! The gateway's configuration file (`fabric_gateway_api::config`: TOML → `Config` +
+//! validation): written by the gateway operator, or by hand.
 //!
 //! Input: the file's text. Checked: whatever `Config::parse` accepts passes `validate` again,
 //! gives every peer a device name that fits IFNAMSIZ and is unique, a probe source when it
-//! probes, and (with data-plane ids) a data-plane configuration.
+//! probes, and (with data-plane ids) a data-plane configuration; written back with `to_toml`
+//! (as the operator writes it) it parses to the same `Config`.
 
 use std::collections::HashSet;
 
-use fabric_gateway::config::{Config, MAX_IFNAME};
+use fabric_gateway_api::config::{Config, MAX_IFNAME};
 
 pub fn check(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -35,4 +36,6 @@ pub fn check(data: &[u8]) {
         Some((_, dp)) => assert_eq!(dp.peers.len(), with_id),
         None => assert_eq!(with_id, 0),
     }
+    let text = cfg.to_toml().expect("a parsed config serialises");
+    assert_eq!(Config::parse(&text).ok(), Some(cfg), "written back as {text}");
 }
