@@ -1,6 +1,6 @@
 //! The gateway operator: runs beside `fabric-gateway` (a second container in the gateway pod)
 //! and turns the API into the gateway's configuration, then the gateway's state back into the
-//! API. It renders the gateway's TOML from the peers' Configurations (real and granted CIDRs,
+//! API. It renders the gateway's configuration from the peers' Configurations (real and granted CIDRs,
 //! peer id), PublicKeys and GatewayClients, writes the private key from its Secret to a 0600
 //! file, asks the gateway to reload (over its control socket) when anything changed, and
 //! reports each tunnel as a `Connection`. It also publishes this gateway's identity (public
@@ -15,7 +15,6 @@
 //! cluster-network address on the Lease; node agents route to whatever that says.
 use std::{
     borrow::Borrow,
-    fmt::Write as _,
     net::Ipv4Addr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
@@ -26,8 +25,10 @@ use fabric_api::{
     names::field_manager,
     networking::v1alpha1::{Configuration, GatewayClient, IP, PublicKey},
 };
+use fabric_gateway_api::{Config, ConfigError, PeerConfig};
 pub use fabric_kube::Election;
 use fabric_kube::FieldManager;
+use ipnetwork::Ipv4Network;
 
 mod caches;
 mod operator;
@@ -159,38 +160,96 @@ pub fn externals(ips: &[impl Borrow<IP>]) -> Vec<(String, String)> {
     out
 }
 
-/// The gateway's configuration file for these peers. `me` is this cluster's id.
-pub fn render(o: &Opts, me: &str, peers: &[PeerView], externals: &[(String, String)]) -> String {
-    let mut used = std::collections::BTreeSet::new();
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# Written by the fabric gateway operator from the API; edits are overwritten."
-    );
-    let _ = writeln!(
-        s,
-        "[interface]\nname = {:?}\nprivate_key_file = {:?}\nlisten_port = {}\nmtu = {}",
-        o.name,
-        o.key_path.display().to_string(),
-        o.listen_port,
-        o.mtu
-    );
+/// What keeps the API's view of the peers from becoming a gateway configuration. The API
+/// server's validation refuses most of it; what gets through is reported, never written.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("peer {peer}: {field} {value:?} is not an IPv4 prefix: {source}")]
+    Prefix {
+        peer: String,
+        field: &'static str,
+        value: String,
+        #[source]
+        source: ipnetwork::IpNetworkError,
+    },
+    #[error("peer {peer}: public key {value:?}: {source}")]
+    Key {
+        peer: String,
+        value: String,
+        #[source]
+        source: fabric_gateway_api::KeyError,
+    },
+    #[error("peer {peer}: endpoint {value:?} is not address:port: {source}")]
+    Endpoint {
+        peer: String,
+        value: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("IP {value:?} is not an IPv4 address: {source}")]
+    External {
+        value: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// The gateway's configuration for these peers, validated as the gateway validates it. `me`
+/// is this cluster's id.
+pub fn render(
+    o: &Opts,
+    me: &str,
+    peers: &[PeerView],
+    externals: &[(String, String)],
+) -> Result<Config, RenderError> {
+    let mut cfg = Config::builder(&o.key_path)
+        .name(&o.name)
+        .listen_port(o.listen_port)
+        .mtu(o.mtu)
+        .busy_poll_us(o.busy_poll_us);
     if let Some(pins) = &o.pin_dir {
-        let _ = writeln!(s, "dataplane_pin_dir = {:?}", pins.display().to_string());
+        cfg = cfg.dataplane_pin_dir(pins);
     }
-    if o.busy_poll_us > 0 {
-        let _ = writeln!(s, "busy_poll_us = {}", o.busy_poll_us);
-    }
-    s.push('\n');
+    let mut used = std::collections::BTreeSet::new();
     for p in peers {
-        let _ = writeln!(
-            s,
-            "[[peers]]\nname = {:?}\nid = {}\npublic_key = {:?}",
-            p.cluster_id, p.peer_id, p.public_key
-        );
+        let prefix = |field: &'static str, value: &str| {
+            value
+                .parse::<Ipv4Network>()
+                .map_err(|source| RenderError::Prefix {
+                    peer: p.cluster_id.clone(),
+                    field,
+                    value: value.to_owned(),
+                    source,
+                })
+        };
+        let real_pod = prefix("real pod CIDR", &p.real_pod)?;
+        let real_external = prefix("real external CIDR", &p.real_external)?;
+        let seen_pod = prefix("granted pod CIDR", &p.seen_pod)?;
+        let seen_external = prefix("granted external CIDR", &p.seen_external)?;
+        let key = fabric_gateway_api::PublicKey::from_base64(&p.public_key).map_err(|source| {
+            RenderError::Key {
+                peer: p.cluster_id.clone(),
+                value: p.public_key.clone(),
+                source,
+            }
+        })?;
+        let mut peer = PeerConfig::builder(&p.cluster_id, key)
+            .id(p.peer_id)
+            .device(device(&p.cluster_id))
+            .allowed_ips([real_pod, real_external])
+            .routes([seen_pod, seen_external])
+            .remap(seen_pod, real_pod)
+            .remap(seen_external, real_external);
         if let Some(e) = &p.endpoint {
+            let endpoint = e.parse().map_err(|source| RenderError::Endpoint {
+                peer: p.cluster_id.clone(),
+                value: e.clone(),
+                source,
+            })?;
             // We dial: keep the NAT mapping on the way open.
-            let _ = writeln!(s, "endpoint = {e:?}\npersistent_keepalive = 25");
+            peer = peer.endpoint(endpoint).persistent_keepalive(25);
         }
         let (server, client) = tunnel_addrs(me, &p.cluster_id);
         let (mine, theirs) = if p.endpoint.is_some() {
@@ -200,36 +259,37 @@ pub fn render(o: &Opts, me: &str, peers: &[PeerView], externals: &[(String, Stri
         };
         // Two peers whose pairs hash to the same /30 would need the same route on two
         // devices: the later one goes without a probe (Up then follows handshakes).
-        let (probe_lines, extra_allowed, extra_route) = if used.insert(server) {
-            (
-                format!("addresses = [\"{mine}/32\"]\nprobe_address = \"{theirs}\"\n"),
-                format!(", \"{theirs}/32\""),
-                format!(", \"{theirs}/32\""),
-            )
-        } else {
-            (String::new(), String::new(), String::new())
-        };
-        let _ = writeln!(
-            s,
-            "device = {:?}\n{probe_lines}allowed_ips = [{:?}, {:?}{extra_allowed}]\nroutes = [{:?}, {:?}{extra_route}]\nremaps = [\n  {{ local = {:?}, remote = {:?} }},\n  {{ local = {:?}, remote = {:?} }},\n]\n",
-            device(&p.cluster_id),
-            p.real_pod,
-            p.real_external,
-            p.seen_pod,
-            p.seen_external,
-            p.seen_pod,
-            p.real_pod,
-            p.seen_external,
-            p.real_external,
-        );
+        if used.insert(server) {
+            let theirs_net = Ipv4Network::from(theirs);
+            peer = peer
+                .address(Ipv4Network::from(mine))
+                .probe_address(theirs)
+                .allowed_ip(theirs_net)
+                .route(theirs_net);
+        }
+        cfg = cfg.peer(peer.build());
     }
     for (external, internal) in externals {
-        let _ = writeln!(
-            s,
-            "[[externals]]\nexternal = \"{external}/32\"\ninternal = \"{internal}/32\"\n"
-        );
+        let host = |value: &String| {
+            value
+                .parse::<Ipv4Addr>()
+                .map(Ipv4Network::from)
+                .map_err(|source| RenderError::External {
+                    value: value.clone(),
+                    source,
+                })
+        };
+        cfg = cfg.external(host(external)?, host(internal)?);
     }
-    s
+    Ok(cfg.build()?)
+}
+
+/// The configuration file's text.
+pub fn config_file(cfg: &Config) -> Result<String, ConfigError> {
+    Ok(format!(
+        "# Written by the fabric gateway operator from the API; edits are overwritten.\n{}",
+        cfg.to_toml()?
+    ))
 }
 
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
@@ -286,32 +346,41 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_pin_dir_goes_into_the_interface_table() {
-        let peer = PeerView {
+    fn peer_b() -> PeerView {
+        PeerView {
             cluster_id: "b".into(),
             peer_id: 1,
-            public_key: "k".into(),
+            public_key: "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=".into(),
             endpoint: None,
             real_pod: "10.244.0.0/16".into(),
             real_external: "10.70.0.0/16".into(),
             seen_pod: "10.64.0.0/16".into(),
             seen_external: "10.65.0.0/16".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_interface_follows_the_options() {
+        let peer = peer_b();
         let with = render(
             &opts(Some("/sys/fs/bpf/x")),
             "a",
             std::slice::from_ref(&peer),
             &[],
+        )
+        .unwrap();
+        assert_eq!(
+            with.interface.dataplane_pin_dir,
+            Some(PathBuf::from("/sys/fs/bpf/x"))
         );
-        let iface = &with[..with.find("[[peers]]").unwrap()];
-        assert!(
-            iface.contains("dataplane_pin_dir = \"/sys/fs/bpf/x\""),
-            "{with}"
+        assert_eq!(with.interface.name, "gw");
+        assert_eq!(
+            with.interface.private_key_file,
+            PathBuf::from("/tmp/gw.key")
         );
-        let without = render(&opts(None), "a", std::slice::from_ref(&peer), &[]);
-        assert!(!without.contains("dataplane_pin_dir"), "{without}");
-        assert!(!without.contains("busy_poll_us"), "{without}");
+        let without = render(&opts(None), "a", std::slice::from_ref(&peer), &[]).unwrap();
+        assert_eq!(without.interface.dataplane_pin_dir, None);
+        assert_eq!(without.interface.busy_poll_us, 0);
         let busy = render(
             &Opts {
                 busy_poll_us: 20_000,
@@ -320,12 +389,38 @@ mod tests {
             "a",
             &[peer],
             &[],
-        );
-        let iface = &busy[..busy.find("[[peers]]").unwrap()];
-        assert!(iface.contains("busy_poll_us = 20000"), "{busy}");
+        )
+        .unwrap();
+        assert_eq!(busy.interface.busy_poll_us, 20_000);
         // What a standby replica's gateway gets: the interface and nothing else.
-        let standby = render(&opts(None), "", &[], &[]);
-        assert!(!standby.contains("[[peers]]") && standby.contains("[interface]"));
+        let standby = render(&opts(None), "", &[], &[]).unwrap();
+        assert!(standby.peers.is_empty() && standby.externals.is_empty());
+        assert_eq!(standby.interface, without.interface);
+    }
+
+    #[test]
+    fn what_the_api_should_have_refused_is_not_rendered() {
+        let bad = |f: fn(&mut PeerView)| {
+            let mut p = peer_b();
+            f(&mut p);
+            render(&opts(None), "a", &[p], &[]).unwrap_err()
+        };
+        assert!(matches!(
+            bad(|p| p.public_key = "k".into()),
+            RenderError::Key { .. }
+        ));
+        let e = bad(|p| p.seen_pod = "10.64.0.0/33".into());
+        assert!(
+            matches!(&e, RenderError::Prefix { field, .. } if field.contains("pod")),
+            "{e}"
+        );
+        let e = bad(|p| p.endpoint = Some("gw.example:51820".into()));
+        assert!(matches!(e, RenderError::Endpoint { .. }), "{e}");
+        // Parsed, but not a configuration the gateway would run.
+        let e = bad(|p| p.seen_pod = "10.64.0.0/24".into());
+        assert!(matches!(e, RenderError::Config(_)), "{e}");
+        let e = render(&opts(None), "a", &[], &[("x".into(), "10.0.0.1".into())]).unwrap_err();
+        assert!(matches!(e, RenderError::External { .. }), "{e}");
     }
 
     #[test]

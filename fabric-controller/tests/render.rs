@@ -2,7 +2,7 @@
 //! data plane it implies: checked with the gateway's own parser and validation.
 use std::{path::PathBuf, time::Duration};
 
-use fabric_controller::gateway::{Election, Opts, PeerView, render, tunnel_addrs};
+use fabric_controller::gateway::{Election, Opts, PeerView, config_file, render, tunnel_addrs};
 
 fn opts() -> Opts {
     Opts {
@@ -42,8 +42,10 @@ fn peer(id: &str, n: u32, dials: bool) -> PeerView {
 fn rendered_configuration_is_accepted_by_the_gateway() {
     let peers = [peer("cluster-b", 1, true), peer("cluster-c", 2, false)];
     let externals = [("10.70.0.1".to_owned(), "192.168.1.5".to_owned())];
-    let text = render(&opts(), "cluster-a", &peers, &externals);
+    let rendered = render(&opts(), "cluster-a", &peers, &externals).unwrap();
+    let text = config_file(&rendered).unwrap();
     let cfg = fabric_gateway_api::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(cfg, rendered, "{text}");
     assert_eq!(cfg.peers.len(), 2);
     let b = &cfg.peers[0];
     assert_eq!(b.id, Some(1));
@@ -67,7 +69,7 @@ fn rendered_configuration_is_accepted_by_the_gateway() {
 
 #[test]
 fn no_peers_is_a_valid_standby_configuration() {
-    let text = render(&opts(), "cluster-a", &[], &[]);
+    let text = config_file(&render(&opts(), "cluster-a", &[], &[]).unwrap()).unwrap();
     let cfg = fabric_gateway_api::Config::parse(&text).unwrap();
     assert!(cfg.peers.is_empty());
 }

@@ -37,9 +37,9 @@ use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use super::{
-    FIELD_MANAGER, Opts,
+    FIELD_MANAGER, Opts, RenderError,
     caches::{self, Caches},
-    control, externals, peers, render,
+    config_file, control, externals, peers, render,
     report::{self, Tunnel},
     write_private,
 };
@@ -54,7 +54,7 @@ const REPORTER: &str = "fabric-gateway-operator";
 /// What this replica wrote last, to write nothing twice.
 #[derive(Default)]
 struct Written {
-    config: Option<String>,
+    config: Option<fabric_gateway_api::Config>,
     identity: Option<BTreeMap<String, String>>,
     /// Per peer: the Connection status written, and when.
     conns: BTreeMap<String, (ConnectionStatus, Instant)>,
@@ -108,11 +108,24 @@ impl Operator {
         Ok(key_text)
     }
 
-    async fn apply_config(&mut self, config: String, what: &str) -> anyhow::Result<()> {
-        if self.written.config.as_deref() == Some(config.as_str()) {
+    /// Writes the configuration when it changed and asks the gateway to reload. One the API
+    /// cannot make is reported, and the gateway keeps the last one.
+    async fn apply_config(
+        &mut self,
+        config: Result<fabric_gateway_api::Config, RenderError>,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let config = match config {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "gateway configuration not rendered; the gateway keeps its last one");
+                return Ok(());
+            }
+        };
+        if self.written.config.as_ref() == Some(&config) {
             return Ok(());
         }
-        write_private(&self.o.config_path, config.as_bytes())?;
+        write_private(&self.o.config_path, config_file(&config)?.as_bytes())?;
         match control(&self.o).reload().await {
             Ok(()) => info!("{what}: gateway configuration applied"),
             // Not running yet: it reads the file when it starts.
