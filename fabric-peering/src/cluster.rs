@@ -102,10 +102,12 @@ impl Cluster {
         {
             return Ok(());
         }
-        let key = crate::key::generate_private_key().map_err(|source| Error::KeyGeneration {
-            side: self.side,
-            source,
-        })?;
+        let key = fabric_gateway_api::PrivateKey::generate()
+            .map_err(|source| Error::KeyGeneration {
+                side: self.side,
+                source,
+            })?
+            .to_base64();
         let s = Secret {
             metadata: ObjectMeta {
                 name: Some(secret::GATEWAY_KEY.into()),

@@ -60,7 +60,7 @@ pub enum Error {
     KeyGeneration {
         side: Side,
         #[source]
-        source: std::io::Error,
+        source: fabric_gateway_api::KeyError,
     },
     #[error("timed out waiting for {0}")]
     Timeout(Wait),

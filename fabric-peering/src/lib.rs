@@ -15,7 +15,6 @@ use std::fmt;
 
 pub mod cluster;
 mod error;
-pub mod key;
 mod peering;
 pub mod plan;
 
