@@ -33,13 +33,19 @@ fn good_config(lab: &Lab, key: &std::path::Path, port: u16) -> String {
         "--out",
         lab.dir.join("peer.key").to_str().unwrap(),
     ]);
-    format!(
-        "[interface]\nname = \"{}\"\nprivate_key_file = \"{}\"\nlisten_address = \"127.0.0.1\"\nlisten_port = {port}\n\n\
-         [[peers]]\nname = \"b\"\npublic_key = \"{}\"\nallowed_ips = [\"10.20.0.0/24\"]\n",
-        lab.tag,
-        key.display(),
-        peer.trim()
-    )
+    Config::builder(key)
+        .name(&lab.tag)
+        .listen_address(std::net::Ipv4Addr::LOCALHOST)
+        .listen_port(port)
+        .peer(
+            PeerConfig::builder("b", peer.trim().parse().unwrap())
+                .allowed_ips(net(&["10.20.0.0/24"]))
+                .build(),
+        )
+        .build()
+        .unwrap()
+        .to_toml()
+        .unwrap()
 }
 
 #[test]

@@ -115,18 +115,22 @@ fn interop(test: &str, tag: &str, ours_dials: bool) {
     // Side A: our gateway.
     let a_name = format!("{}a", lab.tag);
     lab.remember_file(format!("/var/run/wireguard/{a_name}.sock").into());
-    let endpoint = if ours_dials {
-        format!("endpoint = \"{B_UL}:51820\"\n")
-    } else {
-        String::new()
-    };
-    let cfg = format!(
-        "[interface]\nname = \"{a_name}\"\nprivate_key_file = \"{}\"\nlisten_port = 51820\n\n[[peers]]\nname = \"bt\"\n\
-         public_key = \"{b_pub}\"\n{endpoint}allowed_ips = [\"10.20.0.0/24\", \"169.254.100.0/30\"]\ndevice = \"fab-bt\"\n\
-         addresses = [\"169.254.100.1/30\"]\nroutes = [\"10.20.0.0/24\"]\nprobe_address = \"169.254.100.2\"\n",
-        a_key.display()
-    );
-    let cfg = lab.write("a.toml", &cfg);
+    let mut peer = PeerConfig::builder("bt", b_pub.parse().unwrap())
+        .allowed_ips(net(&["10.20.0.0/24", "169.254.100.0/30"]))
+        .device("fab-bt")
+        .address(net(&["169.254.100.1/30"])[0])
+        .routes(net(&["10.20.0.0/24"]))
+        .probe_address("169.254.100.2".parse::<std::net::IpAddr>().unwrap());
+    if ours_dials {
+        peer = peer.endpoint(format!("{B_UL}:51820").parse().unwrap());
+    }
+    let cfg = Config::builder(&a_key)
+        .name(&a_name)
+        .listen_port(51820)
+        .peer(peer.build())
+        .build()
+        .unwrap();
+    let cfg = lab.write_config("a.toml", &cfg);
     let dir = lab.dir.to_str().unwrap().to_string();
     lab.spawn(
         "gwa",

@@ -63,39 +63,34 @@ pub struct PeerSpec<'a> {
     pub keepalive: Option<u16>,
 }
 
-fn quote(v: &[&str]) -> String {
-    v.iter()
-        .map(|s| format!("\"{s}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn config(name: &str, key: &std::path::Path, peers: &[PeerSpec]) -> String {
-    let mut s = format!(
-        "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\n",
-        key.display()
-    );
-    for p in peers {
-        s += &format!(
-            "\n[[peers]]\nname = \"{}\"\npublic_key = \"{}\"\nallowed_ips = [{}]\ndevice = \"{}\"\naddresses = [\"{}\"]\nroutes = [{}]\n",
-            p.name,
-            p.public_key,
-            quote(p.allowed),
-            p.device,
-            p.address,
-            quote(p.routes)
-        );
+fn config(name: &str, key: &std::path::Path, peers: &[PeerSpec]) -> Config {
+    let peers = peers.iter().map(|p| {
+        let mut b = PeerConfig::builder(p.name, p.public_key.parse().unwrap())
+            .allowed_ips(net(p.allowed))
+            .device(p.device)
+            .address(net(&[p.address])[0])
+            .routes(net(p.routes));
         if let Some(e) = &p.endpoint {
-            s += &format!("endpoint = \"{e}\"\n");
+            b = b.endpoint(e.parse().unwrap());
         }
         if let Some(pr) = p.probe {
-            s += &format!("probe_address = \"{pr}\"\n");
+            b = b.probe_address(pr.parse::<std::net::IpAddr>().unwrap());
         }
         if let Some(k) = p.keepalive {
-            s += &format!("persistent_keepalive = {k}\n");
+            b = b.persistent_keepalive(k);
         }
-    }
-    s
+        b.build()
+    });
+    Config::builder(key)
+        .name(name)
+        .listen_port(PORT)
+        .peers(peers)
+        .build()
+        .unwrap()
+}
+
+fn toml(cfg: &Config) -> String {
+    cfg.to_toml().unwrap()
 }
 
 struct Gws {
@@ -170,20 +165,21 @@ fn setup_with(
     a_extra: &[&str],
     tweak_a: impl FnOnce(&mut PeerSpec),
 ) -> Gws {
-    setup_full(lab, t, a_extra, "", tweak_a)
+    setup_full(lab, t, a_extra, 0, tweak_a)
 }
 
-/// `[interface]` settings shared by both gateways.
-fn with_iface(cfg: String, iface: &str) -> String {
-    cfg.replacen("[interface]\n", &format!("[interface]\n{iface}"), 1)
+/// `busy_poll_us` of a gateway.
+fn with_busy_poll(mut cfg: Config, busy_poll_us: u64) -> Config {
+    cfg.interface.busy_poll_us = busy_poll_us;
+    cfg
 }
 
-/// Like `setup_with`, with `iface` lines added to both gateways' `[interface]`.
+/// Like `setup_with`, with both gateways' `busy_poll_us` set.
 fn setup_full(
     lab: &mut Lab,
     t: &Topo,
     a_extra: &[&str],
-    iface: &str,
+    busy_poll_us: u64,
     tweak_a: impl FnOnce(&mut PeerSpec),
 ) -> Gws {
     let (a_key, a_pub) = lab.write_key("a");
@@ -192,10 +188,13 @@ fn setup_full(
     let b_name = format!("{}b", lab.tag);
     let mut ap = a_peer(&b_pub);
     tweak_a(&mut ap);
-    let a_cfg = lab.write("a.toml", &with_iface(config(&a_name, &a_key, &[ap]), iface));
-    let b_cfg = lab.write(
+    let a_cfg = lab.write_config(
+        "a.toml",
+        &with_busy_poll(config(&a_name, &a_key, &[ap]), busy_poll_us),
+    );
+    let b_cfg = lab.write_config(
         "b.toml",
-        &with_iface(config(&b_name, &b_key, &[b_peer(&a_pub)]), iface),
+        &with_busy_poll(config(&b_name, &b_key, &[b_peer(&a_pub)]), busy_poll_us),
     );
     start_gateway(lab, "gwb", &t.gb, &b_name, &b_cfg, &[]);
     start_gateway(lab, "gwa", &t.ga, &a_name, &a_cfg, a_extra);
@@ -494,7 +493,7 @@ fn reload_adds_and_removes_peers_without_disturbing_others() {
     };
     std::fs::write(
         &g.a_cfg,
-        config(&g.a_name, &a_key, &[a_peer(&g.b_pub), extra]),
+        toml(&config(&g.a_name, &a_key, &[a_peer(&g.b_pub), extra])),
     )
     .unwrap();
     run(&[
@@ -514,7 +513,11 @@ fn reload_adds_and_removes_peers_without_disturbing_others() {
     let routes = lab.exec(&t.ga, &["ip", "route", "show", "dev", "fab-c"]);
     assert!(routes.contains("10.30.0.0/24"), "{routes}");
     // Remove it again, this time via SIGHUP.
-    std::fs::write(&g.a_cfg, config(&g.a_name, &a_key, &[a_peer(&g.b_pub)])).unwrap();
+    std::fs::write(
+        &g.a_cfg,
+        toml(&config(&g.a_name, &a_key, &[a_peer(&g.b_pub)])),
+    )
+    .unwrap();
     let pid = lab.pid("gwa").unwrap();
     // SAFETY: pid of the gateway we started in our own namespace.
     unsafe { libc::kill(pid, libc::SIGHUP) };
@@ -539,7 +542,7 @@ fn reload_adds_and_removes_peers_without_disturbing_others() {
     // Endpoint change on reload: point A at a dead address, B's traffic must stop being answered.
     let mut moved = a_peer(&g.b_pub);
     moved.endpoint = Some("10.250.0.9:51820".into());
-    std::fs::write(&g.a_cfg, config(&g.a_name, &a_key, &[moved])).unwrap();
+    std::fs::write(&g.a_cfg, toml(&config(&g.a_name, &a_key, &[moved]))).unwrap();
     run(&[
         BIN,
         "reload",
@@ -747,7 +750,7 @@ fn busy_poll_one_thread_serves_all_tunnels() {
     }
     let mut lab = Lab::new("q");
     let t = topology(&mut lab);
-    const BUSY: &str = "busy_poll_us = 2000\n";
+    const BUSY: u64 = 2000;
     let g = setup_full(&mut lab, &t, &[], BUSY, |_| {});
     let a_key = lab.dir.join("a.key");
     both_up(&lab, &g, Duration::from_secs(15));
@@ -784,8 +787,8 @@ fn busy_poll_one_thread_serves_all_tunnels() {
         probe: None,
         keepalive: None,
     };
-    let reload = |cfg: String| {
-        std::fs::write(&g.a_cfg, with_iface(cfg, BUSY)).unwrap();
+    let reload = |cfg: Config| {
+        std::fs::write(&g.a_cfg, toml(&with_busy_poll(cfg, BUSY))).unwrap();
         run(&[
             BIN,
             "reload",

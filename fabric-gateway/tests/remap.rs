@@ -38,35 +38,33 @@ fn gateway_config(
     name: &str,
     peers: &[(&Cluster, &str, &View)],
 ) -> String {
-    let mut s = format!(
-        "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\nmtu = 1420\n",
-        key.display()
-    );
-    for (c, public, v) in peers {
-        s += &format!(
-            r#"
-[[peers]]
-name = "{cname}"
-id = {id}
-public_key = "{public}"
-endpoint = "{ul}:{PORT}"
-allowed_ips = ["10.244.0.0/16", "{ptun}/32"]
-device = "fab-{cname}"
-addresses = ["{mytun}/32"]
-routes = ["{local}", "{ptun}/32"]
-probe_address = "{ptun}"
-persistent_keepalive = 5
-remaps = [ {{ local = "{local}", remote = "10.244.0.0/16" }} ]
-"#,
-            cname = c.name,
-            id = v.id,
-            ul = c.underlay,
-            ptun = c.tun_addr,
-            mytun = me.tun_addr,
-            local = v.local,
-        );
-    }
-    s
+    let peers = peers.iter().map(|(c, public, v)| {
+        let ptun: std::net::Ipv4Addr = c.tun_addr.parse().unwrap();
+        let mytun: std::net::Ipv4Addr = me.tun_addr.parse().unwrap();
+        let local = v.local.parse().unwrap();
+        PeerConfig::builder(c.name, public.parse().unwrap())
+            .id(v.id)
+            .endpoint(format!("{}:{PORT}", c.underlay).parse().unwrap())
+            .allowed_ips(net(&["10.244.0.0/16"]))
+            .allowed_ip(ipnetwork::Ipv4Network::from(ptun))
+            .device(format!("fab-{}", c.name))
+            .address(ipnetwork::Ipv4Network::from(mytun))
+            .route(local)
+            .route(ipnetwork::Ipv4Network::from(ptun))
+            .probe_address(ptun)
+            .persistent_keepalive(5)
+            .remap(local, "10.244.0.0/16".parse().unwrap())
+            .build()
+    });
+    Config::builder(key)
+        .name(name)
+        .listen_port(PORT)
+        .mtu(1420)
+        .peers(peers)
+        .build()
+        .unwrap()
+        .to_toml()
+        .unwrap()
 }
 
 /// Starts a gateway in `ns` with its sockets in the lab directory.

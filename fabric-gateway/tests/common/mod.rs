@@ -17,7 +17,15 @@ use fabric_netns::{
     testbed::{Testbed, scratch_dir},
 };
 
+pub use fabric_gateway::config::{Config, PeerConfig};
+use ipnetwork::IpNetwork;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_fabric-gateway");
+
+/// Prefixes written as in a configuration file.
+pub fn net(nets: &[&str]) -> Vec<IpNetwork> {
+    nets.iter().map(|n| n.parse().unwrap()).collect()
+}
 
 /// Returns false (and says why) when the test cannot run here.
 pub fn require_root(test: &str) -> bool {
@@ -181,6 +189,11 @@ impl Lab {
         let _ = fs::remove_file(&p);
         let pubkey = run(&[BIN, "genkey", "--out", p.to_str().unwrap()]);
         (p, pubkey.trim().to_string())
+    }
+
+    /// Writes `cfg` as the gateway reads it (its TOML).
+    pub fn write_config(&self, name: &str, cfg: &fabric_gateway::config::Config) -> PathBuf {
+        self.write(name, &cfg.to_toml().unwrap())
     }
 
     pub fn write(&self, name: &str, text: &str) -> PathBuf {

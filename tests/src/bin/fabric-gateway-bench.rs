@@ -13,7 +13,6 @@
 //! fabric-gateway-bench` always measures the code it was built from.
 
 use std::{
-    fmt::Write as _,
     fs,
     net::SocketAddr,
     os::unix::process::CommandExt,
@@ -25,8 +24,12 @@ use std::{
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
-use fabric_gateway::key::PrivateKey;
+use fabric_gateway::{
+    config::{Config, PeerConfig},
+    key::PrivateKey,
+};
 use fabric_netns::testbed::Testbed;
+use ipnetwork::IpNetwork;
 
 const A_UL: &str = "10.250.0.1";
 const B_UL: &str = "10.250.0.2";
@@ -404,26 +407,24 @@ fn ours_peer(
     address: &str,
     routes: &[String],
     probe: Option<&str>,
-) -> String {
-    let q = |v: &[String]| {
+) -> Result<PeerConfig> {
+    let nets = |v: &[String]| -> Result<Vec<IpNetwork>> {
         v.iter()
-            .map(|s| format!("\"{s}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
+            .map(|n| n.parse().with_context(|| format!("prefix {n}")))
+            .collect()
     };
-    let mut s = format!(
-        "\n[[peers]]\nname = \"{name}\"\npublic_key = \"{public_key}\"\nallowed_ips = [{}]\n\
-         device = \"{device}\"\naddresses = [\"{address}\"]\nroutes = [{}]\n",
-        q(allowed),
-        q(routes)
-    );
+    let mut p = PeerConfig::builder(name, public_key.parse()?)
+        .allowed_ips(nets(allowed)?)
+        .device(device)
+        .address(address.parse::<IpNetwork>()?)
+        .routes(nets(routes)?);
     if let Some(e) = endpoint {
-        let _ = writeln!(s, "endpoint = \"{e}\"");
+        p = p.endpoint(e.parse()?);
     }
-    if let Some(p) = probe {
-        let _ = writeln!(s, "probe_address = \"{p}\"");
+    if let Some(ip) = probe {
+        p = p.probe_address(ip.parse::<std::net::IpAddr>()?);
     }
-    s
+    Ok(p.build())
 }
 
 fn start_ours(
@@ -431,18 +432,19 @@ fn start_ours(
     ns: &str,
     which: &str,
     key: &Path,
-    peers: &str,
+    peers: Vec<PeerConfig>,
     busy_poll_us: u64,
 ) -> Result<i32> {
     let name = format!("{}{which}", t.tag);
     let cfg = t.dir.join(format!("{which}.toml"));
-    fs::write(
-        &cfg,
-        format!(
-            "[interface]\nname = \"{name}\"\nprivate_key_file = \"{}\"\nlisten_port = {PORT}\nmtu = {MTU}\nbusy_poll_us = {busy_poll_us}\n{peers}",
-            key.display(),
-        ),
-    )?;
+    let config = Config::builder(key)
+        .name(name)
+        .listen_port(PORT)
+        .mtu(MTU)
+        .busy_poll_us(busy_poll_us)
+        .peers(peers)
+        .build()?;
+    fs::write(&cfg, config.to_toml()?)?;
     let exe = std::env::current_exe()?;
     let dir = t.dir.to_str().unwrap();
     spawn_in(
@@ -464,7 +466,7 @@ fn setup_ours(t: &Topo, extra: usize, busy_poll_us: u64) -> Result<Setup> {
     let (ak, apub) = write_key(&t.dir, "a")?;
     let (bk, bpub) = write_key(&t.dir, "b")?;
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let mut a_peers = ours_peer(
+    let mut a_peers = vec![ours_peer(
         "cluster-b",
         &bpub,
         Some(&format!("{B_UL}:{PORT}")),
@@ -473,13 +475,13 @@ fn setup_ours(t: &Topo, extra: usize, busy_poll_us: u64) -> Result<Setup> {
         "169.254.100.1/30",
         &s(&["10.20.0.0/24"]),
         Some("169.254.100.2"),
-    );
+    )?];
     for i in 0..extra {
         let (_, pk) = write_key(&t.dir, &format!("x{i}"))?;
         let (hi, lo) = (i / 64, (i % 64) * 4);
         // Endpoints on the underlay subnet that nobody answers: the peers exist,
         // keep handshaking, and never come up, like unreachable clusters.
-        a_peers += &ours_peer(
+        a_peers.push(ours_peer(
             &format!("extra-{i}"),
             &pk,
             Some(&format!("10.250.0.{}:{PORT}", 100 + i % 150)),
@@ -491,7 +493,7 @@ fn setup_ours(t: &Topo, extra: usize, busy_poll_us: u64) -> Result<Setup> {
             &format!("169.254.{}.{}/30", 200 + hi, lo + 1),
             &s(&[&format!("10.{}.{}.0/24", 100 + i / 256, i % 256)]),
             Some(&format!("169.254.{}.{}", 200 + hi, lo + 2)),
-        );
+        )?);
     }
     let b_peers = ours_peer(
         "cluster-a",
@@ -502,9 +504,9 @@ fn setup_ours(t: &Topo, extra: usize, busy_poll_us: u64) -> Result<Setup> {
         "169.254.100.2/30",
         &s(&["10.10.0.0/24"]),
         Some("169.254.100.1"),
-    );
-    let b = start_ours(t, &t.gb, "b", &bk, &b_peers, busy_poll_us)?;
-    let a = start_ours(t, &t.ga, "a", &ak, &a_peers, busy_poll_us)?;
+    )?;
+    let b = start_ours(t, &t.gb, "b", &bk, vec![b_peers], busy_poll_us)?;
+    let a = start_ours(t, &t.ga, "a", &ak, a_peers, busy_poll_us)?;
     Ok(Setup {
         pids: vec![a, b],
         a_pid: Some(a),
