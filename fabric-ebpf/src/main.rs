@@ -12,7 +12,7 @@ mod prog;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     // The verifier rejects any program with a reachable panic, so this never runs.
     loop {}
 }

@@ -63,7 +63,7 @@ pub struct PeerSpec<'a> {
     pub keepalive: Option<u16>,
 }
 
-fn config(name: &str, key: &std::path::Path, peers: &[PeerSpec]) -> Config {
+fn config(name: &str, key: &std::path::Path, peers: &[PeerSpec<'_>]) -> Config {
     let peers = peers.iter().map(|p| {
         let mut b = PeerConfig::builder(p.name, p.public_key.parse().unwrap())
             .allowed_ips(net(p.allowed))
@@ -163,7 +163,7 @@ fn setup_with(
     lab: &mut Lab,
     t: &Topo,
     a_extra: &[&str],
-    tweak_a: impl FnOnce(&mut PeerSpec),
+    tweak_a: impl FnOnce(&mut PeerSpec<'_>),
 ) -> Gws {
     setup_full(lab, t, a_extra, 0, tweak_a)
 }
@@ -180,7 +180,7 @@ fn setup_full(
     t: &Topo,
     a_extra: &[&str],
     busy_poll_us: u64,
-    tweak_a: impl FnOnce(&mut PeerSpec),
+    tweak_a: impl FnOnce(&mut PeerSpec<'_>),
 ) -> Gws {
     let (a_key, a_pub) = lab.write_key("a");
     let (b_key, b_pub) = lab.write_key("b");

@@ -37,5 +37,9 @@ pub fn check(data: &[u8]) {
         None => assert_eq!(with_id, 0),
     }
     let text = cfg.to_toml().expect("a parsed config serialises");
-    assert_eq!(Config::parse(&text).ok(), Some(cfg), "written back as {text}");
+    assert_eq!(
+        Config::parse(&text).ok(),
+        Some(cfg),
+        "written back as {text}"
+    );
 }
