@@ -137,7 +137,19 @@ fn identity_or_hostname(identity: Option<String>) -> Result<String> {
 }
 
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> std::process::ExitCode {
+    // `{:#}` prints the chain of causes on one line; returning the error from main would print
+    // its Debug form, which carries a backtrace whenever RUST_BACKTRACE is set.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
