@@ -50,15 +50,17 @@ pub fn check(data: &[u8]) {
     }
 }
 
-/// Values of key lines that appear nowhere else in the request (so an error that shows
-/// them can only have taken them from the key line).
+/// Keys (64 hex digits, as `wg` sends them) on key lines that appear nowhere else in the
+/// request: an error can only show one by echoing its line. (Any other value could also be
+/// put together by the error's own text and a quoted fragment of another line.)
 fn secrets(text: &str) -> Vec<&str> {
     text.lines()
         .filter_map(|l| {
             l.strip_prefix("private_key=")
                 .or_else(|| l.strip_prefix("preshared_key="))
         })
-        .filter(|v| v.len() >= 8 && text.matches(*v).count() == 1)
+        .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter(|v| text.matches(*v).count() == 1)
         .collect()
 }
 
