@@ -108,18 +108,48 @@ struct Metrics {
     /// Overlay datagrams the guard refused (from sources other than the gateway).
     overlay_refused: AtomicU64,
     routes: AtomicU64,
+    /// Peer CIDRs not routed (see `refusal`).
+    refused: AtomicU64,
     repairs: AtomicU64,
     reconciles: AtomicU64,
     errors: AtomicU64,
     last_ok: AtomicU64,
 }
 
+/// Shortest prefix the agent routes to a peer: anything shorter is default-like and would send
+/// most of the address space (the API server, the internet) into the tunnel.
+pub const MIN_PEER_PREFIX: u8 = 8;
+
+/// Why a peer CIDR is not routed, or `None` when it may be: a default-like prefix, or a range
+/// that covers one of `protected` (this node's own addresses and its next hop to the
+/// gateway), which would cut the node off from its own network. The API server and IPAM
+/// refuse such grants too; the agent checks again because a wrong route on every node is the
+/// worst outcome of a bad grant.
+pub fn refusal(n: Ipv4Network, protected: &[Ipv4Addr]) -> Option<String> {
+    if n.prefix() < MIN_PEER_PREFIX {
+        return Some(format!(
+            "default-like prefix (shorter than /{MIN_PEER_PREFIX})"
+        ));
+    }
+    protected
+        .iter()
+        .find(|a| n.contains(**a))
+        .map(|a| format!("covers this node's address {a}"))
+}
+
 /// The routes the Configurations ask for: each peer's pod and external CIDRs as this
 /// cluster sees them (status), via the gateway (on-link through the overlay device `dev` when
-/// there is one). Configurations without grants yet are skipped; unreadable CIDRs are skipped
-/// with a warning (the API server validates them).
-pub fn desired(cfgs: &[Arc<Configuration>], via: Ipv4Addr, dev: Option<u32>) -> BTreeSet<Route> {
+/// there is one), and the CIDRs refused (see [`refusal`]) with the reason. Configurations
+/// without grants yet are skipped; unreadable CIDRs are skipped with a warning (the API server
+/// validates them).
+pub fn desired(
+    cfgs: &[Arc<Configuration>],
+    via: Ipv4Addr,
+    dev: Option<u32>,
+    protected: &[Ipv4Addr],
+) -> (BTreeSet<Route>, BTreeSet<(Ipv4Network, String)>) {
     let mut out = BTreeSet::new();
+    let mut refused = BTreeSet::new();
     for c in cfgs {
         let Some(remote) = c.status.as_ref().and_then(|s| s.remote.as_ref()) else {
             continue;
@@ -127,11 +157,15 @@ pub fn desired(cfgs: &[Arc<Configuration>], via: Ipv4Addr, dev: Option<u32>) -> 
         for cidr in [&remote.pod, &remote.external] {
             match cidr.parse::<Ipv4Network>() {
                 Ok(n) => {
-                    out.insert(Route {
-                        dst: Ipv4Network::new(n.network(), n.prefix()).expect("valid"),
-                        via,
-                        dev,
-                    });
+                    let dst = Ipv4Network::new(n.network(), n.prefix()).expect("valid");
+                    match refusal(dst, protected) {
+                        Some(why) => {
+                            refused.insert((dst, why));
+                        }
+                        None => {
+                            out.insert(Route { dst, via, dev });
+                        }
+                    }
                 }
                 Err(e) => {
                     warn!(cidr, error = %e, "skipping unreadable CIDR in Configuration status")
@@ -139,7 +173,23 @@ pub fn desired(cfgs: &[Arc<Configuration>], via: Ipv4Addr, dev: Option<u32>) -> 
             }
         }
     }
-    out
+    (out, refused)
+}
+
+/// This node's IPv4 addresses (in the namespace the routes go to).
+async fn local_addrs(h: &Handle) -> Result<Vec<Ipv4Addr>> {
+    use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+    let mut out = Vec::new();
+    let mut s = h.address().get().execute();
+    while let Some(m) = s.next().await {
+        let m: AddressMessage = m.context("listing this node's addresses")?;
+        for a in &m.attributes {
+            if let AddressAttribute::Address(std::net::IpAddr::V4(ip)) = a {
+                out.push(*ip);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Opens the rtnetlink sockets, in `netns` when given: a socket stays in the namespace it was
@@ -239,6 +289,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
         .await
         .context("listing Configurations")?;
     let mut wanted_before: BTreeSet<Route> = BTreeSet::new();
+    let mut refused_before = BTreeSet::new();
     let mut overlay_via: Option<Ipv4Addr> = None;
     // The namespace whose overlay port the guard protects: where the routes and devices are.
     let netns_path = match &opts.route_netns {
@@ -266,8 +317,22 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             continue;
         };
         let state = reader.state();
+        let mut protected = match local_addrs(&handle).await {
+            Ok(a) => a,
+            Err(e) => {
+                metrics.errors.fetch_add(1, Ordering::Relaxed);
+                warn!(error = format!("{e:#}"), "reading this node's addresses");
+                tokio::select! {
+                    _ = changed.notified() => {}
+                    _ = tick.tick() => {}
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                }
+                continue;
+            }
+        };
+        protected.push(via);
         // Nothing peered: the overlay device goes too, so an unpeered node carries no trace.
-        let peered = !desired(&state, via, None).is_empty();
+        let peered = !desired(&state, via, None, &protected).0.is_empty();
         let dev = match &opts.overlay {
             None => None,
             Some(o) if !peered => {
@@ -313,7 +378,16 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
                 }
             },
         };
-        let want = desired(&state, via, dev);
+        let (want, refused) = desired(&state, via, dev, &protected);
+        if refused != refused_before {
+            for (cidr, why) in &refused {
+                warn!(%cidr, why, "not routing a peer CIDR");
+            }
+            refused_before = refused;
+        }
+        metrics
+            .refused
+            .store(refused_before.len() as u64, Ordering::Relaxed);
         match routes::reconcile(&handle, &want).await {
             Ok(pass) => {
                 let repaired = pass
@@ -399,6 +473,7 @@ impl Metrics {
         let mut out = String::new();
         for (name, kind, v) in [
             ("fabric_agent_routes", "gauge", &self.routes),
+            ("fabric_agent_routes_refused", "gauge", &self.refused),
             ("fabric_agent_route_repairs_total", "counter", &self.repairs),
             ("fabric_agent_reconciles_total", "counter", &self.reconciles),
             (
@@ -483,7 +558,8 @@ mod tests {
         let text = m.render();
         assert!(text.contains("# TYPE fabric_agent_routes gauge\nfabric_agent_routes 3\n"));
         assert!(text.contains("fabric_agent_overlay_refused_total 2\n"));
-        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 6);
+        assert!(text.contains("fabric_agent_routes_refused 0\n"));
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 7);
     }
 
     #[test]
@@ -505,6 +581,42 @@ mod tests {
     }
 
     #[test]
+    fn default_like_and_covering_cidrs_are_not_routed() {
+        let net = |s: &str| s.parse::<Ipv4Network>().unwrap();
+        let node = [Ipv4Addr::new(192, 168, 7, 20), Ipv4Addr::new(10, 0, 1, 1)];
+        for (cidr, refused) in [
+            ("0.0.0.0/0", true),
+            ("128.0.0.0/1", true),
+            ("10.0.0.0/7", true),
+            ("192.168.0.0/16", true),
+            ("10.0.0.0/8", true),
+            ("10.0.1.1/32", true),
+            ("10.64.0.0/16", false),
+            ("192.168.8.0/24", false),
+            ("11.0.0.0/8", false),
+        ] {
+            assert_eq!(refusal(net(cidr), &node).is_some(), refused, "{cidr}");
+        }
+        let cfg: Configuration = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.fabric.io/v1alpha1",
+            "kind": "Configuration",
+            "metadata": { "name": "b", "namespace": "fabric-system" },
+            "spec": { "clusterId": "b", "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } },
+            "status": { "remote": { "pod": "10.64.0.0/16", "external": "192.168.0.0/16" } }
+        }))
+        .unwrap();
+        let (routes, refused) = desired(&[Arc::new(cfg)], node[1], None, &node);
+        assert_eq!(
+            routes.iter().map(|r| r.dst).collect::<Vec<_>>(),
+            [net("10.64.0.0/16")]
+        );
+        assert_eq!(refused.len(), 1);
+        let (cidr, why) = refused.first().unwrap();
+        assert_eq!(*cidr, net("192.168.0.0/16"));
+        assert!(why.contains("192.168.7.20"), "{why}");
+    }
+
+    #[test]
     fn routes_follow_the_next_hop() {
         let cfg: Configuration = serde_json::from_value(serde_json::json!({
             "apiVersion": "networking.fabric.io/v1alpha1",
@@ -515,8 +627,8 @@ mod tests {
         }))
         .unwrap();
         let cfgs = [Arc::new(cfg)];
-        let a = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 1), None);
-        let b = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 2), None);
+        let a = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 1), None, &[]).0;
+        let b = desired(&cfgs, Ipv4Addr::new(10, 0, 1, 2), None, &[]).0;
         assert_eq!(a.len(), 2);
         // A takeover moves every route: all old ones go, all new ones come.
         let (add, del) = routes::diff(&a, &b);

@@ -123,6 +123,31 @@ fn agent_routes_follow_the_api_and_repair_drift() {
         "peers b and c",
     );
 
+    // A grant that covers this node's own network is never routed (it would cut the node off);
+    // the other peers keep theirs.
+    configure(&api, "d", "10.9.0.0/16", "10.85.0.0/16");
+    wait_routes(
+        &tb,
+        &node,
+        &[
+            "10.71.0.0/16 via 10.9.0.1",
+            "10.73.0.0/16 via 10.9.0.1",
+            "10.81.0.0/16 via 10.9.0.1",
+            "10.83.0.0/16 via 10.9.0.1",
+            "10.85.0.0/16 via 10.9.0.1",
+        ],
+        "peer d with a grant covering the node",
+    );
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(logs.join("a1.log"))
+        .unwrap_or_default()
+        .contains("covers this node's address 10.9.0.2")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(5), "refusal not logged");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    api.kubectl_ok(&["delete", "configuration", "d", "-n", "default"]);
+
     // Someone deletes a route by hand: it is back within seconds.
     tb.ip(&node, &["route", "del", "10.71.0.0/16"]).unwrap();
     let took = wait_routes(
