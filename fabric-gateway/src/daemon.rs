@@ -125,3 +125,16 @@ async fn reload(gw: &Arc<Gateway>, config: &Path) -> Result<(), ControlError> {
         .await
         .map_err(|e| ControlError::from_error(ErrorKind::Apply, &e))
 }
+
+/// Makes any panic end the whole process, after the usual message. The gateway runs a thread
+/// per tunnel device (or one polling thread) and a timer thread: a panicking one would otherwise
+/// leave a half-alive gateway that answers its health checks while a tunnel is dead. Dead, it
+/// is restarted by whatever supervises it (the pod's restart policy).
+pub fn fail_fast_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!("fabric-gateway: a thread panicked; exiting so that the gateway is restarted");
+        std::process::abort();
+    }));
+}

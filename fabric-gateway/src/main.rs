@@ -92,6 +92,7 @@ fn run() -> Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    daemon::fail_fast_on_panic();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Genkey { out } => genkey(&out),
