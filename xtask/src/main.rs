@@ -333,6 +333,7 @@ fn setup_bpf_linker(sysroot: &Path) -> Result<()> {
         .env("LLVM_PREFIX", sysroot)
         .args([
             "install",
+            "--locked",
             "bpf-linker",
             "--version",
             "^0.13",
@@ -401,7 +402,8 @@ fn agent_bin() -> PathBuf {
 
 fn build_bins(pkgs: &[&str]) -> Result<()> {
     let mut c = cargo();
-    c.arg("build");
+    // --locked: build exactly what Cargo.lock names (supply chain), never a fresh resolution.
+    c.args(["build", "--locked"]);
     if pkgs.is_empty() {
         c.arg("--workspace");
     } else {
@@ -446,7 +448,7 @@ fn test(extra: &[String]) -> Result<ExitCode> {
     build_bins(&[])?;
     step("test: cargo test --workspace");
     let mut c = cargo();
-    c.args(["test", "--workspace"]).args(extra);
+    c.args(["test", "--locked", "--workspace"]).args(extra);
     c.env("FABRIC_AGENT_BIN", agent_bin());
     println!("    $ {}", show(&c));
     // One pipe for stdout and stderr, so "Running <binary>" lines (stderr) and the
@@ -574,6 +576,7 @@ fn bench_gateway(args: &[String]) -> Result<ExitCode> {
     );
     run(cargo().args([
         "build",
+        "--locked",
         "--release",
         "-p",
         "fabric-tests",
