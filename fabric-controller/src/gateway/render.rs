@@ -84,10 +84,21 @@ pub fn tunnel_addrs(a: &str, b: &str) -> (std::net::Ipv4Addr, std::net::Ipv4Addr
     )
 }
 
-/// TUN device name for a peer: `fab-` plus as much of the cluster id as fits (IFNAMSIZ).
-pub fn device(cluster_id: &str) -> String {
+/// TUN device name for a peer: `fab-` and the cluster id when it fits (IFNAMSIZ: 15 bytes).
+/// A longer id is cut and followed by `_` and the peer's id, which IPAM hands out once per
+/// peer: two ids sharing a long prefix would otherwise get the same device (and one peer would
+/// take the other's tunnel down), and since a cluster id is a DNS label it never contains `_`,
+/// so no peer can pick an id whose short form equals another peer's cut one.
+pub fn device(cluster_id: &str, peer_id: u32) -> String {
+    const IFNAMSIZ: usize = 15;
     let mut d = String::from("fab-");
-    d.extend(cluster_id.chars().take(15 - 4));
+    if d.len() + cluster_id.len() <= IFNAMSIZ {
+        d.push_str(cluster_id);
+        return d;
+    }
+    let suffix = format!("_{peer_id}");
+    d.extend(cluster_id.chars().take(IFNAMSIZ - d.len() - suffix.len()));
+    d.push_str(&suffix);
     d
 }
 
@@ -181,7 +192,7 @@ pub fn render(
         })?;
         let mut peer = PeerConfig::builder(&p.cluster_id, key)
             .id(p.peer_id)
-            .device(device(&p.cluster_id))
+            .device(device(&p.cluster_id, p.peer_id))
             .allowed_ips([real_pod, real_external])
             .routes([seen_pod, seen_external])
             .remap(seen_pod, real_pod)
@@ -351,9 +362,19 @@ mod tests {
     }
 
     #[test]
-    fn device_names_fit() {
-        assert_eq!(device("b"), "fab-b");
-        assert_eq!(device("a-very-long-cluster-name"), "fab-a-very-long");
-        assert!(device("a-very-long-cluster-name").len() <= 15);
+    fn device_names_fit_and_never_collide() {
+        assert_eq!(device("b", 1), "fab-b");
+        assert_eq!(device("cluster-abc", 2), "fab-cluster-abc");
+        // Long ids sharing a prefix: the peer id tells them apart.
+        let a = device("a-very-long-cluster-name-1", 7);
+        let b = device("a-very-long-cluster-name-2", 8);
+        assert_eq!(a, "fab-a-very-lo_7");
+        assert_ne!(a, b);
+        assert_eq!(device("a-very-long-cluster-name", 4095), "fab-a-very_4095");
+        for d in [&a, &b] {
+            assert!(d.len() <= 15, "{d}");
+        }
+        // A short id can never take a long one's name: DNS labels have no '_'.
+        assert!(!device("a-very-l-7", 9).contains('_'));
     }
 }
