@@ -11,13 +11,19 @@ use fabric_tests::{
     skip_unless_root, traffic,
 };
 
-/// TCP from `client` to `dst`: the client address the server in `server` saw.
+/// TCP from `client` to `dst`: the client address the server in `server` saw. Tried up to three
+/// times: right after a component restarts, ping can already pass while the restarted process
+/// is still settling, and about one run in seven here lost a connection's SYNs in that moment
+/// (seen after the last restarts of the loop below; noted on issue 9 as a follow-up).
 fn server_saw(server: &str, client: &str, dst: &str) -> String {
-    traffic::tcp_probe(client, server, dst, 7100)
-        .unwrap()
-        .server_saw
-        .ip()
-        .to_string()
+    let mut last = None;
+    for _ in 0..3 {
+        match traffic::tcp_probe(client, server, dst, 7100) {
+            Ok(p) => return p.server_saw.ip().to_string(),
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("TCP from {client} to {dst}: {:#}", last.expect("tried"))
 }
 
 /// How cluster `me` sees pod `k` of its peer: both IPAMs give the other's 10.244.0.0/16
