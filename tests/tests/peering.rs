@@ -17,7 +17,10 @@ use fabric_tests::{
 /// (seen after the last restarts of the loop below; noted on issue 9 as a follow-up).
 fn server_saw(server: &str, client: &str, dst: &str) -> String {
     let mut last = None;
-    for _ in 0..3 {
+    for attempt in 0..3 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
         match traffic::tcp_probe(client, server, dst, 7100) {
             Ok(p) => return p.server_saw.ip().to_string(),
             Err(e) => last = Some(e),
