@@ -8,15 +8,16 @@ use fabric_common::csum::{wide_add, wide_fold};
 /// `struct virtio_net_hdr` as TUN prepends it with IFF_VNET_HDR (native endian).
 pub const VNET_HDR_LEN: usize = 10;
 
-const F_NEEDS_CSUM: u8 = 1;
-const GSO_NONE: u8 = 0;
-const GSO_TCPV4: u8 = 1;
-const GSO_TCPV6: u8 = 4;
-const GSO_ECN: u8 = 0x80;
+/// `virtio_net_hdr` flags and GSO types, and the TCP flags segmentation treats specially.
+pub const F_NEEDS_CSUM: u8 = 1;
+pub const GSO_NONE: u8 = 0;
+pub const GSO_TCPV4: u8 = 1;
+pub const GSO_TCPV6: u8 = 4;
+pub const GSO_ECN: u8 = 0x80;
 
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
+pub const TCP_FIN: u8 = 0x01;
+pub const TCP_PSH: u8 = 0x08;
+pub const TCP_CWR: u8 = 0x80;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VnetHdr {
@@ -441,9 +442,9 @@ mod tests {
         verify_v4(&out);
     }
 
-    #[test]
-    fn tso_split_v6() {
-        let mut p = vec![0u8; 60 + 2000];
+    /// `len` bytes: an IPv6 header (fd.. -> fe..) and a 20-byte TCP header with ACK set.
+    fn tcp_v6(len: usize) -> Vec<u8> {
+        let mut p = vec![0u8; len];
         p[0] = 0x60;
         p[6] = 6;
         p[7] = 64;
@@ -451,6 +452,12 @@ mod tests {
         p[24..40].copy_from_slice(&[0xfe; 16]);
         p[52] = 5 << 4;
         p[53] = 0x10;
+        p
+    }
+
+    #[test]
+    fn tso_split_v6() {
+        let mut p = tcp_v6(60 + 2000);
         let h = VnetHdr {
             gso_type: GSO_TCPV6,
             gso_size: 1000,
@@ -596,14 +603,7 @@ mod tests {
     /// coalescing buffer: it passes through instead of overflowing it.
     #[test]
     fn coalesce_passes_the_longest_ipv6_packet_through() {
-        let mut p = vec![0u8; 40 + 65_535];
-        p[0] = 0x60;
-        p[6] = 6;
-        p[7] = 64;
-        p[8..24].copy_from_slice(&[0xfd; 16]);
-        p[24..40].copy_from_slice(&[0xfe; 16]);
-        p[52] = 5 << 4;
-        p[53] = 0x10;
+        let mut p = tcp_v6(40 + 65_535);
         fix_tcp(&mut p, 40, true);
         assert!(mergeable(&p).is_some());
         let mut co = Coalescer::default();

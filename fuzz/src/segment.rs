@@ -10,21 +10,15 @@
 //! and every other header field unchanged; a plain packet comes out once, unchanged but for a
 //! requested checksum, which then verifies. On failure nothing was emitted.
 
-use fabric_gateway::offload::{VNET_HDR_LEN, VnetHdr, segment};
+use fabric_gateway::offload::{
+    F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, TCP_CWR, TCP_FIN, TCP_PSH, VNET_HDR_LEN,
+    VnetHdr, segment,
+};
 
 use crate::tcpip::{sums_to_zero_with, valid_tcp};
 
 /// The gateway's TUN read buffer (and the largest packet it can hand to `segment`).
 pub const MAX_PACKET: usize = 65_536;
-
-const F_NEEDS_CSUM: u8 = 1;
-const GSO_NONE: u8 = 0;
-const GSO_TCPV4: u8 = 1;
-const GSO_TCPV6: u8 = 4;
-const GSO_ECN: u8 = 0x80;
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
 
 /// `pkt` followed by `grow` × 256 more bytes cycling through `pkt`, cut at `max` bytes (as a
 /// read into a buffer of that size would be).
