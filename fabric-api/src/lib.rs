@@ -7,9 +7,13 @@
 //! [`GROUPS`] (`cargo xtask codegen`); a test fails when it is stale.
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+pub mod authentication;
+mod cel;
+pub mod core;
 pub mod identity;
 pub mod names;
 pub mod networking;
+pub mod offloading;
 
 /// A group version of the API and the CRDs it defines.
 pub struct GroupVersion {
@@ -19,11 +23,28 @@ pub struct GroupVersion {
 }
 
 /// Every group version the fabric serves: a new one is a line here.
-pub const GROUPS: &[GroupVersion] = &[GroupVersion {
-    group: networking::GROUP,
-    version: networking::v1alpha1::VERSION,
-    crds: networking::v1alpha1::crds,
-}];
+pub const GROUPS: &[GroupVersion] = &[
+    GroupVersion {
+        group: core::GROUP,
+        version: core::v1alpha1::VERSION,
+        crds: core::v1alpha1::crds,
+    },
+    GroupVersion {
+        group: networking::GROUP,
+        version: networking::v1alpha1::VERSION,
+        crds: networking::v1alpha1::crds,
+    },
+    GroupVersion {
+        group: authentication::GROUP,
+        version: authentication::v1alpha1::VERSION,
+        crds: authentication::v1alpha1::crds,
+    },
+    GroupVersion {
+        group: offloading::GROUP,
+        version: offloading::v1alpha1::VERSION,
+        crds: offloading::v1alpha1::crds,
+    },
+];
 
 /// Every CRD of every group version.
 pub fn crds() -> Vec<CustomResourceDefinition> {

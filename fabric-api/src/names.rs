@@ -14,6 +14,58 @@ pub mod label {
     pub const ROLE: &str = "networking.fabric.io/role";
     /// On gateway pods: "true" on the replica holding the Lease (the Service selects it).
     pub const GATEWAY_ACTIVE: &str = "networking.fabric.io/gateway-active";
+    /// On tenant namespaces (provider) and on every object of a peering of the sharing layer:
+    /// the id of the consumer (on a provider) or provider (on a consumer) it belongs to.
+    pub const REMOTE_CLUSTER: &str = "fabric.io/remote-cluster-id";
+    /// On tenant namespaces: marks them as the fabric's (value "true").
+    pub const TENANT_NAMESPACE: &str = "fabric.io/tenant-namespace";
+    /// On virtual nodes: [`VIRTUAL_NODE_TYPE`].
+    pub const NODE_TYPE: &str = "fabric.io/type";
+    pub const VIRTUAL_NODE_TYPE: &str = "virtual-node";
+    /// On the Secrets holding peering tokens (value "true").
+    pub const PEERING_TOKEN: &str = "fabric.io/peering-token";
+}
+
+/// The taint every virtual node carries (effect NoExecute), so that only pods that tolerate
+/// it are placed there.
+pub mod taint {
+    pub const VIRTUAL_NODE: &str = "fabric.io/virtual-node";
+}
+
+/// The Kubernetes identity of a consumer on its provider: the certificate's CommonName and
+/// Organization.
+pub mod user {
+    /// Group every consumer certificate carries.
+    pub const CONSUMERS_GROUP: &str = "fabric.io:consumers";
+
+    /// The user name of consumer `cluster_id`.
+    pub fn consumer(cluster_id: &str) -> String {
+        format!("fabric.io:consumer:{cluster_id}")
+    }
+}
+
+/// Namespaces the sharing layer creates.
+pub mod namespace {
+    /// The tenant namespace of consumer `cluster_id` on a provider (cluster ids are DNS labels
+    /// of at most 63 characters; the result may be longer and is then shortened with a hash
+    /// by [`tenant`]).
+    pub fn tenant(cluster_id: &str) -> String {
+        bounded(&format!("fabric-tenant-{cluster_id}"))
+    }
+
+    /// A DNS label: `name` itself when it fits in 63 characters, otherwise a prefix and a hash
+    /// of the whole name, so that distinct names stay distinct.
+    pub fn bounded(name: &str) -> String {
+        if name.len() <= 63 {
+            return name.to_owned();
+        }
+        // FNV-1a: stable across releases, unlike std's hasher.
+        let hash = name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100000001b3)
+        });
+        let prefix = name[..50].trim_end_matches('-');
+        format!("{prefix}-{:012x}", hash & 0xffff_ffff_ffff)
+    }
 }
 
 pub mod annotation {
@@ -33,6 +85,11 @@ pub mod secret {
     /// prints it). Shared by the gateway replicas, so a failover keeps the key peers know.
     pub const GATEWAY_KEY: &str = "fabric-gateway-key";
     pub const GATEWAY_KEY_FIELD: &str = "privateKey";
+    /// On a consumer: the kubeconfig a provider issued, under [`KUBECONFIG_FIELD`].
+    pub fn identity(provider_cluster_id: &str) -> String {
+        super::namespace::bounded(&format!("fabric-identity-{provider_cluster_id}"))
+    }
+    pub const KUBECONFIG_FIELD: &str = "kubeconfig";
 }
 
 pub mod config_map {
@@ -58,4 +115,31 @@ pub mod field_manager {
     pub const IPAM: &str = "fabric-controller";
     /// The gateway operator: Connections and the gateway identity.
     pub const GATEWAY_OPERATOR: &str = "fabric-gateway-operator";
+    /// The provider's authentication service: tenants, tenant namespaces, their RBAC.
+    pub const AUTH: &str = "fabric-auth";
+    /// The peering controllers of the sharing layer (ForeignClusters, network negotiation,
+    /// slices, virtual nodes).
+    pub const SHARING: &str = "fabric-sharing";
+    /// The virtual kubelet: its Node, Lease and pods' status.
+    pub const VIRTUAL_KUBELET: &str = "fabric-virtual-kubelet";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::namespace::{bounded, tenant};
+
+    #[test]
+    fn names_stay_dns_labels_and_distinct() {
+        assert_eq!(tenant("b"), "fabric-tenant-b");
+        let long_a = tenant(&"a".repeat(63));
+        let long_b = tenant(&format!("{}b", "a".repeat(62)));
+        assert!(long_a.len() <= 63 && long_b.len() <= 63);
+        assert_ne!(long_a, long_b);
+        assert!(fabric_dns(&long_a), "{long_a}");
+        assert_eq!(bounded("x"), "x");
+    }
+
+    fn fabric_dns(s: &str) -> bool {
+        crate::identity::is_dns_label(s)
+    }
 }

@@ -17,19 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub const VERSION: &str = "v1alpha1";
 
-const IPV4_CIDR: &str = "isCIDR(self) && cidr(self).ip().family() == 4";
-/// What a peer may announce as its pod or external CIDR. Each rule passes a non-CIDR (the rule
-/// above says what is wrong with it) so that a bad value gets one message, not a CEL error.
-/// A prefix shorter than /8 would have every node route most of the address space into the
-/// tunnel; loopback, link-local (metadata services), multicast and 0.0.0.0/8 are never pods.
-/// The fields carry a maxLength ("255.255.255.255/32") so the API server can bound the cost.
-const NO_HOST_BITS: &str = "!isCIDR(self) || cidr(self).masked() == cidr(self)";
-const AT_MOST_SLASH_8: &str = "!isCIDR(self) || cidr(self).prefixLength() >= 8";
-const UNICAST: &str = "!isCIDR(self) || cidr(self).ip().isGlobalUnicast()";
-const IPV4_ADDR: &str = "isIP(self) && ip(self).family() == 4";
-const DNS_LABEL: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 63";
-/// A WireGuard key: 32 bytes in base64 (the last character before '=' carries 4 bits).
-const WG_KEY: &str = "self.matches('^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$')";
+use crate::cel::{AT_MOST_SLASH_8, DNS_LABEL, IPV4_ADDR, IPV4_CIDR, NO_HOST_BITS, UNICAST, WG_KEY};
 
 /// A cluster's pod and external CIDRs.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -339,6 +327,58 @@ pub struct NetworkStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// One side of a peering's network, as the other side needs it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerNetworkParams {
+    #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub cluster_id: String,
+    /// Its real pod and external CIDRs.
+    pub cidrs: ClusterCidrs,
+    /// Its gateway's WireGuard public key.
+    #[x_kube(validation = Rule::new(WG_KEY).message("must be a base64-encoded 32-byte WireGuard key"))]
+    #[schemars(length(max = 44))]
+    pub public_key: String,
+    /// Where its gateway listens, when the other side is to dial it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+}
+
+/// The network half of a peering, negotiated over the consumer's identity: the consumer
+/// creates it in its tenant namespace on the provider with its own parameters; the provider
+/// answers with its own in status. Each side then creates its local network resources.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "networking.fabric.io",
+    version = "v1alpha1",
+    kind = "PeeringNetwork",
+    doc = "The network half of a peering: the consumer's parameters in spec, the provider's in status.",
+    namespaced,
+    status = "PeeringNetworkStatus",
+    shortname = "fpeernet",
+    category = "fabric",
+    printcolumn = r#"{"name":"Consumer","type":"string","jsonPath":".spec.consumer.clusterId"}"#,
+    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".status.provider.clusterId"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PeeringNetworkSpec {
+    pub consumer: PeerNetworkParams,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PeeringNetworkStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<PeerNetworkParams>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
 /// Every CRD of this group version.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
@@ -349,5 +389,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         Connection::crd(),
         IP::crd(),
         Network::crd(),
+        PeeringNetwork::crd(),
     ]
 }

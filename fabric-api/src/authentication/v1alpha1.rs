@@ -1,0 +1,207 @@
+//! `authentication.fabric.io/v1alpha1`.
+//!
+//! - `Tenant` (provider, in the consumer's tenant namespace): the consumer as the provider sees
+//!   it, written by the authentication service; its state and caps are the provider admin's.
+//! - `Identity` (consumer): the credentials a provider issued to this cluster, kept in a
+//!   kubeconfig Secret, and when they need renewing.
+//! - `ResourceSlice` (consumer, replicated into the tenant namespace on the provider): spec
+//!   from the consumer (what it asks for), status from the provider (what it granted, why
+//!   less, which node labels come with it).
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{Condition, Time},
+    },
+};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::cel::{DNS_LABEL, HTTPS_URL, IMMUTABLE};
+
+pub const VERSION: &str = "v1alpha1";
+
+/// Resource names (`cpu`, `memory`, `pods`, `ephemeral-storage`, `nvidia.com/gpu`, ...) to
+/// quantities, as in a Pod's requests or a Node's capacity.
+pub type Resources = BTreeMap<String, Quantity>;
+
+/// What a provider admin lets a tenant do.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum TenantState {
+    /// Gets offers as its slices ask.
+    #[default]
+    Active,
+    /// Keeps what it was granted, gets nothing new.
+    Cordoned,
+    /// Granted nothing: its slices are answered with zero and its pods are to go.
+    Drained,
+}
+
+/// A consumer, as this (provider) cluster knows it.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "authentication.fabric.io",
+    version = "v1alpha1",
+    kind = "Tenant",
+    doc = "A consumer cluster as this provider knows it: its identity, state and caps.",
+    namespaced,
+    status = "TenantStatus",
+    shortname = "ftenant",
+    category = "fabric",
+    printcolumn = r#"{"name":"Consumer","type":"string","jsonPath":".spec.clusterId"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".spec.state"}"#,
+    printcolumn = r#"{"name":"User","type":"string","jsonPath":".status.user"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSpec {
+    #[x_kube(
+        validation = Rule::new(DNS_LABEL).message("must be a DNS label"),
+        validation = Rule::new(IMMUTABLE).message("is immutable")
+    )]
+    #[schemars(length(max = 63))]
+    pub cluster_id: String,
+    #[serde(default)]
+    pub state: TenantState,
+    /// Upper bounds of what this tenant may be granted in total, per resource; a resource
+    /// capped at 0 is refused. Absent resources are bounded only by the cluster's policy.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub caps: Resources,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantStatus {
+    /// The Kubernetes user the consumer's certificate names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// When the last certificate issued to it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expiry: Option<Time>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Credentials a provider issued to this (consumer) cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "authentication.fabric.io",
+    version = "v1alpha1",
+    kind = "Identity",
+    doc = "Credentials a provider issued to this cluster: where they are kept, and when they expire.",
+    namespaced,
+    status = "IdentityStatus",
+    shortname = "fidentity",
+    category = "fabric",
+    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.clusterId"}"#,
+    printcolumn = r#"{"name":"Tenant Namespace","type":"string","jsonPath":".spec.tenantNamespace"}"#,
+    printcolumn = r#"{"name":"Expires","type":"date","jsonPath":".status.certificateExpiry"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentitySpec {
+    /// The provider's cluster id.
+    #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub cluster_id: String,
+    /// The provider's API server.
+    #[x_kube(validation = Rule::new(HTTPS_URL).message("must be an https:// URL"))]
+    #[schemars(length(max = 512))]
+    pub api_server_url: String,
+    /// The provider's authentication service (renewals go there).
+    #[x_kube(validation = Rule::new(HTTPS_URL).message("must be an https:// URL"))]
+    #[schemars(length(max = 512))]
+    pub auth_url: String,
+    /// This cluster's namespace on the provider.
+    #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub tenant_namespace: String,
+    /// The Secret (same namespace) holding the kubeconfig under `kubeconfig`.
+    #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub secret_name: String,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentityStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expiry: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed_at: Option<Time>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// The condition types of a ResourceSlice.
+pub mod slice_condition {
+    /// The provider has answered: reason `Granted`, `PartiallyGranted` (the message says
+    /// which resources fell short and why) or `Refused`.
+    pub const ACCEPTED: &str = "Accepted";
+}
+
+/// Resources a consumer asks a provider for, and what the provider grants.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "authentication.fabric.io",
+    version = "v1alpha1",
+    kind = "ResourceSlice",
+    doc = "Resources a consumer asks a provider for (spec, from the consumer) and what the provider grants (status, from the provider).",
+    namespaced,
+    status = "ResourceSliceStatus",
+    shortname = "fslice",
+    category = "fabric",
+    printcolumn = r#"{"name":"Consumer","type":"string","jsonPath":".spec.consumerClusterId"}"#,
+    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.providerClusterId"}"#,
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].reason"}"#,
+    printcolumn = r#"{"name":"CPU","type":"string","jsonPath":".status.granted.cpu"}"#,
+    printcolumn = r#"{"name":"Memory","type":"string","jsonPath":".status.granted.memory"}"#,
+    printcolumn = r#"{"name":"Pods","type":"string","jsonPath":".status.granted.pods"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSliceSpec {
+    #[x_kube(
+        validation = Rule::new(DNS_LABEL).message("must be a DNS label"),
+        validation = Rule::new(IMMUTABLE).message("is immutable")
+    )]
+    #[schemars(length(max = 63))]
+    pub consumer_cluster_id: String,
+    #[x_kube(
+        validation = Rule::new(DNS_LABEL).message("must be a DNS label"),
+        validation = Rule::new(IMMUTABLE).message("is immutable")
+    )]
+    #[schemars(length(max = 63))]
+    pub provider_cluster_id: String,
+    /// What the consumer asks for (`cpu`, `memory`, `pods`, `ephemeral-storage`, extended
+    /// resources such as `nvidia.com/gpu`).
+    #[schemars(extend("maxProperties" = 32))]
+    pub resources: Resources,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSliceStatus {
+    /// What the provider grants (never more than asked).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub granted: Resources,
+    /// Labels the consumer's virtual node carries, describing what the provider offers
+    /// (e.g. `node-type: gpu`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub node_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// See [`slice_condition`].
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Every CRD of this group version.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Tenant::crd(), Identity::crd(), ResourceSlice::crd()]
+}
