@@ -1,0 +1,142 @@
+//! A consumer's area on its provider: the tenant namespace and what the consumer's identity
+//! may do there. Pure: the authentication service creates these objects, tests check them.
+//!
+//! The consumer's certificate names user [`names::user::consumer`] in group
+//! [`names::user::CONSUMERS_GROUP`]; the only permissions it gets are the Role below, bound
+//! in its own tenant namespace. Nothing cluster-wide, no Secrets, no Nodes: removing the
+//! RoleBinding (or the namespace) revokes everything.
+use std::collections::BTreeMap;
+
+use fabric_api::names::{self, label};
+use k8s_openapi::api::{
+    core::v1::Namespace,
+    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+};
+use kube::api::ObjectMeta;
+
+/// The Role (and RoleBinding) name in every tenant namespace.
+pub const ROLE: &str = "fabric-consumer";
+
+fn labels(consumer: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (label::REMOTE_CLUSTER.to_owned(), consumer.to_owned()),
+        (label::TENANT_NAMESPACE.to_owned(), "true".to_owned()),
+    ])
+}
+
+/// The tenant namespace of `consumer`.
+pub fn namespace(consumer: &str) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(names::namespace::tenant(consumer)),
+            labels: Some(labels(consumer)),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+const MANAGE: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+const READ: &[&str] = &["get", "list", "watch"];
+
+/// What the consumer may do in its tenant namespace: write the spec of what crosses from it
+/// (its network parameters, its resource requests) and read the provider's answers (their
+/// status) and its own Tenant.
+pub fn role(consumer: &str) -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(ROLE.to_owned()),
+            namespace: Some(names::namespace::tenant(consumer)),
+            labels: Some(labels(consumer)),
+            ..Default::default()
+        },
+        rules: Some(vec![
+            rule(fabric_api::networking::GROUP, &["peeringnetworks"], MANAGE),
+            rule(
+                fabric_api::networking::GROUP,
+                &["peeringnetworks/status"],
+                READ,
+            ),
+            rule(
+                fabric_api::authentication::GROUP,
+                &["resourceslices"],
+                MANAGE,
+            ),
+            rule(
+                fabric_api::authentication::GROUP,
+                &["resourceslices/status"],
+                READ,
+            ),
+            rule(fabric_api::authentication::GROUP, &["tenants"], READ),
+        ]),
+    }
+}
+
+/// Binds [`role`] to the consumer's user in its tenant namespace.
+pub fn role_binding(consumer: &str) -> RoleBinding {
+    RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(ROLE.to_owned()),
+            namespace: Some(names::namespace::tenant(consumer)),
+            labels: Some(labels(consumer)),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: ROLE.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".to_owned(),
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            name: names::user::consumer(consumer),
+            namespace: None,
+        }]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binding_names_only_the_consumer_in_its_namespace() {
+        let b = role_binding("alpha");
+        assert_eq!(b.metadata.namespace.as_deref(), Some("fabric-tenant-alpha"));
+        let subjects = b.subjects.unwrap();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].name, "fabric.io:consumer:alpha");
+        assert_eq!(b.role_ref.kind, "Role", "never a ClusterRole");
+    }
+
+    #[test]
+    fn the_role_grants_nothing_core_and_no_wildcards() {
+        let r = role("alpha");
+        for rule in r.rules.unwrap() {
+            let groups = rule.api_groups.unwrap();
+            assert!(
+                groups.iter().all(|g| g.ends_with(".fabric.io")),
+                "{groups:?}"
+            );
+            let resources = rule.resources.unwrap();
+            assert!(!resources.iter().any(|r| r.contains('*') || r == "secrets"));
+            assert!(
+                !rule
+                    .verbs
+                    .iter()
+                    .any(|v| v == "*" || v == "escalate" || v == "bind")
+            );
+        }
+    }
+}
