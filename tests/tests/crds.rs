@@ -64,6 +64,43 @@ fn peer_cidrs_that_are_not_pod_networks_are_refused() {
     }
 }
 
+/// What identifies a peer never changes under the controllers' feet, and where a consumer
+/// sends its token is always TLS.
+#[test]
+fn peer_identities_are_immutable_and_auth_urls_https() {
+    if !require_tools("peer_identities_are_immutable_and_auth_urls_https") {
+        return;
+    }
+    let server = ApiServer::start("crds-sharing");
+    server.install_crds();
+    let fc = |id: &str, url: &str| {
+        format!(
+            "apiVersion: core.fabric.io/v1alpha1\nkind: ForeignCluster\n\
+             metadata: {{name: peer}}\nspec: {{clusterId: {id}, authUrl: \"{url}\"}}\n"
+        )
+    };
+    let apply = |yaml: &str| server.kubectl_stdin(&["apply", "-f", "-"], yaml);
+    let o = apply(&fc("beta", "http://auth.beta.example:8443"));
+    assert!(!o.status.success(), "an http:// auth URL was accepted");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must be an https:// URL"));
+    let o = apply(&fc("beta", "https://auth.beta.example:8443"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = apply(&fc("gamma", "https://auth.beta.example:8443"));
+    assert!(!o.status.success(), "the cluster id changed");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is immutable"));
+    let o = apply(&fc("Not_A_Label", "https://auth.beta.example:8443"));
+    assert!(
+        !o.status.success(),
+        "a cluster id that is no DNS label was accepted"
+    );
+    // The peer's printer columns are there for `kubectl get foreignclusters`.
+    let o = server.kubectl(&["get", "foreignclusters"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    for column in ["ROLE", "FOUND", "AUTH", "NETWORK", "RESOURCES", "NODE"] {
+        assert!(out.contains(column), "{out}");
+    }
+}
+
 /// `fabricctl status` against a cluster without the fabric says so, and how to install it,
 /// instead of the API server's bare "404 page not found".
 #[test]
