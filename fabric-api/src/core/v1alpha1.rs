@@ -125,8 +125,11 @@ pub struct ForeignClusterStatus {
     /// The peer's API server, as its authentication service returned it (consumer side).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_server_url: Option<String>,
-    /// See [`condition`].
+    /// See [`condition`]. A map keyed by type, so that each module (authentication, network,
+    /// resources, virtual node) server-side applies its own condition without taking over or
+    /// dropping the others'.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 
