@@ -15,10 +15,11 @@ use kube::{
 
 mod cli;
 mod dump;
+mod info;
 mod peer;
 mod status;
 
-use cli::{Cli, Cmd, NetworkCmd};
+use cli::{Cli, Cmd, InfoCmd, NetworkCmd};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -68,6 +69,11 @@ async fn run(cli: Cli) -> Result<()> {
             peer::unpeer(local, remote, ns, Duration::from_secs(timeout_secs)).await
         }
         Cmd::Status { output } => status::status(&local, ns, output).await,
+        Cmd::Info { what: None, output } => info::info(&local, ns, output).await,
+        Cmd::Info {
+            what: Some(InfoCmd::Peer { id }),
+            output,
+        } => info::info_peer(&local, ns, id.as_deref(), output).await,
         Cmd::Network(_) => unreachable!("handled before the runtime starts"),
     }
 }
