@@ -15,11 +15,10 @@ use kube::{
 
 mod cli;
 mod dump;
-mod info;
 mod peer;
 mod status;
 
-use cli::{Cli, Cmd, InfoCmd, NetworkCmd};
+use cli::{Cli, Cmd, NetworkCmd};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -69,11 +68,6 @@ async fn run(cli: Cli) -> Result<()> {
             peer::unpeer(local, remote, ns, Duration::from_secs(timeout_secs)).await
         }
         Cmd::Status { output } => status::status(&local, ns, output).await,
-        Cmd::Info { what: None, output } => info::info(&local, ns, output).await,
-        Cmd::Info {
-            what: Some(InfoCmd::Peer { id }),
-            output,
-        } => info::info_peer(&local, ns, id.as_deref(), output).await,
         Cmd::Network(_) => unreachable!("handled before the runtime starts"),
     }
 }

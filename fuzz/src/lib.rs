@@ -1,11 +1,12 @@
 //! The checks behind the fuzz targets in `fuzz_targets/`, one module per target. Each
-//! `check(data)` feeds arbitrary bytes to a parser of the gateway or of `fabric-common` and
-//! panics when an invariant breaks, not only when the code under test panics. The libFuzzer
+//! `check(data)` feeds arbitrary bytes to a parser of the gateway, of `fabric-common` or of
+//! discovery and panics when an invariant breaks, not only when the code under test panics. The libFuzzer
 //! binaries call them (`cargo xtask fuzz TARGET`), and the main workspace's
 //! `tests/tests/fuzz_seeds.rs` replays the committed seeds (`seeds/TARGET/`) through them.
 
 pub mod coalesce;
 pub mod config;
+pub mod discovery;
 pub mod packet;
 pub mod remap;
 pub mod segment;
@@ -22,4 +23,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("config", config::check),
     ("tcp_options", tcp_options::check),
     ("remap", remap::check),
+    ("discovery", discovery::check),
 ];
