@@ -1,3 +1,5 @@
 //! The sharing layer (consumer → provider peering), see `shared/design/sharing-layer.md`:
-//! what a consumer may do on its provider ([`tenant`]), and the controllers that build on it.
+//! what a consumer may do on its provider ([`tenant`]), the identity it holds there
+//! ([`identity`]), and the controllers that build on it.
+pub mod identity;
 pub mod tenant;
