@@ -252,13 +252,10 @@ pub fn render_metrics(s: &Status) -> String {
     o
 }
 
+/// The peer's name and device only: metrics are scraped from a port every pod (and, through
+/// the fabric, every peer's pod) can reach, so keys and endpoints stay on the control socket.
 fn peer_labels(p: &PeerStatus) -> String {
-    format!(
-        "peer=\"{}\",device=\"{}\",public_key=\"{}\"",
-        esc(&p.name),
-        esc(&p.device),
-        esc(&p.public_key)
-    )
+    format!("peer=\"{}\",device=\"{}\"", esc(&p.name), esc(&p.device))
 }
 
 #[cfg(test)]
@@ -308,7 +305,7 @@ mod tests {
     #[test]
     fn metrics_contain_expected_series_and_escape_labels() {
         let m = render_metrics(&sample());
-        let labels = r#"gateway="fabric",peer="b\"x",device="fab-b",public_key="k""#;
+        let labels = r#"gateway="fabric",peer="b\"x",device="fab-b""#;
         for line in [
             format!("fabric_gateway_peer_up{{{labels}}} 1"),
             format!("fabric_gateway_peer_rx_bytes_total{{{labels}}} 100"),

@@ -145,7 +145,9 @@ where
     }
 }
 
-/// `/metrics` (Prometheus) and `/status` (JSON), on the fabric's shared HTTP server.
+/// `/metrics` (Prometheus), on the fabric's shared HTTP server. The full status (peers' keys,
+/// endpoints, allowed IPs) is only on the control socket (`fabric-gateway status`): the
+/// metrics port is reachable by every pod of the cluster, and through the fabric by peers'.
 pub async fn serve_metrics(gw: Arc<Gateway>, listener: TcpListener) {
     fabric_http::serve(
         listener,
@@ -154,10 +156,6 @@ pub async fn serve_metrics(gw: Arc<Gateway>, listener: TcpListener) {
             "/metrics" => Some(fabric_http::Reply::ok(
                 fabric_http::PROMETHEUS,
                 render_metrics(&gw.status()),
-            )),
-            "/status" => Some(fabric_http::Reply::ok(
-                "application/json",
-                serde_json::to_string_pretty(&gw.status()).unwrap_or_default(),
             )),
             _ => None,
         },

@@ -328,15 +328,25 @@ fn tunnel_ping_tcp_wg_show_metrics() {
     assert!(link.contains("mtu 1420"), "{link}");
     assert!(p["probe_rtt_seconds"].as_f64().unwrap() > 0.0);
 
-    let metrics = lab.in_ns(&t.ga, || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect("127.0.0.1:9586").unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    });
+    let get = |path: &'static str| {
+        lab.in_ns(&t.ga, move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect("127.0.0.1:9586").unwrap();
+            s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        })
+    };
+    let metrics = get("/metrics");
     assert!(metrics.starts_with("HTTP/1.0 200"), "{metrics}");
+    // Keys, endpoints and allowed IPs stay on the control socket: any pod can scrape metrics.
+    for secret in [g.b_pub.as_str(), B_UL, "10.10.0.0/24"] {
+        assert!(!metrics.contains(secret), "metrics show {secret}");
+    }
+    let status = get("/status");
+    assert!(status.starts_with("HTTP/1.0 404"), "{status}");
     assert!(
         metrics.contains("fabric_gateway_peer_up{") && metrics.contains("peer=\"cluster-b\""),
         "{metrics}"
