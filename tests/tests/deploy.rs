@@ -170,6 +170,42 @@ fn manifests_apply_with_least_privilege() {
         );
     }
 
+    // API credentials only where the API is used: the gateway container parses what peers
+    // send and gets none; its operator mounts the token.
+    let dep: serde_json::Value = serde_json::from_str(&api.kubectl_ok(&[
+        "get",
+        "deployment",
+        "fabric-gateway",
+        "-n",
+        "fabric-system",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false, "{pod}");
+    let token_mounted = |container: &str| {
+        pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == container)
+            .unwrap_or_else(|| panic!("no container {container}"))["volumeMounts"]
+            .as_array()
+            .is_some_and(|m| {
+                m.iter()
+                    .any(|m| m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
+            })
+    };
+    assert!(
+        !token_mounted("gateway"),
+        "the gateway container has API credentials"
+    );
+    assert!(
+        token_mounted("operator"),
+        "the operator has no API credentials"
+    );
+
     // What the agent actually sends to follow the gateway Lease: list and watch narrowed to it
     // by a field selector, which the API server authorizes as that name. Without the selector
     // the same request is refused; and the agent reads no Lease in other namespaces.
