@@ -12,8 +12,6 @@ pub mod label {
     pub const CONFIGURATION: &str = "networking.fabric.io/configuration";
     /// On IPAM's `Network` records: which of the Configuration's CIDRs (`pod`, `external`).
     pub const ROLE: &str = "networking.fabric.io/role";
-    /// On gateway pods: "true" on the replica holding the Lease (the Service selects it).
-    pub const GATEWAY_ACTIVE: &str = "networking.fabric.io/gateway-active";
     /// On tenant namespaces (provider) and on every object of a peering of the sharing layer:
     /// the id of the consumer (on a provider) or provider (on a consumer) it belongs to.
     pub const REMOTE_CLUSTER: &str = "fabric.io/remote-cluster-id";
@@ -90,6 +88,13 @@ pub mod secret {
         super::namespace::bounded(&format!("fabric-identity-{provider_cluster_id}"))
     }
     pub const KUBECONFIG_FIELD: &str = "kubeconfig";
+}
+
+/// The gateway Service has no selector: the replica holding the gateway Lease writes this
+/// EndpointSlice (for Service [`GATEWAY_SERVICE`]) with its own address.
+pub mod endpoint_slice {
+    pub const GATEWAY: &str = "fabric-gateway";
+    pub const GATEWAY_SERVICE: &str = "fabric-gateway";
 }
 
 pub mod config_map {

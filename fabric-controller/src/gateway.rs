@@ -15,15 +15,21 @@
 //! the peer never sees two gateways with the same key. The holder publishes its gateway's
 //! cluster-network address on the Lease; node agents route to whatever that says.
 use std::{
+    collections::BTreeMap,
     net::Ipv4Addr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use fabric_api::names::field_manager;
+use fabric_api::names::{self, field_manager};
 pub use fabric_kube::Election;
 use fabric_kube::FieldManager;
+use k8s_openapi::api::{
+    core::v1::ObjectReference,
+    discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice},
+};
+use kube::api::ObjectMeta;
 
 mod caches;
 mod operator;
@@ -62,6 +68,49 @@ pub struct Opts {
     pub gateway_ip: Option<Ipv4Addr>,
     /// The active/passive election (the gateway address annotation is added by [`run`]).
     pub election: Election,
+}
+
+/// The gateway Service's endpoints while this replica (at `ip`, pod `pod`) holds the Lease.
+/// The Service has no selector: the holder writes its EndpointSlice, so the gateway's service
+/// account needs no write access to pods (a pod patch could replace any container's image).
+pub fn service_endpoints(ip: Ipv4Addr, pod: Option<&str>, port: u16) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(names::endpoint_slice::GATEWAY.to_owned()),
+            labels: Some(BTreeMap::from([
+                (
+                    "kubernetes.io/service-name".to_owned(),
+                    names::endpoint_slice::GATEWAY_SERVICE.to_owned(),
+                ),
+                (
+                    "endpointslice.kubernetes.io/managed-by".to_owned(),
+                    field_manager::GATEWAY_OPERATOR.to_owned(),
+                ),
+            ])),
+            ..Default::default()
+        },
+        address_type: "IPv4".to_owned(),
+        endpoints: Some(vec![Endpoint {
+            addresses: vec![ip.to_string()],
+            conditions: Some(EndpointConditions {
+                ready: Some(true),
+                serving: Some(true),
+                terminating: Some(false),
+            }),
+            target_ref: pod.map(|p| ObjectReference {
+                kind: Some("Pod".to_owned()),
+                name: Some(p.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ports: Some(vec![EndpointPort {
+            name: Some("wireguard".to_owned()),
+            port: Some(port.into()),
+            protocol: Some("UDP".to_owned()),
+            ..Default::default()
+        }]),
+    }
 }
 
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {

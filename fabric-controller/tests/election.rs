@@ -1,6 +1,6 @@
 //! Two gateway operators of one cluster against a real API server: exactly one holds the
-//! Lease and labels its pod active (the gateway Service selects it), the other labels its pod
-//! standby; when the active one dies, the standby takes over and relabels.
+//! Lease and points the gateway Service's EndpointSlice at itself, the other stands by; when
+//! the active one dies, the standby takes over and the EndpointSlice follows.
 use std::{
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -13,7 +13,7 @@ use fabric_tests::{
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 
-fn operator(api: &ApiServer, pod: &str, dir: &std::path::Path) -> ChildGuard {
+fn operator(api: &ApiServer, pod: &str, ip: &str, dir: &std::path::Path) -> ChildGuard {
     std::fs::create_dir_all(dir).unwrap();
     ChildGuard(
         fabric_tests::die_with_parent(&mut Command::new(BIN))
@@ -25,6 +25,8 @@ fn operator(api: &ApiServer, pod: &str, dir: &std::path::Path) -> ChildGuard {
                 "192.0.2.10:31820",
                 "--interval",
                 "200ms",
+                "--gateway-ip",
+                ip,
             ])
             .arg("--config")
             .arg(dir.join("gateway.toml"))
@@ -41,35 +43,38 @@ fn operator(api: &ApiServer, pod: &str, dir: &std::path::Path) -> ChildGuard {
     )
 }
 
-fn labels(api: &ApiServer) -> String {
-    api.kubectl_ok(&[
+/// `pod=address` of the gateway Service's endpoints, empty while there is no EndpointSlice.
+fn endpoints(api: &ApiServer) -> String {
+    let o = api.kubectl(&[
         "get",
-        "pods",
+        "endpointslice",
+        "fabric-gateway",
         "-n",
         "fabric-system",
         "-o",
-        "jsonpath={range .items[*]}{.metadata.name}={.metadata.labels.networking\\.fabric\\.io/gateway-active} {end}",
-    ])
+        "jsonpath={range .endpoints[*]}{.targetRef.name}={.addresses[0]} {end}",
+    ]);
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
 }
 
-fn wait_labels(api: &ApiServer, want: &[&str], what: &str) {
+fn wait_endpoints(api: &ApiServer, want: &str, what: &str) {
     let t0 = Instant::now();
     loop {
-        let got = labels(api);
-        if want.iter().all(|w| got.contains(w)) {
+        let got = endpoints(api);
+        if got == want {
             return;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(15),
-            "{what}: labels {got:?}, want {want:?}"
+            "{what}: endpoints {got:?}, want {want:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 #[test]
-fn one_active_replica_labelled_and_failover_relabels() {
-    if !require_tools("one_active_replica_labelled_and_failover_relabels") {
+fn one_active_replica_owns_the_service_and_failover_moves_it() {
+    if !require_tools("one_active_replica_owns_the_service_and_failover_moves_it") {
         return;
     }
     let api = ApiServer::start("election");
@@ -102,13 +107,14 @@ fn one_active_replica_labelled_and_failover_relabels() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let dir = std::env::temp_dir().join(format!("fabric-election-{}", std::process::id()));
-    let first = operator(&api, "gw-0", &dir.join("0"));
-    wait_labels(&api, &["gw-0=true"], "the only replica becomes active");
-    let second = operator(&api, "gw-1", &dir.join("1"));
-    wait_labels(
-        &api,
-        &["gw-0=true", "gw-1=false"],
-        "the second one stands by",
+    let first = operator(&api, "gw-0", "10.0.0.10", &dir.join("0"));
+    wait_endpoints(&api, "gw-0=10.0.0.10", "the only replica becomes active");
+    let second = operator(&api, "gw-1", "10.0.0.11", &dir.join("1"));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        endpoints(&api),
+        "gw-0=10.0.0.10",
+        "the second one stands by"
     );
     let holder = api.kubectl_ok(&[
         "get",
@@ -124,7 +130,7 @@ fn one_active_replica_labelled_and_failover_relabels() {
     // SIGKILL: no release, the standby waits out the lease (4 s) and takes over.
     drop(first);
     let t0 = Instant::now();
-    wait_labels(&api, &["gw-1=true"], "takeover");
+    wait_endpoints(&api, "gw-1=10.0.0.11", "takeover");
     assert!(
         t0.elapsed() < Duration::from_secs(10),
         "takeover took {:?}",

@@ -165,8 +165,8 @@ pub const LB_VIP: &str = "192.168.77.200";
 
 /// Cluster B's gateway Service as kube-proxy makes it for a LoadBalancer or NodePort: a
 /// namespace on the underlay with the Service's address, which forwards WireGuard's port to
-/// the replica whose pod carries `networking.fabric.io/gateway-active=true` (the Service's
-/// selector), with SNAT so that replies come back through it, and which drops the UDP
+/// the replica the Service's EndpointSlice names (written by the replica holding the Lease),
+/// with SNAT so that replies come back through it, and which drops the UDP
 /// conntrack entries of a replica that is no longer selected, as kube-proxy does.
 pub struct LoadBalancer {
     pub ns: String,
@@ -207,13 +207,12 @@ impl LoadBalancer {
                         .env("KUBECONFIG", &kubeconfig)
                         .args([
                             "get",
-                            "pods",
+                            "endpointslice",
+                            names::endpoint_slice::GATEWAY,
                             "-n",
                             NAMESPACE,
-                            "-l",
-                            &format!("{}=true", names::label::GATEWAY_ACTIVE),
                             "-o",
-                            "jsonpath={.items[*].metadata.name}",
+                            "jsonpath={.endpoints[*].targetRef.name}",
                         ])
                         .output();
                     let selected = o

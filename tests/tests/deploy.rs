@@ -108,6 +108,11 @@ fn manifests_apply_with_least_privilege() {
         (
             "fabric-gateway",
             "patch",
+            "endpointslices.discovery.k8s.io/fabric-gateway",
+        ),
+        (
+            "fabric-gateway",
+            "patch",
             "configmaps/fabric-gateway-identity",
         ),
     ];
@@ -140,6 +145,15 @@ fn manifests_apply_with_least_privilege() {
         ),
         ("fabric-gateway", "list", "secrets"),
         ("fabric-gateway", "delete", "pods"),
+        // The active replica is published through the Service's EndpointSlice: no pod writes
+        // (a pod patch could replace the agent's image and run code on every node).
+        ("fabric-gateway", "patch", "pods"),
+        ("fabric-gateway", "update", "pods"),
+        (
+            "fabric-gateway",
+            "patch",
+            "endpointslices.discovery.k8s.io/some-other-service",
+        ),
         ("fabric-gateway", "patch", "nodes"),
         ("fabric-gateway", "create", "pods"),
         ("fabric-gateway", "patch", "configmaps/fabric-cluster"),

@@ -211,16 +211,19 @@ fn listening_side_fails_over_behind_its_service() {
         Some(standby.identity.as_str()),
         "the Service follows the new active replica"
     );
-    let labels = cl.b.api.kubectl_ok(&[
+    let endpoints = cl.b.api.kubectl_ok(&[
         "get",
-        "pod",
-        &standby.identity,
+        "endpointslice",
+        "fabric-gateway",
         "-n",
         "fabric-system",
         "-o",
-        "jsonpath={.metadata.labels.networking\\.fabric\\.io/gateway-active}",
+        "jsonpath={.endpoints[*].addresses[*]}",
     ]);
-    assert_eq!(labels, "true");
+    assert_eq!(
+        endpoints, standby.ip,
+        "the Service's endpoint is the new holder"
+    );
     // Both directions through the new replica.
     cl.wait_reachable(&b_pod, &remote_pod(0), Duration::from_secs(5))
         .unwrap();

@@ -27,12 +27,9 @@ use fabric_kube::{
 use k8s_openapi::api::{
     coordination::v1::Lease,
     core::v1::{ConfigMap, Node, Pod},
+    discovery::v1::EndpointSlice,
 };
-use kube::{
-    Api, Client, ResourceExt,
-    api::{ObjectMeta, Patch, PatchParams},
-    runtime::watcher,
-};
+use kube::{Api, Client, ResourceExt, api::ObjectMeta, runtime::watcher};
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
@@ -302,12 +299,10 @@ impl Operator {
     }
 }
 
-async fn label_pod(client: &Client, ns: &str, pod: &str, active: bool) -> kube::Result<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let patch =
-        serde_json::json!({"metadata": {"labels": {label::GATEWAY_ACTIVE: active.to_string()}}});
-    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+/// Points the gateway Service's EndpointSlice at this replica.
+async fn claim_service(client: &Client, ns: &str, slice: &EndpointSlice) -> kube::Result<()> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    FIELD_MANAGER.apply(&api, slice).await?;
     Ok(())
 }
 
@@ -431,10 +426,13 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         events,
         written: Written::default(),
     };
-    // In a pod, the label tells the gateway Service which replica is active, so peers'
-    // handshakes reach the one with the tunnels and not the standby.
+    // The holder points the gateway Service (it has no selector) at itself, so peers'
+    // handshakes reach the replica with the tunnels and not the standby.
     let pod = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty());
-    let mut labeled: Option<bool> = None;
+    let slice =
+        op.o.gateway_ip
+            .map(|ip| super::service_endpoints(ip, pod.as_deref(), op.o.listen_port));
+    let mut claimed = false;
     let mut was_active = false;
     while !stopped {
         let active = *leading.borrow_and_update();
@@ -452,12 +450,12 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
             op.written.forget_api();
             op.written.since = Some(now);
         }
-        if let Some(pod) = &pod
-            && labeled != Some(active)
-        {
-            match label_pod(&client, &op.o.namespace, pod, active).await {
-                Ok(()) => labeled = Some(active),
-                Err(e) => warn!(error = %e, pod, "labelling this pod for the gateway Service"),
+        // A replica that lost the Lease leaves the slice alone: the new holder takes it over.
+        claimed &= active;
+        if let Some(slice) = slice.as_ref().filter(|_| active && !claimed) {
+            match claim_service(&client, &op.o.namespace, slice).await {
+                Ok(()) => claimed = true,
+                Err(e) => warn!(error = %e, "pointing the gateway Service at this replica"),
             }
         }
         // Both replicas keep their end of the overlay: a takeover then only moves the nodes'
