@@ -192,6 +192,8 @@ const APT_PACKAGES: &[&str] = &[
     "curl",
     "iputils-ping",
     "procps",
+    // The DNS server of the discovery test (the binary only: `dnsmasq` would start a service).
+    "dnsmasq-base",
 ];
 const APT_NO_RECOMMENDS: &[&str] = &["wireguard-tools"];
 
