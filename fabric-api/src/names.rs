@@ -127,6 +127,9 @@ pub mod field_manager {
     pub const SHARING: &str = "fabric-sharing";
     /// The virtual kubelet: its Node, Lease and pods' status.
     pub const VIRTUAL_KUBELET: &str = "fabric-virtual-kubelet";
+    /// Discovery: the ForeignClusters of clusters found on the LAN or through DNS, while they
+    /// are not peered.
+    pub const DISCOVERY: &str = "fabric-discovery";
 }
 
 #[cfg(test)]
