@@ -1,5 +1,6 @@
 //! fabric-controller: the cluster-level controllers.
-//! - `ipam`: grants peers' remapped CIDRs and data-plane ids (one per cluster).
+//! - `ipam`: grants peers' remapped CIDRs and data-plane ids (one per cluster); with the
+//!   discovery flags, also announces the cluster and finds others (ForeignClusters).
 //! - `gateway`: the gateway operator, beside each fabric-gateway (renders its configuration
 //!   from the API and reports Connections).
 use std::{
@@ -11,7 +12,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use fabric_api::names;
-use fabric_controller::{gateway, ipam, ips};
+use fabric_controller::{discovery, gateway, ipam, ips};
 use ipnetwork::Ipv4Network;
 
 #[derive(Parser)]
@@ -60,6 +61,11 @@ enum Cmd {
             default_value = "10.64.0.0/10"
         )]
         pools: Vec<Ipv4Network>,
+        /// This cluster's id (for discovery: announced, and never a peer of its own).
+        #[arg(long, env = "FABRIC_CLUSTER_ID")]
+        cluster_id: Option<fabric_discovery::ClusterId>,
+        #[command(flatten)]
+        discovery: discovery::Args,
     },
     /// Run the gateway operator beside a fabric-gateway.
     Gateway {
@@ -170,7 +176,16 @@ async fn run() -> Result<()> {
             identity,
             namespace,
             lease,
+            cluster_id,
+            discovery,
         } => {
+            let discovery = match (discovery.enabled(), cluster_id) {
+                (false, _) => None,
+                (true, Some(id)) => Some(discovery.settings(id)),
+                (true, None) => anyhow::bail!(
+                    "discovery needs this cluster's id: --cluster-id or FABRIC_CLUSTER_ID"
+                ),
+            };
             let mut all = vec![pod_cidr, service_cidr, external_cidr];
             all.extend(reserved.into_iter().flatten());
             let election = fabric_kube::Election::new(lease, identity_or_hostname(identity)?);
@@ -191,6 +206,14 @@ async fn run() -> Result<()> {
                         ips::run(client.clone(), external_cidr)
                             .await
                             .context("IP controller")
+                    },
+                    async {
+                        match discovery {
+                            Some(settings) => discovery::run(client.clone(), settings)
+                                .await
+                                .context("discovery controller"),
+                            None => Ok(()),
+                        }
                     },
                 )
                 .map(|_| ())

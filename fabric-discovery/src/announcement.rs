@@ -174,6 +174,18 @@ impl Role {
     }
 }
 
+impl FromStr for Role {
+    type Err = TxtError;
+
+    fn from_str(s: &str) -> Result<Self, TxtError> {
+        match s {
+            "consumer" => Ok(Role::Consumer),
+            "provider" => Ok(Role::Provider),
+            _ => Err(TxtError::BadRoles { value: shown(s) }),
+        }
+    }
+}
+
 /// A cluster's announcement, valid by construction.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Announcement {
@@ -345,11 +357,9 @@ fn parse_roles(v: &str) -> Result<BTreeSet<Role>, TxtError> {
         return Ok(roles);
     }
     for r in v.split(',') {
-        let role = match r {
-            "consumer" => Role::Consumer,
-            "provider" => Role::Provider,
-            _ => return Err(TxtError::BadRoles { value: shown(v) }),
-        };
+        let role: Role = r
+            .parse()
+            .map_err(|_| TxtError::BadRoles { value: shown(v) })?;
         if !roles.insert(role) {
             return Err(TxtError::BadRoles { value: shown(v) });
         }
