@@ -78,6 +78,17 @@ fn manifests_apply_with_least_privilege() {
             "delete",
             "networks.networking.fabric.io",
         ),
+        // Discovery.
+        (
+            "fabric-controller",
+            "patch",
+            "foreignclusters.core.fabric.io",
+        ),
+        (
+            "fabric-controller",
+            "delete",
+            "foreignclusters.core.fabric.io",
+        ),
         ("fabric-gateway", "get", "secrets/fabric-gateway-key"),
         (
             "fabric-gateway",
