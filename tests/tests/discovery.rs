@@ -21,7 +21,7 @@ use fabric_discovery::{
     dns::{DnsBrowser, DnsConfig},
     mdns::{DOMAIN, Lan},
 };
-use fabric_netns::testbed::{join, spawn_in_netns};
+use fabric_netns::testbed::{Bg, join, spawn_in_netns};
 use fabric_tests::{Testbed, skip_unless_root};
 use mdns_sd::{ServiceDaemon, ServiceInfo, TxtProperty};
 
@@ -314,6 +314,23 @@ fn dnsmasq_conf(listen: &str, instances: &[(&str, u16, Vec<String>)]) -> String 
     conf
 }
 
+/// Starts dnsmasq in `ns` with configuration `conf` (written to scratch file `file`).
+fn dnsmasq(tb: &mut Testbed, ns: &str, file: &str, conf: &str) -> Result<Bg> {
+    let path = tb.write_file(file, conf)?;
+    tb.spawn(
+        ns,
+        &[
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            &format!("--conf-file={}", path.display()),
+            "--pid-file=",
+            "--user=root",
+            "--log-facility=-",
+        ],
+    )
+}
+
 fn good_txt(cluster: &str, port: u16) -> Vec<String> {
     announcement(cluster, port)
         .to_txt_strings()
@@ -335,21 +352,7 @@ fn dns_sd_records_under_a_domain_are_found_and_followed() -> Result<()> {
         (&server, "eth0", "10.98.0.1/24"),
         (&client, "eth0", "10.98.0.2/24"),
     )?;
-    let dnsmasq = |tb: &mut Testbed, file: &str, conf: String| {
-        let path = tb.write_file(file, &conf)?;
-        tb.spawn(
-            &server,
-            &[
-                "dnsmasq",
-                "--keep-in-foreground",
-                "--conf-file=/dev/null",
-                &format!("--conf-file={}", path.display()),
-                "--pid-file=",
-                "--user=root",
-                "--log-facility=-",
-            ],
-        )
-    };
+    let dnsmasq = |tb: &mut Testbed, file: &str, conf: String| dnsmasq(tb, &server, file, &conf);
     let bad = vec![
         "txtvers=1".to_owned(),
         "id=mallory".to_owned(),
@@ -465,5 +468,156 @@ fn dns_sd_records_under_a_domain_are_found_and_followed() -> Result<()> {
     tx.send(())?;
     assert_eq!(recv()?, vec![Change::Discovered(announcement("b", 443))]);
     join(browsing)?;
+    Ok(())
+}
+
+/// A ForeignCluster's name and spec.
+type Named = (String, serde_json::Value);
+
+/// The discovery controller (`fabric-controller ipam --discovery-domain`) against a test API
+/// server: clusters published under the domain become ForeignClusters with `discoveredBy: Dns`
+/// and their authentication URL, a ForeignCluster made by hand is left alone, and a cluster
+/// the domain stops publishing loses its ForeignCluster.
+#[test]
+fn the_controller_makes_foreign_clusters_of_what_dns_publishes() -> Result<()> {
+    let test = "the_controller_makes_foreign_clusters_of_what_dns_publishes";
+    if skip_unless_root(test) || !fabric_tests::apiserver::require_tools(test) {
+        return Ok(());
+    }
+    let mut tb = Testbed::new()?;
+    // One namespace stands for the cluster: its API server, the controller, and (on another
+    // address) the DNS server of its search domain.
+    let ns = tb.add_netns("cluster")?;
+    tb.ip(&ns, &["addr", "add", "10.98.0.1/32", "dev", "lo"])?;
+    tb.ip(&ns, &["addr", "add", "10.98.0.53/32", "dev", "lo"])?;
+    let api = fabric_tests::apiserver::ApiServer::start_in_netns("discovery", &ns, "10.98.0.1")?;
+    api.install_crds();
+    api.kubectl_ok(&["create", "namespace", "fabric-system"]);
+    api.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: core.fabric.io/v1alpha1\nkind: ForeignCluster\nmetadata: {name: peer-b}\n\
+         spec: {clusterId: b, discoveredBy: Manual, authUrl: \"https://by-hand.example.test\"}\n",
+    );
+
+    let published = vec![
+        ("a", 8443, good_txt("a", 8443)),
+        ("b", 443, good_txt("b", 443)),
+        ("me", 443, good_txt("me", 443)),
+        (
+            "mallory",
+            443,
+            vec![
+                "txtvers=1".into(),
+                "id=mallory".into(),
+                "auth=http://x.example.test".into(),
+            ],
+        ),
+    ];
+    let mut dns = dnsmasq(
+        &mut tb,
+        &ns,
+        "zone-1.conf",
+        &dnsmasq_conf("10.98.0.53", &published),
+    )?;
+    let controller = fabric_tests::locate_bin("fabric-controller")?;
+    let kubeconfig = format!("KUBECONFIG={}", api.in_cluster_kubeconfig.display());
+    let _controller = tb.spawn(
+        &ns,
+        &[
+            "env",
+            &kubeconfig,
+            "POD_NAME=controller-0",
+            &controller.display().to_string(),
+            "ipam",
+            "--pod-cidr=10.244.0.0/16",
+            "--service-cidr=10.96.0.0/16",
+            "--external-cidr=10.70.0.0/16",
+            "--cluster-id=me",
+            "--discovery-domain=example.test",
+            "--discovery-nameserver=10.98.0.53:53",
+            "--discovery-interval=1s",
+        ],
+    )?;
+
+    let foreign_clusters = || -> Result<Vec<Named>> {
+        let out = api.kubectl_ok(&["get", "foreignclusters", "-o", "json"]);
+        let list: serde_json::Value = serde_json::from_str(&out)?;
+        let mut items: Vec<(String, serde_json::Value)> = list["items"]
+            .as_array()
+            .context("items")?
+            .iter()
+            .map(|i| {
+                (
+                    i["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    i["spec"].clone(),
+                )
+            })
+            .collect();
+        items.sort_by(|x, y| x.0.cmp(&y.0));
+        Ok(items)
+    };
+    let wait_for = |what: &str, done: &dyn Fn(&[Named]) -> bool| -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let fcs = foreign_clusters()?;
+            if done(&fcs) {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("{what}: ForeignClusters are {fcs:#?}");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let a_spec = serde_json::json!({
+        "clusterId": "a",
+        "discoveredBy": "Dns",
+        "authUrl": "https://auth.a.example.test:8443/fabric",
+        "role": "Unknown",
+    });
+    let by_hand = serde_json::json!({
+        "clusterId": "b",
+        "discoveredBy": "Manual",
+        "authUrl": "https://by-hand.example.test",
+        "role": "Unknown",
+    });
+    let with_role = |mut v: serde_json::Value| {
+        // The API server returns what was written: role only when someone wrote one.
+        v.as_object_mut().unwrap().remove("role");
+        v
+    };
+    let same = |got: &serde_json::Value, want: &serde_json::Value| {
+        got == want || *got == with_role(want.clone())
+    };
+    wait_for("a discovered", &|fcs| {
+        fcs.len() == 2
+            && fcs[0].0 == "a"
+            && same(&fcs[0].1, &a_spec)
+            && fcs[1].0 == "peer-b"
+            && same(&fcs[1].1, &by_hand)
+    })?;
+    // A few resolutions later, still nothing more: not this cluster, not mallory, not a second b.
+    std::thread::sleep(Duration::from_secs(3));
+    let fcs = foreign_clusters()?;
+    assert_eq!(
+        fcs.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(),
+        ["a", "peer-b"]
+    );
+
+    // The domain stops publishing a (and b): a's ForeignCluster goes, the one made by hand stays.
+    drop(dns);
+    dns = dnsmasq(
+        &mut tb,
+        &ns,
+        "zone-2.conf",
+        &dnsmasq_conf("10.98.0.53", &published[2..]),
+    )?;
+    wait_for("a gone", &|fcs| {
+        fcs.len() == 1 && fcs[0].0 == "peer-b" && same(&fcs[0].1, &by_hand)
+    })?;
+    drop(dns);
     Ok(())
 }
