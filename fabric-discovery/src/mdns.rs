@@ -86,7 +86,7 @@ impl Lan {
     }
 
     /// Withdraws the announcement of `cluster_id` (a goodbye: browsers forget it at once).
-    pub fn withdraw(&self, cluster_id: &ClusterId) -> Result<(), LanError> {
+    pub async fn withdraw(&self, cluster_id: &ClusterId) -> Result<(), LanError> {
         let fullname = format!("{cluster_id}.{}", service_type());
         let err = |source| LanError::Withdraw {
             cluster_id: cluster_id.clone(),
@@ -94,7 +94,7 @@ impl Lan {
         };
         let done = self.daemon.unregister(&fullname).map_err(err)?;
         // The status says whether it was registered; either way nothing is announced now.
-        let _ = done.recv_timeout(GOODBYE_TIMEOUT);
+        let _ = tokio::time::timeout(GOODBYE_TIMEOUT, done.recv_async()).await;
         Ok(())
     }
 

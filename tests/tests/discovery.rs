@@ -269,7 +269,7 @@ fn lan_clusters_find_each_other_and_ignore_hostile_announcements() -> Result<()>
         }
 
         // c withdraws: a and b notice.
-        lans[2].withdraw(&id("c"))?;
+        lans[2].withdraw(&id("c")).await?;
         let expired = |seen: &[(&str, Change)], who: &str| {
             seen.iter()
                 .any(|(w, c)| *w == who && *c == Change::Expired(id("c")))
