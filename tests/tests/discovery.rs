@@ -474,13 +474,15 @@ fn dns_sd_records_under_a_domain_are_found_and_followed() -> Result<()> {
 /// A ForeignCluster's name and spec.
 type Named = (String, serde_json::Value);
 
-/// The discovery controller (`fabric-controller ipam --discovery-domain`) against a test API
-/// server: clusters published under the domain become ForeignClusters with `discoveredBy: Dns`
-/// and their authentication URL, a ForeignCluster made by hand is left alone, and a cluster
-/// the domain stops publishing loses its ForeignCluster.
+/// The discovery controller (`fabric-controller ipam --discovery-domain --discovery-mdns
+/// --announce-auth-url`) against a test API server: clusters published under the domain
+/// become ForeignClusters with `discoveredBy: Dns`, one announced on the LAN with
+/// `discoveredBy: Lan`, each with its authentication URL; a ForeignCluster made by hand is left
+/// alone; the LAN hears the controller's own announcement; a cluster the domain stops
+/// publishing, or that withdraws from the LAN, loses its ForeignCluster.
 #[test]
-fn the_controller_makes_foreign_clusters_of_what_dns_publishes() -> Result<()> {
-    let test = "the_controller_makes_foreign_clusters_of_what_dns_publishes";
+fn the_controller_makes_foreign_clusters_of_what_it_discovers() -> Result<()> {
+    let test = "the_controller_makes_foreign_clusters_of_what_it_discovers";
     if skip_unless_root(test) || !fabric_tests::apiserver::require_tools(test) {
         return Ok(());
     }
@@ -490,6 +492,17 @@ fn the_controller_makes_foreign_clusters_of_what_dns_publishes() -> Result<()> {
     let ns = tb.add_netns("cluster")?;
     tb.ip(&ns, &["addr", "add", "10.98.0.1/32", "dev", "lo"])?;
     tb.ip(&ns, &["addr", "add", "10.98.0.53/32", "dev", "lo"])?;
+    // Cluster c, on the same LAN.
+    let lan_peer = tb.add_netns("c")?;
+    tb.veth_addrs(
+        (&ns, "eth0", "10.97.0.1/24"),
+        (&lan_peer, "eth0", "10.97.0.3/24"),
+    )?;
+    for n in [&ns, &lan_peer] {
+        tb.ip(n, &["route", "add", "224.0.0.0/4", "dev", "eth0"])?;
+    }
+    let c = join(spawn_in_netns(&lan_peer, || Ok(Lan::new()?)))?;
+    c.announce(&announcement("c", 443))?;
     let api = fabric_tests::apiserver::ApiServer::start_in_netns("discovery", &ns, "10.98.0.1")?;
     api.install_crds();
     api.kubectl_ok(&["create", "namespace", "fabric-system"]);
@@ -536,8 +549,13 @@ fn the_controller_makes_foreign_clusters_of_what_dns_publishes() -> Result<()> {
             "--discovery-domain=example.test",
             "--discovery-nameserver=10.98.0.53:53",
             "--discovery-interval=1s",
+            "--discovery-mdns",
+            "--announce-auth-url=https://auth.me.example.test",
+            "--announce-roles=provider,consumer",
         ],
     )?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut heard = c.browse(Some(id("c")))?;
 
     let foreign_clusters = || -> Result<Vec<Named>> {
         let out = api.kubectl_ok(&["get", "foreignclusters", "-o", "json"]);
@@ -592,19 +610,38 @@ fn the_controller_makes_foreign_clusters_of_what_dns_publishes() -> Result<()> {
     let same = |got: &serde_json::Value, want: &serde_json::Value| {
         got == want || *got == with_role(want.clone())
     };
-    wait_for("a discovered", &|fcs| {
-        fcs.len() == 2
+    let c_spec = serde_json::json!({
+        "clusterId": "c",
+        "discoveredBy": "Lan",
+        "authUrl": "https://auth.c.example.test:443/fabric",
+        "role": "Unknown",
+    });
+    wait_for("a and c discovered", &|fcs| {
+        fcs.len() == 3
             && fcs[0].0 == "a"
             && same(&fcs[0].1, &a_spec)
-            && fcs[1].0 == "peer-b"
-            && same(&fcs[1].1, &by_hand)
+            && fcs[1].0 == "c"
+            && same(&fcs[1].1, &c_spec)
+            && fcs[2].0 == "peer-b"
+            && same(&fcs[2].1, &by_hand)
     })?;
+    // c hears the controller announce this cluster.
+    let me =
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), heard.next()).await })?;
+    assert_eq!(
+        me,
+        Some(Change::Discovered(Announcement {
+            cluster_id: id("me"),
+            auth_url: "https://auth.me.example.test".parse()?,
+            roles: BTreeSet::from([Role::Consumer, Role::Provider]),
+        }))
+    );
     // A few resolutions later, still nothing more: not this cluster, not mallory, not a second b.
     std::thread::sleep(Duration::from_secs(3));
     let fcs = foreign_clusters()?;
     assert_eq!(
         fcs.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(),
-        ["a", "peer-b"]
+        ["a", "c", "peer-b"]
     );
 
     // The domain stops publishing a (and b): a's ForeignCluster goes, the one made by hand stays.
@@ -616,6 +653,11 @@ fn the_controller_makes_foreign_clusters_of_what_dns_publishes() -> Result<()> {
         &dnsmasq_conf("10.98.0.53", &published[2..]),
     )?;
     wait_for("a gone", &|fcs| {
+        fcs.len() == 2 && fcs[0].0 == "c" && fcs[1].0 == "peer-b" && same(&fcs[1].1, &by_hand)
+    })?;
+    // c leaves the LAN.
+    rt.block_on(c.withdraw(&id("c")))?;
+    wait_for("c gone", &|fcs| {
         fcs.len() == 1 && fcs[0].0 == "peer-b" && same(&fcs[0].1, &by_hand)
     })?;
     drop(dns);
