@@ -14,6 +14,8 @@ pub mod bench_control;
 pub mod bench_operator;
 pub mod clusters;
 pub mod netns;
+pub mod quantity;
+pub mod sched;
 pub mod topo;
 pub mod traffic;
 

@@ -1,0 +1,567 @@
+//! The test scheduler's decisions, free of I/O: whether a pod fits a node (node selector,
+//! required node affinity, taints and tolerations, resource requests against what is left of
+//! the node's allocatable, unschedulable nodes), which node to pick, and the message an
+//! unschedulable pod gets, worded as kube-scheduler's. The binary
+//! (`fabric-test-scheduler`) feeds it from watches and binds through `pods/binding`.
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
+};
+
+use crate::quantity::milli;
+
+/// Why a pod does not fit a node; several reasons are counted per kind in the message.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Misfit {
+    Unschedulable,
+    /// `nodeSelector` or required node affinity.
+    Affinity,
+    /// A NoSchedule/NoExecute taint the pod does not tolerate (`key=value:effect`).
+    Taint(String),
+    /// Not enough of this resource left.
+    Insufficient(String),
+    /// A request or an allocatable amount that is not a quantity.
+    BadQuantity(String),
+}
+
+impl Misfit {
+    fn describe(&self) -> String {
+        match self {
+            Misfit::Unschedulable => "node(s) were unschedulable".into(),
+            Misfit::Affinity => "node(s) didn't match Pod's node affinity/selector".into(),
+            Misfit::Taint(t) => format!("node(s) had untolerated taint {{{t}}}"),
+            Misfit::Insufficient(r) => format!("Insufficient {r}"),
+            Misfit::BadQuantity(q) => format!("invalid quantity {q}"),
+        }
+    }
+}
+
+/// Resource amounts in thousandths (see [`crate::quantity`]), by resource name.
+pub type Resources = BTreeMap<String, i128>;
+
+/// Is a pod still holding its node's resources (bound and not finished)?
+pub fn holds_resources(p: &Pod) -> bool {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// The pod's effective requests: the sum over its containers (limits stand in for missing
+/// requests, as the API server defaults them), at least the largest init container's, plus one
+/// `pods`.
+pub fn pod_requests(p: &Pod) -> Result<Resources, Misfit> {
+    let spec = p.spec.as_ref();
+    let of = |c: &k8s_openapi::api::core::v1::Container| -> Result<Resources, Misfit> {
+        let mut r = Resources::new();
+        if let Some(res) = &c.resources {
+            let limits = res.limits.clone().unwrap_or_default();
+            let requests = res.requests.clone().unwrap_or_default();
+            for (k, q) in limits.iter().chain(requests.iter()) {
+                // Requests come last and win over limits.
+                r.insert(
+                    k.clone(),
+                    milli(&q.0).map_err(|_| Misfit::BadQuantity(q.0.clone()))?,
+                );
+            }
+        }
+        Ok(r)
+    };
+    let mut sum = Resources::new();
+    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+        for (k, v) in of(c)? {
+            *sum.entry(k).or_default() += v;
+        }
+    }
+    for c in spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default()
+    {
+        for (k, v) in of(c)? {
+            let e = sum.entry(k).or_default();
+            *e = (*e).max(v);
+        }
+    }
+    *sum.entry("pods".into()).or_default() += 1000;
+    Ok(sum)
+}
+
+fn allocatable(n: &Node) -> Result<Resources, Misfit> {
+    let st = n.status.as_ref();
+    let map = st
+        .and_then(|s| s.allocatable.as_ref())
+        .or(st.and_then(|s| s.capacity.as_ref()));
+    let mut r = Resources::new();
+    for (k, q) in map.into_iter().flatten() {
+        r.insert(
+            k.clone(),
+            milli(&q.0).map_err(|_| Misfit::BadQuantity(q.0.clone()))?,
+        );
+    }
+    Ok(r)
+}
+
+fn labels(n: &Node) -> BTreeMap<String, String> {
+    n.metadata.labels.clone().unwrap_or_default()
+}
+
+fn requirement_holds(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let num = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => !value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (value.and_then(num), values.first().and_then(|b| num(b)))
+            else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+fn term_matches(t: &NodeSelectorTerm, n: &Node) -> bool {
+    let labels = labels(n);
+    let exprs = t.match_expressions.as_deref().unwrap_or_default();
+    let fields = t.match_fields.as_deref().unwrap_or_default();
+    // An empty term matches nothing, as upstream.
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    exprs
+        .iter()
+        .all(|r| requirement_holds(r, labels.get(&r.key).map(String::as_str)))
+        && fields.iter().all(|r| {
+            let v = (r.key == "metadata.name")
+                .then_some(n.metadata.name.as_deref())
+                .flatten();
+            requirement_holds(r, v)
+        })
+}
+
+fn affinity_matches(p: &Pod, n: &Node) -> bool {
+    let Some(spec) = &p.spec else { return true };
+    let labels = labels(n);
+    if let Some(sel) = &spec.node_selector
+        && !sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+    {
+        return false;
+    }
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    match required {
+        Some(sel) => sel.node_selector_terms.iter().any(|t| term_matches(t, n)),
+        None => true,
+    }
+}
+
+/// Does `t` tolerate `taint` (upstream's `ToleratesTaint`)?
+pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if t.effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
+        return false;
+    }
+    let key = t.key.as_deref().unwrap_or_default();
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => true,
+        // An empty key with Equal is refused by validation; treat it as matching nothing.
+        "Equal" => {
+            !key.is_empty()
+                && t.value.as_deref().unwrap_or_default()
+                    == taint.value.as_deref().unwrap_or_default()
+        }
+        _ => false,
+    }
+}
+
+fn untolerated_taint(p: &Pod, n: &Node) -> Option<String> {
+    let tols = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let taints = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    taints
+        .iter()
+        .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+        .find(|taint| !tols.iter().any(|t| tolerates(t, taint)))
+        .map(|t| {
+            let value = t
+                .value
+                .as_deref()
+                .map(|v| format!("={v}"))
+                .unwrap_or_default();
+            format!("{}{value}:{}", t.key, t.effect)
+        })
+}
+
+/// Every reason `pod` does not fit `node`, given the pods already bound there; empty when it
+/// fits.
+pub fn misfits(pod: &Pod, node: &Node, bound: &[&Pod]) -> Vec<Misfit> {
+    let mut out = Vec::new();
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        out.push(Misfit::Unschedulable);
+    }
+    if !affinity_matches(pod, node) {
+        out.push(Misfit::Affinity);
+    }
+    if let Some(t) = untolerated_taint(pod, node) {
+        out.push(Misfit::Taint(t));
+    }
+    let want = match pod_requests(pod) {
+        Ok(w) => w,
+        Err(m) => {
+            out.push(m);
+            return out;
+        }
+    };
+    let mut free = match allocatable(node) {
+        Ok(a) => a,
+        Err(m) => {
+            out.push(m);
+            return out;
+        }
+    };
+    for b in bound.iter().filter(|b| holds_resources(b)) {
+        match pod_requests(b) {
+            Ok(r) => {
+                for (k, v) in r {
+                    *free.entry(k).or_default() -= v;
+                }
+            }
+            // A bound pod's bad request was already refused when it was scheduled.
+            Err(_) => continue,
+        }
+    }
+    for (res, amount) in want.iter().filter(|(_, v)| **v > 0) {
+        if free.get(res).copied().unwrap_or(0) < *amount {
+            out.push(Misfit::Insufficient(res.clone()));
+        }
+    }
+    out
+}
+
+/// The scheduler's verdict for one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Bind(String),
+    /// The `PodScheduled=False` message, as kube-scheduler words it.
+    Unschedulable(String),
+}
+
+/// Picks a node for `pod` among `nodes`, given every pod known (bound ones count against
+/// their node). Among the nodes that fit, the one with the fewest pods bound wins (then the
+/// name), which spreads pods as the default scoring roughly does.
+pub fn decide(pod: &Pod, nodes: &[&Node], pods: &[&Pod]) -> Decision {
+    let mut counts: BTreeMap<Misfit, usize> = BTreeMap::new();
+    let mut best: Option<(usize, &str)> = None;
+    for n in nodes {
+        let Some(name) = n.metadata.name.as_deref() else {
+            continue;
+        };
+        let bound: Vec<&Pod> = pods
+            .iter()
+            .copied()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
+            .collect();
+        let m = misfits(pod, n, &bound);
+        if m.is_empty() {
+            let load = bound.iter().filter(|b| holds_resources(b)).count();
+            if best.is_none_or(|(l, bn)| (load, name) < (l, bn)) {
+                best = Some((load, name));
+            }
+        } else {
+            // One node counts once per kind of reason.
+            for r in m.into_iter().collect::<BTreeSet<_>>() {
+                *counts.entry(r).or_default() += 1;
+            }
+        }
+    }
+    if let Some((_, name)) = best {
+        return Decision::Bind(name.to_owned());
+    }
+    let mut reasons: Vec<String> = counts
+        .iter()
+        .map(|(m, c)| format!("{c} {}", m.describe()))
+        .collect();
+    reasons.sort();
+    let mut msg = format!("0/{} nodes are available", nodes.len());
+    if !reasons.is_empty() {
+        msg += &format!(": {}", reasons.join(", "));
+    }
+    msg.push('.');
+    Decision::Unschedulable(msg)
+}
+
+/// Whether the scheduler should look at this pod: not bound, not being deleted, not finished,
+/// and addressed to it (`spec.schedulerName` empty or `default-scheduler`).
+pub fn wants_scheduling(p: &Pod) -> bool {
+    let Some(spec) = &p.spec else { return false };
+    spec.node_name.as_deref().unwrap_or_default().is_empty()
+        && p.metadata.deletion_timestamp.is_none()
+        && holds_resources(p)
+        && matches!(
+            spec.scheduler_name.as_deref(),
+            None | Some("") | Some(DEFAULT_SCHEDULER)
+        )
+}
+
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(v: serde_json::Value) -> Node {
+        let mut base = json!({
+            "metadata": {"name": "n", "labels": {}},
+            "spec": {},
+            "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "10"}},
+        });
+        merge(&mut base, v);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn pod(v: serde_json::Value) -> Pod {
+        let mut base = json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c"}]},
+        });
+        merge(&mut base, v);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn requesting(cpu: &str, extra: serde_json::Value) -> Pod {
+        pod(json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": merge_into(json!({"cpu": cpu}), extra)}}
+        ]}}))
+    }
+
+    fn merge_into(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
+        merge(&mut a, b);
+        a
+    }
+
+    #[test]
+    fn a_plain_pod_fits_a_plain_node() {
+        assert!(misfits(&pod(json!({})), &node(json!({})), &[]).is_empty());
+    }
+
+    #[test]
+    fn node_selector_must_match_every_label() {
+        let n = node(json!({"metadata": {"labels": {"zone": "a", "gpu": "yes"}}}));
+        let fits = pod(json!({"spec": {"nodeSelector": {"zone": "a"}}}));
+        let misses = pod(json!({"spec": {"nodeSelector": {"zone": "a", "gpu": "no"}}}));
+        assert!(misfits(&fits, &n, &[]).is_empty());
+        assert_eq!(misfits(&misses, &n, &[]), vec![Misfit::Affinity]);
+    }
+
+    #[test]
+    fn required_node_affinity_operators() {
+        let n = node(json!({"metadata": {"labels": {"zone": "a", "size": "5"}}}));
+        let with = |exprs: serde_json::Value| {
+            pod(json!({"spec": {"affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": exprs}]}}}}}))
+        };
+        let ok = |exprs| misfits(&with(exprs), &n, &[]).is_empty();
+        assert!(ok(
+            json!([{"key": "zone", "operator": "In", "values": ["a", "b"]}])
+        ));
+        assert!(!ok(
+            json!([{"key": "zone", "operator": "In", "values": ["b"]}])
+        ));
+        assert!(ok(
+            json!([{"key": "zone", "operator": "NotIn", "values": ["b"]}])
+        ));
+        assert!(!ok(
+            json!([{"key": "zone", "operator": "NotIn", "values": ["a"]}])
+        ));
+        assert!(ok(json!([{"key": "zone", "operator": "Exists"}])));
+        assert!(!ok(json!([{"key": "gpu", "operator": "Exists"}])));
+        assert!(ok(json!([{"key": "gpu", "operator": "DoesNotExist"}])));
+        assert!(!ok(json!([{"key": "zone", "operator": "DoesNotExist"}])));
+        assert!(ok(
+            json!([{"key": "size", "operator": "Gt", "values": ["4"]}])
+        ));
+        assert!(!ok(
+            json!([{"key": "size", "operator": "Lt", "values": ["4"]}])
+        ));
+        // Expressions of a term are ANDed.
+        assert!(!ok(json!([
+            {"key": "zone", "operator": "Exists"},
+            {"key": "gpu", "operator": "Exists"}
+        ])));
+        // Terms are ORed.
+        let either = pod(json!({"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}
+        ]}}}}}));
+        assert!(misfits(&either, &n, &[]).is_empty());
+    }
+
+    #[test]
+    fn taints_need_tolerations() {
+        let n = node(json!({"spec": {"taints": [
+            {"key": "virtual-node.fabric.io/not-allowed", "value": "true", "effect": "NoExecute"},
+            {"key": "soft", "effect": "PreferNoSchedule"}
+        ]}}));
+        let plain = pod(json!({}));
+        assert_eq!(
+            misfits(&plain, &n, &[]),
+            vec![Misfit::Taint(
+                "virtual-node.fabric.io/not-allowed=true:NoExecute".into()
+            )]
+        );
+        for tol in [
+            json!({"key": "virtual-node.fabric.io/not-allowed", "operator": "Exists"}),
+            json!({"key": "virtual-node.fabric.io/not-allowed", "value": "true"}),
+            json!({"operator": "Exists"}),
+            json!({"operator": "Exists", "effect": "NoExecute"}),
+        ] {
+            let p = pod(json!({"spec": {"tolerations": [tol.clone()]}}));
+            assert!(misfits(&p, &n, &[]).is_empty(), "{tol}");
+        }
+        for tol in [
+            json!({"key": "virtual-node.fabric.io/not-allowed", "value": "false"}),
+            json!({"operator": "Exists", "effect": "NoSchedule"}),
+            json!({"key": "other", "operator": "Exists"}),
+        ] {
+            let p = pod(json!({"spec": {"tolerations": [tol.clone()]}}));
+            assert!(!misfits(&p, &n, &[]).is_empty(), "{tol}");
+        }
+    }
+
+    #[test]
+    fn requests_count_against_what_bound_pods_left() {
+        let n = node(json!({"status": {"allocatable": {"nvidia.com/gpu": "1"}}}));
+        let big = requesting("1500m", json!({}));
+        assert!(misfits(&big, &n, &[]).is_empty());
+        let mut running = requesting("1", json!({}));
+        assert_eq!(
+            misfits(&big, &n, &[&running]),
+            vec![Misfit::Insufficient("cpu".into())]
+        );
+        // A finished pod gives its share back.
+        running.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).unwrap());
+        assert!(misfits(&big, &n, &[&running]).is_empty());
+        let gpu = requesting("100m", json!({"nvidia.com/gpu": "1"}));
+        assert!(misfits(&gpu, &n, &[]).is_empty());
+        assert_eq!(
+            misfits(&gpu, &n, &[&gpu]),
+            vec![Misfit::Insufficient("nvidia.com/gpu".into())]
+        );
+        // A resource the node does not have at all.
+        let fpga = requesting("100m", json!({"example.com/fpga": "1"}));
+        assert_eq!(
+            misfits(&fpga, &n, &[]),
+            vec![Misfit::Insufficient("example.com/fpga".into())]
+        );
+        let mem = requesting("1m", json!({"memory": "2Gi"}));
+        assert_eq!(
+            misfits(&mem, &n, &[]),
+            vec![Misfit::Insufficient("memory".into())]
+        );
+    }
+
+    #[test]
+    fn the_pod_count_is_a_resource_and_limits_stand_in_for_requests() {
+        let n = node(json!({"status": {"allocatable": {"pods": "1"}}}));
+        let a = pod(json!({}));
+        assert!(misfits(&a, &n, &[]).is_empty());
+        assert_eq!(
+            misfits(&a, &n, &[&a]),
+            vec![Misfit::Insufficient("pods".into())]
+        );
+        let limited = pod(json!({"spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"cpu": "3"}}}]}}));
+        assert_eq!(pod_requests(&limited).unwrap()["cpu"], 3000);
+        let init = pod(json!({"spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2"}}}]}}));
+        assert_eq!(pod_requests(&init).unwrap()["cpu"], 2000);
+    }
+
+    #[test]
+    fn unschedulable_nodes_are_skipped() {
+        let n = node(json!({"spec": {"unschedulable": true}}));
+        assert_eq!(
+            misfits(&pod(json!({})), &n, &[]),
+            vec![Misfit::Unschedulable]
+        );
+    }
+
+    #[test]
+    fn decide_spreads_and_explains() {
+        let a = node(json!({"metadata": {"name": "a"}}));
+        let b = node(json!({"metadata": {"name": "b"}}));
+        let on_a = pod(json!({"metadata": {"name": "x"}, "spec": {"nodeName": "a"}}));
+        assert_eq!(
+            decide(&pod(json!({})), &[&a, &b], &[&on_a]),
+            Decision::Bind("b".into())
+        );
+        let tainted = node(json!({"metadata": {"name": "t"},
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}));
+        let picky = pod(json!({"spec": {"nodeSelector": {"zone": "z"},
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "64"}}}]}}));
+        assert_eq!(
+            decide(&picky, &[&a, &b, &tainted], &[]),
+            Decision::Unschedulable(
+                "0/3 nodes are available: 1 node(s) had untolerated taint {k:NoSchedule}, \
+                 3 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector."
+                    .into()
+            )
+        );
+        assert_eq!(
+            decide(&pod(json!({})), &[], &[]),
+            Decision::Unschedulable("0/0 nodes are available.".into())
+        );
+    }
+
+    #[test]
+    fn only_unbound_live_pods_of_the_default_scheduler_are_wanted() {
+        assert!(wants_scheduling(&pod(json!({}))));
+        assert!(!wants_scheduling(&pod(json!({"spec": {"nodeName": "a"}}))));
+        assert!(!wants_scheduling(&pod(
+            json!({"spec": {"schedulerName": "other"}})
+        )));
+        assert!(!wants_scheduling(&pod(json!({"metadata": {
+            "deletionTimestamp": "2026-01-01T00:00:00Z"}}))));
+    }
+}
