@@ -16,6 +16,7 @@ pub mod clusters;
 pub mod netns;
 pub mod quantity;
 pub mod sched;
+pub mod testnode;
 pub mod topo;
 pub mod traffic;
 
