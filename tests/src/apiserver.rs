@@ -125,7 +125,12 @@ impl ApiServer {
         c.args(["netns", "exec", netns, "bash"])
             .env("KUBELITE_AUTH", "0")
             // start.sh passes --bind-address=127.0.0.1 before KUBELITE_ARGS; the last one wins.
-            .env("KUBELITE_ARGS", "--bind-address=0.0.0.0");
+            // A cluster on its own network has test nodes (`fabric-test-node`) that complete
+            // pod deletions as kubelets do, so deletion is graceful as in a real cluster.
+            .env(
+                "KUBELITE_ARGS",
+                "--bind-address=0.0.0.0 --graceful-pod-deletion",
+            );
         let mut server = Self::run_start_script(c, dir.clone(), NETNS_API_PORT);
         let fwd = Forwarder::start(netns, NETNS_API_PORT).context("starting the API forwarder")?;
         let original = std::fs::read_to_string(&server.kubeconfig)

@@ -73,6 +73,17 @@ impl Cluster {
         format!("10.244.{}.10", k + 1)
     }
 
+    /// Name of node `k`'s Node object.
+    pub fn node_name(k: usize) -> String {
+        format!("node{k}")
+    }
+
+    /// The pod range of node `k` (the same in both clusters): its test node gives pods
+    /// addresses from it (not .1, the pods' gateway, nor .10, the fixed pod's).
+    pub fn node_pod_cidr(k: usize) -> String {
+        format!("10.244.{}.0/24", k + 1)
+    }
+
     /// The first gateway replica's address on the cluster network.
     pub fn gateway_ip(&self) -> String {
         self.replicas[0].ip.clone()
@@ -159,6 +170,10 @@ pub struct PeeredClusters {
     // Dropped last: the namespaces go after the processes that live in them.
     pub tb: Testbed,
 }
+
+/// `spec.schedulerName` of the Pod objects the fixture runs itself (the gateway replicas'),
+/// so that the test scheduler leaves them alone.
+pub const FIXTURE_SCHEDULER: &str = "fabric-fixture";
 
 /// The address B's gateway Service has on the underlay.
 pub const LB_VIP: &str = "192.168.77.200";
@@ -419,6 +434,44 @@ impl PeeredClusters {
                 ],
                 env.clone(),
             )?;
+            me.spawn(
+                &format!("scheduler{i}"),
+                vec![
+                    "ip".into(),
+                    "netns".into(),
+                    "exec".into(),
+                    replicas[0].ns.clone(),
+                    bin("fabric-test-scheduler")?,
+                ],
+                env.clone(),
+            )?;
+            for (k, node) in nodes.iter().enumerate() {
+                let root = me.logs.join(format!("testnode{i}-{k}"));
+                me.spawn(
+                    &format!("testnode{i}-{k}"),
+                    vec![
+                        bin("fabric-test-node")?,
+                        "--netns".into(),
+                        node.clone(),
+                        "--node-name".into(),
+                        Cluster::node_name(k),
+                        "--node-ip".into(),
+                        Cluster::node_ip(i, k),
+                        "--pod-cidr".into(),
+                        Cluster::node_pod_cidr(k),
+                        "--reserve".into(),
+                        Cluster::pod_ip(k),
+                        "--root-dir".into(),
+                        root.display().to_string(),
+                        // Restarts within a test's patience (the kubelet starts at 10 s).
+                        "--restart-backoff".into(),
+                        "200ms".into(),
+                        "--lease-duration".into(),
+                        "10s".into(),
+                    ],
+                    env.clone(),
+                )?;
+            }
             let behind_lb = me.lb.is_some() && which == 2;
             for (r, rep) in replicas.iter().enumerate() {
                 let dir = rep.dir.display().to_string();
@@ -437,7 +490,9 @@ impl PeeredClusters {
                         "kind": "Pod",
                         "metadata": { "name": rep.identity, "namespace": "fabric-system",
                                       "labels": { "app.kubernetes.io/name": "fabric-gateway" } },
-                        "spec": { "containers": [{ "name": "gateway", "image": "fabric-gateway" }] },
+                        // The fixture runs the replica itself: not for the test scheduler.
+                        "spec": { "schedulerName": FIXTURE_SCHEDULER,
+                                  "containers": [{ "name": "gateway", "image": "fabric-gateway" }] },
                     });
                     let f = rep.dir.join("pod.json");
                     std::fs::write(&f, pod.to_string())?;
@@ -749,7 +804,10 @@ impl PeeredClusters {
                 let pod_obj = serde_json::json!({
                     "apiVersion": "v1",
                     "kind": "Pod",
-                    "metadata": { "name": format!("pod{k}"), "namespace": "default" },
+                    // The fixture wires this pod up itself: a mirror pod, which the node's
+                    // test node leaves alone.
+                    "metadata": { "name": format!("pod{k}"), "namespace": "default",
+                                  "annotations": { crate::testnode::MIRROR_ANNOTATION: "fixture" } },
                     "spec": { "nodeName": format!("node{k}"),
                               "containers": [{ "name": "app", "image": "app" }] },
                 });
@@ -790,8 +848,26 @@ impl PeeredClusters {
             }
             tb.sysctl(&node, "net.ipv4.ip_forward", "1")?;
             tb.sysctl(&node, "net.ipv4.conf.all.rp_filter", "0")?;
+            // The fixed pod sees the whole /24 on its link; the test node's pods in that range
+            // hang off veths of their own, so the node answers ARP for them.
+            tb.sysctl(&node, "net.ipv4.conf.pod.proxy_arp", "1")?;
             node_ns.push(node);
             pod_ns.push(pod);
+        }
+        // What the CNI does between nodes: each node's pod range through that node.
+        for (k, ns) in node_ns.iter().enumerate() {
+            for j in (0..nodes).filter(|&j| j != k) {
+                tb.ip(
+                    ns,
+                    &[
+                        "route",
+                        "add",
+                        &format!("10.244.{}.0/24", j + 1),
+                        "via",
+                        &Cluster::node_ip(i, j),
+                    ],
+                )?;
+            }
         }
         Ok(Cluster {
             index: i,

@@ -19,6 +19,7 @@ pub mod sched;
 pub mod testnode;
 pub mod topo;
 pub mod traffic;
+pub mod workloads;
 
 pub use agent::{Agent, peer_counter};
 /// For children a test waits for or kills itself: they die with the test process too.

@@ -19,6 +19,11 @@ use tracing::info;
     about = "Test node: registers a Node, runs the pods bound to it as processes in network namespaces"
 )]
 struct Cli {
+    /// Run in this network namespace (a name under /run/netns, or a path), entered by the
+    /// process itself: unlike under `ip netns exec`, the pods' namespaces it creates are then
+    /// mounted where everyone sees them.
+    #[arg(long)]
+    netns: Option<String>,
     #[arg(long)]
     node_name: String,
     /// The node's address (InternalIP; the kubelet API listens on it).
@@ -79,15 +84,24 @@ fn kv(s: &str) -> Result<(String, String)> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    match run(Cli::parse()).await {
+    let cli = Cli::parse();
+    let r = (|| {
+        // Before any thread starts: threads inherit the namespace of the one creating them.
+        if let Some(ns) = &cli.netns {
+            fabric_netns::enter(ns).with_context(|| format!("entering {ns}"))?;
+        }
+        tokio::runtime::Runtime::new()
+            .context("starting the runtime")?
+            .block_on(run(cli))
+    })();
+    match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

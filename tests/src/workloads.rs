@@ -1,0 +1,177 @@
+//! Pods in the fixture's clusters: each cluster runs a test scheduler and a test node per node
+//! (see [`crate::testnode`]), so a test creates Pod objects and they run for real, as processes
+//! in network namespaces of their own with addresses from their node's pod range. These are the
+//! helpers to create them, wait for them and reach into them.
+use std::{
+    process::Output,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::{Value, json};
+
+use crate::{clusters::Cluster, locate_bin};
+
+/// Port the echo pods of [`echo_pod`] listen on.
+pub const ECHO_PORT: u16 = 8080;
+
+/// A pod that runs `command` (the first element is looked up next to the test node, where
+/// `fabric-test-pod` is, then in PATH), in namespace `default`, restart policy `Never`.
+pub fn command_pod(name: &str, command: &[&str]) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default", "labels": { "app": name } },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{ "name": "app", "image": "fabric-test-pod", "command": command }],
+        },
+    })
+}
+
+/// A pod whose TCP server on [`ECHO_PORT`] answers each connection with the client address
+/// it sees (`fabric-test-pod echo`), restarted if it exits.
+pub fn echo_pod(name: &str) -> Value {
+    let mut p = command_pod(
+        name,
+        &["fabric-test-pod", "echo", "--port", &ECHO_PORT.to_string()],
+    );
+    p["spec"]["restartPolicy"] = json!("Always");
+    p
+}
+
+/// What a running pod got.
+#[derive(Debug, Clone)]
+pub struct RunningPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub ip: String,
+    pub node: String,
+}
+
+impl Cluster {
+    /// Creates a pod from its manifest.
+    pub fn create_pod(&self, pod: &Value) -> Result<()> {
+        let o = self
+            .api
+            .kubectl_stdin(&["create", "-f", "-"], &pod.to_string());
+        if !o.status.success() {
+            bail!(
+                "creating pod {}: {}",
+                pod["metadata"]["name"],
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// The pod as JSON; None when it does not exist.
+    pub fn get_pod(&self, ns: &str, name: &str) -> Result<Option<Value>> {
+        let o = self
+            .api
+            .kubectl(&["get", "pod", name, "-n", ns, "-o", "json"]);
+        if !o.status.success() {
+            let err = String::from_utf8_lossy(&o.stderr);
+            if err.contains("NotFound") || err.contains("not found") {
+                return Ok(None);
+            }
+            bail!("getting pod {ns}/{name}: {err}");
+        }
+        Ok(Some(serde_json::from_slice(&o.stdout)?))
+    }
+
+    /// Waits until `ok` holds for the pod (polling); returns it. `what` names the wait in the
+    /// error, which shows the pod's last status.
+    pub fn wait_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        ok: impl Fn(&Value) -> bool,
+    ) -> Result<Value> {
+        let t0 = Instant::now();
+        loop {
+            let p = self.get_pod(ns, name)?;
+            if let Some(p) = &p
+                && ok(p)
+            {
+                return Ok(p.clone());
+            }
+            if t0.elapsed() > timeout {
+                let status = p.map(|p| p["status"].to_string()).unwrap_or("gone".into());
+                bail!("pod {ns}/{name} not {what} after {timeout:?}; status: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until the pod runs with every container ready; returns its address and node.
+    pub fn wait_pod_running(&self, ns: &str, name: &str, timeout: Duration) -> Result<RunningPod> {
+        let p = self.wait_pod(ns, name, timeout, "Running and Ready", |p| {
+            p["status"]["phase"] == "Running"
+                && p["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        })?;
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        Ok(RunningPod {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            uid: s(&p["metadata"]["uid"]),
+            ip: s(&p["status"]["podIP"]),
+            node: s(&p["spec"]["nodeName"]),
+        })
+    }
+
+    /// Waits until the pod object is gone.
+    pub fn wait_pod_gone(&self, ns: &str, name: &str, timeout: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        while self.get_pod(ns, name)?.is_some() {
+            if t0.elapsed() > timeout {
+                bail!("pod {ns}/{name} still exists after {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// The network namespace the test node made for the pod with this uid, if it exists.
+    pub fn pod_netns(uid: &str) -> Option<String> {
+        let suffix = format!("-pod-{uid}");
+        std::fs::read_dir(fabric_netns::NETNS_RUN_DIR)
+            .ok()?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with(fabric_netns::testbed::NETNS_PREFIX) && n.ends_with(&suffix))
+    }
+
+    /// Runs `argv` inside the pod's network namespace (as `kubectl exec` would, without the
+    /// kubelet API).
+    pub fn exec_in_pod(&self, pod: &RunningPod, argv: &[&str]) -> Result<Output> {
+        let ns = Self::pod_netns(&pod.uid)
+            .with_context(|| format!("no network namespace for pod {}", pod.name))?;
+        Ok(std::process::Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(argv)
+            .output()?)
+    }
+
+    /// From inside `pod`: a TCP connection to `addr:port` and the server's answer (for an
+    /// echo pod, the client address it saw).
+    pub fn connect_from(&self, pod: &RunningPod, addr: &str, port: u16) -> Result<String> {
+        let bin = locate_bin("fabric-test-pod")?.display().to_string();
+        let o = self.exec_in_pod(pod, &[&bin, "connect", &format!("{addr}:{port}")])?;
+        if !o.status.success() {
+            bail!(
+                "{} -> {addr}:{port}: {}",
+                pod.name,
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    }
+}
