@@ -3,8 +3,9 @@
 //! One pair of peered clusters for every check (they take most of the time): echo pods answer
 //! pods of their own cluster and of the peer through the fabric, `kubectl logs [-f]` works
 //! through the API server, an unsatisfiable node selector and an untolerated taint leave pods
-//! Pending as Unschedulable, OnFailure restarts a failing command, graceful deletion stops the
-//! process and removes the pod and its namespace.
+//! Pending as Unschedulable, OnFailure restarts a failing command, a hollow pod runs without a
+//! process, graceful deletion stops the process and removes the pod and its namespace, and the
+//! test nodes remove their pods' namespaces when they stop.
 use std::{
     io::{BufRead as _, BufReader},
     process::{Command, Stdio},
@@ -212,6 +213,15 @@ fn pods_run_talk_log_restart_and_stop() {
     let prev = cl.a.api.kubectl_ok(&["logs", "failing", "--previous"]);
     assert_eq!(prev.trim(), "failing");
 
+    // Hollow: Running with an address, but no namespace and no process.
+    let mut hollow = on_node(command_pod("hollow", &["sleep", "60"]), 0);
+    hollow["metadata"]["annotations"] =
+        json!({ fabric_tests::testnode::HOLLOW_ANNOTATION: "true" });
+    cl.a.create_pod(&hollow).unwrap();
+    let h = cl.a.wait_pod_running("default", "hollow", T).unwrap();
+    in_range(&h, 0);
+    assert_eq!(Cluster::pod_netns(&h.uid), None);
+
     // Graceful deletion: SIGTERM (the echo server dies of it), the pod and its namespace go.
     assert!(Cluster::pod_netns(&e0.uid).is_some());
     let t1 = Instant::now();
@@ -225,6 +235,12 @@ fn pods_run_talk_log_restart_and_stop() {
     );
     assert_eq!(Cluster::pod_netns(&e0.uid), None);
     assert!(cl.a.connect_from(&e1, &e0.ip, ECHO_PORT).is_err());
+
+    // A test node that is stopped takes its pods' namespaces along.
+    assert!(Cluster::pod_netns(&e1.uid).is_some());
+    drop(cl);
+    assert_eq!(Cluster::pod_netns(&e1.uid), None);
+    assert_eq!(Cluster::pod_netns(&eb.uid), None);
     eprintln!("done after {:?}", t0.elapsed());
 }
 

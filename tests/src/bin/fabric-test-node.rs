@@ -175,8 +175,20 @@ async fn run(cli: Cli) -> Result<()> {
             .and_then(|p| p.parent().map(PathBuf::from)),
         seq: Default::default(),
     });
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("SIGTERM handler")?;
     tokio::select! {
         () = pods::run(state) => anyhow::bail!("the pod watch ended"),
         r = srv => r.context("kubelet API task")?.context("kubelet API"),
+        // The pods' processes die with this one; their namespaces would stay until a reaper
+        // came by.
+        _ = term.recv() => {
+            pods::remove_all();
+            Ok(())
+        }
+        _ = tokio::signal::ctrl_c() => {
+            pods::remove_all();
+            Ok(())
+        }
     }
 }

@@ -696,6 +696,22 @@ fn build_net(ns: &str, host: &str, addr: Ipv4Addr, gw: Ipv4Addr) -> Result<()> {
     Ok(())
 }
 
+/// Removes every pod namespace of this process (and what runs in them), on shutdown.
+pub fn remove_all() {
+    let prefix = format!("fabt-{}-pod-", std::process::id());
+    let names: Vec<String> = std::fs::read_dir(fabric_netns::NETNS_RUN_DIR)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    for ns in names {
+        remove_net(&ns);
+    }
+}
+
 fn remove_net(ns: &str) {
     if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
         for pid in String::from_utf8_lossy(&out.stdout)
