@@ -69,6 +69,9 @@ pub mod namespace {
 pub mod annotation {
     /// On the gateway Lease: the active replica's address, the nodes' next hop.
     pub const GATEWAY_IP: &str = "networking.fabric.io/gateway-ip";
+    /// On peering token Secrets: when the token stops being accepted (RFC 3339); absent:
+    /// until rotated.
+    pub const TOKEN_EXPIRES_AT: &str = "fabric.io/expires-at";
 }
 
 pub mod finalizer {
@@ -88,6 +91,14 @@ pub mod secret {
         super::namespace::bounded(&format!("fabric-identity-{provider_cluster_id}"))
     }
     pub const KUBECONFIG_FIELD: &str = "kubeconfig";
+    /// On a provider: the standing peering token (`fabricctl generate peer-command`, replaced
+    /// by `fabricctl token rotate`), under field `token`. Further tokens (with an expiry) are
+    /// Secrets named with this prefix; all carry label [`super::label::PEERING_TOKEN`].
+    pub const PEERING_TOKEN: &str = "fabric-peering-token";
+    /// On a provider: the authentication service's serving certificate (type
+    /// `kubernetes.io/tls`); created self-signed by the service when absent. Consumers pin
+    /// its SHA-256.
+    pub const AUTH_TLS: &str = "fabric-auth-tls";
 }
 
 /// The gateway Service has no selector: the replica holding the gateway Lease writes this
