@@ -1,0 +1,5 @@
+//! The out-of-band authentication of a consumer to a provider (issue 10):
+//! - [`protocol`]: the typed request, answer and refusals, and the request parser;
+//! - [`validate`]: the token and CSR checks (pure);
+pub mod protocol;
+pub mod validate;

@@ -1,0 +1,262 @@
+//! The authentication service's contract, shared by the server and the consumer's client:
+//! one JSON request (the consumer's cluster id, the peering token and a CSR), one JSON answer
+//! (the signed certificate and how to reach the provider's API server), or a typed refusal
+//! with an HTTP status and a message that says what to do.
+//!
+//! [`parse_request`] is the only code that reads a request's bytes; it is pure and fuzzed
+//! (`fuzz/fuzz_targets/auth_request.rs`).
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the service takes requests (`POST`).
+pub const PATH: &str = "/v1/authenticate";
+/// The only content type accepted and answered.
+pub const CONTENT_TYPE: &str = "application/json";
+/// Bodies larger than this are refused with 413 before they are read further: a CSR for a
+/// 4096-bit RSA key is under 2 KiB.
+pub const MAX_BODY: usize = 64 * 1024;
+/// Tokens are 64 hex characters (`fabricctl generate peer-command`); anything much longer is
+/// not one of ours.
+pub const MAX_TOKEN: usize = 256;
+/// A PEM CSR is a few KiB at most.
+pub const MAX_CSR: usize = 16 * 1024;
+
+/// What a consumer sends.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthRequest {
+    /// The consumer's cluster id (a DNS label): its user on the provider is
+    /// `fabric_api::names::user::consumer(cluster_id)`.
+    pub cluster_id: String,
+    /// The peering token from the provider's peer command.
+    pub token: String,
+    /// A PKCS#10 certificate signing request (PEM) for a key the consumer keeps.
+    pub csr_pem: String,
+}
+
+impl fmt::Debug for AuthRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the token: requests end up in logs and error messages.
+        f.debug_struct("AuthRequest")
+            .field("cluster_id", &self.cluster_id)
+            .field("csr_pem", &format_args!("{} bytes", self.csr_pem.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the provider answers to a good request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthResponse {
+    /// The consumer's client certificate (PEM), signed by the provider's cluster CA.
+    pub certificate_pem: String,
+    /// The provider's API server, as consumers reach it.
+    pub api_server_url: String,
+    /// The CA (PEM) that the provider's API server certificate chains to.
+    pub ca_pem: String,
+    /// The consumer's tenant namespace on the provider.
+    pub tenant_namespace: String,
+    /// The provider's cluster id.
+    pub provider_cluster_id: String,
+}
+
+/// Why a request was refused; each maps to one HTTP status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reason {
+    /// Not JSON, or not the request's shape (400).
+    MalformedRequest,
+    /// The cluster id is not a DNS label (400).
+    InvalidClusterId,
+    /// The CSR does not parse, is not signed by its key, names someone else, or has a key
+    /// that is not accepted (400).
+    InvalidCsr,
+    /// Wrong or revoked token (401).
+    InvalidToken,
+    /// The token was good but expired (401).
+    ExpiredToken,
+    /// The consumer's cluster id is this provider's own (409).
+    SameCluster,
+    /// Not `POST` (405).
+    MethodNotAllowed,
+    /// Not [`PATH`] (404).
+    NotFound,
+    /// The body took too long to arrive (408).
+    Timeout,
+    /// The body is larger than [`MAX_BODY`] (413).
+    PayloadTooLarge,
+    /// Not `application/json` (415).
+    UnsupportedMediaType,
+    /// The provider failed (its API server, the CSR signer) (500).
+    Internal,
+    /// The CSR was not signed in time; retrying the same request is safe (503).
+    Unavailable,
+}
+
+impl Reason {
+    pub fn status(self) -> u16 {
+        match self {
+            Reason::MalformedRequest | Reason::InvalidClusterId | Reason::InvalidCsr => 400,
+            Reason::InvalidToken | Reason::ExpiredToken => 401,
+            Reason::NotFound => 404,
+            Reason::MethodNotAllowed => 405,
+            Reason::Timeout => 408,
+            Reason::SameCluster => 409,
+            Reason::PayloadTooLarge => 413,
+            Reason::UnsupportedMediaType => 415,
+            Reason::Internal => 500,
+            Reason::Unavailable => 503,
+        }
+    }
+}
+
+/// A refusal, as sent in the body of every non-2xx answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.reason.status()
+    }
+
+    /// The refusal as a JSON body.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a refusal serializes")
+    }
+}
+
+/// Whether `content_type` (a header value) is JSON, parameters (`; charset=utf-8`) aside.
+pub fn is_json(content_type: Option<&str>) -> bool {
+    content_type
+        .and_then(|c| c.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case(CONTENT_TYPE))
+}
+
+/// Reads a request: `content_type` is the header's value, `body` the whole body (the server
+/// has already refused bodies over [`MAX_BODY`]). Checks shape and bounds only; the token and
+/// the CSR are checked by [`super::validate`].
+pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequest, Refusal> {
+    if !is_json(content_type) {
+        return Err(Refusal::new(
+            Reason::UnsupportedMediaType,
+            format!("send the request as {CONTENT_TYPE}"),
+        ));
+    }
+    if body.len() > MAX_BODY {
+        return Err(too_large());
+    }
+    let req: AuthRequest = serde_json::from_slice(body).map_err(|e| {
+        Refusal::new(
+            Reason::MalformedRequest,
+            format!("the request is not a valid authentication request: {e}"),
+        )
+    })?;
+    if !fabric_api::identity::is_dns_label(&req.cluster_id) {
+        return Err(Refusal::new(
+            Reason::InvalidClusterId,
+            "clusterId must be a DNS label (at most 63 lowercase letters, digits and '-')",
+        ));
+    }
+    if req.token.is_empty() || req.token.len() > MAX_TOKEN {
+        return Err(Refusal::new(
+            Reason::InvalidToken,
+            "the token is not valid: ask the provider admin for a new peer command",
+        ));
+    }
+    if req.csr_pem.len() > MAX_CSR {
+        return Err(Refusal::new(
+            Reason::InvalidCsr,
+            format!("the CSR is larger than {MAX_CSR} bytes"),
+        ));
+    }
+    Ok(req)
+}
+
+/// The refusal of a body over [`MAX_BODY`].
+pub fn too_large() -> Refusal {
+    Refusal::new(
+        Reason::PayloadTooLarge,
+        format!("the request body is larger than {MAX_BODY} bytes"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(v: serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn a_good_request_parses() {
+        let b = body(serde_json::json!({
+            "clusterId": "alpha", "token": "ab12", "csrPem": "-----BEGIN CERTIFICATE REQUEST-----"
+        }));
+        let r = parse_request(Some("application/json; charset=utf-8"), &b).unwrap();
+        assert_eq!(r.cluster_id, "alpha");
+        assert!(
+            !format!("{r:?}").contains("ab12"),
+            "the token stays out of logs"
+        );
+    }
+
+    #[test]
+    fn refusals_say_why_with_their_status() {
+        let good = serde_json::json!({"clusterId": "alpha", "token": "t", "csrPem": "x"});
+        let cases: Vec<(Option<&str>, Vec<u8>, u16)> = vec![
+            (Some("text/plain"), body(good.clone()), 415),
+            (None, body(good.clone()), 415),
+            (Some(CONTENT_TYPE), b"{not json".to_vec(), 400),
+            (Some(CONTENT_TYPE), b"[]".to_vec(), 400),
+            (
+                Some(CONTENT_TYPE),
+                body(serde_json::json!({"clusterId": "alpha", "token": "t"})),
+                400,
+            ),
+            (
+                Some(CONTENT_TYPE),
+                body(
+                    serde_json::json!({"clusterId": "alpha", "token": "t", "csrPem": "x", "admin": true}),
+                ),
+                400,
+            ),
+            (
+                Some(CONTENT_TYPE),
+                body(serde_json::json!({"clusterId": "Alpha_1", "token": "t", "csrPem": "x"})),
+                400,
+            ),
+            (
+                Some(CONTENT_TYPE),
+                body(serde_json::json!({"clusterId": "alpha", "token": "", "csrPem": "x"})),
+                401,
+            ),
+            (
+                Some(CONTENT_TYPE),
+                body(
+                    serde_json::json!({"clusterId": "alpha", "token": "t", "csrPem": "x".repeat(MAX_CSR + 1)}),
+                ),
+                400,
+            ),
+            (Some(CONTENT_TYPE), vec![b' '; MAX_BODY + 1], 413),
+        ];
+        for (ct, b, status) in cases {
+            let e = parse_request(ct, &b).unwrap_err();
+            assert_eq!(e.status(), status, "{e:?}");
+            assert!(!e.message.is_empty());
+            let back: Refusal = serde_json::from_str(&e.to_json()).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+}

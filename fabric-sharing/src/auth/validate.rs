@@ -1,0 +1,348 @@
+//! The checks of a request that need no API server: the token against the cluster's peering
+//! tokens, and the CSR against the name the consumer may have. Pure: the caller loads the
+//! token Secrets and passes the clock.
+use fabric_api::names;
+use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+use subtle::ConstantTimeEq;
+use x509_parser::{
+    extensions::ParsedExtension,
+    oid_registry::{OID_KEY_TYPE_EC_PUBLIC_KEY, OID_PKCS1_RSAENCRYPTION, OID_SIG_ED25519},
+    prelude::{FromDer, X509CertificationRequest},
+    public_key::PublicKey,
+};
+
+use super::protocol::{Reason, Refusal};
+
+/// The field of a token Secret holding the token.
+pub const TOKEN_FIELD: &str = "token";
+
+/// A peering token as the provider keeps it (a Secret labelled
+/// [`names::label::PEERING_TOKEN`] in the fabric's namespace).
+#[derive(Clone)]
+pub struct TokenRecord {
+    /// The Secret's name, for logs.
+    pub name: String,
+    pub token: Vec<u8>,
+    /// After this instant the token is refused; `None`: until rotated.
+    pub expires_at: Option<Timestamp>,
+}
+
+impl std::fmt::Debug for TokenRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenRecord")
+            .field("name", &self.name)
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenRecord {
+    /// The record of a token Secret; `None` for a Secret without a token or with an expiry
+    /// that does not parse (an admin's typo must not make a token valid forever).
+    pub fn from_secret(secret: &Secret) -> Option<Self> {
+        let token = secret.data.as_ref()?.get(TOKEN_FIELD)?.0.clone();
+        if token.is_empty() {
+            return None;
+        }
+        let expires_at = match secret
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(names::annotation::TOKEN_EXPIRES_AT))
+        {
+            Some(t) => Some(t.parse().ok()?),
+            None => None,
+        };
+        Some(Self {
+            name: secret.metadata.name.clone().unwrap_or_default(),
+            token,
+            expires_at,
+        })
+    }
+}
+
+fn digest(bytes: &[u8]) -> ring::digest::Digest {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+}
+
+/// Which record `presented` is. Every record is compared, in constant time on digests (so
+/// neither the position of the first differing byte nor the token length shows in the
+/// timing); an expired match is refused as such.
+pub fn check_token<'r>(
+    presented: &str,
+    records: &'r [TokenRecord],
+    now: Timestamp,
+) -> Result<&'r TokenRecord, Refusal> {
+    let presented = digest(presented.as_bytes());
+    let mut found = None;
+    for r in records {
+        let equal: bool = digest(&r.token).as_ref().ct_eq(presented.as_ref()).into();
+        if equal {
+            found = Some(r);
+        }
+    }
+    match found {
+        None => Err(Refusal::new(
+            Reason::InvalidToken,
+            "the token is not valid (wrong, or revoked by `fabricctl token rotate`): ask the \
+             provider admin for a new peer command",
+        )),
+        Some(r) => match r.expires_at {
+            Some(at) if at <= now => Err(Refusal::new(
+                Reason::ExpiredToken,
+                format!("the token expired at {at}: ask the provider admin for a new peer command"),
+            )),
+            _ => Ok(r),
+        },
+    }
+}
+
+/// Key types and sizes the service signs: what Kubernetes' API server accepts for client
+/// certificates and is strong enough.
+fn check_key(csr: &X509CertificationRequest<'_>) -> Result<(), String> {
+    let spki = &csr.certification_request_info.subject_pki;
+    let alg = &spki.algorithm.algorithm;
+    if *alg == OID_SIG_ED25519 {
+        return Ok(());
+    }
+    let key = spki
+        .parsed()
+        .map_err(|e| format!("its public key does not parse: {e}"))?;
+    match key {
+        PublicKey::EC(ref p) if *alg == OID_KEY_TYPE_EC_PUBLIC_KEY => match p.key_size() {
+            256 | 384 => Ok(()),
+            n => Err(format!("its EC key has {n} bits; use P-256 or P-384")),
+        },
+        PublicKey::RSA(ref rsa) if *alg == OID_PKCS1_RSAENCRYPTION => match rsa.key_size() {
+            2048..=8192 => Ok(()),
+            n => Err(format!(
+                "its RSA key has {n} bits; use 2048 to 8192 (or an EC P-256 key)"
+            )),
+        },
+        _ => Err("its key type is not accepted; use EC P-256/P-384, Ed25519 or RSA".to_owned()),
+    }
+}
+
+/// Checks that `pem` is one PKCS#10 request, signed by its own key (so the consumer holds
+/// it), for user [`names::user::consumer`]`(consumer)` in group
+/// [`names::user::CONSUMERS_GROUP`] and nothing else, with an accepted key and no subject
+/// alternative names (the client signer would copy them into the certificate).
+pub fn check_csr(pem: &str, consumer: &str) -> Result<(), Refusal> {
+    let bad = |why: String| Refusal::new(Reason::InvalidCsr, format!("the CSR {why}"));
+    let (rest, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map_err(|_| bad("is not PEM".to_owned()))?;
+    if pem.label != "CERTIFICATE REQUEST" && pem.label != "NEW CERTIFICATE REQUEST" {
+        return Err(bad(format!(
+            "is a PEM {:?}, not a CERTIFICATE REQUEST",
+            pem.label
+        )));
+    }
+    if !String::from_utf8_lossy(rest).trim().is_empty() {
+        return Err(bad("has data after the request".to_owned()));
+    }
+    let (rest, csr) = X509CertificationRequest::from_der(&pem.contents)
+        .map_err(|e| bad(format!("does not parse: {e}")))?;
+    if !rest.is_empty() {
+        return Err(bad("has bytes after the request".to_owned()));
+    }
+    csr.verify_signature()
+        .map_err(|e| bad(format!("is not signed by its key: {e}")))?;
+    check_key(&csr).map_err(bad)?;
+
+    let subject = &csr.certification_request_info.subject;
+    let user = names::user::consumer(consumer);
+    let cns: Vec<_> = subject
+        .iter_common_name()
+        .map(|a| a.as_str().unwrap_or(""))
+        .collect();
+    if cns != [user.as_str()] {
+        return Err(bad(format!(
+            "must name CN={user} (it names {cns:?}): a consumer asks only for its own name"
+        )));
+    }
+    let orgs: Vec<_> = subject
+        .iter_organization()
+        .map(|a| a.as_str().unwrap_or(""))
+        .collect();
+    if orgs != [names::user::CONSUMERS_GROUP] {
+        return Err(bad(format!(
+            "must name O={} and no other group (it names {orgs:?})",
+            names::user::CONSUMERS_GROUP
+        )));
+    }
+    if subject.iter_attributes().count() != 2 {
+        return Err(bad("has subject attributes other than CN and O".to_owned()));
+    }
+    if let Some(mut exts) = csr.requested_extensions()
+        && exts.any(|e| matches!(e, ParsedExtension::SubjectAlternativeName(_)))
+    {
+        return Err(bad("asks for subject alternative names".to_owned()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+    use kube::api::ObjectMeta;
+    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
+
+    use super::*;
+
+    fn csr_with(dn: &[(DnType, &str)], key: &KeyPair, sans: Vec<SanType>) -> String {
+        let mut params = CertificateParams::default();
+        let mut name = DistinguishedName::new();
+        for (t, v) in dn {
+            name.push(t.clone(), *v);
+        }
+        params.distinguished_name = name;
+        params.subject_alt_names = sans;
+        params.serialize_request(key).unwrap().pem().unwrap()
+    }
+
+    fn good_dn(id: &str) -> Vec<(DnType, String)> {
+        vec![
+            (DnType::CommonName, names::user::consumer(id)),
+            (
+                DnType::OrganizationName,
+                names::user::CONSUMERS_GROUP.to_owned(),
+            ),
+        ]
+    }
+
+    fn csr(dn: &[(DnType, String)], key: &KeyPair) -> String {
+        let dn: Vec<_> = dn.iter().map(|(t, v)| (t.clone(), v.as_str())).collect();
+        csr_with(&dn, key, vec![])
+    }
+
+    #[test]
+    fn the_consumers_own_request_passes() {
+        let key = KeyPair::generate().unwrap();
+        check_csr(&csr(&good_dn("alpha"), &key), "alpha").unwrap();
+        let ed = KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        check_csr(&csr(&good_dn("alpha"), &ed), "alpha").unwrap();
+        let p384 = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
+        check_csr(&csr(&good_dn("alpha"), &p384), "alpha").unwrap();
+    }
+
+    #[test]
+    fn requests_for_another_name_or_more_are_refused() {
+        let key = KeyPair::generate().unwrap();
+        let refuse = |pem: String, what: &str| {
+            let e = check_csr(&pem, "alpha").unwrap_err();
+            assert_eq!(e.reason, Reason::InvalidCsr);
+            assert!(e.message.contains(what), "{}: wanted {what}", e.message);
+        };
+        refuse(csr(&good_dn("beta"), &key), "CN=fabric.io:consumer:alpha");
+        let mut masters = good_dn("alpha");
+        masters[1].1 = "system:masters".to_owned();
+        refuse(csr(&masters, &key), "no other group");
+        let mut two_groups = good_dn("alpha");
+        two_groups.push((DnType::OrganizationName, "system:masters".to_owned()));
+        refuse(csr(&two_groups, &key), "no other group");
+        let mut extra = good_dn("alpha");
+        extra.push((DnType::OrganizationalUnitName, "x".to_owned()));
+        refuse(csr(&extra, &key), "other than CN and O");
+        refuse(csr(&good_dn("alpha")[..1], &key), "no other group");
+        let dn: Vec<_> = good_dn("alpha");
+        let dn: Vec<_> = dn.iter().map(|(t, v)| (t.clone(), v.as_str())).collect();
+        refuse(
+            csr_with(
+                &dn,
+                &key,
+                vec![SanType::DnsName("kubernetes".try_into().unwrap())],
+            ),
+            "subject alternative names",
+        );
+    }
+
+    #[test]
+    fn garbage_and_forgeries_are_refused() {
+        let key = KeyPair::generate().unwrap();
+        let good = csr(&good_dn("alpha"), &key);
+        for (pem, what) in [
+            ("".to_owned(), "not PEM"),
+            ("hello".to_owned(), "not PEM"),
+            (key.serialize_pem(), "not a CERTIFICATE REQUEST"),
+            (
+                "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"
+                    .to_owned(),
+                "does not parse",
+            ),
+            (format!("{good}{good}"), "data after"),
+        ] {
+            let e = check_csr(&pem, "alpha").unwrap_err();
+            assert!(e.message.contains(what), "{}: wanted {what}", e.message);
+        }
+        // A request whose signature does not match its key: flip a byte of the signature.
+        let (_, p) = x509_parser::pem::parse_x509_pem(good.as_bytes()).unwrap();
+        let mut der = p.contents.clone();
+        let last = der.len() - 1;
+        der[last] ^= 0x55;
+        let forged = pem_of(&der);
+        let e = check_csr(&forged, "alpha").unwrap_err();
+        assert!(e.message.contains("not signed by its key"), "{}", e.message);
+    }
+
+    fn pem_of(der: &[u8]) -> String {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        let lines: Vec<_> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        format!(
+            "-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n",
+            lines.join("\n")
+        )
+    }
+
+    fn secret(name: &str, token: &str, expires: Option<&str>) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                annotations: expires.map(|e| {
+                    BTreeMap::from([(names::annotation::TOKEN_EXPIRES_AT.to_owned(), e.to_owned())])
+                }),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                TOKEN_FIELD.to_owned(),
+                ByteString(token.as_bytes().to_vec()),
+            )])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn tokens_match_exactly_and_expire() {
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let records: Vec<_> = [
+            secret("standing", "aaaa", None),
+            secret("short", "bbbb", Some("2025-12-31T23:59:59Z")),
+            secret("later", "cccc", Some("2026-01-01T00:00:01Z")),
+            secret("typo", "dddd", Some("tomorrow")),
+        ]
+        .iter()
+        .filter_map(TokenRecord::from_secret)
+        .collect();
+        assert_eq!(
+            records.len(),
+            3,
+            "a token with an unreadable expiry is no token"
+        );
+        assert_eq!(check_token("aaaa", &records, now).unwrap().name, "standing");
+        assert_eq!(check_token("cccc", &records, now).unwrap().name, "later");
+        let e = check_token("bbbb", &records, now).unwrap_err();
+        assert_eq!(e.reason, Reason::ExpiredToken);
+        assert!(e.message.contains("ask the provider admin"));
+        for wrong in ["aaa", "aaaaa", "AAAA", "dddd", ""] {
+            let e = check_token(wrong, &records, now).unwrap_err();
+            assert_eq!(e.reason, Reason::InvalidToken, "{wrong}");
+        }
+        assert!(check_token("aaaa", &[], now).is_err());
+    }
+}
