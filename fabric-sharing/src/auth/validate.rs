@@ -181,6 +181,13 @@ pub fn check_csr(pem: &str, consumer: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// When the first certificate in `pem` expires.
+pub fn certificate_expiry(pem: &str) -> Option<Timestamp> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&pem.contents).ok()?;
+    Timestamp::from_second(cert.validity().not_after.timestamp()).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -1,0 +1,404 @@
+//! The consumer side of out-of-band authentication (`fabricctl peer out-of-band`): make a key
+//! that never leaves this process, ask the provider's authentication service to sign it, and
+//! keep the identity it issues (Secret, `Identity`, `ForeignCluster`) in the local cluster.
+use std::time::Duration;
+
+use bytes::Bytes;
+use fabric_api::{
+    authentication::v1alpha1::{Identity, IdentitySpec},
+    core::v1alpha1::{DiscoveryMethod, ForeignCluster, ForeignClusterSpec, PeerRole, condition},
+    names,
+};
+use fabric_kube::{FieldManager, status};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Request, Uri, header};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::{
+    api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp,
+};
+use kube::{Api, Client};
+use rcgen::PublicKeyData;
+use rustls::pki_types::ServerName;
+use secrecy::SecretString;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use super::{
+    protocol::{AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, Reason, Refusal},
+    tls::{self, TlsError, Trust},
+    validate,
+};
+use crate::identity::{self, Credentials};
+
+const MANAGER: FieldManager = FieldManager(names::field_manager::AUTH);
+/// The whole exchange with the service, signing included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("--auth-url {0:?} is not an https:// URL with a host")]
+    BadUrl(String),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("generating a key and CSR: {0}")]
+    Key(#[from] rcgen::Error),
+    #[error("cannot reach the authentication service at {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the TLS handshake with {url} failed: {source}. If the message is about the \
+         certificate, the service is not the one the peer command names (check --auth-pin), \
+         or its certificate was replaced: ask the provider admin for a new peer command"
+    )]
+    Handshake {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("talking to the authentication service: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("the authentication service did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the provider refused: {0}")]
+    Refused(Refusal),
+    #[error("the authentication service answered HTTP {status} without a readable reason: {body}")]
+    Unexpected { status: u16, body: String },
+    #[error(
+        "the service answered for cluster {answered:?}, but the peer command names {expected:?}: \
+         check --cluster-id"
+    )]
+    WrongProvider { expected: String, answered: String },
+    #[error("the issued certificate is not for this cluster's key")]
+    WrongCertificate,
+    #[error("storing the identity in this cluster: {0}")]
+    Store(#[from] kube::Error),
+    #[error("the issued identity does not work on the provider's API server: {0}")]
+    Verify(String),
+}
+
+impl ClientError {
+    /// The provider's reason, when it refused.
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            ClientError::Refused(r) => Some(r.reason),
+            _ => None,
+        }
+    }
+}
+
+/// A key pair and a CSR for it naming `consumer` in the consumers' group.
+pub fn key_and_csr(consumer: &str) -> Result<(rcgen::KeyPair, String), rcgen::Error> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, names::user::consumer(consumer));
+    params.distinguished_name.push(
+        rcgen::DnType::OrganizationName,
+        names::user::CONSUMERS_GROUP,
+    );
+    let csr = params.serialize_request(&key)?.pem()?;
+    Ok((key, csr))
+}
+
+/// Sends `request` to the service at `auth_url`, trusting it as `trust` says.
+pub async fn send(
+    auth_url: &str,
+    trust: &Trust,
+    request: &AuthRequest,
+) -> Result<AuthResponse, ClientError> {
+    tokio::time::timeout(REQUEST_TIMEOUT, send_inner(auth_url, trust, request))
+        .await
+        .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
+}
+
+async fn send_inner(
+    auth_url: &str,
+    trust: &Trust,
+    request: &AuthRequest,
+) -> Result<AuthResponse, ClientError> {
+    let bad_url = || ClientError::BadUrl(auth_url.to_owned());
+    let uri: Uri = auth_url.parse().map_err(|_| bad_url())?;
+    if uri.scheme_str() != Some("https") {
+        return Err(bad_url());
+    }
+    let host = uri.host().ok_or_else(bad_url)?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let path = format!("{}{PATH}", uri.path().trim_end_matches('/'));
+    let server_name = ServerName::try_from(host.clone()).map_err(|_| bad_url())?;
+
+    let tcp = TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|source| ClientError::Connect {
+            url: auth_url.to_owned(),
+            source,
+        })?;
+    let connector = TlsConnector::from(std::sync::Arc::new(tls::client_config(trust)?));
+    let stream = connector
+        .connect(server_name, tcp)
+        .await
+        .map_err(|source| ClientError::Handshake {
+            url: auth_url.to_owned(),
+            source,
+        })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let conn = tokio::spawn(conn);
+    let body = serde_json::to_vec(request).expect("a request serializes");
+    let req = Request::post(path)
+        .header(
+            header::HOST,
+            uri.authority().map_or(host.clone(), |a| a.to_string()),
+        )
+        .header(header::CONTENT_TYPE, CONTENT_TYPE)
+        .body(Full::new(Bytes::from(body)))
+        .expect("a request builds");
+    let resp = sender.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let bytes = Limited::new(resp.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| ClientError::Unexpected {
+            status,
+            body: format!("(unreadable: {e})"),
+        })?
+        .to_bytes();
+    conn.abort();
+    if status == 200 {
+        return serde_json::from_slice(&bytes).map_err(|e| ClientError::Unexpected {
+            status,
+            body: format!("(not an answer: {e})"),
+        });
+    }
+    match serde_json::from_slice::<Refusal>(&bytes) {
+        Ok(r) => Err(ClientError::Refused(r)),
+        Err(_) => Err(ClientError::Unexpected {
+            status,
+            body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned(),
+        }),
+    }
+}
+
+/// What `fabricctl peer out-of-band` is given (the provider's peer command).
+#[derive(Clone, Debug)]
+pub struct OutOfBand {
+    pub auth_url: String,
+    /// The provider's cluster id.
+    pub provider_id: String,
+    pub token: SecretString,
+    pub trust: Trust,
+}
+
+/// Progress of [`authenticate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    KeyGenerated,
+    Signed {
+        tenant_namespace: String,
+        api_server_url: String,
+        expiry: Option<Timestamp>,
+    },
+    Stored {
+        namespace: String,
+        secret: String,
+        identity: String,
+        foreign_cluster: String,
+    },
+    Verified,
+}
+
+/// Authenticates this cluster (`consumer`, local API `local`, fabric namespace `namespace`)
+/// to the provider of `command`, and keeps the identity; then checks that the identity works
+/// by reading its own `Tenant` on the provider.
+pub async fn authenticate(
+    local: &Client,
+    namespace: &str,
+    consumer: &str,
+    command: &OutOfBand,
+    mut progress: impl FnMut(Step),
+) -> Result<Credentials, ClientError> {
+    use secrecy::ExposeSecret;
+    let (key, csr_pem) = key_and_csr(consumer)?;
+    progress(Step::KeyGenerated);
+    let answer = send(
+        &command.auth_url,
+        &command.trust,
+        &AuthRequest {
+            cluster_id: consumer.to_owned(),
+            token: command.token.expose_secret().to_owned(),
+            csr_pem,
+        },
+    )
+    .await?;
+    if answer.provider_cluster_id != command.provider_id {
+        return Err(ClientError::WrongProvider {
+            expected: command.provider_id.clone(),
+            answered: answer.provider_cluster_id,
+        });
+    }
+    if !certificate_is_for(&answer.certificate_pem, &key.subject_public_key_info()) {
+        return Err(ClientError::WrongCertificate);
+    }
+    let expiry = validate::certificate_expiry(&answer.certificate_pem);
+    progress(Step::Signed {
+        tenant_namespace: answer.tenant_namespace.clone(),
+        api_server_url: answer.api_server_url.clone(),
+        expiry,
+    });
+    let credentials = Credentials {
+        api_server_url: answer.api_server_url,
+        ca_pem: answer.ca_pem,
+        certificate_pem: answer.certificate_pem,
+        key_pem: key.serialize_pem().into(),
+        namespace: answer.tenant_namespace,
+    };
+    store(local, namespace, command, &credentials, expiry).await?;
+    progress(Step::Stored {
+        namespace: namespace.to_owned(),
+        secret: names::secret::identity(&command.provider_id),
+        identity: command.provider_id.clone(),
+        foreign_cluster: command.provider_id.clone(),
+    });
+    verify(&command.provider_id, &credentials).await?;
+    progress(Step::Verified);
+    Ok(credentials)
+}
+
+fn certificate_is_for(cert_pem: &str, spki_der: &[u8]) -> bool {
+    let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()) else {
+        return false;
+    };
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(&pem.contents) else {
+        return false;
+    };
+    cert.tbs_certificate.subject_pki.raw == spki_der
+}
+
+/// Keeps the identity: the kubeconfig Secret, the `Identity` and the provider's
+/// `ForeignCluster` (role Provider added to what it was), all server-side applied.
+pub async fn store(
+    local: &Client,
+    namespace: &str,
+    command: &OutOfBand,
+    credentials: &Credentials,
+    expiry: Option<Timestamp>,
+) -> kube::Result<()> {
+    let provider = &command.provider_id;
+    MANAGER
+        .apply(
+            &Api::<Secret>::namespaced(local.clone(), namespace),
+            &identity::secret(namespace, provider, credentials),
+        )
+        .await?;
+    let identities = Api::<Identity>::namespaced(local.clone(), namespace);
+    let mut id = Identity::new(
+        provider,
+        IdentitySpec {
+            cluster_id: provider.clone(),
+            api_server_url: credentials.api_server_url.clone(),
+            auth_url: command.auth_url.clone(),
+            tenant_namespace: credentials.namespace.clone(),
+            secret_name: names::secret::identity(provider),
+        },
+    );
+    id.metadata.namespace = Some(namespace.to_owned());
+    id.metadata.labels = Some([(names::label::REMOTE_CLUSTER.to_owned(), provider.clone())].into());
+    MANAGER.apply(&identities, &id).await?;
+    MANAGER
+        .apply_status(
+            &identities,
+            provider,
+            serde_json::json!({
+                "certificateExpiry": expiry.map(Time),
+                "renewedAt": Time(Timestamp::now()),
+            }),
+        )
+        .await?;
+
+    let fcs = Api::<ForeignCluster>::all(local.clone());
+    let existing = fcs.get_opt(provider).await?;
+    let spec = ForeignClusterSpec {
+        cluster_id: provider.clone(),
+        discovered_by: existing
+            .as_ref()
+            .map_or(DiscoveryMethod::Manual, |f| f.spec.discovered_by),
+        role: existing
+            .as_ref()
+            .map_or(PeerRole::Unknown, |f| f.spec.role)
+            .with(PeerRole::Provider),
+        auth_url: Some(command.auth_url.clone()),
+    };
+    MANAGER
+        .apply(&fcs, &ForeignCluster::new(provider, spec))
+        .await?;
+    let until = expiry.map_or_else(|| "an unknown date".to_owned(), |t| t.to_string());
+    let cond = status::condition(
+        condition::AUTHENTICATED,
+        true,
+        "Authenticated",
+        format!("identity issued by {provider}; certificate valid until {until}"),
+        None,
+        Timestamp::now(),
+    );
+    MANAGER
+        .apply_status(
+            &fcs,
+            provider,
+            serde_json::json!({
+                "tenantNamespace": credentials.namespace,
+                "apiServerUrl": credentials.api_server_url,
+                "conditions": [cond],
+            }),
+        )
+        .await
+}
+
+/// Reads this cluster's own `Tenant` on the provider with the issued identity.
+pub async fn verify(provider: &str, credentials: &Credentials) -> Result<(), ClientError> {
+    let text = identity::to_yaml(&identity::kubeconfig(provider, credentials));
+    let remote = identity::client_from_kubeconfig(&text)
+        .await
+        .map_err(|e| ClientError::Verify(e.to_string()))?;
+    let tenants = Api::<fabric_api::authentication::v1alpha1::Tenant>::namespaced(
+        remote,
+        &credentials.namespace,
+    );
+    tenants
+        .list(&Default::default())
+        .await
+        .map_err(|e| ClientError::Verify(e.to_string()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_csr_passes_the_providers_check() {
+        let (key, csr) = key_and_csr("alpha").unwrap();
+        validate::check_csr(&csr, "alpha").unwrap();
+        assert!(!csr.contains("PRIVATE KEY"));
+        // A certificate for another key is not ours.
+        let other = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![])
+            .unwrap()
+            .self_signed(&other)
+            .unwrap()
+            .pem();
+        assert!(!certificate_is_for(&cert, &key.subject_public_key_info()));
+        let ours = rcgen::CertificateParams::new(vec![])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap()
+            .pem();
+        assert!(certificate_is_for(&ours, &key.subject_public_key_info()));
+    }
+}

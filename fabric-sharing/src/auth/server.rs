@@ -1,0 +1,256 @@
+//! The HTTPS edge of the authentication service: TLS, HTTP/1.1, and the limits a port open
+//! to other organizations needs. A connection gets a deadline for its TLS handshake, for its
+//! request headers and for its body (a client dribbling bytes is cut, with 408 when it got as
+//! far as the body), bodies over [`MAX_BODY`] are refused with 413 without being read, only
+//! `POST` [`PATH`] with JSON is served, and at most `max_connections` are served at once.
+//! What to answer is the handler's business ([`super::provider::Service::authenticate`]).
+use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::{Method, Request, Response, header, server::conn::http1, service::service_fn};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, warn};
+
+use super::protocol::{
+    AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, Reason, Refusal, parse_request,
+    too_large,
+};
+
+/// What the server tolerates from clients.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub handshake_timeout: Duration,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    /// The whole exchange, the handler's work (signing) included.
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 32,
+            handshake_timeout: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What a request's head allows before its body is read: the route, the content type and
+/// the declared length.
+pub fn check_head(
+    method: &Method,
+    path: &str,
+    content_type: Option<&str>,
+    content_length: Option<&str>,
+) -> Result<(), Refusal> {
+    if path != PATH {
+        return Err(Refusal::new(
+            Reason::NotFound,
+            format!("no such endpoint; the authentication service answers POST {PATH}"),
+        ));
+    }
+    if method != Method::POST {
+        return Err(Refusal::new(
+            Reason::MethodNotAllowed,
+            format!("use POST {PATH}"),
+        ));
+    }
+    if !super::protocol::is_json(content_type) {
+        return Err(Refusal::new(
+            Reason::UnsupportedMediaType,
+            format!("send the request as {CONTENT_TYPE}"),
+        ));
+    }
+    if let Some(len) = content_length
+        && len
+            .trim()
+            .parse::<u64>()
+            .map_or(true, |n| n > MAX_BODY as u64)
+    {
+        return Err(too_large());
+    }
+    Ok(())
+}
+
+fn json_response(status: u16, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(CONTENT_TYPE),
+    );
+    h.insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+fn refusal_response(r: &Refusal) -> Response<Full<Bytes>> {
+    json_response(r.status(), r.to_json())
+}
+
+async fn handle<H, F>(
+    req: Request<hyper::body::Incoming>,
+    handler: &H,
+    limits: Limits,
+) -> Response<Full<Bytes>>
+where
+    H: Fn(AuthRequest) -> F,
+    F: Future<Output = Result<AuthResponse, Refusal>>,
+{
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v: &header::HeaderValue| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let content_type = header(header::CONTENT_TYPE);
+    let content_length = header(header::CONTENT_LENGTH);
+    if let Err(r) = check_head(
+        req.method(),
+        req.uri().path(),
+        content_type.as_deref(),
+        content_length.as_deref(),
+    ) {
+        return refusal_response(&r);
+    }
+    let body = Limited::new(req.into_body(), MAX_BODY);
+    let bytes = match tokio::time::timeout(limits.body_timeout, body.collect()).await {
+        Err(_) => {
+            return refusal_response(&Refusal::new(
+                Reason::Timeout,
+                format!(
+                    "the request body did not arrive within {:?}",
+                    limits.body_timeout
+                ),
+            ));
+        }
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return refusal_response(&too_large());
+        }
+        Ok(Err(e)) => {
+            return refusal_response(&Refusal::new(
+                Reason::MalformedRequest,
+                format!("reading the request body: {e}"),
+            ));
+        }
+        Ok(Ok(b)) => b.to_bytes(),
+    };
+    let request = match parse_request(content_type.as_deref(), &bytes) {
+        Ok(r) => r,
+        Err(r) => return refusal_response(&r),
+    };
+    match handler(request).await {
+        Ok(answer) => json_response(
+            200,
+            serde_json::to_string(&answer).expect("an answer serializes"),
+        ),
+        Err(r) => refusal_response(&r),
+    }
+}
+
+/// Serves `handler` on `listener` with TLS `tls` until the task is dropped.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    limits: Limits,
+    handler: H,
+) where
+    H: Fn(AuthRequest) -> F + Send + Sync + 'static,
+    F: Future<Output = Result<AuthResponse, Refusal>> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    let acceptor = TlsAcceptor::from(tls);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "auth service: accept failed; backing off");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let handler = handler.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let stream =
+                match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await
+                {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        debug!(%peer, error = %e, "auth service: TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!(%peer, "auth service: TLS handshake timed out");
+                        return;
+                    }
+                };
+            let service = service_fn(move |req| {
+                let handler = handler.clone();
+                async move { Ok::<_, Infallible>(handle(req, &*handler, limits).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(limits.request_timeout, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(%peer, error = %e, "auth service: connection"),
+                Err(_) => debug!(%peer, "auth service: connection timed out"),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_is_checked_before_the_body_is_read() {
+        let ok = check_head(&Method::POST, PATH, Some("application/json"), Some("120"));
+        assert!(ok.is_ok());
+        let status = |m: Method, p: &str, ct: Option<&str>, len: Option<&str>| {
+            check_head(&m, p, ct, len).unwrap_err().status()
+        };
+        assert_eq!(status(Method::GET, PATH, Some(CONTENT_TYPE), None), 405);
+        assert_eq!(status(Method::POST, "/", Some(CONTENT_TYPE), None), 404);
+        assert_eq!(status(Method::POST, PATH, Some("text/plain"), None), 415);
+        assert_eq!(
+            status(Method::POST, PATH, Some(CONTENT_TYPE), Some("65537")),
+            413
+        );
+        assert_eq!(
+            status(Method::POST, PATH, Some(CONTENT_TYPE), Some("-1")),
+            413
+        );
+        assert_eq!(
+            status(
+                Method::POST,
+                PATH,
+                Some(CONTENT_TYPE),
+                Some("99999999999999999999999")
+            ),
+            413
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! Peering tokens on a provider and the peer command that carries one to a consumer.
+//!
+//! The standing token lives in Secret [`names::secret::PEERING_TOKEN`]; `fabricctl generate
+//! peer-command --ttl D` adds a token of its own with an expiry (annotation
+//! [`names::annotation::TOKEN_EXPIRES_AT`]); `fabricctl token rotate` deletes them all and
+//! creates a new standing one, so every token handed out before is refused from then on. The
+//! service accepts any Secret labelled [`names::label::PEERING_TOKEN`] in its namespace.
+use std::collections::BTreeMap;
+
+use fabric_api::names;
+use k8s_openapi::{ByteString, api::core::v1::Secret, jiff::Timestamp};
+use kube::api::ObjectMeta;
+use ring::rand::SecureRandom;
+
+use super::validate::TOKEN_FIELD;
+
+/// A new token: 32 random bytes, hex.
+pub fn generate() -> String {
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the system's random source works");
+    hex::encode(bytes)
+}
+
+/// The token Secret (in `namespace`): the standing one when `expires_at` is `None`, else one
+/// named after the token's digest, expiring then.
+pub fn secret(namespace: &str, token: &str, expires_at: Option<Timestamp>) -> Secret {
+    let name = match expires_at {
+        None => names::secret::PEERING_TOKEN.to_owned(),
+        Some(_) => {
+            let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+            format!(
+                "{}-{}",
+                names::secret::PEERING_TOKEN,
+                &hex::encode(d.as_ref())[..12]
+            )
+        }
+    };
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                names::label::PEERING_TOKEN.to_owned(),
+                "true".to_owned(),
+            )])),
+            annotations: expires_at.map(|t| {
+                BTreeMap::from([(
+                    names::annotation::TOKEN_EXPIRES_AT.to_owned(),
+                    t.to_string(),
+                )])
+            }),
+            ..Default::default()
+        },
+        type_: Some("Opaque".to_owned()),
+        data: Some(BTreeMap::from([(
+            TOKEN_FIELD.to_owned(),
+            ByteString(token.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// The label selector of token Secrets.
+pub fn selector() -> String {
+    format!("{}=true", names::label::PEERING_TOKEN)
+}
+
+/// What a consumer needs to authenticate to a provider: printed by `fabricctl generate
+/// peer-command` as one `fabricctl peer out-of-band ...` line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PeerCommand {
+    pub auth_url: String,
+    pub cluster_id: String,
+    pub token: String,
+    /// See [`super::tls`]; `None` when the service's certificate is to be verified with a
+    /// CA the consumer has.
+    pub auth_pin: Option<String>,
+}
+
+impl std::fmt::Debug for PeerCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerCommand")
+            .field("auth_url", &self.auth_url)
+            .field("cluster_id", &self.cluster_id)
+            .field("auth_pin", &self.auth_pin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerCommand {
+    /// The arguments after `fabricctl`.
+    pub fn args(&self) -> Vec<String> {
+        let mut a = vec![
+            "peer".to_owned(),
+            "out-of-band".to_owned(),
+            "--auth-url".to_owned(),
+            self.auth_url.clone(),
+            "--cluster-id".to_owned(),
+            self.cluster_id.clone(),
+            "--token".to_owned(),
+            self.token.clone(),
+        ];
+        if let Some(pin) = &self.auth_pin {
+            a.extend(["--auth-pin".to_owned(), pin.clone()]);
+        }
+        a
+    }
+
+    /// The command line, quoted for a POSIX shell where needed.
+    pub fn shell_line(&self) -> String {
+        std::iter::once("fabricctl".to_owned())
+            .chain(self.args().iter().map(|a| shell_quote(a)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::validate::{TokenRecord, check_token};
+
+    #[test]
+    fn generated_tokens_are_accepted_until_they_expire() {
+        let t = generate();
+        assert_eq!(t.len(), 64);
+        assert_ne!(t, generate());
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let later = now + std::time::Duration::from_secs(60);
+        let standing = secret("fabric-system", &t, None);
+        assert_eq!(
+            standing.metadata.name.as_deref(),
+            Some("fabric-peering-token")
+        );
+        let short = secret("fabric-system", &generate(), Some(later));
+        assert!(
+            short
+                .metadata
+                .name
+                .unwrap()
+                .starts_with("fabric-peering-token-")
+        );
+        let records: Vec<_> = [
+            secret("fabric-system", &t, None),
+            secret("x", "u", Some(later)),
+        ]
+        .iter()
+        .filter_map(TokenRecord::from_secret)
+        .collect();
+        check_token(&t, &records, now).unwrap();
+        check_token("u", &records, now).unwrap();
+        assert!(check_token("u", &records, later).is_err());
+    }
+
+    #[test]
+    fn the_peer_command_is_one_shell_safe_line() {
+        let mut c = PeerCommand {
+            auth_url: "https://203.0.113.5:31443".to_owned(),
+            cluster_id: "provider".to_owned(),
+            token: "ab".repeat(32),
+            auth_pin: Some(format!("sha256:{}", "0".repeat(64))),
+        };
+        let line = c.shell_line();
+        assert!(line.starts_with("fabricctl peer out-of-band --auth-url https://203.0.113.5:31443 --cluster-id provider --token abab"), "{line}");
+        assert!(line.ends_with(&format!("--auth-pin sha256:{}", "0".repeat(64))));
+        assert!(!format!("{c:?}").contains("abab"));
+        c.auth_url = "https://x/a b'c".to_owned();
+        assert!(c.shell_line().contains(r"'https://x/a b'\''c'"));
+    }
+}
