@@ -3,6 +3,7 @@
 //!   discovery flags, also announces the cluster and finds others (ForeignClusters).
 //! - `gateway`: the gateway operator, beside each fabric-gateway (renders its configuration
 //!   from the API and reports Connections).
+//! - `auth`: the authentication service consumers peer through (HTTPS; issue 10).
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
@@ -13,6 +14,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use fabric_api::names;
 use fabric_controller::{discovery, gateway, ipam, ips};
+use fabric_sharing::auth;
 use ipnetwork::Ipv4Network;
 
 #[derive(Parser)]
@@ -120,6 +122,47 @@ enum Cmd {
         /// How often the holder renews and a standby replica checks the Lease.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         lease_retry: Duration,
+    },
+    /// Serve the authentication service: consumers with a peering token get a tenant here and
+    /// a client certificate for this cluster's API server.
+    Auth {
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+        namespace: String,
+        /// This cluster's id.
+        #[arg(long, env = "FABRIC_CLUSTER_ID")]
+        cluster_id: String,
+        #[arg(long, env = "FABRIC_AUTH_LISTEN", default_value = "0.0.0.0:8443")]
+        listen: SocketAddr,
+        /// The API server URL handed to consumers: the address they reach, not the in-cluster
+        /// one.
+        #[arg(long, env = "FABRIC_API_SERVER_URL")]
+        api_server_url: String,
+        /// The CA (PEM file) of the API server's serving certificate, handed to consumers
+        /// (in a pod: the service account's ca.crt).
+        #[arg(
+            long,
+            env = "FABRIC_API_SERVER_CA",
+            default_value = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+        )]
+        api_server_ca: PathBuf,
+        /// Validity of the certificates issued to consumers.
+        #[arg(long, env = "FABRIC_AUTH_CERTIFICATE_TTL", default_value = "30d", value_parser = humantime::parse_duration)]
+        certificate_ttl: Duration,
+        /// How long to wait for the cluster's CSR signer.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        sign_timeout: Duration,
+        /// Secret (kubernetes.io/tls) with the serving certificate; created self-signed for
+        /// --tls-hosts when absent. Consumers pin it (`fabricctl generate peer-command`).
+        #[arg(long, default_value = names::secret::AUTH_TLS)]
+        tls_secret: String,
+        /// Names and addresses of the self-signed serving certificate, comma separated.
+        #[arg(
+            long,
+            env = "FABRIC_AUTH_TLS_HOSTS",
+            value_delimiter = ',',
+            default_value = "fabric-auth"
+        )]
+        tls_hosts: Vec<String>,
     },
 }
 
@@ -269,6 +312,44 @@ async fn run() -> Result<()> {
                 },
             )
             .await
+        }
+        Cmd::Auth {
+            namespace,
+            cluster_id,
+            listen,
+            api_server_url,
+            api_server_ca,
+            certificate_ttl,
+            sign_timeout,
+            tls_secret,
+            tls_hosts,
+        } => {
+            anyhow::ensure!(
+                fabric_api::identity::is_dns_label(&cluster_id),
+                "--cluster-id {cluster_id:?} is not a DNS label"
+            );
+            anyhow::ensure!(
+                api_server_url.starts_with("https://"),
+                "--api-server-url must be an https:// URL"
+            );
+            let ca_pem = std::fs::read_to_string(&api_server_ca)
+                .with_context(|| format!("reading --api-server-ca {}", api_server_ca.display()))?;
+            let limits = auth::server::Limits {
+                request_timeout: sign_timeout + Duration::from_secs(30),
+                ..Default::default()
+            };
+            let service = auth::provider::Service {
+                client,
+                namespace,
+                cluster_id,
+                api_server_url,
+                ca_pem,
+                certificate_ttl,
+                sign_timeout,
+            };
+            auth::run::run(service, listen, &tls_secret, &tls_hosts, limits)
+                .await
+                .context("authentication service")
         }
     }
 }

@@ -22,10 +22,15 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Peer the local cluster with a remote one (both directions) and wait until connected.
+    /// Peer the local cluster with a remote one (both directions) and wait until connected;
+    /// `peer out-of-band` peers with a provider of another organization through its peer
+    /// command instead.
+    #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Peer {
-        #[arg(long)]
-        remote_kubeconfig: PathBuf,
+        #[command(subcommand)]
+        flow: Option<PeerFlow>,
+        #[arg(long, required = true)]
+        remote_kubeconfig: Option<PathBuf>,
         /// Which side's gateway listens (the other dials it).
         #[arg(long, value_enum, default_value_t = Side::Remote)]
         server: Side,
@@ -47,6 +52,58 @@ pub enum Cmd {
     /// What the fabric programmed on this machine (run it on a node or gateway host).
     #[command(subcommand)]
     Network(NetworkCmd),
+    /// Generate what another cluster needs to peer with this one.
+    #[command(subcommand)]
+    Generate(GenerateCmd),
+    /// Peering tokens of this (provider) cluster.
+    #[command(subcommand)]
+    Token(TokenCmd),
+}
+
+#[derive(Subcommand)]
+pub enum PeerFlow {
+    /// Authenticate to a provider with the command its admin printed (`fabricctl generate
+    /// peer-command` there): this cluster gets an identity of its own on the provider, and
+    /// no cluster holds the other's admin credentials.
+    OutOfBand {
+        /// The provider's authentication service.
+        #[arg(long)]
+        auth_url: String,
+        /// The provider's cluster id.
+        #[arg(long)]
+        cluster_id: String,
+        /// The peering token.
+        #[arg(long, env = "FABRIC_PEERING_TOKEN", hide_env_values = true)]
+        token: String,
+        /// The SHA-256 of the authentication service's certificate (`sha256:<hex>`).
+        #[arg(long, conflicts_with = "auth_ca")]
+        auth_pin: Option<String>,
+        /// Verify the authentication service's certificate with this CA (PEM) instead.
+        #[arg(long)]
+        auth_ca: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum GenerateCmd {
+    /// Print the command a consumer cluster runs to peer with this (provider) cluster.
+    PeerCommand {
+        /// Where consumers reach this cluster's authentication service (the `fabric-auth`
+        /// Service's external address).
+        #[arg(long, env = "FABRIC_AUTH_URL")]
+        auth_url: String,
+        /// Give the command its own token that expires after this long (e.g. `1h`, `7d`);
+        /// default: the cluster's standing token, valid until `fabricctl token rotate`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TokenCmd {
+    /// Revoke every peering token (commands printed before are refused from then on) and
+    /// create a new standing one.
+    Rotate,
 }
 
 #[derive(Subcommand)]
@@ -106,6 +163,7 @@ mod tests {
         let Cmd::Peer {
             server,
             timeout_secs,
+            flow: None,
             ..
         } = cli.cmd
         else {
@@ -121,5 +179,69 @@ mod tests {
             }
         ));
         assert!(Cli::try_parse_from(["fabricctl", "peer"]).is_err());
+    }
+
+    #[test]
+    fn the_printed_peer_command_parses() {
+        let cmd = fabric_sharing::auth::token::PeerCommand {
+            auth_url: "https://192.0.2.1:31443".to_owned(),
+            cluster_id: "provider".to_owned(),
+            token: "ab".repeat(32),
+            auth_pin: Some(format!("sha256:{}", "0".repeat(64))),
+        };
+        let cli =
+            Cli::try_parse_from(std::iter::once("fabricctl".to_owned()).chain(cmd.args())).unwrap();
+        let Cmd::Peer {
+            flow:
+                Some(PeerFlow::OutOfBand {
+                    cluster_id,
+                    auth_pin: Some(_),
+                    auth_ca: None,
+                    ..
+                }),
+            remote_kubeconfig: None,
+            ..
+        } = cli.cmd
+        else {
+            panic!("peer out-of-band expected")
+        };
+        assert_eq!(cluster_id, "provider");
+        assert!(
+            Cli::try_parse_from([
+                "fabricctl",
+                "peer",
+                "out-of-band",
+                "--auth-url",
+                "https://x",
+                "--cluster-id",
+                "p",
+                "--token",
+                "t",
+                "--auth-pin",
+                "p",
+                "--auth-ca",
+                "c"
+            ])
+            .is_err()
+        );
+        let cli = Cli::try_parse_from([
+            "fabricctl",
+            "generate",
+            "peer-command",
+            "--auth-url",
+            "https://x",
+            "--ttl",
+            "1h",
+        ])
+        .unwrap();
+        assert!(
+            matches!(cli.cmd, Cmd::Generate(GenerateCmd::PeerCommand { ttl: Some(t), .. }) if t.as_secs() == 3600)
+        );
+        assert!(matches!(
+            Cli::try_parse_from(["fabricctl", "token", "rotate"])
+                .unwrap()
+                .cmd,
+            Cmd::Token(TokenCmd::Rotate)
+        ));
     }
 }

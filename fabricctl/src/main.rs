@@ -13,12 +13,13 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
+mod auth;
 mod cli;
 mod dump;
 mod peer;
 mod status;
 
-use cli::{Cli, Cmd, NetworkCmd};
+use cli::{Cli, Cmd, GenerateCmd, NetworkCmd, PeerFlow, TokenCmd};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -53,10 +54,36 @@ async fn run(cli: Cli) -> Result<()> {
     let ns = &cli.namespace;
     match cli.cmd {
         Cmd::Peer {
+            flow:
+                Some(PeerFlow::OutOfBand {
+                    auth_url,
+                    cluster_id,
+                    token,
+                    auth_pin,
+                    auth_ca,
+                }),
+            ..
+        } => {
+            auth::peer_out_of_band(
+                local,
+                ns,
+                auth::OutOfBandArgs {
+                    auth_url,
+                    cluster_id,
+                    token,
+                    auth_pin,
+                    auth_ca,
+                },
+            )
+            .await
+        }
+        Cmd::Peer {
+            flow: None,
             remote_kubeconfig,
             server,
             timeout_secs,
         } => {
+            let remote_kubeconfig = remote_kubeconfig.context("--remote-kubeconfig is required")?;
             let remote = client(Some(&remote_kubeconfig), "remote").await?;
             peer::peer(local, remote, ns, server, Duration::from_secs(timeout_secs)).await
         }
@@ -69,6 +96,10 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Status { output } => status::status(&local, ns, output).await,
         Cmd::Network(_) => unreachable!("handled before the runtime starts"),
+        Cmd::Generate(GenerateCmd::PeerCommand { auth_url, ttl }) => {
+            auth::generate_peer_command(local, ns, &auth_url, ttl).await
+        }
+        Cmd::Token(TokenCmd::Rotate) => auth::token_rotate(local, ns).await,
     }
 }
 

@@ -42,7 +42,10 @@ pub enum ClientError {
     Tls(#[from] TlsError),
     #[error("generating a key and CSR: {0}")]
     Key(#[from] rcgen::Error),
-    #[error("cannot reach the authentication service at {url}: {source}")]
+    #[error(
+        "cannot reach the authentication service at {url}: {source} (check --auth-url and \
+         that the provider's service is reachable from here)"
+    )]
     Connect {
         url: String,
         #[source]

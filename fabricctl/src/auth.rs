@@ -1,0 +1,188 @@
+//! `fabricctl generate peer-command`, `token rotate` (provider side) and `peer out-of-band`
+//! (consumer side): the authentication part of a peering between organizations, with
+//! `fabric_sharing::auth` doing the work.
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+use fabric_api::names;
+use fabric_peering::{Cluster, Side};
+use fabric_sharing::auth::{
+    consumer::{self, OutOfBand, Step},
+    run::published_pin,
+    tls::{self, Trust},
+    token::{self, PeerCommand},
+};
+use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, PostParams},
+};
+
+/// Prints the command a consumer runs to peer with this cluster.
+pub async fn generate_peer_command(
+    local: Client,
+    ns: &str,
+    auth_url: &str,
+    ttl: Option<Duration>,
+) -> Result<()> {
+    anyhow::ensure!(
+        auth_url.starts_with("https://"),
+        "--auth-url must be the https:// URL where consumers reach this cluster's authentication service"
+    );
+    let cluster = Cluster::read(Side::Local, local.clone(), ns).await?;
+    let pin = published_pin(&local, ns).await?.with_context(|| {
+        format!(
+            "the authentication service has not created its certificate (Secret {}/{}) yet: \
+             is `fabric-controller auth` running? Retry in a moment",
+            ns,
+            names::secret::AUTH_TLS
+        )
+    })?;
+    let secrets = Api::<Secret>::namespaced(local, ns);
+    let token = match ttl {
+        Some(ttl) => {
+            let t = token::generate();
+            let expires = Timestamp::now() + ttl;
+            secrets
+                .create(
+                    &PostParams::default(),
+                    &token::secret(ns, &t, Some(expires)),
+                )
+                .await
+                .context("storing the new token")?;
+            eprintln!("The token expires at {expires}.");
+            t
+        }
+        None => standing_token(&secrets, ns).await?,
+    };
+    let cmd = PeerCommand {
+        auth_url: auth_url.to_owned(),
+        cluster_id: cluster.id().to_owned(),
+        token,
+        auth_pin: Some(pin),
+    };
+    eprintln!("Run this on the consumer cluster (it holds a secret: pass it on privately):");
+    println!("{}", cmd.shell_line());
+    Ok(())
+}
+
+/// The standing token, created on first use.
+async fn standing_token(secrets: &Api<Secret>, ns: &str) -> Result<String> {
+    let name = names::secret::PEERING_TOKEN;
+    let read = |s: &Secret| {
+        fabric_sharing::auth::validate::TokenRecord::from_secret(s)
+            .and_then(|r| String::from_utf8(r.token).ok())
+    };
+    if let Some(s) = secrets.get_opt(name).await.context("reading the token")? {
+        return read(&s).with_context(|| {
+            format!("Secret {ns}/{name} holds no token: run `fabricctl token rotate`")
+        });
+    }
+    let new = token::secret(ns, &token::generate(), None);
+    let stored = match secrets.create(&PostParams::default(), &new).await {
+        Ok(s) => s,
+        Err(kube::Error::Api(e)) if e.code == 409 => secrets.get(name).await?,
+        Err(e) => return Err(e).context("storing the token"),
+    };
+    read(&stored).context("the stored token")
+}
+
+/// Revokes every peering token and creates a new standing one.
+pub async fn token_rotate(local: Client, ns: &str) -> Result<()> {
+    let secrets = Api::<Secret>::namespaced(local, ns);
+    let old = secrets
+        .list(&ListParams::default().labels(&token::selector()))
+        .await
+        .context("listing the peering tokens")?;
+    for s in &old.items {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        match secrets.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting token Secret {name}")),
+        }
+    }
+    let new = token::secret(ns, &token::generate(), None);
+    match secrets.create(&PostParams::default(), &new).await {
+        Ok(_) => {}
+        // A concurrent rotation made one already: that one stands.
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e).context("storing the new token"),
+    }
+    println!(
+        "revoked {} peering token(s): peer commands printed before are refused from now on",
+        old.items.len()
+    );
+    println!("`fabricctl generate peer-command` prints a command with the new token");
+    Ok(())
+}
+
+/// What `peer out-of-band` is given.
+pub struct OutOfBandArgs {
+    pub auth_url: String,
+    pub cluster_id: String,
+    pub token: String,
+    pub auth_pin: Option<String>,
+    pub auth_ca: Option<PathBuf>,
+}
+
+pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> Result<()> {
+    let trust = match (&args.auth_pin, &args.auth_ca) {
+        (Some(pin), None) => Trust::Pin(tls::parse_pin(pin)?),
+        (None, Some(ca)) => Trust::Ca(
+            std::fs::read_to_string(ca)
+                .with_context(|| format!("reading --auth-ca {}", ca.display()))?,
+        ),
+        (None, None) => bail!(
+            "give --auth-pin (from the provider's peer command) or --auth-ca: the \
+             authentication service's certificate must be checked"
+        ),
+        (Some(_), Some(_)) => bail!("give --auth-pin or --auth-ca, not both"),
+    };
+    let me = Cluster::read(Side::Local, local.clone(), ns).await?;
+    anyhow::ensure!(
+        me.id() != args.cluster_id,
+        "--cluster-id {} is this cluster's own id: run the peer command on the consumer cluster",
+        args.cluster_id
+    );
+    println!(
+        "Authenticating {} (consumer) to {} (provider) at {}",
+        me.id(),
+        args.cluster_id,
+        args.auth_url
+    );
+    let command = OutOfBand {
+        auth_url: args.auth_url,
+        provider_id: args.cluster_id.clone(),
+        token: args.token.into(),
+        trust,
+    };
+    let r = consumer::authenticate(&local, ns, me.id(), &command, |step| match step {
+        Step::KeyGenerated => println!("✓ generated a key pair (the private key stays in this cluster)"),
+        Step::Signed {
+            tenant_namespace,
+            api_server_url,
+            expiry,
+        } => println!(
+            "✓ authenticated: certificate issued{} for namespace {tenant_namespace} on {api_server_url}",
+            expiry.map(|t| format!(" (valid until {t})")).unwrap_or_default()
+        ),
+        Step::Stored {
+            namespace,
+            secret,
+            identity,
+            foreign_cluster,
+        } => println!(
+            "✓ stored Secret {namespace}/{secret}, Identity {namespace}/{identity} and ForeignCluster {foreign_cluster}"
+        ),
+        Step::Verified => println!("✓ the identity works on the provider's API server"),
+    })
+    .await;
+    r?;
+    println!(
+        "Authenticated with {p}. The network, resources and virtual node follow from the \
+         controllers; `fabricctl info peer {p}` shows how far they are.",
+        p = args.cluster_id
+    );
+    Ok(())
+}
