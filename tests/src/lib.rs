@@ -9,6 +9,7 @@
 //! build it first with `cargo build --workspace --bins`, or use `cargo xtask test`.
 pub mod agent;
 pub mod apiserver;
+pub mod auth_service;
 pub mod bench;
 pub mod bench_control;
 pub mod bench_operator;

@@ -119,25 +119,30 @@ pub async fn send(
         .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
 }
 
-async fn send_inner(
-    auth_url: &str,
-    trust: &Trust,
-    request: &AuthRequest,
-) -> Result<AuthResponse, ClientError> {
+/// Where a request goes: the TLS connection to the service and the request's path and
+/// `Host`.
+pub struct Connection {
+    pub stream: tokio_rustls::client::TlsStream<TcpStream>,
+    pub path: String,
+    pub host: String,
+}
+
+/// Connects to the service at `auth_url` (`https://host[:port][/prefix]`), trusting it as
+/// `trust` says.
+pub async fn connect(auth_url: &str, trust: &Trust) -> Result<Connection, ClientError> {
     let bad_url = || ClientError::BadUrl(auth_url.to_owned());
     let uri: Uri = auth_url.parse().map_err(|_| bad_url())?;
     if uri.scheme_str() != Some("https") {
         return Err(bad_url());
     }
+    let authority = uri.authority().ok_or_else(bad_url)?.to_string();
     let host = uri.host().ok_or_else(bad_url)?;
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
     let port = uri.port_u16().unwrap_or(443);
-    let path = format!("{}{PATH}", uri.path().trim_end_matches('/'));
     let server_name = ServerName::try_from(host.clone()).map_err(|_| bad_url())?;
-
     let tcp = TcpStream::connect((host.as_str(), port))
         .await
         .map_err(|source| ClientError::Connect {
@@ -152,14 +157,24 @@ async fn send_inner(
             url: auth_url.to_owned(),
             source,
         })?;
+    Ok(Connection {
+        stream,
+        path: format!("{}{PATH}", uri.path().trim_end_matches('/')),
+        host: authority,
+    })
+}
+
+async fn send_inner(
+    auth_url: &str,
+    trust: &Trust,
+    request: &AuthRequest,
+) -> Result<AuthResponse, ClientError> {
+    let Connection { stream, path, host } = connect(auth_url, trust).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     let conn = tokio::spawn(conn);
     let body = serde_json::to_vec(request).expect("a request serializes");
     let req = Request::post(path)
-        .header(
-            header::HOST,
-            uri.authority().map_or(host.clone(), |a| a.to_string()),
-        )
+        .header(header::HOST, host)
         .header(header::CONTENT_TYPE, CONTENT_TYPE)
         .body(Full::new(Bytes::from(body)))
         .expect("a request builds");

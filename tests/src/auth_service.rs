@@ -1,0 +1,123 @@
+//! The provider's authentication service (`fabric-controller auth`) run against a test API
+//! server on the host loopback, for the sharing layer's tests: consumers reach it and the
+//! provider's API server at 127.0.0.1 (the API server URL handed out is the host kubeconfig's).
+use std::{
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{ChildGuard, apiserver::ApiServer, die_with_parent, locate_bin};
+
+/// Creates namespace fabric-system and the `fabric-cluster` ConfigMap naming `cluster_id`,
+/// what `fabricctl` reads to know which cluster it is on.
+pub fn prepare_cluster(api: &ApiServer, cluster_id: &str) {
+    let ns = fabric_api::names::DEFAULT_NAMESPACE;
+    let _ = api.kubectl(&["create", "namespace", ns]);
+    let data = [
+        ("FABRIC_CLUSTER_ID", cluster_id),
+        ("FABRIC_POD_CIDR", "10.244.0.0/16"),
+        ("FABRIC_SERVICE_CIDR", "10.96.0.0/12"),
+        ("FABRIC_EXTERNAL_CIDR", "10.70.0.0/16"),
+    ];
+    let mut create = vec![
+        "create".to_owned(),
+        "configmap".to_owned(),
+        fabric_api::names::config_map::CLUSTER.to_owned(),
+        "-n".to_owned(),
+        ns.to_owned(),
+    ];
+    create.extend(data.iter().map(|(k, v)| format!("--from-literal={k}={v}")));
+    api.kubectl_ok(&create.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+/// The API server URL and CA file of a kubeconfig's current cluster.
+pub fn api_server_of(kubeconfig: &Path) -> Result<(String, PathBuf)> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let cluster = kc
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .context("kubeconfig without a cluster")?;
+    Ok((
+        cluster.server.clone().context("no server")?,
+        cluster
+            .certificate_authority
+            .clone()
+            .context("no certificate-authority file")?
+            .into(),
+    ))
+}
+
+/// A running authentication service.
+pub struct AuthService {
+    /// `https://127.0.0.1:PORT`
+    pub url: String,
+    /// The pin of its (self-signed) certificate.
+    pub pin: String,
+    pub log: PathBuf,
+    _child: ChildGuard,
+}
+
+impl AuthService {
+    /// Starts the service of `cluster_id` against `provider` (its CRDs installed and
+    /// [`prepare_cluster`] done), and waits until it listens.
+    pub async fn start(provider: &ApiServer, cluster_id: &str) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let (api_url, ca) = api_server_of(&provider.kubeconfig)?;
+        let log = fabric_netns::testbed::scratch_dir(&format!("auth-{cluster_id}.log"));
+        let mut c = Command::new(locate_bin("fabric-controller")?);
+        c.env("KUBECONFIG", &provider.kubeconfig)
+            .env("RUST_LOG", "info")
+            .args(["auth", "--cluster-id", cluster_id])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--api-server-url", &api_url])
+            .arg("--api-server-ca")
+            .arg(&ca)
+            .args(["--tls-hosts", "127.0.0.1", "--certificate-ttl", "1h"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?);
+        let mut child = ChildGuard(die_with_parent(&mut c).spawn()?);
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.0.try_wait()? {
+                bail!(
+                    "fabric-controller auth exited ({status}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                bail!("fabric-controller auth did not listen within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let pin = fabric_sharing::auth::run::published_pin(
+            &provider.client().await,
+            fabric_api::names::DEFAULT_NAMESPACE,
+        )
+        .await?
+        .context("the service listens but published no certificate")?;
+        Ok(Self {
+            url: format!("https://127.0.0.1:{port}"),
+            pin,
+            log,
+            _child: child,
+        })
+    }
+
+    /// What the service logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for AuthService {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
