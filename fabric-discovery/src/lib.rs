@@ -29,6 +29,15 @@ fn changes_logged(events: Vec<Event>, via: &str) -> Vec<Change> {
                 tracing::warn!(via, instance = ?instance, "ignoring a cluster announcement: {error}");
                 None
             }
+            Event::Full { instance } => {
+                tracing::warn!(
+                    via,
+                    instance = ?instance,
+                    "ignoring new cluster announcements: already tracking {} clusters",
+                    tracker::MAX_CLUSTERS
+                );
+                None
+            }
         })
         .collect()
 }

@@ -5,7 +5,9 @@
 //! announcement changed, its announcement gone; the local cluster's own announcement is
 //! ignored. A record that is not a valid announcement is [`Event::Rejected`] once (not at each
 //! re-announcement) and never becomes a cluster; a known cluster whose record turns invalid
-//! expires. Pure: no I/O here.
+//! expires. A tracker holds at most [`MAX_CLUSTERS`] clusters (and as many bad records), so a
+//! flood of announcements costs bounded memory: past that, new clusters are left out
+//! ([`Event::Full`], once) until some go. Pure: no I/O here.
 use std::collections::BTreeMap;
 
 use crate::announcement::{Announcement, ClusterId, SERVICE, TxtError};
@@ -31,7 +33,15 @@ pub enum Event {
         instance: String,
         error: TxtError,
     },
+    /// A new cluster was left out: the tracker already holds [`MAX_CLUSTERS`] (reported again
+    /// only after it had room).
+    Full {
+        instance: String,
+    },
 }
+
+/// The most clusters a tracker holds, and the most bad records it remembers.
+pub const MAX_CLUSTERS: usize = 512;
 
 /// The instance name of a DNS-SD service instance's full name: `cluster-a` for
 /// `cluster-a._fabric-peering._tcp.local.` in domain `local` (a trailing dot on either is
@@ -50,6 +60,8 @@ pub struct Tracker {
     own: Option<ClusterId>,
     known: BTreeMap<String, Announcement>,
     rejected: BTreeMap<String, TxtError>,
+    /// Whether [`Event::Full`] was reported since the tracker was last below the bound.
+    full_reported: bool,
 }
 
 impl Tracker {
@@ -81,7 +93,9 @@ impl Tracker {
                 if let Some(gone) = self.known.remove(instance) {
                     events.push(Event::Change(Change::Expired(gone.cluster_id)));
                 }
-                if self.rejected.get(instance) != Some(&error) {
+                let room =
+                    self.rejected.len() < MAX_CLUSTERS || self.rejected.contains_key(instance);
+                if room && self.rejected.get(instance) != Some(&error) {
                     self.rejected.insert(instance.to_owned(), error.clone());
                     events.push(Event::Rejected {
                         instance: instance.to_owned(),
@@ -91,6 +105,15 @@ impl Tracker {
             }
             Ok(a) => {
                 self.rejected.remove(instance);
+                if self.known.len() >= MAX_CLUSTERS && !self.known.contains_key(instance) {
+                    if !self.full_reported {
+                        self.full_reported = true;
+                        events.push(Event::Full {
+                            instance: instance.to_owned(),
+                        });
+                    }
+                    return events;
+                }
                 match self.known.insert(instance.to_owned(), a.clone()) {
                     None => events.push(Event::Change(Change::Discovered(a))),
                     Some(old) if old != a => events.push(Event::Change(Change::Updated(a))),
@@ -104,6 +127,7 @@ impl Tracker {
     /// Instance `instance` is gone (a goodbye, or its records expired).
     pub fn removed(&mut self, instance: &str) -> Vec<Event> {
         self.rejected.remove(instance);
+        self.full_reported &= self.known.len() > MAX_CLUSTERS;
         match self.known.remove(instance) {
             Some(a) => vec![Event::Change(Change::Expired(a.cluster_id))],
             None => Vec::new(),
@@ -265,6 +289,54 @@ mod tests {
             change(Change::Discovered(a)),
             "good again"
         );
+    }
+
+    #[test]
+    fn holds_a_bounded_number_of_clusters() {
+        let mut t = Tracker::new(None);
+        let name = |i: usize| format!("c{i}");
+        for i in 0..MAX_CLUSTERS {
+            let a = ann(&name(i), "https://c.example");
+            assert_eq!(resolved(&mut t, &name(i), &txt(&a)).len(), 1);
+        }
+        let extra = |i: usize| ann(&name(i), "https://c.example");
+        let n = MAX_CLUSTERS;
+        assert_eq!(
+            resolved(&mut t, &name(n), &txt(&extra(n))),
+            vec![Event::Full { instance: name(n) }]
+        );
+        assert_eq!(
+            resolved(&mut t, &name(n + 1), &txt(&extra(n + 1))),
+            vec![],
+            "once"
+        );
+        assert_eq!(t.announced().count(), MAX_CLUSTERS);
+        // A known one still updates.
+        let moved = ann(&name(0), "https://moved.example");
+        assert_eq!(
+            resolved(&mut t, &name(0), &txt(&moved)),
+            change(Change::Updated(moved))
+        );
+        // Room again: the next newcomer gets in.
+        t.removed(&name(1));
+        assert_eq!(
+            resolved(&mut t, &name(n + 1), &txt(&extra(n + 1))),
+            change(Change::Discovered(extra(n + 1)))
+        );
+        assert_eq!(
+            resolved(&mut t, &name(n + 2), &txt(&extra(n + 2))),
+            vec![Event::Full {
+                instance: name(n + 2)
+            }],
+            "reported again after there was room"
+        );
+        // Bad records are remembered (and reported) up to the same bound.
+        let mut bad = txt(&extra(0));
+        bad[0] = b"txtvers=9".to_vec();
+        let reported: usize = (0..MAX_CLUSTERS + 10)
+            .map(|i| resolved(&mut t, &format!("bad{i}"), &bad).len())
+            .sum();
+        assert_eq!(reported, MAX_CLUSTERS);
     }
 
     #[test]
