@@ -31,13 +31,15 @@ pub fn command_pod(name: &str, command: &[&str]) -> Value {
 }
 
 /// A pod whose TCP server on [`ECHO_PORT`] answers each connection with the client address
-/// it sees (`fabric-test-pod echo`), restarted if it exits.
+/// it sees (`fabric-test-pod echo`), restarted if it exits. It dies of SIGTERM at once; the
+/// grace period is the default 30 s, so a deletion that waits for it shows.
 pub fn echo_pod(name: &str) -> Value {
     let mut p = command_pod(
         name,
         &["fabric-test-pod", "echo", "--port", &ECHO_PORT.to_string()],
     );
     p["spec"]["restartPolicy"] = json!("Always");
+    p["spec"]["terminationGracePeriodSeconds"] = json!(30);
     p
 }
 
