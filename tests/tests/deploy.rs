@@ -126,6 +126,35 @@ fn manifests_apply_with_least_privilege() {
             "patch",
             "configmaps/fabric-gateway-identity",
         ),
+        // The authentication service.
+        ("fabric-auth", "list", "secrets"),
+        ("fabric-auth", "create", "namespaces"),
+        (
+            "fabric-auth",
+            "patch",
+            "rolebindings.rbac.authorization.k8s.io",
+        ),
+        (
+            "fabric-auth",
+            "bind",
+            "roles.rbac.authorization.k8s.io/fabric-consumer",
+        ),
+        ("fabric-auth", "patch", "tenants.authentication.fabric.io"),
+        (
+            "fabric-auth",
+            "patch",
+            "foreignclusters.core.fabric.io/status",
+        ),
+        (
+            "fabric-auth",
+            "create",
+            "certificatesigningrequests.certificates.k8s.io",
+        ),
+        (
+            "fabric-auth",
+            "watch",
+            "certificatesigningrequests.certificates.k8s.io",
+        ),
     ];
     for (who, verb, what) in allowed {
         assert!(
@@ -142,6 +171,30 @@ fn manifests_apply_with_least_privilege() {
         ("fabric-agent", "get", "secrets"),
         ("fabric-agent", "create", "pods"),
         ("fabric-controller", "get", "secrets"),
+        ("fabric-auth", "delete", "namespaces"),
+        ("fabric-auth", "delete", "secrets"),
+        ("fabric-auth", "list", "nodes"),
+        ("fabric-auth", "create", "pods"),
+        (
+            "fabric-auth",
+            "create",
+            "clusterroles.rbac.authorization.k8s.io",
+        ),
+        (
+            "fabric-auth",
+            "bind",
+            "roles.rbac.authorization.k8s.io/admin",
+        ),
+        (
+            "fabric-auth",
+            "escalate",
+            "clusterroles.rbac.authorization.k8s.io",
+        ),
+        (
+            "fabric-auth",
+            "delete",
+            "certificatesigningrequests.certificates.k8s.io",
+        ),
         ("fabric-controller", "delete", "nodes"),
         (
             "fabric-controller",
