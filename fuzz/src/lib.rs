@@ -1,9 +1,10 @@
 //! The checks behind the fuzz targets in `fuzz_targets/`, one module per target. Each
-//! `check(data)` feeds arbitrary bytes to a parser of the gateway, of `fabric-common` or of
-//! discovery and panics when an invariant breaks, not only when the code under test panics. The libFuzzer
+//! `check(data)` feeds arbitrary bytes to a parser of the gateway, of `fabric-common`, of
+//! discovery or of the authentication service and panics when an invariant breaks, not only when the code under test panics. The libFuzzer
 //! binaries call them (`cargo xtask fuzz TARGET`), and the main workspace's
 //! `tests/tests/fuzz_seeds.rs` replays the committed seeds (`seeds/TARGET/`) through them.
 
+pub mod auth_request;
 pub mod coalesce;
 pub mod config;
 pub mod discovery;
@@ -24,4 +25,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("tcp_options", tcp_options::check),
     ("remap", remap::check),
     ("discovery", discovery::check),
+    ("auth_request", auth_request::check),
 ];

@@ -159,7 +159,10 @@ pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequ
     let req: AuthRequest = serde_json::from_slice(body).map_err(|e| {
         Refusal::new(
             Reason::MalformedRequest,
-            format!("the request is not a valid authentication request: {e}"),
+            format!(
+                "the request is not a valid authentication request: {}",
+                printable(&e.to_string())
+            ),
         )
     })?;
     if !fabric_api::identity::is_dns_label(&req.cluster_id) {
@@ -181,6 +184,23 @@ pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequ
         ));
     }
     Ok(req)
+}
+
+/// Longest echo of a parser's message: it may quote what the client sent.
+const MAX_ECHO: usize = 200;
+
+/// `s` cut to [`MAX_ECHO`] characters, control characters replaced: fit for a one-line
+/// message and a terminal.
+fn printable(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(MAX_ECHO)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if s.chars().count() > MAX_ECHO {
+        out.push('…');
+    }
+    out
 }
 
 /// The refusal of a body over [`MAX_BODY`].
@@ -251,6 +271,13 @@ mod tests {
             ),
             (Some(CONTENT_TYPE), vec![b' '; MAX_BODY + 1], 413),
         ];
+        let long_field = format!("{{\"{}\n\": 1}}", "x".repeat(10_000));
+        let e = parse_request(Some(CONTENT_TYPE), long_field.as_bytes()).unwrap_err();
+        assert!(
+            e.message.len() < 400 && !e.message.contains('\n'),
+            "{}",
+            e.message
+        );
         for (ct, b, status) in cases {
             let e = parse_request(ct, &b).unwrap_err();
             assert_eq!(e.status(), status, "{e:?}");

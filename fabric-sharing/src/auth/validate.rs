@@ -107,19 +107,21 @@ fn check_key(csr: &X509CertificationRequest<'_>) -> Result<(), String> {
     }
     let key = spki
         .parsed()
-        .map_err(|e| format!("its public key does not parse: {e}"))?;
+        .map_err(|e| format!("has a public key that does not parse: {e}"))?;
     match key {
         PublicKey::EC(ref p) if *alg == OID_KEY_TYPE_EC_PUBLIC_KEY => match p.key_size() {
             256 | 384 => Ok(()),
-            n => Err(format!("its EC key has {n} bits; use P-256 or P-384")),
+            n => Err(format!("has an EC key of {n} bits; use P-256 or P-384")),
         },
         PublicKey::RSA(ref rsa) if *alg == OID_PKCS1_RSAENCRYPTION => match rsa.key_size() {
             2048..=8192 => Ok(()),
             n => Err(format!(
-                "its RSA key has {n} bits; use 2048 to 8192 (or an EC P-256 key)"
+                "has an RSA key of {n} bits; use 2048 to 8192 (or an EC P-256 key)"
             )),
         },
-        _ => Err("its key type is not accepted; use EC P-256/P-384, Ed25519 or RSA".to_owned()),
+        _ => Err(
+            "has a key type that is not accepted; use EC P-256/P-384, Ed25519 or RSA".to_owned(),
+        ),
     }
 }
 
@@ -145,9 +147,11 @@ pub fn check_csr(pem: &str, consumer: &str) -> Result<(), Refusal> {
     if !rest.is_empty() {
         return Err(bad("has bytes after the request".to_owned()));
     }
+    // The key first: ring refuses to verify with keys it deems weak, which would read as a
+    // forgery.
+    check_key(&csr).map_err(bad)?;
     csr.verify_signature()
         .map_err(|e| bad(format!("is not signed by its key: {e}")))?;
-    check_key(&csr).map_err(bad)?;
 
     let subject = &csr.certification_request_info.subject;
     let user = names::user::consumer(consumer);
