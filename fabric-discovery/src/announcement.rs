@@ -108,6 +108,8 @@ pub enum UrlProblem {
     QueryOrFragment,
     #[error("port 0")]
     PortZero,
+    #[error("has a path with characters a URL path does not take")]
+    BadPath,
 }
 
 impl FromStr for AuthUrl {
@@ -137,6 +139,11 @@ impl FromStr for AuthUrl {
         if host.is_empty() || host == "[]" {
             return Err(bad(UrlProblem::NoHost));
         }
+        // `http` lets through characters RFC 3986 refuses in a path (`[`, `"`, `{`, ...), which
+        // the ForeignCluster's validation would then refuse.
+        if !is_url_path(uri.path()) {
+            return Err(bad(UrlProblem::BadPath));
+        }
         // `http` accepts a port it cannot read as u16 (`:99999`, `:x`): refuse those too.
         let port_text = authority.as_str().strip_prefix(host).unwrap_or_default();
         if !port_text.is_empty() {
@@ -154,6 +161,27 @@ impl fmt::Display for AuthUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// RFC 3986 `path-abempty`: segments of unreserved characters, sub-delimiters, `:`, `@` and
+/// percent-encoded octets.
+fn is_url_path(path: &str) -> bool {
+    let b = path.as_bytes();
+    let pchar = |c: u8| c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&c);
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            if !(i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit()) {
+                return false;
+            }
+            i += 3;
+        } else if pchar(b[i]) {
+            i += 1;
+        } else {
+            return false;
+        }
+    }
+    true
 }
 
 /// What a cluster offers to do in a peering.
@@ -561,6 +589,14 @@ mod tests {
         assert_eq!(problem("https://auth.example:x"), Some(Unparsable));
         assert_eq!(problem("https://auth example"), Some(Unparsable));
         assert_eq!(problem("https://auth.example/\n"), Some(Unparsable));
+        assert_eq!(problem("https://auth.example/[x]"), Some(BadPath));
+        assert_eq!(problem("https://auth.example/a%zz"), Some(BadPath));
+        assert_eq!(problem("https://auth.example/a%4"), Some(BadPath));
+        assert!(
+            "https://auth.example/a%41/@x:y/~"
+                .parse::<AuthUrl>()
+                .is_ok()
+        );
         let long = format!("https://{}.example", "a".repeat(MAX_AUTH_URL_LEN));
         assert_eq!(problem(&long), Some(TooLong));
         let longest = format!("https://a.example/{}", "p".repeat(MAX_AUTH_URL_LEN - 18));
@@ -654,6 +690,107 @@ mod tests {
                 cluster_id: "cluster-a".parse().unwrap()
             })
         );
+    }
+
+    /// Records near valid ones (known keys in any case, values from valid, hostile and random
+    /// fragments, strings of any bytes): whatever decodes is valid and round-trips, and errors are
+    /// one short line. The fuzz target `discovery` explores the same invariants further.
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn key() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"txtvers".to_vec()),
+                Just(b"id".to_vec()),
+                Just(b"ID".to_vec()),
+                Just(b"auth".to_vec()),
+                Just(b"roles".to_vec()),
+                Just(b"x".to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..8),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"1".to_vec()),
+                Just(b"2".to_vec()),
+                Just(b"cluster-a".to_vec()),
+                Just(b"https://auth.example:8443/p".to_vec()),
+                Just(b"https://[::1]".to_vec()),
+                Just(b"http://auth.example".to_vec()),
+                Just(b"https://u@h".to_vec()),
+                Just(b"provider,consumer".to_vec()),
+                "[ -~]{0,40}".prop_map(String::into_bytes),
+                "https://[a-z0-9.:\\[\\]/@?#%-]{0,40}".prop_map(String::into_bytes),
+                proptest::collection::vec(any::<u8>(), 0..300),
+            ]
+        }
+
+        fn entry() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                (key(), value()).prop_map(|(k, v)| [k, b"=".to_vec(), v].concat()),
+                key(),
+                proptest::collection::vec(any::<u8>(), 0..40),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn decoded_records_are_valid_and_round_trip(
+                strings in prop_oneof![
+                    proptest::collection::vec(entry(), 0..20),
+                    // A good record's fields, mostly valid values, and maybe more strings.
+                    (
+                        prop_oneof![
+                            3 => "[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?".prop_map(String::into_bytes),
+                            1 => value(),
+                        ],
+                        prop_oneof![
+                            3 => "https://[a-z0-9.-]{1,20}(:[0-9]{1,5})?(/[a-z0-9/]{0,10})?"
+                                .prop_map(String::into_bytes),
+                            1 => value(),
+                        ],
+                        proptest::option::of(prop_oneof![
+                            Just(b"consumer".to_vec()),
+                            Just(b"consumer,provider".to_vec()),
+                            value(),
+                        ]),
+                        proptest::collection::vec(entry(), 0..2),
+                    )
+                        .prop_map(|(id, auth, roles, more)| {
+                            let mut v = vec![
+                                b"txtvers=1".to_vec(),
+                                [b"id=".as_slice(), &id].concat(),
+                                [b"auth=".as_slice(), &auth].concat(),
+                            ];
+                            v.extend(roles.map(|r| [b"roles=".as_slice(), &r].concat()));
+                            v.extend(more);
+                            v
+                        }),
+                ]
+            ) {
+                match Announcement::from_txt(strings.iter().map(Vec::as_slice)) {
+                    Err(e) => {
+                        let msg = e.to_string();
+                        prop_assert!(msg.len() < 400 && !msg.chars().any(char::is_control), "{msg:?}");
+                    }
+                    Ok(a) => {
+                        prop_assert!(fabric_api::identity::is_dns_label(a.cluster_id.as_str()));
+                        let url = a.auth_url.as_str();
+                        prop_assert!(url.starts_with("https://") && url.len() <= MAX_AUTH_URL_LEN);
+                        prop_assert!(!url.contains(['?', '#']));
+                        let authority = url["https://".len()..].split('/').next().unwrap_or_default();
+                        prop_assert!(!authority.contains('@'), "{url}");
+                        let txt = a.to_txt_strings();
+                        prop_assert!(txt.iter().all(|s| s.len() <= MAX_TXT_STRING));
+                        let again = Announcement::from_txt(txt.iter().map(Vec::as_slice));
+                        prop_assert_eq!(again, Ok(a));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

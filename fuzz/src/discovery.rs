@@ -3,7 +3,7 @@
 //!
 //! Input: a TXT record's RDATA (strings, each after its length byte, as on the wire; a string
 //! running past the end is cut there). Checked: decoding never panics; what it accepts is a
-//! valid announcement (a DNS-label id, an `https://` URL with a host, no credentials, query or
+//! valid announcement (a DNS-label id, an `https://` URL with a host, no user info, query or
 //! fragment, within the bound), encodes into TXT strings within the wire's limits, decodes back
 //! to the same value, and under its own instance name; what it refuses it says in one short
 //! line without control characters.
@@ -27,7 +27,12 @@ pub fn check(data: &[u8]) {
                 url.starts_with("https://") && url.len() <= MAX_AUTH_URL_LEN,
                 "{url}"
             );
-            assert!(!url.contains(['@', '?', '#']), "{url}");
+            assert!(!url.contains(['?', '#']), "{url}");
+            let authority = url["https://".len()..]
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            assert!(!authority.contains('@'), "{url}");
             assert!(!a.auth_url.host_port().0.is_empty(), "{url}");
             let txt = a.to_txt_strings();
             assert!(txt.iter().all(|s| s.len() <= MAX_TXT_STRING));
