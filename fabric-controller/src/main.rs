@@ -65,7 +65,8 @@ enum Cmd {
         pools: Vec<Ipv4Network>,
         /// This cluster's id (for discovery: announced, and never a peer of its own).
         #[arg(long, env = "FABRIC_CLUSTER_ID")]
-        cluster_id: Option<fabric_discovery::ClusterId>,
+        // Checked only when discovery needs it: IPAM alone never reads it.
+        cluster_id: Option<String>,
         #[command(flatten)]
         discovery: discovery::Args,
     },
@@ -224,7 +225,12 @@ async fn run() -> Result<()> {
         } => {
             let discovery = match (discovery.enabled(), cluster_id) {
                 (false, _) => None,
-                (true, Some(id)) => Some(discovery.settings(id)),
+                (true, Some(id)) => Some(
+                    discovery.settings(
+                        id.parse()
+                            .with_context(|| format!("--cluster-id / FABRIC_CLUSTER_ID {id:?}"))?,
+                    ),
+                ),
                 (true, None) => anyhow::bail!(
                     "discovery needs this cluster's id: --cluster-id or FABRIC_CLUSTER_ID"
                 ),
