@@ -72,6 +72,9 @@ pub mod annotation {
     /// On peering token Secrets: when the token stops being accepted (RFC 3339); absent:
     /// until rotated.
     pub const TOKEN_EXPIRES_AT: &str = "fabric.io/expires-at";
+    /// On a consumer's `Identity`: the pin (`sha256:<hex>`) of the provider's authentication
+    /// service, as the peer command gave it; renewals verify the service with it.
+    pub const AUTH_PIN: &str = "fabric.io/auth-pin";
 }
 
 pub mod finalizer {
