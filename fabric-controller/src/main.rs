@@ -156,6 +156,11 @@ enum Cmd {
         /// --tls-hosts when absent. Consumers pin it (`fabricctl generate peer-command`).
         #[arg(long, default_value = names::secret::AUTH_TLS)]
         tls_secret: String,
+        /// The CA (PEM file) consumers' client certificates chain to (the cluster's client CA,
+        /// e.g. `client-ca-file` of ConfigMap kube-system/extension-apiserver-authentication):
+        /// consumers renew their certificates with them. Without it, renewals are refused.
+        #[arg(long, env = "FABRIC_CLIENT_CA")]
+        client_ca: Option<PathBuf>,
         /// Names and addresses of the self-signed serving certificate, comma separated.
         #[arg(
             long,
@@ -329,6 +334,7 @@ async fn run() -> Result<()> {
             sign_timeout,
             tls_secret,
             tls_hosts,
+            client_ca,
         } => {
             anyhow::ensure!(
                 fabric_api::identity::is_dns_label(&cluster_id),
@@ -353,9 +359,22 @@ async fn run() -> Result<()> {
                 certificate_ttl,
                 sign_timeout,
             };
-            auth::run::run(service, listen, &tls_secret, &tls_hosts, limits)
-                .await
-                .context("authentication service")
+            let client_ca = client_ca
+                .map(|p| {
+                    std::fs::read_to_string(&p)
+                        .with_context(|| format!("reading --client-ca {}", p.display()))
+                })
+                .transpose()?;
+            auth::run::run(
+                service,
+                listen,
+                &tls_secret,
+                &tls_hosts,
+                client_ca.as_deref(),
+                limits,
+            )
+            .await
+            .context("authentication service")
         }
     }
 }

@@ -1,13 +1,15 @@
 //! A request to the authentication service (`fabric_sharing::auth`): what anyone who reaches
 //! the provider's HTTPS port can send, before any token is checked.
 //!
-//! Input: the request body. Checked: parsing never panics; a refusal carries a 4xx status
+//! Input: the request body (of an authentication, and of a renewal). Checked: parsing never panics; a refusal carries a 4xx status
 //! and a short one-line message; an accepted request has a DNS-label cluster id, a token and
 //! a CSR within their bounds and serializes back to the same request; the CSR check of an
 //! accepted request never panics either, and refuses with a 400 and a short message.
 
 use fabric_sharing::auth::{
-    protocol::{AuthRequest, CONTENT_TYPE, MAX_CSR, MAX_TOKEN, Reason, Refusal, parse_request},
+    protocol::{
+        AuthRequest, CONTENT_TYPE, MAX_CSR, MAX_TOKEN, Reason, Refusal, parse_renew, parse_request,
+    },
     validate::check_csr,
 };
 
@@ -18,6 +20,11 @@ fn short_line(r: &Refusal) {
 }
 
 pub fn check(data: &[u8]) {
+    // The renewal endpoint's parser, on the same bytes.
+    match parse_renew(Some(CONTENT_TYPE), data) {
+        Err(r) => short_line(&r),
+        Ok(req) => assert!(req.csr_pem.len() <= MAX_CSR),
+    }
     match parse_request(Some(CONTENT_TYPE), data) {
         Err(r) => short_line(&r),
         Ok(req) => {

@@ -80,6 +80,10 @@ impl AuthService {
             .arg("--api-server-ca")
             .arg(&ca)
             .args(["--tls-hosts", "127.0.0.1", "--certificate-ttl", "1h"])
+            // The cluster CA next to the serving certificate (kubelite's run dir): it signs
+            // the consumers' certificates, so renewals are verified against it.
+            .arg("--client-ca")
+            .arg(ca.with_file_name("ca.crt"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?);
         let mut child = ChildGuard(die_with_parent(&mut c).spawn()?);

@@ -398,6 +398,51 @@ async fn out_of_band_authentication() {
     .await;
     assert!(matches!(r, Err(ClientError::Handshake { .. })), "{r:?}");
     nothing_for(&p, "pinned").await;
+
+    renewal(&svc, &p, &c).await;
+}
+
+/// The consumer renews with its current certificate; without one, or once its tenant is
+/// removed, it cannot, and removing the tenant's RoleBinding revokes its access.
+async fn renewal(svc: &AuthService, p: &Client, c: &Client) {
+    let old = Api::<Secret>::namespaced(c.clone(), NS)
+        .get(&names::secret::identity("provider"))
+        .await
+        .unwrap();
+    let renewed = consumer::renew(c, NS, "provider").await.unwrap();
+    let old =
+        fabric_sharing::identity::parse(&fabric_sharing::identity::kubeconfig_of(&old).unwrap())
+            .unwrap();
+    assert_ne!(renewed.certificate_pem, old.certificate_pem);
+    let remote = fabric_sharing::identity::remote_client(c, NS, "provider")
+        .await
+        .unwrap();
+    let tenants = Api::<Tenant>::namespaced(remote, "fabric-tenant-consumer");
+    tenants.get("consumer").await.unwrap();
+
+    let csr = consumer::key_and_csr("consumer").unwrap().1;
+    let body = serde_json::to_vec(&serde_json::json!({ "csrPem": csr })).unwrap();
+    let (status, answer) = AuthServiceRef::of(svc)
+        .raw(
+            &format!(
+                "POST /v1/renew HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}",
+                body.len()
+            ),
+            &body,
+        )
+        .await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains("Unauthenticated"), "{answer}");
+
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(p.clone(), "fabric-tenant-consumer")
+        .delete(fabric_sharing::tenant::ROLE, &Default::default())
+        .await
+        .unwrap();
+    forbidden(tenants.get("consumer").await, "a removed tenant's identity");
+    match consumer::renew(c, NS, "provider").await {
+        Err(ClientError::Refused(r)) => assert_eq!(r.reason, Reason::Revoked, "{r:?}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 async fn read_answer(s: &mut (impl AsyncReadExt + Unpin)) -> (u16, String) {

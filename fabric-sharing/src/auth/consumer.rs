@@ -24,7 +24,10 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::{
-    protocol::{AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, Reason, Refusal},
+    protocol::{
+        AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, RENEW_PATH, Reason, Refusal,
+        RenewRequest,
+    },
     tls::{self, TlsError, Trust},
     validate,
 };
@@ -78,6 +81,14 @@ pub enum ClientError {
     WrongCertificate,
     #[error("storing the identity in this cluster: {0}")]
     Store(#[from] kube::Error),
+    #[error(
+        "the Identity records no pin of the authentication service: peer again with a new peer command"
+    )]
+    NoPin,
+    #[error(
+        "the identity's Secret holds no usable kubeconfig of a consumer: peer again with a new peer command"
+    )]
+    NoIdentity,
     #[error("the issued identity does not work on the provider's API server: {0}")]
     Verify(String),
 }
@@ -114,13 +125,15 @@ pub async fn send(
     trust: &Trust,
     request: &AuthRequest,
 ) -> Result<AuthResponse, ClientError> {
-    tokio::time::timeout(REQUEST_TIMEOUT, send_inner(auth_url, trust, request))
+    let config = tls::client_config(trust)?;
+    let fut = post(auth_url, config, PATH, serde_json::to_vec(request));
+    tokio::time::timeout(REQUEST_TIMEOUT, fut)
         .await
         .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
 }
 
-/// Where a request goes: the TLS connection to the service and the request's path and
-/// `Host`.
+/// Where a request goes: the TLS connection to the service, the URL's path prefix (the
+/// endpoints' paths follow it) and `Host`.
 pub struct Connection {
     pub stream: tokio_rustls::client::TlsStream<TcpStream>,
     pub path: String,
@@ -130,6 +143,13 @@ pub struct Connection {
 /// Connects to the service at `auth_url` (`https://host[:port][/prefix]`), trusting it as
 /// `trust` says.
 pub async fn connect(auth_url: &str, trust: &Trust) -> Result<Connection, ClientError> {
+    connect_with(auth_url, tls::client_config(trust)?).await
+}
+
+async fn connect_with(
+    auth_url: &str,
+    config: rustls::ClientConfig,
+) -> Result<Connection, ClientError> {
     let bad_url = || ClientError::BadUrl(auth_url.to_owned());
     let uri: Uri = auth_url.parse().map_err(|_| bad_url())?;
     if uri.scheme_str() != Some("https") {
@@ -149,7 +169,7 @@ pub async fn connect(auth_url: &str, trust: &Trust) -> Result<Connection, Client
             url: auth_url.to_owned(),
             source,
         })?;
-    let connector = TlsConnector::from(std::sync::Arc::new(tls::client_config(trust)?));
+    let connector = TlsConnector::from(std::sync::Arc::new(config));
     let stream = connector
         .connect(server_name, tcp)
         .await
@@ -159,20 +179,22 @@ pub async fn connect(auth_url: &str, trust: &Trust) -> Result<Connection, Client
         })?;
     Ok(Connection {
         stream,
-        path: format!("{}{PATH}", uri.path().trim_end_matches('/')),
+        path: uri.path().trim_end_matches('/').to_owned(),
         host: authority,
     })
 }
 
-async fn send_inner(
+async fn post(
     auth_url: &str,
-    trust: &Trust,
-    request: &AuthRequest,
+    config: rustls::ClientConfig,
+    endpoint: &str,
+    body: serde_json::Result<Vec<u8>>,
 ) -> Result<AuthResponse, ClientError> {
-    let Connection { stream, path, host } = connect(auth_url, trust).await?;
+    let Connection { stream, path, host } = connect_with(auth_url, config).await?;
+    let path = format!("{path}{endpoint}");
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     let conn = tokio::spawn(conn);
-    let body = serde_json::to_vec(request).expect("a request serializes");
+    let body = body.expect("a request serializes");
     let req = Request::post(path)
         .header(header::HOST, host)
         .header(header::CONTENT_TYPE, CONTENT_TYPE)
@@ -328,6 +350,16 @@ pub async fn store(
     );
     id.metadata.namespace = Some(namespace.to_owned());
     id.metadata.labels = Some([(names::label::REMOTE_CLUSTER.to_owned(), provider.clone())].into());
+    // Renewals verify the service as the first authentication did.
+    if let Trust::Pin(pin) = &command.trust {
+        id.metadata.annotations = Some(
+            [(
+                names::annotation::AUTH_PIN.to_owned(),
+                format!("sha256:{}", hex::encode(pin)),
+            )]
+            .into(),
+        );
+    }
     MANAGER.apply(&identities, &id).await?;
     MANAGER
         .apply_status(
@@ -376,6 +408,77 @@ pub async fn store(
             }),
         )
         .await
+}
+
+/// Renews the identity issued by `provider` (kept in `namespace`) before it expires: a new
+/// key and CSR, sent to the provider's authentication service over TLS authenticated by the
+/// current certificate, and the new identity stored as the first one was. The service is
+/// verified with the pin recorded at the first authentication.
+pub async fn renew(
+    local: &Client,
+    namespace: &str,
+    provider: &str,
+) -> Result<Credentials, ClientError> {
+    let identity = Api::<Identity>::namespaced(local.clone(), namespace)
+        .get(provider)
+        .await?;
+    let pin = identity
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::annotation::AUTH_PIN))
+        .ok_or(ClientError::NoPin)?;
+    let trust = Trust::Pin(tls::parse_pin(pin)?);
+    let secret = Api::<Secret>::namespaced(local.clone(), namespace)
+        .get(&identity.spec.secret_name)
+        .await?;
+    let current = identity::kubeconfig_of(&secret)
+        .ok_or(ClientError::NoIdentity)
+        .and_then(|k| identity::parse(&k).map_err(|_| ClientError::NoIdentity))?;
+    let consumer =
+        validate::consumer_of_pem(&current.certificate_pem).ok_or(ClientError::NoIdentity)?;
+    let (key, csr_pem) = key_and_csr(&consumer)?;
+    let config = {
+        use secrecy::ExposeSecret;
+        tls::client_config_with(
+            &trust,
+            Some((&current.certificate_pem, current.key_pem.expose_secret())),
+        )?
+    };
+    let fut = post(
+        &identity.spec.auth_url,
+        config,
+        RENEW_PATH,
+        serde_json::to_vec(&RenewRequest { csr_pem }),
+    );
+    let answer = tokio::time::timeout(REQUEST_TIMEOUT, fut)
+        .await
+        .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))??;
+    if answer.provider_cluster_id != provider {
+        return Err(ClientError::WrongProvider {
+            expected: provider.to_owned(),
+            answered: answer.provider_cluster_id,
+        });
+    }
+    if !certificate_is_for(&answer.certificate_pem, &key.subject_public_key_info()) {
+        return Err(ClientError::WrongCertificate);
+    }
+    let expiry = validate::certificate_expiry(&answer.certificate_pem);
+    let credentials = Credentials {
+        api_server_url: answer.api_server_url,
+        ca_pem: answer.ca_pem,
+        certificate_pem: answer.certificate_pem,
+        key_pem: key.serialize_pem().into(),
+        namespace: answer.tenant_namespace,
+    };
+    let command = OutOfBand {
+        auth_url: identity.spec.auth_url.clone(),
+        provider_id: provider.to_owned(),
+        token: String::new().into(),
+        trust,
+    };
+    store(local, namespace, &command, &credentials, expiry).await?;
+    Ok(credentials)
 }
 
 /// Reads this cluster's own `Tenant` on the provider with the issued identity.

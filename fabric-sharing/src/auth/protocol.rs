@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 /// Where the service takes requests (`POST`).
 pub const PATH: &str = "/v1/authenticate";
+/// Where a consumer renews its certificate (`POST`), authenticated by that certificate
+/// (TLS client authentication) instead of a token.
+pub const RENEW_PATH: &str = "/v1/renew";
 /// The only content type accepted and answered.
 pub const CONTENT_TYPE: &str = "application/json";
 /// Bodies larger than this are refused with 413 before they are read further: a CSR for a
@@ -45,6 +48,13 @@ impl fmt::Debug for AuthRequest {
     }
 }
 
+/// A renewal: a CSR for a new key; who asks is the TLS client certificate's subject.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RenewRequest {
+    pub csr_pem: String,
+}
+
 /// What the provider answers to a good request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -77,6 +87,10 @@ pub enum Reason {
     ExpiredToken,
     /// The consumer's cluster id is this provider's own (409).
     SameCluster,
+    /// A renewal without a valid client certificate of a consumer (401).
+    Unauthenticated,
+    /// A renewal by a consumer whose tenant was removed (403).
+    Revoked,
     /// Not `POST` (405).
     MethodNotAllowed,
     /// Not [`PATH`] (404).
@@ -97,7 +111,8 @@ impl Reason {
     pub fn status(self) -> u16 {
         match self {
             Reason::MalformedRequest | Reason::InvalidClusterId | Reason::InvalidCsr => 400,
-            Reason::InvalidToken | Reason::ExpiredToken => 401,
+            Reason::InvalidToken | Reason::ExpiredToken | Reason::Unauthenticated => 401,
+            Reason::Revoked => 403,
             Reason::NotFound => 404,
             Reason::MethodNotAllowed => 405,
             Reason::Timeout => 408,
@@ -177,6 +192,35 @@ pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequ
             "the token is not valid: ask the provider admin for a new peer command",
         ));
     }
+    if req.csr_pem.len() > MAX_CSR {
+        return Err(Refusal::new(
+            Reason::InvalidCsr,
+            format!("the CSR is larger than {MAX_CSR} bytes"),
+        ));
+    }
+    Ok(req)
+}
+
+/// Reads a renewal request (same rules as [`parse_request`]).
+pub fn parse_renew(content_type: Option<&str>, body: &[u8]) -> Result<RenewRequest, Refusal> {
+    if !is_json(content_type) {
+        return Err(Refusal::new(
+            Reason::UnsupportedMediaType,
+            format!("send the request as {CONTENT_TYPE}"),
+        ));
+    }
+    if body.len() > MAX_BODY {
+        return Err(too_large());
+    }
+    let req: RenewRequest = serde_json::from_slice(body).map_err(|e| {
+        Refusal::new(
+            Reason::MalformedRequest,
+            format!(
+                "the request is not a valid renewal request: {}",
+                printable(&e.to_string())
+            ),
+        )
+    })?;
     if req.csr_pem.len() > MAX_CSR {
         return Err(Refusal::new(
             Reason::InvalidCsr,

@@ -31,7 +31,8 @@ use kube::{
 use tracing::{info, warn};
 
 use super::{
-    protocol::{AuthRequest, AuthResponse, Reason, Refusal},
+    protocol::{AuthRequest, AuthResponse, Reason, Refusal, RenewRequest},
+    server::Call,
     token,
     validate::{self, TokenRecord},
 };
@@ -156,7 +157,7 @@ impl Service {
             .map_err(|e| internal("creating the tenant", e))?;
         let certificate_pem = self.sign(consumer, &req.csr_pem).await?;
         let expiry = validate::certificate_expiry(&certificate_pem);
-        self.record(consumer, &token.name, expiry)
+        self.record(consumer, &format!("peering token {}", token.name), expiry)
             .await
             .map_err(|e| internal("recording the tenant's status", e))?;
         Ok(AuthResponse {
@@ -164,6 +165,67 @@ impl Service {
             api_server_url: self.api_server_url.clone(),
             ca_pem: self.ca_pem.clone(),
             tenant_namespace: names::namespace::tenant(consumer),
+            provider_cluster_id: self.cluster_id.clone(),
+        })
+    }
+
+    /// Answers a call of the HTTPS edge.
+    pub async fn answer(&self, call: Call) -> Result<AuthResponse, Refusal> {
+        match call {
+            Call::Authenticate(req) => self.authenticate(&req).await,
+            Call::Renew {
+                client_cert,
+                request,
+            } => self.renew(client_cert.as_deref(), &request).await,
+        }
+    }
+
+    /// Renews the certificate of the consumer that `client_cert` (verified by TLS against
+    /// the client CA) names, while its tenant is there: removing the Tenant or its
+    /// RoleBinding revokes renewal as it revokes access.
+    pub async fn renew(
+        &self,
+        client_cert: Option<&[u8]>,
+        req: &RenewRequest,
+    ) -> Result<AuthResponse, Refusal> {
+        let consumer = client_cert
+            .and_then(validate::consumer_of)
+            .ok_or_else(|| {
+                Refusal::new(
+                    Reason::Unauthenticated,
+                    "a renewal is authenticated by the consumer's current, unexpired client \
+                     certificate from this provider; without one, peer again with a new peer command",
+                )
+            })?;
+        let ns = names::namespace::tenant(&consumer);
+        let tenant = Api::<Tenant>::namespaced(self.client.clone(), &ns)
+            .get_opt(&consumer)
+            .await
+            .map_err(|e| internal("reading the tenant", e))?;
+        let binding = Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
+            .get_opt(tenant::ROLE)
+            .await
+            .map_err(|e| internal("reading the tenant's RoleBinding", e))?;
+        if tenant.is_none() || binding.is_none() {
+            return Err(Refusal::new(
+                Reason::Revoked,
+                format!(
+                    "the provider removed tenant {consumer}: ask its admin for a new peer command"
+                ),
+            ));
+        }
+        validate::check_csr(&req.csr_pem, &consumer)?;
+        info!(consumer = %consumer, "renewing the consumer's certificate");
+        let certificate_pem = self.sign(&consumer, &req.csr_pem).await?;
+        let expiry = validate::certificate_expiry(&certificate_pem);
+        self.record(&consumer, "(renewal by certificate)", expiry)
+            .await
+            .map_err(|e| internal("recording the tenant's status", e))?;
+        Ok(AuthResponse {
+            certificate_pem,
+            api_server_url: self.api_server_url.clone(),
+            ca_pem: self.ca_pem.clone(),
+            tenant_namespace: ns,
             provider_cluster_id: self.cluster_id.clone(),
         })
     }
@@ -312,7 +374,7 @@ impl Service {
             condition::AUTHENTICATED,
             true,
             "Authenticated",
-            format!("authenticated with peering token {token}; certificate valid until {until}"),
+            format!("authenticated with {token}; certificate valid until {until}"),
             None,
             Timestamp::now(),
         );

@@ -105,26 +105,28 @@ pub async fn published_pin(client: &Client, namespace: &str) -> Result<Option<St
 }
 
 /// Serves `service` on `listen` with the certificate of Secret `tls_secret` until the task is
-/// dropped.
+/// dropped. With `client_ca` (the CA consumers' client certificates chain to: the cluster's
+/// client CA), consumers renew their certificates with them.
 pub async fn run(
     service: Service,
     listen: SocketAddr,
     tls_secret: &str,
     tls_hosts: &[String],
+    client_ca: Option<&str>,
     limits: Limits,
 ) -> Result<(), RunError> {
     let (cert, key) =
         serving_certificate(&service.client, &service.namespace, tls_secret, tls_hosts).await?;
     let pin = tls::pin_of_pem(&cert)?;
-    let config = Arc::new(tls::server_config(&cert, &key)?);
+    let config = Arc::new(tls::server_config(&cert, &key, client_ca)?);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| RunError::Listen(listen, e))?;
     info!(%listen, %pin, "authentication service listening");
     let service = Arc::new(service);
-    server::serve(listener, config, limits, move |req| {
+    server::serve(listener, config, limits, move |call| {
         let service = service.clone();
-        async move { service.authenticate(&req).await }
+        async move { service.answer(call).await }
     })
     .await;
     Ok(())

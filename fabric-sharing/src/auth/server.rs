@@ -2,7 +2,9 @@
 //! to other organizations needs. A connection gets a deadline for its TLS handshake, for its
 //! request headers and for its body (a client dribbling bytes is cut, with 408 when it got as
 //! far as the body), bodies over [`MAX_BODY`] are refused with 413 without being read, only
-//! `POST` [`PATH`] with JSON is served, and at most `max_connections` are served at once.
+//! `POST` [`PATH`] and [`RENEW_PATH`] with JSON are served, and at most `max_connections` are
+//! served at once. A client certificate is asked for but not required: a renewal presents
+//! the consumer's current one, verified by rustls against the CA it chains to.
 //! What to answer is the handler's business ([`super::provider::Service::authenticate`]).
 use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
 
@@ -15,9 +17,20 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
 use super::protocol::{
-    AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, Reason, Refusal, parse_request,
-    too_large,
+    AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, RENEW_PATH, Reason, Refusal,
+    RenewRequest, parse_renew, parse_request, too_large,
 };
+
+/// One request the service answers.
+#[derive(Debug)]
+pub enum Call {
+    Authenticate(AuthRequest),
+    /// `client_cert`: the TLS client certificate (DER), verified against the client CA.
+    Renew {
+        client_cert: Option<Vec<u8>>,
+        request: RenewRequest,
+    },
+}
 
 /// What the server tolerates from clients.
 #[derive(Debug, Clone, Copy)]
@@ -52,7 +65,7 @@ pub fn check_head(
     content_type: Option<&str>,
     content_length: Option<&str>,
 ) -> Result<(), Refusal> {
-    if path != PATH {
+    if path != PATH && path != RENEW_PATH {
         return Err(Refusal::new(
             Reason::NotFound,
             format!("no such endpoint; the authentication service answers POST {PATH}"),
@@ -61,7 +74,7 @@ pub fn check_head(
     if method != Method::POST {
         return Err(Refusal::new(
             Reason::MethodNotAllowed,
-            format!("use POST {PATH}"),
+            format!("use POST {path}"),
         ));
     }
     if !super::protocol::is_json(content_type) {
@@ -103,11 +116,12 @@ fn refusal_response(r: &Refusal) -> Response<Full<Bytes>> {
 
 async fn handle<H, F>(
     req: Request<hyper::body::Incoming>,
+    client_cert: Option<Vec<u8>>,
     handler: &H,
     limits: Limits,
 ) -> Response<Full<Bytes>>
 where
-    H: Fn(AuthRequest) -> F,
+    H: Fn(Call) -> F,
     F: Future<Output = Result<AuthResponse, Refusal>>,
 {
     let header = |name| {
@@ -126,6 +140,7 @@ where
     ) {
         return refusal_response(&r);
     }
+    let renew = req.uri().path() == RENEW_PATH;
     let body = Limited::new(req.into_body(), MAX_BODY);
     let bytes = match tokio::time::timeout(limits.body_timeout, body.collect()).await {
         Err(_) => {
@@ -148,11 +163,19 @@ where
         }
         Ok(Ok(b)) => b.to_bytes(),
     };
-    let request = match parse_request(content_type.as_deref(), &bytes) {
-        Ok(r) => r,
+    let call = if renew {
+        parse_renew(content_type.as_deref(), &bytes).map(|request| Call::Renew {
+            client_cert,
+            request,
+        })
+    } else {
+        parse_request(content_type.as_deref(), &bytes).map(Call::Authenticate)
+    };
+    let call = match call {
+        Ok(c) => c,
         Err(r) => return refusal_response(&r),
     };
-    match handler(request).await {
+    match handler(call).await {
         Ok(answer) => json_response(
             200,
             serde_json::to_string(&answer).expect("an answer serializes"),
@@ -168,7 +191,7 @@ pub async fn serve<H, F>(
     limits: Limits,
     handler: H,
 ) where
-    H: Fn(AuthRequest) -> F + Send + Sync + 'static,
+    H: Fn(Call) -> F + Send + Sync + 'static,
     F: Future<Output = Result<AuthResponse, Refusal>> + Send + 'static,
 {
     let handler = Arc::new(handler);
@@ -203,9 +226,16 @@ pub async fn serve<H, F>(
                         return;
                     }
                 };
+            let client_cert = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.as_ref().to_vec());
             let service = service_fn(move |req| {
                 let handler = handler.clone();
-                async move { Ok::<_, Infallible>(handle(req, &*handler, limits).await) }
+                let client_cert = client_cert.clone();
+                async move { Ok::<_, Infallible>(handle(req, client_cert, &*handler, limits).await) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())

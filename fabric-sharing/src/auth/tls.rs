@@ -29,6 +29,8 @@ pub enum TlsError {
     Pem(#[from] rustls::pki_types::pem::Error),
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
+    #[error("the client CA: {0}")]
+    ClientCa(String),
     #[error("generating the certificate: {0}")]
     Generate(#[from] rcgen::Error),
 }
@@ -76,18 +78,40 @@ pub fn self_signed(hosts: &[String]) -> Result<(String, String), TlsError> {
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-/// The server side: serves `cert_pem` (chain) with `key_pem`, HTTP/1.1 only.
-pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<rustls::ServerConfig, TlsError> {
+/// The server side: serves `cert_pem` (chain) with `key_pem`, HTTP/1.1 only. With
+/// `client_ca` (PEM), a client certificate chaining to it is asked for (renewals) but not
+/// required (first authentication, with a token).
+pub fn server_config(
+    cert_pem: &str,
+    key_pem: &str,
+    client_ca: Option<&str>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let certs =
         CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
     if certs.is_empty() {
         return Err(TlsError::NoCertificate);
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(cert?)?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots.into(),
+                provider(),
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -103,16 +127,23 @@ pub enum Trust {
 
 /// The client side for `trust`.
 pub fn client_config(trust: &Trust) -> Result<rustls::ClientConfig, TlsError> {
+    client_config_with(trust, None)
+}
+
+/// The client side for `trust`, presenting `identity` (certificate and key PEM) when given.
+pub fn client_config_with(
+    trust: &Trust,
+    identity: Option<(&str, &str)>,
+) -> Result<rustls::ClientConfig, TlsError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?;
-    let mut config = match trust {
+    let builder = match trust {
         Trust::Pin(pin) => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(PinVerifier {
                 pin: *pin,
                 provider: provider(),
-            }))
-            .with_no_client_auth(),
+            })),
         Trust::Ca(pem) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
@@ -121,7 +152,16 @@ pub fn client_config(trust: &Trust) -> Result<rustls::ClientConfig, TlsError> {
             if roots.is_empty() {
                 return Err(TlsError::NoCertificate);
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder.with_root_certificates(roots)
+        }
+    };
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert_pem, key_pem)) => {
+            let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()?;
+            let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
+            builder.with_client_auth_cert(certs, key)?
         }
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -214,7 +254,8 @@ mod tests {
         ] {
             assert!(parse_pin(bad).is_err(), "{bad}");
         }
-        server_config(&cert, &key).unwrap();
+        server_config(&cert, &key, None).unwrap();
+        server_config(&cert, &key, Some(&cert)).unwrap();
         client_config(&Trust::Pin(bytes)).unwrap();
         client_config(&Trust::Ca(cert)).unwrap();
         assert!(client_config(&Trust::Ca(String::new())).is_err());

@@ -192,6 +192,30 @@ pub fn certificate_expiry(pem: &str) -> Option<Timestamp> {
     Timestamp::from_second(cert.validity().not_after.timestamp()).ok()
 }
 
+/// [`consumer_of`] the first certificate of a PEM.
+pub fn consumer_of_pem(pem: &str) -> Option<String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    consumer_of(&pem.contents)
+}
+
+/// The consumer a client certificate (DER, already verified against the client CA) names:
+/// CN [`names::user::consumer`]`(id)` with O [`names::user::CONSUMERS_GROUP`] among its
+/// groups, and a DNS-label id.
+pub fn consumer_of(cert_der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
+    let subject = cert.subject();
+    let mut cns = subject.iter_common_name();
+    let cn = cns.next()?.as_str().ok()?;
+    if cns.next().is_some() {
+        return None;
+    }
+    let in_group = subject
+        .iter_organization()
+        .any(|o| o.as_str() == Ok(names::user::CONSUMERS_GROUP));
+    let id = cn.strip_prefix(&names::user::consumer(""))?;
+    (in_group && fabric_api::identity::is_dns_label(id)).then(|| id.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -326,6 +350,29 @@ mod tests {
             )])),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_client_certificate_names_its_consumer() {
+        let key = KeyPair::generate().unwrap();
+        let cert = |dn: &[(DnType, String)]| {
+            let mut p = CertificateParams::default();
+            p.distinguished_name = DistinguishedName::new();
+            for (t, v) in dn {
+                p.distinguished_name.push(t.clone(), v.as_str());
+            }
+            p.self_signed(&key).unwrap().der().to_vec()
+        };
+        assert_eq!(
+            consumer_of(&cert(&good_dn("alpha"))).as_deref(),
+            Some("alpha")
+        );
+        assert_eq!(consumer_of(&cert(&good_dn("alpha")[..1])), None, "no group");
+        let mut admin = good_dn("alpha");
+        admin[0].1 = "kubelite-admin".to_owned();
+        assert_eq!(consumer_of(&cert(&admin)), None);
+        assert_eq!(consumer_of(&cert(&good_dn("Not_A_Label"))), None);
+        assert_eq!(consumer_of(b"garbage"), None);
     }
 
     #[test]
