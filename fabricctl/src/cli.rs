@@ -49,6 +49,14 @@ pub enum Cmd {
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// This cluster and the clusters it knows, each module of each peering (authentication,
+    /// network, resources, virtual node) at a glance; `info peer [ID]` for one peer in detail.
+    Info {
+        #[command(subcommand)]
+        what: Option<InfoCmd>,
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
+        output: Output,
+    },
     /// What the fabric programmed on this machine (run it on a node or gateway host).
     #[command(subcommand)]
     Network(NetworkCmd),
@@ -104,6 +112,15 @@ pub enum TokenCmd {
     /// Revoke every peering token (commands printed before are refused from then on) and
     /// create a new standing one.
     Rotate,
+}
+
+#[derive(Subcommand)]
+pub enum InfoCmd {
+    /// One peer (or every known one): authentication, network, resources and virtual node.
+    Peer {
+        /// The peer's cluster id (default: every known peer).
+        id: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -179,6 +196,14 @@ mod tests {
             }
         ));
         assert!(Cli::try_parse_from(["fabricctl", "peer"]).is_err());
+        let cli = Cli::try_parse_from(["fabricctl", "info", "peer", "b", "-o", "yaml"]).unwrap();
+        assert!(matches!(
+            cli.cmd,
+            Cmd::Info {
+                what: Some(InfoCmd::Peer { id: Some(_) }),
+                output: Output::Yaml
+            }
+        ));
     }
 
     #[test]

@@ -16,10 +16,11 @@ use kube::{
 mod auth;
 mod cli;
 mod dump;
+mod info;
 mod peer;
 mod status;
 
-use cli::{Cli, Cmd, GenerateCmd, NetworkCmd, PeerFlow, TokenCmd};
+use cli::{Cli, Cmd, GenerateCmd, InfoCmd, NetworkCmd, PeerFlow, TokenCmd};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -95,6 +96,11 @@ async fn run(cli: Cli) -> Result<()> {
             peer::unpeer(local, remote, ns, Duration::from_secs(timeout_secs)).await
         }
         Cmd::Status { output } => status::status(&local, ns, output).await,
+        Cmd::Info { what: None, output } => info::info(&local, ns, output).await,
+        Cmd::Info {
+            what: Some(InfoCmd::Peer { id }),
+            output,
+        } => info::info_peer(&local, ns, id.as_deref(), output).await,
         Cmd::Network(_) => unreachable!("handled before the runtime starts"),
         Cmd::Generate(GenerateCmd::PeerCommand { auth_url, ttl }) => {
             auth::generate_peer_command(local, ns, &auth_url, ttl).await
