@@ -15,3 +15,23 @@ pub(crate) const DNS_LABEL: &str =
 pub(crate) const WG_KEY: &str = "self.matches('^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$')";
 pub(crate) const IMMUTABLE: &str = "self == oldSelf";
 pub(crate) const HTTPS_URL: &str = "isURL(self) && url(self).getScheme() == 'https'";
+
+/// An object the API server keeps as it comes (no field-by-field schema): for embedded
+/// Kubernetes types that the API server validates where they are used.
+pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// A list of such objects.
+pub(crate) fn preserve_unknown_array(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": true,
+        },
+    })
+}

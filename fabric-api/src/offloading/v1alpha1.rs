@@ -1,10 +1,12 @@
 //! `offloading.fabric.io/v1alpha1`: `VirtualNode` (consumer), the spec of one virtual kubelet
-//! and the Node it registers for a provider.
+//! and the Node it registers for a provider; `ShadowPod` (provider), a consumer's pod to run
+//! here, written with the consumer's identity, status from the provider.
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
+    api::core::v1::{ContainerStatus, PodCondition, PodSpec},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    apimachinery::pkg::apis::meta::v1::Condition,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -80,7 +82,121 @@ pub struct VirtualNodeStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The condition types of a ShadowPod (beside the real pod's own, copied in
+/// `status.podConditions`).
+pub mod shadow_pod_condition {
+    /// The real pod exists: reason `Created`, `Recreated` (it had vanished and was made
+    /// again), `Finished` (it ended and is never revived), or a refusal (`Invalid`,
+    /// `Forbidden`, `QuotaExceeded`) whose message is the API server's.
+    pub const POD_CREATED: &str = "PodCreated";
+}
+
+/// The home of an offloaded pod: the consumer's pod it stands for.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HomePod {
+    #[schemars(length(max = 63))]
+    pub namespace: String,
+    #[schemars(length(max = 253))]
+    pub name: String,
+    #[schemars(length(max = 64))]
+    pub uid: String,
+}
+
+/// What the real pod is made of: the forged pod's metadata and spec.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplate {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub annotations: BTreeMap<String, String>,
+    /// The PodSpec. Not described field by field in the CRD: its schema would be most of the
+    /// CRD's size and would freeze the pod fields at this release's Kubernetes version, while
+    /// the provider's API server validates the spec anyway when the real pod is created (a
+    /// refusal there shows in the `PodCreated` condition).
+    #[schemars(schema_with = "crate::cel::preserve_unknown_object")]
+    pub spec: PodSpec,
+}
+
+/// A consumer's pod to run on this (provider) cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "offloading.fabric.io",
+    version = "v1alpha1",
+    kind = "ShadowPod",
+    doc = "A consumer's pod to run on this cluster: the provider's ShadowPod controller creates and owns the real pod of the same name and namespace.",
+    namespaced,
+    status = "ShadowPodStatus",
+    shortname = "shpod",
+    category = "fabric",
+    printcolumn = r#"{"name":"Consumer","type":"string","jsonPath":".spec.clusterId"}"#,
+    printcolumn = r#"{"name":"Home","type":"string","jsonPath":".spec.home.name"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"IP","type":"string","jsonPath":".status.podIP"}"#,
+    printcolumn = r#"{"name":"Recreations","type":"integer","jsonPath":".status.recreations"}"#,
+    printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.conditions[?(@.type==\"PodCreated\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowPodSpec {
+    /// The consumer's cluster id.
+    #[x_kube(
+        validation = Rule::new(DNS_LABEL).message("must be a DNS label"),
+        validation = Rule::new(IMMUTABLE).message("is immutable")
+    )]
+    #[schemars(length(max = 63))]
+    pub cluster_id: String,
+    /// The consumer's pod this one stands for.
+    #[x_kube(validation = Rule::new(IMMUTABLE).message("is immutable"))]
+    pub home: HomePod,
+    /// The pod to run, forged once by the consumer's virtual kubelet.
+    pub pod: PodTemplate,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowPodStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The real pod's phase (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The real pod's uid: a new one means it was re-created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The real pod's IP in this cluster (the consumer translates it through its remap).
+    #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+    #[serde(default, rename = "podIPs", skip_serializing_if = "Vec::is_empty")]
+    pub pod_ips: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// The real pod's conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_conditions: Vec<PodCondition>,
+    /// The real pod's container statuses (as the provider's Kubernetes version writes them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::cel::preserve_unknown_array")]
+    pub container_statuses: Vec<ContainerStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::cel::preserve_unknown_array")]
+    pub init_container_statuses: Vec<ContainerStatus>,
+    /// How many times the real pod was created again after it vanished while not finished.
+    #[serde(default)]
+    pub recreations: u32,
+    /// See [`shadow_pod_condition`].
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
 /// Every CRD of this group version.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![VirtualNode::crd()]
+    vec![VirtualNode::crd(), ShadowPod::crd()]
 }
