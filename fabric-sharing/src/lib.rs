@@ -3,4 +3,5 @@
 //! ([`identity`]), and the controllers that build on it.
 pub mod auth;
 pub mod identity;
+pub mod shadowpod;
 pub mod tenant;

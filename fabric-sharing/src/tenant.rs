@@ -51,8 +51,8 @@ const MANAGE: &[&str] = &[
 const READ: &[&str] = &["get", "list", "watch"];
 
 /// What the consumer may do in its tenant namespace: write the spec of what crosses from it
-/// (its network parameters, its resource requests) and read the provider's answers (their
-/// status) and its own Tenant.
+/// (its network parameters, its resource requests, its ShadowPods) and read the provider's
+/// answers (their status) and its own Tenant.
 pub fn role(consumer: &str) -> Role {
     Role {
         metadata: ObjectMeta {
@@ -79,6 +79,9 @@ pub fn role(consumer: &str) -> Role {
                 READ,
             ),
             rule(fabric_api::authentication::GROUP, &["tenants"], READ),
+            // Its pods to run here; the provider's controller writes their status.
+            rule(fabric_api::offloading::GROUP, &["shadowpods"], MANAGE),
+            rule(fabric_api::offloading::GROUP, &["shadowpods/status"], READ),
         ]),
     }
 }
@@ -138,5 +141,23 @@ mod tests {
                     .any(|v| v == "*" || v == "escalate" || v == "bind")
             );
         }
+    }
+
+    #[test]
+    fn the_consumer_writes_shadowpods_but_only_reads_their_status() {
+        let rules = role("alpha").rules.unwrap();
+        let verbs = |resource: &str| -> Vec<String> {
+            rules
+                .iter()
+                .filter(|r| {
+                    r.api_groups.as_deref() == Some(&[fabric_api::offloading::GROUP.to_owned()])
+                })
+                .filter(|r| r.resources.as_ref().unwrap().iter().any(|x| x == resource))
+                .flat_map(|r| r.verbs.clone())
+                .collect()
+        };
+        assert!(verbs("shadowpods").contains(&"create".to_owned()));
+        assert!(verbs("shadowpods").contains(&"delete".to_owned()));
+        assert_eq!(verbs("shadowpods/status"), READ);
     }
 }

@@ -1,0 +1,452 @@
+//! The ShadowPod a consumer's pod becomes: a pure function of the pod, the provider's offer and
+//! its policy, called once by the virtual kubelet when the pod is bound to its node.
+//!
+//! - `nodeName` cleared: the provider's scheduler places the real pod.
+//! - Scheduling constraints (node selector, affinity, topology spread, scheduler and priority
+//!   class names, all meaningful only at home) replaced by the offer's node selector and
+//!   tolerations; the virtual node's own toleration is never carried over, so a provider that
+//!   is itself a consumer cannot bounce the pod onward (no offloading loops).
+//! - Host namespaces, privileged containers and hostPath volumes refused unless the provider's
+//!   policy allows them: they would reach the provider's nodes themselves.
+//! - No service account: `automountServiceAccountToken` false, the name cleared and the token
+//!   volumes the consumer's admission injected removed (they would be filled with a token
+//!   of the provider's `default` account); tokens come with the reflection issue.
+use std::collections::BTreeMap;
+
+use fabric_api::{
+    names::{label, taint},
+    offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec},
+};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Toleration};
+
+/// What the provider offers the consumer's pods: where they may run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Offer {
+    /// Node selector of every real pod (the provider's nodes lent to this consumer).
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of every real pod.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// What the provider lets offloaded pods do on its nodes; everything off by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub host_network: bool,
+    pub host_pid: bool,
+    pub host_ipc: bool,
+    pub privileged: bool,
+    pub host_path: bool,
+}
+
+/// Why a pod cannot be offloaded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Refusal {
+    #[error("the pod has no {0}")]
+    Incomplete(&'static str),
+    #[error("hostNetwork is not allowed on this provider")]
+    HostNetwork,
+    #[error("hostPID is not allowed on this provider")]
+    HostPid,
+    #[error("hostIPC is not allowed on this provider")]
+    HostIpc,
+    #[error("container {0:?} is privileged, which this provider does not allow")]
+    Privileged(String),
+    #[error("volume {0:?} is a hostPath, which this provider does not allow")]
+    HostPath(String),
+}
+
+/// The ShadowPod spec of `pod` (of consumer `consumer`), or why it cannot run on this provider.
+pub fn forge(
+    pod: &Pod,
+    consumer: &str,
+    offer: &Offer,
+    policy: &Policy,
+) -> Result<ShadowPodSpec, Refusal> {
+    let meta = &pod.metadata;
+    let home = HomePod {
+        namespace: meta
+            .namespace
+            .clone()
+            .ok_or(Refusal::Incomplete("namespace"))?,
+        name: meta.name.clone().ok_or(Refusal::Incomplete("name"))?,
+        uid: meta.uid.clone().ok_or(Refusal::Incomplete("uid"))?,
+    };
+    let mut spec = pod.spec.clone().ok_or(Refusal::Incomplete("spec"))?;
+    check(&spec, policy)?;
+
+    spec.node_name = None;
+    spec.node_selector = (!offer.node_selector.is_empty()).then(|| offer.node_selector.clone());
+    spec.affinity = None;
+    spec.topology_spread_constraints = None;
+    spec.scheduler_name = None;
+    spec.priority_class_name = None;
+    spec.priority = None;
+    spec.preemption_policy = None;
+    let tolerations: Vec<Toleration> = offer
+        .tolerations
+        .iter()
+        .filter(|t| t.key.as_deref() != Some(taint::VIRTUAL_NODE))
+        .cloned()
+        .collect();
+    spec.tolerations = (!tolerations.is_empty()).then_some(tolerations);
+
+    #[allow(deprecated)]
+    {
+        spec.service_account = None;
+    }
+    spec.service_account_name = None;
+    spec.automount_service_account_token = Some(false);
+    drop_token_volumes(&mut spec);
+    // Debugging containers are added through their own subresource, never at creation.
+    spec.ephemeral_containers = None;
+
+    let mut labels = meta.labels.clone().unwrap_or_default();
+    labels.insert(label::REMOTE_CLUSTER.to_owned(), consumer.to_owned());
+    Ok(ShadowPodSpec {
+        cluster_id: consumer.to_owned(),
+        home,
+        pod: PodTemplate {
+            labels,
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            spec,
+        },
+    })
+}
+
+fn check(spec: &PodSpec, policy: &Policy) -> Result<(), Refusal> {
+    if spec.host_network == Some(true) && !policy.host_network {
+        return Err(Refusal::HostNetwork);
+    }
+    if spec.host_pid == Some(true) && !policy.host_pid {
+        return Err(Refusal::HostPid);
+    }
+    if spec.host_ipc == Some(true) && !policy.host_ipc {
+        return Err(Refusal::HostIpc);
+    }
+    if !policy.privileged {
+        let privileged = |c: &Container| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false)
+        };
+        let containers = spec.containers.iter();
+        let init = spec.init_containers.iter().flatten();
+        if let Some(c) = containers.chain(init).find(|c| privileged(c)) {
+            return Err(Refusal::Privileged(c.name.clone()));
+        }
+    }
+    if !policy.host_path
+        && let Some(v) = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.host_path.is_some())
+    {
+        return Err(Refusal::HostPath(v.name.clone()));
+    }
+    Ok(())
+}
+
+/// Removes the projected service-account token volumes (`kube-api-access-*` as admission
+/// injects them) and their mounts.
+fn drop_token_volumes(spec: &mut PodSpec) {
+    let Some(volumes) = spec.volumes.as_mut() else {
+        return;
+    };
+    let mut dropped = Vec::new();
+    volumes.retain(|v| {
+        let token = v.projected.as_ref().is_some_and(|p| {
+            p.sources
+                .iter()
+                .flatten()
+                .any(|s| s.service_account_token.is_some())
+        });
+        if token {
+            dropped.push(v.name.clone());
+        }
+        !token
+    });
+    if volumes.is_empty() {
+        spec.volumes = None;
+    }
+    if dropped.is_empty() {
+        return;
+    }
+    let unmount = |c: &mut Container| {
+        if let Some(mounts) = c.volume_mounts.as_mut() {
+            mounts.retain(|m| !dropped.contains(&m.name));
+            if mounts.is_empty() {
+                c.volume_mounts = None;
+            }
+        }
+    };
+    spec.containers.iter_mut().for_each(unmount);
+    spec.init_containers.iter_mut().flatten().for_each(unmount);
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        Affinity, HostPathVolumeSource, NodeAffinity, ProjectedVolumeSource, SecurityContext,
+        Volume, VolumeMount, VolumeProjection,
+    };
+    use kube::api::ObjectMeta;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "web", "namespace": "shop", "uid": "u-1",
+                "labels": {"app": "web"}, "annotations": {"note": "kept"},
+            },
+            "spec": {
+                "nodeName": "fabric-provider",
+                "nodeSelector": {"kubernetes.io/hostname": "fabric-provider"},
+                "schedulerName": "home-scheduler",
+                "priorityClassName": "home-high",
+                "serviceAccountName": "web",
+                "containers": [{
+                    "name": "main", "image": "echo",
+                    "resources": {"requests": {"cpu": "100m"}},
+                    "volumeMounts": [
+                        {"name": "data", "mountPath": "/data"},
+                        {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                    ],
+                }],
+                "volumes": [
+                    {"name": "data", "emptyDir": {}},
+                    {"name": "kube-api-access-x", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token"}},
+                    ]}},
+                ],
+                "tolerations": [
+                    {"key": taint::VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"},
+                    {"key": "home-only", "operator": "Exists"},
+                ],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn offer() -> Offer {
+        Offer {
+            node_selector: BTreeMap::from([("pool".into(), "lent".into())]),
+            tolerations: vec![Toleration {
+                key: Some("lent".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }],
+        }
+    }
+
+    fn forged(pod: &Pod) -> Result<ShadowPodSpec, Refusal> {
+        forge(pod, "alpha", &offer(), &Policy::default())
+    }
+
+    #[test]
+    fn the_home_pod_and_consumer_are_recorded() {
+        let s = forged(&pod()).unwrap();
+        assert_eq!(s.cluster_id, "alpha");
+        assert_eq!(
+            s.home,
+            HomePod {
+                namespace: "shop".into(),
+                name: "web".into(),
+                uid: "u-1".into()
+            }
+        );
+        assert_eq!(s.pod.labels["app"], "web");
+        assert_eq!(s.pod.labels[label::REMOTE_CLUSTER], "alpha");
+        assert_eq!(s.pod.annotations["note"], "kept");
+        let resources = s.pod.spec.containers[0].resources.as_ref().unwrap();
+        assert_eq!(resources.requests.as_ref().unwrap()["cpu"].0, "100m");
+    }
+
+    #[test]
+    fn scheduling_is_the_offers() {
+        let mut p = pod();
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            node_affinity: Some(NodeAffinity::default()),
+            ..Default::default()
+        });
+        let s = forged(&p).unwrap().pod.spec;
+        assert_eq!(s.node_name, None);
+        assert_eq!(s.node_selector, Some(offer().node_selector));
+        assert_eq!(s.affinity, None);
+        assert_eq!(s.scheduler_name, None);
+        assert_eq!(s.priority_class_name, None);
+        let keys: Vec<_> = s.tolerations.unwrap().into_iter().map(|t| t.key).collect();
+        assert_eq!(
+            keys,
+            vec![Some("lent".to_owned())],
+            "home tolerations dropped"
+        );
+    }
+
+    #[test]
+    fn the_virtual_node_toleration_never_crosses() {
+        let mut o = offer();
+        o.tolerations.push(Toleration {
+            key: Some(taint::VIRTUAL_NODE.into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        });
+        let s = forge(&pod(), "alpha", &o, &Policy::default()).unwrap();
+        let tolerations = s.pod.spec.tolerations.unwrap();
+        assert!(
+            tolerations
+                .iter()
+                .all(|t| t.key.as_deref() != Some(taint::VIRTUAL_NODE))
+        );
+        let bare = Offer::default();
+        let s = forge(&pod(), "alpha", &bare, &Policy::default()).unwrap();
+        assert_eq!(s.pod.spec.tolerations, None);
+        assert_eq!(s.pod.spec.node_selector, None);
+    }
+
+    #[test]
+    fn no_service_account_token_reaches_the_provider() {
+        let s = forged(&pod()).unwrap().pod.spec;
+        assert_eq!(s.automount_service_account_token, Some(false));
+        assert_eq!(s.service_account_name, None);
+        let volumes: Vec<_> = s.volumes.unwrap().into_iter().map(|v| v.name).collect();
+        assert_eq!(volumes, vec!["data"]);
+        let mounts: Vec<_> = s.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(mounts, vec!["data"]);
+    }
+
+    #[test]
+    fn host_namespaces_are_refused_unless_allowed() {
+        type Set = fn(&mut PodSpec);
+        let cases: [(Set, Refusal, Policy); 3] = [
+            (
+                |s| s.host_network = Some(true),
+                Refusal::HostNetwork,
+                Policy {
+                    host_network: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                |s| s.host_pid = Some(true),
+                Refusal::HostPid,
+                Policy {
+                    host_pid: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                |s| s.host_ipc = Some(true),
+                Refusal::HostIpc,
+                Policy {
+                    host_ipc: true,
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (set, refusal, allowing) in cases {
+            let mut p = pod();
+            set(p.spec.as_mut().unwrap());
+            assert_eq!(forged(&p), Err(refusal));
+            assert!(forge(&p, "alpha", &offer(), &allowing).is_ok());
+        }
+    }
+
+    #[test]
+    fn privileged_containers_are_refused_unless_allowed() {
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        let mut init = spec.containers[0].clone();
+        init.name = "setup".into();
+        init.volume_mounts = None;
+        init.security_context = Some(SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        });
+        spec.init_containers = Some(vec![init]);
+        assert_eq!(forged(&p), Err(Refusal::Privileged("setup".into())));
+        let allowing = Policy {
+            privileged: true,
+            ..Default::default()
+        };
+        assert!(forge(&p, "alpha", &offer(), &allowing).is_ok());
+    }
+
+    #[test]
+    fn host_paths_are_refused_unless_allowed() {
+        let mut p = pod();
+        p.spec
+            .as_mut()
+            .unwrap()
+            .volumes
+            .as_mut()
+            .unwrap()
+            .push(Volume {
+                name: "root".into(),
+                host_path: Some(HostPathVolumeSource {
+                    path: "/".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        assert_eq!(forged(&p), Err(Refusal::HostPath("root".into())));
+        let allowing = Policy {
+            host_path: true,
+            ..Default::default()
+        };
+        let s = forge(&p, "alpha", &offer(), &allowing).unwrap();
+        assert_eq!(s.pod.spec.volumes.unwrap().len(), 2, "data and root");
+    }
+
+    #[test]
+    fn a_pod_without_identity_or_spec_is_refused() {
+        let mut p = pod();
+        p.metadata.uid = None;
+        assert_eq!(forged(&p), Err(Refusal::Incomplete("uid")));
+        let p = Pod {
+            metadata: ObjectMeta {
+                name: Some("x".into()),
+                namespace: Some("y".into()),
+                uid: Some("z".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(forged(&p), Err(Refusal::Incomplete("spec")));
+    }
+
+    #[test]
+    fn only_token_projections_are_dropped() {
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        spec.volumes.as_mut().unwrap().push(Volume {
+            name: "config".into(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![VolumeProjection::default()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        spec.containers[0]
+            .volume_mounts
+            .as_mut()
+            .unwrap()
+            .push(VolumeMount {
+                name: "config".into(),
+                mount_path: "/config".into(),
+                ..Default::default()
+            });
+        let s = forged(&p).unwrap().pod.spec;
+        let volumes: Vec<_> = s.volumes.unwrap().into_iter().map(|v| v.name).collect();
+        assert_eq!(volumes, vec!["data", "config"]);
+    }
+}
