@@ -7,7 +7,7 @@ use fabric_api::{
     names::label,
     networking::v1alpha1::{
         ClusterCidrs, Configuration, ConfigurationSpec, Endpoint, GatewayClient, GatewayClientSpec,
-        GatewayServer, GatewayServerSpec, PublicKey, PublicKeySpec, ServiceType,
+        GatewayServer, GatewayServerSpec, PeerNetworkParams, PublicKey, PublicKeySpec, ServiceType,
     },
 };
 use kube::api::ObjectMeta;
@@ -77,24 +77,76 @@ pub fn peer_selector(peer: &str) -> String {
     format!("{}={peer}", label::PEER)
 }
 
+/// A cluster's side of a peering as the other side learns it over the sharing layer's
+/// negotiation (a `PeeringNetwork`): id, real CIDRs, gateway key and where it listens.
+pub fn params(m: Member<'_>) -> PeerNetworkParams {
+    PeerNetworkParams {
+        cluster_id: m.cluster.cluster_id.clone(),
+        cidrs: cidrs(m.cluster),
+        public_key: m.gateway.public_key.clone(),
+        endpoint: Some(endpoint(m.gateway.endpoint)),
+    }
+}
+
+fn endpoint(ep: SocketAddr) -> Endpoint {
+    Endpoint {
+        addresses: vec![ep.ip().to_string()],
+        port: i32::from(ep.port()),
+    }
+}
+
+/// The first address of an endpoint with its port, if it is one.
+pub fn endpoint_addr(e: &Endpoint) -> Option<SocketAddr> {
+    let ip = e.addresses.first()?.parse().ok()?;
+    Some(SocketAddr::new(ip, u16::try_from(e.port).ok()?))
+}
+
+/// What a cluster holds about a peer it knows by its negotiated parameters: a client dialing
+/// `dial`, or else a server listening on `own_port`. The same objects as [`plan`] makes.
+pub fn objects_for(
+    peer: &PeerNetworkParams,
+    dial: Option<SocketAddr>,
+    own_port: u16,
+) -> PeerObjects {
+    objects(
+        &peer.cluster_id,
+        peer.cidrs.clone(),
+        &peer.public_key,
+        dial,
+        own_port,
+    )
+}
+
 /// What a cluster holds about `there`: a client dialing `dial`, or else a server listening on
 /// `own_port` (the port this cluster's gateway advertises).
 fn peer_objects(there: Member<'_>, dial: Option<SocketAddr>, own_port: u16) -> PeerObjects {
-    let id = &there.cluster.cluster_id;
+    objects(
+        &there.cluster.cluster_id,
+        cidrs(there.cluster),
+        &there.gateway.public_key,
+        dial,
+        own_port,
+    )
+}
+
+fn objects(
+    id: &str,
+    remote: ClusterCidrs,
+    public_key: &str,
+    dial: Option<SocketAddr>,
+    own_port: u16,
+) -> PeerObjects {
     let meta = || ObjectMeta {
-        name: Some(id.clone()),
-        labels: Some(BTreeMap::from([(label::PEER.to_owned(), id.clone())])),
+        name: Some(id.to_owned()),
+        labels: Some(BTreeMap::from([(label::PEER.to_owned(), id.to_owned())])),
         ..Default::default()
     };
     let gateway = match dial {
         Some(ep) => GatewayRole::Client(GatewayClient {
             metadata: meta(),
             spec: GatewayClientSpec {
-                cluster_id: id.clone(),
-                endpoint: Endpoint {
-                    addresses: vec![ep.ip().to_string()],
-                    port: i32::from(ep.port()),
-                },
+                cluster_id: id.to_owned(),
+                endpoint: endpoint(ep),
                 mtu: TUNNEL_MTU,
             },
             status: None,
@@ -102,7 +154,7 @@ fn peer_objects(there: Member<'_>, dial: Option<SocketAddr>, own_port: u16) -> P
         None => GatewayRole::Server(GatewayServer {
             metadata: meta(),
             spec: GatewayServerSpec {
-                cluster_id: id.clone(),
+                cluster_id: id.to_owned(),
                 service_type: ServiceType::NodePort,
                 port: i32::from(own_port),
                 mtu: TUNNEL_MTU,
@@ -114,16 +166,16 @@ fn peer_objects(there: Member<'_>, dial: Option<SocketAddr>, own_port: u16) -> P
         configuration: Configuration {
             metadata: meta(),
             spec: ConfigurationSpec {
-                cluster_id: id.clone(),
-                remote: cidrs(there.cluster),
+                cluster_id: id.to_owned(),
+                remote,
             },
             status: None,
         },
         public_key: PublicKey {
             metadata: meta(),
             spec: PublicKeySpec {
-                cluster_id: id.clone(),
-                public_key: there.gateway.public_key.clone(),
+                cluster_id: id.to_owned(),
+                public_key: public_key.to_owned(),
             },
         },
         gateway,
@@ -265,6 +317,43 @@ mod tests {
         };
         assert_eq!(c.spec.endpoint.addresses, ["2001:db8::7"]);
         assert_eq!(c.spec.endpoint.port, 51820);
+    }
+
+    #[test]
+    fn negotiated_params_make_the_same_objects_as_the_plan() {
+        let p = Pair::new();
+        let plan = p.plan(Side::Remote);
+        let b = params(Member {
+            cluster: &p.b,
+            gateway: &p.gb,
+        });
+        let dial = endpoint_addr(b.endpoint.as_ref().unwrap());
+        assert_eq!(dial, Some(p.gb.endpoint));
+        let local = objects_for(&b, dial, 0);
+        assert_eq!(local.configuration.spec, plan.local.configuration.spec);
+        assert_eq!(
+            local.configuration.metadata,
+            plan.local.configuration.metadata
+        );
+        assert_eq!(local.public_key.spec, plan.local.public_key.spec);
+        let (GatewayRole::Client(x), GatewayRole::Client(y)) =
+            (&local.gateway, &plan.local.gateway)
+        else {
+            panic!("both dial")
+        };
+        assert_eq!((&x.spec, &x.metadata), (&y.spec, &y.metadata));
+        let a = params(Member {
+            cluster: &p.a,
+            gateway: &p.ga,
+        });
+        let remote = objects_for(&a, None, p.gb.endpoint.port());
+        let (GatewayRole::Server(x), GatewayRole::Server(y)) =
+            (&remote.gateway, &plan.remote.gateway)
+        else {
+            panic!("both listen")
+        };
+        assert_eq!((&x.spec, &x.metadata), (&y.spec, &y.metadata));
+        assert_eq!(remote.configuration.spec, plan.remote.configuration.spec);
     }
 
     #[test]
