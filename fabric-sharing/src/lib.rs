@@ -1,10 +1,14 @@
 //! The sharing layer (consumer → provider peering), see `shared/design/sharing-layer.md`:
 //! what a consumer may do on its provider ([`tenant`]), the identity it holds there
-//! ([`identity`]), the provider's offer policy ([`policy`]), and the controllers that build on
-//! it.
+//! ([`identity`]), and the negotiation over that identity ([`negotiation`]): the network
+//! ([`network`]) and resources ([`slices`], decided by the provider's [`policy`]).
 pub mod auth;
 pub mod identity;
+pub mod kit;
+pub mod negotiation;
+pub mod network;
 pub mod policy;
 pub mod quantity;
 pub mod shadowpod;
+pub mod slices;
 pub mod tenant;

@@ -1,0 +1,132 @@
+//! What the negotiation controllers share: their context, errors, and the ForeignCluster
+//! conditions they maintain.
+use std::{future::Future, sync::Arc, time::Duration};
+
+use fabric_api::{core::v1alpha1::ForeignCluster, names::field_manager};
+use fabric_kube::{FieldManager, events::Events, status};
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, Client, runtime::finalizer};
+
+/// Everything the sharing controllers write.
+pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::SHARING);
+
+/// How long a call to a provider's API may take before the provider counts as unreachable.
+pub const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Peering(#[from] fabric_peering::Error),
+    #[error("the identity for provider {provider}: {source}")]
+    Identity {
+        provider: String,
+        #[source]
+        source: crate::identity::Error,
+    },
+    #[error("no Identity for provider {provider}: this cluster cannot reach it")]
+    NoIdentity { provider: String },
+    #[error("provider {provider}: {source}")]
+    Remote {
+        provider: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("provider {provider} did not answer within {REMOTE_TIMEOUT:?}")]
+    RemoteTimeout { provider: String },
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+}
+
+/// The context of every negotiation controller.
+pub struct Ctx {
+    /// This cluster's API.
+    pub client: Client,
+    /// Where the fabric runs here (its identity, gateway, network objects, Identities,
+    /// the consumer's ResourceSlices and VirtualNodes).
+    pub namespace: String,
+    pub events: Events,
+    /// How often a consumer looks at its provider's answers (status of the PeeringNetwork and
+    /// ResourceSlice replicas): the provider's API is not watched.
+    pub remote_poll: Duration,
+}
+
+pub type Shared = Arc<Ctx>;
+
+/// A call to provider `provider`'s API, bounded by [`REMOTE_TIMEOUT`].
+pub async fn remote<T>(
+    provider: &str,
+    call: impl Future<Output = kube::Result<T>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(REMOTE_TIMEOUT, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(Error::Remote {
+            provider: provider.to_owned(),
+            source,
+        }),
+        Err(_) => Err(Error::RemoteTimeout {
+            provider: provider.to_owned(),
+        }),
+    }
+}
+
+/// A client for provider `provider` from this cluster's Identity Secret.
+pub async fn remote_client(ctx: &Ctx, provider: &str) -> Result<Client, Error> {
+    crate::identity::remote_client(&ctx.client, &ctx.namespace, provider)
+        .await
+        .map_err(|source| Error::Identity {
+            provider: provider.to_owned(),
+            source,
+        })
+}
+
+/// Sets condition `type_` on ForeignCluster `name`, when it exists and the condition changed.
+/// Only that condition is applied (the conditions are a map by type): the other modules'
+/// stay theirs.
+pub async fn set_fc_condition(
+    client: &Client,
+    name: &str,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
+    let api: Api<ForeignCluster> = Api::all(client.clone());
+    let Some(fc) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    let current = fc.status.map(|s| s.conditions).unwrap_or_default();
+    let old = current.iter().find(|c| c.type_ == type_);
+    let status_str = if ok { "True" } else { "False" };
+    if old.is_some_and(|c| c.status == status_str && c.reason == reason && c.message == message) {
+        return Ok(());
+    }
+    let merged = status::with_condition(
+        &current,
+        status::condition(
+            type_,
+            ok,
+            reason,
+            message,
+            fc.metadata.generation,
+            Timestamp::now(),
+        ),
+    );
+    let mine = merged
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .expect("with_condition keeps it");
+    FIELD_MANAGER
+        .apply_status(&api, name, serde_json::json!({ "conditions": [mine] }))
+        .await?;
+    Ok(())
+}
+
+/// How long an object has been deleting (zero when it is not, or its clock is ahead).
+pub fn deleting_for(meta: &kube::api::ObjectMeta, now: Timestamp) -> Duration {
+    meta.deletion_timestamp
+        .as_ref()
+        .and_then(|t| now.duration_since(t.0).try_into().ok())
+        .unwrap_or_default()
+}

@@ -1,0 +1,51 @@
+//! The negotiation controllers together, as `fabric-controller sharing` runs them: network
+//! ([`crate::network`]) and resources ([`crate::slices`]), each with its consumer and provider
+//! half (a cluster can be both).
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use fabric_kube::events::Events;
+use fabric_peering::{Cluster, Side};
+use kube::Client;
+
+use crate::{
+    kit::{Ctx, Error},
+    network, policy, slices,
+};
+
+/// How the negotiation controllers run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the fabric runs in this cluster.
+    pub namespace: String,
+    /// How often a consumer looks at its providers' answers.
+    pub remote_poll: Duration,
+    /// Share of free capacity offered to consumers, in percent.
+    pub percent: u8,
+    /// Labels every offer advertises.
+    pub labels: BTreeMap<String, String>,
+    /// This replica, as its Events name it.
+    pub instance: Option<String>,
+}
+
+/// Runs the four controllers until their watches end.
+pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
+    let local = Cluster::read(Side::Local, client.clone(), &settings.namespace).await?;
+    let ctx = Arc::new(Ctx {
+        events: Events::new(client.clone(), "fabric-sharing", settings.instance.clone()),
+        client,
+        namespace: settings.namespace.clone(),
+        remote_poll: settings.remote_poll,
+    });
+    let policy = policy::Settings {
+        percent: settings.percent,
+        labels: settings.labels.clone(),
+        ..policy::Settings::new(local.id())
+    };
+    tokio::join!(
+        network::consumer::run(ctx.clone()),
+        network::provider::run(ctx.clone()),
+        slices::consumer::run(ctx.clone()),
+        slices::provider::run(ctx, policy),
+    );
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! The consumer's network negotiation: for each ForeignCluster of a provider with an
+//! Identity, the PeeringNetwork on the provider (with the identity), and once the provider
+//! has answered, this cluster's network objects for it (it dials). Unpeering (deleting the
+//! ForeignCluster) removes both; the local ones go even when the provider cannot be reached
+//! (after [`REMOTE_GRACE`]).
+use std::sync::Arc;
+
+use fabric_api::{
+    authentication::v1alpha1::Identity,
+    core::v1alpha1::{ForeignCluster, condition::NETWORK},
+    networking::v1alpha1::{Connection, PeeringNetwork},
+};
+use fabric_kube::events::Event as KubeEvent;
+use fabric_peering::{
+    Cluster, Side,
+    plan::{Member, params},
+};
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api, ResourceExt,
+    api::DeleteParams,
+    runtime::{
+        Controller,
+        controller::Action,
+        finalizer::{Event, finalizer},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use tracing::{info, warn};
+
+use super::{FINALIZER, READY, REMOTE_GRACE, consumer_objects, give_up_remote, network_ready};
+use crate::kit::{
+    Ctx, Error, FIELD_MANAGER, Shared, deleting_for, remote, remote_client, set_fc_condition,
+};
+
+async fn condition(
+    ctx: &Ctx,
+    fc: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
+    set_fc_condition(&ctx.client, fc, NETWORK, ok, reason, message).await
+}
+
+async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
+    let provider = fc.name_any();
+    let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let Some(identity) = ids.get_opt(&provider).await? else {
+        let msg = format!("no Identity {provider} in {} yet", ctx.namespace);
+        condition(ctx, &provider, false, "NoIdentity", msg).await?;
+        return Ok(Action::await_change());
+    };
+    let local = Cluster::read(Side::Local, ctx.client.clone(), &ctx.namespace).await?;
+    local.ensure_gateway_key().await?;
+    let Some(gateway) = local.gateway_identity().await? else {
+        let msg = "this cluster's gateway has not published its key and endpoint yet";
+        condition(ctx, &provider, false, "WaitingForGateway", msg.into()).await?;
+        return Ok(Action::requeue(ctx.remote_poll));
+    };
+    let ours = params(Member {
+        cluster: &local.identity,
+        gateway: &gateway,
+    });
+    let pn = super::peering_network(ours, &identity.spec.tenant_namespace);
+    let api: Api<PeeringNetwork> = Api::namespaced(
+        remote_client(ctx, &provider).await?,
+        &identity.spec.tenant_namespace,
+    );
+    let stored = remote(&provider, FIELD_MANAGER.apply(&api, &pn)).await?;
+    let status = stored.status.unwrap_or_default();
+    let Some(answer) = status.provider else {
+        let (reason, msg) = match status.conditions.iter().find(|c| c.type_ == READY) {
+            Some(c) if c.status == "False" => (c.reason.clone(), c.message.clone()),
+            _ => (
+                "WaitingForProvider".to_owned(),
+                "the provider has not answered yet".to_owned(),
+            ),
+        };
+        condition(ctx, &provider, false, &reason, msg).await?;
+        return Ok(Action::requeue(ctx.remote_poll));
+    };
+    let objects = match consumer_objects(&answer, &fc.spec.cluster_id) {
+        Ok(o) => o,
+        Err(e) => {
+            condition(ctx, &provider, false, "UnusableAnswer", e.to_string()).await?;
+            return Ok(Action::requeue(ctx.remote_poll));
+        }
+    };
+    local.apply_peer(&objects, FIELD_MANAGER.0).await?;
+    let conns: Api<Connection> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let conn = conns.get_opt(&provider).await?;
+    let (ok, reason, msg) = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
+    condition(ctx, &provider, ok, reason, msg).await?;
+    // The provider's answer may change (a new gateway key or endpoint): look again now and then.
+    Ok(Action::requeue(ctx.remote_poll * 10))
+}
+
+async fn cleanup(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
+    let provider = fc.name_any();
+    let local = Cluster::read(Side::Local, ctx.client.clone(), &ctx.namespace).await?;
+    let remote_delete = async {
+        let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+        let Some(identity) = ids.get_opt(&provider).await? else {
+            // No identity, no way to reach the provider: nothing to try.
+            return Err(Error::NoIdentity {
+                provider: provider.clone(),
+            });
+        };
+        let api: Api<PeeringNetwork> = Api::namespaced(
+            remote_client(ctx, &provider).await?,
+            &identity.spec.tenant_namespace,
+        );
+        match remote(&provider, api.delete(local.id(), &DeleteParams::default())).await {
+            Ok(_) => Ok(()),
+            Err(Error::Remote {
+                source: kube::Error::Api(e),
+                ..
+            }) if e.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(e) = remote_delete.await {
+        if !give_up_remote(deleting_for(&fc.metadata, Timestamp::now()), REMOTE_GRACE) {
+            return Err(e);
+        }
+        warn!(provider, error = %e, "unpeering without the provider: its PeeringNetwork stays there");
+        let note = format!("the provider could not be reached ({e}); its side is left as it is");
+        ctx.events
+            .publish(
+                fc.as_ref(),
+                &KubeEvent::warning("UnpeeredWithoutProvider", "Unpeer", note),
+            )
+            .await;
+    }
+    local.delete_peer(&provider).await?;
+    info!(provider, "network objects for the provider removed");
+    Ok(Action::await_change())
+}
+
+async fn reconcile(fc: Arc<ForeignCluster>, ctx: Shared) -> Result<Action, Error> {
+    let ours = fc.finalizers().iter().any(|f| f == FINALIZER);
+    if !fc.spec.role.provides() && !ours {
+        return Ok(Action::await_change());
+    }
+    let api: Api<ForeignCluster> = Api::all(ctx.client.clone());
+    finalizer(&api, FINALIZER, fc, |event| async {
+        match event {
+            Event::Apply(fc) => apply(fc, &ctx).await,
+            Event::Cleanup(fc) => cleanup(fc, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn error_policy(fc: Arc<ForeignCluster>, err: &Error, ctx: Shared) -> Action {
+    warn!(provider = %fc.name_any(), error = %err, "network negotiation failed; retrying");
+    Action::requeue(ctx.remote_poll)
+}
+
+/// Runs until the watch ends.
+pub async fn run(ctx: Shared) {
+    let fcs: Api<ForeignCluster> = Api::all(ctx.client.clone());
+    let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let conns: Api<Connection> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    // Identities and Connections are named after the provider, as its ForeignCluster is.
+    Controller::new(fcs, watcher::Config::default())
+        .watches(ids, watcher::Config::default(), |i| {
+            Some(ObjectRef::new(&i.name_any()))
+        })
+        .watches(conns, watcher::Config::default(), |c| {
+            Some(ObjectRef::new(&c.name_any()))
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!(error = %e, "network negotiation (consumer)");
+            }
+        })
+        .await;
+}

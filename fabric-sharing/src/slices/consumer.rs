@@ -1,0 +1,190 @@
+//! The consumer's slice replicator: pushes each local ResourceSlice's spec to the provider's
+//! tenant namespace (with the identity), brings the provider's status back, keeps the
+//! provider's VirtualNode at what is granted and the ForeignCluster's ResourcesGranted
+//! condition. Deleting a slice deletes its replica (after [`REMOTE_GRACE`] without a
+//! reachable provider, the local slice goes anyway).
+use std::sync::Arc;
+
+use fabric_api::{
+    authentication::v1alpha1::{Identity, ResourceSlice},
+    core::v1alpha1::condition::RESOURCES,
+    offloading::v1alpha1::VirtualNode,
+};
+use fabric_kube::events::Event as KubeEvent;
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api, ResourceExt,
+    api::DeleteParams,
+    runtime::{
+        Controller,
+        controller::Action,
+        finalizer::{Event, finalizer},
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+use tracing::warn;
+
+use super::{FINALIZER, replica, resources_granted, virtual_node};
+use crate::{
+    kit::{Ctx, Error, FIELD_MANAGER, deleting_for, remote, remote_client, set_fc_condition},
+    network::{REMOTE_GRACE, give_up_remote},
+};
+
+struct SliceCtx {
+    ctx: Arc<Ctx>,
+    /// The local slices, as the controller's watch sees them.
+    slices: Store<ResourceSlice>,
+}
+
+/// The provider's VirtualNode and ForeignCluster condition from the local slices, with
+/// `fresh` (just read back from the provider) in place of its cached copy, and without
+/// `gone` (being deleted).
+async fn sync_provider(
+    sc: &SliceCtx,
+    provider: &str,
+    fresh: Option<&ResourceSlice>,
+    gone: Option<&str>,
+) -> Result<(), Error> {
+    let ctx = &sc.ctx;
+    let skip = |s: &ResourceSlice| {
+        let n = s.name_any();
+        gone == Some(n.as_str()) || fresh.is_some_and(|f| f.name_any() == n)
+    };
+    let cached = sc.slices.state();
+    let mine: Vec<&ResourceSlice> = cached
+        .iter()
+        .map(|s| s.as_ref())
+        .filter(|s| s.spec.provider_cluster_id == provider && !skip(s))
+        .chain(fresh)
+        .collect();
+    let vns: Api<VirtualNode> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    match virtual_node(provider, &ctx.namespace, mine.iter().copied()) {
+        Some(vn) => {
+            FIELD_MANAGER.apply(&vns, &vn).await?;
+        }
+        None => match vns.delete(provider, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        },
+    }
+    let (ok, reason, msg) = resources_granted(mine.iter().map(|s| s.status.as_ref()));
+    set_fc_condition(&ctx.client, provider, RESOURCES, ok, &reason, msg).await
+}
+
+async fn tenant_api(ctx: &Ctx, provider: &str) -> Result<Api<ResourceSlice>, Error> {
+    let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let identity = ids
+        .get_opt(provider)
+        .await?
+        .ok_or_else(|| Error::NoIdentity {
+            provider: provider.to_owned(),
+        })?;
+    Ok(Api::namespaced(
+        remote_client(ctx, provider).await?,
+        &identity.spec.tenant_namespace,
+    ))
+}
+
+async fn apply(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error> {
+    let ctx = &sc.ctx;
+    let provider = slice.spec.provider_cluster_id.clone();
+    let api = tenant_api(ctx, &provider).await?;
+    let ns = api.namespace().unwrap_or_default().to_owned();
+    let stored = remote(&provider, FIELD_MANAGER.apply(&api, &replica(&slice, &ns))).await?;
+    let mut fresh = (*slice).clone();
+    if let Some(status) = stored.status.filter(|s| slice.status.as_ref() != Some(s)) {
+        let local: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+        FIELD_MANAGER
+            .apply_status(&local, &slice.name_any(), &status)
+            .await?;
+        fresh.status = Some(status);
+    }
+    sync_provider(sc, &provider, Some(&fresh), None).await?;
+    // The provider's answer follows its capacity: look again now and then.
+    Ok(Action::requeue(ctx.remote_poll))
+}
+
+async fn cleanup(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error> {
+    let ctx = &sc.ctx;
+    let provider = slice.spec.provider_cluster_id.clone();
+    let name = slice.name_any();
+    let delete = async {
+        let api = tenant_api(ctx, &provider).await?;
+        match remote(&provider, api.delete(&name, &DeleteParams::default())).await {
+            Ok(_) => Ok(()),
+            Err(Error::Remote {
+                source: kube::Error::Api(e),
+                ..
+            }) if e.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(e) = delete.await {
+        if !give_up_remote(
+            deleting_for(&slice.metadata, Timestamp::now()),
+            REMOTE_GRACE,
+        ) {
+            return Err(e);
+        }
+        let note = format!("the provider could not be reached ({e}); its replica is left there");
+        ctx.events
+            .publish(
+                slice.as_ref(),
+                &KubeEvent::warning("DeletedWithoutProvider", "Delete", note),
+            )
+            .await;
+    }
+    sync_provider(sc, &provider, None, Some(&name)).await?;
+    Ok(Action::await_change())
+}
+
+async fn reconcile(slice: Arc<ResourceSlice>, sc: Arc<SliceCtx>) -> Result<Action, Error> {
+    let api: Api<ResourceSlice> = Api::namespaced(sc.ctx.client.clone(), &sc.ctx.namespace);
+    finalizer(&api, FINALIZER, slice, |event| async {
+        match event {
+            Event::Apply(s) => apply(s, &sc).await,
+            Event::Cleanup(s) => cleanup(s, &sc).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn error_policy(slice: Arc<ResourceSlice>, err: &Error, sc: Arc<SliceCtx>) -> Action {
+    warn!(slice = %slice.name_any(), error = %err, "replicating a ResourceSlice failed; retrying");
+    Action::requeue(sc.ctx.remote_poll)
+}
+
+/// Runs until the watch ends.
+pub async fn run(ctx: Arc<Ctx>) {
+    let slices: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let controller = Controller::new(slices, watcher::Config::default());
+    let store = controller.store();
+    let sc = Arc::new(SliceCtx {
+        ctx: ctx.clone(),
+        slices: store.clone(),
+    });
+    // A new or renewed identity: the slices for that provider try again at once.
+    controller
+        .watches(ids, watcher::Config::default(), move |i| {
+            let provider = i.name_any();
+            store
+                .state()
+                .into_iter()
+                .filter(|s| s.spec.provider_cluster_id == provider)
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, sc)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!(error = %e, "resource negotiation (consumer)");
+            }
+        })
+        .await;
+}

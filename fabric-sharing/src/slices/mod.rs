@@ -1,0 +1,149 @@
+//! Resource negotiation (`ResourceSlice`).
+//!
+//! The consumer creates ResourceSlices in its fabric namespace; [`consumer`] replicates each
+//! one's spec into its tenant namespace on the provider (with its identity), brings the
+//! provider's status back, and turns what is granted into the `VirtualNode` of that provider.
+//! [`provider`] answers the replicas by [`crate::policy`]. Spec flows from the origin, status
+//! from the destination, never the other way.
+//!
+//! This module is the pure part.
+use std::collections::BTreeMap;
+
+use fabric_api::{
+    authentication::v1alpha1::{ResourceSlice, ResourceSliceStatus, Resources, slice_condition},
+    names::label,
+    offloading::v1alpha1::{VirtualNode, VirtualNodeSpec},
+};
+use kube::{ResourceExt, api::ObjectMeta};
+
+use crate::{
+    policy::Amounts,
+    quantity::{milli, quantity},
+};
+
+pub mod consumer;
+pub mod provider;
+
+/// On the consumer's ResourceSlices: the replica on the provider is removed before they go.
+pub const FINALIZER: &str = "sharing.fabric.io/replica";
+
+/// The replica of a consumer's slice in its tenant namespace: the same name, the spec only.
+pub fn replica(origin: &ResourceSlice, tenant_namespace: &str) -> ResourceSlice {
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(origin.name_any()),
+            namespace: Some(tenant_namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                label::REMOTE_CLUSTER.to_owned(),
+                origin.spec.consumer_cluster_id.clone(),
+            )])),
+            ..Default::default()
+        },
+        spec: origin.spec.clone(),
+        status: None,
+    }
+}
+
+/// Whether the provider accepted the slice (granted something).
+pub fn accepted(status: &ResourceSliceStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == slice_condition::ACCEPTED && c.status == "True")
+        && status
+            .granted
+            .values()
+            .any(|q| milli(&q.0).is_ok_and(|v| v > 0))
+}
+
+/// The VirtualNode standing for `provider`: the sum of what its accepted slices grant, with
+/// the labels they advertise; None when nothing is granted.
+pub fn virtual_node<'a>(
+    provider: &str,
+    namespace: &str,
+    slices: impl IntoIterator<Item = &'a ResourceSlice>,
+) -> Option<VirtualNode> {
+    let mut total = Amounts::new();
+    let mut labels = BTreeMap::new();
+    for s in slices {
+        let Some(st) = s.status.as_ref().filter(|st| accepted(st)) else {
+            continue;
+        };
+        if s.spec.provider_cluster_id != provider {
+            continue;
+        }
+        for (r, q) in &st.granted {
+            *total.entry(r.clone()).or_default() += milli(&q.0).unwrap_or(0).max(0);
+        }
+        labels.extend(st.node_labels.clone());
+    }
+    let resources: Resources = total
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(r, v)| (r.clone(), quantity(r, *v)))
+        .collect();
+    if resources.is_empty() {
+        return None;
+    }
+    Some(VirtualNode {
+        metadata: ObjectMeta {
+            name: Some(provider.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                label::REMOTE_CLUSTER.to_owned(),
+                provider.to_owned(),
+            )])),
+            ..Default::default()
+        },
+        spec: VirtualNodeSpec {
+            cluster_id: provider.to_owned(),
+            node_name: provider.to_owned(),
+            identity: provider.to_owned(),
+            resources,
+            labels,
+        },
+        status: None,
+    })
+}
+
+/// The ResourcesGranted condition of a peer (ok, reason, message) from the Accepted
+/// conditions of the slices with it: granted when any slice is, else the first answer's
+/// reason, else pending.
+pub fn resources_granted<'a>(
+    statuses: impl IntoIterator<Item = Option<&'a ResourceSliceStatus>>,
+) -> (bool, String, String) {
+    let mut first = None;
+    let mut any = false;
+    let mut best: Option<(String, String)> = None;
+    for st in statuses {
+        any = true;
+        let Some(c) = st.and_then(|st| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == slice_condition::ACCEPTED)
+        }) else {
+            continue;
+        };
+        if c.status == "True" {
+            // Granted beats PartiallyGranted.
+            if best.as_ref().is_none_or(|(r, _)| r != "Granted") {
+                best = Some((c.reason.clone(), c.message.clone()));
+            }
+        } else if first.is_none() {
+            first = Some((c.reason.clone(), c.message.clone()));
+        }
+    }
+    match (best, first, any) {
+        (Some((r, m)), _, _) => (true, r, m),
+        (None, Some((r, m)), _) => (false, r, m),
+        (None, None, true) => (
+            false,
+            "Pending".into(),
+            "the provider has not answered yet".into(),
+        ),
+        (None, None, false) => (false, "NoSlice".into(), "no resources asked for".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

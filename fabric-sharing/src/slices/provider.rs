@@ -1,0 +1,205 @@
+//! The provider's slice controller: answers every ResourceSlice replica by
+//! [`crate::policy`], from watch caches of Nodes, Pods, ResourceSlices and Tenants. Offers
+//! depend on each other (together they never exceed what is free), so any change to any of
+//! them decides all slices again, and only the statuses that change are written.
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use fabric_api::{
+    authentication::v1alpha1::{ResourceSlice, Tenant},
+    core::v1alpha1::condition::RESOURCES,
+    names,
+};
+use futures::{Stream, StreamExt};
+use k8s_openapi::{
+    api::core::v1::{Node, Pod},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use super::resources_granted;
+use crate::{
+    kit::{Ctx, Error, FIELD_MANAGER, set_fc_condition},
+    policy::{self, Capacity, SliceView, TenantView},
+};
+
+/// A burst of changes (a node with its pods) is decided once, this long after it starts.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// A watch cache of `K` that pokes `changed` on every change it sees.
+fn cache<K>(api: Api<K>, changed: Arc<Notify>) -> (Store<K>, impl Stream<Item = ()>)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .map(move |ev| {
+            if let Err(e) = ev {
+                warn!(error = %e, "watch");
+            }
+            changed.notify_one();
+        });
+    (store, stream)
+}
+
+struct Caches {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    slices: Store<ResourceSlice>,
+    tenants: Store<Tenant>,
+}
+
+/// The slice replicas the policy decides: those outside this cluster's own fabric namespace
+/// (where its own slices, as a consumer, live).
+fn views(c: &Caches, own_namespace: &str) -> (Vec<Arc<ResourceSlice>>, Vec<SliceView>) {
+    let tenants = c.tenants.state();
+    let slices: Vec<Arc<ResourceSlice>> = c
+        .slices
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace().is_some_and(|ns| ns != own_namespace))
+        .collect();
+    let views = slices
+        .iter()
+        .map(|s| {
+            let ns = s.namespace().unwrap_or_default();
+            let tenant = tenants
+                .iter()
+                .find(|t| {
+                    t.namespace().as_deref() == Some(ns.as_str())
+                        && names::namespace::tenant(&t.spec.cluster_id) == ns
+                })
+                .map(|t| TenantView::from_tenant(t));
+            SliceView {
+                key: (ns, s.name_any()),
+                consumer: s.spec.consumer_cluster_id.clone(),
+                provider: s.spec.provider_cluster_id.clone(),
+                tenant,
+                requested: s.spec.resources.clone(),
+                granted: s
+                    .status
+                    .as_ref()
+                    .map(|st| st.granted.clone())
+                    .unwrap_or_default(),
+                created: s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            }
+        })
+        .collect();
+    (slices, views)
+}
+
+/// One decision over everything; writes the statuses (and ForeignCluster conditions) that
+/// changed. `told` remembers the conditions already written per consumer.
+async fn pass(
+    ctx: &Ctx,
+    settings: &policy::Settings,
+    c: &Caches,
+    told: &mut HashMap<String, (bool, String, String)>,
+) -> Result<(), Error> {
+    let nodes = c.nodes.state();
+    let pods = c.pods.state();
+    let capacity = Capacity::of(
+        nodes.iter().map(|n| n.as_ref()),
+        pods.iter().map(|p| p.as_ref()),
+    );
+    let (slices, views) = views(c, &ctx.namespace);
+    let offers = policy::decide(settings, &capacity, &views);
+    let now = Timestamp::now();
+    let mut per_consumer: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    let mut failed = None;
+    for (s, v) in slices.iter().zip(&views) {
+        let Some(offer) = offers.get(&v.key) else {
+            continue;
+        };
+        let status = policy::status(offer, s.status.as_ref(), s.metadata.generation, now);
+        if s.status.as_ref() != Some(&status) {
+            let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &v.key.0);
+            match FIELD_MANAGER.apply_status(&api, &v.key.1, &status).await {
+                Ok(()) => info!(
+                    namespace = v.key.0, slice = v.key.1, answer = offer.verdict.reason(),
+                    granted = ?offer.granted, "answered"
+                ),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(t) = &v.tenant {
+            per_consumer
+                .entry(t.cluster_id.clone())
+                .or_default()
+                .push(status);
+        }
+    }
+    for (consumer, statuses) in per_consumer {
+        let cond = resources_granted(statuses.iter().map(Some));
+        if told.get(&consumer) != Some(&cond) {
+            let (ok, reason, msg) = cond.clone();
+            set_fc_condition(&ctx.client, &consumer, RESOURCES, ok, &reason, msg).await?;
+            told.insert(consumer, cond);
+        }
+    }
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// Runs until the watches end. `settings.cluster_id` is this cluster's.
+pub async fn run(ctx: Arc<Ctx>, settings: policy::Settings) {
+    let changed = Arc::new(Notify::new());
+    let client = ctx.client.clone();
+    let (nodes, n) = cache(Api::<Node>::all(client.clone()), changed.clone());
+    let (pods, p) = cache(Api::<Pod>::all(client.clone()), changed.clone());
+    let (slices, s) = cache(Api::<ResourceSlice>::all(client.clone()), changed.clone());
+    let (tenants, t) = cache(Api::<Tenant>::all(client), changed.clone());
+    let caches = Caches {
+        nodes,
+        pods,
+        slices,
+        tenants,
+    };
+    let watches = futures::stream::select_all([n.boxed(), p.boxed(), s.boxed(), t.boxed()])
+        .for_each(|()| async {});
+    let decide = async {
+        for store in [
+            caches.nodes.wait_until_ready().await,
+            caches.pods.wait_until_ready().await,
+            caches.slices.wait_until_ready().await,
+            caches.tenants.wait_until_ready().await,
+        ] {
+            if store.is_err() {
+                return;
+            }
+        }
+        let mut told = HashMap::new();
+        loop {
+            changed.notified().await;
+            tokio::time::sleep(SETTLE).await;
+            if let Err(e) = pass(&ctx, &settings, &caches, &mut told).await {
+                warn!(error = %e, "answering ResourceSlices failed; retrying");
+                told.clear();
+                tokio::time::sleep(ctx.remote_poll).await;
+                changed.notify_one();
+            }
+        }
+    };
+    tokio::select! {
+        () = watches => {}
+        () = decide => {}
+    }
+}
