@@ -125,6 +125,8 @@ pub mod lease {
     pub const GATEWAY: &str = "fabric-gateway";
     /// The IPAM replicas compete for it; its holder allocates.
     pub const IPAM: &str = "fabric-ipam";
+    /// The sharing controllers' replicas compete for it; its holder negotiates.
+    pub const SHARING: &str = "fabric-sharing";
 }
 
 pub mod field_manager {

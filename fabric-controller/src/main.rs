@@ -4,6 +4,8 @@
 //! - `gateway`: the gateway operator, beside each fabric-gateway (renders its configuration
 //!   from the API and reports Connections).
 //! - `auth`: the authentication service consumers peer through (HTTPS; issue 10).
+//! - `sharing`: the sharing layer's negotiation (network and resources over a consumer's
+//!   identity, both as consumer and as provider; one active replica).
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
@@ -170,6 +172,36 @@ enum Cmd {
         )]
         tls_hosts: Vec<String>,
     },
+    /// Negotiate networks and resources with peers over consumers' identities (consumer and
+    /// provider side).
+    Sharing {
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+        namespace: String,
+        /// This replica's identity when several run (default: $POD_NAME, else the host name):
+        /// only the holder of the Lease negotiates.
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        #[arg(long, default_value = names::lease::SHARING)]
+        lease: String,
+        /// Share of free capacity offered to consumers, in percent.
+        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(0..=100))]
+        offer_percent: u8,
+        /// A label every offer advertises (KEY=VALUE; repeatable); `node-type=gpu` is added by
+        /// itself when an offer includes a GPU.
+        #[arg(long = "advertise-label", value_parser = key_value)]
+        advertise_labels: Vec<(String, String)>,
+        /// How often a consumer looks at its providers' answers.
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        remote_poll: Duration,
+    },
+}
+
+/// `KEY=VALUE`.
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
 }
 
 /// An empty item (as in `FABRIC_RESERVED=` from a ConfigMap) means none.
@@ -375,6 +407,30 @@ async fn run() -> Result<()> {
             )
             .await
             .context("authentication service")
+        }
+        Cmd::Sharing {
+            namespace,
+            identity,
+            lease,
+            offer_percent,
+            advertise_labels,
+            remote_poll,
+        } => {
+            let identity = identity_or_hostname(identity)?;
+            let settings = fabric_sharing::negotiation::Settings {
+                namespace: namespace.clone(),
+                remote_poll,
+                percent: offer_percent,
+                labels: advertise_labels.into_iter().collect(),
+                instance: Some(identity.clone()),
+            };
+            let election = fabric_kube::Election::new(lease, identity);
+            let work = async {
+                fabric_sharing::negotiation::run(client.clone(), settings)
+                    .await
+                    .context("sharing controllers")
+            };
+            ipam::run_elected(client.clone(), &namespace, election, work).await
         }
     }
 }
