@@ -5,7 +5,11 @@ use std::{future::Future, sync::Arc, time::Duration};
 use fabric_api::{core::v1alpha1::ForeignCluster, names::field_manager};
 use fabric_kube::{FieldManager, events::Events, status};
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, Client, runtime::finalizer};
+use kube::{
+    Api, Client, Resource,
+    api::{Patch, PatchParams},
+    runtime::finalizer,
+};
 
 /// Everything the sharing controllers write.
 pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::SHARING);
@@ -117,9 +121,20 @@ pub async fn set_fc_condition(
         .into_iter()
         .find(|c| c.type_ == type_)
         .expect("with_condition keeps it");
-    FIELD_MANAGER
-        .apply_status(&api, name, serde_json::json!({ "conditions": [mine] }))
-        .await?;
+    // One field manager per condition: an apply owns exactly the fields it sends, so two
+    // conditions applied under the same manager would each drop the other.
+    let manager = format!("{}/{type_}", FIELD_MANAGER.0);
+    let patch = serde_json::json!({
+        "apiVersion": ForeignCluster::api_version(&()),
+        "kind": ForeignCluster::kind(&()),
+        "status": { "conditions": [mine] },
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(&manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ pub mod clusters;
 pub mod netns;
 pub mod quantity;
 pub mod sched;
+pub mod sharing;
 pub mod testnode;
 pub mod topo;
 pub mod traffic;

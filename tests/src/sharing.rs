@@ -1,0 +1,315 @@
+//! Sharing-layer fixtures: a consumer's identity on a provider without the authentication
+//! service, and the objects each side holds about the other.
+//!
+//! [`consumer_credentials`] mints the consumer's client certificate (user
+//! `names::user::consumer(C)`, group `names::user::CONSUMERS_GROUP`) with the provider's CA key
+//! from its run dir, as the provider's CSR signer would sign it; [`peer_as_consumer`] creates
+//! what the authentication service creates on the provider (tenant namespace, `Tenant`, the
+//! consumer's Role and RoleBinding, a ForeignCluster) and what `peer out-of-band` keeps on the
+//! consumer (the Identity, its kubeconfig Secret, a ForeignCluster).
+//!
+//! Cross-cluster API access: the sharing controllers run in the host namespace (in-process in
+//! the tests) and reach both API servers at the host-side addresses of their kubeconfigs
+//! (loopback, or the loopback forwarders of [`crate::clusters`]); the identity's kubeconfig
+//! names the provider's API server at that address, which its serving certificate covers.
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use base64::{Engine, engine::general_purpose::STANDARD};
+use fabric_api::{
+    authentication::v1alpha1::{Identity, IdentitySpec, Tenant, TenantSpec, TenantState},
+    core::v1alpha1::{DiscoveryMethod, ForeignCluster, ForeignClusterSpec, PeerRole},
+    identity::{cluster_key, gateway_key},
+    names,
+};
+use fabric_kube::FieldManager;
+use fabric_sharing::identity::Credentials;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::{Api, Client, api::ObjectMeta};
+
+use crate::apiserver::ApiServer;
+
+/// What the fixtures write with.
+const FM: FieldManager = FieldManager("fabric-tests");
+
+fn run_dir(api: &ApiServer) -> Result<PathBuf> {
+    Ok(api
+        .kubeconfig
+        .parent()
+        .context("the kubeconfig lives in the server's run dir")?
+        .to_owned())
+}
+
+/// The provider's API server as a host-side client reaches it: URL and the CA (PEM) its
+/// kubeconfig trusts.
+pub fn api_endpoint(api: &ApiServer) -> Result<(String, String)> {
+    let kc = kube::config::Kubeconfig::read_from(&api.kubeconfig)?;
+    let cluster = kc
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .context("the kubeconfig has no cluster")?;
+    let url = cluster.server.context("no server")?;
+    let ca = match (
+        cluster.certificate_authority_data,
+        cluster.certificate_authority,
+    ) {
+        (Some(data), _) => String::from_utf8(STANDARD.decode(data)?)?,
+        (None, Some(file)) => {
+            std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?
+        }
+        (None, None) => bail!("the kubeconfig names no CA"),
+    };
+    Ok((url, ca))
+}
+
+/// A client certificate and key (PEM) for `user` in `group`, signed by the CA of `api`.
+pub fn mint_client_cert(api: &ApiServer, user: &str, group: &str) -> Result<(String, String)> {
+    let certs = run_dir(api)?.join("certs");
+    let dir = tempdir(&format!("mint-{}", std::process::id()))?;
+    let (key, csr, crt, ext) = (
+        dir.join("u.key"),
+        dir.join("u.csr"),
+        dir.join("u.crt"),
+        dir.join("ext"),
+    );
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")?;
+    let subj = format!("/CN={user}/O={group}");
+    openssl(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        &p(&key),
+        "-subj",
+        &subj,
+        "-out",
+        &p(&csr),
+    ])?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &p(&certs.join("ca.crt")),
+        "-CAkey",
+        &p(&certs.join("ca.key")),
+        "-CAcreateserial",
+        "-CAserial",
+        &p(&dir.join("ca.srl")),
+        "-days",
+        "1",
+        "-extfile",
+        &p(&ext),
+        "-out",
+        &p(&crt),
+    ])?;
+    let out = (
+        std::fs::read_to_string(&crt)?,
+        std::fs::read_to_string(&key)?,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn tempdir(tag: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "fabric-sharing-{tag}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn openssl(args: &[&str]) -> Result<()> {
+    let o = Command::new("openssl").args(args).output()?;
+    if !o.status.success() {
+        bail!(
+            "openssl {}: {}",
+            args[0],
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The consumer `consumer`'s credentials on `provider`: what its authentication service
+/// would hand out.
+pub fn consumer_credentials(provider: &ApiServer, consumer: &str) -> Result<Credentials> {
+    let (url, ca) = api_endpoint(provider)?;
+    let (cert, key) = mint_client_cert(
+        provider,
+        &names::user::consumer(consumer),
+        names::user::CONSUMERS_GROUP,
+    )?;
+    Ok(Credentials {
+        api_server_url: url,
+        ca_pem: ca,
+        certificate_pem: cert,
+        key_pem: key.into(),
+        namespace: names::namespace::tenant(consumer),
+    })
+}
+
+fn foreign_cluster(id: &str, role: PeerRole) -> ForeignCluster {
+    ForeignCluster::new(
+        id,
+        ForeignClusterSpec {
+            cluster_id: id.to_owned(),
+            discovered_by: DiscoveryMethod::Manual,
+            role,
+            auth_url: None,
+        },
+    )
+}
+
+/// On the provider, what its authentication service creates for `consumer`: the tenant
+/// namespace, the Tenant (Active), the consumer's Role and RoleBinding, its ForeignCluster.
+pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
+    let ns = names::namespace::tenant(consumer);
+    FM.apply(
+        &Api::<Namespace>::all(provider.clone()),
+        &fabric_sharing::tenant::namespace(consumer),
+    )
+    .await?;
+    let mut tenant = Tenant::new(
+        consumer,
+        TenantSpec {
+            cluster_id: consumer.to_owned(),
+            state: TenantState::Active,
+            caps: Default::default(),
+        },
+    );
+    tenant.metadata.namespace = Some(ns.clone());
+    FM.apply(&Api::<Tenant>::namespaced(provider.clone(), &ns), &tenant)
+        .await?;
+    FM.apply(
+        &Api::namespaced(provider.clone(), &ns),
+        &fabric_sharing::tenant::role(consumer),
+    )
+    .await?;
+    FM.apply(
+        &Api::namespaced(provider.clone(), &ns),
+        &fabric_sharing::tenant::role_binding(consumer),
+    )
+    .await?;
+    FM.apply(
+        &Api::<ForeignCluster>::all(provider.clone()),
+        &foreign_cluster(consumer, PeerRole::Consumer),
+    )
+    .await?;
+    Ok(())
+}
+
+/// On the consumer (in `namespace`), what `peer out-of-band` keeps about `provider`: the
+/// Identity with its kubeconfig Secret, and the ForeignCluster (role Provider).
+pub async fn keep_identity(
+    consumer: &Client,
+    namespace: &str,
+    provider: &str,
+    credentials: &Credentials,
+) -> Result<()> {
+    FM.apply(
+        &Api::<Secret>::namespaced(consumer.clone(), namespace),
+        &fabric_sharing::identity::secret(namespace, provider, credentials),
+    )
+    .await?;
+    let mut identity = Identity::new(
+        provider,
+        IdentitySpec {
+            cluster_id: provider.to_owned(),
+            api_server_url: credentials.api_server_url.clone(),
+            auth_url: format!("https://auth.{provider}.invalid"),
+            tenant_namespace: credentials.namespace.clone(),
+            secret_name: names::secret::identity(provider),
+        },
+    );
+    identity.metadata.namespace = Some(namespace.to_owned());
+    FM.apply(
+        &Api::<Identity>::namespaced(consumer.clone(), namespace),
+        &identity,
+    )
+    .await?;
+    FM.apply(
+        &Api::<ForeignCluster>::all(consumer.clone()),
+        &foreign_cluster(provider, PeerRole::Provider),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A cluster's fabric namespace and identity (`fabric-cluster`), and when `gateway` is given
+/// (public key, endpoint), the identity its gateway operator would publish.
+pub async fn install_identity(
+    client: &Client,
+    namespace: &str,
+    id: &str,
+    pod_cidr: &str,
+    gateway: Option<(&str, &str)>,
+) -> Result<()> {
+    FM.apply(
+        &Api::<Namespace>::all(client.clone()),
+        &Namespace {
+            metadata: ObjectMeta {
+                name: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let cm = |name: &str, data: &[(&str, &str)]| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    FM.apply(
+        &cms,
+        &cm(
+            names::config_map::CLUSTER,
+            &[
+                (cluster_key::CLUSTER_ID, id),
+                (cluster_key::POD_CIDR, pod_cidr),
+                (cluster_key::SERVICE_CIDR, "10.96.0.0/12"),
+                (cluster_key::EXTERNAL_CIDR, "10.70.0.0/16"),
+            ],
+        ),
+    )
+    .await?;
+    if let Some((key, endpoint)) = gateway {
+        FM.apply(
+            &cms,
+            &cm(
+                names::config_map::GATEWAY_IDENTITY,
+                &[
+                    (gateway_key::PUBLIC_KEY, key),
+                    (gateway_key::ENDPOINT, endpoint),
+                ],
+            ),
+        )
+        .await?;
+    }
+    Ok(())
+}
