@@ -20,6 +20,9 @@ pub const MAX_IFACES: u32 = 4096;
 pub const MAX_REMAPS: u32 = 16384;
 /// Local external-IP mappings (an address of the local external CIDR standing for a local IP).
 pub const MAX_EXTERNALS: u32 = 65536;
+/// Destination rules over all peers (each peer usually has a few: the local pod CIDR, its
+/// tunnel address, the gateway's own addresses inside the pod CIDR).
+pub const MAX_DESTS: u32 = 16384;
 
 /// Map names. They are also the pin file names under the pin directory.
 pub mod maps {
@@ -31,7 +34,8 @@ pub mod maps {
     pub const COUNTERS: &str = "FABRIC_COUNTERS";
     pub const DROPS: &str = "FABRIC_DROPS";
     pub const PEERS: &str = "FABRIC_PEERS";
-    pub const ALL: [&str; 8] = [
+    pub const DESTS: &str = "FABRIC_DESTS";
+    pub const ALL: [&str; 9] = [
         IFACES,
         PEERS,
         REMAP_EGRESS,
@@ -40,6 +44,7 @@ pub mod maps {
         EXT_SNAT,
         COUNTERS,
         DROPS,
+        DESTS,
     ];
 }
 
@@ -140,6 +145,20 @@ pub struct RemapKey {
 }
 const _: () = assert!(core::mem::size_of::<RemapKey>() == 8);
 
+/// Value of a destination rule in [`maps::DESTS`] (keyed like the remap tries: peer id, then
+/// the destination prefix). The longest matching prefix decides; no match means refused.
+pub const DEST_DENY: u32 = 0;
+/// See [`DEST_DENY`].
+pub const DEST_ALLOW: u32 = 1;
+
+/// Whether a peer may send to a destination, given the value of the longest matching rule (or
+/// `None` when no rule matches). Anything but an explicit allow is refused, so a deleted or
+/// missing rule fails closed.
+#[inline(always)]
+pub const fn dest_allowed(rule: Option<u32>) -> bool {
+    matches!(rule, Some(DEST_ALLOW))
+}
+
 /// Data part of the LPM key of the external-IP tries (local, not per peer).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -216,8 +235,11 @@ pub struct Counters {
     pub icmp_errors: u64,
     /// Packets dropped (the reason is counted in [`maps::DROPS`]).
     pub dropped: u64,
+    /// Of `dropped`: packets from the peer to a destination it may not reach
+    /// ([`drop::DST_REFUSED`]).
+    pub refused: u64,
 }
-const _: () = assert!(core::mem::size_of::<Counters>() == 48);
+const _: () = assert!(core::mem::size_of::<Counters>() == 56);
 
 impl Counters {
     pub fn add(&mut self, o: &Counters) {
@@ -227,6 +249,7 @@ impl Counters {
         self.mss_clamped += o.mss_clamped;
         self.icmp_errors += o.icmp_errors;
         self.dropped += o.dropped;
+        self.refused += o.refused;
     }
 }
 
@@ -249,8 +272,16 @@ pub mod drop {
     /// An ICMP redirect or source quench from a peer: obsolete, or an attempt to steer local
     /// routing; never honoured across the fabric.
     pub const ICMP_REFUSED: u32 = BASE + 6;
+    /// A packet from a peer to a destination it may not reach: anything but the local pod
+    /// CIDRs (minus the gateway's own addresses), the local IPs exposed through the external
+    /// CIDR and the peer's tunnel addresses. Also every non-IPv4 packet from a peer.
+    pub const DST_REFUSED: u32 = BASE + 7;
+    /// A packet arriving on a device that carries our ingress program but has no
+    /// configuration entry (deleted behind the loader's back): delivered untranslated, its
+    /// source could pass for a local pod, so it goes.
+    pub const UNCONFIGURED: u32 = BASE + 8;
     /// Number of reasons; size of the drop counter array.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 9;
 
     pub const fn name(code: u32) -> &'static str {
         match code {
@@ -261,6 +292,8 @@ pub mod drop {
             REWRITE_FAILED => "rewrite-failed",
             BAD_TCP_HEADER => "bad-tcp-header",
             ICMP_REFUSED => "icmp-refused",
+            DST_REFUSED => "dst-refused",
+            UNCONFIGURED => "unconfigured",
             _ => "unknown",
         }
     }
@@ -309,6 +342,32 @@ mod tests {
         assert_eq!(prefix_mask(8), 0xff00_0000);
         assert_eq!(prefix_mask(32), u32::MAX);
         assert_eq!(prefix_mask(40), u32::MAX);
+    }
+
+    #[test]
+    fn only_an_explicit_allow_lets_a_destination_through() {
+        assert!(dest_allowed(Some(DEST_ALLOW)));
+        assert!(!dest_allowed(Some(DEST_DENY)));
+        assert!(!dest_allowed(None), "no rule: refused");
+        assert!(!dest_allowed(Some(7)), "a corrupted rule: refused");
+    }
+
+    #[test]
+    fn counters_add_every_field() {
+        let one = Counters {
+            packets: 1,
+            bytes: 2,
+            remapped: 3,
+            mss_clamped: 4,
+            icmp_errors: 5,
+            dropped: 6,
+            refused: 7,
+        };
+        let mut sum = one;
+        sum.add(&one);
+        assert_eq!(sum.refused, 14);
+        assert_eq!(sum.dropped, 12);
+        assert_eq!(sum.packets, 2);
     }
 
     #[test]

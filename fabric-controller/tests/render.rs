@@ -42,7 +42,8 @@ fn peer(id: &str, n: u32, dials: bool) -> PeerView {
 fn rendered_configuration_is_accepted_by_the_gateway() {
     let peers = [peer("cluster-b", 1, true), peer("cluster-c", 2, false)];
     let externals = [("10.70.0.1".to_owned(), "192.168.1.5".to_owned())];
-    let rendered = render(&opts(), "cluster-a", &peers, &externals).unwrap();
+    let pods = ["10.244.0.0/16".parse().unwrap()];
+    let rendered = render(&opts(), "cluster-a", &pods, &peers, &externals).unwrap();
     let text = config_file(&rendered).unwrap();
     let cfg = fabric_gateway_api::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(cfg, rendered, "{text}");
@@ -65,11 +66,14 @@ fn rendered_configuration_is_accepted_by_the_gateway() {
     assert_eq!(dp.peers[0].remaps[0].remote.to_string(), "10.244.0.0/16");
     assert_eq!(dp.externals.len(), 1);
     assert_eq!(dp.externals[0].internal.to_string(), "192.168.1.5/32");
+    // Peers may reach this cluster's pods and their own tunnel address.
+    assert_eq!(dp.local_cidrs, pods);
+    assert_eq!(dp.peers[0].tunnel_addresses, [client]);
 }
 
 #[test]
 fn no_peers_is_a_valid_standby_configuration() {
-    let text = config_file(&render(&opts(), "cluster-a", &[], &[]).unwrap()).unwrap();
+    let text = config_file(&render(&opts(), "cluster-a", &[], &[], &[]).unwrap()).unwrap();
     let cfg = fabric_gateway_api::Config::parse(&text).unwrap();
     assert!(cfg.peers.is_empty());
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::{Dataplane, DataplaneConfig, Error, state};
 
 const BENCH_CONFIG: &str = r#"
+local_cidrs = ["10.244.0.0/16"]
 [[peers]]
 name = "bench-peer"
 id = 1
@@ -123,7 +124,8 @@ pub fn run(repeat: u32) -> Result<Vec<BenchRow>, Error> {
     let cfg = DataplaneConfig::from_toml(BENCH_CONFIG)?;
     let mut dp = Dataplane::load(None)?;
     let links = [("lo".to_string(), crate::sys::link_facts("lo")?)].into();
-    dp.maps().reconcile(&state::desired(&cfg, &links))?;
+    dp.maps()
+        .reconcile(&state::desired(&cfg, &links, &Default::default()))?;
     let mut rows = Vec::new();
     dp.noop_program()?;
     for (case, egress, frame) in cases() {

@@ -1,6 +1,6 @@
 //! The desired data-plane configuration: what an operator (or later the controllers) asks for.
 //! Parsing and validation are pure; nothing here touches the kernel.
-use std::{collections::BTreeMap, path::Path};
+use std::{collections::BTreeMap, net::Ipv4Addr, path::Path};
 
 use ipnetwork::Ipv4Network;
 use serde::{Deserialize, Serialize};
@@ -11,6 +11,11 @@ use crate::Error;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataplaneConfig {
+    /// What peers may reach in this cluster besides the exposed local IPs (`externals`) and
+    /// their own tunnel addresses: the local pod CIDRs. The host's own addresses inside them
+    /// (the gateway's pod IP, broadcast addresses) stay out of reach. Empty: nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_cidrs: Vec<Ipv4Network>,
     #[serde(default)]
     pub peers: Vec<PeerConfig>,
     #[serde(default)]
@@ -29,6 +34,10 @@ pub struct PeerConfig {
     /// Clamp the MSS of TCP SYNs crossing the device to this value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mss: Option<u16>,
+    /// This side's addresses on the peer's device (the in-tunnel probes'): the peer may reach
+    /// them, and only them of the host's own addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tunnel_addresses: Vec<Ipv4Addr>,
     #[serde(default)]
     pub remaps: Vec<Remap>,
 }
@@ -79,6 +88,9 @@ impl DataplaneConfig {
         let mut names = BTreeMap::new();
         let mut ifaces = BTreeMap::new();
         let mut locals: Vec<(Ipv4Network, &str)> = Vec::new();
+        for n in &self.local_cidrs {
+            check_prefix("local_cidrs", "local", *n)?;
+        }
         for p in &self.peers {
             if p.name.is_empty() || p.name.len() > 63 {
                 return bad(format!("peer name {:?} must be 1 to 63 bytes", p.name));
@@ -113,6 +125,16 @@ impl DataplaneConfig {
                 && !(88..=65495).contains(&mss)
             {
                 return bad(format!("peer {}: mss {mss} out of range 88..65495", p.name));
+            }
+            if let Some(a) = p
+                .tunnel_addresses
+                .iter()
+                .find(|a| a.is_unspecified() || a.is_broadcast() || a.is_multicast())
+            {
+                return bad(format!(
+                    "peer {}: tunnel address {a} is not a unicast address",
+                    p.name
+                ));
             }
             let mut remotes: Vec<Ipv4Network> = Vec::new();
             for r in &p.remaps {
@@ -195,11 +217,13 @@ mod tests {
     use super::*;
 
     const GOOD: &str = r#"
+        local_cidrs = ["10.244.0.0/16"]
         [[peers]]
         name = "cluster-b"
         id = 1
         interface = "fab-b"
         mss = 1360
+        tunnel_addresses = ["169.254.3.1"]
         remaps = [
           { local = "10.71.0.0/16", remote = "10.244.0.0/16" },
           { local = "10.81.0.0/16", remote = "10.70.0.0/16" },
@@ -218,6 +242,8 @@ mod tests {
     fn parses_and_round_trips() {
         let c = DataplaneConfig::from_toml(GOOD).unwrap();
         assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.local_cidrs, ["10.244.0.0/16".parse().unwrap()]);
+        assert_eq!(c.peers[0].tunnel_addresses, [Ipv4Addr::new(169, 254, 3, 1)]);
         assert_eq!(c.peers[0].remaps[1].remote.to_string(), "10.70.0.0/16");
         assert_eq!(DataplaneConfig::from_toml(&c.to_toml()).unwrap(), c);
     }
@@ -246,6 +272,10 @@ mod tests {
         assert!(e.contains("overlap"), "{e}");
         let e = err(&GOOD.replace("10.71.0.0/16", "fe80::/64"));
         assert!(e.contains("local"), "{e}");
+        let e = err(&GOOD.replace("10.244.0.0/16\"]", "10.244.1.0/16\"]"));
+        assert!(e.contains("local_cidrs") && e.contains("host bits"), "{e}");
+        let e = err(&GOOD.replace("169.254.3.1", "224.0.0.1"));
+        assert!(e.contains("not a unicast"), "{e}");
         let e = err(&GOOD.replace("mss = 1360", "msss = 1360"));
         assert!(e.contains("unknown field"), "{e}");
         let e = err(&format!(

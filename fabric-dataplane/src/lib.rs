@@ -30,8 +30,9 @@ use aya::{
     util::nr_cpus,
 };
 use fabric_common::{
-    Counters, DIR_EGRESS, DIR_INGRESS, ExtKey, IfaceConfig, MAX_EXTERNALS, MAX_IFACES, MAX_PEERS,
-    MAX_REMAPS, PeerMeta, RemapKey, Rewrite, counter_index, drop as reason, maps as names, progs,
+    Counters, DIR_EGRESS, DIR_INGRESS, ExtKey, IfaceConfig, MAX_DESTS, MAX_EXTERNALS, MAX_IFACES,
+    MAX_PEERS, MAX_REMAPS, PeerMeta, RemapKey, Rewrite, counter_index, drop as reason,
+    maps as names, progs,
 };
 use serde::Serialize;
 use tracing::{debug, info, warn};
@@ -112,6 +113,7 @@ fn expected_shape(name: &str) -> (u32, u32, u32) {
         names::EXT_DNAT | names::EXT_SNAT => {
             (4 + size_of::<ExtKey>(), size_of::<Rewrite>(), MAX_EXTERNALS)
         }
+        names::DESTS => (4 + size_of::<RemapKey>(), 4, MAX_DESTS),
         names::COUNTERS => (4, size_of::<Counters>(), MAX_PEERS * 2),
         names::DROPS => (4, 8, reason::COUNT),
         _ => unreachable!("unknown map {name}"),
@@ -127,6 +129,7 @@ pub struct Maps {
     remap_ingress: LpmTrie<MapData, RemapKey, Rewrite>,
     ext_dnat: LpmTrie<MapData, ExtKey, Rewrite>,
     ext_snat: LpmTrie<MapData, ExtKey, Rewrite>,
+    dests: LpmTrie<MapData, RemapKey, u32>,
     counters: PerCpuArray<MapData, Counters>,
     drops: PerCpuArray<MapData, u64>,
 }
@@ -161,6 +164,7 @@ impl Maps {
             remap_ingress: typed!(names::REMAP_INGRESS),
             ext_dnat: typed!(names::EXT_DNAT),
             ext_snat: typed!(names::EXT_SNAT),
+            dests: typed!(names::DESTS),
             counters: typed!(names::COUNTERS),
             drops: typed!(names::DROPS),
         })
@@ -218,6 +222,18 @@ impl Maps {
                     v,
                 );
             }
+        }
+        for kv in self.dests.iter() {
+            let (k, v) = kv.map_err(Error::map(names::DESTS))?;
+            let data = k.data();
+            s.dests.insert(
+                (
+                    u32::from_be(data.peer_id_be),
+                    (k.prefix_len() - 32) as u8,
+                    u32::from_be(data.addr),
+                ),
+                v,
+            );
         }
         for (trie, out, name) in [
             (&self.ext_dnat, &mut s.ext_dnat, names::EXT_DNAT),
@@ -292,6 +308,14 @@ impl Maps {
                     .ext_snat
                     .remove(&ext_key(*k))
                     .map_err(Error::map(names::EXT_SNAT))?,
+                Op::SetDest(k, v) => self
+                    .dests
+                    .insert(&remap_key(*k), v, 0)
+                    .map_err(Error::map(names::DESTS))?,
+                Op::DelDest(k) => self
+                    .dests
+                    .remove(&remap_key(*k))
+                    .map_err(Error::map(names::DESTS))?,
                 Op::ResetCounters(id) => {
                     let cpus = nr_cpus().map_err(|(_, e)| Error::io("counting CPUs", e))?;
                     for dir in [DIR_EGRESS, DIR_INGRESS] {
@@ -407,7 +431,7 @@ impl Snapshot {
         let _ = writeln!(o, "PEERS");
         let _ = writeln!(
             o,
-            "  {:>4}  {:<16} {:<12} {:>7} {:>5}  {:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
+            "  {:>4}  {:<16} {:<12} {:>7} {:>5}  {:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8} {:>8}",
             "ID",
             "NAME",
             "INTERFACE",
@@ -419,7 +443,8 @@ impl Snapshot {
             "REMAPPED",
             "CLAMPED",
             "ICMPERR",
-            "DROPPED"
+            "DROPPED",
+            "REFUSED"
         );
         for p in &s.peers {
             for (i, (dir, c)) in [("egress", &p.egress), ("ingress", &p.ingress)]
@@ -439,8 +464,14 @@ impl Snapshot {
                 };
                 let _ = writeln!(
                     o,
-                    "  {id:>4}  {name:<16} {ifname:<12} {idx:>7} {mss:>5}  {dir:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8}",
-                    c.packets, c.bytes, c.remapped, c.mss_clamped, c.icmp_errors, c.dropped
+                    "  {id:>4}  {name:<16} {ifname:<12} {idx:>7} {mss:>5}  {dir:<7} {:>12} {:>14} {:>10} {:>8} {:>8} {:>8} {:>8}",
+                    c.packets,
+                    c.bytes,
+                    c.remapped,
+                    c.mss_clamped,
+                    c.icmp_errors,
+                    c.dropped,
+                    c.refused
                 );
             }
         }
@@ -488,13 +519,14 @@ pub struct PeerStatus {
 
 fn ser_counters<S: serde::Serializer>(c: &Counters, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeStruct;
-    let mut st = s.serialize_struct("Counters", 6)?;
+    let mut st = s.serialize_struct("Counters", 7)?;
     st.serialize_field("packets", &c.packets)?;
     st.serialize_field("bytes", &c.bytes)?;
     st.serialize_field("remapped", &c.remapped)?;
     st.serialize_field("mss_clamped", &c.mss_clamped)?;
     st.serialize_field("icmp_errors", &c.icmp_errors)?;
     st.serialize_field("dropped", &c.dropped)?;
+    st.serialize_field("refused", &c.refused)?;
     st.end()
 }
 
@@ -707,7 +739,8 @@ impl Dataplane {
             links.insert(p.interface.clone(), sys::link_facts(&p.interface)?);
         }
         // Rewrites first, then programs: a freshly attached program finds its entries ready.
-        let (cur, map_writes) = self.maps.reconcile(&state::desired(cfg, &links))?;
+        let own = sys::own_ipv4_addrs()?;
+        let (cur, map_writes) = self.maps.reconcile(&state::desired(cfg, &links, &own))?;
         let previously: Vec<String> = cur.peers.values().map(|m| m.ifname.clone()).collect();
         let mut report = ApplyReport {
             map_writes,
@@ -759,7 +792,8 @@ impl Dataplane {
         for p in &cfg.peers {
             links.insert(p.interface.clone(), sys::link_facts(&p.interface)?);
         }
-        let (_, writes) = self.maps.reconcile(&state::desired(cfg, &links))?;
+        let own = sys::own_ipv4_addrs()?;
+        let (_, writes) = self.maps.reconcile(&state::desired(cfg, &links, &own))?;
         Ok(writes)
     }
 

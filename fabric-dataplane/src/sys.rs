@@ -1,5 +1,5 @@
 //! Small kernel interfaces the loader needs: the BPF filesystem, interface facts, netns.
-use std::{ffi::CString, io, path::Path};
+use std::{collections::BTreeSet, ffi::CString, io, net::Ipv4Addr, path::Path};
 
 use crate::{Error, state::LinkFacts};
 
@@ -97,6 +97,41 @@ pub fn link_facts(name: &str) -> Result<LinkFacts, Error> {
         }
     };
     Ok(LinkFacts { ifindex, l3_offset })
+}
+
+/// The host's own IPv4 addresses in the current network namespace: every interface's
+/// addresses and their broadcast addresses (both are delivered to the host, not forwarded).
+pub fn own_ipv4_addrs() -> Result<BTreeSet<Ipv4Addr>, Error> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(Error::io("listing addresses", io::Error::last_os_error()));
+    }
+    let v4 = |sa: *const libc::sockaddr| -> Option<Ipv4Addr> {
+        // SAFETY: getifaddrs gives null or a valid sockaddr; sockaddr_in when AF_INET.
+        unsafe {
+            if sa.is_null() || (*sa).sa_family != libc::AF_INET as libc::sa_family_t {
+                return None;
+            }
+            let sin = &*(sa as *const libc::sockaddr_in);
+            Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+        }
+    };
+    let mut out = BTreeSet::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        out.extend(v4(ifa.ifa_addr));
+        if ifa.ifa_flags & libc::IFF_BROADCAST as libc::c_uint != 0 {
+            // For IFF_BROADCAST interfaces ifa_ifu is the broadcast address.
+            out.extend(v4(ifa.ifa_ifu));
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
 }
 
 /// Name of a device by index, if it exists in the current network namespace.

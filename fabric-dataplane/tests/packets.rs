@@ -14,6 +14,7 @@ const TC_ACT_OK: u32 = 0;
 const TC_ACT_SHOT: u32 = 2;
 
 const CONFIG: &str = r#"
+local_cidrs = ["10.244.0.0/16"]
 [[peers]]
 name = "cluster-b"
 id = 7
@@ -40,6 +41,11 @@ fn fixture() -> Option<Dataplane> {
 }
 
 fn fixture_with(config: &str) -> Option<Dataplane> {
+    fixture_owning(config, &[])
+}
+
+/// A fixture whose host owns `own` (what the loader would find on the interfaces).
+fn fixture_owning(config: &str, own: &[&str]) -> Option<Dataplane> {
     if unsafe { libc::geteuid() } != 0 {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -56,7 +62,10 @@ fn fixture_with(config: &str) -> Option<Dataplane> {
         fabric_dataplane::sys::link_facts("lo").unwrap(),
     )]
     .into();
-    dp.maps().reconcile(&state::desired(&cfg, &links)).unwrap();
+    let own = own.iter().map(|a| a.parse().unwrap()).collect();
+    dp.maps()
+        .reconcile(&state::desired(&cfg, &links, &own))
+        .unwrap();
     Some(dp)
 }
 
@@ -594,6 +603,82 @@ fn icmp_redirect_and_source_quench_from_peers_are_dropped() {
     assert_eq!(run(&dp, false, &unreachable).0, TC_ACT_OK);
     let drops = dp.maps().drops().unwrap();
     assert_eq!(drops[drop::name(drop::ICMP_REFUSED)], 3);
+}
+
+/// A peer reaches local pods, the local IPs exposed through the external CIDR and its tunnel
+/// address; not the gateway itself, nodes, metadata services or anything else, IPv6 included.
+#[test]
+fn a_peer_reaches_only_pods_exposed_ips_and_its_tunnel_address() {
+    let cfg = CONFIG.replace(
+        "mss = 1360",
+        "mss = 1360\ntunnel_addresses = [\"169.254.3.1\"]",
+    );
+    let own = ["10.244.1.1", "10.244.1.255", "169.254.3.1", "192.168.7.1"];
+    let Some(mut dp) = fixture_owning(&cfg, &own) else {
+        return;
+    };
+    let peer = "10.244.2.7";
+    for (dst, want) in [
+        ("10.244.1.10", Some("10.244.1.10")), // a pod
+        ("10.244.9.3", Some("10.244.9.3")),   // a pod on another node
+        ("10.70.0.5", Some("192.168.1.5")),   // an exposed local IP, by its external address
+        ("169.254.3.1", Some("169.254.3.1")), // the tunnel address (probes)
+        ("10.244.1.1", None),                 // the gateway's own address in the pod CIDR
+        ("10.244.1.255", None),               // a broadcast address
+        ("192.168.7.1", None),                // a node address of the gateway
+        ("169.254.169.254", None),            // a metadata service
+        ("192.168.1.5", None),                // an exposed IP, but not through its mapping
+        ("10.50.0.1", None),                  // anywhere else
+    ] {
+        let (ret, out) = run(&dp, false, &frame_udp(peer, dst, false));
+        match want {
+            Some(to) => {
+                assert_eq!(ret, TC_ACT_OK, "{peer} -> {dst}");
+                let (h, l4) = parse(&out);
+                assert_eq!(addrs(&h), (a("10.71.2.7"), a(to)), "{peer} -> {dst}");
+                assert_udp_ok(&h, &l4);
+            }
+            None => assert_eq!(ret, TC_ACT_SHOT, "{peer} -> {dst} went through"),
+        }
+    }
+    // IPv6 from a peer goes nowhere; ARP (Ethernet devices) passes.
+    let mut v6 = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+    v6.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 244, 2, 7]);
+    v6.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 244, 1, 10]);
+    v6.extend_from_slice(&[0, 53, 0, 53, 0, 8, 0, 0]);
+    assert_eq!(run(&dp, false, &eth(0x86dd, &v6)).0, TC_ACT_SHOT);
+    assert_eq!(run(&dp, false, &eth(0x0806, &[0u8; 28])).0, TC_ACT_OK);
+    // Our own traffic going out is not the peer's to restrict.
+    assert_eq!(
+        run(&dp, true, &frame_udp("10.244.1.1", "10.71.2.7", false)).0,
+        TC_ACT_OK
+    );
+
+    let (eg, ing) = dp.maps().peer_counters(7).unwrap();
+    assert_eq!((ing.refused, ing.dropped), (7, 7));
+    assert_eq!((eg.refused, eg.dropped), (0, 0));
+    assert_eq!(dp.maps().drops().unwrap()[drop::name(drop::DST_REFUSED)], 7);
+    let snap = dp.maps().snapshot().unwrap();
+    assert!(snap.to_table().contains("REFUSED"));
+    let json = serde_json::to_value(&snap).unwrap();
+    assert_eq!(json["peers"][0]["ingress"]["refused"], 7, "{json}");
+}
+
+/// The device's entry deleted behind the loader's back: what comes in is dropped (it would
+/// go in untranslated), what goes out is left to the peer's checks.
+#[test]
+fn a_device_without_its_entry_drops_what_comes_in() {
+    let Some(mut dp) = fixture() else { return };
+    let ifindex = fabric_dataplane::sys::link_facts("lo").unwrap().ifindex;
+    dp.maps().write(&[state::Op::DelIface(ifindex)]).unwrap();
+    let f = frame_udp("10.244.2.7", "10.244.1.10", false);
+    assert_eq!(run(&dp, false, &f).0, TC_ACT_SHOT);
+    let f = frame_udp("10.244.1.10", "10.71.2.7", false);
+    assert_eq!(run(&dp, true, &f), (TC_ACT_OK, f.clone()));
+    assert_eq!(
+        dp.maps().drops().unwrap()[drop::name(drop::UNCONFIGURED)],
+        1
+    );
 }
 
 #[test]

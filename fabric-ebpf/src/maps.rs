@@ -5,8 +5,8 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use fabric_common::{
-    Counters, ExtKey, IfaceConfig, MAX_EXTERNALS, MAX_IFACES, MAX_PEERS, MAX_REMAPS, PeerMeta,
-    RemapKey, Rewrite, drop,
+    Counters, ExtKey, IfaceConfig, MAX_DESTS, MAX_EXTERNALS, MAX_IFACES, MAX_PEERS, MAX_REMAPS,
+    PeerMeta, RemapKey, Rewrite, drop,
 };
 
 /// ifindex -> what this device is (which peer, MSS clamp, header offset).
@@ -34,6 +34,12 @@ pub static FABRIC_EXT_DNAT: LpmTrie<ExtKey, Rewrite, { MAX_EXTERNALS as usize }>
 /// Local IP -> its address in the local external CIDR (sources leaving).
 #[btf_map]
 pub static FABRIC_EXT_SNAT: LpmTrie<ExtKey, Rewrite, { MAX_EXTERNALS as usize }> = LpmTrie::new();
+
+/// (peer, destination prefix) -> `DEST_ALLOW` or `DEST_DENY`: where a peer's packets may go.
+/// The longest match decides (the pod CIDR allowed, the gateway's own address in it denied);
+/// no match refuses.
+#[btf_map]
+pub static FABRIC_DESTS: LpmTrie<RemapKey, u32, { MAX_DESTS as usize }> = LpmTrie::new();
 
 /// Per-peer, per-direction counters, indexed by `counter_index(peer, dir)`.
 #[btf_map]
@@ -63,10 +69,25 @@ pub fn remap(
     }
 }
 
+/// The address an external mapping turns `addr` into, or `None` when no mapping covers it.
 #[inline(always)]
-pub fn external(map: &LpmTrie<ExtKey, Rewrite, { MAX_EXTERNALS as usize }>, addr: u32) -> u32 {
-    match map.get(&Key::new(32, ExtKey { addr })) {
-        Some(rw) => rw.apply(addr),
-        None => addr,
-    }
+pub fn external(
+    map: &LpmTrie<ExtKey, Rewrite, { MAX_EXTERNALS as usize }>,
+    addr: u32,
+) -> Option<u32> {
+    map.get(&Key::new(32, ExtKey { addr }))
+        .map(|rw| rw.apply(addr))
+}
+
+/// The destination rule that decides for `addr` from the peer `peer_be`, if any.
+#[inline(always)]
+pub fn dest_rule(peer_be: u32, addr: u32) -> Option<u32> {
+    let key = Key::new(
+        64,
+        RemapKey {
+            peer_id_be: peer_be,
+            addr,
+        },
+    );
+    FABRIC_DESTS.get(&key).copied()
 }

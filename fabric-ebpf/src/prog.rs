@@ -27,10 +27,11 @@ use fabric_common::{
 
 use crate::maps::{
     FABRIC_COUNTERS, FABRIC_DROPS, FABRIC_EXT_DNAT, FABRIC_EXT_SNAT, FABRIC_IFACES,
-    FABRIC_REMAP_EG, FABRIC_REMAP_IN, external, remap,
+    FABRIC_REMAP_EG, FABRIC_REMAP_IN, dest_rule, external, remap,
 };
 
 const ETH_P_IP_BE: u32 = 0x0800u16.to_be() as u32;
+const ETH_P_IPV6_BE: u32 = 0x86ddu16.to_be() as u32;
 const IPPROTO_ICMP: u8 = 1;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
@@ -109,8 +110,15 @@ fn handle<const EGRESS: bool>(ctx: &TcContext) -> i32 {
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     // SAFETY: map values stay valid for the whole run of the program (RCU).
     let Some(iface) = (unsafe { FABRIC_IFACES.get(&ifindex) }) else {
-        // Not a fabric device (or being torn down): not ours to touch.
-        return TC_ACT_OK;
+        if EGRESS {
+            // Untranslated on the way out: the peer's own destination check refuses it.
+            return TC_ACT_OK;
+        }
+        // Our filters sit only on peers' devices, written after their entry and removed
+        // before it: a packet from a peer without one would go in untranslated, its source
+        // possibly a local pod's.
+        count_drop(drop::UNCONFIGURED);
+        return TC_ACT_SHOT;
     };
     let dir = if EGRESS {
         DIR_EGRESS
@@ -129,19 +137,33 @@ fn handle<const EGRESS: bool>(ctx: &TcContext) -> i32 {
                 stats.mss_clamped += ((did & DID_CLAMP) >> 1) as u64;
                 stats.icmp_errors += ((did & DID_ICMP_ERR) >> 2) as u64;
             }
-            Err(_) => stats.dropped += 1,
+            Err(reason) => {
+                stats.dropped += 1;
+                stats.refused += (reason == drop::DST_REFUSED) as u64;
+            }
         }
     }
     match result {
         Ok(_) => TC_ACT_OK,
         Err(reason) => {
-            if let Some(n) = FABRIC_DROPS.get_ptr_mut(reason.wrapping_sub(drop::BASE)) {
-                // SAFETY: per-CPU slot, as above.
-                unsafe { *n += 1 };
-            }
+            count_drop(reason);
             TC_ACT_SHOT
         }
     }
+}
+
+#[inline(always)]
+fn count_drop(reason: u32) {
+    if let Some(n) = FABRIC_DROPS.get_ptr_mut(reason.wrapping_sub(drop::BASE)) {
+        // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently with us.
+        unsafe { *n += 1 };
+    }
+}
+
+/// Whether a packet from the peer may go to `dst` (before any external-IP translation).
+#[inline(always)]
+fn dest_ok(iface: &IfaceConfig, dst: u32) -> bool {
+    fabric_common::dest_allowed(dest_rule(iface.peer_id.to_be(), dst))
 }
 
 /// The peer-side address of a packet in this direction, translated (or unchanged).
@@ -174,11 +196,11 @@ fn peer_side<const EGRESS: bool>(iface: &IfaceConfig, addr: u32) -> u32 {
     addr
 }
 
-/// The local-side address of a packet in this direction, translated (or unchanged).
+/// The local-side address of a packet in this direction when an external mapping covers it.
 #[inline(always)]
-fn local_side<const EGRESS: bool>(iface: &IfaceConfig, addr: u32) -> u32 {
+fn local_side<const EGRESS: bool>(iface: &IfaceConfig, addr: u32) -> Option<u32> {
     if iface.flags & IFACE_F_EXTERNALS == 0 {
-        return addr;
+        return None;
     }
     if EGRESS {
         external(&FABRIC_EXT_SNAT, addr)
@@ -190,7 +212,12 @@ fn local_side<const EGRESS: bool>(iface: &IfaceConfig, addr: u32) -> u32 {
 /// Returns the `DID_*` bits, or the drop reason.
 #[inline(always)]
 fn try_handle<const EGRESS: bool>(ctx: &TcContext, iface: &IfaceConfig) -> Result<u32, u32> {
-    if ctx.skb.protocol() != ETH_P_IP_BE {
+    let proto = ctx.skb.protocol();
+    if proto != ETH_P_IP_BE {
+        // The fabric carries IPv4 only: no IPv6 destination is one a peer may reach.
+        if !EGRESS && proto == ETH_P_IPV6_BE {
+            return Err(drop::DST_REFUSED);
+        }
         return Ok(0);
     }
     let l3 = iface.l3_offset as usize;
@@ -208,14 +235,20 @@ fn try_handle<const EGRESS: bool>(ctx: &TcContext, iface: &IfaceConfig) -> Resul
     // The peer's address is the destination on the way out and the source on the way in.
     let (src, dst) = if EGRESS {
         (
-            local_side::<true>(iface, ip.saddr),
+            local_side::<true>(iface, ip.saddr).unwrap_or(ip.saddr),
             peer_side::<true>(iface, ip.daddr),
         )
     } else {
-        (
-            peer_side::<false>(iface, ip.saddr),
-            local_side::<false>(iface, ip.daddr),
-        )
+        // A peer reaches local pods, its tunnel address and the exposed local IPs (through
+        // the external CIDR), nothing else: not the gateway, nodes, the API server or
+        // metadata services. ICMP errors pass when their outer destination does (that is
+        // the sender of the packet they quote: a local pod for a PMTU "frag needed").
+        let dst = match local_side::<false>(iface, ip.daddr) {
+            Some(d) => d,
+            None if dest_ok(iface, ip.daddr) => ip.daddr,
+            None => return Err(drop::DST_REFUSED),
+        };
+        (peer_side::<false>(iface, ip.saddr), dst)
     };
     let outer = src != ip.saddr || dst != ip.daddr;
     let mut did = if outer { DID_REMAP } else { 0 };
@@ -337,11 +370,11 @@ fn rewrite_icmp_inner<const EGRESS: bool>(
     let (src, dst) = if EGRESS {
         (
             peer_side::<true>(iface, ip.saddr),
-            local_side::<true>(iface, ip.daddr),
+            local_side::<true>(iface, ip.daddr).unwrap_or(ip.daddr),
         )
     } else {
         (
-            local_side::<false>(iface, ip.saddr),
+            local_side::<false>(iface, ip.saddr).unwrap_or(ip.saddr),
             peer_side::<false>(iface, ip.daddr),
         )
     };

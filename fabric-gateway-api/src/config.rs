@@ -96,6 +96,11 @@ pub enum Invalid {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// This cluster's pod CIDRs: what peers of the remap data plane may reach, besides the
+    /// exposed local IPs (`externals`) and their tunnel addresses. The gateway's own addresses
+    /// inside them stay out of reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_cidrs: Vec<Ipv4Network>,
     pub interface: InterfaceConfig,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<PeerConfig>,
@@ -357,6 +362,11 @@ impl ConfigBuilder {
         self.0.peers.extend(peers);
         self
     }
+    /// A pod CIDR of this cluster, which peers may reach.
+    pub fn local_cidr(mut self, net: Ipv4Network) -> Self {
+        self.0.local_cidrs.push(net);
+        self
+    }
     /// Local `internal` reachable by peers as `external` (of this cluster's external CIDR).
     pub fn external(mut self, external: Ipv4Network, internal: Ipv4Network) -> Self {
         self.0
@@ -375,6 +385,7 @@ impl Config {
     pub fn builder(private_key_file: impl Into<PathBuf>) -> ConfigBuilder {
         ConfigBuilder(Self {
             interface: InterfaceConfig::new(private_key_file),
+            local_cidrs: Vec::new(),
             peers: Vec::new(),
             externals: Vec::new(),
         })
@@ -397,6 +408,14 @@ impl Config {
                     id: p.id?,
                     interface: p.device_name(),
                     mss: Some(p.mss.unwrap_or(self.interface.mtu.saturating_sub(40))),
+                    tunnel_addresses: p
+                        .addresses
+                        .iter()
+                        .filter_map(|a| match a {
+                            IpNetwork::V4(a) => Some(a.ip()),
+                            IpNetwork::V6(_) => None,
+                        })
+                        .collect(),
                     remaps: p.remaps.clone(),
                 })
             })
@@ -404,6 +423,7 @@ impl Config {
         Some((
             pin_dir,
             fabric_dataplane::DataplaneConfig {
+                local_cidrs: self.local_cidrs.clone(),
                 peers,
                 externals: self.externals.clone(),
             },
@@ -649,14 +669,23 @@ probe_address = "169.254.100.2"
         });
         c.interface.dataplane_pin_dir = Some("/sys/fs/bpf/x".into());
         c.interface.busy_poll_us = 20_000;
+        c.local_cidrs.push(v4("10.244.0.0/16"));
         let text = c.to_toml().unwrap();
         assert_eq!(Config::parse(&text).unwrap(), c, "{text}");
+        // The data plane learns what peers may reach: the pod CIDRs and the tunnel address.
+        let (_, dp) = c.dataplane().unwrap();
+        assert_eq!(dp.local_cidrs, [v4("10.244.0.0/16")]);
+        assert_eq!(
+            dp.peers[0].tunnel_addresses,
+            ["169.254.100.1".parse::<std::net::Ipv4Addr>().unwrap()]
+        );
         let plain = Config::builder("/k").build().unwrap().to_toml().unwrap();
         for absent in [
             "[[peers]]",
             "dataplane_pin_dir",
             "busy_poll_us",
             "externals",
+            "local_cidrs",
         ] {
             assert!(!plain.contains(absent), "{absent} in {plain}");
         }

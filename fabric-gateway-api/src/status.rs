@@ -69,6 +69,7 @@ impl DataplaneCounters {
                 ("mss_clamped".to_owned(), c.mss_clamped),
                 ("icmp_errors".to_owned(), c.icmp_errors),
                 ("dropped".to_owned(), c.dropped),
+                ("refused".to_owned(), c.refused),
             ])
         };
         Self {

@@ -60,6 +60,7 @@ fn gateway_config(
         .name(name)
         .listen_port(PORT)
         .mtu(1420)
+        .local_cidr("10.244.0.0/16".parse().unwrap())
         .peers(peers)
         .build()
         .unwrap()

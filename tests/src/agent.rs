@@ -128,9 +128,16 @@ pub struct PeerConfig {
     pub remaps: Vec<(String, String)>,
 }
 
-/// Renders the agent's TOML configuration.
-pub fn config_toml(peers: &[PeerConfig], externals: &[(String, String)]) -> String {
+/// Renders the agent's TOML configuration. `local_cidrs`: what the peers may reach.
+pub fn config_toml(
+    local_cidrs: &[&str],
+    peers: &[PeerConfig],
+    externals: &[(String, String)],
+) -> String {
     let mut s = String::new();
+    if !local_cidrs.is_empty() {
+        let _ = writeln!(s, "local_cidrs = {local_cidrs:?}\n");
+    }
     for p in peers {
         let _ = writeln!(s, "[[peers]]");
         let _ = writeln!(s, "name = {:?}", p.name);

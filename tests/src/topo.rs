@@ -169,11 +169,16 @@ impl TwoClusters {
         for gw in [&a_gw, &b_gw] {
             bed.sysctl(gw, "net.ipv4.ip_forward", "1")?;
         }
+        let b_pods = match addressing {
+            Addressing::Overlapping => addr::POD_CIDR,
+            Addressing::Distinct => addr::B_CIDR_DISTINCT,
+        };
         let a_pin = bed.pin_dir(&a_gw, "a");
         let b_pin = bed.pin_dir(&b_gw, "b");
         let a_cfg = bed.write_file(
             "a-gw.toml",
             &config_toml(
+                &[addr::POD_CIDR],
                 &[PeerConfig {
                     name: "cluster-b".into(),
                     id: 1,
@@ -187,6 +192,7 @@ impl TwoClusters {
         let b_cfg = bed.write_file(
             "b-gw.toml",
             &config_toml(
+                &[b_pods],
                 &[PeerConfig {
                     name: "cluster-a".into(),
                     id: 1,

@@ -397,3 +397,49 @@ pub fn tcp_bulk(
     c?;
     Ok(n)
 }
+
+/// A UDP listener on `bind:port` in `ns` that records the source of every datagram it gets
+/// until `stop` is set (or 30 s pass). Returns once it is bound; join the handle for the
+/// sources.
+pub fn udp_sink(
+    ns: &str,
+    bind: &str,
+    port: u16,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<Vec<SocketAddr>>>> {
+    let bind = addr(bind, port)?;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let h = spawn_in_netns(ns, move || {
+        let s = UdpSocket::bind(bind).with_context(|| format!("binding {bind}"))?;
+        s.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let _ = ready_tx.send(());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 64];
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            if let Ok((_, from)) = s.recv_from(&mut buf) {
+                seen.push(from);
+            }
+        }
+        Ok(seen)
+    });
+    if ready_rx.recv_timeout(Duration::from_secs(5)).is_err() {
+        join(h)?;
+        bail!("UDP sink on {bind} did not start");
+    }
+    Ok(h)
+}
+
+/// Sends `count` datagrams from `ns` to `dst:port`, `gap` apart, ignoring send errors (an
+/// ICMP error from an earlier datagram may surface on a later send).
+pub fn udp_send(ns: &str, dst: &str, port: u16, count: usize, gap: Duration) -> Result<()> {
+    let dst = addr(dst, port)?;
+    join(spawn_in_netns(ns, move || {
+        let s = UdpSocket::bind(("0.0.0.0", 0))?;
+        for _ in 0..count {
+            let _ = s.send_to(b"fabric", dst);
+            std::thread::sleep(gap);
+        }
+        Ok(())
+    }))
+}

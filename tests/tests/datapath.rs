@@ -4,12 +4,21 @@
 //! Needs root; skips (with a message) otherwise. Drives `target/<profile>/fabric-agent`, which
 //! must be built first (`cargo build --workspace --bins`; `cargo xtask test` does it). Each test
 //! builds its own topology with unique names, so they run in parallel.
-use std::{collections::BTreeMap, os::unix::fs::MetadataExt as _, path::Path, time::Duration};
+use std::{
+    collections::BTreeMap,
+    os::unix::fs::MetadataExt as _,
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 use fabric_tests::{
     Addressing, TwoClusters, addr, peer_counter, skip_unless_root,
-    topo::{B_PL_IF, POD_IF},
+    topo::{A_PL_IF, B_PL_IF, B_UL_IF, POD_IF},
     traffic,
 };
 
@@ -115,6 +124,91 @@ fn ping_tcp_udp_both_ways_with_remapped_addresses() -> Result<()> {
         let table = t.agent.show(gw, pin)?;
         assert!(table.contains(peer), "{table}");
     }
+    Ok(())
+}
+
+/// A hostile peer sends into the tunnel to everything on A's side that is not a pod: A's
+/// gateway itself (through B's view of its pod-side address), the gateway's node address, a
+/// metadata service on it, and an address outside A's pod CIDR that A's gateway routes on.
+/// All of them exist and listen; none of them hears anything, A counts each packet as refused
+/// for that peer, and pod traffic flows as before.
+#[test]
+fn a_peer_reaches_nothing_but_pods() -> Result<()> {
+    if skip_unless_root("a_peer_reaches_nothing_but_pods") {
+        return Ok(());
+    }
+    let t = overlapping()?;
+    t.apply()?;
+    const METADATA: &str = "169.254.169.254";
+    const OUTSIDE: &str = "10.96.0.1";
+    // The metadata service answers on the gateway host; the outside address is a host behind
+    // a-gw (on a-pod's link), routed like any destination a-gw can reach.
+    t.bed.ip(
+        &t.a_gw,
+        &["addr", "add", &format!("{METADATA}/32"), "dev", "lo"],
+    )?;
+    t.bed.ip(
+        &t.a_pod,
+        &["addr", "add", &format!("{OUTSIDE}/32"), "dev", POD_IF],
+    )?;
+    t.bed.ip(
+        &t.a_gw,
+        &["route", "add", OUTSIDE, "via", addr::A_POD, "dev", A_PL_IF],
+    )?;
+    // B's gateway, playing the hostile peer, sends all of them into its tunnel to A.
+    for dst in [METADATA, OUTSIDE] {
+        t.bed.ip(
+            &t.b_gw,
+            &["route", "add", dst, "via", addr::A_UL, "dev", B_UL_IF],
+        )?;
+    }
+    let targets = [
+        // (namespace, address it listens on, where B sends, port)
+        (&t.a_gw, addr::A_GW, addr::A_GW_FROM_B, 9101),
+        (&t.a_gw, addr::A_UL, addr::A_UL, 9102),
+        (&t.a_gw, METADATA, METADATA, 9103),
+        (&t.a_pod, OUTSIDE, OUTSIDE, 9104),
+    ];
+    let refused = |t: &TwoClusters| -> Result<u64> {
+        let v = t.agent.show_json(&t.a_gw, &t.a_pin)?;
+        Ok(peer_counter(&v, "cluster-b", "ingress", "refused"))
+    };
+    let before = refused(&t)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sinks = Vec::new();
+    for (ns, bind, _, port) in targets {
+        sinks.push(traffic::udp_sink(ns, bind, port, stop.clone())?);
+    }
+    const N: usize = 5;
+    for (_, _, dst, port) in targets {
+        traffic::udp_send(&t.b_gw, dst, port, N, Duration::from_millis(10))?;
+    }
+    // Pod traffic still flows both ways meanwhile.
+    let pr = traffic::udp_probe(&t.b_pod, &t.a_pod, addr::A_POD_FROM_B, 9105)?;
+    assert_eq!(pr.server_saw.ip().to_string(), addr::B_POD_FROM_A, "{pr:?}");
+    let p = traffic::ping(&t.bed, &t.a_pod, addr::B_POD_FROM_A, 3, "0.1", &[])?;
+    assert!(p.all_replied(), "{}", p.output);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for ((_, bind, dst, port), sink) in targets.iter().zip(sinks) {
+        let got = fabric_tests::netns::join(sink)?;
+        assert!(
+            got.is_empty(),
+            "{bind}:{port} (sent to {dst}) heard the peer: {got:?}"
+        );
+    }
+    let after = refused(&t)?;
+    assert!(
+        after >= before + (N * targets.len()) as u64,
+        "refused went from {before} to {after}, {} packets were sent",
+        N * targets.len()
+    );
+    let v = t.agent.show_json(&t.a_gw, &t.a_pin)?;
+    assert!(
+        v["drops"]["dst-refused"].as_u64().unwrap_or(0) >= (N * targets.len()) as u64,
+        "{v:#}"
+    );
+    assert!(t.agent.show(&t.a_gw, &t.a_pin)?.contains("REFUSED"));
     Ok(())
 }
 

@@ -190,7 +190,7 @@ impl Operator {
         let key_text = self.key()?;
         if !active {
             return self
-                .apply_config(render(&self.o, "", &[], &[]), "standby")
+                .apply_config(render(&self.o, "", &[], &[], &[]), "standby")
                 .await;
         }
         self.publish_identity(&key_text).await?;
@@ -199,9 +199,15 @@ impl Operator {
             &self.caches.keys.state(),
             &self.caches.clients.state(),
         );
-        let me = self.cluster()?.cluster_id;
+        let me = self.cluster()?;
         let ips = self.caches.ips.state();
-        let config = render(&self.o, &me, &peers, &externals(&ips));
+        let config = render(
+            &self.o,
+            &me.cluster_id,
+            &[me.pod_cidr],
+            &peers,
+            &externals(&ips),
+        );
         let n = peers.len();
         self.apply_config(config, &format!("active, {n} peers"))
             .await?;

@@ -152,10 +152,12 @@ pub enum RenderError {
 }
 
 /// The gateway's configuration for these peers, validated as the gateway validates it. `me`
-/// is this cluster's id.
+/// is this cluster's id, `pods` its pod CIDRs (all that peers may reach but the exposed IPs and
+/// their tunnel addresses).
 pub fn render(
     o: &Opts,
     me: &str,
+    pods: &[Ipv4Network],
     peers: &[PeerView],
     externals: &[(String, String)],
 ) -> Result<Config, RenderError> {
@@ -164,6 +166,9 @@ pub fn render(
         .listen_port(o.listen_port)
         .mtu(o.mtu)
         .busy_poll_us(o.busy_poll_us);
+    for net in pods {
+        cfg = cfg.local_cidr(*net);
+    }
     if let Some(pins) = &o.pin_dir {
         cfg = cfg.dataplane_pin_dir(pins);
     }
@@ -303,10 +308,14 @@ mod tests {
         let with = render(
             &opts(Some("/sys/fs/bpf/x")),
             "a",
+            &["10.244.0.0/16".parse().unwrap()],
             std::slice::from_ref(&peer),
             &[],
         )
         .unwrap();
+        // Peers may reach this cluster's pods (and, through the data plane, nothing else).
+        let (_, dp) = with.dataplane().unwrap();
+        assert_eq!(dp.local_cidrs, ["10.244.0.0/16".parse().unwrap()]);
         assert_eq!(
             with.interface.dataplane_pin_dir,
             Some(PathBuf::from("/sys/fs/bpf/x"))
@@ -316,7 +325,7 @@ mod tests {
             with.interface.private_key_file,
             PathBuf::from("/tmp/gw.key")
         );
-        let without = render(&opts(None), "a", std::slice::from_ref(&peer), &[]).unwrap();
+        let without = render(&opts(None), "a", &[], std::slice::from_ref(&peer), &[]).unwrap();
         assert_eq!(without.interface.dataplane_pin_dir, None);
         assert_eq!(without.interface.busy_poll_us, 0);
         let busy = render(
@@ -325,13 +334,14 @@ mod tests {
                 ..opts(None)
             },
             "a",
+            &[],
             &[peer],
             &[],
         )
         .unwrap();
         assert_eq!(busy.interface.busy_poll_us, 20_000);
         // What a standby replica's gateway gets: the interface and nothing else.
-        let standby = render(&opts(None), "", &[], &[]).unwrap();
+        let standby = render(&opts(None), "", &[], &[], &[]).unwrap();
         assert!(standby.peers.is_empty() && standby.externals.is_empty());
         assert_eq!(standby.interface, without.interface);
     }
@@ -341,7 +351,7 @@ mod tests {
         let bad = |f: fn(&mut PeerView)| {
             let mut p = peer_b();
             f(&mut p);
-            render(&opts(None), "a", &[p], &[]).unwrap_err()
+            render(&opts(None), "a", &[], &[p], &[]).unwrap_err()
         };
         assert!(matches!(
             bad(|p| p.public_key = "k".into()),
@@ -357,7 +367,14 @@ mod tests {
         // Parsed, but not a configuration the gateway would run.
         let e = bad(|p| p.seen_pod = "10.64.0.0/24".into());
         assert!(matches!(e, RenderError::Config(_)), "{e}");
-        let e = render(&opts(None), "a", &[], &[("x".into(), "10.0.0.1".into())]).unwrap_err();
+        let e = render(
+            &opts(None),
+            "a",
+            &[],
+            &[],
+            &[("x".into(), "10.0.0.1".into())],
+        )
+        .unwrap_err();
         assert!(matches!(e, RenderError::External { .. }), "{e}");
     }
 
