@@ -17,6 +17,8 @@ pub enum NetconfError {
     },
     #[error("route {0}: {1}")]
     Route(IpNetwork, String),
+    #[error("sysctl: {0}")]
+    Sysctl(#[source] std::io::Error),
 }
 
 fn nl(op: &'static str, ifindex: u32) -> impl FnOnce(rtnetlink::Error) -> NetconfError {
@@ -105,6 +107,33 @@ pub async fn sync_routes(
             .map_err(nl("route replace", ifindex))?;
     }
     Ok(())
+}
+
+fn rp_filter_path(device: &str) -> std::path::PathBuf {
+    std::path::Path::new("/proc/sys/net/ipv4/conf")
+        .join(device)
+        .join("rp_filter")
+}
+
+/// Turns on strict reverse-path filtering on a device (in the current network namespace).
+/// Returns whether it was off. The kernel applies the larger of this and `conf/all`, so a
+/// loose `all` (2) wins: warned about, since then only the remap program keeps untranslated
+/// sources out.
+pub fn strict_rp_filter(device: &str) -> std::io::Result<bool> {
+    let path = rp_filter_path(device);
+    let was = std::fs::read_to_string(&path)?;
+    if was.trim() == "1" {
+        return Ok(false);
+    }
+    std::fs::write(&path, "1")?;
+    let all = std::fs::read_to_string(rp_filter_path("all")).unwrap_or_default();
+    if all.trim() == "2" {
+        tracing::warn!(
+            device,
+            "net.ipv4.conf.all.rp_filter is 2 (loose), which overrides the device's strict setting"
+        );
+    }
+    Ok(true)
 }
 
 /// Whether both of the data plane's clsact filters (ingress and egress, at its fixed priority

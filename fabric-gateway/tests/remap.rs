@@ -8,9 +8,13 @@ mod common;
 
 use std::{
     io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
+    net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket},
     path::Path,
-    time::Duration,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use common::*;
@@ -335,15 +339,17 @@ fn remapped_ping(lab: &Lab, ns: &str, target: &str, timeout: Duration) -> bool {
     lab.wait_ping(ns, target, timeout).is_some()
 }
 
-/// Someone detaches a remap filter, deletes map entries, deletes a tunnel route or sets the
-/// tunnel device down by hand: the gateway notices within seconds and puts it back, and
-/// traffic flows again.
-#[test]
-fn gateway_repairs_dataplane_drift() {
-    if !require_root("gateway_repairs_dataplane_drift") {
-        return;
-    }
-    let mut lab = Lab::new("d");
+/// Two clusters with the same pod CIDR and pod address, A seeing B as 10.71/16 and B seeing A
+/// as 10.72/16, their gateways running and their tunnel up.
+struct TwoGateways {
+    a: Cluster,
+    b: Cluster,
+    key_a: std::path::PathBuf,
+    /// A's gateway's name (status, control socket).
+    na: String,
+}
+
+fn two_gateways(lab: &mut Lab) -> TwoGateways {
     let ga = lab.add_ns("ga");
     let gb = lab.add_ns("gb");
     let pa = lab.add_ns("pa");
@@ -387,12 +393,33 @@ fn gateway_repairs_dataplane_drift() {
             &format!("{tag}.toml"),
             &gateway_config(me, key, name, &[(other, other_pub, view)]),
         );
-        spawn_gateway(&mut lab, tag, &me.gw.clone(), &cfg);
+        spawn_gateway(lab, tag, &me.gw.clone(), &cfg);
     }
     for n in [&na, &nb] {
         lab.wait_status(n, Duration::from_secs(20), |v| v["peers"][0]["up"] == true)
             .unwrap_or_else(|| panic!("{n} not up\n{}", lab.log("gwa")));
     }
+    TwoGateways {
+        a,
+        b,
+        key_a: ka.0,
+        na,
+    }
+}
+
+/// Someone detaches a remap filter, deletes map entries, deletes a tunnel route or sets the
+/// tunnel device down by hand: the gateway notices within seconds and puts it back, and
+/// traffic flows again.
+#[test]
+fn gateway_repairs_dataplane_drift() {
+    if !require_root("gateway_repairs_dataplane_drift") {
+        return;
+    }
+    let mut lab = Lab::new("d");
+    let TwoGateways {
+        a, key_a: ka, na, ..
+    } = two_gateways(&mut lab);
+    let (ga, pa) = (a.gw.clone(), a.pod.clone());
     assert!(remapped_ping(
         &lab,
         &pa,
@@ -425,21 +452,8 @@ fn gateway_repairs_dataplane_drift() {
     // Deleted map entries: the device's remap configuration goes, and comes back.
     let before = repairs(&lab);
     let id = map_id_behind(&lab, &ga, "fab-b", "FABRIC_IFACES").to_string();
-    let dump: serde_json::Value =
-        serde_json::from_str(&run(&["bpftool", "map", "dump", "id", &id, "--json"])).unwrap();
-    let entries = dump.as_array().unwrap();
-    assert!(!entries.is_empty(), "no interface entries to delete");
-    for e in entries {
-        let mut cmd = vec!["bpftool", "map", "delete", "id", &id, "key", "hex"];
-        let key: Vec<String> = e["key"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b.as_str().unwrap().trim_start_matches("0x").to_string())
-            .collect();
-        cmd.extend(key.iter().map(String::as_str));
-        run(&cmd);
-    }
+    let entries = delete_all_entries(&id);
+    assert!(entries > 0, "no interface entries to delete");
     let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
         v["repairs"].as_u64().unwrap_or(0) > before
     });
@@ -450,7 +464,7 @@ fn gateway_repairs_dataplane_drift() {
     );
     let dump: serde_json::Value =
         serde_json::from_str(&run(&["bpftool", "map", "dump", "id", &id, "--json"])).unwrap();
-    assert_eq!(dump.as_array().unwrap().len(), entries.len());
+    assert_eq!(dump.as_array().unwrap().len(), entries);
     assert!(remapped_ping(
         &lab,
         &pa,
@@ -513,7 +527,7 @@ fn gateway_repairs_dataplane_drift() {
         dump.as_array().unwrap().len()
     };
     assert_eq!(entries(&ifaces_map), 1);
-    let cfg = lab.write("gwa.toml", &gateway_config(&a, &ka.0, &na, &[]));
+    let cfg = lab.write("gwa.toml", &gateway_config(&a, &ka, &na, &[]));
     let log_before = lab.log("gwa").len();
     run(&[
         BIN,
@@ -539,4 +553,172 @@ fn gateway_repairs_dataplane_drift() {
         !since.contains("WARN") && !since.contains("ERROR"),
         "after removing the last peer:\n{since}"
     );
+}
+
+/// Deletes every entry of the map with bpftool id `id`; returns how many there were.
+fn delete_all_entries(id: &str) -> usize {
+    let dump: serde_json::Value =
+        serde_json::from_str(&run(&["bpftool", "map", "dump", "id", id, "--json"])).unwrap();
+    let entries = dump.as_array().unwrap();
+    for e in entries {
+        let mut cmd = vec!["bpftool", "map", "delete", "id", id, "key", "hex"];
+        let key: Vec<String> = e["key"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_str().unwrap().trim_start_matches("0x").to_string())
+            .collect();
+        cmd.extend(key.iter().map(String::as_str));
+        run(&cmd);
+    }
+    entries.len()
+}
+
+/// With overlapping pod CIDRs, a packet from B let in untranslated carries a source in A's
+/// own pod CIDR: it would pass for one of A's pods. Whatever someone removes behind A's
+/// gateway's back (its ingress filter, the device's map entry, the clsact hook itself so that
+/// nothing can be attached), no such packet ever reaches A's pod: the kernel refuses it
+/// (strict rp_filter on the device, the program's `unconfigured` drop) until the gateway
+/// notices, and the gateway delivers nothing to a device whose data plane is not in place,
+/// counting what it drops, until it has put it back. Then traffic flows again.
+#[test]
+fn a_peer_is_not_let_in_without_its_data_plane() {
+    if !require_root("a_peer_is_not_let_in_without_its_data_plane") {
+        return;
+    }
+    let mut lab = Lab::new("f");
+    let TwoGateways { a, b, na, .. } = two_gateways(&mut lab);
+    // B's pod sends from a second address, one that is free in A's pod subnet: untranslated,
+    // A's pod would take it (its own address it would refuse as martian).
+    const B_SRC: &str = "10.244.1.20";
+    const SEEN: &str = "10.71.1.20";
+    lab.exec(
+        &b.pod,
+        &["ip", "addr", "add", &format!("{B_SRC}/24"), "dev", "eth0"],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let heard: Arc<Mutex<Vec<(Instant, IpAddr)>>> = Arc::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = {
+        let (stop, heard) = (stop.clone(), heard.clone());
+        fabric_netns::spawn_in(&a.pod, move || {
+            let s = UdpSocket::bind("0.0.0.0:7200").unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            tx.send(()).unwrap();
+            let mut buf = [0u8; 16];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((_, from)) = s.recv_from(&mut buf) {
+                    heard.lock().unwrap().push((Instant::now(), from.ip()));
+                }
+            }
+            Ok::<_, fabric_netns::Error>(())
+        })
+    };
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let source = {
+        let stop = stop.clone();
+        fabric_netns::spawn_in(&b.pod, move || {
+            let s = UdpSocket::bind(format!("{B_SRC}:0")).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = s.send_to(b"who am i", "10.72.1.10:7200");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok::<_, fabric_netns::Error>(())
+        })
+    };
+    let flows_since = |t: Instant, timeout: Duration| {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if heard.lock().unwrap().iter().any(|(at, _)| *at > t) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    };
+    let status = |lab: &Lab| {
+        lab.wait_status(&na, Duration::from_secs(2), |_| true)
+            .unwrap()
+    };
+    let repairs = |lab: &Lab| status(lab)["repairs"].as_u64().unwrap();
+    let all_translated = |step: &str| {
+        let heard = heard.lock().unwrap();
+        let bad: Vec<IpAddr> = heard
+            .iter()
+            .map(|(_, ip)| *ip)
+            .filter(|ip| ip.to_string() != SEEN)
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{step}: {} of {} datagrams arrived from elsewhere than {SEEN}: {:?}",
+            bad.len(),
+            heard.len(),
+            &bad[..bad.len().min(5)]
+        );
+    };
+    assert!(
+        flows_since(Instant::now(), Duration::from_secs(5)),
+        "no traffic to begin with"
+    );
+
+    // The ingress filter detached, then the device's map entry deleted.
+    let ifaces = map_id_behind(&lab, &a.gw, "fab-b", "FABRIC_IFACES").to_string();
+    for what in ["filter", "entry"] {
+        let before = repairs(&lab);
+        if what == "filter" {
+            lab.exec(&a.gw, &["tc", "filter", "del", "dev", "fab-b", "ingress"]);
+        } else {
+            assert_eq!(delete_all_entries(&ifaces), 1);
+        }
+        let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
+            v["repairs"].as_u64().unwrap_or(0) > before
+        });
+        assert!(st.is_some(), "{what} not repaired\n{}", lab.log("gwa"));
+        assert!(
+            flows_since(Instant::now(), Duration::from_secs(5)),
+            "no traffic after the {what} was repaired\n{}",
+            lab.log("gwa")
+        );
+        all_translated(what);
+    }
+
+    // The clsact hook replaced by a bare ingress qdisc: nothing can be attached, so the
+    // gateway stops delivering and counts why, until the hook is free again.
+    let dropped = |lab: &Lab| {
+        status(lab)["peers"][0]["drops"]["dataplane_not_ready"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = dropped(&lab);
+    lab.exec(&a.gw, &["tc", "qdisc", "del", "dev", "fab-b", "clsact"]);
+    lab.exec(&a.gw, &["tc", "qdisc", "add", "dev", "fab-b", "ingress"]);
+    let st = lab.wait_status(&na, Duration::from_secs(6), |v| {
+        v["peers"][0]["drops"]["dataplane_not_ready"]
+            .as_u64()
+            .unwrap_or(0)
+            > before + 50
+    });
+    assert!(
+        st.is_some(),
+        "the gateway kept delivering without its data plane: {:#}\n{}",
+        status(&lab),
+        lab.log("gwa")
+    );
+    let cut = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !heard.lock().unwrap().iter().any(|(at, _)| *at > cut),
+        "delivered while the data plane could not be put back"
+    );
+    lab.exec(&a.gw, &["tc", "qdisc", "del", "dev", "fab-b", "ingress"]);
+    assert!(
+        flows_since(Instant::now(), Duration::from_secs(6)),
+        "no traffic once the data plane could be put back\n{}",
+        lab.log("gwa")
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    source.join().unwrap().unwrap();
+    sink.join().unwrap().unwrap();
+    all_translated("clsact replaced");
 }

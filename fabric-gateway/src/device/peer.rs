@@ -30,14 +30,18 @@ pub enum PeerDrop {
     TunWrite,
     UdpSend,
     Malformed,
+    /// Decrypted, but the remap data plane is not (or no longer) in place on the peer's
+    /// device: delivered, the packet could go in untranslated.
+    DataplaneNotReady,
 }
-pub(super) const PEER_DROP_NAMES: [&str; 6] = [
+pub(super) const PEER_DROP_NAMES: [&str; 7] = [
     "not_allowed_source",
     "no_endpoint",
     "decrypt",
     "tun_write",
     "udp_send",
     "malformed",
+    "dataplane_not_ready",
 ];
 
 #[derive(Default)]
@@ -46,7 +50,7 @@ pub(super) struct PeerCounters {
     pub(super) tx_bytes: AtomicU64,
     pub(super) rx_packets: AtomicU64,
     pub(super) tx_packets: AtomicU64,
-    pub(super) drops: [AtomicU64; 6],
+    pub(super) drops: [AtomicU64; 7],
 }
 
 impl PeerCounters {
@@ -75,6 +79,10 @@ pub struct Peer {
     pub(super) probe: Mutex<Option<Probe>>,
     /// The configuration in force; what may change on reload without recreating the device.
     pub(super) cfg: Mutex<PeerConfig>,
+    /// Whether decrypted packets may go to the device: the remap data plane is in place on
+    /// it (always, for a peer that asks for none). Cleared until the data plane is applied
+    /// and whenever the drift repair finds it gone; one load per packet, no syscall.
+    pub(super) dataplane_ready: AtomicBool,
     pub(super) stop: AtomicBool,
     reader: Mutex<Option<JoinHandle<()>>>,
 }
@@ -157,6 +165,12 @@ impl Gateway {
         netconf::sync_routes(&self.netlink, ifindex, &[], &cfg.routes)
             .await
             .map_err(nc)?;
+        if cfg.id.is_some() {
+            // The kernel's own backstop while the remap program is missing (until the drift
+            // repair notices): an untranslated source routes elsewhere, so strict reverse-path
+            // filtering drops it.
+            netconf::strict_rp_filter(&device).map_err(|e| nc(netconf::NetconfError::Sysctl(e)))?;
+        }
 
         // 24 bits: boringtun shifts the index left by 8 for its session counter.
         let index = self.next_index.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
@@ -170,6 +184,7 @@ impl Gateway {
             tun,
             counters: PeerCounters::default(),
             probe: Mutex::new(make_probe(&cfg)),
+            dataplane_ready: AtomicBool::new(super::repair::dataplane_ready(cfg.id, false)),
             cfg: Mutex::new(cfg.clone()),
             stop: AtomicBool::new(false),
             reader: Mutex::new(None),

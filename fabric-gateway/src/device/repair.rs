@@ -6,10 +6,48 @@ use std::{path::PathBuf, sync::Arc, sync::atomic::Ordering};
 use super::{Gateway, GatewayError};
 use crate::netconf;
 
+/// Whether a peer's decrypted packets may go to its device: a peer with a data-plane id only
+/// once its programs and map entries are `in_place`, a peer without one always.
+pub(super) fn dataplane_ready(id: Option<u32>, in_place: bool) -> bool {
+    id.is_none() || in_place
+}
+
 impl Gateway {
-    /// Puts the remap programs on the peers' devices and makes their maps match. The devices
-    /// exist by now; filters on them go away with them, so a restarted gateway re-applies.
+    /// Puts the remap programs on the peers' devices and makes their maps match, then lets
+    /// delivery to the devices it covers go ahead (and stops it for the others, when it
+    /// fails). The devices exist by now; filters on them go away with them, so a restarted
+    /// gateway re-applies.
     pub(super) fn apply_dataplane(
+        &self,
+        dp: Option<(PathBuf, fabric_dataplane::DataplaneConfig)>,
+    ) -> Result<(), GatewayError> {
+        let res = self.apply_dataplane_maps(dp);
+        self.set_dataplane_ready(res.is_ok(), &[]);
+        res
+    }
+
+    /// Marks each peer ready for delivery or not: `applied` says whether the data plane last
+    /// set (or checked) is in place, but on the `missing` devices.
+    fn set_dataplane_ready(&self, applied: bool, missing: &[String]) {
+        let cfg = self.dataplane_cfg.lock().unwrap().clone();
+        for p in self.peers() {
+            let id = p.cfg.lock().unwrap().id;
+            let covered = cfg
+                .as_ref()
+                .is_some_and(|(_, c)| c.peers.iter().any(|d| d.interface == p.tun.name()))
+                && !missing.iter().any(|m| m == p.tun.name());
+            let ready = dataplane_ready(id, applied && covered);
+            if p.dataplane_ready.swap(ready, Ordering::AcqRel) != ready {
+                if ready {
+                    tracing::info!(peer = %p.name, device = %p.tun.name(), "data plane in place; delivering");
+                } else {
+                    tracing::warn!(peer = %p.name, device = %p.tun.name(), "data plane not in place; dropping what the peer sends until it is");
+                }
+            }
+        }
+    }
+
+    fn apply_dataplane_maps(
         &self,
         dp: Option<(PathBuf, fabric_dataplane::DataplaneConfig)>,
     ) -> Result<(), GatewayError> {
@@ -109,17 +147,53 @@ impl Gateway {
             }
             match netconf::dataplane_filters_present(&self.netlink, p.tun.ifindex()).await {
                 Ok(true) => {}
-                Ok(false) => detached.push(p.tun.name().to_string()),
+                Ok(false) => {
+                    // Nothing translates this peer's packets now: stop delivering them.
+                    p.dataplane_ready.store(false, Ordering::Release);
+                    detached.push(p.tun.name().to_string());
+                }
                 Err(e) => tracing::warn!(device = %p.tun.name(), error = %e, "checking filters"),
+            }
+            match netconf::strict_rp_filter(p.tun.name()) {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::warn!(device = %p.tun.name(), "reverse-path filtering had been loosened; strict again");
+                    self.repairs.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => tracing::warn!(device = %p.tun.name(), error = %e, "checking rp_filter"),
             }
         }
         if !detached.is_empty() {
             tracing::warn!(devices = ?detached, "remap filters missing; attaching them again");
-            match self.apply_dataplane(Some((pin_dir, cfg))) {
-                Ok(()) => {
+            let res = self.apply_dataplane_maps(Some((pin_dir, cfg)));
+            // An apply can succeed without the filters landing where they belong (another
+            // qdisc in the place of clsact takes them to its own hook): trust only what is
+            // there afterwards.
+            let mut missing = Vec::new();
+            if res.is_ok() {
+                for p in self.peers() {
+                    let dev = p.tun.name().to_string();
+                    if detached.contains(&dev)
+                        && !matches!(
+                            netconf::dataplane_filters_present(&self.netlink, p.tun.ifindex())
+                                .await,
+                            Ok(true)
+                        )
+                    {
+                        missing.push(dev);
+                    }
+                }
+            }
+            self.set_dataplane_ready(res.is_ok(), &missing);
+            match res {
+                Ok(()) if missing.is_empty() => {
                     self.repairs
                         .fetch_add(detached.len() as u64, Ordering::Relaxed);
                 }
+                Ok(()) => tracing::error!(
+                    devices = ?missing,
+                    "remap filters cannot be put in place; nothing is delivered to these devices"
+                ),
                 Err(e) => tracing::error!(error = %e, "repairing the data plane"),
             }
             return;
@@ -128,6 +202,9 @@ impl Gateway {
             Some(plane) => plane.repair_maps(&cfg),
             None => return,
         };
+        // Filters there and maps as configured (or not, when the rewrite failed): delivery
+        // follows, also for peers an earlier failed apply had stopped.
+        self.set_dataplane_ready(res.is_ok(), &[]);
         match res {
             Ok(0) => {}
             Ok(n) => {
@@ -136,5 +213,18 @@ impl Gateway {
             }
             Err(e) => tracing::error!(error = %e, "repairing data-plane maps"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dataplane_ready;
+
+    #[test]
+    fn delivery_waits_for_the_data_plane_a_peer_asks_for() {
+        assert!(!dataplane_ready(Some(3), false));
+        assert!(dataplane_ready(Some(3), true));
+        // A plain WireGuard peer (no remapping) has nothing to wait for.
+        assert!(dataplane_ready(None, false));
     }
 }

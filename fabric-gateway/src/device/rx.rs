@@ -270,6 +270,10 @@ impl Gateway {
                 return;
             }
         }
+        if !peer.dataplane_ready.load(Ordering::Acquire) {
+            peer.counters.drop(PeerDrop::DataplaneNotReady);
+            return;
+        }
         peer.counters.rx_packets.fetch_add(1, Ordering::Relaxed);
         gro.push(peer, pkt);
     }
