@@ -1,6 +1,6 @@
 //! The checks behind the fuzz targets in `fuzz_targets/`, one module per target. Each
 //! `check(data)` feeds arbitrary bytes to a parser of the gateway, of `fabric-common`, of
-//! discovery or of the authentication service and panics when an invariant breaks, not only when the code under test panics. The libFuzzer
+//! discovery, of the authentication service or of the kubelet API and panics when an invariant breaks, not only when the code under test panics. The libFuzzer
 //! binaries call them (`cargo xtask fuzz TARGET`), and the main workspace's
 //! `tests/tests/fuzz_seeds.rs` replays the committed seeds (`seeds/TARGET/`) through them.
 
@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod packet;
 pub mod remap;
 pub mod segment;
+pub mod spdy;
 pub mod tcp_options;
 mod tcpip;
 pub mod uapi;
@@ -26,4 +27,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("remap", remap::check),
     ("discovery", discovery::check),
     ("auth_request", auth_request::check),
+    ("spdy", spdy::check),
 ];
