@@ -972,7 +972,9 @@ impl PeeredClusters {
     }
 
     /// Starts every gateway replica once its operator has written a configuration.
-    fn start_gateways(&mut self) -> Result<()> {
+    /// (Also for peerings made without `fabricctl`, e.g. negotiated by the sharing
+    /// controllers: call it once something has created the gateway keys.)
+    pub fn start_gateways(&mut self) -> Result<()> {
         for i in [1u8, 2] {
             let replicas = self.cluster_ref(i).replicas.clone();
             for rep in replicas {
