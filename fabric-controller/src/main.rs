@@ -6,6 +6,7 @@
 //! - `auth`: the authentication service consumers peer through (HTTPS; issue 10).
 //! - `sharing`: the sharing layer's negotiation (network and resources over a consumer's
 //!   identity, both as consumer and as provider; one active replica).
+//! - `identities`: renews the identities this cluster holds on providers before they expire.
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
@@ -125,6 +126,18 @@ enum Cmd {
         /// How often the holder renews and a standby replica checks the Lease.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         lease_retry: Duration,
+    },
+    /// Renew the identities this (consumer) cluster holds on its providers before their
+    /// certificates expire.
+    Identities {
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+        namespace: String,
+        /// Renew once less than this is left of a certificate's validity.
+        #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+        renew_before: Duration,
+        /// Never renew one identity more often than this.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        min_interval: Duration,
     },
     /// Serve the authentication service: consumers with a peering token get a tenant here and
     /// a client certificate for this cluster's API server.
@@ -355,6 +368,22 @@ async fn run() -> Result<()> {
                 },
             )
             .await
+        }
+        Cmd::Identities {
+            namespace,
+            renew_before,
+            min_interval,
+        } => {
+            auth::renewal::run(
+                client,
+                &namespace,
+                auth::renewal::Policy {
+                    renew_before,
+                    min_interval,
+                },
+            )
+            .await;
+            Ok(())
         }
         Cmd::Auth {
             namespace,

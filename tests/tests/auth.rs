@@ -399,12 +399,12 @@ async fn out_of_band_authentication() {
     assert!(matches!(r, Err(ClientError::Handshake { .. })), "{r:?}");
     nothing_for(&p, "pinned").await;
 
-    renewal(&svc, &p, &c).await;
+    renewal(&svc, &p, &c, &consumer_api.kubeconfig).await;
 }
 
 /// The consumer renews with its current certificate; without one, or once its tenant is
 /// removed, it cannot, and removing the tenant's RoleBinding revokes its access.
-async fn renewal(svc: &AuthService, p: &Client, c: &Client) {
+async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig: &std::path::Path) {
     let old = Api::<Secret>::namespaced(c.clone(), NS)
         .get(&names::secret::identity("provider"))
         .await
@@ -419,6 +419,42 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client) {
         .unwrap();
     let tenants = Api::<Tenant>::namespaced(remote, "fabric-tenant-consumer");
     tenants.get("consumer").await.unwrap();
+
+    // The renewal controller renews on its own when the policy says so (here: at once).
+    let identities = Api::<Identity>::namespaced(c.clone(), NS);
+    let before = identities
+        .get("provider")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .renewed_at;
+    let mut cmd = std::process::Command::new(locate_bin("fabric-controller").unwrap());
+    cmd.env("KUBECONFIG", consumer_kubeconfig)
+        .args(["identities", "--renew-before", "2h", "--min-interval", "1s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let renewer =
+        fabric_tests::ChildGuard(fabric_tests::die_with_parent(&mut cmd).spawn().unwrap());
+    let t0 = std::time::Instant::now();
+    loop {
+        let now = identities
+            .get("provider")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .renewed_at;
+        if now > before {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no renewal by the controller"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(renewer);
 
     let csr = consumer::key_and_csr("consumer").unwrap().1;
     let body = serde_json::to_vec(&serde_json::json!({ "csrPem": csr })).unwrap();

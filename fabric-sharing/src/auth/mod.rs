@@ -4,6 +4,7 @@
 pub mod consumer;
 pub mod protocol;
 pub mod provider;
+pub mod renewal;
 pub mod run;
 pub mod server;
 pub mod tls;
