@@ -155,6 +155,39 @@ fn manifests_apply_with_least_privilege() {
             "watch",
             "certificatesigningrequests.certificates.k8s.io",
         ),
+        // The negotiation (fabric-controller sharing).
+        (
+            "fabric-sharing",
+            "patch",
+            "peeringnetworks.networking.fabric.io/status",
+        ),
+        (
+            "fabric-sharing",
+            "patch",
+            "resourceslices.authentication.fabric.io/status",
+        ),
+        (
+            "fabric-sharing",
+            "patch",
+            "foreignclusters.core.fabric.io/status",
+        ),
+        ("fabric-sharing", "watch", "pods"),
+        ("fabric-sharing", "get", "secrets"),
+        (
+            "fabric-sharing",
+            "delete",
+            "gatewayservers.networking.fabric.io",
+        ),
+        (
+            "fabric-sharing",
+            "patch",
+            "virtualnodes.offloading.fabric.io",
+        ),
+        (
+            "fabric-sharing",
+            "update",
+            "leases.coordination.k8s.io/fabric-sharing",
+        ),
     ];
     for (who, verb, what) in allowed {
         assert!(
@@ -239,6 +272,21 @@ fn manifests_apply_with_least_privilege() {
             "fabric-agent",
             "get",
             "leases.coordination.k8s.io/some-other-lease",
+        ),
+        ("fabric-sharing", "list", "secrets"),
+        ("fabric-sharing", "delete", "secrets"),
+        ("fabric-sharing", "patch", "pods"),
+        ("fabric-sharing", "patch", "nodes"),
+        (
+            "fabric-sharing",
+            "patch",
+            "tenants.authentication.fabric.io",
+        ),
+        ("fabric-sharing", "delete", "foreignclusters.core.fabric.io"),
+        (
+            "fabric-sharing",
+            "update",
+            "leases.coordination.k8s.io/fabric-ipam",
         ),
     ];
     for (who, verb, what) in denied {
