@@ -6,7 +6,9 @@
 //! address from the node's pod CIDR, then runs each container's `command` + `args` as a
 //! process in it (the image is ignored). It reports status through `pods/status` and honours
 //! the restart policy and graceful deletion, and it serves the kubelet API's `containerLogs`
-//! over HTTPS so that `kubectl logs [-f]` works through the API server.
+//! over HTTPS so that `kubectl logs [-f]` works through the API server, and `exec` and
+//! `portForward` over SPDY ([`stream`], on `fabric-kubelet`) for `kubectl exec` and
+//! `kubectl port-forward`.
 //!
 //! Pure parts: [`status`] (restart decisions, phase, `PodStatus`), [`logs`] (the CRI log
 //! format and the logs query), [`pick_address`]. I/O: [`node`] (registration, Lease),
@@ -16,6 +18,7 @@ pub mod node;
 pub mod pods;
 pub mod server;
 pub mod status;
+pub mod stream;
 
 use std::{collections::BTreeSet, net::Ipv4Addr};
 

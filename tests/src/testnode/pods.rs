@@ -39,6 +39,8 @@ pub struct LogRef {
     pub run: i32,
     /// Whether that run's process is still alive (a follow ends when it is not).
     pub running: bool,
+    /// The pod's network namespace (where exec and port-forward go).
+    pub netns: String,
 }
 
 impl LogRef {
@@ -432,6 +434,7 @@ impl Worker {
                             dir: log_dir,
                             run,
                             running: true,
+                            netns: ns,
                         },
                     );
             }

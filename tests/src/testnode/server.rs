@@ -1,7 +1,7 @@
 //! The kubelet API of the test node, over HTTPS on the node's address: `GET
 //! /containerLogs/NS/POD/CONTAINER` (with `follow`, `tailLines`, `sinceSeconds`/`sinceTime`,
 //! `timestamps`, `previous`, `limitBytes`), which the API server proxies `kubectl logs` to,
-//! and `/healthz`. The serving certificate is the one given, or a self-signed one for the
+//! `/exec`, `/attach` and `/portForward` (see [`super::stream`]), and `/healthz`. The serving certificate is the one given, or a self-signed one for the
 //! node's address and name, as the kubelet makes when it has none (the API server does not
 //! verify kubelets by default).
 use std::{convert::Infallible, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
@@ -19,7 +19,7 @@ use super::{
     pods::{LogIndex, LogRef},
 };
 
-type Body = BoxBody<Bytes, Infallible>;
+pub(super) type Body = BoxBody<Bytes, Infallible>;
 
 /// PEM files of a serving certificate and its key; None: self-signed.
 pub struct Tls {
@@ -86,6 +86,7 @@ pub async fn serve(addr: SocketAddr, tls: Tls, logs: LogIndex) -> Result<()> {
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .with_upgrades()
                 .await
             {
                 debug!(%peer, error = %e, "connection");
@@ -105,14 +106,21 @@ fn plain(code: StatusCode, text: impl Into<String>) -> Response<Body> {
 async fn handle(req: Request<hyper::body::Incoming>, logs: LogIndex) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or_default().to_owned();
-    if req.method() != hyper::Method::GET {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // The streaming requests come as upgrades, with POST (exec, attach) or GET.
+    let streaming = matches!(parts.first(), Some(&"exec" | &"attach" | &"portForward"));
+    let method_ok =
+        req.method() == hyper::Method::GET || (streaming && req.method() == hyper::Method::POST);
+    if !method_ok {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET is served");
     }
     if path == "/healthz" {
         return plain(StatusCode::OK, "ok");
     }
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
+        ["exec", ns, pod, ctr] => super::stream::exec(req, &logs, ns, pod, ctr, &query).await,
+        ["attach", ns, pod, ctr] => super::stream::attach(ns, pod, ctr),
+        ["portForward", ns, pod] => super::stream::port_forward(req, &logs, ns, pod).await,
         ["containerLogs", ns, pod, ctr] => {
             let q = match Query::parse(&query, Timestamp::now()) {
                 Ok(q) => q,

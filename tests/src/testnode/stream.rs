@@ -1,0 +1,289 @@
+//! The kubelet API's streaming requests on the test node, over `fabric-kubelet`'s SPDY:
+//! `/exec/NS/POD/CONTAINER?command=...` runs the command in the pod's network namespace with
+//! the streams asked for (no terminal: with `tty` its output goes to stdout through pipes),
+//! and `/portForward/NS/POD` connects each request to 127.0.0.1:PORT inside the pod's
+//! namespace. Attach is refused: the test node gives its containers no stdin and writes their
+//! output to log files, so there is no live stdio to attach to.
+use std::{net::SocketAddr, process::Stdio, time::Duration};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use fabric_kubelet::{
+    frame::Limits,
+    portforward::{self, Pairer},
+    remotecommand::{self, Options, ResizeDecoder, Status, Streams},
+    upgrade,
+};
+use http_body_util::BodyExt as _;
+use hyper::{Request, Response, StatusCode};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tracing::{debug, info, warn};
+
+use super::{pods::LogIndex, server::Body};
+
+/// How long a client has to open the streams it announced (the kubelet's default).
+const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn text(code: StatusCode, msg: String) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "text/plain")
+        .body(
+            http_body_util::Full::new(Bytes::from(msg))
+                .map_err(|e| match e {})
+                .boxed(),
+        )
+        .expect("a valid response")
+}
+
+fn boxed(r: Response<http_body_util::Full<Bytes>>) -> Response<Body> {
+    r.map(|b| b.map_err(|e| match e {}).boxed())
+}
+
+/// The pod's network namespace, from any of its running containers.
+fn netns_of(logs: &LogIndex, ns: &str, pod: &str, ctr: Option<&str>) -> Option<String> {
+    logs.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|((n, p, c), l)| n == ns && p == pod && ctr.is_none_or(|want| want == c) && l.running)
+        .map(|(_, l)| l.netns.clone())
+}
+
+pub async fn exec<B: Send + 'static>(
+    mut req: Request<B>,
+    logs: &LogIndex,
+    ns: &str,
+    pod: &str,
+    ctr: &str,
+    query: &str,
+) -> Response<Body> {
+    let opts = match Options::from_query(query, true) {
+        Ok(o) => o,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let Some(netns) = netns_of(logs, ns, pod, Some(ctr)) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("container {ctr} of pod {ns}/{pod} is not running on this node"),
+        );
+    };
+    let (_, resp, session) =
+        match upgrade::accept(&mut req, remotecommand::PROTOCOLS, Limits::default()) {
+            Ok(x) => x,
+            Err(r) => return boxed(*r),
+        };
+    let name = format!("{ns}/{pod}/{ctr}");
+    tokio::spawn(async move {
+        let mut incoming = match session.await {
+            Ok(i) => i,
+            Err(e) => return debug!(error = %e, "exec upgrade"),
+        };
+        let streams = match Streams::collect(&mut incoming, &opts, STREAM_CREATION_TIMEOUT).await {
+            Ok(s) => s,
+            Err(e) => return warn!(container = name, error = %e, "exec streams"),
+        };
+        info!(container = name, command = ?opts.command, "exec");
+        run(netns, opts, streams).await;
+        // Dropping the session sends what is left, then GOAWAY.
+        drop(incoming);
+    });
+    boxed(resp)
+}
+
+/// Runs the command with the client's streams and reports its exit status.
+async fn run(netns: String, opts: Options, mut s: Streams) {
+    if let Some(mut resize) = s.resize.take() {
+        tokio::spawn(async move {
+            let (mut dec, mut buf) = (ResizeDecoder::default(), [0u8; 512]);
+            while let Ok(n) = resize.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                match dec.push(&buf[..n]) {
+                    Ok(sizes) => debug!(?sizes, "terminal resize (no terminal here)"),
+                    Err(e) => return debug!(error = %e, "resize stream"),
+                }
+            }
+        });
+    }
+    let mut cmd = tokio::process::Command::new("ip");
+    cmd.args(["netns", "exec", &netns])
+        .args(&opts.command)
+        .stdin(if s.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(if s.stdout.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(if s.stderr.is_some() || (opts.tty && s.stdout.is_some()) {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = s
+                .finish(&Status::failure(format!("running {:?}: {e}", opts.command)))
+                .await;
+            return;
+        }
+    };
+    let mut copies = Vec::new();
+    if let (Some(mut from), Some(mut to)) = (s.stdin.take(), child.stdin.take()) {
+        // Not waited for: a command that ends without reading its input must not hang on it.
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut from, &mut to).await;
+            let _ = to.shutdown().await;
+        });
+    }
+    // With a terminal requested, stderr joins stdout (there is no stderr stream).
+    let (out, err) = match (s.stdout.take(), s.stderr.take()) {
+        (Some(o), None) if opts.tty => {
+            let (r, w) = tokio::io::split(o);
+            drop(r);
+            let w = std::sync::Arc::new(tokio::sync::Mutex::new(w));
+            (Some(Sink::Shared(w.clone())), Some(Sink::Shared(w)))
+        }
+        (o, e) => (o.map(Sink::Own), e.map(Sink::Own)),
+    };
+    if let (Some(mut from), Some(to)) = (child.stdout.take(), out) {
+        copies.push(tokio::spawn(async move { to.pump(&mut from).await }));
+    }
+    if let (Some(mut from), Some(to)) = (child.stderr.take(), err) {
+        copies.push(tokio::spawn(async move { to.pump(&mut from).await }));
+    }
+    let status = match child.wait().await {
+        Ok(st) => {
+            let code = st
+                .code()
+                .or_else(|| std::os::unix::process::ExitStatusExt::signal(&st).map(|s| 128 + s))
+                .unwrap_or(255);
+            Status::exit(code)
+        }
+        Err(e) => Status::failure(format!("waiting for {:?}: {e}", opts.command)),
+    };
+    // All output is sent before the status, as the client expects.
+    for c in copies {
+        let _ = c.await;
+    }
+    if let Err(e) = remotecommand::report(s.into_error(), &status).await {
+        debug!(error = %e, "reporting the exit status");
+    }
+}
+
+type SharedOut = std::sync::Arc<tokio::sync::Mutex<tokio::io::WriteHalf<tokio::io::DuplexStream>>>;
+
+enum Sink {
+    Own(tokio::io::DuplexStream),
+    Shared(SharedOut),
+}
+
+impl Sink {
+    /// Copies a child's output to the client's stream, then closes that stream (the last
+    /// writer of a shared one closes it when dropped).
+    async fn pump(self, from: &mut (impl tokio::io::AsyncRead + Unpin)) {
+        let mut buf = vec![0u8; 16 << 10];
+        match self {
+            Sink::Own(mut to) => {
+                let _ = tokio::io::copy(from, &mut to).await;
+                let _ = to.shutdown().await;
+            }
+            Sink::Shared(to) => {
+                while let Ok(n) = from.read(&mut buf).await {
+                    if n == 0 || to.lock().await.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                if std::sync::Arc::strong_count(&to) == 1 {
+                    let _ = to.lock().await.shutdown().await;
+                }
+            }
+        }
+    }
+}
+
+pub fn attach(ns: &str, pod: &str, ctr: &str) -> Response<Body> {
+    text(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "attach to {ns}/{pod}/{ctr}: the test node keeps no stdio of its containers (their \
+             output is in the logs: kubectl logs -f)"
+        ),
+    )
+}
+
+pub async fn port_forward<B: Send + 'static>(
+    mut req: Request<B>,
+    logs: &LogIndex,
+    ns: &str,
+    pod: &str,
+) -> Response<Body> {
+    let Some(netns) = netns_of(logs, ns, pod, None) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{pod} has no running container on this node"),
+        );
+    };
+    let (_, resp, session) =
+        match upgrade::accept(&mut req, portforward::PROTOCOLS, Limits::default()) {
+            Ok(x) => x,
+            Err(r) => return boxed(*r),
+        };
+    let name = format!("{ns}/{pod}");
+    tokio::spawn(async move {
+        let mut incoming = match session.await {
+            Ok(i) => i,
+            Err(e) => return debug!(error = %e, "port-forward upgrade"),
+        };
+        let mut pairer = Pairer::default();
+        loop {
+            let pair = match portforward::next_request(&mut incoming, &mut pairer).await {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(pod = name, error = %e, "port-forward");
+                    break;
+                }
+            };
+            let (netns, name) = (netns.clone(), name.clone());
+            tokio::spawn(async move {
+                let port = pair.port;
+                match connect(&netns, port).await {
+                    Ok(mut tcp) => {
+                        debug!(pod = name, port, request = pair.request_id, "forwarding");
+                        let mut p = pair;
+                        let _ = tokio::io::copy_bidirectional(&mut p.data, &mut tcp).await;
+                        let _ = p.error.shutdown().await;
+                    }
+                    Err(e) => {
+                        let msg = format!("error forwarding port {port} to pod {name}: {e:#}");
+                        pair.fail(&msg).await;
+                    }
+                }
+            });
+        }
+    });
+    boxed(resp)
+}
+
+/// A TCP connection to 127.0.0.1:`port` inside network namespace `netns` (the socket is made
+/// by a thread that entered it, and stays there).
+async fn connect(netns: &str, port: u16) -> anyhow::Result<tokio::net::TcpStream> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let h = fabric_netns::spawn_in(netns, move || {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .with_context(|| format!("connecting to {addr}"))
+    });
+    let ns = netns.to_owned();
+    let tcp = tokio::task::spawn_blocking(move || fabric_netns::join_as(&ns, h))
+        .await
+        .context("joining the connecting thread")???;
+    tcp.set_nonblocking(true)?;
+    Ok(tokio::net::TcpStream::from_std(tcp)?)
+}
