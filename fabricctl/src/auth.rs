@@ -124,6 +124,10 @@ pub struct OutOfBandArgs {
     pub token: String,
     pub auth_pin: Option<String>,
     pub auth_ca: Option<PathBuf>,
+    /// Resources to ask for once authenticated.
+    pub ask: crate::follow::Ask,
+    /// How long to follow the rest of the peering (zero: not at all).
+    pub timeout: std::time::Duration,
 }
 
 pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> Result<()> {
@@ -139,6 +143,8 @@ pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> R
         ),
         (Some(_), Some(_)) => bail!("give --auth-pin or --auth-ca, not both"),
     };
+    // Checked before anything is created.
+    let resources = args.ask.resources()?;
     let me = Cluster::read(Side::Local, local.clone(), ns).await?;
     anyhow::ensure!(
         me.id() != args.cluster_id,
@@ -179,10 +185,27 @@ pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> R
     })
     .await;
     r?;
-    println!(
-        "Authenticated with {p}. The network, resources and virtual node follow from the \
-         controllers; `fabricctl info peer {p}` shows how far they are.",
-        p = args.cluster_id
-    );
+    let provider = &args.cluster_id;
+    let asked = !resources.is_empty();
+    if asked {
+        let slice = crate::follow::slice(ns, me.id(), provider, resources);
+        crate::follow::request(&local, &slice).await?;
+        println!("✓ asked {provider} for resources (ResourceSlice {ns}/{provider})");
+    }
+    if args.timeout.is_zero() {
+        println!(
+            "Authenticated with {provider}. The network{} follow from the controllers; \
+             `fabricctl info peer {provider}` shows how far they are.",
+            if asked {
+                ", resources and virtual node"
+            } else {
+                ""
+            }
+        );
+        return Ok(());
+    }
+    let progress = crate::follow::Progress::new(crate::follow::modules(asked));
+    crate::follow::follow(&local, provider, progress, args.timeout).await?;
+    println!("Peered with {provider}: `fabricctl info peer {provider}` shows the details.");
     Ok(())
 }

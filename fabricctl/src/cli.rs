@@ -89,6 +89,23 @@ pub enum PeerFlow {
         /// Verify the authentication service's certificate with this CA (PEM) instead.
         #[arg(long)]
         auth_ca: Option<PathBuf>,
+        /// CPU to ask the provider for (e.g. `4`, `500m`); with any resource asked for, the
+        /// provider shows up here as a virtual node with what it granted.
+        #[arg(long)]
+        cpu: Option<String>,
+        /// Memory to ask for (e.g. `8Gi`).
+        #[arg(long)]
+        memory: Option<String>,
+        /// Pods to ask for.
+        #[arg(long)]
+        pods: Option<String>,
+        /// Any other resource, `NAME=QUANTITY` (`nvidia.com/gpu=1`); repeatable.
+        #[arg(long = "resource")]
+        resources: Vec<String>,
+        /// How long to follow the network, resources and virtual node coming up (0: return
+        /// once authenticated).
+        #[arg(long, default_value_t = 180)]
+        timeout_secs: u64,
     },
 }
 

@@ -16,6 +16,7 @@ use kube::{
 mod auth;
 mod cli;
 mod dump;
+mod follow;
 mod info;
 mod peer;
 mod status;
@@ -62,6 +63,11 @@ async fn run(cli: Cli) -> Result<()> {
                     token,
                     auth_pin,
                     auth_ca,
+                    cpu,
+                    memory,
+                    pods,
+                    resources,
+                    timeout_secs,
                 }),
             ..
         } => {
@@ -74,6 +80,13 @@ async fn run(cli: Cli) -> Result<()> {
                     token,
                     auth_pin,
                     auth_ca,
+                    ask: follow::Ask {
+                        cpu,
+                        memory,
+                        pods,
+                        resources,
+                    },
+                    timeout: Duration::from_secs(timeout_secs),
                 },
             )
             .await
