@@ -31,13 +31,6 @@ pub struct Ask {
 }
 
 impl Ask {
-    pub fn is_empty(&self) -> bool {
-        self.cpu.is_none()
-            && self.memory.is_none()
-            && self.pods.is_none()
-            && self.resources.is_empty()
-    }
-
     /// The resources asked for, checked: known quantity syntax, resource names as Kubernetes
     /// spells them, each at most once.
     pub fn resources(&self) -> Result<BTreeMap<String, Quantity>> {
@@ -265,7 +258,7 @@ mod tests {
             let e = bad.resources().unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
-        assert!(Ask::default().is_empty());
+        assert!(Ask::default().resources().unwrap().is_empty());
         let s = slice("fabric-system", "a", "b", r);
         assert_eq!(
             s.metadata.labels.unwrap()[names::label::REMOTE_CLUSTER],
