@@ -1,0 +1,104 @@
+//! fabric-virtual-kubelet: stands for one provider cluster as a Node of this cluster (see the
+//! library's documentation).
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use fabric_api::names;
+use fabric_virtual_kubelet::{conditions::Policy, node::Settings, run};
+
+#[derive(Parser)]
+#[command(
+    name = "fabric-virtual-kubelet",
+    version,
+    about = "fabric virtual kubelet: a provider cluster as a Node"
+)]
+struct Cli {
+    /// The VirtualNode this process stands for.
+    #[arg(long)]
+    virtual_node: String,
+    /// The VirtualNode's namespace (the identity Secret is there too).
+    #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// Where the gateway operator reports the tunnels' Connections.
+    #[arg(long, default_value = names::DEFAULT_NAMESPACE)]
+    fabric_namespace: String,
+    /// This process's address (its pod IP): the Node's InternalIP.
+    #[arg(long, env = "POD_IP")]
+    node_ip: String,
+    /// The port of its kubelet API, published in the Node's daemonEndpoints.
+    #[arg(long, default_value_t = 10250)]
+    kubelet_port: u16,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    probe_interval: Duration,
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    probe_timeout: Duration,
+    /// How long the node stays Ready through failed probes after the provider last answered.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    /// leaseDurationSeconds of the node Lease (the kubelet's default).
+    #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    /// How often the Lease is renewed (the kubelet renews at a quarter of its duration).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    lease_renew: Duration,
+    /// How often the node status is written when nothing changed.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    status_refresh: Duration,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> std::process::ExitCode {
+    match run_cli().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_cli() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    anyhow::ensure!(
+        cli.lease_renew < cli.lease_duration,
+        "--lease-renew must be shorter than --lease-duration"
+    );
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+    let opts = run::Opts {
+        virtual_node: cli.virtual_node,
+        namespace: cli.namespace,
+        fabric_namespace: cli.fabric_namespace,
+        settings: Settings {
+            address: cli.node_ip,
+            kubelet_port: i32::from(cli.kubelet_port),
+        },
+        probe_interval: cli.probe_interval,
+        probe_timeout: cli.probe_timeout,
+        lease_duration: cli.lease_duration,
+        lease_renew: cli.lease_renew,
+        status_refresh: cli.status_refresh,
+        policy: Policy { grace: cli.grace },
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    // On SIGTERM (a rollout, a drain) the Node and its conditions stay as they are: the next
+    // replica carries on from them, and a Node that flapped NotReady on every restart would
+    // have its pods evicted. Only the VirtualNode's deletion removes the Node.
+    tokio::select! {
+        r = run::run(client, opts) => r,
+        _ = term.recv() => {
+            tracing::info!("SIGTERM: leaving the Node as it is");
+            Ok(())
+        }
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
