@@ -82,6 +82,9 @@ pub mod finalizer {
     pub const IPAM: &str = "networking.fabric.io/ipam";
     /// On `IP`s: IPAM releases the external address before they go.
     pub const EXTERNAL_IP: &str = "networking.fabric.io/external-ip";
+    /// On VirtualNodes: the controller cordons and removes the Node and the virtual kubelet
+    /// before they go.
+    pub const VIRTUAL_NODE: &str = "offloading.fabric.io/virtual-node";
 }
 
 pub mod secret {
@@ -141,6 +144,11 @@ pub mod field_manager {
     /// The peering controllers of the sharing layer (ForeignClusters, network negotiation,
     /// slices, virtual nodes).
     pub const SHARING: &str = "fabric-sharing";
+    /// The VirtualNode controller: the virtual kubelets' Deployments and RBAC, VirtualNode
+    /// status, the cordon of a Node being removed, and the ForeignCluster's VirtualNodeReady
+    /// condition (its own manager, so that it applies that condition without dropping the
+    /// other modules').
+    pub const VIRTUAL_NODES: &str = "fabric-virtual-nodes";
     /// The virtual kubelet: its Node, Lease and pods' status.
     pub const VIRTUAL_KUBELET: &str = "fabric-virtual-kubelet";
     /// Discovery: the ForeignClusters of clusters found on the LAN or through DNS, while they
