@@ -7,6 +7,7 @@
 //! - `sharing`: the sharing layer's negotiation (network and resources over a consumer's
 //!   identity, both as consumer and as provider; one active replica).
 //! - `identities`: renews the identities this cluster holds on providers before they expire.
+//! - `virtual-nodes`: runs a virtual kubelet per VirtualNode and removes its Node with it.
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
@@ -18,6 +19,7 @@ use clap::{Parser, Subcommand};
 use fabric_api::names;
 use fabric_controller::{discovery, gateway, ipam, ips};
 use fabric_sharing::auth;
+use fabric_sharing::virtual_node;
 use ipnetwork::Ipv4Network;
 
 #[derive(Parser)]
@@ -206,6 +208,17 @@ enum Cmd {
         /// How often a consumer looks at its providers' answers.
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         remote_poll: Duration,
+    },
+    /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
+    /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
+    /// VirtualNode.
+    VirtualNodes {
+        /// Where the gateway operator reports Connections (the virtual kubelets read them).
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+        namespace: String,
+        /// The virtual kubelet's image.
+        #[arg(long, env = "FABRIC_VIRTUAL_KUBELET_IMAGE")]
+        virtual_kubelet_image: String,
     },
 }
 
@@ -460,6 +473,20 @@ async fn run() -> Result<()> {
                     .context("sharing controllers")
             };
             ipam::run_elected(client.clone(), &namespace, election, work).await
+        }
+        Cmd::VirtualNodes {
+            namespace,
+            virtual_kubelet_image,
+        } => {
+            virtual_node::controller::run(
+                client,
+                virtual_node::objects::Settings {
+                    image: virtual_kubelet_image,
+                    fabric_namespace: namespace,
+                },
+            )
+            .await;
+            Ok(())
         }
     }
 }

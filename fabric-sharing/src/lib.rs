@@ -12,3 +12,4 @@ pub mod quantity;
 pub mod shadowpod;
 pub mod slices;
 pub mod tenant;
+pub mod virtual_node;

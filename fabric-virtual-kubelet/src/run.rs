@@ -277,8 +277,10 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
             }
         }
         observed.tunnel = tunnel_of(conn_rx.borrow_and_update().as_ref());
-        let Some(vn) = vn_rx.borrow_and_update().clone() else {
-            // Being deleted: the VirtualNode controller removes the Node and this Deployment.
+        let vn = vn_rx.borrow_and_update().clone();
+        // Gone or going: the VirtualNode controller removes the Node and this Deployment, and
+        // a write from here could bring the Node back after it.
+        let Some(vn) = vn.filter(|v| v.metadata.deletion_timestamp.is_none()) else {
             continue;
         };
         if let Err(e) = heart.sync(&vn, &observed).await {

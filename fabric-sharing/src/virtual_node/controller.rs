@@ -1,0 +1,289 @@
+//! The VirtualNode controller's edge: for each VirtualNode, applies its virtual kubelet
+//! ([`super::objects`]) and reports its Node ([`super::status`]); on deletion (finalizer)
+//! cordons and removes the Node, the Deployment and the RBAC.
+use std::{sync::Arc, time::Duration};
+
+use fabric_api::{
+    core::v1alpha1::ForeignCluster,
+    names::{field_manager, finalizer::VIRTUAL_NODE as FINALIZER, label},
+    offloading::v1alpha1::{VirtualNode, VirtualNodeStatus},
+};
+use fabric_kube::{
+    FieldManager,
+    events::{Event, Events},
+};
+use futures::StreamExt;
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        coordination::v1::Lease,
+        core::v1::{Node, NodeSpec, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
+    },
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, ObjectMeta},
+    runtime::{
+        Controller,
+        controller::Action,
+        finalizer::{Event as Finalized, finalizer},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use serde::{Serialize, de::DeserializeOwned};
+use tracing::{info, warn};
+
+use super::{
+    objects::{self, APP, APP_LABEL, Settings},
+    status,
+};
+
+pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::VIRTUAL_NODES);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+pub struct Ctx {
+    pub client: Client,
+    pub settings: Settings,
+    pub events: Events,
+}
+
+fn key(vn: &VirtualNode) -> String {
+    format!("{}/{}", vn.namespace().unwrap_or_default(), vn.name_any())
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn apply<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    FIELD_MANAGER.apply(api, obj).await?;
+    Ok(())
+}
+
+/// The VirtualNode's Node if it exists and is its own (a Node of that name registered by
+/// anything else is never touched).
+async fn our_node(ctx: &Ctx, vn: &VirtualNode) -> Result<Option<Node>, Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    Ok(nodes.get_opt(&vn.spec.node_name).await?)
+}
+
+async fn set_foreign_cluster(
+    ctx: &Ctx,
+    vn: &VirtualNode,
+    vn_conditions: Option<&[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]>,
+) {
+    let fcs: Api<ForeignCluster> = Api::all(ctx.client.clone());
+    let id = &vn.spec.cluster_id;
+    let fc = match fcs.get_opt(id).await {
+        Ok(Some(fc)) => fc,
+        Ok(None) => return,
+        Err(e) => {
+            warn!(foreign_cluster = %id, error = %e, "reading the ForeignCluster");
+            return;
+        }
+    };
+    let current = fc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    // Only this condition, under this controller's own field manager: the other modules'
+    // conditions are theirs. None (the VirtualNode is going) withdraws it.
+    let conditions = match vn_conditions {
+        Some(c) => status::foreign_cluster_condition(vn, current, c, Timestamp::now()),
+        None => vec![],
+    };
+    let patch = serde_json::json!({ "conditions": conditions });
+    if let Err(e) = FIELD_MANAGER.apply_status(&fcs, id, patch).await {
+        warn!(foreign_cluster = %id, error = %e, "writing VirtualNodeReady");
+    }
+}
+
+async fn reconcile_apply(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Error> {
+    let ns = vn.namespace().unwrap_or_default();
+    let c = &ctx.client;
+    let node = our_node(ctx, &vn).await?;
+    let taken = node.as_ref().is_some_and(|n| !status::is_ours(&vn, n));
+    if !taken {
+        apply(
+            &Api::<ServiceAccount>::namespaced(c.clone(), &ns),
+            &objects::service_account(&vn),
+        )
+        .await?;
+        apply(
+            &Api::<ClusterRole>::all(c.clone()),
+            &objects::cluster_role(&vn),
+        )
+        .await?;
+        apply(
+            &Api::<ClusterRoleBinding>::all(c.clone()),
+            &objects::cluster_role_binding(&vn),
+        )
+        .await?;
+        for (role, binding) in objects::roles(&vn, &ctx.settings) {
+            let rns = role.metadata.namespace.clone().unwrap_or_default();
+            apply(&Api::<Role>::namespaced(c.clone(), &rns), &role).await?;
+            apply(&Api::<RoleBinding>::namespaced(c.clone(), &rns), &binding).await?;
+        }
+        apply(
+            &Api::<Deployment>::namespaced(c.clone(), &ns),
+            &objects::deployment(&vn, &ctx.settings),
+        )
+        .await?;
+    }
+    let current = vn
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let conditions = status::conditions(&vn, &current, node.as_ref(), Timestamp::now());
+    let vns: Api<VirtualNode> = Api::namespaced(c.clone(), &ns);
+    FIELD_MANAGER
+        .apply_status(
+            &vns,
+            &vn.name_any(),
+            VirtualNodeStatus {
+                observed_generation: vn.metadata.generation,
+                conditions: conditions.clone(),
+            },
+        )
+        .await?;
+    if let Some((ready, message)) = status::ready_transition(&current, &conditions) {
+        let ev = if ready {
+            Event::normal("NodeReady", "Reconcile", message)
+        } else {
+            Event::warning("NodeNotReady", "Reconcile", message)
+        };
+        ctx.events.publish(vn.as_ref(), &ev).await;
+    }
+    set_foreign_cluster(ctx, &vn, Some(&conditions)).await;
+    // Node changes wake this up; the requeue only guards against a missed watch event.
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Error> {
+    let ns = vn.namespace().unwrap_or_default();
+    let c = &ctx.client;
+    let name = objects::name(&vn);
+    let node = our_node(ctx, &vn)
+        .await?
+        .filter(|n| status::is_ours(&vn, n));
+    let nodes: Api<Node> = Api::all(c.clone());
+    if node.is_some() {
+        // Cordoned first, so nothing new lands there while it goes.
+        let cordon = Node {
+            metadata: ObjectMeta {
+                name: Some(vn.spec.node_name.clone()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                unschedulable: Some(true),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        apply(&nodes, &cordon).await?;
+    }
+    // The virtual kubelet next, so that it stops writing the Node (it also stops on seeing
+    // the VirtualNode being deleted).
+    delete(&Api::<Deployment>::namespaced(c.clone(), &ns), &name).await?;
+    if node.is_some() {
+        delete(&nodes, &vn.spec.node_name).await?;
+        delete(
+            &Api::<Lease>::namespaced(c.clone(), objects::LEASE_NAMESPACE),
+            &vn.spec.node_name,
+        )
+        .await?;
+    }
+    for rns in objects::role_namespaces(&vn, &ctx.settings) {
+        delete(&Api::<RoleBinding>::namespaced(c.clone(), &rns), &name).await?;
+        delete(&Api::<Role>::namespaced(c.clone(), &rns), &name).await?;
+    }
+    delete(&Api::<ClusterRoleBinding>::all(c.clone()), &name).await?;
+    delete(&Api::<ClusterRole>::all(c.clone()), &name).await?;
+    delete(&Api::<ServiceAccount>::namespaced(c.clone(), &ns), &name).await?;
+    set_foreign_cluster(ctx, &vn, None).await;
+    info!(virtual_node = %key(&vn), node = %vn.spec.node_name, "virtual node removed");
+    Ok(Action::await_change())
+}
+
+async fn reconcile(vn: Arc<VirtualNode>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<VirtualNode> =
+        Api::namespaced(ctx.client.clone(), &vn.namespace().unwrap_or_default());
+    finalizer(&api, FINALIZER, vn, |event| async {
+        match event {
+            Finalized::Apply(v) => reconcile_apply(v, &ctx).await,
+            Finalized::Cleanup(v) => reconcile_cleanup(v, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn error_policy(vn: Arc<VirtualNode>, err: &Error, _: Arc<Ctx>) -> Action {
+    warn!(virtual_node = %key(&vn), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Reconciles every VirtualNode of the cluster until interrupted.
+pub async fn run(client: Client, settings: Settings) {
+    let ctx = Arc::new(Ctx {
+        events: Events::new(client.clone(), field_manager::VIRTUAL_NODES, None),
+        client: client.clone(),
+        settings,
+    });
+    let vns: Api<VirtualNode> = Api::all(client.clone());
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client);
+    let controller = Controller::new(vns, watcher::Config::default());
+    let store = controller.store();
+    let virtual_nodes = format!("{}={}", label::NODE_TYPE, label::VIRTUAL_NODE_TYPE);
+    controller
+        .owns(
+            deployments,
+            watcher::Config::default().labels(&format!("{APP_LABEL}={APP}")),
+        )
+        // A Node is its VirtualNode's by name (the virtual kubelet does not know the
+        // VirtualNode's namespace in its labels, nor need it).
+        .watches(
+            nodes,
+            watcher::Config::default().labels(&virtual_nodes),
+            move |node: Node| {
+                let name = node.name_any();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|vn| vn.spec.node_name == name)
+                    .map(|vn| ObjectRef::from_obj(vn.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!(error = %e, "virtual node controller");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,8 @@
+//! Virtual nodes (consumer side): for each `VirtualNode`, a virtual kubelet Deployment with
+//! its ServiceAccount and least-privilege RBAC ([`objects`], pure), the VirtualNode's and the
+//! ForeignCluster's conditions from the Node it registers ([`status`], pure), and the
+//! controller that applies both and removes everything when the VirtualNode goes
+//! ([`controller`]).
+pub mod controller;
+pub mod objects;
+pub mod status;

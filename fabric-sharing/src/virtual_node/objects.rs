@@ -1,0 +1,421 @@
+//! What the VirtualNode controller runs for one VirtualNode (pure): the virtual kubelet's
+//! Deployment, its ServiceAccount and the least privilege it needs — its own Node (and its
+//! status), its Lease in `kube-node-lease`, its VirtualNode, the identity Secret and the
+//! tunnel's Connection, each by name. Nothing else: no other Node, no other Secret.
+use std::collections::BTreeMap;
+
+use fabric_api::{names, offloading::v1alpha1::VirtualNode};
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy},
+        core::v1::{
+            Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
+            PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext,
+            ServiceAccount,
+        },
+        rbac::v1::{
+            ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+        },
+    },
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::LabelSelector},
+};
+use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+/// The binary the Deployment runs (on the image's PATH).
+pub const COMMAND: &str = "fabric-virtual-kubelet";
+/// `app.kubernetes.io/name` of everything the controller creates for a VirtualNode.
+pub const APP: &str = "fabric-virtual-kubelet";
+pub const APP_LABEL: &str = "app.kubernetes.io/name";
+/// On those objects: the VirtualNode they belong to (its name; its namespace is theirs, or
+/// in the annotation below for cluster-scoped and other-namespace objects).
+pub const VIRTUAL_NODE_LABEL: &str = "offloading.fabric.io/virtual-node";
+pub const VIRTUAL_NODE_NAMESPACE_LABEL: &str = "offloading.fabric.io/virtual-node-namespace";
+/// The port of the virtual kubelet's API (the Node's kubelet endpoint).
+pub const KUBELET_PORT: u16 = 10250;
+
+/// Where the controller's output goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The virtual kubelet's image.
+    pub image: String,
+    /// Where the gateway operator reports Connections.
+    pub fabric_namespace: String,
+}
+
+/// The name of every object of a VirtualNode's virtual kubelet: derived from its Node's
+/// name, which is unique in the cluster (so cluster-scoped names cannot collide either).
+pub fn name(vn: &VirtualNode) -> String {
+    names::namespace::bounded(&format!("fabric-vk-{}", vn.spec.node_name))
+}
+
+fn labels(vn: &VirtualNode) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (APP_LABEL.to_owned(), APP.to_owned()),
+        (VIRTUAL_NODE_LABEL.to_owned(), vn.name_any()),
+        (
+            VIRTUAL_NODE_NAMESPACE_LABEL.to_owned(),
+            vn.namespace().unwrap_or_default(),
+        ),
+        (
+            names::label::REMOTE_CLUSTER.to_owned(),
+            vn.spec.cluster_id.clone(),
+        ),
+    ])
+}
+
+fn meta(vn: &VirtualNode, namespace: Option<&str>) -> ObjectMeta {
+    // Namespaced objects beside the VirtualNode are owned by it (garbage-collected with
+    // it); the finalizer deletes the rest, and these too where no collector runs.
+    let owned = namespace.is_some() && namespace == vn.namespace().as_deref();
+    ObjectMeta {
+        name: Some(name(vn)),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(labels(vn)),
+        owner_references: if owned {
+            vn.controller_owner_ref(&()).map(|o| vec![o])
+        } else {
+            None
+        },
+        ..Default::default()
+    }
+}
+
+fn rule(group: &str, resources: &[&str], names: &[&str], verbs: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(strings(resources)),
+        resource_names: (!names.is_empty()).then(|| strings(names)),
+        verbs: strings(verbs),
+        ..Default::default()
+    }
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+
+pub fn service_account(vn: &VirtualNode) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(vn, vn.namespace().as_deref()),
+        ..Default::default()
+    }
+}
+
+/// Its Node, by name. `create` cannot be limited to a name (the object has none yet when
+/// RBAC decides), so it is granted alone, as every kubelet has it.
+pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
+    let node = vn.spec.node_name.as_str();
+    ClusterRole {
+        metadata: meta(vn, None),
+        rules: Some(vec![
+            rule("", &["nodes"], &[], &["create"]),
+            rule(
+                "",
+                &["nodes"],
+                &[node],
+                &["get", "list", "watch", "patch", "update"],
+            ),
+            rule("", &["nodes/status"], &[node], &["get", "patch", "update"]),
+        ]),
+        ..Default::default()
+    }
+}
+
+fn subject(vn: &VirtualNode) -> Subject {
+    Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: name(vn),
+        namespace: vn.namespace(),
+        api_group: None,
+    }
+}
+
+pub fn cluster_role_binding(vn: &VirtualNode) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(vn, None),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: name(vn),
+        },
+        subjects: Some(vec![subject(vn)]),
+    }
+}
+
+/// The namespaced permissions, by namespace: its VirtualNode and identity Secret (the
+/// VirtualNode's namespace; watched with a `metadata.name` field selector, which RBAC checks
+/// against the names), its Lease, and the tunnel's Connection.
+fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<PolicyRule>> {
+    let vn_name = vn.name_any();
+    let secret = names::secret::identity(&vn.spec.cluster_id);
+    let mut rules: BTreeMap<String, Vec<PolicyRule>> = BTreeMap::new();
+    let ns = vn.namespace().unwrap_or_default();
+    rules.entry(ns.clone()).or_default().extend([
+        rule(
+            fabric_api::offloading::GROUP,
+            &["virtualnodes"],
+            &[&vn_name],
+            READ,
+        ),
+        rule("", &["secrets"], &[&secret], READ),
+    ]);
+    rules
+        .entry(s.fabric_namespace.clone())
+        .or_default()
+        .push(rule(
+            fabric_api::networking::GROUP,
+            &["connections"],
+            &[&vn.spec.cluster_id],
+            READ,
+        ));
+    rules
+        .entry(LEASE_NAMESPACE.to_owned())
+        .or_default()
+        .extend([
+            rule("coordination.k8s.io", &["leases"], &[], &["create"]),
+            rule(
+                "coordination.k8s.io",
+                &["leases"],
+                &[&vn.spec.node_name],
+                &["get", "patch", "update"],
+            ),
+        ]);
+    rules
+}
+
+/// Where node Leases live.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// A Role and its RoleBinding per namespace the virtual kubelet reads or writes in.
+pub fn roles(vn: &VirtualNode, s: &Settings) -> Vec<(Role, RoleBinding)> {
+    namespaced_rules(vn, s)
+        .into_iter()
+        .map(|(ns, rules)| {
+            let role = Role {
+                metadata: meta(vn, Some(&ns)),
+                rules: Some(rules),
+            };
+            let binding = RoleBinding {
+                metadata: meta(vn, Some(&ns)),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                    kind: "Role".to_owned(),
+                    name: name(vn),
+                },
+                subjects: Some(vec![subject(vn)]),
+            };
+            (role, binding)
+        })
+        .collect()
+}
+
+/// The namespaces [`roles`] puts Roles in.
+pub fn role_namespaces(vn: &VirtualNode, s: &Settings) -> Vec<String> {
+    namespaced_rules(vn, s).into_keys().collect()
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+        value: None,
+    }
+}
+
+/// One replica (Recreate: two virtual kubelets must not write the same Node at once).
+pub fn deployment(vn: &VirtualNode, s: &Settings) -> Deployment {
+    let labels = labels(vn);
+    let selector = BTreeMap::from([
+        (APP_LABEL.to_owned(), APP.to_owned()),
+        (VIRTUAL_NODE_LABEL.to_owned(), vn.name_any()),
+    ]);
+    let mut pod_labels = labels.clone();
+    pod_labels.extend(selector.clone());
+    let quantity = |q: &str| Quantity(q.to_owned());
+    Deployment {
+        metadata: meta(vn, vn.namespace().as_deref()),
+        spec: DeploymentSpec {
+            replicas: Some(1),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".to_owned()),
+                rolling_update: None,
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(name(vn)),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(65532),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            localhost_profile: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    containers: vec![Container {
+                        name: "virtual-kubelet".to_owned(),
+                        image: Some(s.image.clone()),
+                        command: Some(vec![COMMAND.to_owned()]),
+                        args: Some(vec![
+                            "--virtual-node".to_owned(),
+                            vn.name_any(),
+                            "--namespace".to_owned(),
+                            vn.namespace().unwrap_or_default(),
+                            "--fabric-namespace".to_owned(),
+                            s.fabric_namespace.clone(),
+                            "--kubelet-port".to_owned(),
+                            KUBELET_PORT.to_string(),
+                        ]),
+                        env: Some(vec![
+                            env_field("POD_IP", "status.podIP"),
+                            env_field("POD_NAME", "metadata.name"),
+                        ]),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(BTreeMap::from([
+                                ("cpu".to_owned(), quantity("10m")),
+                                ("memory".to_owned(), quantity("32Mi")),
+                            ])),
+                            limits: Some(BTreeMap::from([(
+                                "memory".to_owned(),
+                                quantity("128Mi"),
+                            )])),
+                            ..Default::default()
+                        }),
+                        security_context: Some(SecurityContext {
+                            allow_privilege_escalation: Some(false),
+                            read_only_root_filesystem: Some(true),
+                            capabilities: Some(Capabilities {
+                                drop: Some(vec!["ALL".to_owned()]),
+                                add: None,
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        },
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::offloading::v1alpha1::VirtualNodeSpec;
+
+    use super::*;
+
+    fn vn() -> VirtualNode {
+        let mut vn = VirtualNode::new(
+            "cluster-b",
+            VirtualNodeSpec {
+                cluster_id: "cluster-b".into(),
+                node_name: "fabric-cluster-b".into(),
+                identity: "cluster-b".into(),
+                resources: Default::default(),
+                labels: Default::default(),
+            },
+        );
+        vn.metadata.namespace = Some("fabric-system".into());
+        vn.metadata.uid = Some("uid-vn".into());
+        vn
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            image: "fabric-virtual-kubelet:test".into(),
+            fabric_namespace: "fabric-system".into(),
+        }
+    }
+
+    #[test]
+    fn every_grant_names_its_object_except_create() {
+        let v = vn();
+        let mut rules = cluster_role(&v).rules.unwrap();
+        for (role, binding) in roles(&v, &settings()) {
+            assert_eq!(binding.role_ref.name, role.metadata.name.clone().unwrap());
+            assert_eq!(binding.subjects.unwrap()[0].name, name(&v));
+            rules.extend(role.rules.unwrap());
+        }
+        for r in &rules {
+            let named = r.resource_names.as_ref().is_some_and(|n| !n.is_empty());
+            assert!(
+                named || r.verbs == ["create"],
+                "an unnamed grant beyond create: {r:?}"
+            );
+            assert!(!r.verbs.iter().any(|v| v == "*" || v == "delete"));
+            let resources = r.resources.as_ref().unwrap();
+            if resources.contains(&"secrets".to_owned()) {
+                assert_eq!(
+                    r.resource_names.as_deref(),
+                    Some(&[names::secret::identity("cluster-b")][..])
+                );
+            }
+            if resources.contains(&"nodes".to_owned()) && named {
+                assert_eq!(
+                    r.resource_names.as_deref(),
+                    Some(&["fabric-cluster-b".to_owned()][..])
+                );
+            }
+        }
+        // Same namespace for the VirtualNode and the Connections: one Role there, one for
+        // the Lease.
+        assert_eq!(
+            role_namespaces(&v, &settings()),
+            vec!["fabric-system".to_owned(), LEASE_NAMESPACE.to_owned()]
+        );
+    }
+
+    #[test]
+    fn the_deployment_runs_the_virtual_kubelet_for_this_virtual_node() {
+        let v = vn();
+        let d = deployment(&v, &settings());
+        assert_eq!(d.metadata.owner_references.unwrap()[0].uid, "uid-vn");
+        let spec = d.spec;
+        assert_eq!(spec.replicas, Some(1));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.service_account_name, Some(name(&v)));
+        let c = &pod.containers[0];
+        assert_eq!(c.command.as_deref(), Some(&[COMMAND.to_owned()][..]));
+        let args = c.args.clone().unwrap();
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--virtual-node", "cluster-b"])
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--namespace", "fabric-system"])
+        );
+        let env = c.env.clone().unwrap();
+        assert_eq!(env[0].name, "POD_IP");
+        // The selector picks the template's pods.
+        let tl = spec.template.metadata.unwrap().labels.unwrap();
+        for (k, val) in spec.selector.match_labels.unwrap() {
+            assert_eq!(tl.get(&k), Some(&val));
+        }
+        // Cluster-scoped objects cannot be owned by a namespaced one.
+        assert!(cluster_role(&v).metadata.owner_references.is_none());
+    }
+
+    #[test]
+    fn names_stay_dns_labels() {
+        let mut v = vn();
+        v.spec.node_name = "n".repeat(63);
+        assert!(name(&v).len() <= 63);
+    }
+}

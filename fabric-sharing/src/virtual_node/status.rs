@@ -1,0 +1,251 @@
+//! A VirtualNode's conditions (Registered, Ready) and its ForeignCluster's VirtualNodeReady,
+//! from the Node its virtual kubelet registered (pure, injected clock).
+use fabric_api::{
+    core::v1alpha1::condition::VIRTUAL_NODE as FC_VIRTUAL_NODE,
+    names::label,
+    offloading::v1alpha1::{VirtualNode, condition},
+};
+use fabric_kube::status::{condition as cond, with_condition};
+use k8s_openapi::{
+    api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp,
+};
+
+pub mod reason {
+    pub const REGISTERED: &str = "NodeRegistered";
+    /// No Node yet: the virtual kubelet has not started or not registered.
+    pub const WAITING: &str = "WaitingForVirtualKubelet";
+    /// A Node of that name exists and is not this provider's virtual node: it is left alone.
+    pub const NAME_TAKEN: &str = "NodeNameTaken";
+    /// The Node has no Ready condition yet.
+    pub const NO_READY_CONDITION: &str = "NodeStatusUnknown";
+}
+
+/// Whether `node` is the virtual node of `vn` (and not someone else's Node of that name).
+pub fn is_ours(vn: &VirtualNode, node: &Node) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    get(label::NODE_TYPE) == Some(label::VIRTUAL_NODE_TYPE)
+        && get(label::REMOTE_CLUSTER) == Some(vn.spec.cluster_id.as_str())
+}
+
+/// The Ready verdict: (ok, reason, message).
+fn ready(vn: &VirtualNode, node: Option<&Node>) -> (bool, String, String) {
+    let name = &vn.spec.node_name;
+    let Some(node) = node.filter(|n| is_ours(vn, n)) else {
+        return (
+            false,
+            reason::WAITING.to_owned(),
+            format!("Node {name} is not registered"),
+        );
+    };
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        None => (
+            false,
+            reason::NO_READY_CONDITION.to_owned(),
+            format!("Node {name} reports no Ready condition yet"),
+        ),
+        Some(r) => (
+            r.status == "True",
+            r.reason
+                .clone()
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| reason::NO_READY_CONDITION.to_owned()),
+            format!(
+                "Node {name}: {}",
+                r.message.as_deref().unwrap_or("no message")
+            ),
+        ),
+    }
+}
+
+/// The VirtualNode's conditions given the ones it has (`current`) and its Node.
+pub fn conditions(
+    vn: &VirtualNode,
+    current: &[Condition],
+    node: Option<&Node>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let generation = vn.metadata.generation;
+    let name = &vn.spec.node_name;
+    let registered = match node {
+        Some(n) if is_ours(vn, n) => cond(
+            condition::REGISTERED,
+            true,
+            reason::REGISTERED,
+            format!("Node {name} is registered by its virtual kubelet"),
+            generation,
+            now,
+        ),
+        Some(_) => cond(
+            condition::REGISTERED,
+            false,
+            reason::NAME_TAKEN,
+            format!(
+                "a Node {name} exists that is not the virtual node of {}; it is left alone",
+                vn.spec.cluster_id
+            ),
+            generation,
+            now,
+        ),
+        None => cond(
+            condition::REGISTERED,
+            false,
+            reason::WAITING,
+            format!("Node {name} is not registered yet"),
+            generation,
+            now,
+        ),
+    };
+    let (ok, why, message) = ready(vn, node);
+    let out = with_condition(current, registered);
+    with_condition(
+        &out,
+        cond(condition::READY, ok, &why, message, generation, now),
+    )
+}
+
+/// The ForeignCluster's VirtualNodeReady condition, from the VirtualNode's Ready one.
+pub fn foreign_cluster_condition(
+    vn: &VirtualNode,
+    current: &[Condition],
+    vn_conditions: &[Condition],
+    now: Timestamp,
+) -> Vec<Condition> {
+    let ready = vn_conditions.iter().find(|c| c.type_ == condition::READY);
+    let (ok, why, message) = match ready {
+        Some(r) => (r.status == "True", r.reason.clone(), r.message.clone()),
+        None => (
+            false,
+            reason::WAITING.to_owned(),
+            format!("Node {} is not registered", vn.spec.node_name),
+        ),
+    };
+    let previous: Vec<Condition> = current
+        .iter()
+        .filter(|c| c.type_ == FC_VIRTUAL_NODE)
+        .cloned()
+        .collect();
+    with_condition(
+        &previous,
+        cond(FC_VIRTUAL_NODE, ok, &why, message, None, now),
+    )
+}
+
+/// Whether Ready changed between two sets of conditions (an Event is due): Some(new status).
+pub fn ready_transition(before: &[Condition], after: &[Condition]) -> Option<(bool, String)> {
+    let find = |c: &[Condition]| {
+        c.iter()
+            .find(|c| c.type_ == condition::READY)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let (b, a) = (find(before), find(after)?);
+    if b.as_ref().map(|b| (&b.0, &b.1)) == Some((&a.0, &a.1)) {
+        return None;
+    }
+    Some((a.0 == "True", a.2))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use fabric_api::offloading::v1alpha1::VirtualNodeSpec;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn vn() -> VirtualNode {
+        VirtualNode::new(
+            "b",
+            VirtualNodeSpec {
+                cluster_id: "cluster-b".into(),
+                node_name: "fabric-cluster-b".into(),
+                identity: "cluster-b".into(),
+                resources: Default::default(),
+                labels: Default::default(),
+            },
+        )
+    }
+
+    fn node(provider: &str, ready: Option<(&str, &str)>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("fabric-cluster-b".into()),
+                labels: Some(BTreeMap::from([
+                    (
+                        label::NODE_TYPE.to_owned(),
+                        label::VIRTUAL_NODE_TYPE.to_owned(),
+                    ),
+                    (label::REMOTE_CLUSTER.to_owned(), provider.to_owned()),
+                ])),
+                ..Default::default()
+            },
+            status: ready.map(|(s, r)| NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: s.into(),
+                    reason: Some(r.into()),
+                    message: Some("the tunnel is Connecting".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn get<'a>(c: &'a [Condition], t: &str) -> (&'a str, &'a str) {
+        let c = c.iter().find(|c| c.type_ == t).unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn registered_and_ready_follow_the_node() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let v = vn();
+        let c = conditions(&v, &[], None, now);
+        assert_eq!(get(&c, condition::REGISTERED), ("False", reason::WAITING));
+        assert_eq!(get(&c, condition::READY), ("False", reason::WAITING));
+        let n = node("cluster-b", Some(("False", "TunnelDown")));
+        let c = conditions(&v, &c, Some(&n), now);
+        assert_eq!(get(&c, condition::REGISTERED), ("True", reason::REGISTERED));
+        assert_eq!(get(&c, condition::READY), ("False", "TunnelDown"));
+        let n = node("cluster-b", Some(("True", "VirtualKubeletReady")));
+        let ready = conditions(&v, &c, Some(&n), now);
+        assert_eq!(
+            get(&ready, condition::READY),
+            ("True", "VirtualKubeletReady")
+        );
+        assert_eq!(
+            ready_transition(&c, &ready),
+            Some((
+                true,
+                "Node fabric-cluster-b: the tunnel is Connecting".into()
+            ))
+        );
+        assert_eq!(ready_transition(&ready, &ready), None);
+        let fc = foreign_cluster_condition(&v, &[], &ready, now);
+        assert_eq!(fc.len(), 1);
+        assert_eq!(get(&fc, FC_VIRTUAL_NODE), ("True", "VirtualKubeletReady"));
+    }
+
+    #[test]
+    fn someone_elses_node_of_that_name_is_not_ours() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let v = vn();
+        let other = node("cluster-c", Some(("True", "KubeletReady")));
+        assert!(!is_ours(&v, &other));
+        let c = conditions(&v, &[], Some(&other), now);
+        assert_eq!(
+            get(&c, condition::REGISTERED),
+            ("False", reason::NAME_TAKEN)
+        );
+        assert_eq!(get(&c, condition::READY).0, "False");
+    }
+}
