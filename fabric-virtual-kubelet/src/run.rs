@@ -56,6 +56,8 @@ pub struct Opts {
 }
 
 /// The latest state of one named object, kept by a watch (retrying with backoff on errors).
+/// The channel's first value (None) is a placeholder: the first change is what the API
+/// said.
 fn follow<K>(api: Api<K>, name: &str) -> watch::Receiver<Option<K>>
 where
     K: kube::Resource<DynamicType = ()>
@@ -245,10 +247,20 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         Api::<Connection>::namespaced(local.clone(), &opts.fabric_namespace),
         &provider_id,
     );
-    let secret_rx = follow(
+    let mut secret_rx = follow(
         Api::<Secret>::namespaced(local.clone(), &opts.namespace),
         &names::secret::identity(&provider_id),
     );
+    // Nothing is decided before each watch has said whether its object exists: after a
+    // restart, an empty channel taken for a missing Secret or Connection would flap the node.
+    conn_rx
+        .changed()
+        .await
+        .context("the Connection watch ended")?;
+    secret_rx
+        .changed()
+        .await
+        .context("the identity Secret watch ended")?;
     let (probe_tx, mut probe_rx) = mpsc::channel(4);
     tokio::spawn(provider::prober(
         secret_rx,

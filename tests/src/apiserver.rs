@@ -195,6 +195,12 @@ impl ApiServer {
         server
     }
 
+    /// The run directory's `certs/` (the cluster CA and its key, to mint client
+    /// certificates), unless the tests run against an existing cluster.
+    pub fn certs_dir(&self) -> Option<PathBuf> {
+        self.run_dir.as_ref().map(|d| d.join("certs"))
+    }
+
     /// Installs the fabric's CRDs (deploy/crds) and waits until the server serves them.
     pub fn install_crds(&self) {
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");

@@ -14,6 +14,7 @@ pub mod bench;
 pub mod bench_control;
 pub mod bench_operator;
 pub mod clusters;
+pub mod deployments;
 pub mod netns;
 pub mod quantity;
 pub mod sched;

@@ -1,0 +1,506 @@
+//! The virtual node end to end, against two test API servers with RBAC enforced: a consumer
+//! (the VirtualNode controller, and the virtual kubelet it deploys, run by the fixture's
+//! Deployment stand-in as its ServiceAccount) and a provider (reached through a real consumer
+//! identity: a client certificate for the consumer's user, bound only to the tenant Role).
+//!
+//! The tunnel's state is the consumer's `Connection`, written here as the gateway operator
+//! would; cutting the provider's API is done by pointing the identity at a dead address and
+//! by revoking the tenant's RoleBinding.
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use fabric_api::names;
+use fabric_sharing::{identity, tenant, virtual_node::objects};
+use fabric_tests::{
+    ChildGuard,
+    apiserver::{ApiServer, require_tools},
+    deployments::{self, Deployments},
+    die_with_parent, locate_bin,
+};
+use serde_json::{Value, json};
+
+const NS: &str = names::DEFAULT_NAMESPACE;
+const CONSUMER: &str = "cluster-a";
+const PROVIDER: &str = "cluster-b";
+const VN: &str = "cluster-b";
+const NODE: &str = "fabric-cluster-b";
+
+struct Bed {
+    consumer: ApiServer,
+    provider: ApiServer,
+    deployments: Deployments,
+    controller: ChildGuard,
+    dir: PathBuf,
+    identity: identity::Credentials,
+}
+
+impl Bed {
+    fn logs(&self) -> String {
+        let controller =
+            std::fs::read_to_string(self.dir.join("controller.log")).unwrap_or_default();
+        let lines: Vec<&str> = controller.lines().collect();
+        format!(
+            "--- controller ---\n{}\n{}",
+            lines[lines.len().saturating_sub(20)..].join("\n"),
+            self.deployments.report()
+        )
+    }
+
+    #[track_caller]
+    fn wait<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let t0 = Instant::now();
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if t0.elapsed() > timeout {
+                panic!("{what}: not within {timeout:?}\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn node(&self) -> Option<Value> {
+        get_json(&self.consumer, &["get", "node", NODE])
+    }
+
+    fn ready(&self) -> Option<(String, String, String)> {
+        let n = self.node()?;
+        let c = n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")?
+            .clone();
+        Some((
+            c["status"].as_str()?.to_owned(),
+            c["reason"].as_str()?.to_owned(),
+            c["lastTransitionTime"].as_str()?.to_owned(),
+        ))
+    }
+
+    #[track_caller]
+    fn wait_ready(&self, status: &str, reason: &str, timeout: Duration) {
+        self.wait(&format!("Node Ready={status} ({reason})"), timeout, || {
+            self.ready().filter(|(s, r, _)| s == status && r == reason)
+        });
+    }
+
+    fn set_tunnel(&self, state: &str) {
+        self.consumer.kubectl_ok(&[
+            "patch",
+            "connection",
+            PROVIDER,
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &json!({ "status": { "value": state, "message": format!("test: {state}") } })
+                .to_string(),
+        ]);
+    }
+
+    fn set_identity(&self, creds: &identity::Credentials) {
+        let secret = identity::secret(NS, PROVIDER, creds);
+        apply(&self.consumer, &serde_json::to_value(&secret).unwrap());
+    }
+
+    fn lease_renewed(&self) -> Option<String> {
+        get_json(
+            &self.consumer,
+            &["get", "lease", NODE, "-n", "kube-node-lease"],
+        )?["spec"]["renewTime"]
+            .as_str()
+            .map(str::to_owned)
+    }
+}
+
+fn get_json(api: &ApiServer, args: &[&str]) -> Option<Value> {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    let o = api.kubectl(&a);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())
+        .flatten()
+}
+
+#[track_caller]
+fn apply(api: &ApiServer, obj: &Value) {
+    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
+    assert!(
+        o.status.success(),
+        "apply {obj}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A client certificate for the consumer's user on the provider, signed by its CA, as the
+/// authentication service would have it issued.
+fn consumer_certificate(provider: &ApiServer, dir: &Path) -> (String, String) {
+    let certs = provider.certs_dir().expect("a kubelite run dir");
+    let (key, csr, crt, ext) = (
+        dir.join("consumer.key"),
+        dir.join("consumer.csr"),
+        dir.join("consumer.crt"),
+        dir.join("ext"),
+    );
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").unwrap();
+    let subject = format!(
+        "/CN={}/O={}",
+        names::user::consumer(CONSUMER),
+        names::user::CONSUMERS_GROUP
+    );
+    for args in [
+        vec![
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            key.to_str().unwrap(),
+            "-subj",
+            &subject,
+            "-out",
+            csr.to_str().unwrap(),
+        ],
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            csr.to_str().unwrap(),
+            "-CA",
+            certs.join("ca.crt").to_str().unwrap(),
+            "-CAkey",
+            certs.join("ca.key").to_str().unwrap(),
+            "-set_serial",
+            "4242",
+            "-days",
+            "1",
+            "-extfile",
+            ext.to_str().unwrap(),
+            "-out",
+            crt.to_str().unwrap(),
+        ],
+    ] {
+        let o = Command::new("openssl").args(&args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    (
+        std::fs::read_to_string(crt).unwrap(),
+        std::fs::read_to_string(key).unwrap(),
+    )
+}
+
+fn server_url(api: &ApiServer) -> String {
+    let text = std::fs::read_to_string(&api.kubeconfig).unwrap();
+    let from = text.find("server: \"").unwrap() + "server: \"".len();
+    text[from..].split('"').next().unwrap().to_owned()
+}
+
+fn setup(tag: &str) -> Option<Bed> {
+    if !require_tools(tag) {
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The provider: the consumer's tenant namespace and the only Role its identity gets.
+    let provider = ApiServer::start_with_auth(&format!("{tag}-p"));
+    provider.install_crds();
+    for obj in [
+        serde_json::to_value(tenant::namespace(CONSUMER)).unwrap(),
+        serde_json::to_value(tenant::role(CONSUMER)).unwrap(),
+        serde_json::to_value(tenant::role_binding(CONSUMER)).unwrap(),
+    ] {
+        apply(&provider, &obj);
+    }
+    let (cert, key) = consumer_certificate(&provider, &dir);
+    let creds = identity::Credentials {
+        api_server_url: server_url(&provider),
+        ca_pem: std::fs::read_to_string(provider.certs_dir().unwrap().join("apiserver.crt"))
+            .unwrap(),
+        certificate_pem: cert,
+        key_pem: key.into(),
+        namespace: names::namespace::tenant(CONSUMER),
+    };
+
+    // The consumer: what the sharing layer has created by the time a VirtualNode exists.
+    let consumer = ApiServer::start_with_auth(&format!("{tag}-c"));
+    consumer.install_crds();
+    // kube-node-lease is there already, as in any cluster.
+    consumer.kubectl_ok(&["create", "namespace", NS]);
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
+                 "metadata": { "name": PROVIDER },
+                 "spec": { "clusterId": PROVIDER, "role": "Provider" } }),
+    );
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER } }),
+    );
+
+    let log = std::fs::File::create(dir.join("controller.log")).unwrap();
+    let controller = ChildGuard(
+        die_with_parent(&mut Command::new(locate_bin("fabric-controller").unwrap()))
+            .args([
+                "virtual-nodes",
+                "--virtual-kubelet-image",
+                "fabric-virtual-kubelet:test",
+            ])
+            .env("KUBECONFIG", &consumer.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let deployments = Deployments::start(deployments::Options {
+        admin_kubeconfig: consumer.kubeconfig.clone(),
+        component_kubeconfig: consumer.kubeconfig.clone(),
+        selector: format!("{}={}", objects::APP_LABEL, objects::APP),
+        netns: None,
+        pod_ip: "127.0.0.1".into(),
+        dir: dir.join("pods"),
+    })
+    .unwrap();
+    let bed = Bed {
+        consumer,
+        provider,
+        deployments,
+        controller,
+        dir,
+        identity: creds,
+    };
+    bed.set_identity(&bed.identity);
+    bed.set_tunnel("Connected");
+    Some(bed)
+}
+
+fn virtual_node(cpu: &str) -> Value {
+    json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
+            "metadata": { "name": VN, "namespace": NS },
+            "spec": { "clusterId": PROVIDER, "nodeName": NODE, "identity": PROVIDER,
+                      "resources": { "cpu": cpu, "memory": "8Gi", "pods": "110",
+                                     "nvidia.com/gpu": "1" },
+                      "labels": { "node-type": "gpu" } } })
+}
+
+#[test]
+fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node() {
+    let Some(bed) = setup("vnode") else { return };
+    let timeout = Duration::from_secs(40);
+    apply(&bed.consumer, &virtual_node("4"));
+
+    // Registered with the grant, the fabric's labels, the advertised ones and the taint.
+    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+    let node = bed.node().unwrap();
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(
+        labels[names::label::NODE_TYPE],
+        names::label::VIRTUAL_NODE_TYPE
+    );
+    assert_eq!(labels[names::label::REMOTE_CLUSTER], PROVIDER);
+    assert_eq!(labels["kubernetes.io/hostname"], NODE);
+    assert_eq!(labels["node-type"], "gpu");
+    let taints = node["spec"]["taints"].as_array().unwrap();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t["key"] == names::taint::VIRTUAL_NODE && t["effect"] == "NoExecute"),
+        "{taints:?}"
+    );
+    let st = &node["status"];
+    assert_eq!(st["capacity"]["cpu"], "4");
+    assert_eq!(st["allocatable"]["nvidia.com/gpu"], "1");
+    assert_eq!(st["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
+    assert!(
+        st["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["type"] == "InternalIP" && a["address"] == "127.0.0.1"),
+        "{st}"
+    );
+    assert!(
+        st["nodeInfo"]["kubeletVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("fabric-virtual-kubelet/")
+    );
+
+    // The VirtualNode and the ForeignCluster say so.
+    bed.wait("VirtualNode Registered and Ready", timeout, || {
+        let vn = get_json(&bed.consumer, &["get", "virtualnode", VN, "-n", NS])?;
+        let conds = vn["status"]["conditions"].as_array()?.clone();
+        let ok = |t: &str| {
+            conds
+                .iter()
+                .any(|c| c["type"] == t && c["status"] == "True")
+        };
+        (ok("Registered") && ok("Ready")).then_some(())
+    });
+    bed.wait("ForeignCluster VirtualNodeReady", timeout, || {
+        let fc = get_json(&bed.consumer, &["get", "foreigncluster", PROVIDER])?;
+        fc["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "VirtualNodeReady" && c["status"] == "True")
+            .then_some(())
+    });
+
+    // The virtual kubelet's ServiceAccount has its own Node, not another one, nor other
+    // Secrets.
+    let sa = format!("system:serviceaccount:{NS}:{}", bed.deployments_name());
+    let can = |args: &[&str]| {
+        let mut a = vec!["auth", "can-i"];
+        a.extend(args);
+        a.extend(["--as", &sa]);
+        String::from_utf8_lossy(&bed.consumer.kubectl(&a).stdout).trim() == "yes"
+    };
+    assert!(can(&["patch", &format!("nodes/{NODE}")]));
+    assert!(!can(&["patch", "nodes/some-real-node"]));
+    assert!(!can(&["delete", &format!("nodes/{NODE}")]));
+    assert!(can(&[
+        "get",
+        &format!("secrets/{}", names::secret::identity(PROVIDER)),
+        "-n",
+        NS
+    ]));
+    assert!(!can(&["get", "secrets/fabric-gateway-key", "-n", NS]));
+    assert!(!can(&["list", "secrets", "-n", NS]));
+
+    // The Lease is renewed (every 10 s, as kubelets do).
+    let renewed = bed.wait("a node Lease", timeout, || bed.lease_renewed());
+    bed.wait("the Lease renewed", Duration::from_secs(25), || {
+        bed.lease_renewed().filter(|r| *r != renewed)
+    });
+
+    // A new grant shows as the Node's capacity.
+    apply(&bed.consumer, &virtual_node("8"));
+    bed.wait("capacity cpu 8", timeout, || {
+        (bed.node()?["status"]["capacity"]["cpu"] == "8").then_some(())
+    });
+
+    // The tunnel drops: NotReady (TunnelDown), and back.
+    bed.set_tunnel("Connecting");
+    bed.wait_ready("False", "TunnelDown", timeout);
+    let node = bed.node().unwrap();
+    assert!(
+        node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "NetworkUnavailable" && c["status"] == "True")
+    );
+    bed.set_tunnel("Connected");
+    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+
+    // The provider's API cannot be reached: NotReady (ProviderUnreachable), and back.
+    let dead = identity::Credentials {
+        api_server_url: "https://127.0.0.1:9".into(),
+        ..bed.identity.clone()
+    };
+    bed.set_identity(&dead);
+    bed.wait_ready("False", "ProviderUnreachable", timeout);
+    bed.set_identity(&bed.identity);
+    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+
+    // The provider revokes the identity: NotReady (ProviderRefused), and back when it
+    // grants it again.
+    let tenant_ns = names::namespace::tenant(CONSUMER);
+    bed.provider
+        .kubectl_ok(&["delete", "rolebinding", tenant::ROLE, "-n", &tenant_ns]);
+    bed.wait_ready("False", "ProviderRefused", timeout);
+    apply(
+        &bed.provider,
+        &serde_json::to_value(tenant::role_binding(CONSUMER)).unwrap(),
+    );
+    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+
+    // SIGKILLed, the virtual kubelet is restarted and the Node does not flap.
+    let (_, _, since) = bed.ready().unwrap();
+    let before = bed.node().unwrap();
+    let name = bed.deployments_name();
+    bed.deployments.kill(NS, &name).unwrap();
+    let t0 = Instant::now();
+    let mut restarted_at = None;
+    while t0.elapsed() < Duration::from_secs(40) {
+        let (status, reason, transition) = bed.ready().unwrap();
+        assert_eq!(
+            (status.as_str(), reason.as_str(), transition.as_str()),
+            ("True", "VirtualKubeletReady", since.as_str()),
+            "the Node flapped across the restart\n{}",
+            bed.logs()
+        );
+        if restarted_at.is_none()
+            && bed.deployments.restarts(NS, &name) > 0
+            && bed.deployments.pid(NS, &name).is_some()
+        {
+            restarted_at = Some(Instant::now());
+        }
+        // Long enough for the new process to probe and write its status.
+        if restarted_at.is_some_and(|t| t.elapsed() > Duration::from_secs(12)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(restarted_at.is_some(), "not restarted\n{}", bed.logs());
+    let after = bed.node().unwrap();
+    assert_eq!(before["metadata"]["labels"], after["metadata"]["labels"]);
+    assert_eq!(before["spec"], after["spec"]);
+    assert_eq!(before["metadata"]["uid"], after["metadata"]["uid"]);
+
+    // The VirtualNode goes: the Node, its Lease and the virtual kubelet go with it.
+    bed.consumer
+        .kubectl_ok(&["delete", "virtualnode", VN, "-n", NS, "--wait=false"]);
+    bed.wait(
+        "the VirtualNode, its Node, Lease and Deployment gone",
+        timeout,
+        || {
+            let gone = |args: &[&str]| get_json(&bed.consumer, args).is_none();
+            (gone(&["get", "virtualnode", VN, "-n", NS])
+                && gone(&["get", "node", NODE])
+                && gone(&["get", "lease", NODE, "-n", "kube-node-lease"])
+                && gone(&["get", "deployment", &name, "-n", NS])
+                && gone(&["get", "clusterrole", &name])
+                && gone(&["get", "serviceaccount", &name, "-n", NS]))
+            .then_some(())
+        },
+    );
+    bed.wait("the virtual kubelet stopped", timeout, || {
+        bed.deployments.pid(NS, &name).is_none().then_some(())
+    });
+    let _ = &bed.controller;
+}
+
+impl Bed {
+    /// The name of the virtual kubelet's Deployment (and ServiceAccount, Roles).
+    fn deployments_name(&self) -> String {
+        use fabric_api::offloading::v1alpha1::{VirtualNode, VirtualNodeSpec};
+        objects::name(&VirtualNode::new(
+            VN,
+            VirtualNodeSpec {
+                cluster_id: PROVIDER.into(),
+                node_name: NODE.into(),
+                identity: PROVIDER.into(),
+                resources: Default::default(),
+                labels: Default::default(),
+            },
+        ))
+    }
+}
