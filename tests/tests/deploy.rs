@@ -188,6 +188,25 @@ fn manifests_apply_with_least_privilege() {
             "update",
             "leases.coordination.k8s.io/fabric-sharing",
         ),
+        // The VirtualNode controller holds what it grants the virtual kubelets.
+        (
+            "fabric-virtual-nodes",
+            "patch",
+            "virtualnodes.offloading.fabric.io",
+        ),
+        ("fabric-virtual-nodes", "create", "deployments.apps"),
+        (
+            "fabric-virtual-nodes",
+            "create",
+            "clusterroles.rbac.authorization.k8s.io",
+        ),
+        ("fabric-virtual-nodes", "delete", "nodes"),
+        ("fabric-virtual-nodes", "watch", "secrets"),
+        (
+            "fabric-virtual-nodes",
+            "get",
+            "connections.networking.fabric.io",
+        ),
     ];
     for (who, verb, what) in allowed {
         assert!(
@@ -202,6 +221,18 @@ fn manifests_apply_with_least_privilege() {
             "configurations.networking.fabric.io",
         ),
         ("fabric-agent", "get", "secrets"),
+        ("fabric-virtual-nodes", "create", "secrets"),
+        ("fabric-virtual-nodes", "create", "pods"),
+        (
+            "fabric-virtual-nodes",
+            "escalate",
+            "roles.rbac.authorization.k8s.io",
+        ),
+        (
+            "fabric-virtual-nodes",
+            "patch",
+            "foreignclusters.core.fabric.io",
+        ),
         ("fabric-agent", "create", "pods"),
         ("fabric-controller", "get", "secrets"),
         ("fabric-auth", "delete", "namespaces"),
