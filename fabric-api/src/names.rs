@@ -85,6 +85,8 @@ pub mod finalizer {
     /// On VirtualNodes: the controller cordons and removes the Node and the virtual kubelet
     /// before they go.
     pub const VIRTUAL_NODE: &str = "offloading.fabric.io/virtual-node";
+    /// On ShadowPods (provider): the real pod is deleted, gracefully, before they go.
+    pub const SHADOW_POD: &str = "offloading.fabric.io/shadowpod";
 }
 
 pub mod secret {
@@ -154,6 +156,8 @@ pub mod field_manager {
     /// Discovery: the ForeignClusters of clusters found on the LAN or through DNS, while they
     /// are not peered.
     pub const DISCOVERY: &str = "fabric-discovery";
+    /// The provider's ShadowPod controller: ShadowPod status (the real pod's, copied).
+    pub const SHADOW_POD: &str = "fabric-shadowpod";
 }
 
 #[cfg(test)]
