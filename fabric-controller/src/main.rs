@@ -5,7 +5,8 @@
 //!   from the API and reports Connections).
 //! - `auth`: the authentication service consumers peer through (HTTPS; issue 10).
 //! - `sharing`: the sharing layer's negotiation (network and resources over a consumer's
-//!   identity, both as consumer and as provider; one active replica).
+//!   identity, both as consumer and as provider; one active replica), and on a provider the
+//!   ShadowPod controller that runs consumers' pods (issue 11).
 //! - `identities`: renews the identities this cluster holds on providers before they expire.
 //! - `virtual-nodes`: runs a virtual kubelet per VirtualNode and removes its Node with it.
 use std::{
@@ -18,8 +19,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use fabric_api::names;
 use fabric_controller::{discovery, gateway, ipam, ips};
-use fabric_sharing::auth;
-use fabric_sharing::virtual_node;
+use fabric_sharing::{auth, shadowpod, virtual_node};
 use ipnetwork::Ipv4Network;
 
 #[derive(Parser)]
@@ -468,9 +468,21 @@ async fn run() -> Result<()> {
             };
             let election = fabric_kube::Election::new(lease, identity);
             let work = async {
-                fabric_sharing::negotiation::run(client.clone(), settings)
-                    .await
-                    .context("sharing controllers")
+                tokio::try_join!(
+                    async {
+                        fabric_sharing::negotiation::run(client.clone(), settings)
+                            .await
+                            .context("sharing controllers")
+                    },
+                    // One active replica: two would both re-create a vanished pod's successor
+                    // (one refused as a duplicate) and both count it.
+                    async {
+                        shadowpod::controller::run(client.clone())
+                            .await
+                            .context("ShadowPod controller")
+                    },
+                )
+                .map(|_| ())
             };
             ipam::run_elected(client.clone(), &namespace, election, work).await
         }

@@ -1,0 +1,207 @@
+//! The provider's ShadowPod controller (part of `fabric-controller sharing`) against a real
+//! API server. There is no kubelet here: the test plays it, writing the pods' status through
+//! `pods/status` as a kubelet does. A forged ShadowPod gets its real pod (owned, labelled, its
+//! status copied back); a pod deleted while running is created again and counted; a finished
+//! pod that goes is never revived; deleting a ShadowPod deletes its pod.
+use std::{
+    future::Future,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use fabric_api::{names, offloading::v1alpha1::ShadowPod};
+use fabric_sharing::shadowpod::forge::{Offer, Policy, forge};
+use fabric_tests::{
+    ChildGuard,
+    apiserver::{ApiServer, require_tools},
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
+const T: Duration = Duration::from_secs(30);
+const CONSUMER: &str = "alpha";
+
+fn start_controller(api: &ApiServer, log: &std::path::Path) -> ChildGuard {
+    let log = std::fs::File::create(log).unwrap();
+    ChildGuard(
+        fabric_tests::die_with_parent(&mut Command::new(BIN))
+            .env("KUBECONFIG", &api.kubeconfig)
+            .env("RUST_LOG", "info")
+            .env("POD_NAME", "sharing-0")
+            .arg("sharing")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(t0.elapsed() < T, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A ShadowPod as the consumer's virtual kubelet makes it.
+fn shadow(name: &str) -> ShadowPod {
+    let home: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("home-{name}"),
+                     "labels": {"app": name}},
+        "spec": {
+            "nodeName": "fabric-provider",
+            "serviceAccountName": "default",
+            "containers": [{"name": "main", "image": "echo",
+                            "command": ["fabric-test-pod", "echo", "--port", "7"]}],
+        },
+    }))
+    .unwrap();
+    let spec = forge(&home, CONSUMER, &Offer::default(), &Policy::default()).unwrap();
+    let mut s = ShadowPod::new(name, spec);
+    s.metadata.namespace = Some(names::namespace::tenant(CONSUMER));
+    s
+}
+
+/// Writes the pod's status as a kubelet would.
+async fn kubelet_reports(pods: &Api<Pod>, name: &str, phase: &str, restarts: i32) {
+    let status = json!({"status": {
+        "phase": phase, "podIP": "10.244.1.7", "podIPs": [{"ip": "10.244.1.7"}],
+        "conditions": [{"type": "Ready", "status": if phase == "Running" { "True" } else { "False" }}],
+        "containerStatuses": [{"name": "main", "image": "echo", "imageID": "", "ready": phase == "Running",
+                               "restartCount": restarts, "state": {"running": {}}}],
+    }});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+async fn status_where(
+    shadows: &Api<ShadowPod>,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&fabric_api::offloading::v1alpha1::ShadowPodStatus) -> bool,
+) -> fabric_api::offloading::v1alpha1::ShadowPodStatus {
+    eventually(what, || async {
+        let s = shadows.get(name).await.ok()?.status?;
+        ok(&s).then_some(s)
+    })
+    .await
+}
+
+async fn pod_with_uid_other_than(pods: &Api<Pod>, name: &str, old: Option<&str>) -> Pod {
+    eventually("the real pod", || async {
+        let p = pods.get_opt(name).await.unwrap()?;
+        (p.metadata.uid.as_deref() != old).then_some(p)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
+    if !require_tools("shadowpods_run_are_recreated_never_revived_and_deleted") {
+        return;
+    }
+    let api = ApiServer::start("shadowpods");
+    api.install_crds();
+    fabric_tests::auth_service::prepare_cluster(&api, "provider");
+    let dir = std::env::temp_dir().join(format!("fabric-shadowpods-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _controller = start_controller(&api, &dir.join("controller.log"));
+    let client: Client = api.client().await;
+    let ns = names::namespace::tenant(CONSUMER);
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &fabric_sharing::tenant::namespace(CONSUMER),
+        )
+        .await
+        .unwrap();
+    let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    // Created, owned, forged, status copied.
+    let created = shadows
+        .create(&PostParams::default(), &shadow("web"))
+        .await
+        .unwrap();
+    let pod = pod_with_uid_other_than(&pods, "web", None).await;
+    let owner = &pod.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(owner.uid, created.metadata.uid.clone().unwrap());
+    assert_eq!(owner.kind, "ShadowPod");
+    assert_eq!(
+        pod.metadata.labels.clone().unwrap()[names::label::REMOTE_CLUSTER],
+        CONSUMER
+    );
+    let spec = pod.spec.clone().unwrap();
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(spec.node_name, None);
+    kubelet_reports(&pods, "web", "Running", 1).await;
+    let st = status_where(&shadows, "web", "Running copied", |s| {
+        s.phase.as_deref() == Some("Running")
+    })
+    .await;
+    assert_eq!(st.pod_ip.as_deref(), Some("10.244.1.7"));
+    assert_eq!(st.container_statuses[0].restart_count, 1);
+    assert_eq!(st.pod_conditions[0].type_, "Ready");
+    assert_eq!(st.recreations, 0);
+    assert_eq!(st.conditions[0].reason, "Created");
+
+    // Deleted while running: created again, counted.
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    let again = pod_with_uid_other_than(&pods, "web", pod.metadata.uid.as_deref()).await;
+    let st = status_where(&shadows, "web", "the re-creation counted", |s| {
+        s.recreations == 1
+    })
+    .await;
+    assert_eq!(st.pod_uid, again.metadata.uid);
+    assert_eq!(st.conditions[0].reason, "Recreated");
+
+    // Finished, then gone: never revived.
+    kubelet_reports(&pods, "web", "Succeeded", 1).await;
+    status_where(&shadows, "web", "Succeeded copied", |s| {
+        s.phase.as_deref() == Some("Succeeded") && s.conditions[0].reason == "Finished"
+    })
+    .await;
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        pods.get_opt("web").await.unwrap().is_none(),
+        "a finished pod was revived"
+    );
+    let st = shadows.get("web").await.unwrap().status.unwrap();
+    assert_eq!(
+        (st.phase.as_deref(), st.recreations),
+        (Some("Succeeded"), 1)
+    );
+
+    // Deleting a ShadowPod deletes its pod, then the ShadowPod goes.
+    shadows
+        .create(&PostParams::default(), &shadow("db"))
+        .await
+        .unwrap();
+    pod_with_uid_other_than(&pods, "db", None).await;
+    shadows
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the pod and its ShadowPod gone", || async {
+        let pod = pods.get_opt("db").await.unwrap();
+        let shadow = shadows.get_opt("db").await.unwrap();
+        (pod.is_none() && shadow.is_none()).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,160 @@
+//! The provider's ShadowPod controller (I/O edge of [`super::decide`]): from watch caches of
+//! ShadowPods and of the pods they own. Nothing here talks to the consumer: its pods keep
+//! running, and vanished ones are re-created, while the consumer is unreachable.
+use std::{sync::Arc, time::Duration};
+
+use fabric_api::{
+    names::{field_manager, finalizer as finalizers, label},
+    offloading::v1alpha1::{ShadowPod, ShadowPodStatus},
+};
+use fabric_kube::status::FieldManager;
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, PostParams},
+    runtime::{
+        Controller,
+        controller::Action,
+        finalizer::{Event, finalizer},
+        watcher,
+    },
+};
+use tracing::{debug, info, warn};
+
+use super::decide::{self, Decision};
+
+const STATUS: FieldManager = FieldManager(field_manager::SHADOW_POD);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// The ShadowPod waits for its pod to end before it goes.
+    #[error("pod {0} is still terminating")]
+    Terminating(String),
+}
+
+struct Ctx {
+    client: Client,
+}
+
+fn key(s: &ShadowPod) -> String {
+    format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any())
+}
+
+async fn get_pod(pods: &Api<Pod>, name: &str) -> Result<Option<Pod>, Error> {
+    Ok(pods.get_opt(name).await?)
+}
+
+async fn apply(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
+    let ns = shadow.namespace().unwrap_or_default();
+    let name = shadow.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let shadows: Api<ShadowPod> = Api::namespaced(ctx.client.clone(), &ns);
+    let prev = shadow.status.clone().unwrap_or_default();
+    let generation = shadow.metadata.generation;
+    let pod = get_pod(&pods, &name).await?;
+    let status: ShadowPodStatus = match decide::decide(&shadow, pod.as_ref()) {
+        Decision::Finished => return Ok(Action::await_change()),
+        Decision::Foreign => decide::foreign(&prev, generation, Timestamp::now()),
+        Decision::Mirror => {
+            let pod = pod.expect("Mirror has a pod");
+            decide::mirrored(&prev, &pod, false, generation, Timestamp::now())
+        }
+        Decision::Create { again } => {
+            match pods
+                .create(&PostParams::default(), &decide::real_pod(&shadow))
+                .await
+            {
+                Ok(pod) => {
+                    info!(shadowpod = %key(&shadow), again, "created the pod");
+                    decide::mirrored(&prev, &pod, again, generation, Timestamp::now())
+                }
+                // Refused by admission, quota or validation: said in the status, tried
+                // again later (a quota may free up).
+                Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+                    warn!(shadowpod = %key(&shadow), error = %e.message, "pod refused");
+                    let status = decide::refused(
+                        &prev,
+                        &e.reason,
+                        e.message.clone(),
+                        generation,
+                        Timestamp::now(),
+                    );
+                    STATUS.apply_status(&shadows, &name, &status).await?;
+                    return Ok(Action::requeue(Duration::from_secs(30)));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    if shadow.status.as_ref() != Some(&status) {
+        STATUS.apply_status(&shadows, &name, &status).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Deletes the pod gracefully and keeps the ShadowPod until the pod is gone, so that the
+/// consumer sees its pod terminating as long as it runs.
+async fn cleanup(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
+    let ns = shadow.namespace().unwrap_or_default();
+    let name = shadow.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    match get_pod(&pods, &name).await? {
+        Some(pod) if decide::decide(&shadow, Some(&pod)) == Decision::Mirror => {
+            if pod.metadata.deletion_timestamp.is_none() {
+                pods.delete(&name, &DeleteParams::default()).await?;
+                info!(shadowpod = %key(&shadow), "deleting the pod");
+            }
+            Err(Error::Terminating(key(&shadow)))
+        }
+        _ => Ok(Action::await_change()),
+    }
+}
+
+async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<ShadowPod> =
+        Api::namespaced(ctx.client.clone(), &shadow.namespace().unwrap_or_default());
+    finalizer(&api, finalizers::SHADOW_POD, shadow, |event| async {
+        match event {
+            Event::Apply(s) => apply(s, &ctx).await,
+            Event::Cleanup(s) => cleanup(s, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn error_policy(shadow: Arc<ShadowPod>, err: &Error, _: Arc<Ctx>) -> Action {
+    if let Error::Finalizer(inner) = err
+        && let kube::runtime::finalizer::Error::CleanupFailed(Error::Terminating(_)) = &**inner
+    {
+        debug!(shadowpod = %key(&shadow), "waiting for the pod to end");
+        return Action::requeue(Duration::from_secs(2));
+    }
+    warn!(shadowpod = %key(&shadow), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the controller over every namespace's ShadowPods until a signal stops it.
+pub async fn run(client: Client) -> Result<(), Error> {
+    let shadows: Api<ShadowPod> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.
+    let owned = watcher::Config::default().labels(label::REMOTE_CLUSTER);
+    Controller::new(shadows, watcher::Config::default())
+        .owns(pods, owned)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, Arc::new(Ctx { client }))
+        .for_each(|r| async move {
+            match r {
+                Ok((o, _)) => debug!(shadowpod = %o, "reconciled"),
+                Err(e) => debug!(error = %e, "ShadowPod controller"),
+            }
+        })
+        .await;
+    Ok(())
+}

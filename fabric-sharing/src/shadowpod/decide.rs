@@ -1,0 +1,286 @@
+//! What the provider's ShadowPod controller does, as pure functions of the ShadowPod and the
+//! real pod it sees: create the pod (again, if it vanished before finishing), never revive
+//! one that finished, and copy the pod's status.
+use fabric_api::{
+    names::label,
+    offloading::v1alpha1::{ShadowPod, ShadowPodStatus, shadow_pod_condition::POD_CREATED},
+};
+use fabric_kube::status::{condition, with_condition};
+use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+/// What to do about a ShadowPod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// There is no real pod and it never finished: make it (`again` when one existed before).
+    Create { again: bool },
+    /// The real pod finished and is gone: it stays gone.
+    Finished,
+    /// The real pod exists: copy its status.
+    Mirror,
+    /// A pod of that name exists but is not this ShadowPod's: leave it alone and say so.
+    Foreign,
+}
+
+/// A pod phase after which the pod never runs again.
+pub fn terminal(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+pub fn decide(shadow: &ShadowPod, pod: Option<&Pod>) -> Decision {
+    let status = shadow.status.clone().unwrap_or_default();
+    match pod {
+        Some(pod) if owned_by(pod, shadow) => Decision::Mirror,
+        Some(_) => Decision::Foreign,
+        None if terminal(status.phase.as_deref()) => Decision::Finished,
+        None => Decision::Create {
+            again: status.pod_uid.is_some(),
+        },
+    }
+}
+
+fn owned_by(pod: &Pod, shadow: &ShadowPod) -> bool {
+    let uid = shadow.meta().uid.as_deref();
+    pod.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
+
+/// The real pod of `shadow`: same name and namespace, owned (and, where a garbage collector
+/// runs, deleted with it) by the ShadowPod, labelled with the consumer.
+pub fn real_pod(shadow: &ShadowPod) -> Pod {
+    let mut labels = shadow.spec.pod.labels.clone();
+    labels.insert(
+        label::REMOTE_CLUSTER.to_owned(),
+        shadow.spec.cluster_id.clone(),
+    );
+    Pod {
+        metadata: ObjectMeta {
+            name: shadow.meta().name.clone(),
+            namespace: shadow.meta().namespace.clone(),
+            labels: Some(labels),
+            annotations: (!shadow.spec.pod.annotations.is_empty())
+                .then(|| shadow.spec.pod.annotations.clone()),
+            owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(shadow.spec.pod.spec.clone()),
+        status: None,
+    }
+}
+
+/// The status of a ShadowPod whose real pod is `pod`; `created_again`: the pod was just made
+/// after its predecessor vanished.
+pub fn mirrored(
+    prev: &ShadowPodStatus,
+    pod: &Pod,
+    created_again: bool,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ShadowPodStatus {
+    let s = pod.status.clone().unwrap_or_default();
+    let recreations = prev.recreations + u32::from(created_again);
+    let (reason, message) = if terminal(s.phase.as_deref()) {
+        (
+            "Finished",
+            format!(
+                "the pod ended ({}) and is not run again",
+                s.phase.as_deref().unwrap_or_default()
+            ),
+        )
+    } else if recreations > 0 {
+        (
+            "Recreated",
+            format!(
+                "the pod vanished before it finished and was created again {recreations} time(s)"
+            ),
+        )
+    } else {
+        ("Created", "the pod exists on the provider".to_owned())
+    };
+    ShadowPodStatus {
+        observed_generation: generation,
+        phase: s.phase,
+        reason: s.reason,
+        message: s.message,
+        pod_uid: pod.metadata.uid.clone(),
+        pod_ip: s.pod_ip,
+        pod_ips: s.pod_ips.into_iter().flatten().map(|p| p.ip).collect(),
+        start_time: s.start_time,
+        pod_conditions: s.conditions.unwrap_or_default(),
+        container_statuses: s.container_statuses.unwrap_or_default(),
+        init_container_statuses: s.init_container_statuses.unwrap_or_default(),
+        recreations,
+        conditions: with_condition(
+            &prev.conditions,
+            condition(POD_CREATED, true, reason, message, generation, now),
+        ),
+    }
+}
+
+/// The status of a ShadowPod whose pod could not be created (`reason`: the API server's,
+/// e.g. `Forbidden` for an admission or quota refusal, `Invalid` for a bad spec).
+pub fn refused(
+    prev: &ShadowPodStatus,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ShadowPodStatus {
+    ShadowPodStatus {
+        observed_generation: generation,
+        conditions: with_condition(
+            &prev.conditions,
+            condition(POD_CREATED, false, reason, message, generation, now),
+        ),
+        ..prev.clone()
+    }
+}
+
+/// The status of a ShadowPod whose name is taken by a pod it does not own.
+pub fn foreign(prev: &ShadowPodStatus, generation: Option<i64>, now: Timestamp) -> ShadowPodStatus {
+    refused(
+        prev,
+        "NameTaken",
+        "a pod of this name exists and is not this ShadowPod's".to_owned(),
+        generation,
+        now,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec};
+    use serde_json::json;
+
+    use super::*;
+
+    fn now() -> Timestamp {
+        "2026-01-01T00:00:00Z".parse().unwrap()
+    }
+
+    fn shadow(status: Option<ShadowPodStatus>) -> ShadowPod {
+        let mut s = ShadowPod::new(
+            "web",
+            ShadowPodSpec {
+                cluster_id: "alpha".into(),
+                home: HomePod {
+                    namespace: "shop".into(),
+                    name: "web".into(),
+                    uid: "home-uid".into(),
+                },
+                pod: PodTemplate {
+                    labels: [("app".to_owned(), "web".to_owned())].into(),
+                    ..Default::default()
+                },
+            },
+        );
+        s.metadata.namespace = Some("fabric-tenant-alpha".into());
+        s.metadata.uid = Some("shadow-uid".into());
+        s.status = status;
+        s
+    }
+
+    fn pod_of(shadow: &ShadowPod, uid: &str, phase: &str) -> Pod {
+        let mut p = real_pod(shadow);
+        p.metadata.uid = Some(uid.into());
+        p.status = Some(
+            serde_json::from_value(json!({
+                "phase": phase, "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "main", "image": "echo", "imageID": "",
+                    "ready": true, "restartCount": 2}],
+            }))
+            .unwrap(),
+        );
+        p
+    }
+
+    #[test]
+    fn a_new_shadowpod_gets_its_pod_owned_and_labelled() {
+        let s = shadow(None);
+        assert_eq!(decide(&s, None), Decision::Create { again: false });
+        let p = real_pod(&s);
+        assert_eq!(p.metadata.name.as_deref(), Some("web"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("fabric-tenant-alpha"));
+        let labels = p.metadata.labels.unwrap();
+        assert_eq!(labels[label::REMOTE_CLUSTER], "alpha");
+        assert_eq!(labels["app"], "web");
+        let owner = &p.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.uid.as_str(), owner.controller),
+            ("shadow-uid", Some(true))
+        );
+        assert_eq!(owner.kind, "ShadowPod");
+    }
+
+    #[test]
+    fn status_is_copied_from_the_pod() {
+        let s = shadow(None);
+        let p = pod_of(&s, "pod-1", "Running");
+        assert_eq!(decide(&s, Some(&p)), Decision::Mirror);
+        let st = mirrored(&ShadowPodStatus::default(), &p, false, Some(1), now());
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(st.pod_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(st.pod_ips, vec!["10.0.0.7"]);
+        assert_eq!(st.pod_uid.as_deref(), Some("pod-1"));
+        assert_eq!(st.pod_conditions[0].type_, "Ready");
+        assert_eq!(st.container_statuses[0].restart_count, 2);
+        assert_eq!(st.recreations, 0);
+        assert_eq!(st.conditions[0].reason, "Created");
+    }
+
+    #[test]
+    fn a_vanished_running_pod_is_created_again_and_counted() {
+        let first = mirrored(
+            &ShadowPodStatus::default(),
+            &pod_of(&shadow(None), "pod-1", "Running"),
+            false,
+            None,
+            now(),
+        );
+        let s = shadow(Some(first.clone()));
+        assert_eq!(decide(&s, None), Decision::Create { again: true });
+        let again = mirrored(&first, &pod_of(&s, "pod-2", "Pending"), true, None, now());
+        assert_eq!(again.recreations, 1);
+        assert_eq!(again.pod_uid.as_deref(), Some("pod-2"));
+        assert_eq!(again.conditions[0].reason, "Recreated");
+    }
+
+    #[test]
+    fn a_finished_pod_is_never_revived() {
+        for phase in ["Succeeded", "Failed"] {
+            let done = mirrored(
+                &ShadowPodStatus::default(),
+                &pod_of(&shadow(None), "pod-1", phase),
+                false,
+                None,
+                now(),
+            );
+            assert_eq!(done.conditions[0].reason, "Finished");
+            assert_eq!(decide(&shadow(Some(done)), None), Decision::Finished);
+        }
+    }
+
+    #[test]
+    fn a_pod_owned_by_another_is_left_alone() {
+        let s = shadow(None);
+        let mut p = pod_of(&s, "pod-1", "Running");
+        p.metadata.owner_references = None;
+        assert_eq!(decide(&s, Some(&p)), Decision::Foreign);
+        let st = foreign(&ShadowPodStatus::default(), None, now());
+        assert_eq!(st.conditions[0].status, "False");
+    }
+
+    #[test]
+    fn a_refusal_keeps_what_was_known() {
+        let prev = ShadowPodStatus {
+            recreations: 3,
+            ..Default::default()
+        };
+        let st = refused(&prev, "Forbidden", "exceeded quota".into(), None, now());
+        assert_eq!(st.recreations, 3);
+        assert_eq!(st.conditions[0].reason, "Forbidden");
+        assert_eq!(st.conditions[0].message, "exceeded quota");
+    }
+}
