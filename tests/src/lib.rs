@@ -16,7 +16,8 @@ pub mod bench_operator;
 pub mod clusters;
 pub mod deployments;
 pub mod netns;
-pub mod quantity;
+/// Resource quantities, as the provider's offer policy reads them.
+pub use fabric_sharing::quantity;
 pub mod sched;
 pub mod sharing;
 pub mod testnode;
