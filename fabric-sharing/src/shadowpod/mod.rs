@@ -1,10 +1,12 @@
 //! Offloaded pods (issue 11, provider side): the ShadowPod a consumer's pod becomes
 //! ([`forge`], called by the consumer's virtual kubelet) and the provider's controller that
-//! runs its real pod ([`decide`], [`controller`]).
+//! runs its real pod ([`decide`], [`controller`]); what its admission webhook admits
+//! ([`admission`]).
 //!
 //! The real pod lives in the ShadowPod's own namespace, under the same name: the tenant
 //! namespace today; twin namespaces (offloaded namespaces, a later issue) carry the
 //! consumer's label and Role the same way.
 pub mod controller;
+pub mod admission;
 pub mod decide;
 pub mod forge;
