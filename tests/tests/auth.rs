@@ -63,7 +63,11 @@ fn peer_command(provider: &ApiServer, extra: &[&str], svc: &AuthService) -> Vec<
     let line = String::from_utf8(o.stdout).unwrap();
     let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
     assert_eq!(words[..3], ["fabricctl", "peer", "out-of-band"], "{line}");
-    words[1..].to_vec()
+    // Authentication only: no negotiation controllers run here, so the command returns once
+    // authenticated instead of following the network coming up.
+    let mut words = words[1..].to_vec();
+    words.extend(["--timeout-secs".to_owned(), "0".to_owned()]);
+    words
 }
 
 fn arg_of(args: &[String], flag: &str) -> String {
