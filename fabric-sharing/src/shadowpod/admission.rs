@@ -193,7 +193,15 @@ mod tests {
     fn within_the_grant_is_admitted() {
         let others = [shadow("a", "500m", Some("Running"))];
         assert_eq!(
-            admit(USER, NS, Some("alpha"), "b", &spec("500m"), &granted(), &others),
+            admit(
+                USER,
+                NS,
+                Some("alpha"),
+                "b",
+                &spec("500m"),
+                &granted(),
+                &others
+            ),
             Ok(())
         );
     }
@@ -201,8 +209,16 @@ mod tests {
     #[test]
     fn beyond_the_grant_is_refused_with_the_numbers() {
         let others = [shadow("a", "800m", Some("Running"))];
-        let e = admit(USER, NS, Some("alpha"), "b", &spec("500m"), &granted(), &others)
-            .unwrap_err();
+        let e = admit(
+            USER,
+            NS,
+            Some("alpha"),
+            "b",
+            &spec("500m"),
+            &granted(),
+            &others,
+        )
+        .unwrap_err();
         assert_eq!(
             e.to_string(),
             "cpu: 500m requested, 800m in use by live ShadowPods, 1 granted to consumer \"alpha\""
@@ -216,7 +232,15 @@ mod tests {
             shadow("c", "800m", Some("Failed")),
         ];
         assert_eq!(
-            admit(USER, NS, Some("alpha"), "b", &spec("1"), &granted(), &others),
+            admit(
+                USER,
+                NS,
+                Some("alpha"),
+                "b",
+                &spec("1"),
+                &granted(),
+                &others
+            ),
             Ok(())
         );
     }
@@ -225,7 +249,15 @@ mod tests {
     fn an_update_does_not_count_itself() {
         let others = [shadow("b", "1", Some("Running"))];
         assert_eq!(
-            admit(USER, NS, Some("alpha"), "b", &spec("1"), &granted(), &others),
+            admit(
+                USER,
+                NS,
+                Some("alpha"),
+                "b",
+                &spec("1"),
+                &granted(),
+                &others
+            ),
             Ok(())
         );
     }
@@ -238,7 +270,10 @@ mod tests {
         ]}))
         .unwrap();
         let e = admit(USER, NS, Some("alpha"), "b", &s, &granted(), &[]).unwrap_err();
-        assert!(matches!(e, Denial::OverQuota { ref resource, .. } if resource == "nvidia.com/gpu"), "{e}");
+        assert!(
+            matches!(e, Denial::OverQuota { ref resource, .. } if resource == "nvidia.com/gpu"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -274,7 +309,15 @@ mod tests {
         .unwrap_err();
         assert!(matches!(e, Denial::OtherConsumer { .. }), "{e}");
         assert_eq!(
-            admit("kubelite-admin", "default", None, "b", &spec("9"), &granted(), &[]),
+            admit(
+                "kubelite-admin",
+                "default",
+                None,
+                "b",
+                &spec("9"),
+                &granted(),
+                &[]
+            ),
             Ok(()),
             "the provider's own users are not limited"
         );

@@ -6,7 +6,7 @@
 //! The real pod lives in the ShadowPod's own namespace, under the same name: the tenant
 //! namespace today; twin namespaces (offloaded namespaces, a later issue) carry the
 //! consumer's label and Role the same way.
-pub mod controller;
 pub mod admission;
+pub mod controller;
 pub mod decide;
 pub mod forge;
