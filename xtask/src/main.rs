@@ -450,7 +450,9 @@ fn test(extra: &[String]) -> Result<ExitCode> {
     build_bins(&[])?;
     step("test: cargo test --workspace");
     let mut c = cargo();
-    c.args(["test", "--locked", "--workspace"]).args(extra);
+    // Every test binary runs even after one fails, so one failure never hides others.
+    c.args(["test", "--locked", "--workspace", "--no-fail-fast"])
+        .args(extra);
     c.env("FABRIC_AGENT_BIN", agent_bin());
     println!("    $ {}", show(&c));
     // One pipe for stdout and stderr, so "Running <binary>" lines (stderr) and the

@@ -54,6 +54,15 @@ async fn apply(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let name = shadow.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let shadows: Api<ShadowPod> = Api::namespaced(ctx.client.clone(), &ns);
+    // The watch cache can lag behind our own status writes: deciding from a stale copy would
+    // undo a counted re-creation or, worse, revive a pod that finished. Read it afresh.
+    let Some(shadow) = shadows.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
+    if shadow.metadata.deletion_timestamp.is_some() {
+        // Going away: the finalizer's cleanup follows, nothing is created meanwhile.
+        return Ok(Action::await_change());
+    }
     let prev = shadow.status.clone().unwrap_or_default();
     let generation = shadow.metadata.generation;
     let pod = get_pod(&pods, &name).await?;
