@@ -1,18 +1,19 @@
 //! Developer tasks for the fabric workspace: `cargo xtask <task>`.
 //!
 //! - `setup`: installs what a fresh Debian machine lacks (idempotent, quick when present).
-//! - `test`: setup, build every binary, run the whole test suite (netns tests need root).
+//! - `test`: setup, build every binary, run the whole test suite (netns tests need root), test
+//!   binaries in parallel lanes (`testrun`).
 //! - `demo`: setup, build, run the two-cluster demo in network namespaces.
 //! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
 //! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
 //! - `codegen`: regenerate deploy/crds from the Rust API types.
 //! - `fuzz`: run one of the fuzz targets in fuzz/ (cargo-fuzz, nightly) from its seeds.
 //!
-//! Kept dependency-light on purpose (anyhow, ctrlc): it is compiled before anything else.
+//! Kept dependency-light on purpose (anyhow, ctrlc, serde_json): it is compiled before anything else.
 use std::{
     env,
     ffi::OsStr,
-    io::{BufRead, BufReader, Write},
+    io::Write,
     path::{Path, PathBuf},
     process::{Command, ExitCode, Stdio},
     time::Instant,
@@ -20,12 +21,21 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod testrun;
+
+/// Test binaries run side by side: most of the suite's time is end-to-end tests waiting on
+/// servers and timers, not on the CPU, and two of them share a 2-core machine well.
+const DEFAULT_LANES: usize = 2;
+
 const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
   setup             install missing system packages, nightly rust-src, bpf-linker; mount bpffs
-  test              setup, build all binaries, run `cargo test --workspace`
+  test [ARGS] [-- TEST-ARGS]
+                    setup, build all binaries and test binaries (ARGS select them as for
+                    `cargo test`), run the test binaries in FABRIC_TEST_LANES parallel lanes
+                    (default 2), TEST-ARGS passed to each (e.g. a test name filter)
   demo              setup, build, run the two-cluster demo (network namespaces, needs root)
   bench datapath    setup, build, benchmark plain forwarding vs eBPF remap vs nftables NAT
                     (extra args are passed to fabric-bench, e.g. `-- --quick`)
@@ -448,66 +458,59 @@ fn test(extra: &[String]) -> Result<ExitCode> {
     }
     step("build: all binaries (the integration tests drive target/debug/fabric-agent)");
     build_bins(&[])?;
-    step("test: cargo test --workspace");
-    let mut c = cargo();
-    // Every test binary runs even after one fails, so one failure never hides others.
-    c.args(["test", "--locked", "--workspace", "--no-fail-fast"])
-        .args(extra);
-    c.env("FABRIC_AGENT_BIN", agent_bin());
-    println!("    $ {}", show(&c));
-    // One pipe for stdout and stderr, so "Running <binary>" lines (stderr) and the
-    // "test result" lines (stdout) stay in order and can be paired for the summary.
-    let (reader, writer) = std::io::pipe().context("creating a pipe")?;
-    let mut child = c
-        .stdin(Stdio::null())
-        .stdout(writer.try_clone().context("cloning pipe")?)
-        .stderr(writer)
-        .spawn()
-        .context("starting cargo test")?;
-    drop(c);
-    let mut current = String::from("?");
-    let mut results: Vec<(String, String)> = Vec::new();
-    let mut totals = Totals::default();
-    let stdout = std::io::stdout();
-    for line in BufReader::new(reader).lines() {
-        let line = line.context("reading cargo test output")?;
-        {
-            let mut o = stdout.lock();
-            let _ = writeln!(o, "{line}");
-        }
-        let t = line.trim();
-        if let Some(rest) = t.strip_prefix("Running ") {
-            // "Running unittests src/lib.rs (target/debug/deps/fabric_common-0123abcd)"
-            let what = rest.split(" (").next().unwrap_or(rest);
-            let krate = rest
-                .rsplit('/')
-                .next()
-                .and_then(|f| f.trim_end_matches(')').rsplit_once('-'))
-                .map(|(k, _)| k)
-                .unwrap_or("?");
-            current = format!("{krate}: {what}");
-        } else if let Some(rest) = t.strip_prefix("Doc-tests ") {
-            current = format!("doc-tests {rest}");
-        } else if t.starts_with("test result:") {
-            totals.passed += parse_count(t, "passed");
-            totals.failed += parse_count(t, "failed");
-            totals.ignored += parse_count(t, "ignored");
-            totals.measured += parse_count(t, "measured");
-            totals.filtered += parse_count(t, "out");
-            results.push((current.clone(), t.to_owned()));
-        }
+    // `cargo xtask test ARGS -- TEST-ARGS`: ARGS select what cargo builds (as for `cargo
+    // test`), TEST-ARGS go to every test binary (a name filter, `--ignored`, ...).
+    let (cargo_args, test_args) = match extra.iter().position(|a| a == "--") {
+        Some(i) => (&extra[..i], &extra[i + 1..]),
+        None => (extra, &[][..]),
+    };
+    step("test: build every test binary (cargo test --no-run)");
+    let mut cargo_args = cargo_args.to_vec();
+    if !cargo_args
+        .iter()
+        .any(|a| a == "-p" || a == "--package" || a.starts_with("--package="))
+    {
+        cargo_args.insert(0, "--workspace".into());
     }
-    let st = child.wait().context("waiting for cargo test")?;
+    cargo_args.insert(0, "--locked".into());
+    let bins = testrun::build(cargo(), &cargo_args)?;
+    let lanes = env::var("FABRIC_TEST_LANES")
+        .ok()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(DEFAULT_LANES);
+    step(&format!(
+        "test: {} test binaries in {lanes} lanes (FABRIC_TEST_LANES)",
+        bins.len()
+    ));
+    let envs = vec![(
+        "FABRIC_AGENT_BIN".to_owned(),
+        agent_bin().to_string_lossy().into_owned(),
+    )];
+    let outcomes = testrun::run(bins, lanes, test_args, &envs);
     let secs = start.elapsed().as_secs_f64();
+    let mut totals = Totals::default();
     println!();
     println!("==> summary (setup + build + test in {secs:.0}s)");
-    for (bin, r) in &results {
-        println!("    {bin:<52} {}", r.trim_start_matches("test result: "));
+    for o in &outcomes {
+        let r = o
+            .result
+            .as_deref()
+            .unwrap_or("no result line: the binary crashed or was killed");
+        totals.passed += parse_count(r, "passed");
+        totals.failed += parse_count(r, "failed");
+        totals.ignored += parse_count(r, "ignored");
+        totals.measured += parse_count(r, "measured");
+        totals.filtered += parse_count(r, "out");
+        println!(
+            "    {:<44} {:>6.1}s  {}{}",
+            o.label,
+            o.elapsed.as_secs_f64(),
+            if o.success { "" } else { "FAILED: " },
+            r.trim_start_matches("test result: ")
+        );
     }
-    let ok = st.success() && totals.failed == 0;
-    if !st.success() && totals.failed == 0 {
-        println!("    cargo test failed before all tests ran ({st}); see the output above");
-    }
+    let crashed = outcomes.iter().filter(|o| !o.success).count();
+    let ok = crashed == 0 && totals.failed == 0;
     // Last line, in cargo test's own format.
     println!(
         "test result: {}. {} passed; {} failed; {} ignored; {} measured; {} filtered out; finished in {secs:.2}s",

@@ -1,0 +1,331 @@
+//! `cargo xtask test`'s runner: cargo builds every test binary once, then the binaries run in
+//! parallel lanes, longest first.
+//!
+//! Why not plain `cargo test`: it runs one binary after the other, and most of the suite's time
+//! is spent in end-to-end binaries that wait on API servers, tunnels and timers rather than on
+//! the CPU; two of them side by side take little more than one. Each binary's output is kept
+//! whole and printed when it ends, in cargo's own format (a `Running` line, then what the
+//! binary printed), so a failure reads as it would under `cargo test`.
+//!
+//! Durations of the last run are kept in `target/xtask-test-durations.tsv` to start the longest
+//! binaries first; without it (a fresh clone) integration tests go before unit tests.
+use std::{
+    collections::HashMap,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// One test executable as cargo reported it.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    /// `package: path/of/the/target.rs`, stable across builds (the summary's and the durations
+    /// file's key).
+    pub label: String,
+    pub exe: PathBuf,
+    /// The package's directory: cargo runs test binaries there.
+    pub dir: PathBuf,
+    pub package: String,
+    pub crate_name: String,
+    /// An integration test (`tests/*.rs`) rather than unit tests of a lib or bin.
+    pub integration: bool,
+}
+
+/// What one binary did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub label: String,
+    pub success: bool,
+    /// cargo's `test result: ...` line, when the binary got that far.
+    pub result: Option<String>,
+    pub elapsed: Duration,
+}
+
+/// Parses one line of `cargo test --no-run --message-format=json`: a test executable, if the
+/// line announces one.
+pub fn parse_artifact(line: &str) -> Option<Binary> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v["reason"] != "compiler-artifact" || v["profile"]["test"] != true {
+        return None;
+    }
+    let exe = PathBuf::from(v["executable"].as_str()?);
+    let manifest = Path::new(v["manifest_path"].as_str()?);
+    let dir = manifest.parent()?.to_owned();
+    let target = &v["target"];
+    let src = Path::new(target["src_path"].as_str()?);
+    let package = package_name(v["package_id"].as_str()?, &dir);
+    let rel = src.strip_prefix(&dir).unwrap_or(src);
+    let integration = target["kind"]
+        .as_array()
+        .is_some_and(|k| k.iter().any(|k| k == "test"));
+    Some(Binary {
+        label: format!("{package}: {}", rel.display()),
+        exe,
+        dir,
+        package,
+        crate_name: target["name"].as_str()?.replace('-', "_"),
+        integration,
+    })
+}
+
+/// The package's name from a package id: `path+file:///x/fabric-api#0.1.0` (name = the
+/// directory's) or `path+file:///x/y#name@0.1.0`; the manifest's directory name otherwise.
+fn package_name(id: &str, dir: &Path) -> String {
+    let frag = id.rsplit_once('#').map(|(_, f)| f).unwrap_or_default();
+    match frag.split_once('@') {
+        Some((name, _)) if !name.is_empty() => name.to_owned(),
+        _ => dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// Builds the test binaries (`cargo_args` select them, as for `cargo test`) and lists them.
+/// cargo's human diagnostics go to our stderr as they come.
+pub fn build(mut cargo: Command, cargo_args: &[String]) -> Result<Vec<Binary>> {
+    cargo
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(cargo_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    println!("    $ {}", super::show(&cargo));
+    let mut child = cargo.spawn().context("starting cargo test --no-run")?;
+    let out = child.stdout.take().context("cargo's stdout")?;
+    let mut bins = Vec::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.context("reading cargo's messages")?;
+        if let Some(b) = parse_artifact(&line) {
+            bins.push(b);
+        }
+    }
+    let st = child.wait().context("waiting for cargo test --no-run")?;
+    if !st.success() {
+        bail!("building the tests failed ({st})");
+    }
+    Ok(bins)
+}
+
+fn durations_file(target: &Path) -> PathBuf {
+    target.join("xtask-test-durations.tsv")
+}
+
+fn load_durations(target: &Path) -> HashMap<String, f64> {
+    std::fs::read_to_string(durations_file(target))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (label, secs) = l.rsplit_once('\t')?;
+            Some((label.to_owned(), secs.parse().ok()?))
+        })
+        .collect()
+}
+
+fn save_durations(target: &Path, outcomes: &[Outcome]) {
+    let mut known = load_durations(target);
+    for o in outcomes {
+        known.insert(o.label.clone(), o.elapsed.as_secs_f64());
+    }
+    let mut lines: Vec<String> = known
+        .into_iter()
+        .map(|(l, s)| format!("{l}\t{s:.2}"))
+        .collect();
+    lines.sort();
+    let _ = std::fs::write(durations_file(target), lines.join("\n") + "\n");
+}
+
+/// Longest first by the last run's durations; unknown ones as if integration tests took a
+/// minute and unit tests nothing, so that a fresh clone still starts the slow ones early.
+pub fn order(mut bins: Vec<Binary>, known: &HashMap<String, f64>) -> Vec<Binary> {
+    let guess = |b: &Binary| {
+        known
+            .get(&b.label)
+            .copied()
+            .unwrap_or(if b.integration { 60.0 } else { 0.0 })
+    };
+    bins.sort_by(|a, b| guess(b).total_cmp(&guess(a)).then(a.label.cmp(&b.label)));
+    bins
+}
+
+fn run_one(b: &Binary, test_args: &[String], envs: &[(String, String)]) -> (Outcome, Vec<u8>) {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    let rel = b
+        .exe
+        .strip_prefix(super::workspace_root())
+        .unwrap_or(&b.exe);
+    let _ = writeln!(out, "     Running {} ({})", b.label, rel.display());
+    let mut c = Command::new(&b.exe);
+    c.args(test_args)
+        .current_dir(&b.dir)
+        .env("CARGO_MANIFEST_DIR", &b.dir)
+        .env("CARGO_PKG_NAME", &b.package)
+        .env("CARGO_CRATE_NAME", &b.crate_name)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    let success = match std::io::pipe() {
+        Ok((mut reader, writer)) => {
+            let spawned = writer
+                .try_clone()
+                .and_then(|w| c.stdout(w).stderr(writer).spawn());
+            drop(c);
+            match spawned {
+                Ok(mut child) => {
+                    let _ = reader.read_to_end(&mut out);
+                    child.wait().map(|s| s.success()).unwrap_or(false)
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "xtask: cannot run {}: {e}", b.exe.display());
+                    false
+                }
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "xtask: cannot make a pipe: {e}");
+            false
+        }
+    };
+    let result = String::from_utf8_lossy(&out)
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with("test result:"))
+        .map(|l| l.trim().to_owned());
+    let outcome = Outcome {
+        label: b.label.clone(),
+        success,
+        result,
+        elapsed: start.elapsed(),
+    };
+    (outcome, out)
+}
+
+/// Runs `bins` in `lanes` parallel lanes, printing each binary's output whole when it ends.
+pub fn run(
+    bins: Vec<Binary>,
+    lanes: usize,
+    test_args: &[String],
+    envs: &[(String, String)],
+) -> Vec<Outcome> {
+    let target = super::target_dir();
+    let queue = Arc::new(Mutex::new(
+        order(bins, &load_durations(&target)).into_iter(),
+    ));
+    let (tx, rx) = mpsc::channel();
+    let workers: Vec<_> = (0..lanes.max(1))
+        .map(|_| {
+            let queue = Arc::clone(&queue);
+            let tx = tx.clone();
+            let test_args = test_args.to_vec();
+            let envs = envs.to_vec();
+            thread::spawn(move || {
+                loop {
+                    let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                    let Some(b) = next else { break };
+                    if tx.send(run_one(&b, &test_args, &envs)).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut outcomes = Vec::new();
+    for (outcome, out) in rx {
+        let stdout = std::io::stdout();
+        let mut o = stdout.lock();
+        let _ = o.write_all(&out);
+        let _ = writeln!(o);
+        let _ = o.flush();
+        outcomes.push(outcome);
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    save_durations(&target, &outcomes);
+    outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn artifact(kind: &str, src: &str, test: bool, exe: Option<&str>) -> String {
+        serde_json::json!({
+            "reason": "compiler-artifact",
+            "package_id": "path+file:///w/tests#fabric-tests@0.1.0",
+            "manifest_path": "/w/tests/Cargo.toml",
+            "target": {"kind": [kind], "name": "pods", "src_path": src},
+            "profile": {"test": test},
+            "executable": exe,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn test_executables_are_found_and_named_by_package_and_source() {
+        let b = parse_artifact(&artifact(
+            "test",
+            "/w/tests/tests/pods.rs",
+            true,
+            Some("/w/target/debug/deps/pods-0123"),
+        ))
+        .unwrap();
+        assert_eq!(b.label, "fabric-tests: tests/pods.rs");
+        assert_eq!(b.dir, PathBuf::from("/w/tests"));
+        assert!(b.integration);
+        // Libraries built for the tests, and non-test profiles, are not binaries to run.
+        assert!(parse_artifact(&artifact("lib", "/w/tests/src/lib.rs", false, None)).is_none());
+        assert!(parse_artifact(&artifact("lib", "/w/tests/src/lib.rs", true, None)).is_none());
+        assert!(parse_artifact("not json").is_none());
+        assert!(parse_artifact(r#"{"reason":"build-finished","success":true}"#).is_none());
+    }
+
+    #[test]
+    fn package_names_come_from_the_id_or_the_directory() {
+        let d = Path::new("/w/fabric-api");
+        assert_eq!(
+            package_name("path+file:///w/fabric-api#0.1.0", d),
+            "fabric-api"
+        );
+        assert_eq!(
+            package_name("path+file:///w/tests#fabric-tests@0.1.0", d),
+            "fabric-tests"
+        );
+    }
+
+    #[test]
+    fn the_longest_known_go_first_then_integration_tests() {
+        let bin = |label: &str, integration| Binary {
+            label: label.into(),
+            exe: PathBuf::new(),
+            dir: PathBuf::new(),
+            package: String::new(),
+            crate_name: String::new(),
+            integration,
+        };
+        let known = HashMap::from([("a".to_owned(), 5.0), ("b".to_owned(), 90.0)]);
+        let got: Vec<String> = order(
+            vec![
+                bin("unit", false),
+                bin("a", true),
+                bin("new", true),
+                bin("b", true),
+            ],
+            &known,
+        )
+        .into_iter()
+        .map(|b| b.label)
+        .collect();
+        assert_eq!(got, ["b", "new", "a", "unit"]);
+    }
+}
