@@ -222,8 +222,12 @@ pub struct PeerInfo {
     pub tenant_state: Option<String>,
     /// Consumer side: when the identity the provider issued expires.
     pub identity_expires: Option<String>,
+    /// Beside the summary's `network` state (flattened, same level): a key of its own.
+    #[serde(rename = "network_detail")]
     pub network: Option<NetworkInfo>,
     pub slices: Vec<SliceInfo>,
+    /// Beside the summary's `virtual_node` state: a key of its own.
+    #[serde(rename = "virtual_node_detail")]
     pub virtual_node: Option<VirtualNodeInfo>,
 }
 
@@ -696,6 +700,10 @@ mod tests {
         assert!(t.contains("(no network configured for this peer)"), "{t}");
         let json = serde_json::to_value(&info).unwrap();
         assert_eq!(json["cluster_id"], "b", "summary flattened: {json}");
+        // The modules' states and their details do not share (and overwrite) a key.
+        assert_eq!(json["virtual_node"]["reason"], "NotStarted", "{json}");
+        assert_eq!(json["virtual_node_detail"]["node"], "fabric-b", "{json}");
+        assert_eq!(json["network"]["reason"], "NotStarted", "{json}");
         assert!(PeerInfo::build("c", &PeerObjects::default()).is_none());
     }
 }
