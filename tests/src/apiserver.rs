@@ -119,11 +119,23 @@ impl ApiServer {
     /// kubeconfig asks for `localhost` (`tls-server-name`) whatever address it dials.
     /// `FABRIC_TEST_KUBECONFIG` does not apply: an existing cluster is not in our namespace.
     pub fn start_in_netns(tag: &str, netns: &str, cluster_ip: &str) -> anyhow::Result<Self> {
+        Self::start_in_netns_with(tag, netns, cluster_ip, false)
+    }
+
+    /// [`ApiServer::start_in_netns`], with client certificates, ServiceAccount tokens and
+    /// RBAC enforced when `auth` (kubelite's `KUBELITE_AUTH=1`); both kubeconfigs are an
+    /// admin's.
+    pub fn start_in_netns_with(
+        tag: &str,
+        netns: &str,
+        cluster_ip: &str,
+        auth: bool,
+    ) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let dir = run_dir(tag);
         let mut c = Command::new("ip");
         c.args(["netns", "exec", netns, "bash"])
-            .env("KUBELITE_AUTH", "0")
+            .env("KUBELITE_AUTH", if auth { "1" } else { "0" })
             // start.sh passes --bind-address=127.0.0.1 before KUBELITE_ARGS; the last one wins.
             // A cluster on its own network has test nodes (`fabric-test-node`) that complete
             // pod deletions as kubelets do, so deletion is graceful as in a real cluster.

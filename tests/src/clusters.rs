@@ -7,7 +7,11 @@
 //! The tests and `fabricctl` (host namespace) reach both API servers through forwarders on the
 //! host loopback. Both clusters use pod CIDR 10.244.0.0/16 and the same pod addresses.
 //!
-//! Addresses in cluster i (1 or 2): gateway replica r 10.0.i.(1+r) on the cluster bridge, node
+//! [`PeeredClusters::for_sharing`] builds the same clusters with RBAC and client
+//! certificates enforced by their API servers, optionally with a third cluster C (index 3) built
+//! by the same code, for the sharing layer (see [`crate::peering_stack`]).
+//!
+//! Addresses in cluster i (1, 2, or 3 for C): gateway replica r 10.0.i.(1+r) on the cluster bridge, node
 //! k 10.0.i.(10+k), API server 10.0.i.100, pod k 10.244.(k+1).10 behind node k; every gateway
 //! replica is also on the underlay bridge 192.168.77.0/24 as 192.168.77.(i+10r). Replicas run
 //! active/passive (the operators compete for the `fabric-gateway` Lease); with more than one,
@@ -165,6 +169,8 @@ pub struct PeeredClusters {
     pub lb: Option<LoadBalancer>,
     pub a: Cluster,
     pub b: Cluster,
+    /// A third cluster (`cluster-c`, index 3), built only by [`PeeredClusters::for_sharing`].
+    pub c: Option<Cluster>,
     procs: Vec<Proc>,
     pub logs: PathBuf,
     // Dropped last: the namespaces go after the processes that live in them.
@@ -350,12 +356,33 @@ impl PeeredClusters {
         )
     }
 
+    /// Clusters for the sharing layer: API servers with RBAC, client certificates and
+    /// ServiceAccount tokens enforced (kubelite's `KUBELITE_AUTH=1`; every fixture component
+    /// still uses the admin kubeconfig), one gateway replica each, and with `third` a cluster
+    /// C besides A and B. Nothing of the sharing layer runs yet: see
+    /// [`crate::peering_stack::PeeringStack`].
+    pub fn for_sharing(nodes: usize, third: bool) -> Result<Self> {
+        Self::build_with(nodes, 1, 1, false, false, true, third)
+    }
+
     fn build(
         nodes: usize,
         replicas_a: usize,
         replicas_b: usize,
         overlay: bool,
         lb: bool,
+    ) -> Result<Self> {
+        Self::build_with(nodes, replicas_a, replicas_b, overlay, lb, false, false)
+    }
+
+    fn build_with(
+        nodes: usize,
+        replicas_a: usize,
+        replicas_b: usize,
+        overlay: bool,
+        lb: bool,
+        rbac: bool,
+        third: bool,
     ) -> Result<Self> {
         anyhow::ensure!(
             (1..=9).contains(&replicas_a) && (1..=9).contains(&replicas_b),
@@ -377,6 +404,7 @@ impl PeeredClusters {
             nodes,
             replicas_a,
             overlay,
+            rbac,
             &logs,
         )?;
         let b = Self::cluster(
@@ -387,8 +415,24 @@ impl PeeredClusters {
             nodes,
             replicas_b,
             overlay,
+            rbac,
             &logs,
         )?;
+        let c = if third {
+            Some(Self::cluster(
+                &mut tb,
+                &ul,
+                3,
+                "cluster-c",
+                nodes,
+                1,
+                overlay,
+                rbac,
+                &logs,
+            )?)
+        } else {
+            None
+        };
         let lb = if lb {
             Some(LoadBalancer::start(&mut tb, &ul, &b)?)
         } else {
@@ -398,11 +442,12 @@ impl PeeredClusters {
             lb,
             a,
             b,
+            c,
             procs: Vec::new(),
             logs,
             tb,
         };
-        for which in [1u8, 2] {
+        for which in me.indices() {
             let (kc, nodes, i, replicas) = {
                 let c = me.cluster_ref(which);
                 (
@@ -594,6 +639,7 @@ impl PeeredClusters {
         nodes: usize,
         replicas: usize,
         overlay: bool,
+        rbac: bool,
         logs: &Path,
     ) -> Result<Cluster> {
         // The cluster network: a bridge of its own, so that gateway replicas come and go on it
@@ -609,7 +655,8 @@ impl PeeredClusters {
             &api_ns,
             &["addr", "add", &format!("{api_ip}/24"), "dev", "lan"],
         )?;
-        let api = ApiServer::start_in_netns(&format!("{id}-{}", tb.id()), &api_ns, &api_ip)?;
+        let api =
+            ApiServer::start_in_netns_with(&format!("{id}-{}", tb.id()), &api_ns, &api_ip, rbac)?;
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
         api.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
         api.kubectl_ok(&["create", "namespace", NAMESPACE]);
@@ -884,7 +931,18 @@ impl PeeredClusters {
     }
 
     fn cluster_ref(&self, i: u8) -> &Cluster {
-        if i == 1 { &self.a } else { &self.b }
+        match i {
+            1 => &self.a,
+            3 => self.c.as_ref().expect("cluster C was built"),
+            _ => &self.b,
+        }
+    }
+
+    /// The indices of the clusters built (1 and 2, and 3 with C).
+    pub fn indices(&self) -> Vec<u8> {
+        let mut v = vec![1u8, 2];
+        v.extend(self.c.as_ref().map(|c| c.index));
+        v
     }
 
     fn spawn(&mut self, name: &str, argv: Vec<String>, env: Vec<(String, String)>) -> Result<()> {
@@ -975,43 +1033,50 @@ impl PeeredClusters {
     /// (Also for peerings made without `fabricctl`, e.g. negotiated by the sharing
     /// controllers: call it once something has created the gateway keys.)
     pub fn start_gateways(&mut self) -> Result<()> {
-        for i in [1u8, 2] {
-            let replicas = self.cluster_ref(i).replicas.clone();
-            for rep in replicas {
-                let dir = rep.dir.display().to_string();
-                let cfg = format!("{dir}/gateway.toml");
-                let t0 = Instant::now();
-                while !Path::new(&cfg).exists() {
-                    if t0.elapsed() > Duration::from_secs(30) {
-                        bail!(
-                            "{} wrote no gateway configuration\n{}",
-                            rep.operator,
-                            self.log_tails()
-                        );
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
+        for i in self.indices() {
+            self.start_gateways_of(i)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the gateway replicas of cluster `i` (1, 2 or 3) once their operators have
+    /// written a configuration (which takes the gateway key a peering creates).
+    pub fn start_gateways_of(&mut self, i: u8) -> Result<()> {
+        let replicas = self.cluster_ref(i).replicas.clone();
+        for rep in replicas {
+            let dir = rep.dir.display().to_string();
+            let cfg = format!("{dir}/gateway.toml");
+            let t0 = Instant::now();
+            while !Path::new(&cfg).exists() {
+                if t0.elapsed() > Duration::from_secs(30) {
+                    bail!(
+                        "{} wrote no gateway configuration\n{}",
+                        rep.operator,
+                        self.log_tails()
+                    );
                 }
-                // The gateway runs in its namespace (its TUN devices and the remap programs
-                // live there); it never talks to the API, its operator does.
-                self.spawn(
-                    &rep.identity,
-                    vec![
-                        "ip".into(),
-                        "netns".into(),
-                        "exec".into(),
-                        rep.ns.clone(),
-                        bin("fabric-gateway")?,
-                        "run".into(),
-                        "--config".into(),
-                        cfg,
-                        "--control-dir".into(),
-                        dir.clone(),
-                        "--uapi-dir".into(),
-                        dir,
-                    ],
-                    vec![],
-                )?;
+                std::thread::sleep(Duration::from_millis(100));
             }
+            // The gateway runs in its namespace (its TUN devices and the remap programs
+            // live there); it never talks to the API, its operator does.
+            self.spawn(
+                &rep.identity,
+                vec![
+                    "ip".into(),
+                    "netns".into(),
+                    "exec".into(),
+                    rep.ns.clone(),
+                    bin("fabric-gateway")?,
+                    "run".into(),
+                    "--config".into(),
+                    cfg,
+                    "--control-dir".into(),
+                    dir.clone(),
+                    "--uapi-dir".into(),
+                    dir,
+                ],
+                vec![],
+            )?;
         }
         Ok(())
     }

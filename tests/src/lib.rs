@@ -16,6 +16,7 @@ pub mod bench_operator;
 pub mod clusters;
 pub mod deployments;
 pub mod netns;
+pub mod peering_stack;
 /// Resource quantities, as the provider's offer policy reads them.
 pub use fabric_sharing::quantity;
 pub mod sched;

@@ -1,0 +1,182 @@
+//! The sharing layer of every cluster of a [`PeeredClusters`] (built with
+//! [`PeeredClusters::for_sharing`]: RBAC and client certificates enforced), run as a
+//! deployment would run it, so that the out-of-band peering can be tested end to end:
+//!
+//! - the authentication service (`fabric-controller auth`), which a consumer's `fabricctl peer
+//!   out-of-band` reaches on the host loopback (see [`crate::auth_service`]);
+//! - `fabric-controller sharing` (network and resource negotiation, ShadowPods);
+//! - `fabric-controller virtual-nodes`, and the [`crate::deployments`] stand-in, which runs
+//!   the virtual kubelet Deployment that controller creates as a process, with a token of the
+//!   Deployment's ServiceAccount (so RBAC applies to it as to a pod).
+//!
+//! Which API server each process reaches, and how:
+//!
+//! | process (cluster X)          | runs in         | X's API server                    | a peer's API server                    |
+//! |------------------------------|-----------------|-----------------------------------|----------------------------------------|
+//! | `auth`                       | host namespace  | admin kubeconfig, host forwarder  | —                                      |
+//! | `sharing`, `virtual-nodes`   | host namespace  | admin kubeconfig, host forwarder  | X's identity on it: the forwarder URL the peer's `auth` handed out, X's client certificate |
+//! | virtual kubelet (Deployment) | host namespace  | its ServiceAccount token, host forwarder | the identity Secret (as above) |
+//! | `fabricctl` (the test)       | host namespace  | admin kubeconfig, host forwarder  | only the authentication service        |
+//!
+//! The host forwarders are the loopback ends of [`crate::apiserver::ApiServer::start_in_netns`]
+//! (their certificates name 127.0.0.1). The network components of each cluster (IPAM, gateway
+//! operators, agents, test nodes) stay where [`crate::clusters`] runs them, inside the cluster
+//! network with the admin in-cluster kubeconfig. The virtual kubelet's Node address is
+//! 127.0.0.1, its pod address here.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, Result};
+use fabric_sharing::virtual_node::objects;
+
+use crate::{
+    ChildGuard,
+    auth_service::AuthService,
+    clusters::{Cluster, PeeredClusters},
+    deployments::{self, Deployments},
+    die_with_parent, locate_bin,
+};
+
+/// The virtual kubelet's image as the VirtualNode controller is configured with (the
+/// Deployment stand-in runs the workspace's binary of the container's command instead).
+pub const VIRTUAL_KUBELET_IMAGE: &str = "fabric-virtual-kubelet:test";
+
+/// A label every offer of cluster X advertises (`--advertise-label`), with value X: the
+/// consumer's virtual node for X carries it.
+pub const ADVERTISED_LABEL: &str = "example.com/provider";
+
+/// One cluster's sharing layer.
+pub struct Member {
+    pub id: String,
+    pub auth: AuthService,
+    pub deployments: Deployments,
+    /// `sharing` and `virtual-nodes`, by name.
+    procs: Vec<(String, ChildGuard)>,
+    dir: PathBuf,
+}
+
+impl Member {
+    async fn start(cluster: &Cluster, dir: &Path) -> Result<Self> {
+        let dir = dir.join(&cluster.id);
+        std::fs::create_dir_all(&dir)?;
+        let auth = AuthService::start(&cluster.api, &cluster.id)
+            .await
+            .with_context(|| format!("the authentication service of {}", cluster.id))?;
+        let kubeconfig = cluster.api.kubeconfig.clone();
+        let mut procs = Vec::new();
+        for (name, args) in [
+            (
+                "sharing",
+                vec![
+                    "sharing".to_owned(),
+                    "--identity".into(),
+                    format!("sharing-{}", cluster.id),
+                    // Consumers look at their providers' answers often: tests wait for them.
+                    "--remote-poll".into(),
+                    "500ms".into(),
+                    "--advertise-label".into(),
+                    format!("{ADVERTISED_LABEL}={}", cluster.id),
+                ],
+            ),
+            (
+                "virtual-nodes",
+                vec![
+                    "virtual-nodes".to_owned(),
+                    "--virtual-kubelet-image".into(),
+                    VIRTUAL_KUBELET_IMAGE.into(),
+                ],
+            ),
+        ] {
+            let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+            let child = die_with_parent(&mut Command::new(locate_bin("fabric-controller")?))
+                .args(&args)
+                .env("KUBECONFIG", &kubeconfig)
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("starting fabric-controller {name}"))?;
+            procs.push((name.to_owned(), ChildGuard(child)));
+        }
+        let deployments = Deployments::start(deployments::Options {
+            admin_kubeconfig: kubeconfig.clone(),
+            component_kubeconfig: kubeconfig,
+            selector: format!("{}={}", objects::APP_LABEL, objects::APP),
+            netns: None,
+            pod_ip: "127.0.0.1".into(),
+            dir: dir.join("pods"),
+        })?;
+        Ok(Self {
+            id: cluster.id.clone(),
+            auth,
+            deployments,
+            procs,
+            dir,
+        })
+    }
+
+    /// The last lines of its controllers' and authentication service's logs, and what the
+    /// Deployment stand-in runs.
+    pub fn log_tails(&self) -> String {
+        let mut s = String::new();
+        let tail = |text: &str| {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(15)..].join("\n")
+        };
+        for (name, _) in &self.procs {
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            s += &format!("--- {} {name} ---\n{}\n", self.id, tail(&text));
+        }
+        s += &format!("--- {} auth ---\n{}\n", self.id, tail(&self.auth.logs()));
+        s += &format!(
+            "--- {} deployments ---\n{}\n",
+            self.id,
+            self.deployments.report()
+        );
+        s
+    }
+}
+
+/// The sharing layer of every cluster of a fixture.
+pub struct PeeringStack {
+    pub members: Vec<Member>,
+    dir: PathBuf,
+}
+
+impl PeeringStack {
+    /// Starts it for every cluster of `cl` (A, B, and C when built), each with its own
+    /// authentication service, controllers and Deployment stand-in.
+    pub async fn start(cl: &PeeredClusters) -> Result<Self> {
+        let dir = cl.logs.join("sharing");
+        let mut members = Vec::new();
+        for c in [Some(&cl.a), Some(&cl.b), cl.c.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            members.push(Member::start(c, &dir).await?);
+        }
+        Ok(Self { members, dir })
+    }
+
+    /// The sharing layer of cluster `id`.
+    pub fn member(&self, id: &str) -> &Member {
+        self.members
+            .iter()
+            .find(|m| m.id == id)
+            .unwrap_or_else(|| panic!("no cluster {id} in the peering stack"))
+    }
+
+    /// Every member's [`Member::log_tails`], for failure messages.
+    pub fn log_tails(&self) -> String {
+        self.members.iter().map(Member::log_tails).collect()
+    }
+
+    /// Where the logs are (under the fixture's log dir, removed with it).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
