@@ -55,6 +55,25 @@ pub enum Refusal {
     HostPath(String),
 }
 
+/// The name of the ShadowPod (and of its real pod) standing for home pod `namespace`/`name`
+/// in the consumer's tenant namespace: `<namespace>.<name>`, unambiguous since namespaces
+/// have no dots, and the same on every attempt, so that a restarted virtual kubelet finds
+/// what it created instead of creating it twice. Past the 253 characters of an object
+/// name, a prefix and a hash of the whole.
+pub fn name(namespace: &str, name: &str) -> String {
+    const MAX: usize = 253;
+    let full = format!("{namespace}.{name}");
+    if full.len() <= MAX {
+        return full;
+    }
+    // FNV-1a: stable across releases, unlike std's hasher.
+    let hash = full.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    let prefix = full[..MAX - 17].trim_end_matches(['-', '.']);
+    format!("{prefix}-{hash:016x}")
+}
+
 /// The ShadowPod spec of `pod` (of consumer `consumer`), or why it cannot run on this provider.
 pub fn forge(
     pod: &Pod,
@@ -422,6 +441,17 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(forged(&p), Err(Refusal::Incomplete("spec")));
+    }
+
+    #[test]
+    fn names_are_deterministic_distinct_and_bounded() {
+        assert_eq!(name("shop", "web"), "shop.web");
+        assert_ne!(name("a-b", "c"), name("a", "b-c"));
+        let long = "x".repeat(253);
+        let n = name("shop", &long);
+        assert!(n.len() <= 253, "{}", n.len());
+        assert_eq!(n, name("shop", &long));
+        assert_ne!(n, name("shoq", &long));
     }
 
     #[test]
