@@ -4,11 +4,12 @@
 //! - [`conditions`]: whether the node is Ready (pure, injected clock);
 //! - [`node`]: the Node and its Lease as written (pure);
 //! - [`provider`]: the provider's API through this cluster's identity, and its probe;
-//! - [`run`]: the watches, registration, status and Lease heartbeat.
+//! - [`run`]: the watches, registration, status and Lease heartbeat;
+//! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home.
 //!
-//! Pod offloading (ShadowPods) and the kubelet API server for logs and exec come as modules
-//! of their own beside [`run`], on the same watches and provider client.
+//! The kubelet API server for logs and exec comes as a module of its own beside [`run`].
 pub mod conditions;
 pub mod node;
+pub mod pods;
 pub mod provider;
 pub mod run;

@@ -45,6 +45,9 @@ struct Cli {
     /// How often the node status is written when nothing changed.
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     status_refresh: Duration,
+    /// How often every offloaded pod is looked at again besides the watches' events.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pod_resync: Duration,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -87,6 +90,7 @@ async fn run_cli() -> Result<()> {
         lease_renew: cli.lease_renew,
         status_refresh: cli.status_refresh,
         policy: Policy { grace: cli.grace },
+        pod_resync: cli.pod_resync,
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

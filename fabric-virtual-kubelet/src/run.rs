@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use crate::{
     conditions::{self, Observed, Policy, Tunnel},
     node::{self, Settings},
-    provider,
+    pods, provider,
 };
 
 pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::VIRTUAL_KUBELET);
@@ -53,12 +53,14 @@ pub struct Opts {
     /// How often the node status is written when nothing changed (its heartbeat times).
     pub status_refresh: Duration,
     pub policy: Policy,
+    /// How often the pod loop looks at every pod bound to the node again.
+    pub pod_resync: Duration,
 }
 
 /// The latest state of one named object, kept by a watch (retrying with backoff on errors).
 /// The channel's first value (None) is a placeholder: the first change is what the API
 /// said.
-fn follow<K>(api: Api<K>, name: &str) -> watch::Receiver<Option<K>>
+pub(crate) fn follow<K>(api: Api<K>, name: &str) -> watch::Receiver<Option<K>>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -261,6 +263,20 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         .changed()
         .await
         .context("the identity Secret watch ended")?;
+    let (ready_tx, ready_rx) = watch::channel(None);
+    let pod_opts = pods::run::Opts {
+        node_name: vn.spec.node_name.clone(),
+        node_ip: opts.settings.address.clone(),
+        provider_id: provider_id.clone(),
+        fabric_namespace: opts.fabric_namespace.clone(),
+        resync: opts.pod_resync,
+    };
+    let pod_loop = tokio::spawn(pods::run::run(
+        local.clone(),
+        pod_opts,
+        secret_rx.clone(),
+        ready_rx,
+    ));
     let (probe_tx, mut probe_rx) = mpsc::channel(4);
     tokio::spawn(provider::prober(
         secret_rx,
@@ -297,6 +313,29 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         };
         if let Err(e) = heart.sync(&vn, &observed).await {
             warn!(error = %e, node = %vn.spec.node_name, "updating the Node");
+        }
+        // The pod loop marks offloaded pods not Ready while the node is not.
+        let ready = heart
+            .written
+            .as_ref()
+            .and_then(|(s, _)| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == conditions::READY))
+            .map(|c| pods::run::Readiness {
+                ready: c.status == "True",
+                message: c.message.clone().unwrap_or_default(),
+            });
+        if ready.is_some() {
+            ready_tx.send_if_modified(|r| {
+                let changed = *r != ready;
+                *r = ready;
+                changed
+            });
+        }
+        if pod_loop.is_finished() {
+            return match pod_loop.await {
+                Ok(r) => r.context("the pod loop ended"),
+                Err(e) => Err(e).context("the pod loop panicked"),
+            };
         }
     }
 }

@@ -100,22 +100,38 @@ pub fn service_account(vn: &VirtualNode) -> ServiceAccount {
     }
 }
 
+/// The pods of every namespace, as any kubelet has them (RBAC cannot limit a grant to the
+/// pods bound to one node; upstream's Node authorizer does, which is not RBAC): read them
+/// (watched with a `spec.nodeName` field selector), write their status, and complete their
+/// graceful deletion; Events about them.
+pub const POD_RULES: &[(&str, &[&str], &[&str])] = &[
+    ("", &["pods"], &["get", "list", "watch", "delete"]),
+    ("", &["pods/status"], &["get", "patch", "update"]),
+    ("events.k8s.io", &["events"], &["create", "patch"]),
+    ("", &["events"], &["create", "patch"]),
+];
+
 /// Its Node, by name. `create` cannot be limited to a name (the object has none yet when
-/// RBAC decides), so it is granted alone, as every kubelet has it.
+/// RBAC decides), so it is granted alone, as every kubelet has it. Pods: [`POD_RULES`].
 pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
     let node = vn.spec.node_name.as_str();
     ClusterRole {
         metadata: meta(vn, None),
-        rules: Some(vec![
-            rule("", &["nodes"], &[], &["create"]),
-            rule(
-                "",
-                &["nodes"],
-                &[node],
-                &["get", "list", "watch", "patch", "update"],
-            ),
-            rule("", &["nodes/status"], &[node], &["get", "patch", "update"]),
-        ]),
+        rules: Some(
+            vec![
+                rule("", &["nodes"], &[], &["create"]),
+                rule(
+                    "",
+                    &["nodes"],
+                    &[node],
+                    &["get", "list", "watch", "patch", "update"],
+                ),
+                rule("", &["nodes/status"], &[node], &["get", "patch", "update"]),
+            ]
+            .into_iter()
+            .chain(POD_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
+            .collect(),
+        ),
         ..Default::default()
     }
 }
@@ -158,12 +174,14 @@ fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<Poli
         ),
         rule("", &["secrets"], &[&secret], READ),
     ]);
+    // The tunnel's Connection, and the Configuration whose remapped pod CIDR translates
+    // the offloaded pods' addresses.
     rules
         .entry(s.fabric_namespace.clone())
         .or_default()
         .push(rule(
             fabric_api::networking::GROUP,
-            &["connections"],
+            &["connections", "configurations"],
             &[&vn.spec.cluster_id],
             READ,
         ));
@@ -352,7 +370,14 @@ mod tests {
             assert_eq!(binding.subjects.unwrap()[0].name, name(&v));
             rules.extend(role.rules.unwrap());
         }
-        for r in &rules {
+        let pod_rule = |r: &PolicyRule| {
+            POD_RULES.iter().any(|(g, res, verbs)| {
+                r.api_groups.as_deref() == Some(&[g.to_string()][..])
+                    && r.resources.as_deref().unwrap_or_default() == *res
+                    && r.verbs == *verbs
+            })
+        };
+        for r in rules.iter().filter(|r| !pod_rule(r)) {
             let named = r.resource_names.as_ref().is_some_and(|n| !n.is_empty());
             assert!(
                 named || r.verbs == ["create"],

@@ -1,0 +1,290 @@
+//! What the virtual kubelet does about one pod bound to its node, as a pure function of the
+//! home pod, what it knows of the pod's ShadowPod on the provider, and whether the provider
+//! answers. The I/O edge ([`super::run`]) carries the step out and reports the status
+//! [`super::status`] computes.
+use std::collections::BTreeMap;
+
+use fabric_api::{names::label, offloading::v1alpha1::ShadowPod};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::status::{self, OFFLOADED};
+
+/// What the provider holds for a home pod, as far as this process knows.
+#[derive(Debug, Clone, Copy)]
+pub enum Remote<'a> {
+    /// The provider's ShadowPods have not been listed (unreachable since this process
+    /// started): nothing may be concluded from their absence.
+    Unknown,
+    /// Listed, and there is no ShadowPod of that name.
+    Absent,
+    Present(&'a ShadowPod),
+}
+
+/// One step towards what the home pod asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do on either side beyond reporting the status.
+    Report,
+    /// Forge the ShadowPod and create it.
+    Create,
+    /// The ShadowPod's labels or annotations lag behind the home pod's.
+    UpdateMetadata,
+    /// The home pod is going: delete its ShadowPod gracefully (the provider deletes the real
+    /// pod, then the ShadowPod).
+    DeleteRemote { grace_seconds: Option<i64> },
+    /// A ShadowPod of that name stands for an earlier pod of the same name (a StatefulSet's
+    /// replacement, say): it goes first.
+    DeleteStale,
+    /// The home pod is going and nothing runs for it any more: complete its deletion as a
+    /// kubelet does (grace period 0).
+    FinishDeletion,
+    /// The pod had been offloaded and its ShadowPod is gone: it failed (once confirmed by a
+    /// fresh read, never from a cache alone).
+    Vanished,
+    /// Waiting for the provider (unreachable, or its pod still terminating).
+    Wait,
+}
+
+/// Whether the ShadowPod stands for this very pod (not an earlier one of the same name).
+pub fn owns(shadow: &ShadowPod, pod: &Pod) -> bool {
+    pod.metadata.uid.as_deref() == Some(shadow.spec.home.uid.as_str())
+}
+
+fn terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether a ShadowPod was ever created for this pod (the home status records it).
+pub fn offloaded(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == OFFLOADED
+                    && !matches!(
+                        c.reason.as_deref(),
+                        Some(status::reason::REFUSED | status::reason::FORBIDDEN)
+                    )
+            })
+        })
+}
+
+/// The labels and annotations the ShadowPod's real pod should carry for `pod`.
+pub fn wanted_metadata(
+    pod: &Pod,
+    consumer: &str,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut labels = pod.metadata.labels.clone().unwrap_or_default();
+    labels.insert(label::REMOTE_CLUSTER.to_owned(), consumer.to_owned());
+    (labels, pod.metadata.annotations.clone().unwrap_or_default())
+}
+
+pub fn decide(pod: &Pod, remote: Remote<'_>, reachable: bool) -> Step {
+    let own = match remote {
+        Remote::Present(s) if owns(s, pod) => Some(s),
+        _ => None,
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return match (remote, own) {
+            (Remote::Unknown, _) => Step::Wait,
+            (_, Some(s)) if s.metadata.deletion_timestamp.is_some() => Step::Wait,
+            (_, Some(_)) if !reachable => Step::Wait,
+            (_, Some(_)) => Step::DeleteRemote {
+                grace_seconds: pod.metadata.deletion_grace_period_seconds,
+            },
+            // Never offloaded, or its ShadowPod is gone: nothing runs for it.
+            _ => Step::FinishDeletion,
+        };
+    }
+    if terminal(pod) {
+        // Finished pods stay as they ended; the ShadowPod goes with the home pod.
+        return Step::Report;
+    }
+    match remote {
+        Remote::Unknown => Step::Wait,
+        Remote::Present(s) if own.is_none() => {
+            if s.metadata.deletion_timestamp.is_some() || !reachable {
+                Step::Wait
+            } else {
+                Step::DeleteStale
+            }
+        }
+        Remote::Present(s) => {
+            let (labels, annotations) = wanted_metadata(pod, &s.spec.cluster_id);
+            let current = (
+                s.metadata.labels.clone().unwrap_or_default(),
+                s.metadata.annotations.clone().unwrap_or_default(),
+            );
+            let template = (&s.spec.pod.labels, &s.spec.pod.annotations);
+            let drifted = template != (&labels, &annotations)
+                || !labels.iter().all(|(k, v)| current.0.get(k) == Some(v));
+            if drifted && reachable && s.metadata.deletion_timestamp.is_none() {
+                Step::UpdateMetadata
+            } else {
+                Step::Report
+            }
+        }
+        Remote::Absent if offloaded(pod) => Step::Vanished,
+        Remote::Absent if !reachable => Step::Wait,
+        Remote::Absent => Step::Create,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec};
+    use k8s_openapi::{
+        api::core::v1::{PodCondition, PodStatus},
+        apimachinery::pkg::apis::meta::v1::Time,
+        jiff::Timestamp,
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u-1",
+                         "labels": {"app": "web"}},
+            "spec": {"nodeName": "fabric-b", "containers": [{"name": "main", "image": "echo"}]},
+        }))
+        .unwrap()
+    }
+
+    fn offloaded_pod() -> Pod {
+        let mut p = pod();
+        p.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: OFFLOADED.into(),
+                status: "True".into(),
+                reason: Some("Created".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        p
+    }
+
+    fn shadow(uid: &str) -> ShadowPod {
+        let mut labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        labels.insert(label::REMOTE_CLUSTER.into(), "a".into());
+        let mut s = ShadowPod::new(
+            "shop.web",
+            ShadowPodSpec {
+                cluster_id: "a".into(),
+                home: HomePod {
+                    namespace: "shop".into(),
+                    name: "web".into(),
+                    uid: uid.into(),
+                },
+                pod: PodTemplate {
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+            },
+        );
+        s.metadata.labels = Some(labels);
+        s
+    }
+
+    fn deleting(mut p: Pod) -> Pod {
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        p.metadata.deletion_grace_period_seconds = Some(30);
+        p
+    }
+
+    #[test]
+    fn a_new_pod_is_offloaded_once() {
+        assert_eq!(decide(&pod(), Remote::Absent, true), Step::Create);
+        let s = shadow("u-1");
+        assert_eq!(decide(&pod(), Remote::Present(&s), true), Step::Report);
+        // Restarted, and the provider not listed yet: no blind creation.
+        assert_eq!(decide(&pod(), Remote::Unknown, true), Step::Wait);
+        assert_eq!(decide(&pod(), Remote::Absent, false), Step::Wait);
+    }
+
+    #[test]
+    fn a_shadow_pod_that_vanished_fails_the_pod() {
+        assert_eq!(
+            decide(&offloaded_pod(), Remote::Absent, true),
+            Step::Vanished
+        );
+        // Even unreachable: the listing said it is gone (the edge reads again first).
+        assert_eq!(
+            decide(&offloaded_pod(), Remote::Absent, false),
+            Step::Vanished
+        );
+        // A refused pod was never offloaded: it is tried again.
+        let mut p = offloaded_pod();
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
+            Some(status::reason::FORBIDDEN.into());
+        assert_eq!(decide(&p, Remote::Absent, true), Step::Create);
+    }
+
+    #[test]
+    fn deletion_goes_through_the_provider() {
+        let s = shadow("u-1");
+        let p = deleting(offloaded_pod());
+        assert_eq!(
+            decide(&p, Remote::Present(&s), true),
+            Step::DeleteRemote {
+                grace_seconds: Some(30)
+            }
+        );
+        // Not while unreachable: nothing is deleted on a provider that cannot be asked.
+        assert_eq!(decide(&p, Remote::Present(&s), false), Step::Wait);
+        assert_eq!(decide(&p, Remote::Unknown, true), Step::Wait);
+        let mut going = s.clone();
+        going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(decide(&p, Remote::Present(&going), true), Step::Wait);
+        assert_eq!(decide(&p, Remote::Absent, true), Step::FinishDeletion);
+        // Never offloaded: it goes at once.
+        assert_eq!(
+            decide(&deleting(pod()), Remote::Absent, false),
+            Step::FinishDeletion
+        );
+    }
+
+    #[test]
+    fn an_earlier_pods_shadow_pod_goes_first() {
+        let old = shadow("u-0");
+        assert_eq!(
+            decide(&pod(), Remote::Present(&old), true),
+            Step::DeleteStale
+        );
+        assert_eq!(decide(&pod(), Remote::Present(&old), false), Step::Wait);
+        // It is not this pod's: deleting this pod does not wait for it.
+        assert_eq!(
+            decide(&deleting(pod()), Remote::Present(&old), true),
+            Step::FinishDeletion
+        );
+    }
+
+    #[test]
+    fn labels_follow_after_creation() {
+        let s = shadow("u-1");
+        let mut p = pod();
+        p.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("tier".into(), "front".into());
+        assert_eq!(decide(&p, Remote::Present(&s), true), Step::UpdateMetadata);
+        assert_eq!(decide(&p, Remote::Present(&s), false), Step::Report);
+        p.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+        p.metadata.labels = pod().metadata.labels;
+        assert_eq!(decide(&p, Remote::Present(&s), true), Step::UpdateMetadata);
+    }
+
+    #[test]
+    fn a_finished_pod_is_left_as_it_ended() {
+        let mut p = offloaded_pod();
+        p.status.as_mut().unwrap().phase = Some("Failed".into());
+        assert_eq!(decide(&p, Remote::Absent, true), Step::Report);
+    }
+}

@@ -1,0 +1,26 @@
+//! Pods bound to the virtual node run on the provider (issue 11, consumer side).
+//!
+//! Each pod the home scheduler binds to this node becomes a `ShadowPod` in the consumer's
+//! tenant namespace on the provider, created once with this cluster's identity under a
+//! deterministic name ([`fabric_sharing::shadowpod::forge::name`]); the provider's ShadowPod
+//! controller runs the real pod and copies its status into the ShadowPod, from where it comes
+//! home through `pods/status`, the pod IP translated into this cluster's view of the
+//! provider's pod CIDR.
+//!
+//! - [`decide`]: what to do about one pod (create, update labels, delete, finish a deletion,
+//!   report a vanished pod, wait), pure;
+//! - [`status`]: the home pod's status (phase, conditions, containers, addresses, the
+//!   `offloading.fabric.io/Offloaded` condition), pure;
+//! - [`translate`]: provider pod IPs through the remapped pod CIDR, pure;
+//! - [`run`]: the watches (home pods by `spec.nodeName`, the provider's ShadowPods, the peer's
+//!   Configuration) and the writes.
+//!
+//! Failures: while the provider does not answer (the node is not Ready), offloaded pods are
+//! marked not Ready at home and nothing is created or deleted; the provider keeps running
+//! them. Nothing is decided from a cache that could be stale when it cannot be undone: a
+//! vanished ShadowPod is confirmed by a fresh read before its pod is failed, and a restarted
+//! process waits for the provider's listing before it creates anything.
+pub mod decide;
+pub mod run;
+pub mod status;
+pub mod translate;

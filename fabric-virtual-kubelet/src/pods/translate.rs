@@ -1,0 +1,158 @@
+//! The provider's pod addresses as this (consumer) cluster reaches them: the fabric's IPAM
+//! granted a CIDR under which the peer's pod CIDR is seen here (the peer's `Configuration`:
+//! real CIDRs in spec, remapped ones in status). An offloaded pod's IP is reported home
+//! through that remap, so `kubectl get pod -o wide` shows the address the consumer's pods
+//! can use.
+use std::net::Ipv4Addr;
+
+use fabric_api::networking::v1alpha1::Configuration;
+use ipnetwork::Ipv4Network;
+
+/// The provider's pod CIDR and the one it is seen under here (equal when nothing clashed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remap {
+    pub real: Ipv4Network,
+    pub seen: Ipv4Network,
+}
+
+/// Why a provider pod IP has no address here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Untranslatable {
+    #[error("the network to the provider is not configured yet (no remapped pod CIDR)")]
+    NoRemap,
+    #[error("{0:?} is not an IPv4 address")]
+    NotIpv4(String),
+    #[error("{ip} is outside the provider's pod CIDR {real}: it cannot be reached from here")]
+    OutOfRange { ip: Ipv4Addr, real: Ipv4Network },
+}
+
+/// Why a Configuration gives no remap.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadConfiguration {
+    #[error("the IPAM has not granted a pod CIDR for the peer yet")]
+    NotGranted,
+    #[error("pod CIDR {0:?}: {1}")]
+    Cidr(String, String),
+    #[error("the remapped pod CIDR {seen} is not the size of the real one {real}")]
+    SizeMismatch {
+        real: Ipv4Network,
+        seen: Ipv4Network,
+    },
+}
+
+impl Remap {
+    /// The pod CIDR remap a peer's Configuration records.
+    pub fn of(cfg: &Configuration) -> Result<Self, BadConfiguration> {
+        let parse = |s: &str| {
+            s.parse::<Ipv4Network>()
+                .map_err(|e| BadConfiguration::Cidr(s.to_owned(), e.to_string()))
+        };
+        let real = parse(&cfg.spec.remote.pod)?;
+        let seen = cfg
+            .status
+            .as_ref()
+            .and_then(|s| s.remote.as_ref())
+            .ok_or(BadConfiguration::NotGranted)?;
+        let seen = parse(&seen.pod)?;
+        if real.prefix() != seen.prefix() {
+            return Err(BadConfiguration::SizeMismatch { real, seen });
+        }
+        Ok(Self { real, seen })
+    }
+
+    /// `ip` (a provider pod address) as seen here: the remapped network, the same host part.
+    pub fn translate(&self, ip: &str) -> Result<Ipv4Addr, Untranslatable> {
+        let ip: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| Untranslatable::NotIpv4(ip.to_owned()))?;
+        if !self.real.contains(ip) {
+            return Err(Untranslatable::OutOfRange {
+                ip,
+                real: self.real,
+            });
+        }
+        let host = u32::from(ip) & !u32::from(self.real.mask());
+        Ok(Ipv4Addr::from(u32::from(self.seen.network()) | host))
+    }
+}
+
+/// `ip` through `remap`, if there is one.
+pub fn to_home(ip: &str, remap: Option<&Remap>) -> Result<Ipv4Addr, Untranslatable> {
+    remap.ok_or(Untranslatable::NoRemap)?.translate(ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::networking::v1alpha1::{ClusterCidrs, ConfigurationSpec, ConfigurationStatus};
+
+    use super::*;
+
+    fn cidrs(pod: &str) -> ClusterCidrs {
+        ClusterCidrs {
+            pod: pod.into(),
+            external: "10.70.0.0/16".into(),
+        }
+    }
+
+    fn cfg(real: &str, seen: Option<&str>) -> Configuration {
+        let mut c = Configuration::new(
+            "b",
+            ConfigurationSpec {
+                cluster_id: "b".into(),
+                remote: cidrs(real),
+            },
+        );
+        c.status = seen.map(|s| ConfigurationStatus {
+            remote: Some(cidrs(s)),
+            ..Default::default()
+        });
+        c
+    }
+
+    #[test]
+    fn a_remapped_address_keeps_its_host_part() {
+        let r = Remap::of(&cfg("10.244.0.0/16", Some("10.71.0.0/16"))).unwrap();
+        assert_eq!(
+            to_home("10.244.2.7", Some(&r)),
+            Ok(Ipv4Addr::new(10, 71, 2, 7))
+        );
+        let r = Remap::of(&cfg("192.168.16.0/20", Some("10.80.32.0/20"))).unwrap();
+        assert_eq!(
+            r.translate("192.168.31.255"),
+            Ok("10.80.47.255".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn without_a_clash_the_address_is_the_real_one() {
+        let r = Remap::of(&cfg("10.245.0.0/16", Some("10.245.0.0/16"))).unwrap();
+        assert_eq!(r.translate("10.245.3.4"), Ok(Ipv4Addr::new(10, 245, 3, 4)));
+    }
+
+    #[test]
+    fn an_address_outside_the_pod_cidr_is_not_reported() {
+        let r = Remap::of(&cfg("10.244.0.0/16", Some("10.71.0.0/16"))).unwrap();
+        // A host-network pod, say: its node address means nothing here.
+        assert!(matches!(
+            r.translate("192.0.2.10"),
+            Err(Untranslatable::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            r.translate("fd00::1"),
+            Err(Untranslatable::NotIpv4(_))
+        ));
+        assert_eq!(to_home("10.244.0.1", None), Err(Untranslatable::NoRemap));
+    }
+
+    #[test]
+    fn a_configuration_without_a_grant_gives_no_remap() {
+        assert_eq!(
+            Remap::of(&cfg("10.244.0.0/16", None)),
+            Err(BadConfiguration::NotGranted)
+        );
+        assert!(matches!(
+            Remap::of(&cfg("10.244.0.0/16", Some("10.71.0.0/24"))),
+            Err(BadConfiguration::SizeMismatch { .. })
+        ));
+    }
+}
