@@ -86,14 +86,20 @@ impl ApiServer {
     /// Like [`ApiServer::start`], with token authentication and RBAC enforced (kubelite's
     /// `KUBELITE_AUTH=1`); the kubeconfig is an admin's.
     pub fn start_with_auth(tag: &str) -> Self {
-        Self::start_inner(tag, true)
+        Self::start_inner(tag, true, "")
+    }
+
+    /// Like [`ApiServer::start_with_auth`], with kubelite arguments (`KUBELITE_ARGS`), such
+    /// as `--graceful-pod-deletion`.
+    pub fn start_with_auth_args(tag: &str, args: &str) -> Self {
+        Self::start_inner(tag, true, args)
     }
 
     pub fn start(tag: &str) -> Self {
-        Self::start_inner(tag, false)
+        Self::start_inner(tag, false, "")
     }
 
-    fn start_inner(tag: &str, auth: bool) -> Self {
+    fn start_inner(tag: &str, auth: bool, args: &str) -> Self {
         if let Some(kc) = std::env::var_os("FABRIC_TEST_KUBECONFIG") {
             let kc = PathBuf::from(kc);
             return Self {
@@ -108,6 +114,9 @@ impl ApiServer {
         let port = free_port();
         let mut c = Command::new("bash");
         c.env("KUBELITE_AUTH", if auth { "1" } else { "0" });
+        if !args.is_empty() {
+            c.env("KUBELITE_ARGS", args);
+        }
         Self::run_start_script(c, dir, port)
     }
 

@@ -1,0 +1,501 @@
+//! Pods on the virtual node, end to end against two test API servers with RBAC enforced: the
+//! consumer runs the VirtualNode controller and the virtual kubelet it deploys (as its
+//! ServiceAccount, through the fixture's Deployment stand-in), with graceful pod deletion on;
+//! the provider runs `fabric-controller sharing` (the ShadowPod controller) and is reached
+//! through a real consumer identity bound only to the tenant Role. No kubelet runs on the
+//! provider: the test plays it, writing the real pods' status through `pods/status`.
+//!
+//! One fixture for every check: lifecycle and status home (pod IP through the remap),
+//! labels following, restart counts, a refusal surfaced, restart of the virtual kubelet
+//! without duplicates, the provider's API cut (pods not Ready, nothing deleted) and healed,
+//! a ShadowPod vanished (pod Failed), and deletion at home through the provider.
+use std::{
+    future::Future,
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use fabric_api::{names, offloading::v1alpha1::ShadowPod};
+use fabric_sharing::{identity, shadowpod::forge, virtual_node::objects};
+use fabric_tests::{
+    ChildGuard,
+    apiserver::{ApiServer, require_tools},
+    deployments::{self, Deployments},
+    die_with_parent, locate_bin, sharing,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+
+const NS: &str = names::DEFAULT_NAMESPACE;
+const CONSUMER: &str = "cluster-a";
+const PROVIDER: &str = "cluster-b";
+const NODE: &str = "fabric-cluster-b";
+const HOME_NS: &str = "shop";
+const T: Duration = Duration::from_secs(40);
+
+struct Bed {
+    consumer: ApiServer,
+    provider: ApiServer,
+    c: Client,
+    p: Client,
+    deployments: Deployments,
+    _controllers: Vec<ChildGuard>,
+    dir: PathBuf,
+    identity: identity::Credentials,
+}
+
+impl Bed {
+    fn logs(&self) -> String {
+        let tail = |f: &str| {
+            let text = std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        };
+        format!(
+            "--- virtual-nodes controller ---\n{}\n--- provider's sharing controller ---\n{}\n{}",
+            tail("consumer-controller.log"),
+            tail("provider-controller.log"),
+            self.deployments.report()
+        )
+    }
+
+    async fn eventually<T, F, Fut>(&self, what: &str, mut f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let t0 = Instant::now();
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            assert!(
+                t0.elapsed() < T,
+                "{what}: not within {T:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn home(&self) -> Api<Pod> {
+        Api::namespaced(self.c.clone(), HOME_NS)
+    }
+
+    fn shadows(&self) -> Api<ShadowPod> {
+        Api::namespaced(self.p.clone(), &names::namespace::tenant(CONSUMER))
+    }
+
+    fn remote_pods(&self) -> Api<Pod> {
+        Api::namespaced(self.p.clone(), &names::namespace::tenant(CONSUMER))
+    }
+
+    async fn home_pod_where(&self, name: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        self.eventually(what, || async {
+            let p = self.home().get_opt(name).await.ok()??;
+            let v = serde_json::to_value(&p).unwrap();
+            ok(&v).then_some(v)
+        })
+        .await
+    }
+
+    fn set_identity(&self, creds: &identity::Credentials) {
+        let secret = identity::secret(NS, PROVIDER, creds);
+        apply(&self.consumer, &serde_json::to_value(&secret).unwrap());
+    }
+
+    async fn create_home_pod(&self, name: &str, extra: Value) {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "namespace": HOME_NS, "labels": { "app": name } },
+            "spec": {
+                "nodeName": NODE,
+                "terminationGracePeriodSeconds": 5,
+                "tolerations": [{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }],
+                "containers": [{ "name": "main", "image": "echo",
+                                 "command": ["fabric-test-pod", "echo", "--port", "8080"] }],
+            },
+        });
+        merge(&mut pod["spec"], extra);
+        apply(&self.consumer, &pod);
+    }
+
+    /// The provider's kubelet, played: the real pod runs with `restarts`.
+    async fn provider_runs(&self, name: &str, ip: &str, restarts: i32) {
+        let status = json!({"status": {
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "startTime": "2026-11-26T12:00:00Z",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-26T12:00:01Z"},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-11-26T12:00:01Z"},
+            ],
+            "containerStatuses": [{"name": "main", "image": "echo", "imageID": "", "ready": true,
+                                   "restartCount": restarts,
+                                   "state": {"running": {"startedAt": "2026-11-26T12:00:01Z"}}}],
+        }});
+        self.remote_pods()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+
+    async fn shadow_count(&self) -> usize {
+        self.shadows()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    }
+}
+
+fn merge(a: &mut Value, b: Value) {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        for (k, v) in b {
+            a.insert(k, v);
+        }
+    }
+}
+
+#[track_caller]
+fn apply(api: &ApiServer, obj: &Value) {
+    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
+    assert!(
+        o.status.success(),
+        "apply {obj}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn condition<'a>(pod: &'a Value, type_: &str) -> Option<&'a Value> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn cond_is(pod: &Value, type_: &str, status: &str, reason: Option<&str>) -> bool {
+    condition(pod, type_)
+        .is_some_and(|c| c["status"] == status && reason.is_none_or(|r| c["reason"] == r))
+}
+
+const OFFLOADED: &str = "offloading.fabric.io/Offloaded";
+
+async fn setup(tag: &str) -> Option<Bed> {
+    if !require_tools(tag) {
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The provider: what its authentication service made for the consumer, and its
+    // ShadowPod controller.
+    let provider = ApiServer::start_with_auth(&format!("{tag}-p"));
+    provider.install_crds();
+    fabric_tests::auth_service::prepare_cluster(&provider, PROVIDER);
+    let p = provider.client().await;
+    sharing::admit_tenant(&p, CONSUMER).await.unwrap();
+    let creds = sharing::consumer_credentials(&provider, CONSUMER).unwrap();
+    let spawn = |args: &[&str], kubeconfig: &std::path::Path, log: &str| {
+        let log = std::fs::File::create(dir.join(log)).unwrap();
+        ChildGuard(
+            die_with_parent(&mut Command::new(locate_bin("fabric-controller").unwrap()))
+                .args(args)
+                .env("KUBECONFIG", kubeconfig)
+                .env("RUST_LOG", "info")
+                .env("POD_NAME", "controller-0")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let sharing_controller = spawn(
+        &["sharing"],
+        &provider.kubeconfig,
+        "provider-controller.log",
+    );
+
+    // The consumer: what the sharing and network layers have made by the time a
+    // VirtualNode exists, including the remap of the provider's pod CIDR.
+    let consumer = ApiServer::start_with_auth_args(&format!("{tag}-c"), "--graceful-pod-deletion");
+    consumer.install_crds();
+    consumer.kubectl_ok(&["create", "namespace", NS]);
+    consumer.kubectl_ok(&["create", "namespace", HOME_NS]);
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
+                 "metadata": { "name": PROVIDER },
+                 "spec": { "clusterId": PROVIDER, "role": "Provider" } }),
+    );
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER } }),
+    );
+    consumer.kubectl_ok(&[
+        "patch",
+        "connection",
+        PROVIDER,
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"value":"Connected"}}"#,
+    ]);
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER,
+                           "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } } }),
+    );
+    consumer.kubectl_ok(&[
+        "patch",
+        "configuration",
+        PROVIDER,
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"remote":{"pod":"10.71.0.0/16","external":"10.72.0.0/16"}}}"#,
+    ]);
+    let vn_controller = spawn(
+        &[
+            "virtual-nodes",
+            "--virtual-kubelet-image",
+            "fabric-virtual-kubelet:test",
+        ],
+        &consumer.kubeconfig,
+        "consumer-controller.log",
+    );
+    let deployments = Deployments::start(deployments::Options {
+        admin_kubeconfig: consumer.kubeconfig.clone(),
+        component_kubeconfig: consumer.kubeconfig.clone(),
+        selector: format!("{}={}", objects::APP_LABEL, objects::APP),
+        netns: None,
+        pod_ip: "127.0.0.1".into(),
+        dir: dir.join("pods"),
+    })
+    .unwrap();
+    let c = consumer.client().await;
+    let bed = Bed {
+        consumer,
+        provider,
+        c,
+        p,
+        deployments,
+        _controllers: vec![sharing_controller, vn_controller],
+        dir,
+        identity: creds,
+    };
+    bed.set_identity(&bed.identity);
+    apply(
+        &bed.consumer,
+        &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER, "nodeName": NODE, "identity": PROVIDER,
+                           "resources": { "cpu": "4", "memory": "8Gi", "pods": "110" } } }),
+    );
+    Some(bed)
+}
+
+fn vk_name() -> String {
+    use fabric_api::offloading::v1alpha1::{VirtualNode, VirtualNodeSpec};
+    objects::name(&VirtualNode::new(
+        PROVIDER,
+        VirtualNodeSpec {
+            cluster_id: PROVIDER.into(),
+            node_name: NODE.into(),
+            identity: PROVIDER.into(),
+            resources: Default::default(),
+            labels: Default::default(),
+        },
+    ))
+}
+
+#[tokio::test]
+async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
+    let Some(bed) = setup("offload").await else {
+        return;
+    };
+    bed.eventually("the virtual node Ready", || async {
+        let n = bed.consumer.kubectl(&["get", "node", NODE, "-o", "json"]);
+        let n: Value = serde_json::from_slice(&n.stdout).ok()?;
+        cond_is(&n, "Ready", "True", None).then_some(())
+    })
+    .await;
+
+    // Bound to the virtual node: a ShadowPod, then its real pod on the provider.
+    bed.create_home_pod("web", json!({})).await;
+    let web = forge::name(HOME_NS, "web");
+    let shadow = bed
+        .eventually("the ShadowPod", || async {
+            bed.shadows().get_opt(&web).await.ok()?
+        })
+        .await;
+    assert_eq!(shadow.spec.cluster_id, CONSUMER);
+    assert_eq!(shadow.spec.home.name, "web");
+    bed.eventually("the real pod", || async {
+        bed.remote_pods().get_opt(&web).await.ok()?
+    })
+    .await;
+    bed.provider_runs(&web, "10.244.2.7", 0).await;
+
+    // Status home: Running, Ready, at the remapped address, on the node's address.
+    let home = bed
+        .home_pod_where("web", "web Running and Ready at home", |p| {
+            p["status"]["phase"] == "Running" && cond_is(p, "Ready", "True", None)
+        })
+        .await;
+    assert_eq!(home["status"]["podIP"], "10.71.2.7", "{home}");
+    assert_eq!(home["status"]["hostIP"], "127.0.0.1");
+    assert!(cond_is(&home, OFFLOADED, "True", Some("Created")), "{home}");
+    // (kubelite prints only NAME and CREATED AT for built-in types: no `-o wide` here.)
+    let ip = bed.consumer.kubectl_ok(&[
+        "get",
+        "pod",
+        "web",
+        "-n",
+        HOME_NS,
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    assert_eq!(ip.trim(), "10.71.2.7");
+
+    // Labels follow; restarts show.
+    bed.consumer
+        .kubectl_ok(&["label", "pod", "web", "-n", HOME_NS, "tier=front"]);
+    bed.eventually("the label on the ShadowPod", || async {
+        let s = bed.shadows().get(&web).await.ok()?;
+        (s.metadata.labels?.get("tier")? == "front" && s.spec.pod.labels.get("tier")? == "front")
+            .then_some(())
+    })
+    .await;
+    bed.provider_runs(&web, "10.244.2.7", 2).await;
+    bed.home_pod_where("web", "the restart count at home", |p| {
+        p["status"]["containerStatuses"][0]["restartCount"] == 2
+    })
+    .await;
+
+    // Refused by the forge's policy: a condition and an Event at home, nothing remote.
+    bed.create_home_pod("root", json!({ "hostNetwork": true }))
+        .await;
+    let root = bed
+        .home_pod_where("root", "root refused", |p| p["status"]["phase"] == "Failed")
+        .await;
+    assert!(
+        cond_is(&root, OFFLOADED, "False", Some("OffloadingRefused")),
+        "{root}"
+    );
+    bed.eventually("the refusal's Event", || async {
+        let o = bed
+            .consumer
+            .kubectl(&["get", "events.events.k8s.io", "-n", HOME_NS, "-o", "json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+        v["items"]
+            .as_array()?
+            .iter()
+            .any(|e| e["reason"] == "OffloadingRefused" && e["regarding"]["name"] == "root")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        bed.shadows()
+            .get_opt(&forge::name(HOME_NS, "root"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // SIGKILLed and restarted: nothing created twice, nothing lost, the pod stays Ready.
+    let uid = shadow.metadata.uid.clone();
+    let vk = vk_name();
+    bed.deployments.kill(NS, &vk).unwrap();
+    let t0 = Instant::now();
+    let mut restarted_at = None;
+    while t0.elapsed() < T {
+        if restarted_at.is_none()
+            && bed.deployments.restarts(NS, &vk) > 0
+            && bed.deployments.pid(NS, &vk).is_some()
+        {
+            restarted_at = Some(Instant::now());
+        }
+        if restarted_at.is_some_and(|t| t.elapsed() > Duration::from_secs(8)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(restarted_at.is_some(), "not restarted\n{}", bed.logs());
+    assert_eq!(bed.shadow_count().await, 1, "{}", bed.logs());
+    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, uid);
+    let home = bed.home().get("web").await.unwrap();
+    let home = serde_json::to_value(&home).unwrap();
+    assert!(cond_is(&home, "Ready", "True", None), "{home}");
+
+    // The provider's API cut: the node goes NotReady and the pod not Ready at home; nothing
+    // is deleted on the provider. Healed: Ready again, nothing duplicated.
+    let dead = identity::Credentials {
+        api_server_url: "https://127.0.0.1:9".into(),
+        ..bed.identity.clone()
+    };
+    bed.set_identity(&dead);
+    let home = bed
+        .home_pod_where("web", "web not Ready while the provider is cut off", |p| {
+            cond_is(p, "Ready", "False", Some("ProviderUnreachable"))
+        })
+        .await;
+    assert_eq!(home["status"]["phase"], "Running");
+    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, uid);
+    bed.set_identity(&bed.identity);
+    bed.home_pod_where("web", "web Ready again", |p| {
+        cond_is(p, "Ready", "True", None)
+    })
+    .await;
+    assert_eq!(bed.shadow_count().await, 1);
+    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, uid);
+
+    // A ShadowPod that vanishes on the provider: its pod fails at home, never stays Running.
+    bed.create_home_pod("job", json!({})).await;
+    let job = forge::name(HOME_NS, "job");
+    bed.eventually("job's real pod", || async {
+        bed.remote_pods().get_opt(&job).await.ok()?
+    })
+    .await;
+    bed.provider_runs(&job, "10.244.2.8", 0).await;
+    bed.home_pod_where("job", "job Running", |p| p["status"]["phase"] == "Running")
+        .await;
+    bed.shadows()
+        .delete(&job, &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = bed
+        .home_pod_where("job", "job Failed at home", |p| {
+            p["status"]["phase"] == "Failed"
+        })
+        .await;
+    assert_eq!(gone["status"]["reason"], "ProviderPodVanished", "{gone}");
+    assert!(cond_is(&gone, "Ready", "False", None));
+
+    // Deleted at home: gracefully through the provider, and the home pod goes once the
+    // remote one is gone.
+    bed.consumer
+        .kubectl_ok(&["delete", "pod", "web", "-n", HOME_NS, "--wait=false"]);
+    bed.eventually("web, its ShadowPod and real pod gone", || async {
+        let home = bed.home().get_opt("web").await.ok()?;
+        let shadow = bed.shadows().get_opt(&web).await.ok()?;
+        let real = bed.remote_pods().get_opt(&web).await.ok()?;
+        (home.is_none() && shadow.is_none() && real.is_none()).then_some(())
+    })
+    .await;
+    let _ = &bed.provider;
+}
