@@ -2,13 +2,15 @@
 //! Identity, the PeeringNetwork on the provider (with the identity), and once the provider
 //! has answered, this cluster's network objects for it (it dials). Unpeering (deleting the
 //! ForeignCluster) removes both; the local ones go even when the provider cannot be reached
-//! (after [`REMOTE_GRACE`]).
+//! (after [`REMOTE_GRACE`]). A provider that already dials this cluster (it peered with this
+//! cluster first, as consumer) is reached through that tunnel ([`Route::OtherWay`]): nothing
+//! is negotiated, and its objects stay with the peering that made them.
 use std::sync::Arc;
 
 use fabric_api::{
     authentication::v1alpha1::Identity,
     core::v1alpha1::{ForeignCluster, condition::NETWORK},
-    networking::v1alpha1::{Connection, PeeringNetwork},
+    networking::v1alpha1::{Connection, GatewayClient, GatewayServer, PeeringNetwork},
 };
 use fabric_kube::events::Event as KubeEvent;
 use fabric_peering::{
@@ -30,7 +32,9 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::{FINALIZER, READY, REMOTE_GRACE, consumer_objects, give_up_remote, network_ready};
+use super::{
+    FINALIZER, READY, REMOTE_GRACE, Route, consumer_objects, give_up_remote, network_ready, route,
+};
 use crate::kit::{
     Ctx, Error, FIELD_MANAGER, Shared, deleting_for, remote, remote_client, set_fc_condition,
 };
@@ -45,6 +49,17 @@ async fn condition(
     set_fc_condition(&ctx.client, fc, NETWORK, ok, reason, message).await
 }
 
+/// How this cluster reaches `provider` now (read afresh: the decision must not follow a
+/// stale cache into a second network).
+async fn current_route(ctx: &Ctx, provider: &str) -> Result<Route, Error> {
+    let servers: Api<GatewayServer> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let clients: Api<GatewayClient> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    Ok(route(
+        servers.get_opt(provider).await?.is_some(),
+        clients.get_opt(provider).await?.is_some(),
+    ))
+}
+
 async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
     let provider = fc.name_any();
     let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
@@ -53,6 +68,14 @@ async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
         condition(ctx, &provider, false, "NoIdentity", msg).await?;
         return Ok(Action::await_change());
     };
+    let conns: Api<Connection> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    if current_route(ctx, &provider).await? == Route::OtherWay {
+        let conn = conns.get_opt(&provider).await?;
+        let (ok, reason, msg) = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
+        let msg = format!("{msg} (the network {provider} peered with this cluster)");
+        condition(ctx, &provider, ok, reason, msg).await?;
+        return Ok(Action::requeue(ctx.remote_poll * 10));
+    }
     let local = Cluster::read(Side::Local, ctx.client.clone(), &ctx.namespace).await?;
     local.ensure_gateway_key().await?;
     let Some(gateway) = local.gateway_identity().await? else {
@@ -90,7 +113,6 @@ async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
         }
     };
     local.apply_peer(&objects, FIELD_MANAGER.0).await?;
-    let conns: Api<Connection> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let conn = conns.get_opt(&provider).await?;
     let (ok, reason, msg) = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
     condition(ctx, &provider, ok, reason, msg).await?;
@@ -100,6 +122,15 @@ async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
 
 async fn cleanup(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
     let provider = fc.name_any();
+    if current_route(ctx, &provider).await? == Route::OtherWay {
+        // Nothing of ours: the network belongs to the provider's PeeringNetwork here, whose
+        // removal removes it.
+        info!(
+            provider,
+            "the network is the provider's peering with this cluster: left to it"
+        );
+        return Ok(Action::await_change());
+    }
     let local = Cluster::read(Side::Local, ctx.client.clone(), &ctx.namespace).await?;
     let remote_delete = async {
         let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);

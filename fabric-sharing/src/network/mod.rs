@@ -163,6 +163,31 @@ pub fn network_ready(conn: Option<&ConnectionStatus>) -> (bool, &'static str, St
     }
 }
 
+/// Which network a consumer reaches its provider through. Two clusters have one network
+/// peering between them (one Configuration, one tunnel), whichever way they peered first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Negotiate it: write this cluster's PeeringNetwork on the provider and dial the
+    /// gateway it answers with.
+    Negotiate,
+    /// The provider is also this cluster's consumer and already dials this cluster's gateway
+    /// (it negotiated the network as consumer): that tunnel is the network of both
+    /// peerings; negotiating a second would give the pair a second, conflicting set of
+    /// network objects.
+    OtherWay,
+}
+
+/// How the consumer reaches its provider, from what this cluster holds about it: a
+/// GatewayServer (the provider dials here) and a GatewayClient (this side dials it). Once
+/// this side dials, it keeps negotiating its own answer.
+pub fn route(listens_for_provider: bool, dials_provider: bool) -> Route {
+    if listens_for_provider && !dials_provider {
+        Route::OtherWay
+    } else {
+        Route::Negotiate
+    }
+}
+
 /// Whether an unpeer that cannot delete the remote PeeringNetwork goes on without it: once
 /// the ForeignCluster has been deleting for `grace`.
 pub fn give_up_remote(deleting_for: Duration, grace: Duration) -> bool {

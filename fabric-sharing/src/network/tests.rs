@@ -115,3 +115,14 @@ fn an_unreachable_provider_is_given_up_after_the_grace() {
     assert!(!give_up_remote(Duration::from_secs(5), REMOTE_GRACE));
     assert!(give_up_remote(REMOTE_GRACE, REMOTE_GRACE));
 }
+
+#[test]
+fn a_pair_of_clusters_has_one_network_whichever_way_they_peered_first() {
+    // Nothing yet: negotiate.
+    assert_eq!(route(false, false), Route::Negotiate);
+    // The provider peered with this cluster first (it dials here): its tunnel serves both.
+    assert_eq!(route(true, false), Route::OtherWay);
+    // This side dials already: it keeps its own negotiation going.
+    assert_eq!(route(false, true), Route::Negotiate);
+    assert_eq!(route(true, true), Route::Negotiate);
+}
