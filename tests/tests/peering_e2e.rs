@@ -2,7 +2,10 @@
 //! certificates enforced, every cluster running its sharing layer as a deployment would (see
 //! `fabric_tests::peering_stack`): the provider prints `fabricctl generate peer-command`, the
 //! consumer runs exactly that command (plus what it asks for), and the peering ends with a
-//! tunnel pods talk through and a virtual node with the grant. One fixture for every check.
+//! tunnel pods talk through and a virtual node with the grant. Then B peers with A the same
+//! way (bidirectional: one network, a virtual node on each side), A peers with a third
+//! cluster C (two virtual nodes, each with its grant; cutting C's API makes only C's node
+//! NotReady, and it heals), and A unpeers C. One fixture (three clusters) for every check.
 use std::{
     collections::BTreeSet,
     process::Output,
@@ -240,7 +243,7 @@ fn out_of_band_peering_end_to_end() {
     }
     let t0 = Instant::now();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let cl = PeeredClusters::for_sharing(1, false).unwrap();
+    let cl = PeeredClusters::for_sharing(1, true).unwrap();
     let stack = rt
         .block_on(PeeringStack::start(&cl))
         .unwrap_or_else(|e| panic!("{e:#}\n{}", cl.log_tails()));
@@ -251,6 +254,7 @@ fn out_of_band_peering_end_to_end() {
     };
     eprintln!("fixture up after {:?}", t0.elapsed());
     let (a_id, b_id) = (bed.cl.a.id.clone(), bed.cl.b.id.clone());
+    let c_id = bed.cl.c.as_ref().unwrap().id.clone();
 
     // A (consumer) peers with B (provider) with the command B printed.
     let out = bed.peer(1, 2, &["--cpu", "1", "--memory", "2Gi", "--pods", "20"]);
@@ -295,8 +299,138 @@ fn out_of_band_peering_end_to_end() {
     assert_eq!(fc["spec"]["role"], "Consumer", "{fc}");
     assert!(condition_true(&fc, "Authenticated"), "{fc}");
 
+    // Bidirectional: B peers with A the same way (a token from A) while A -> B stays up.
+    let out = bed.peer(2, 1, &["--cpu", "500m", "--memory", "1Gi", "--pods", "10"]);
+    for step in [
+        "✓ authenticated",
+        "✓ network:",
+        "✓ resources:",
+        "✓ virtual node:",
+    ] {
+        assert!(out.contains(step), "{step:?} missing in:\n{out}");
+    }
+    eprintln!("B peered with A after {:?}", t0.elapsed());
+    let node = bed.check_virtual_node(2, &a_id);
+    assert_eq!(
+        node["status"]["capacity"]["cpu"], "500m",
+        "what B asked for"
+    );
+    bed.ready_node(1, &b_id);
+    // One network peering between the two: A dials, B listens, one Configuration each;
+    // the only PeeringNetwork is A's (on B).
+    bed.one_network(1, 2);
+    for (i, peer) in [(1, &b_id), (2, &a_id)] {
+        let fc = get_json(&bed.cluster(i).api, &["get", "foreigncluster", peer]).unwrap();
+        assert_eq!(fc["spec"]["role"], "ConsumerAndProvider", "{fc}");
+    }
+    bed.pods_talk(1, 2, 7102);
+    bed.pods_talk(2, 1, 7103);
     bed.wait("the node Lease renewed", Duration::from_secs(30), || {
         bed.lease_renew_time(1, &b_id).filter(|r| *r != renewed)
     });
+
+    // Three clusters: A peers with C too, and asks for something else.
+    let out = bed.peer(1, 3, &["--cpu", "2", "--memory", "3Gi", "--pods", "30"]);
+    assert!(out.contains("✓ virtual node:"), "{out}");
+    eprintln!("A peered with C after {:?}", t0.elapsed());
+    let node_c = bed.check_virtual_node(1, &c_id);
+    assert_eq!(node_c["status"]["capacity"]["cpu"], "2");
+    let node_b = bed.check_virtual_node(1, &b_id);
+    assert_eq!(node_b["status"]["capacity"]["cpu"], "1");
+    bed.pods_talk(1, 3, 7104);
+
+    // C's API cannot be reached from outside its network (what peers use is cut; its own
+    // components go on): only C's node goes NotReady, with the reason, and it heals.
+    let c_api_ns = bed.cl.c.as_ref().unwrap().api_ns.clone();
+    let cut = "table inet fabric_test_cut {\n chain input { type filter hook input priority 0; \
+               iifname \"lo\" tcp dport 6443 drop; }\n}\n";
+    nft(&bed, &c_api_ns, cut);
+    bed.wait("C's node NotReady", Duration::from_secs(60), || {
+        let n = get_json(&bed.cl.a.api, &["get", "node", &c_id])?;
+        (node_ready(&n)? == ("False".into(), "ProviderUnreachable".into())).then_some(())
+    });
+    let b_ready = node_ready(&get_json(&bed.cl.a.api, &["get", "node", &b_id]).unwrap());
+    assert_eq!(
+        b_ready,
+        Some(("True".into(), "VirtualKubeletReady".into())),
+        "B's node is not affected"
+    );
+    nft(&bed, &c_api_ns, "delete table inet fabric_test_cut\n");
+    bed.ready_node(1, &c_id);
+    eprintln!("C's node healed after {:?}", t0.elapsed());
+
+    // A unpeers C: today that is deleting C's ForeignCluster on A (`fabricctl unpeer` takes
+    // both admin kubeconfigs). The network of A and C goes on both sides; A and B stay peered.
+    bed.cl
+        .a
+        .api
+        .kubectl_ok(&["delete", "foreigncluster", &c_id, "--wait=false"]);
+    bed.wait(
+        "A's and C's network objects gone",
+        Duration::from_secs(60),
+        || {
+            let gone = |i: u8, kind: &str, name: &str, ns: &str| {
+                get_json(&bed.cluster(i).api, &["get", kind, name, "-n", ns]).is_none()
+            };
+            (gone(1, "configuration", &c_id, NAMESPACE)
+                && gone(1, "gatewayclient", &c_id, NAMESPACE)
+                && gone(3, "configuration", &a_id, NAMESPACE)
+                && gone(3, "gatewayserver", &a_id, NAMESPACE)
+                && gone(3, "peeringnetwork", &a_id, &names::namespace::tenant(&a_id)))
+            .then_some(())
+        },
+    );
+    bed.one_network(1, 2);
+    bed.ready_node(1, &b_id);
+    bed.ready_node(2, &a_id);
+    bed.pods_talk(1, 2, 7105);
     eprintln!("done after {:?}", t0.elapsed());
+}
+
+#[track_caller]
+fn nft(bed: &Bed, ns: &str, script: &str) {
+    use std::io::Write;
+    let mut c = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "nft: {}\n{}", text(&o), bed.logs());
+}
+
+impl Bed {
+    /// Consumer `c` and provider `p`, peered both ways, share one network peering: `c`
+    /// dials (GatewayClient), `p` listens (GatewayServer), one Configuration for the other on
+    /// each side, and the only PeeringNetwork is `c`'s, on `p`.
+    #[track_caller]
+    fn one_network(&self, c: u8, p: u8) {
+        let (cc, pc) = (self.cluster(c), self.cluster(p));
+        let names_of = |i: u8, kind: &str, ns: &str| -> Vec<String> {
+            let list = get_json(&self.cluster(i).api, &["get", kind, "-n", ns]).unwrap();
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let on = |i: u8, kind: &str| names_of(i, kind, NAMESPACE);
+        assert!(on(c, "configuration").contains(&pc.id), "{}", self.logs());
+        assert!(on(p, "configuration").contains(&cc.id));
+        assert!(on(c, "gatewayclient").contains(&pc.id));
+        assert!(!on(c, "gatewayserver").contains(&pc.id), "{}", self.logs());
+        assert!(on(p, "gatewayserver").contains(&cc.id));
+        assert!(!on(p, "gatewayclient").contains(&cc.id), "{}", self.logs());
+        let pn_on =
+            |i: u8, peer: &str| names_of(i, "peeringnetwork", &names::namespace::tenant(peer));
+        assert_eq!(pn_on(p, &cc.id), [cc.id.clone()]);
+        assert!(pn_on(c, &pc.id).is_empty(), "{}", self.logs());
+    }
 }
