@@ -3,6 +3,7 @@
 //! ([`identity`]), and the negotiation over that identity ([`negotiation`]): the network
 //! ([`network`]) and resources ([`slices`], decided by the provider's [`policy`]).
 pub mod auth;
+pub mod https;
 pub mod identity;
 pub mod kit;
 pub mod negotiation;

@@ -6,15 +6,14 @@
 //! served at once. A client certificate is asked for but not required: a renewal presents
 //! the consumer's current one, verified by rustls against the CA it chains to.
 //! What to answer is the handler's business ([`super::provider::Service::authenticate`]).
-use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::{Method, Request, Response, header, server::conn::http1, service::service_fn};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::{net::TcpListener, sync::Semaphore};
-use tokio_rustls::TlsAcceptor;
-use tracing::{debug, warn};
+use http_body_util::Full;
+use hyper::{Method, Request, Response, header};
+use tokio::net::TcpListener;
+
+use crate::https::{self, BodyError, read_body};
 
 use super::protocol::{
     AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, RENEW_PATH, Reason, Refusal,
@@ -32,30 +31,7 @@ pub enum Call {
     },
 }
 
-/// What the server tolerates from clients.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_connections: usize,
-    pub handshake_timeout: Duration,
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    /// The whole exchange, the handler's work (signing) included.
-    pub request_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_connections: 32,
-            handshake_timeout: Duration::from_secs(5),
-            header_timeout: Duration::from_secs(5),
-            body_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+pub use crate::https::Limits;
 
 /// What a request's head allows before its body is read: the route, the content type and
 /// the declared length.
@@ -141,27 +117,15 @@ where
         return refusal_response(&r);
     }
     let renew = req.uri().path() == RENEW_PATH;
-    let body = Limited::new(req.into_body(), MAX_BODY);
-    let bytes = match tokio::time::timeout(limits.body_timeout, body.collect()).await {
-        Err(_) => {
-            return refusal_response(&Refusal::new(
-                Reason::Timeout,
-                format!(
-                    "the request body did not arrive within {:?}",
-                    limits.body_timeout
-                ),
-            ));
+    let bytes = match read_body(req.into_body(), MAX_BODY, limits.body_timeout).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge(_)) => return refusal_response(&too_large()),
+        Err(e @ BodyError::Timeout(_)) => {
+            return refusal_response(&Refusal::new(Reason::Timeout, e.to_string()));
         }
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return refusal_response(&too_large());
+        Err(e @ BodyError::Read(_)) => {
+            return refusal_response(&Refusal::new(Reason::MalformedRequest, e.to_string()));
         }
-        Ok(Err(e)) => {
-            return refusal_response(&Refusal::new(
-                Reason::MalformedRequest,
-                format!("reading the request body: {e}"),
-            ));
-        }
-        Ok(Ok(b)) => b.to_bytes(),
     };
     let call = if renew {
         parse_renew(content_type.as_deref(), &bytes).map(|request| Call::Renew {
@@ -195,60 +159,17 @@ pub async fn serve<H, F>(
     F: Future<Output = Result<AuthResponse, Refusal>> + Send + 'static,
 {
     let handler = Arc::new(handler);
-    let acceptor = TlsAcceptor::from(tls);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, peer) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "auth service: accept failed; backing off");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-                continue;
-            }
-        };
-        let handler = handler.clone();
-        let acceptor = acceptor.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let stream =
-                match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await
-                {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        debug!(%peer, error = %e, "auth service: TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        debug!(%peer, "auth service: TLS handshake timed out");
-                        return;
-                    }
-                };
-            let client_cert = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|c| c.as_ref().to_vec());
-            let service = service_fn(move |req| {
-                let handler = handler.clone();
-                let client_cert = client_cert.clone();
-                async move { Ok::<_, Infallible>(handle(req, client_cert, &*handler, limits).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(stream), service);
-            match tokio::time::timeout(limits.request_timeout, conn).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => debug!(%peer, error = %e, "auth service: connection"),
-                Err(_) => debug!(%peer, "auth service: connection timed out"),
-            }
-        });
-    }
+    https::serve(
+        "auth service",
+        listener,
+        move || tls.clone(),
+        limits,
+        move |req, client_cert| {
+            let handler = handler.clone();
+            async move { handle(req, client_cert, &*handler, limits).await }
+        },
+    )
+    .await;
 }
 
 #[cfg(test)]
