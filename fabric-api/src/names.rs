@@ -107,6 +107,20 @@ pub mod secret {
     /// `kubernetes.io/tls`); created self-signed by the service when absent. Consumers pin
     /// its SHA-256.
     pub const AUTH_TLS: &str = "fabric-auth-tls";
+    /// On a provider: the ShadowPod webhook's CA (`ca.crt`, `ca.key`) and its serving
+    /// certificate signed by it (`tls.crt`, `tls.key`); created and renewed by the webhook,
+    /// which copies the CA into its ValidatingWebhookConfiguration's `caBundle`.
+    pub const SHADOWPOD_WEBHOOK_TLS: &str = "fabric-shadowpod-webhook-tls";
+}
+
+/// The provider's validating webhook on ShadowPods (`fabric-controller shadowpod-webhook`).
+pub mod webhook {
+    /// The ValidatingWebhookConfiguration (cluster-scoped).
+    pub const SHADOWPODS_CONFIG: &str = "fabric-shadowpods";
+    /// The Service in front of the webhook's replicas, in the fabric's namespace.
+    pub const SHADOWPODS_SERVICE: &str = "fabric-shadowpod-webhook";
+    /// The path the API server posts AdmissionReviews to.
+    pub const SHADOWPODS_PATH: &str = "/validate/shadowpods";
 }
 
 /// The gateway Service has no selector: the replica holding the gateway Lease writes this
