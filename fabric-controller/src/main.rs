@@ -7,6 +7,8 @@
 //! - `sharing`: the sharing layer's negotiation (network and resources over a consumer's
 //!   identity, both as consumer and as provider; one active replica), and on a provider the
 //!   ShadowPod controller that runs consumers' pods (issue 11).
+//! - `shadowpod-webhook`: the provider's validating webhook on ShadowPods (consumer,
+//!   namespace, grant), with its own certificates; every replica serves.
 //! - `identities`: renews the identities this cluster holds on providers before they expire.
 //! - `virtual-nodes`: runs a virtual kubelet per VirtualNode and removes its Node with it.
 use std::{
@@ -208,6 +210,28 @@ enum Cmd {
         /// How often a consumer looks at its providers' answers.
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         remote_poll: Duration,
+    },
+    /// Serve the validating webhook on ShadowPods: a consumer creates them only for itself, in
+    /// its own namespaces, within what it was granted. Keeps its CA and serving certificate in
+    /// a Secret and the CA in the ValidatingWebhookConfiguration's caBundle.
+    ShadowpodWebhook {
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+        namespace: String,
+        #[arg(long, env = "FABRIC_WEBHOOK_LISTEN", default_value = "0.0.0.0:9443")]
+        listen: SocketAddr,
+        /// The Service the API server calls the webhook through (its `NAME.NAMESPACE.svc` is
+        /// the serving certificate's name).
+        #[arg(long, default_value = names::webhook::SHADOWPODS_SERVICE)]
+        service: String,
+        /// The Secret with the webhook's CA and serving certificate (created when absent).
+        #[arg(long, default_value = names::secret::SHADOWPOD_WEBHOOK_TLS)]
+        tls_secret: String,
+        /// The ValidatingWebhookConfiguration whose caBundle the webhook keeps.
+        #[arg(long, default_value = names::webhook::SHADOWPODS_CONFIG)]
+        config: String,
+        /// How often the certificates and caBundle are looked at again.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        refresh: Duration,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -485,6 +509,24 @@ async fn run() -> Result<()> {
                 .map(|_| ())
             };
             ipam::run_elected(client.clone(), &namespace, election, work).await
+        }
+        Cmd::ShadowpodWebhook {
+            namespace,
+            listen,
+            service,
+            tls_secret,
+            config,
+            refresh,
+        } => {
+            let settings = shadowpod::webhook::Settings {
+                tls_secret,
+                config,
+                refresh,
+                ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
+            };
+            shadowpod::webhook::run(client, settings)
+                .await
+                .context("ShadowPod webhook")
         }
         Cmd::VirtualNodes {
             namespace,

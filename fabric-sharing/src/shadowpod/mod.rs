@@ -1,7 +1,7 @@
 //! Offloaded pods (issue 11, provider side): the ShadowPod a consumer's pod becomes
 //! ([`forge`], called by the consumer's virtual kubelet) and the provider's controller that
 //! runs its real pod ([`decide`], [`controller`]); what its admission webhook admits
-//! ([`admission`]).
+//! ([`admission`]) and the webhook itself ([`webhook`]).
 //!
 //! The real pod lives in the ShadowPod's own namespace, under the same name: the tenant
 //! namespace today; twin namespaces (offloaded namespaces, a later issue) carry the
@@ -10,3 +10,4 @@ pub mod admission;
 pub mod controller;
 pub mod decide;
 pub mod forge;
+pub mod webhook;

@@ -1,0 +1,499 @@
+//! The provider's validating webhook on ShadowPods (`fabric-controller shadowpod-webhook`),
+//! the HTTPS edge of [`super::admission`]: AdmissionReviews in ([`review`]), decisions from
+//! watch caches of ShadowPods, ResourceSlices and consumers' namespaces (no request lists
+//! anything), served with [`crate::https`]'s limits. Every replica serves (the Service spreads
+//! the API server's calls); none needs to lead.
+//!
+//! Its certificates ([`certs`]) live in Secret [`names::secret::SHADOWPOD_WEBHOOK_TLS`]: the
+//! first replica creates a CA and a serving certificate for the Service's name, every replica
+//! copies the CA into the ValidatingWebhookConfiguration's `caBundle` and re-reads the Secret
+//! every `refresh` (renewing what [`certs::plan`] says), so a renewed certificate is served
+//! without a restart.
+pub mod certs;
+pub mod review;
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use fabric_api::{
+    authentication::v1alpha1::ResourceSlice,
+    names::{self, label},
+    offloading::v1alpha1::ShadowPod,
+};
+use futures::TryStreamExt;
+use http_body_util::Full;
+use hyper::{Request, Response, body::Incoming, header};
+use k8s_openapi::{
+    ByteString,
+    api::{
+        admissionregistration::v1::ValidatingWebhookConfiguration,
+        core::v1::{Namespace, Secret},
+    },
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ObjectMeta, PostParams},
+    core::admission::{AdmissionRequest, Operation},
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tracing::{debug, info, warn};
+
+use self::certs::{CertError, Material, Plan};
+use super::admission::{self, Denial, Ledger};
+use crate::{
+    auth::tls::{self, TlsError},
+    https::{self, BodyError, Limits, read_body},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Secret {0}: {1}")]
+    Secret(String, #[source] kube::Error),
+    #[error("ValidatingWebhookConfiguration {0}: {1}")]
+    Config(String, #[source] kube::Error),
+    #[error("Secret {0} keeps changing under us")]
+    Contended(String),
+    #[error(transparent)]
+    Cert(#[from] CertError),
+    #[error("the serving certificate: {0}")]
+    Tls(#[from] TlsError),
+    #[error("listening on {0}: {1}")]
+    Listen(SocketAddr, #[source] std::io::Error),
+    #[error("the {0} cache stopped before it was filled")]
+    Cache(&'static str),
+}
+
+/// How the webhook runs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where its Secret and Service are (the fabric's namespace).
+    pub namespace: String,
+    pub listen: SocketAddr,
+    /// The Secret with the CA and the serving certificate.
+    pub tls_secret: String,
+    /// The names the serving certificate carries (the Service's `NAME.NAMESPACE.svc`).
+    pub hosts: Vec<String>,
+    /// The ValidatingWebhookConfiguration whose `caBundle` it keeps.
+    pub config: String,
+    /// How often the Secret and `caBundle` are looked at again.
+    pub refresh: Duration,
+    /// How long an admitted creation counts before the cache shows it (see [`Ledger`]).
+    pub pending_ttl: Duration,
+    pub limits: Limits,
+}
+
+impl Settings {
+    /// The defaults for the Service `service` in `namespace`.
+    pub fn new(namespace: &str, service: &str, listen: SocketAddr) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            listen,
+            tls_secret: names::secret::SHADOWPOD_WEBHOOK_TLS.to_owned(),
+            hosts: vec![format!("{service}.{namespace}.svc")],
+            config: names::webhook::SHADOWPODS_CONFIG.to_owned(),
+            refresh: Duration::from_secs(60),
+            pending_ttl: Duration::from_secs(30),
+            limits: Limits {
+                // The API server gives a webhook `timeoutSeconds` (5 s in deploy/) in all.
+                request_timeout: Duration::from_secs(10),
+                ..Limits::default()
+            },
+        }
+    }
+}
+
+const FIELDS: [&str; 4] = ["ca.crt", "ca.key", "tls.crt", "tls.key"];
+
+fn material_of(secret: &Secret) -> Option<Material> {
+    let data = secret.data.as_ref()?;
+    let field = |k: &str| {
+        data.get(k)
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+    };
+    Some(Material {
+        ca_cert: field(FIELDS[0])?,
+        ca_key: field(FIELDS[1])?,
+        cert: field(FIELDS[2])?,
+        key: field(FIELDS[3])?,
+    })
+}
+
+fn secret_of(
+    namespace: &str,
+    name: &str,
+    m: &Material,
+    resource_version: Option<String>,
+) -> Secret {
+    let values = [&m.ca_cert, &m.ca_key, &m.cert, &m.key];
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            resource_version,
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        data: Some(
+            FIELDS
+                .iter()
+                .zip(values)
+                .map(|(k, v)| ((*k).to_owned(), ByteString(v.clone().into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// The material in the Secret, created or renewed as [`certs::plan`] says. Replicas racing
+/// to write it settle on whichever write the API server took first.
+pub async fn ensure_material(client: &Client, s: &Settings) -> Result<Material, Error> {
+    let api = Api::<Secret>::namespaced(client.clone(), &s.namespace);
+    let err = |e| Error::Secret(format!("{}/{}", s.namespace, s.tls_secret), e);
+    for _ in 0..5 {
+        let secret = api.get_opt(&s.tls_secret).await.map_err(err)?;
+        let current = secret.as_ref().and_then(material_of);
+        let now = time::OffsetDateTime::now_utc();
+        let plan = certs::plan(now, current.as_ref(), &s.hosts);
+        if plan == Plan::Keep {
+            return Ok(current.expect("kept material exists"));
+        }
+        let new = certs::issue(plan, now, current.as_ref(), &s.hosts)?;
+        let written = match &secret {
+            None => {
+                api.create(
+                    &PostParams::default(),
+                    &secret_of(&s.namespace, &s.tls_secret, &new, None),
+                )
+                .await
+            }
+            Some(old) => {
+                api.replace(
+                    &s.tls_secret,
+                    &PostParams::default(),
+                    &secret_of(&s.namespace, &s.tls_secret, &new, old.resource_version()),
+                )
+                .await
+            }
+        };
+        match written {
+            Ok(_) => {
+                info!(secret = %s.tls_secret, ?plan, hosts = ?s.hosts, "wrote the webhook's certificates");
+                return Ok(new);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Err(Error::Contended(s.tls_secret.clone()))
+}
+
+/// Sets every webhook's `caBundle` in `config` to `ca` (PEM); whether anything changed.
+pub fn with_ca_bundle(config: &mut ValidatingWebhookConfiguration, ca: &str) -> bool {
+    let mut changed = false;
+    for w in config.webhooks.iter_mut().flatten() {
+        let bundle = Some(ByteString(ca.as_bytes().to_vec()));
+        if w.client_config.ca_bundle != bundle {
+            w.client_config.ca_bundle = bundle;
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// Puts the CA into the configuration's `caBundle`; `false` when the configuration is not
+/// there (not installed yet: nothing calls the webhook then).
+pub async fn publish_ca(client: &Client, name: &str, ca: &str) -> Result<bool, Error> {
+    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let err = |e| Error::Config(name.to_owned(), e);
+    for _ in 0..5 {
+        let Some(mut config) = api.get_opt(name).await.map_err(err)? else {
+            return Ok(false);
+        };
+        if !with_ca_bundle(&mut config, ca) {
+            return Ok(true);
+        }
+        match api.replace(name, &PostParams::default(), &config).await {
+            Ok(_) => {
+                info!(config = name, "put the webhook's CA into caBundle");
+                return Ok(true);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Err(Error::Contended(name.to_owned()))
+}
+
+/// What the decisions read: watch caches, and the creations admitted since.
+struct View {
+    shadows: Store<ShadowPod>,
+    slices: Store<ResourceSlice>,
+    namespaces: Store<Namespace>,
+    /// Decisions are made one at a time, so that two concurrent creations cannot both take
+    /// the last share (each sees the other in the ledger).
+    ledger: Mutex<Ledger<Instant>>,
+}
+
+impl View {
+    fn decide(&self, req: &AdmissionRequest<ShadowPod>) -> Result<(), Denial> {
+        let user = req.user_info.username.as_deref().unwrap_or_default();
+        let (Some(shadow), Operation::Create | Operation::Update) = (&req.object, &req.operation)
+        else {
+            return Ok(());
+        };
+        if req.sub_resource.is_some() {
+            return Ok(());
+        }
+        let namespace = req.namespace.clone().unwrap_or_default();
+        let name = if req.name.is_empty() {
+            shadow.name_any()
+        } else {
+            req.name.clone()
+        };
+        let owner = self
+            .namespaces
+            .get(&ObjectRef::new(&namespace))
+            .and_then(|n| n.labels().get(label::REMOTE_CLUSTER).cloned());
+        let consumer = &shadow.spec.cluster_id;
+        let granted = admission::granted(consumer, self.slices.state().iter().map(|s| &**s))?;
+        let cached = self.shadows.state();
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let shown = |ns: &str, n: &str| self.shadows.get(&ObjectRef::new(n).within(ns)).is_some();
+        let pending: Vec<ShadowPod> = ledger.pending(now, shown).cloned().collect();
+        let verdict = admission::admit_change(
+            user,
+            &namespace,
+            owner.as_deref(),
+            &name,
+            &shadow.spec,
+            req.old_object.as_ref().map(|o| &o.spec),
+            &granted,
+            cached.iter().map(|s| &**s).chain(pending.iter()),
+        );
+        if verdict.is_ok() && matches!(req.operation, Operation::Create) && !req.dry_run {
+            let mut admitted = shadow.clone();
+            admitted.meta_mut().namespace = Some(namespace);
+            admitted.meta_mut().name = Some(name);
+            ledger.admitted(now, admitted);
+        }
+        verdict
+    }
+}
+
+fn plain(status: u16, message: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(message + "\n")));
+    *resp.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_REQUEST);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+async fn handle(req: Request<Incoming>, view: &View, limits: Limits) -> Response<Full<Bytes>> {
+    let h = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v: &header::HeaderValue| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (content_type, content_length) = (h(header::CONTENT_TYPE), h(header::CONTENT_LENGTH));
+    if let Err(e) = review::check_head(
+        req.method(),
+        req.uri().path(),
+        content_type.as_deref(),
+        content_length.as_deref(),
+    ) {
+        return plain(e.status, e.message);
+    }
+    let body = match read_body(req.into_body(), review::MAX_BODY, limits.body_timeout).await {
+        Ok(b) => b,
+        Err(e @ BodyError::TooLarge(_)) => return plain(413, e.to_string()),
+        Err(e @ BodyError::Timeout(_)) => return plain(408, e.to_string()),
+        Err(e @ BodyError::Read(_)) => return plain(400, e.to_string()),
+    };
+    let request = match review::parse(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            debug!(error = %e, "shadowpod webhook: bad request");
+            return plain(e.status, e.message);
+        }
+    };
+    let verdict = view.decide(&request);
+    match &verdict {
+        Ok(()) => debug!(name = %request.name, namespace = ?request.namespace, "admitted"),
+        Err(d) => info!(
+            name = %request.name,
+            namespace = ?request.namespace,
+            user = ?request.user_info.username,
+            reason = %d,
+            "refused a ShadowPod"
+        ),
+    }
+    let mut resp = Response::new(Full::new(Bytes::from(review::answer(&request, &verdict))));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// A watch cache of `api` (objects without their managedFields), kept by a spawned task.
+async fn cache<K>(
+    what: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+) -> Result<Store<K>, Error>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .applied_objects();
+    tokio::spawn(async move {
+        stream
+            .try_for_each(|_| async { Ok(()) })
+            .await
+            .unwrap_or_else(|e| warn!(error = %e, "{what} cache"));
+    });
+    reader
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::Cache(what))?;
+    Ok(reader)
+}
+
+fn server_config(m: &Material) -> Result<Arc<rustls::ServerConfig>, Error> {
+    Ok(Arc::new(tls::server_config(&m.cert, &m.key, None)?))
+}
+
+/// Runs the webhook until the task is dropped: fills its caches, makes sure of its
+/// certificates and `caBundle`, then serves while refreshing them.
+pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
+    let view = Arc::new(View {
+        shadows: cache(
+            "ShadowPod",
+            Api::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .await?,
+        slices: cache(
+            "ResourceSlice",
+            Api::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .await?,
+        // Only namespaces carrying a consumer's label can belong to one.
+        namespaces: cache(
+            "Namespace",
+            Api::all(client.clone()),
+            watcher::Config::default().labels(label::REMOTE_CLUSTER),
+        )
+        .await?,
+        ledger: Mutex::new(Ledger::new(s.pending_ttl)),
+    });
+    let mut material = ensure_material(&client, &s).await?;
+    if !publish_ca(&client, &s.config, &material.ca_cert).await? {
+        warn!(config = %s.config, "no ValidatingWebhookConfiguration yet; caBundle set when it appears");
+    }
+    let current = Arc::new(RwLock::new(server_config(&material)?));
+    let listener = tokio::net::TcpListener::bind(s.listen)
+        .await
+        .map_err(|e| Error::Listen(s.listen, e))?;
+    info!(listen = %s.listen, hosts = ?s.hosts, "ShadowPod webhook serving");
+    let tls = {
+        let current = current.clone();
+        move || current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    };
+    let limits = s.limits;
+    let serve = https::serve("shadowpod webhook", listener, tls, limits, move |req, _| {
+        let view = view.clone();
+        async move { handle(req, &view, limits).await }
+    });
+    let refresh = async {
+        loop {
+            tokio::time::sleep(s.refresh).await;
+            let step = async {
+                let m = ensure_material(&client, &s).await?;
+                publish_ca(&client, &s.config, &m.ca_cert).await?;
+                if m != material {
+                    *current.write().unwrap_or_else(|e| e.into_inner()) = server_config(&m)?;
+                    info!("serving the renewed certificate");
+                    material = m;
+                }
+                Ok::<_, Error>(())
+            };
+            if let Err(e) = step.await {
+                warn!(error = %e, "refreshing the webhook's certificates; trying again later");
+            }
+        }
+    };
+    tokio::select! {
+        () = serve => Ok(()),
+        () = refresh => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingWebhook, WebhookClientConfig};
+
+    use super::*;
+
+    #[test]
+    fn ca_bundle_is_set_on_every_webhook_once() {
+        let hook = |bundle: Option<&str>| ValidatingWebhook {
+            name: "shadowpods.offloading.fabric.io".into(),
+            client_config: WebhookClientConfig {
+                ca_bundle: bundle.map(|b| ByteString(b.as_bytes().to_vec())),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut config = ValidatingWebhookConfiguration {
+            webhooks: Some(vec![hook(None), hook(Some("old"))]),
+            ..Default::default()
+        };
+        assert!(with_ca_bundle(&mut config, "ca"));
+        assert!(
+            config
+                .webhooks
+                .iter()
+                .flatten()
+                .all(|w| w.client_config.ca_bundle == Some(ByteString(b"ca".to_vec())))
+        );
+        assert!(!with_ca_bundle(&mut config, "ca"), "nothing to write twice");
+    }
+
+    #[test]
+    fn the_secret_holds_the_material() {
+        let m = Material {
+            ca_cert: "a".into(),
+            ca_key: "b".into(),
+            cert: "c".into(),
+            key: "d".into(),
+        };
+        let s = secret_of("fabric-system", "x", &m, None);
+        assert_eq!(material_of(&s), Some(m));
+        assert_eq!(s.data.unwrap()["tls.crt"], ByteString(b"c".to_vec()));
+    }
+}

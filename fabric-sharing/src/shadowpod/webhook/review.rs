@@ -1,0 +1,203 @@
+//! The webhook's wire format, free of I/O: what a request's head may be, an AdmissionReview
+//! (`admission.k8s.io/v1`) of a ShadowPod in, the verdict as an AdmissionReview out. Anything
+//! else is a client error (4xx with a plain-text reason): the API server only ever sends
+//! well-formed reviews, so a malformed one is not a decision to make.
+use fabric_api::{names, offloading::v1alpha1::ShadowPod};
+use hyper::Method;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+
+use crate::shadowpod::admission::Denial;
+
+/// The largest review read: the object and its old version, each up to the API server's
+/// 1.5 MiB object limit, and the envelope.
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// A request refused before any decision, with its HTTP status.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BadRequest {
+    pub status: u16,
+    pub message: String,
+}
+
+fn bad(status: u16, message: impl Into<String>) -> BadRequest {
+    BadRequest {
+        status,
+        message: message.into(),
+    }
+}
+
+/// What a request's head allows before its body is read.
+pub fn check_head(
+    method: &Method,
+    path: &str,
+    content_type: Option<&str>,
+    content_length: Option<&str>,
+) -> Result<(), BadRequest> {
+    let path_expected = names::webhook::SHADOWPODS_PATH;
+    if path != path_expected {
+        return Err(bad(404, format!("no such endpoint; POST {path_expected}")));
+    }
+    if method != Method::POST {
+        return Err(bad(405, format!("use POST {path_expected}")));
+    }
+    if !crate::auth::protocol::is_json(content_type) {
+        return Err(bad(415, "send an AdmissionReview as application/json"));
+    }
+    if let Some(len) = content_length
+        && len
+            .trim()
+            .parse::<u64>()
+            .map_or(true, |n| n > MAX_BODY as u64)
+    {
+        return Err(bad(
+            413,
+            format!("the body is larger than {MAX_BODY} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// The request inside an `admission.k8s.io/v1` AdmissionReview of a ShadowPod.
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<ShadowPod>, BadRequest> {
+    let review: AdmissionReview<ShadowPod> = serde_json::from_slice(body)
+        .map_err(|e| bad(400, format!("not an AdmissionReview of a ShadowPod: {e}")))?;
+    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+        return Err(bad(
+            400,
+            format!(
+                "expected an admission.k8s.io/v1 AdmissionReview, got {:?} {:?}",
+                review.types.api_version, review.types.kind
+            ),
+        ));
+    }
+    review
+        .try_into()
+        .map_err(|_| bad(400, "the AdmissionReview carries no request"))
+}
+
+/// The AdmissionReview answering `req` with `verdict` (JSON).
+pub fn answer(req: &AdmissionRequest<ShadowPod>, verdict: &Result<(), Denial>) -> Vec<u8> {
+    let response = AdmissionResponse::from(req);
+    let response = match verdict {
+        Ok(()) => response,
+        Err(denial) => {
+            let mut r = response.deny(denial);
+            // 403 as RBAC refusals are: the consumer may not do this (422 would say the
+            // object is malformed, which it is not).
+            r.result.code = 403;
+            r.result.reason = "Forbidden".to_owned();
+            r
+        }
+    };
+    serde_json::to_vec(&response.into_review()).expect("an AdmissionReview serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn review(object: Value) -> Value {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "offloading.fabric.io", "version": "v1alpha1", "kind": "ShadowPod"},
+                "resource": {"group": "offloading.fabric.io", "version": "v1alpha1", "resource": "shadowpods"},
+                "name": "web", "namespace": "fabric-tenant-alpha",
+                "operation": "CREATE",
+                "userInfo": {"username": "fabric.io:consumer:alpha", "groups": ["fabric.io:consumers"]},
+                "object": object,
+                "oldObject": null,
+                "dryRun": false,
+            },
+        })
+    }
+
+    fn shadow() -> Value {
+        json!({
+            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+            "metadata": {"name": "web", "namespace": "fabric-tenant-alpha"},
+            "spec": {"clusterId": "alpha", "home": {"namespace": "shop", "name": "web", "uid": "u"}, "pod": {"spec": {"containers": [{"name": "a"}]}}},
+        })
+    }
+
+    #[test]
+    fn a_review_round_trips_with_its_uid_and_the_reason() {
+        let body = serde_json::to_vec(&review(shadow())).unwrap();
+        let req = parse(&body).unwrap();
+        assert_eq!(req.name, "web");
+        assert_eq!(req.object.as_ref().unwrap().spec.cluster_id, "alpha");
+        let out: Value = serde_json::from_slice(&answer(&req, &Ok(()))).unwrap();
+        assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(out["kind"], "AdmissionReview");
+        assert_eq!(
+            out["response"]["uid"],
+            "705ab4f5-6393-11e8-b7cc-42010a800002"
+        );
+        assert_eq!(out["response"]["allowed"], true);
+        let denial = Denial::ForeignNamespace {
+            namespace: "default".into(),
+            cluster: "alpha".into(),
+        };
+        let out: Value = serde_json::from_slice(&answer(&req, &Err(denial))).unwrap();
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["status"]["code"], 403);
+        assert_eq!(
+            out["response"]["status"]["message"],
+            "namespace \"default\" does not belong to consumer \"alpha\""
+        );
+    }
+
+    #[test]
+    fn garbage_and_other_reviews_are_bad_requests() {
+        for body in [
+            b"garbage".to_vec(),
+            b"{}".to_vec(),
+            serde_json::to_vec(
+                &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            )
+            .unwrap(),
+            serde_json::to_vec(&{
+                let mut r = review(shadow());
+                r["apiVersion"] = "admission.k8s.io/v1beta1".into();
+                r
+            })
+            .unwrap(),
+            serde_json::to_vec(&review(json!({"spec": "not a ShadowPod"}))).unwrap(),
+        ] {
+            let e = parse(&body).unwrap_err();
+            assert_eq!(e.status, 400, "{}: {e}", String::from_utf8_lossy(&body));
+        }
+    }
+
+    #[test]
+    fn the_head_is_checked_before_the_body_is_read() {
+        let path = names::webhook::SHADOWPODS_PATH;
+        assert!(check_head(&Method::POST, path, Some("application/json"), Some("100")).is_ok());
+        let status = |m: Method, p: &str, ct: Option<&str>, len: Option<&str>| {
+            check_head(&m, p, ct, len).unwrap_err().status
+        };
+        assert_eq!(
+            status(Method::GET, path, Some("application/json"), None),
+            405
+        );
+        assert_eq!(
+            status(Method::POST, "/", Some("application/json"), None),
+            404
+        );
+        assert_eq!(status(Method::POST, path, Some("text/plain"), None), 415);
+        assert_eq!(
+            status(
+                Method::POST,
+                path,
+                Some("application/json"),
+                Some("4194305")
+            ),
+            413
+        );
+    }
+}
