@@ -41,6 +41,7 @@ fn manifests_apply_with_least_privilege() {
         "daemonset",
         "service",
         "configmap",
+        "validatingwebhookconfiguration",
     ] {
         assert!(
             out.contains(&format!("{kind}.")) || out.contains(&format!("{kind}/")),
@@ -207,6 +208,29 @@ fn manifests_apply_with_least_privilege() {
             "get",
             "connections.networking.fabric.io",
         ),
+        // The ShadowPod webhook: its caches, its Secret, its configuration's caBundle.
+        (
+            "fabric-shadowpod-webhook",
+            "watch",
+            "shadowpods.offloading.fabric.io",
+        ),
+        (
+            "fabric-shadowpod-webhook",
+            "list",
+            "resourceslices.authentication.fabric.io",
+        ),
+        ("fabric-shadowpod-webhook", "watch", "namespaces"),
+        ("fabric-shadowpod-webhook", "create", "secrets"),
+        (
+            "fabric-shadowpod-webhook",
+            "update",
+            "secrets/fabric-shadowpod-webhook-tls",
+        ),
+        (
+            "fabric-shadowpod-webhook",
+            "update",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io/fabric-shadowpods",
+        ),
     ];
     for (who, verb, what) in allowed {
         assert!(
@@ -319,6 +343,19 @@ fn manifests_apply_with_least_privilege() {
             "update",
             "leases.coordination.k8s.io/fabric-ipam",
         ),
+        ("fabric-shadowpod-webhook", "get", "secrets/fabric-auth-tls"),
+        ("fabric-shadowpod-webhook", "list", "secrets"),
+        (
+            "fabric-shadowpod-webhook",
+            "update",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io/other",
+        ),
+        (
+            "fabric-shadowpod-webhook",
+            "patch",
+            "shadowpods.offloading.fabric.io",
+        ),
+        ("fabric-shadowpod-webhook", "create", "pods"),
     ];
     for (who, verb, what) in denied {
         assert!(
@@ -326,6 +363,33 @@ fn manifests_apply_with_least_privilege() {
             "{who} must not be allowed to {verb} {what}"
         );
     }
+
+    // The ShadowPod webhook fails closed and only sees consumers' requests.
+    let hook: serde_json::Value = serde_json::from_str(&api.kubectl_ok(&[
+        "get",
+        "validatingwebhookconfiguration",
+        "fabric-shadowpods",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let hook = &hook["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Fail", "{hook}");
+    assert_eq!(
+        hook["clientConfig"]["service"]["namespace"],
+        "fabric-system"
+    );
+    assert_eq!(
+        hook["clientConfig"]["service"]["path"],
+        fabric_api::names::webhook::SHADOWPODS_PATH
+    );
+    assert!(
+        hook["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains(&fabric_api::names::user::consumer("")),
+        "{hook}"
+    );
 
     // API credentials only where the API is used: the gateway container parses what peers
     // send and gets none; its operator mounts the token.
