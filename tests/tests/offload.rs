@@ -381,6 +381,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
             .then_some(())
     })
     .await;
+    bed.eventually("the label on the real pod", || async {
+        let p = bed.remote_pods().get(&web).await.ok()?;
+        (p.metadata.labels?.get("tier")? == "front").then_some(())
+    })
+    .await;
     bed.provider_runs(&web, "10.244.2.7", 2).await;
     bed.home_pod_where("web", "the restart count at home", |p| {
         p["status"]["containerStatuses"][0]["restartCount"] == 2

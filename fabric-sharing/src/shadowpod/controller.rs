@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
         Controller,
         controller::Action,
@@ -71,6 +71,11 @@ async fn apply(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         Decision::Foreign => decide::foreign(&prev, generation, Timestamp::now()),
         Decision::Mirror => {
             let pod = pod.expect("Mirror has a pod");
+            if let Some(patch) = decide::metadata_patch(&shadow, &pod) {
+                pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                debug!(shadowpod = %key(&shadow), "labels and annotations updated");
+            }
             decide::mirrored(&prev, &pod, false, generation, Timestamp::now())
         }
         Decision::Create { again } => {

@@ -118,6 +118,36 @@ pub fn mirrored(
     }
 }
 
+/// The merge patch that brings the real pod's labels and annotations to what the ShadowPod
+/// says now (the consumer propagates them after creation), if they differ. Labels the
+/// template no longer has are removed; annotations are only set, since the provider's own
+/// admission may add some of its own.
+pub fn metadata_patch(shadow: &ShadowPod, pod: &Pod) -> Option<serde_json::Value> {
+    let want = real_pod(shadow).metadata;
+    let want_labels = want.labels.unwrap_or_default();
+    let want_annotations = want.annotations.unwrap_or_default();
+    let have_labels = pod.metadata.labels.clone().unwrap_or_default();
+    let have_annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let mut labels = serde_json::Map::new();
+    for (k, v) in &want_labels {
+        if have_labels.get(k) != Some(v) {
+            labels.insert(k.clone(), v.clone().into());
+        }
+    }
+    for k in have_labels.keys().filter(|k| !want_labels.contains_key(*k)) {
+        labels.insert(k.clone(), serde_json::Value::Null);
+    }
+    let mut annotations = serde_json::Map::new();
+    for (k, v) in &want_annotations {
+        if have_annotations.get(k) != Some(v) {
+            annotations.insert(k.clone(), v.clone().into());
+        }
+    }
+    (!labels.is_empty() || !annotations.is_empty()).then(
+        || serde_json::json!({ "metadata": { "labels": labels, "annotations": annotations } }),
+    )
+}
+
 /// The status of a ShadowPod whose pod could not be created (`reason`: the API server's,
 /// e.g. `Forbidden` for an admission or quota refusal, `Invalid` for a bad spec).
 pub fn refused(
@@ -270,6 +300,23 @@ mod tests {
         assert_eq!(decide(&s, Some(&p)), Decision::Foreign);
         let st = foreign(&ShadowPodStatus::default(), None, now());
         assert_eq!(st.conditions[0].status, "False");
+    }
+
+    #[test]
+    fn labels_and_annotations_follow_the_shadowpod() {
+        let mut s = shadow(None);
+        let p = pod_of(&s, "pod-1", "Running");
+        assert_eq!(metadata_patch(&s, &p), None);
+        s.spec.pod.labels = [("tier".to_owned(), "front".to_owned())].into();
+        s.spec.pod.annotations = [("note".to_owned(), "x".to_owned())].into();
+        let patch = metadata_patch(&s, &p).unwrap();
+        assert_eq!(
+            patch,
+            json!({ "metadata": {
+                "labels": { "tier": "front", "app": null },
+                "annotations": { "note": "x" },
+            }})
+        );
     }
 
     #[test]
