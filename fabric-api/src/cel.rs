@@ -9,6 +9,8 @@ pub(crate) const NO_HOST_BITS: &str = "!isCIDR(self) || cidr(self).masked() == c
 pub(crate) const AT_MOST_SLASH_8: &str = "!isCIDR(self) || cidr(self).prefixLength() >= 8";
 pub(crate) const UNICAST: &str = "!isCIDR(self) || cidr(self).ip().isGlobalUnicast()";
 pub(crate) const IPV4_ADDR: &str = "isIP(self) && ip(self).family() == 4";
+/// A list of IP addresses (either family). The list and its items carry maxItems/maxLength.
+pub(crate) const IP_ADDRS: &str = "self.all(a, isIP(a))";
 pub(crate) const DNS_LABEL: &str =
     "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 63";
 /// A WireGuard key: 32 bytes in base64 (the last character before '=' carries 4 bits).

@@ -38,7 +38,8 @@ pub mod report;
 
 pub use operator::{COUNTER_REFRESH, RESYNC, run};
 pub use render::{
-    PeerView, RenderError, config_file, device, externals, peers, render, tunnel_addrs,
+    ExternalView, PeerView, RenderError, Rendered, Skipped, Subject, config_file, device,
+    externals, peers, render, tunnel_addrs,
 };
 
 /// Everything the operator writes: Connections and the gateway identity.

@@ -132,8 +132,10 @@ pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Erro
     Ok(State { ipam, ids })
 }
 
-/// `current` with the Ready condition set: its lastTransitionTime only moves when its status
-/// does, so re-applying an unchanged grant writes nothing new.
+/// The Ready condition to apply, from `current`: its lastTransitionTime only moves when its
+/// status does, so re-applying an unchanged grant writes nothing new. Only Ready: the others
+/// (the gateway operator's) are their owners' to apply, and applying them here would take
+/// them over.
 pub(crate) fn ready(
     current: &[Condition],
     ok: bool,
@@ -141,8 +143,13 @@ pub(crate) fn ready(
     message: String,
     generation: Option<i64>,
 ) -> Vec<Condition> {
+    let mine: Vec<Condition> = current
+        .iter()
+        .filter(|c| c.type_ == "Ready")
+        .cloned()
+        .collect();
     with_condition(
-        current,
+        &mine,
         fabric_kube::status::condition("Ready", ok, reason, message, generation, Timestamp::now()),
     )
 }

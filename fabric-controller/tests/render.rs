@@ -2,7 +2,9 @@
 //! data plane it implies: checked with the gateway's own parser and validation.
 use std::{path::PathBuf, time::Duration};
 
-use fabric_controller::gateway::{Election, Opts, PeerView, config_file, render, tunnel_addrs};
+use fabric_controller::gateway::{
+    Election, ExternalView, Opts, PeerView, config_file, render, tunnel_addrs,
+};
 
 fn opts() -> Opts {
     Opts {
@@ -41,9 +43,15 @@ fn peer(id: &str, n: u32, dials: bool) -> PeerView {
 #[test]
 fn rendered_configuration_is_accepted_by_the_gateway() {
     let peers = [peer("cluster-b", 1, true), peer("cluster-c", 2, false)];
-    let externals = [("10.70.0.1".to_owned(), "192.168.1.5".to_owned())];
+    let externals = [ExternalView {
+        name: "db".into(),
+        external: "10.70.0.1".into(),
+        internal: "192.168.1.5".into(),
+    }];
     let pods = ["10.244.0.0/16".parse().unwrap()];
     let rendered = render(&opts(), "cluster-a", &pods, &peers, &externals).unwrap();
+    assert!(rendered.skipped.is_empty(), "{:?}", rendered.skipped);
+    let rendered = rendered.config;
     let text = config_file(&rendered).unwrap();
     let cfg = fabric_gateway_api::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(cfg, rendered, "{text}");
@@ -73,7 +81,7 @@ fn rendered_configuration_is_accepted_by_the_gateway() {
 
 #[test]
 fn no_peers_is_a_valid_standby_configuration() {
-    let text = config_file(&render(&opts(), "cluster-a", &[], &[], &[]).unwrap()).unwrap();
+    let text = config_file(&render(&opts(), "cluster-a", &[], &[], &[]).unwrap().config).unwrap();
     let cfg = fabric_gateway_api::Config::parse(&text).unwrap();
     assert!(cfg.peers.is_empty());
 }

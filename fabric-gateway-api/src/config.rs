@@ -378,6 +378,69 @@ impl ConfigBuilder {
         self.0.validate()?;
         Ok(self.0)
     }
+
+    /// Builds what can run: the interface must be valid, but a peer or an exposed IP that
+    /// would make the configuration invalid (alone, or beside those taken before it: a key,
+    /// device, id or prefix already in use) is left out and returned with the reason, so one
+    /// bad peer never takes the others down. Peers are taken in the order they were added,
+    /// then the exposed IPs: give the ones that ran first first, so that a newcomer colliding
+    /// with them is the one left out.
+    pub fn build_per_peer(self) -> Result<(Config, Vec<LeftOut>), ConfigError> {
+        let Config {
+            local_cidrs,
+            interface,
+            peers,
+            externals,
+        } = self.0;
+        let mut cfg = Config {
+            local_cidrs,
+            interface,
+            peers: Vec::new(),
+            externals: Vec::new(),
+        };
+        cfg.validate()?;
+        // What every peer's data plane would share: checked once here, so that a bad local
+        // CIDR is reported as the configuration's fault and not each peer's.
+        fabric_dataplane::DataplaneConfig {
+            local_cidrs: cfg.local_cidrs.clone(),
+            peers: Vec::new(),
+            externals: Vec::new(),
+        }
+        .validate()
+        .map_err(Invalid::Dataplane)?;
+        let mut left = Vec::new();
+        for p in peers {
+            cfg.peers.push(p);
+            if let Err(reason) = cfg.validate() {
+                let p = cfg.peers.pop().expect("just pushed");
+                left.push(LeftOut::Peer {
+                    name: p.name,
+                    reason,
+                });
+            }
+        }
+        for e in externals {
+            cfg.externals.push(e);
+            if let Err(reason) = cfg.validate() {
+                let mapping = cfg.externals.pop().expect("just pushed");
+                left.push(LeftOut::External { mapping, reason });
+            }
+        }
+        Ok((cfg, left))
+    }
+}
+
+/// What [`ConfigBuilder::build_per_peer`] left out of a configuration, and why.
+#[derive(Debug)]
+pub enum LeftOut {
+    Peer {
+        name: String,
+        reason: Invalid,
+    },
+    External {
+        mapping: ExternalMapping,
+        reason: Invalid,
+    },
 }
 
 impl Config {
@@ -822,6 +885,66 @@ probe_address = "169.254.100.2"
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_bad_peer_is_left_out_and_the_others_run() {
+        const KEY3: &str = "4FKGzrAgVEc3Blh5kqt8NA1LODvMFMnZXsQ/1S3DTFA=";
+        let good = |name: &str, k: &str, id: u32, seen: &str, real: &str| {
+            PeerConfig::builder(name, key(k))
+                .allowed_ip(net(real))
+                .id(id)
+                .remap(v4(seen), v4(real))
+                .build()
+        };
+        let b = good("b", KEY, 1, "10.64.0.0/16", "10.244.0.0/16");
+        // The same key as b: handshakes could not tell them apart.
+        let same_key = good("x", KEY, 2, "10.66.0.0/16", "10.244.0.0/16");
+        // Its pod and external CIDRs overlap: an address would stand for two.
+        let overlapping = PeerConfig::builder("y", key(KEY2))
+            .allowed_ips([net("10.90.0.0/16")])
+            .id(3)
+            .remap(v4("10.90.0.0/16"), v4("10.90.0.0/16"))
+            .remap(v4("10.91.0.0/24"), v4("10.90.0.0/24"))
+            .build();
+        // Invalid on its own.
+        let no_allowed = PeerConfig::builder("z", key(KEY3)).build();
+        let c = good("c", KEY3, 4, "10.67.0.0/16", "10.244.0.0/16");
+        let builder = Config::builder("/k")
+            .local_cidr(v4("10.244.0.0/16"))
+            .peers([b.clone(), same_key, overlapping, no_allowed, c.clone()])
+            .external(v4("10.70.0.1/32"), v4("192.168.1.5/32"))
+            // The same local IP exposed twice.
+            .external(v4("10.70.0.2/32"), v4("192.168.1.5/32"));
+        // All at once, nothing would run.
+        assert!(builder.clone().build().is_err());
+        let (cfg, left) = builder.build_per_peer().unwrap();
+        assert_eq!(cfg.peers, [b, c]);
+        assert_eq!(cfg.externals.len(), 1);
+        assert_eq!(cfg.externals[0].external, v4("10.70.0.1/32"));
+        let names: Vec<String> = left
+            .iter()
+            .map(|l| match l {
+                LeftOut::Peer { name, reason } => format!("{name}: {reason}"),
+                LeftOut::External { mapping, reason } => {
+                    format!("{}: {reason}", mapping.external)
+                }
+            })
+            .collect();
+        assert_eq!(names.len(), 4, "{names:#?}");
+        assert!(names[0].starts_with("x: ") && names[0].contains("used by another peer"));
+        assert!(names[1].starts_with("y: ") && names[1].contains("overlap"));
+        assert!(names[2].starts_with("z: ") && names[2].contains("allowed_ips is empty"));
+        assert!(names[3].starts_with("10.70.0.2/32: ") && names[3].contains("overlap"));
+        assert!(cfg.validate().is_ok());
+        // The interface itself is no peer's fault: that still fails as a whole.
+        let e = Config::builder("/k").mtu(1).build_per_peer().unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid(Invalid::Mtu(1))), "{e}");
+        let e = Config::builder("/k")
+            .local_cidr(v4("10.244.1.0/16"))
+            .build_per_peer()
+            .unwrap_err();
+        assert!(e.to_string().contains("host bits"), "{e}");
     }
 
     fn arb_v4() -> impl Strategy<Value = Ipv4Network> {

@@ -10,7 +10,7 @@ pub mod control;
 pub mod key;
 pub mod status;
 
-pub use config::{Config, ConfigError, InterfaceConfig, PeerConfig};
+pub use config::{Config, ConfigError, InterfaceConfig, Invalid, LeftOut, PeerConfig};
 pub use control::{ControlError, ErrorKind, Reply, Request, Response};
 pub use key::{KeyError, PrivateKey, PublicKey};
 pub use status::Status;

@@ -64,6 +64,41 @@ fn peer_cidrs_that_are_not_pod_networks_are_refused() {
     }
 }
 
+/// The gateway dials addresses: a hostname in a GatewayClient is refused by the API server with
+/// a message, not left to stop the gateway's configuration.
+#[test]
+fn gateway_client_addresses_are_ip_addresses() {
+    if !require_tools("gateway_client_addresses_are_ip_addresses") {
+        return;
+    }
+    let server = ApiServer::start("crds-endpoints");
+    server.install_crds();
+    let client = |name: &str, address: &str| {
+        format!(
+            "apiVersion: networking.fabric.io/v1alpha1\nkind: GatewayClient\n\
+             metadata: {{name: {name}, namespace: default}}\n\
+             spec: {{clusterId: {name}, endpoint: {{addresses: [\"{address}\"], port: 51820}}}}\n"
+        )
+    };
+    for (i, bad) in ["gw.example.com", "192.0.2.7:51820", "192.0.2.300", ""]
+        .iter()
+        .enumerate()
+    {
+        let o = server.kubectl_stdin(&["apply", "-f", "-"], &client(&format!("bad-{i}"), bad));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{bad:?} was accepted");
+        assert!(err.contains("must be IP addresses"), "{bad:?}: {err}");
+    }
+    for (i, good) in ["192.0.2.7", "fd00::7"].iter().enumerate() {
+        let o = server.kubectl_stdin(&["apply", "-f", "-"], &client(&format!("good-{i}"), good));
+        assert!(
+            o.status.success(),
+            "{good}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
 /// What identifies a peer never changes under the controllers' feet, and where a consumer
 /// sends its token is always TLS.
 #[test]

@@ -59,6 +59,42 @@ fn peer_two_clusters_with_fabricctl() {
         }
     }
 
+    // Resources the gateway cannot run beside cluster-b, added in A: a peer claiming B's
+    // public key, a peer whose pod and external CIDRs overlap, and (below) the same local IP
+    // exposed twice. Each is left out with a condition and an Event; the rest keeps running
+    // (before, any one of them stopped every later change from reaching the gateway, and the
+    // exposed IP below never worked).
+    let b_key = cl.a.api.kubectl_ok(&[
+        "get",
+        "publickeys",
+        "-n",
+        "fabric-system",
+        "-o",
+        "jsonpath={.items[0].spec.publicKey}",
+    ]);
+    let bad_peer = |id: &str, pod: &str, external: &str, key: &str| {
+        format!(
+            "apiVersion: networking.fabric.io/v1alpha1\nkind: Configuration\n\
+             metadata: {{name: {id}, namespace: fabric-system}}\n\
+             spec: {{clusterId: {id}, remote: {{pod: \"{pod}\", external: \"{external}\"}}}}\n\
+             ---\napiVersion: networking.fabric.io/v1alpha1\nkind: PublicKey\n\
+             metadata: {{name: {id}, namespace: fabric-system}}\n\
+             spec: {{clusterId: {id}, publicKey: \"{key}\"}}\n"
+        )
+    };
+    for yaml in [
+        bad_peer("cluster-x", "10.244.0.0/16", "10.70.0.0/16", b_key.trim()),
+        bad_peer(
+            "cluster-y",
+            "10.90.0.0/16",
+            "10.90.0.0/16",
+            "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=",
+        ),
+    ] {
+        let o = cl.a.api.kubectl_stdin(&["apply", "-f", "-"], &yaml);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
     // A non-pod IP of cluster A (a host behind A's gateway) exposed to peers with an `IP`:
     // IPAM gives it an address of A's external CIDR 10.70.0.0/16, which B sees (remapped, as
     // it clashes with B's own) as 10.65.0.0/16.
@@ -100,6 +136,11 @@ fn peer_two_clusters_with_fabricctl() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(external, "10.70.0.1");
+    let o = cl.a.api.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: networking.fabric.io/v1alpha1\nkind: IP\nmetadata: {name: db-again, namespace: fabric-system}\nspec: {ip: 192.168.1.5}\n",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     cl.wait_reachable(&cl.b.pods[0], "10.65.0.1", Duration::from_secs(15))
         .unwrap();
     assert_eq!(
@@ -107,6 +148,77 @@ fn peer_two_clusters_with_fabricctl() {
         remote_pod(1),
         "the host sees B's pod under A's view"
     );
+
+    // Each bad resource says why it is left out, beside IPAM's own condition; the good ones
+    // say they run.
+    let accepted = |kind: &str, name: &str| {
+        cl.a.api.kubectl_ok(&[
+            "get",
+            kind,
+            name,
+            "-n",
+            "fabric-system",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"GatewayAccepted\")].status} \
+             {.status.conditions[?(@.type==\"Ready\")].status} \
+             {.status.conditions[?(@.type==\"GatewayAccepted\")].message}",
+        ])
+    };
+    for (kind, name, want) in [
+        ("configuration", "cluster-x", "False True left out"),
+        ("configuration", "cluster-y", "False True left out"),
+        (
+            "configuration",
+            "cluster-b",
+            "True True the gateway runs it",
+        ),
+        ("ip", "db-again", "False True left out"),
+        ("ip", "db", "True True the gateway runs it"),
+    ] {
+        let t0 = std::time::Instant::now();
+        loop {
+            let got = accepted(kind, name);
+            if got.starts_with(want) {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{kind} {name}: {got:?}, want {want:?}\n{}",
+                cl.log_tails()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    assert!(accepted("configuration", "cluster-x").contains("is used by another peer"));
+    assert!(accepted("configuration", "cluster-y").contains("overlap"));
+    assert!(accepted("ip", "db-again").contains("overlap"));
+    let t0 = std::time::Instant::now();
+    loop {
+        let events = cl.a.api.kubectl_ok(&[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            "fabric-system",
+            "-o",
+            "jsonpath={range .items[*]}{.regarding.kind}/{.regarding.name} {.reason}{\"\\n\"}{end}",
+        ]);
+        let missing: Vec<&str> = [
+            "Configuration/cluster-x",
+            "Configuration/cluster-y",
+            "IP/db-again",
+        ]
+        .into_iter()
+        .filter(|o| !events.lines().any(|l| l == format!("{o} LeftOut")))
+        .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no LeftOut Event on {missing:?}: {events}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     let st = cl.fabricctl(&["status"]).unwrap();
     let st = String::from_utf8_lossy(&st.stdout);
@@ -159,6 +271,18 @@ fn peer_two_clusters_with_fabricctl() {
             remote_pod(0),
             "after {name}"
         );
+    }
+
+    // The resources left out go before unpeering (which checks that nothing is left).
+    for (kind, name) in [
+        ("ip", "db-again"),
+        ("configuration", "cluster-x"),
+        ("configuration", "cluster-y"),
+        ("publickey", "cluster-x"),
+        ("publickey", "cluster-y"),
+    ] {
+        cl.a.api
+            .kubectl_ok(&["delete", kind, name, "-n", "fabric-system", "--wait=false"]);
     }
 
     // Unpeer: routes, tunnels and resources go on both sides.

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 pub const VERSION: &str = "v1alpha1";
 
-use crate::cel::{AT_MOST_SLASH_8, DNS_LABEL, IPV4_ADDR, IPV4_CIDR, NO_HOST_BITS, UNICAST, WG_KEY};
+use crate::cel::{
+    AT_MOST_SLASH_8, DNS_LABEL, IP_ADDRS, IPV4_ADDR, IPV4_CIDR, NO_HOST_BITS, UNICAST, WG_KEY,
+};
 
 /// A cluster's pod and external CIDRs.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -84,7 +86,10 @@ pub struct ConfigurationStatus {
     pub peer_id: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Keyed by type: IPAM sets `Ready`, the gateway operator `GatewayAccepted`, each under
+    /// its own field manager without dropping the other's.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 
@@ -145,7 +150,10 @@ pub struct GatewayServerStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {
-    #[schemars(length(min = 1))]
+    /// IP addresses (the gateway dials the first). Hostnames are refused rather than resolved:
+    /// the gateway takes addresses only, and a name in its configuration would stop it.
+    #[x_kube(validation = Rule::new(IP_ADDRS).message("must be IP addresses: a hostname is not resolved; give the address it resolves to"))]
+    #[schemars(length(min = 1, max = 8), inner(length(max = 45)))]
     pub addresses: Vec<String>,
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
@@ -292,7 +300,10 @@ pub struct IPStatus {
     /// The address in the local external CIDR that stands for `spec.ip`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    /// Keyed by type: IPAM sets `Ready`, the gateway operator `GatewayAccepted`, each under
+    /// its own field manager without dropping the other's.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

@@ -18,7 +18,7 @@ use std::{
 use fabric_api::{
     identity::{ClusterIdentity, GatewayIdentity},
     names::{annotation, config_map, label, secret},
-    networking::v1alpha1::{Connection, ConnectionSpec, ConnectionStatus},
+    networking::v1alpha1::{Configuration, Connection, ConnectionSpec, ConnectionStatus, IP},
 };
 use fabric_kube::{
     events::{Event, Events},
@@ -29,12 +29,13 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Node, Pod},
     discovery::v1::EndpointSlice,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Api, Client, ResourceExt, api::ObjectMeta, runtime::watcher};
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use super::{
-    FIELD_MANAGER, Opts, RenderError,
+    ExternalView, FIELD_MANAGER, Opts, RenderError, Rendered, Subject,
     caches::{self, Caches},
     config_file, control, externals, peers, render,
     report::{self, Tunnel},
@@ -55,6 +56,8 @@ struct Written {
     identity: Option<BTreeMap<String, String>>,
     /// Per peer: the Connection status written, and when.
     conns: BTreeMap<String, (ConnectionStatus, Instant)>,
+    /// Per peer and IP: the [`report::ACCEPTED`] condition written.
+    accepted: BTreeMap<Subject, Condition>,
     since: Option<Instant>,
 }
 
@@ -63,6 +66,7 @@ impl Written {
     fn forget_api(&mut self) {
         self.identity = None;
         self.conns.clear();
+        self.accepted.clear();
     }
 }
 
@@ -109,11 +113,11 @@ impl Operator {
     /// cannot make is reported, and the gateway keeps the last one.
     async fn apply_config(
         &mut self,
-        config: Result<fabric_gateway_api::Config, RenderError>,
+        config: Result<Rendered, RenderError>,
         what: &str,
     ) -> anyhow::Result<()> {
         let config = match config {
-            Ok(c) => c,
+            Ok(c) => c.config,
             Err(e) => {
                 warn!(error = %e, "gateway configuration not rendered; the gateway keeps its last one");
                 return Ok(());
@@ -201,16 +205,26 @@ impl Operator {
         );
         let me = self.cluster()?;
         let ips = self.caches.ips.state();
-        let config = render(
-            &self.o,
-            &me.cluster_id,
-            &[me.pod_cidr],
-            &peers,
-            &externals(&ips),
-        );
+        let exposed = externals(&ips);
+        let rendered = render(&self.o, &me.cluster_id, &[me.pod_cidr], &peers, &exposed);
         let n = peers.len();
-        self.apply_config(config, &format!("active, {n} peers"))
+        let skipped: BTreeMap<Subject, String> = match &rendered {
+            Ok(r) => r
+                .skipped
+                .iter()
+                .map(|s| (s.subject.clone(), s.reason.to_string()))
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        for (subject, why) in &skipped {
+            warn!(?subject, reason = %why, "left out of the gateway configuration");
+        }
+        let rendered_ok = rendered.is_ok();
+        self.apply_config(rendered, &format!("active, {n} peers"))
             .await?;
+        if rendered_ok {
+            self.report_accepted(&peers, &exposed, &skipped).await?;
+        }
 
         let status = match control(&self.o).status().await {
             Ok(s) => Some(s),
@@ -231,7 +245,10 @@ impl Operator {
                     rx_bytes: g.rx_bytes,
                     tx_bytes: g.tx_bytes,
                 });
-            let want = report::connection_status(tunnel);
+            let mut want = report::connection_status(tunnel);
+            if let Some(why) = skipped.get(&Subject::Peer(p.cluster_id.clone())) {
+                want.message = Some(format!("left out of the gateway's configuration: {why}"));
+            }
             let stored = self.caches.conns.find(|c| c.name_any() == p.cluster_id);
             let object_ok = stored.as_ref().is_some_and(|c| {
                 c.spec.cluster_id == p.cluster_id
@@ -281,6 +298,80 @@ impl Operator {
             }
         }
         Ok(())
+    }
+
+    /// Sets the [`report::ACCEPTED`] condition on each peer's Configuration and each exposed
+    /// `IP` where it changed, with an Event when one is left out or back in.
+    async fn report_accepted(
+        &mut self,
+        peers: &[super::PeerView],
+        exposed: &[ExternalView],
+        skipped: &BTreeMap<Subject, String>,
+    ) -> anyhow::Result<()> {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        for p in peers {
+            let subject = Subject::Peer(p.cluster_id.clone());
+            let Some(cfg) = self.caches.configs.find(|c| {
+                c.spec.cluster_id == p.cluster_id && c.metadata.deletion_timestamp.is_none()
+            }) else {
+                continue;
+            };
+            let current = self.current(&subject, cfg.status.as_ref().map(|s| &s.conditions));
+            let what = format!("peer {}", p.cluster_id);
+            let why = skipped.get(&subject).map(String::as_str);
+            let Some((cond, ev)) =
+                report::accepted(&what, why, &current, cfg.metadata.generation, now)
+            else {
+                continue;
+            };
+            let api: Api<Configuration> =
+                Api::namespaced(self.client.clone(), &cfg.namespace().unwrap_or_default());
+            FIELD_MANAGER
+                .apply_status(
+                    &api,
+                    &cfg.name_any(),
+                    serde_json::json!({ "conditions": [&cond] }),
+                )
+                .await?;
+            if let Some(ev) = ev {
+                self.events.publish(&*cfg, &ev).await;
+            }
+            self.written.accepted.insert(subject, cond);
+        }
+        for e in exposed {
+            let subject = Subject::Ip(e.name.clone());
+            let Some(ip) = self.caches.ips.find(|i| i.name_any() == e.name) else {
+                continue;
+            };
+            let current = self.current(&subject, ip.status.as_ref().map(|s| &s.conditions));
+            let what = format!("IP {} ({} as {})", e.name, e.internal, e.external);
+            let why = skipped.get(&subject).map(String::as_str);
+            let Some((cond, ev)) =
+                report::accepted(&what, why, &current, ip.metadata.generation, now)
+            else {
+                continue;
+            };
+            let api: Api<IP> =
+                Api::namespaced(self.client.clone(), &ip.namespace().unwrap_or_default());
+            FIELD_MANAGER
+                .apply_status(&api, &e.name, serde_json::json!({ "conditions": [&cond] }))
+                .await?;
+            if let Some(ev) = ev {
+                self.events.publish(&*ip, &ev).await;
+            }
+            self.written.accepted.insert(subject, cond);
+        }
+        Ok(())
+    }
+
+    /// A resource's conditions as the cache has them, with what this replica wrote last in
+    /// place of the cache's (newer until its watch event arrives).
+    fn current(&self, subject: &Subject, cached: Option<&Vec<Condition>>) -> Vec<Condition> {
+        let mut out = cached.cloned().unwrap_or_default();
+        if let Some(mine) = self.written.accepted.get(subject) {
+            fabric_kube::status::set_condition(&mut out, mine.clone());
+        }
+        out
     }
 
     /// An Event on the peer's Configuration (where `kubectl describe` of the peer shows it).

@@ -4,8 +4,9 @@
 use std::{borrow::Borrow, net::Ipv4Addr};
 
 use fabric_api::networking::v1alpha1::{Configuration, GatewayClient, IP, PublicKey};
-use fabric_gateway_api::{Config, ConfigError, PeerConfig};
+use fabric_gateway_api::{Config, ConfigError, PeerConfig, config::PeerBuilder};
 use ipnetwork::Ipv4Network;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Opts;
 
@@ -31,39 +32,45 @@ pub fn peers(
 ) -> Vec<PeerView> {
     let keys: Vec<&PublicKey> = keys.iter().map(Borrow::borrow).collect();
     let clients: Vec<&GatewayClient> = clients.iter().map(Borrow::borrow).collect();
-    let mut out: Vec<PeerView> = cfgs
-        .iter()
-        .map(Borrow::borrow)
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter_map(|c| {
-            let st = c.status.as_ref()?;
-            let seen = st.remote.as_ref()?;
-            let id = c.spec.cluster_id.clone();
-            let key = keys.iter().find(|k| k.spec.cluster_id == id)?;
-            let endpoint = clients
-                .iter()
-                .find(|g| g.spec.cluster_id == id)
-                .and_then(|g| {
-                    g.spec
-                        .endpoint
-                        .addresses
-                        .first()
-                        .map(|a| format!("{a}:{}", g.spec.endpoint.port))
-                });
-            Some(PeerView {
-                peer_id: u32::try_from(st.peer_id?).ok()?,
-                public_key: key.spec.public_key.clone(),
-                endpoint,
-                real_pod: c.spec.remote.pod.clone(),
-                real_external: c.spec.remote.external.clone(),
-                seen_pod: seen.pod.clone(),
-                seen_external: seen.external.clone(),
-                cluster_id: id,
+    let mut out: Vec<(Option<Time>, PeerView)> =
+        cfgs.iter()
+            .map(Borrow::borrow)
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| {
+                let st = c.status.as_ref()?;
+                let seen = st.remote.as_ref()?;
+                let id = c.spec.cluster_id.clone();
+                let key = keys.iter().find(|k| k.spec.cluster_id == id)?;
+                let endpoint = clients
+                    .iter()
+                    .find(|g| g.spec.cluster_id == id)
+                    .and_then(|g| {
+                        let a = g.spec.endpoint.addresses.first()?;
+                        // An IPv6 address needs its brackets to be read back with the port.
+                        Some(match a.parse::<std::net::IpAddr>() {
+                            Ok(ip) => std::net::SocketAddr::new(ip, g.spec.endpoint.port as u16)
+                                .to_string(),
+                            Err(_) => format!("{a}:{}", g.spec.endpoint.port),
+                        })
+                    });
+                Some((
+                    c.metadata.creation_timestamp.clone(),
+                    PeerView {
+                        peer_id: u32::try_from(st.peer_id?).ok()?,
+                        public_key: key.spec.public_key.clone(),
+                        endpoint,
+                        real_pod: c.spec.remote.pod.clone(),
+                        real_external: c.spec.remote.external.clone(),
+                        seen_pod: seen.pod.clone(),
+                        seen_external: seen.external.clone(),
+                        cluster_id: id,
+                    },
+                ))
             })
-        })
-        .collect();
-    out.sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
-    out
+            .collect();
+    // Oldest first: a newcomer that collides with a running peer is the one left out.
+    out.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.cluster_id.cmp(&b.cluster_id)));
+    out.into_iter().map(|(_, p)| p).collect()
 }
 
 /// The /30 that both ends of a tunnel derive from the pair of cluster ids, without talking:
@@ -102,17 +109,37 @@ pub fn device(cluster_id: &str, peer_id: u32) -> String {
     d
 }
 
-/// Local IPs exposed to peers: (address in the local external CIDR, the real IP), for `IP`
-/// objects whose address has been granted.
-pub fn externals(ips: &[impl Borrow<IP>]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = ips
+/// A local IP exposed to peers through an `IP` object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalView {
+    /// The `IP` object's name.
+    pub name: String,
+    /// Its address in the local external CIDR (granted by IPAM).
+    pub external: String,
+    /// The local IP it stands for.
+    pub internal: String,
+}
+
+/// Local IPs exposed to peers, for `IP` objects whose address has been granted, oldest first
+/// (a newcomer colliding with one already exposed is the one left out).
+pub fn externals(ips: &[impl Borrow<IP>]) -> Vec<ExternalView> {
+    let mut out: Vec<(Option<Time>, ExternalView)> = ips
         .iter()
         .map(Borrow::borrow)
         .filter(|i| i.metadata.deletion_timestamp.is_none())
-        .filter_map(|i| Some((i.status.as_ref()?.ip.clone()?, i.spec.ip.clone())))
+        .filter_map(|i| {
+            Some((
+                i.metadata.creation_timestamp.clone(),
+                ExternalView {
+                    name: i.metadata.name.clone().unwrap_or_default(),
+                    external: i.status.as_ref()?.ip.clone()?,
+                    internal: i.spec.ip.clone(),
+                },
+            ))
+        })
         .collect();
-    out.sort();
-    out
+    out.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.name.cmp(&b.name)));
+    out.into_iter().map(|(_, e)| e).collect()
 }
 
 /// What keeps the API's view of the peers from becoming a gateway configuration. The API
@@ -149,18 +176,47 @@ pub enum RenderError {
     },
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Valid alone, but not beside the peers and IPs taken before it (or not at all).
+    #[error(transparent)]
+    Invalid(#[from] fabric_gateway_api::Invalid),
 }
 
-/// The gateway's configuration for these peers, validated as the gateway validates it. `me`
-/// is this cluster's id, `pods` its pod CIDRs (all that peers may reach but the exposed IPs and
-/// their tunnel addresses).
+/// Whose resource a part left out of the configuration came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Subject {
+    /// A peer, by cluster id (its Configuration).
+    Peer(String),
+    /// An `IP` object, by name.
+    Ip(String),
+}
+
+/// A peer or exposed IP the gateway will not run, and why.
+#[derive(Debug)]
+pub struct Skipped {
+    pub subject: Subject,
+    pub reason: RenderError,
+}
+
+/// The gateway's configuration, and what was left out of it.
+#[derive(Debug)]
+pub struct Rendered {
+    pub config: Config,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The gateway's configuration for these peers, validated as the gateway validates it, peer
+/// by peer: a peer or exposed IP that could not run (malformed, or colliding with one taken
+/// before it: same key, overlapping prefixes, an IP exposed twice) is left out and reported,
+/// and the others run. Only an invalid interface (the operator's own options) fails the whole.
+/// `me` is this cluster's id, `pods` its pod CIDRs (all that peers may reach but the exposed
+/// IPs and their tunnel addresses).
 pub fn render(
     o: &Opts,
     me: &str,
     pods: &[Ipv4Network],
     peers: &[PeerView],
-    externals: &[(String, String)],
-) -> Result<Config, RenderError> {
+    externals: &[ExternalView],
+) -> Result<Rendered, RenderError> {
     let mut cfg = Config::builder(&o.key_path)
         .name(&o.name)
         .listen_port(o.listen_port)
@@ -172,45 +228,49 @@ pub fn render(
     if let Some(pins) = &o.pin_dir {
         cfg = cfg.dataplane_pin_dir(pins);
     }
-    let mut used = std::collections::BTreeSet::new();
+    let mut skipped = Vec::new();
+    let mut built = Vec::new();
     for p in peers {
-        let prefix = |field: &'static str, value: &str| {
-            value
-                .parse::<Ipv4Network>()
-                .map_err(|source| RenderError::Prefix {
-                    peer: p.cluster_id.clone(),
-                    field,
-                    value: value.to_owned(),
-                    source,
-                })
-        };
-        let real_pod = prefix("real pod CIDR", &p.real_pod)?;
-        let real_external = prefix("real external CIDR", &p.real_external)?;
-        let seen_pod = prefix("granted pod CIDR", &p.seen_pod)?;
-        let seen_external = prefix("granted external CIDR", &p.seen_external)?;
-        let key = fabric_gateway_api::PublicKey::from_base64(&p.public_key).map_err(|source| {
-            RenderError::Key {
-                peer: p.cluster_id.clone(),
-                value: p.public_key.clone(),
-                source,
-            }
-        })?;
-        let mut peer = PeerConfig::builder(&p.cluster_id, key)
-            .id(p.peer_id)
-            .device(device(&p.cluster_id, p.peer_id))
-            .allowed_ips([real_pod, real_external])
-            .routes([seen_pod, seen_external])
-            .remap(seen_pod, real_pod)
-            .remap(seen_external, real_external);
-        if let Some(e) = &p.endpoint {
-            let endpoint = e.parse().map_err(|source| RenderError::Endpoint {
-                peer: p.cluster_id.clone(),
-                value: e.clone(),
-                source,
-            })?;
-            // We dial: keep the NAT mapping on the way open.
-            peer = peer.endpoint(endpoint).persistent_keepalive(25);
+        match peer_config(p) {
+            Ok(c) => built.push((p, c)),
+            Err(reason) => skipped.push(Skipped {
+                subject: Subject::Peer(p.cluster_id.clone()),
+                reason,
+            }),
         }
+    }
+    let mut exposed = Vec::new();
+    for e in externals {
+        match (host(&e.external), host(&e.internal)) {
+            (Ok(ext), Ok(int)) => exposed.push((e, ext, int)),
+            (Err(reason), _) | (_, Err(reason)) => skipped.push(Skipped {
+                subject: Subject::Ip(e.name.clone()),
+                reason,
+            }),
+        }
+    }
+    // First which peers can run beside each other; then their probes, so that a peer left out
+    // does not keep its tunnel /30 from the one that would have had it next.
+    let (trial, left) = cfg
+        .clone()
+        .peers(built.iter().map(|(_, c)| c.clone().build()))
+        .build_per_peer()?;
+    // What was kept, in the order given (two Configurations may even name the same peer).
+    let mut kept = trial.peers.iter().peekable();
+    let running: Vec<&(&PeerView, PeerBuilder)> = built
+        .iter()
+        .filter(|(_, c)| kept.next_if(|k| **k == c.clone().build()).is_some())
+        .collect();
+    skipped.extend(left.into_iter().filter_map(|l| match l {
+        fabric_gateway_api::LeftOut::Peer { name, reason } => Some(Skipped {
+            subject: Subject::Peer(name),
+            reason: reason.into(),
+        }),
+        fabric_gateway_api::LeftOut::External { .. } => None,
+    }));
+    let mut used = std::collections::BTreeSet::new();
+    for (p, peer) in running {
+        let mut peer = peer.clone();
         let (server, client) = tunnel_addrs(me, &p.cluster_id);
         let (mine, theirs) = if p.endpoint.is_some() {
             (client, server)
@@ -229,19 +289,86 @@ pub fn render(
         }
         cfg = cfg.peer(peer.build());
     }
-    for (external, internal) in externals {
-        let host = |value: &String| {
-            value
-                .parse::<Ipv4Addr>()
-                .map(Ipv4Network::from)
-                .map_err(|source| RenderError::External {
-                    value: value.clone(),
-                    source,
-                })
-        };
-        cfg = cfg.external(host(external)?, host(internal)?);
+    for (_, ext, int) in &exposed {
+        cfg = cfg.external(*ext, *int);
     }
-    Ok(cfg.build()?)
+    let (config, left) = cfg.build_per_peer()?;
+    let mut taken = vec![false; exposed.len()];
+    for l in left {
+        let (subject, reason) = match l {
+            fabric_gateway_api::LeftOut::Peer { name, reason } => (Subject::Peer(name), reason),
+            fabric_gateway_api::LeftOut::External { mapping, reason } => {
+                let i = exposed
+                    .iter()
+                    .enumerate()
+                    .position(|(i, (_, ext, int))| {
+                        !taken[i] && *ext == mapping.external && *int == mapping.internal
+                    })
+                    .expect("every mapping left out was given");
+                taken[i] = true;
+                (Subject::Ip(exposed[i].0.name.clone()), reason)
+            }
+        };
+        skipped.push(Skipped {
+            subject,
+            reason: reason.into(),
+        });
+    }
+    skipped.sort_by(|a, b| a.subject.cmp(&b.subject));
+    Ok(Rendered { config, skipped })
+}
+
+/// A peer as the gateway runs it, without its probe (which depends on the other peers).
+fn peer_config(p: &PeerView) -> Result<PeerBuilder, RenderError> {
+    let prefix = |field: &'static str, value: &str| {
+        value
+            .parse::<Ipv4Network>()
+            .map_err(|source| RenderError::Prefix {
+                peer: p.cluster_id.clone(),
+                field,
+                value: value.to_owned(),
+                source,
+            })
+    };
+    let real_pod = prefix("real pod CIDR", &p.real_pod)?;
+    let real_external = prefix("real external CIDR", &p.real_external)?;
+    let seen_pod = prefix("granted pod CIDR", &p.seen_pod)?;
+    let seen_external = prefix("granted external CIDR", &p.seen_external)?;
+    let key = fabric_gateway_api::PublicKey::from_base64(&p.public_key).map_err(|source| {
+        RenderError::Key {
+            peer: p.cluster_id.clone(),
+            value: p.public_key.clone(),
+            source,
+        }
+    })?;
+    let mut peer = PeerConfig::builder(&p.cluster_id, key)
+        .id(p.peer_id)
+        .device(device(&p.cluster_id, p.peer_id))
+        .allowed_ips([real_pod, real_external])
+        .routes([seen_pod, seen_external])
+        .remap(seen_pod, real_pod)
+        .remap(seen_external, real_external);
+    if let Some(e) = &p.endpoint {
+        let endpoint = e.parse().map_err(|source| RenderError::Endpoint {
+            peer: p.cluster_id.clone(),
+            value: e.clone(),
+            source,
+        })?;
+        // We dial: keep the NAT mapping on the way open.
+        peer = peer.endpoint(endpoint).persistent_keepalive(25);
+    }
+    Ok(peer)
+}
+
+/// An exposed IP's address as a /32.
+fn host(value: &str) -> Result<Ipv4Network, RenderError> {
+    value
+        .parse::<Ipv4Addr>()
+        .map(Ipv4Network::from)
+        .map_err(|source| RenderError::External {
+            value: value.to_owned(),
+            source,
+        })
 }
 
 /// The configuration file's text.
@@ -312,7 +439,8 @@ mod tests {
             std::slice::from_ref(&peer),
             &[],
         )
-        .unwrap();
+        .unwrap()
+        .config;
         // Peers may reach this cluster's pods (and, through the data plane, nothing else).
         let (_, dp) = with.dataplane().unwrap();
         assert_eq!(dp.local_cidrs, ["10.244.0.0/16".parse().unwrap()]);
@@ -325,7 +453,9 @@ mod tests {
             with.interface.private_key_file,
             PathBuf::from("/tmp/gw.key")
         );
-        let without = render(&opts(None), "a", &[], std::slice::from_ref(&peer), &[]).unwrap();
+        let without = render(&opts(None), "a", &[], std::slice::from_ref(&peer), &[])
+            .unwrap()
+            .config;
         assert_eq!(without.interface.dataplane_pin_dir, None);
         assert_eq!(without.interface.busy_poll_us, 0);
         let busy = render(
@@ -338,44 +468,192 @@ mod tests {
             &[peer],
             &[],
         )
-        .unwrap();
+        .unwrap()
+        .config;
         assert_eq!(busy.interface.busy_poll_us, 20_000);
         // What a standby replica's gateway gets: the interface and nothing else.
-        let standby = render(&opts(None), "", &[], &[], &[]).unwrap();
+        let standby = render(&opts(None), "", &[], &[], &[]).unwrap().config;
         assert!(standby.peers.is_empty() && standby.externals.is_empty());
         assert_eq!(standby.interface, without.interface);
     }
 
+    fn ip(name: &str, external: &str, internal: &str) -> ExternalView {
+        ExternalView {
+            name: name.into(),
+            external: external.into(),
+            internal: internal.into(),
+        }
+    }
+
+    /// Renders `bad` beside the good peer b and an exposed IP: b and the IP run, `bad` is
+    /// left out with the reason.
+    fn beside_b(bad: PeerView) -> RenderError {
+        let pods = ["10.244.0.0/16".parse().unwrap()];
+        let peers = [peer_b(), bad];
+        let exposed = [ip("db", "10.70.0.1", "192.168.1.5")];
+        let r = render(&opts(None), "a", &pods, &peers, &exposed).unwrap();
+        assert_eq!(r.config.peers.len(), 1, "{:?}", r.skipped);
+        assert_eq!(r.config.peers[0].name, "b");
+        // b keeps everything it has alone, probe included.
+        let alone = render(&opts(None), "a", &pods, &[peer_b()], &exposed).unwrap();
+        assert!(alone.skipped.is_empty());
+        assert_eq!(r.config, alone.config);
+        let mut skipped = r.skipped;
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        let s = skipped.remove(0);
+        assert_eq!(s.subject, Subject::Peer(peers[1].cluster_id.clone()));
+        s.reason
+    }
+
     #[test]
-    fn what_the_api_should_have_refused_is_not_rendered() {
-        let bad = |f: fn(&mut PeerView)| {
+    fn a_bad_peer_is_left_out_and_the_others_run() {
+        let other = |f: fn(&mut PeerView)| {
             let mut p = peer_b();
+            p.cluster_id = "x".into();
+            p.peer_id = 2;
+            p.public_key = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=".into();
+            p.seen_pod = "10.66.0.0/16".into();
+            p.seen_external = "10.67.0.0/16".into();
             f(&mut p);
-            render(&opts(None), "a", &[], &[p], &[]).unwrap_err()
+            beside_b(p)
         };
-        assert!(matches!(
-            bad(|p| p.public_key = "k".into()),
-            RenderError::Key { .. }
-        ));
-        let e = bad(|p| p.seen_pod = "10.64.0.0/33".into());
+        // What the API server should have refused.
+        let e = other(|p| p.public_key = "k".into());
+        assert!(matches!(e, RenderError::Key { .. }), "{e}");
+        let e = other(|p| p.seen_pod = "10.66.0.0/33".into());
         assert!(
             matches!(&e, RenderError::Prefix { field, .. } if field.contains("pod")),
             "{e}"
         );
-        let e = bad(|p| p.endpoint = Some("gw.example:51820".into()));
+        let e = other(|p| p.endpoint = Some("gw.example:51820".into()));
         assert!(matches!(e, RenderError::Endpoint { .. }), "{e}");
-        // Parsed, but not a configuration the gateway would run.
-        let e = bad(|p| p.seen_pod = "10.64.0.0/24".into());
-        assert!(matches!(e, RenderError::Config(_)), "{e}");
-        let e = render(
-            &opts(None),
-            "a",
-            &[],
-            &[],
-            &[("x".into(), "10.0.0.1".into())],
-        )
-        .unwrap_err();
-        assert!(matches!(e, RenderError::External { .. }), "{e}");
+        // Fine alone, not beside b: b's key, b's data-plane id, a view overlapping b's.
+        let e = other(|p| p.public_key = peer_b().public_key);
+        assert!(e.to_string().contains("used by another peer"), "{e}");
+        let e = other(|p| p.peer_id = 1);
+        assert!(e.to_string().contains("share id"), "{e}");
+        let e = other(|p| p.seen_pod = "10.64.0.0/16".into());
+        assert!(e.to_string().contains("overlaps"), "{e}");
+        // Its own pod and external CIDRs overlapping.
+        let e = other(|p| p.real_external = "10.244.0.0/16".into());
+        assert!(e.to_string().contains("overlap"), "{e}");
+        // Two Configurations naming the same peer.
+        let e = other(|p| p.cluster_id = "b".into());
+        assert!(e.to_string().contains("duplicate peer name"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_left_out_does_not_take_the_next_ones_probe() {
+        // A peer whose tunnel /30 (with "a") is b's: the first of the two gets the probe.
+        let b = tunnel_addrs("a", "b").0;
+        let twin = (0..200_000)
+            .map(|i| format!("t{i}"))
+            .find(|id| tunnel_addrs("a", id).0 == b)
+            .expect("16384 /30s: some id shares b's");
+        let mut bad = peer_b();
+        bad.cluster_id = twin;
+        bad.peer_id = 2;
+        bad.public_key = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=".into();
+        bad.seen_external = "10.67.0.0/16".into();
+        // Runs beside b, before it: b goes without a probe.
+        bad.seen_pod = "10.66.0.0/16".into();
+        let r = render(&opts(None), "a", &[], &[bad.clone(), peer_b()], &[]).unwrap();
+        assert!(r.skipped.is_empty());
+        assert_eq!(r.config.peers[1].probe_address, None);
+        // Left out (its view changes the prefix length): b keeps its probe.
+        bad.seen_pod = "10.66.0.0/24".into();
+        let r = render(&opts(None), "a", &[], &[bad, peer_b()], &[]).unwrap();
+        assert_eq!(r.skipped.len(), 1);
+        assert_eq!(r.config.peers[0].name, "b");
+        assert!(
+            r.config.peers[0].probe_address.is_some(),
+            "b keeps its probe"
+        );
+    }
+
+    #[test]
+    fn an_ip_exposed_twice_is_left_out_and_the_first_runs() {
+        let exposed = [
+            ip("db", "10.70.0.1", "192.168.1.5"),
+            ip("db-again", "10.70.0.2", "192.168.1.5"),
+            ip("typo", "10.70.0.3", "192.168.1"),
+            ip("web", "10.70.0.4", "192.168.1.6"),
+        ];
+        let r = render(&opts(None), "a", &[], &[peer_b()], &exposed).unwrap();
+        assert_eq!(r.config.peers.len(), 1);
+        let ext: Vec<String> = r
+            .config
+            .externals
+            .iter()
+            .map(|e| e.external.ip().to_string())
+            .collect();
+        assert_eq!(ext, ["10.70.0.1", "10.70.0.4"]);
+        let left: Vec<&Subject> = r.skipped.iter().map(|s| &s.subject).collect();
+        assert_eq!(
+            left,
+            [&Subject::Ip("db-again".into()), &Subject::Ip("typo".into())]
+        );
+        assert!(r.skipped[0].reason.to_string().contains("overlap"));
+        assert!(matches!(r.skipped[1].reason, RenderError::External { .. }));
+        // Only the operator's own options fail the whole configuration.
+        let o = Opts {
+            mtu: 100,
+            ..opts(None)
+        };
+        assert!(render(&o, "a", &[], &[peer_b()], &exposed).is_err());
+    }
+
+    #[test]
+    fn endpoints_of_either_family_are_read_back() {
+        use fabric_api::networking::v1alpha1::{Endpoint, GatewayClientSpec};
+        let client = |a: &str| {
+            GatewayClient::new(
+                "b",
+                GatewayClientSpec {
+                    cluster_id: "b".into(),
+                    endpoint: Endpoint {
+                        addresses: vec![a.into()],
+                        port: 51820,
+                    },
+                    mtu: 1420,
+                },
+            )
+        };
+        let mut cfg = Configuration::new(
+            "b",
+            fabric_api::networking::v1alpha1::ConfigurationSpec {
+                cluster_id: "b".into(),
+                remote: fabric_api::networking::v1alpha1::ClusterCidrs {
+                    pod: "10.244.0.0/16".into(),
+                    external: "10.70.0.0/16".into(),
+                },
+            },
+        );
+        cfg.status = Some(fabric_api::networking::v1alpha1::ConfigurationStatus {
+            remote: Some(cfg.spec.remote.clone()),
+            peer_id: Some(1),
+            ..Default::default()
+        });
+        let key = PublicKey::new(
+            "b",
+            fabric_api::networking::v1alpha1::PublicKeySpec {
+                cluster_id: "b".into(),
+                public_key: peer_b().public_key,
+            },
+        );
+        for (a, want) in [
+            ("192.0.2.7", "192.0.2.7:51820"),
+            ("fd00::7", "[fd00::7]:51820"),
+        ] {
+            let v = peers(
+                std::slice::from_ref(&cfg),
+                std::slice::from_ref(&key),
+                &[client(a)],
+            );
+            assert_eq!(v[0].endpoint.as_deref(), Some(want));
+            let r = render(&opts(None), "a", &[], &v, &[]).unwrap();
+            assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use fabric_api::networking::v1alpha1::{ConnectionState, ConnectionStatus};
-use fabric_kube::events::Event;
+use fabric_kube::{events::Event, status::condition};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 
 /// The gateway's view of one peer, as far as the report goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,9 +108,110 @@ pub fn transition(
     }
 }
 
+/// The condition the operator sets on a peer's Configuration and on an `IP`: whether the
+/// gateway runs it, or left it out of its configuration (and why).
+pub const ACCEPTED: &str = "GatewayAccepted";
+
+/// The [`ACCEPTED`] condition `what` (a peer, an IP) must carry when the gateway left it out
+/// for `why_not` (None: it runs), with the Event the change is worth; None when `current`
+/// (its conditions as last seen or written) already says so.
+pub fn accepted(
+    what: &str,
+    why_not: Option<&str>,
+    current: &[Condition],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<(Condition, Option<Event>)> {
+    let (ok, reason, message) = match why_not {
+        None => (true, "Running", "the gateway runs it".to_owned()),
+        Some(why) => (
+            false,
+            "LeftOut",
+            format!("left out of the gateway's configuration: {why}"),
+        ),
+    };
+    let old = current.iter().find(|c| c.type_ == ACCEPTED);
+    let mut want = condition(ACCEPTED, ok, reason, message, generation, now);
+    if let Some(old) = old {
+        if old.status == want.status && old.reason == want.reason && old.message == want.message {
+            return None;
+        }
+        if old.status == want.status {
+            want.last_transition_time = old.last_transition_time.clone();
+        }
+    }
+    let was_ok = old.map(|c| c.status == "True");
+    let event = match (why_not, was_ok) {
+        (Some(why), _) => Some(Event::warning(
+            "LeftOut",
+            "Render",
+            format!("the gateway left {what} out of its configuration: {why}"),
+        )),
+        (None, Some(false)) => Some(Event::normal(
+            "Accepted",
+            "Render",
+            format!("the gateway runs {what} again"),
+        )),
+        (None, _) => None,
+    };
+    Some((want, event))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resource_left_out_says_why_once() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t1: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        // A new peer the gateway runs: the condition, nothing worth an Event.
+        let (ok, ev) = accepted("peer b", None, &[], Some(1), t0).unwrap();
+        assert_eq!((ok.status.as_str(), ev), ("True", None));
+        assert!(accepted("peer b", None, std::slice::from_ref(&ok), Some(1), t1).is_none());
+        // Left out: a warning that names the reason.
+        let (bad, ev) = accepted(
+            "peer b",
+            Some("same key as c"),
+            std::slice::from_ref(&ok),
+            Some(1),
+            t1,
+        )
+        .unwrap();
+        assert_eq!(
+            (bad.status.as_str(), bad.reason.as_str()),
+            ("False", "LeftOut")
+        );
+        assert!(bad.message.contains("same key as c"));
+        assert_eq!(bad.last_transition_time.0, t1);
+        let ev = ev.unwrap();
+        assert!(ev.warning && ev.note.contains("peer b") && ev.note.contains("same key"));
+        // Once said, said: no new write, no new Event.
+        let two = [ok.clone(), bad.clone()].map(|mut c| {
+            c.type_ = if c.status == "True" {
+                "Ready".into()
+            } else {
+                c.type_
+            };
+            c
+        });
+        assert!(accepted("peer b", Some("same key as c"), &two, Some(1), t1).is_none());
+        // Another reason is written and told; the transition time stays.
+        let (other, ev) = accepted(
+            "peer b",
+            Some("overlap"),
+            std::slice::from_ref(&bad),
+            Some(1),
+            t0,
+        )
+        .unwrap();
+        assert_eq!(other.last_transition_time.0, t1);
+        assert!(ev.is_some());
+        // Back in: told once.
+        let (back, ev) = accepted("peer b", None, std::slice::from_ref(&bad), Some(1), t0).unwrap();
+        assert_eq!(back.status, "True");
+        assert_eq!(ev.unwrap().reason, "Accepted");
+    }
 
     fn up(rtt: f64, rx: u64) -> Option<Tunnel> {
         Some(Tunnel {
