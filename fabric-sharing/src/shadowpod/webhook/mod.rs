@@ -24,7 +24,7 @@ use fabric_api::{
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
 };
-use futures::TryStreamExt;
+use futures::StreamExt;
 use http_body_util::Full;
 use hyper::{Request, Response, body::Incoming, header};
 use k8s_openapi::{
@@ -369,12 +369,13 @@ where
         .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(writer)
         .applied_objects();
-    tokio::spawn(async move {
-        stream
-            .try_for_each(|_| async { Ok(()) })
-            .await
-            .unwrap_or_else(|e| warn!(error = %e, "{what} cache"));
-    });
+    // A watch error is retried with backoff (the cache keeps what it had meanwhile); ending
+    // the stream on the first one would leave the decisions on a cache frozen for good.
+    tokio::spawn(stream.for_each(move |r| async move {
+        if let Err(e) = r {
+            warn!(error = %e, "{what} cache: watch failed; retrying");
+        }
+    }));
     reader
         .wait_until_ready()
         .await
