@@ -146,6 +146,8 @@ pub mod lease {
     pub const IPAM: &str = "fabric-ipam";
     /// The sharing controllers' replicas compete for it; its holder negotiates.
     pub const SHARING: &str = "fabric-sharing";
+    /// The VirtualNode controller's replicas compete for it; its holder runs virtual kubelets.
+    pub const VIRTUAL_NODES: &str = "fabric-virtual-nodes";
 }
 
 pub mod field_manager {

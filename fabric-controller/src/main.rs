@@ -5,12 +5,14 @@
 //!   from the API and reports Connections).
 //! - `auth`: the authentication service consumers peer through (HTTPS; issue 10).
 //! - `sharing`: the sharing layer's negotiation (network and resources over a consumer's
-//!   identity, both as consumer and as provider; one active replica), and on a provider the
-//!   ShadowPod controller that runs consumers' pods (issue 11).
+//!   identity, both as consumer and as provider; one active replica), the renewal of the
+//!   identities this cluster holds on providers, and on a provider the ShadowPod controller
+//!   that runs consumers' pods (issue 11).
 //! - `shadowpod-webhook`: the provider's validating webhook on ShadowPods (consumer,
 //!   namespace, grant), with its own certificates; every replica serves.
-//! - `identities`: renews the identities this cluster holds on providers before they expire.
-//! - `virtual-nodes`: runs a virtual kubelet per VirtualNode and removes its Node with it.
+//! - `identities`: the renewal alone (`sharing` runs it too; never run both on one cluster).
+//! - `virtual-nodes`: runs a virtual kubelet per VirtualNode and removes its Node with it
+//!   (one active replica).
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
@@ -132,16 +134,13 @@ enum Cmd {
         lease_retry: Duration,
     },
     /// Renew the identities this (consumer) cluster holds on its providers before their
-    /// certificates expire.
+    /// certificates expire, and nothing else (`sharing` does it too, elected: deploy/ runs
+    /// that).
     Identities {
         #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
         namespace: String,
-        /// Renew once less than this is left of a certificate's validity.
-        #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
-        renew_before: Duration,
-        /// Never renew one identity more often than this.
-        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
-        min_interval: Duration,
+        #[command(flatten)]
+        renewal: RenewalArgs,
     },
     /// Serve the authentication service: consumers with a peering token get a tenant here and
     /// a client certificate for this cluster's API server.
@@ -210,6 +209,8 @@ enum Cmd {
         /// How often a consumer looks at its providers' answers.
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         remote_poll: Duration,
+        #[command(flatten)]
+        renewal: RenewalArgs,
     },
     /// Serve the validating webhook on ShadowPods: a consumer creates them only for itself, in
     /// its own namespaces, within what it was granted. Keeps its CA and serving certificate in
@@ -237,13 +238,40 @@ enum Cmd {
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
     /// VirtualNode.
     VirtualNodes {
-        /// Where the gateway operator reports Connections (the virtual kubelets read them).
+        /// Where the gateway operator reports Connections (the virtual kubelets read them),
+        /// and where the Lease is.
         #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
         namespace: String,
+        /// This replica's identity when several run (default: $POD_NAME, else the host name):
+        /// only the holder of the Lease reconciles.
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        #[arg(long, default_value = names::lease::VIRTUAL_NODES)]
+        lease: String,
         /// The virtual kubelet's image.
         #[arg(long, env = "FABRIC_VIRTUAL_KUBELET_IMAGE")]
         virtual_kubelet_image: String,
     },
+}
+
+/// When the identities this cluster holds on providers are renewed.
+#[derive(clap::Args)]
+struct RenewalArgs {
+    /// Renew once less than this is left of a certificate's validity.
+    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+    renew_before: Duration,
+    /// Never renew one identity more often than this.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    min_interval: Duration,
+}
+
+impl RenewalArgs {
+    fn policy(&self) -> auth::renewal::Policy {
+        auth::renewal::Policy {
+            renew_before: self.renew_before,
+            min_interval: self.min_interval,
+        }
+    }
 }
 
 /// `KEY=VALUE`.
@@ -406,20 +434,8 @@ async fn run() -> Result<()> {
             )
             .await
         }
-        Cmd::Identities {
-            namespace,
-            renew_before,
-            min_interval,
-        } => {
-            auth::renewal::run(
-                client,
-                &namespace,
-                auth::renewal::Policy {
-                    renew_before,
-                    min_interval,
-                },
-            )
-            .await;
+        Cmd::Identities { namespace, renewal } => {
+            auth::renewal::run(client, &namespace, renewal.policy()).await;
             Ok(())
         }
         Cmd::Auth {
@@ -481,6 +497,7 @@ async fn run() -> Result<()> {
             offer_percent,
             advertise_labels,
             remote_poll,
+            renewal,
         } => {
             let identity = identity_or_hostname(identity)?;
             let settings = fabric_sharing::negotiation::Settings {
@@ -504,6 +521,12 @@ async fn run() -> Result<()> {
                         shadowpod::controller::run(client.clone())
                             .await
                             .context("ShadowPod controller")
+                    },
+                    // One active replica: two would both renew, each with a key of its own,
+                    // and the Secret would flip between them.
+                    async {
+                        auth::renewal::run(client.clone(), &namespace, renewal.policy()).await;
+                        Ok(())
                     },
                 )
                 .map(|_| ())
@@ -530,17 +553,25 @@ async fn run() -> Result<()> {
         }
         Cmd::VirtualNodes {
             namespace,
+            identity,
+            lease,
             virtual_kubelet_image,
         } => {
-            virtual_node::controller::run(
-                client,
-                virtual_node::objects::Settings {
-                    image: virtual_kubelet_image,
-                    fabric_namespace: namespace,
-                },
-            )
-            .await;
-            Ok(())
+            // One active replica: two would both apply every virtual kubelet and publish
+            // every Event twice, and race on a removal's cordon and deletes.
+            let election = fabric_kube::Election::new(lease, identity_or_hostname(identity)?);
+            let work = async {
+                virtual_node::controller::run(
+                    client.clone(),
+                    virtual_node::objects::Settings {
+                        image: virtual_kubelet_image,
+                        fabric_namespace: namespace.clone(),
+                    },
+                )
+                .await;
+                Ok(())
+            };
+            ipam::run_elected(client.clone(), &namespace, election, work).await
         }
     }
 }

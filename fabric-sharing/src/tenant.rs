@@ -17,6 +17,13 @@ use kube::api::ObjectMeta;
 /// The Role (and RoleBinding) name in every tenant namespace.
 pub const ROLE: &str = "fabric-consumer";
 
+/// The ClusterRole (deploy/base/sharing.yaml) with what the provider's ShadowPod controller
+/// does to pods: bound by [`sharing_binding`] in each tenant namespace only, because a
+/// ClusterRoleBinding would let it create pods in every namespace of the cluster.
+pub const SHARING_ROLE: &str = "fabric-sharing-tenant";
+/// The sharing controllers' ServiceAccount (in the fabric's namespace).
+pub const SHARING_SERVICE_ACCOUNT: &str = "fabric-sharing";
+
 fn labels(consumer: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (label::REMOTE_CLUSTER.to_owned(), consumer.to_owned()),
@@ -109,6 +116,31 @@ pub fn role_binding(consumer: &str) -> RoleBinding {
     }
 }
 
+/// Binds [`SHARING_ROLE`] to the sharing controllers' ServiceAccount (in
+/// `fabric_namespace`) in `consumer`'s tenant namespace: the ShadowPod controller runs that
+/// consumer's pods there and nowhere else. Goes with the namespace.
+pub fn sharing_binding(consumer: &str, fabric_namespace: &str) -> RoleBinding {
+    RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(SHARING_ROLE.to_owned()),
+            namespace: Some(names::namespace::tenant(consumer)),
+            labels: Some(labels(consumer)),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: SHARING_ROLE.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            api_group: None,
+            name: SHARING_SERVICE_ACCOUNT.to_owned(),
+            namespace: Some(fabric_namespace.to_owned()),
+        }]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +153,18 @@ mod tests {
         assert_eq!(subjects.len(), 1);
         assert_eq!(subjects[0].name, "fabric.io:consumer:alpha");
         assert_eq!(b.role_ref.kind, "Role", "never a ClusterRole");
+    }
+
+    #[test]
+    fn the_sharing_controllers_get_pods_in_the_tenant_namespace_only() {
+        let b = sharing_binding("alpha", "fabric-system");
+        assert_eq!(b.metadata.namespace.as_deref(), Some("fabric-tenant-alpha"));
+        assert_eq!(b.role_ref.name, SHARING_ROLE);
+        let subjects = b.subjects.unwrap();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].kind, "ServiceAccount");
+        assert_eq!(subjects[0].name, "fabric-sharing");
+        assert_eq!(subjects[0].namespace.as_deref(), Some("fabric-system"));
     }
 
     #[test]

@@ -178,7 +178,8 @@ fn foreign_cluster(id: &str, role: PeerRole) -> ForeignCluster {
 }
 
 /// On the provider, what its authentication service creates for `consumer`: the tenant
-/// namespace, the Tenant (Active), the consumer's Role and RoleBinding, its ForeignCluster.
+/// namespace, the Tenant (Active), the consumer's Role and RoleBinding, the sharing
+/// controllers' RoleBinding, its ForeignCluster.
 pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
     let ns = names::namespace::tenant(consumer);
     FM.apply(
@@ -205,6 +206,11 @@ pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
     FM.apply(
         &Api::namespaced(provider.clone(), &ns),
         &fabric_sharing::tenant::role_binding(consumer),
+    )
+    .await?;
+    FM.apply(
+        &Api::namespaced(provider.clone(), &ns),
+        &fabric_sharing::tenant::sharing_binding(consumer, names::DEFAULT_NAMESPACE),
     )
     .await?;
     FM.apply(

@@ -189,6 +189,25 @@ fn manifests_apply_with_least_privilege() {
             "update",
             "leases.coordination.k8s.io/fabric-sharing",
         ),
+        // The renewal of the identities issued by providers (run by the sharing controllers).
+        ("fabric-sharing", "patch", "secrets"),
+        (
+            "fabric-sharing",
+            "patch",
+            "identities.authentication.fabric.io/status",
+        ),
+        // ... which the authentication service binds in each tenant namespace it creates.
+        (
+            "fabric-auth",
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/fabric-sharing-tenant",
+        ),
+        // The VirtualNode controller's election.
+        (
+            "fabric-virtual-nodes",
+            "update",
+            "leases.coordination.k8s.io/fabric-virtual-nodes",
+        ),
         // The VirtualNode controller holds what it grants the virtual kubelets.
         (
             "fabric-virtual-nodes",
@@ -331,6 +350,24 @@ fn manifests_apply_with_least_privilege() {
         ("fabric-sharing", "list", "secrets"),
         ("fabric-sharing", "delete", "secrets"),
         ("fabric-sharing", "patch", "pods"),
+        // Pods only in tenant namespaces, through their RoleBinding (checked below).
+        ("fabric-sharing", "create", "pods"),
+        ("fabric-sharing", "delete", "pods"),
+        (
+            "fabric-auth",
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/fabric-sharing",
+        ),
+        (
+            "fabric-sharing",
+            "create",
+            "identities.authentication.fabric.io",
+        ),
+        (
+            "fabric-sharing",
+            "delete",
+            "identities.authentication.fabric.io",
+        ),
         ("fabric-sharing", "patch", "nodes"),
         (
             "fabric-sharing",
@@ -390,6 +427,54 @@ fn manifests_apply_with_least_privilege() {
             .contains(&fabric_api::names::user::consumer("")),
         "{hook}"
     );
+
+    // A tenant as the authentication service makes it: its own credentials create the
+    // sharing controllers' RoleBinding there (bind, not escalate: it holds no pod writes),
+    // which lets them write pods in that namespace and in no other.
+    let tenant = "fabric-tenant-alpha";
+    api.kubectl_ok(&["create", "namespace", tenant]);
+    let binding = serde_json::to_string(&fabric_sharing::tenant::sharing_binding(
+        "alpha",
+        "fabric-system",
+    ))
+    .unwrap();
+    let o = api.kubectl_stdin(
+        &[
+            "create",
+            "-f",
+            "-",
+            "--as",
+            "system:serviceaccount:fabric-system:fabric-auth",
+        ],
+        &binding,
+    );
+    assert!(
+        o.status.success(),
+        "the authentication service cannot bind the sharing controllers in a tenant namespace: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let can_in = |verb: &str, ns: &str| {
+        let o = api.kubectl(&[
+            "auth",
+            "can-i",
+            verb,
+            "pods",
+            "-n",
+            ns,
+            "--as",
+            "system:serviceaccount:fabric-system:fabric-sharing",
+        ]);
+        String::from_utf8_lossy(&o.stdout).trim() == "yes"
+    };
+    for verb in ["create", "delete", "get"] {
+        assert!(
+            can_in(verb, tenant),
+            "fabric-sharing cannot {verb} pods in {tenant}"
+        );
+        for ns in ["default", "kube-system", "fabric-system"] {
+            assert!(!can_in(verb, ns), "fabric-sharing may {verb} pods in {ns}");
+        }
+    }
 
     // API credentials only where the API is used: the gateway container parses what peers
     // send and gets none; its operator mounts the token.
@@ -463,4 +548,30 @@ fn manifests_apply_with_least_privilege() {
             "the agent may list/watch Leases in {ns} (selector: {selector}, watch: {watch}): {err}"
         );
     }
+
+    // Removal: nothing the manifests create carries a finalizer, so `kubectl delete -k`
+    // finishes (waiting for each deletion, as it does by default). The finalizers of the
+    // sharing layer's objects are released by the controllers this removes: peers are
+    // unpeered first (README, "Removing the fabric").
+    let t0 = std::time::Instant::now();
+    // (Deleting the namespace takes its objects along: the later deletes of them find none.)
+    let o = api.kubectl(&[
+        "delete",
+        "-k",
+        deploy,
+        "--timeout=60s",
+        "--ignore-not-found",
+    ]);
+    assert!(
+        o.status.success(),
+        "kubectl delete -k deploy/ failed after {:?}: {}",
+        t0.elapsed(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let left = api.kubectl(&["get", "crd", "-o", "name"]);
+    let left = String::from_utf8_lossy(&left.stdout);
+    assert!(
+        !left.contains("fabric.io"),
+        "CRDs left after kubectl delete -k deploy/: {left}"
+    );
 }

@@ -241,8 +241,8 @@ impl Service {
             .collect())
     }
 
-    /// The tenant namespace, its Role and RoleBinding, the Tenant and the consumer's
-    /// ForeignCluster.
+    /// The tenant namespace, its Role and RoleBinding, the sharing controllers' RoleBinding
+    /// there (they run the consumer's pods), the Tenant and the consumer's ForeignCluster.
     async fn provision(&self, consumer: &str) -> kube::Result<()> {
         let c = &self.client;
         let ns = names::namespace::tenant(consumer);
@@ -262,6 +262,12 @@ impl Service {
             .apply(
                 &Api::<RoleBinding>::namespaced(c.clone(), &ns),
                 &tenant::role_binding(consumer),
+            )
+            .await?;
+        MANAGER
+            .apply(
+                &Api::<RoleBinding>::namespaced(c.clone(), &ns),
+                &tenant::sharing_binding(consumer, &self.namespace),
             )
             .await?;
         // Only the cluster id: the state and caps are the provider admin's to set.
