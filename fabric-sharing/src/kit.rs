@@ -145,3 +145,57 @@ pub fn deleting_for(meta: &kube::api::ObjectMeta, now: Timestamp) -> Duration {
         .and_then(|t| now.duration_since(t.0).try_into().ok())
         .unwrap_or_default()
 }
+
+/// How long a consumer looks again soon (every [`ANSWER_POLL`]) for a provider's first answer
+/// to an object it wrote there, counted from the object's creation.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(30);
+/// See [`ANSWER_WAIT`].
+pub const ANSWER_POLL: Duration = Duration::from_millis(250);
+
+/// When a consumer looks again at an object on its provider that has no answer yet, created
+/// there `waited` ago: someone waits on a fresh peering (`fabricctl peer` follows it), so soon
+/// at first; an answer that is long in coming is looked for at the steady `remote_poll`.
+pub fn answer_poll(remote_poll: Duration, waited: Duration) -> Duration {
+    if waited < ANSWER_WAIT {
+        remote_poll.min(ANSWER_POLL)
+    } else {
+        remote_poll
+    }
+}
+
+/// How long ago `meta` was created (zero when unknown or its clock is ahead).
+pub fn age(meta: &kube::api::ObjectMeta, now: Timestamp) -> Duration {
+    meta.creation_timestamp
+        .as_ref()
+        .and_then(|t| now.duration_since(t.0).try_into().ok())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_wait_for_an_answer_polls_soon_and_a_long_one_does_not() {
+        let steady = Duration::from_secs(2);
+        assert_eq!(answer_poll(steady, Duration::ZERO), ANSWER_POLL);
+        assert_eq!(answer_poll(steady, Duration::from_secs(29)), ANSWER_POLL);
+        assert_eq!(answer_poll(steady, ANSWER_WAIT), steady);
+        // Never slower than asked for.
+        let fast = Duration::from_millis(100);
+        assert_eq!(answer_poll(fast, Duration::ZERO), fast);
+    }
+
+    #[test]
+    fn age_counts_from_creation() {
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let meta = kube::api::ObjectMeta {
+            creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().unwrap(),
+            )),
+            ..Default::default()
+        };
+        assert_eq!(age(&meta, now), Duration::from_secs(60));
+        assert_eq!(age(&Default::default(), now), Duration::ZERO);
+    }
+}

@@ -222,7 +222,8 @@ pub async fn follow(
                 progress.pending(last.as_ref())
             );
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A local GET: cheap, and each module's line shows up soon after it is up.
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -114,6 +114,11 @@ impl AuthService {
         })
     }
 
+    /// The service's process id (for its memory).
+    pub fn pid(&self) -> Option<u32> {
+        Some(self._child.0.id())
+    }
+
     /// What the service logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -13,6 +13,7 @@ pub mod auth_service;
 pub mod bench;
 pub mod bench_control;
 pub mod bench_operator;
+pub mod bench_peering;
 pub mod clusters;
 pub mod deployments;
 pub mod netns;

@@ -41,6 +41,9 @@ tasks:
                     (extra args are passed to fabric-bench, e.g. `-- --quick`)
   bench gateway     setup, build (release), benchmark fabric-gateway vs boringtun-cli vs veth
   bench control     setup, build, time peering and API-to-route reactions, idle memory
+  bench peering     build, time `fabricctl peer out-of-band` to the virtual node Ready (p50 of
+                    5 runs), memory of 50 peers' virtual kubelets and the controllers
+                    (extra args go to fabric-bench, e.g. `-- --runs 10 --memory-peers 0`)
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
   fuzz --list       list the fuzz targets (fuzz/, built by cargo-fuzz on the nightly toolchain)
   fuzz TARGET [--time SECONDS] [-- LIBFUZZER-ARGS]
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
             Some("datapath") => bench_datapath(&args[2..]),
             Some("gateway") => bench_gateway(&args[2..]),
             Some("control") => bench_control(),
+            Some("peering") => bench_peering(&args[2..]),
             _ => {
                 eprint!("{USAGE}");
                 return ExitCode::from(2);
@@ -606,6 +610,16 @@ fn bench_control() -> Result<ExitCode> {
         &target_dir().join("debug/fabric-bench"),
         &["control".to_owned()],
     )
+}
+
+/// Needs no root: two API servers and processes on the host.
+fn bench_peering(args: &[String]) -> Result<ExitCode> {
+    step("build: all binaries");
+    build_bins(&[])?;
+    step("bench peering");
+    let mut a = vec!["peering".to_owned()];
+    a.extend(args.iter().filter(|a| *a != "--").cloned());
+    run_child(&target_dir().join("debug/fabric-bench"), &a)
 }
 
 fn codegen() -> Result<ExitCode> {

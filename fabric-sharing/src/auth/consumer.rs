@@ -491,12 +491,23 @@ pub async fn verify(provider: &str, credentials: &Credentials) -> Result<(), Cli
         remote,
         &credentials.namespace,
     );
-    tenants
-        .list(&Default::default())
-        .await
-        .map_err(|e| ClientError::Verify(e.to_string()))?;
-    Ok(())
+    // The API server authorizes from a cache of RBAC objects: the tenant's RoleBinding, just
+    // created by the service, may take a moment to count (more so when a tenant of the same
+    // name was just removed). A refusal is only final after that.
+    let t0 = std::time::Instant::now();
+    loop {
+        match tenants.list(&Default::default()).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 403 && t0.elapsed() < RBAC_SETTLE => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(ClientError::Verify(e.to_string())),
+        }
+    }
 }
+
+/// How long a fresh identity's refusals are put down to RBAC not having caught up yet.
+const RBAC_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

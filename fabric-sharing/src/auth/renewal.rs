@@ -69,10 +69,16 @@ fn until(t: Timestamp, now: Timestamp) -> Duration {
 async fn reconcile(id: Arc<Identity>, ctx: Arc<Ctx>) -> Result<Action, RenewError> {
     let status = id.status.clone().unwrap_or_default();
     let now = Timestamp::now();
+    // The identity is stored before its status: one seen in between was issued just now,
+    // not long ago (renewing it at once would race the first use of the new certificate).
+    let renewed_at = status
+        .renewed_at
+        .or_else(|| id.metadata.creation_timestamp.clone())
+        .map(|t| t.0);
     let when = due(
         &ctx.policy,
         status.certificate_expiry.map(|t| t.0),
-        status.renewed_at.map(|t| t.0),
+        renewed_at,
     );
     if when > now {
         return Ok(Action::requeue(until(when, now)));

@@ -36,7 +36,8 @@ use super::{
     FINALIZER, READY, REMOTE_GRACE, Route, consumer_objects, give_up_remote, network_ready, route,
 };
 use crate::kit::{
-    Ctx, Error, FIELD_MANAGER, Shared, deleting_for, remote, remote_client, set_fc_condition,
+    Ctx, Error, FIELD_MANAGER, Shared, age, answer_poll, deleting_for, remote, remote_client,
+    set_fc_condition,
 };
 
 async fn condition(
@@ -93,6 +94,7 @@ async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
         &identity.spec.tenant_namespace,
     );
     let stored = remote(&provider, FIELD_MANAGER.apply(&api, &pn)).await?;
+    let waited = age(&stored.metadata, Timestamp::now());
     let status = stored.status.unwrap_or_default();
     let Some(answer) = status.provider else {
         let (reason, msg) = match status.conditions.iter().find(|c| c.type_ == READY) {
@@ -103,7 +105,7 @@ async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
             ),
         };
         condition(ctx, &provider, false, &reason, msg).await?;
-        return Ok(Action::requeue(ctx.remote_poll));
+        return Ok(Action::requeue(answer_poll(ctx.remote_poll, waited)));
     };
     let objects = match consumer_objects(&answer, &fc.spec.cluster_id) {
         Ok(o) => o,

@@ -28,7 +28,10 @@ use tracing::warn;
 
 use super::{FINALIZER, replica, resources_granted, virtual_node};
 use crate::{
-    kit::{Ctx, Error, FIELD_MANAGER, deleting_for, remote, remote_client, set_fc_condition},
+    kit::{
+        Ctx, Error, FIELD_MANAGER, age, answer_poll, deleting_for, remote, remote_client,
+        set_fc_condition,
+    },
     network::{REMOTE_GRACE, give_up_remote},
 };
 
@@ -94,6 +97,10 @@ async fn apply(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error
     let api = tenant_api(ctx, &provider).await?;
     let ns = api.namespace().unwrap_or_default().to_owned();
     let stored = remote(&provider, FIELD_MANAGER.apply(&api, &replica(&slice, &ns))).await?;
+    let next = match &stored.status {
+        Some(_) => ctx.remote_poll,
+        None => answer_poll(ctx.remote_poll, age(&stored.metadata, Timestamp::now())),
+    };
     let mut fresh = (*slice).clone();
     if let Some(status) = stored.status.filter(|s| slice.status.as_ref() != Some(s)) {
         let local: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
@@ -104,7 +111,7 @@ async fn apply(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error
     }
     sync_provider(sc, &provider, Some(&fresh), None).await?;
     // The provider's answer follows its capacity: look again now and then.
-    Ok(Action::requeue(ctx.remote_poll))
+    Ok(Action::requeue(next))
 }
 
 async fn cleanup(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error> {

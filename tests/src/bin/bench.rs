@@ -2,6 +2,8 @@
 //! `fabric-bench control`: see `fabric_tests::bench_control` (`cargo xtask bench control`).
 //! `fabric-bench operator`: the gateway operator's API requests at rest, alone (also part of
 //! `control`); see `fabric_tests::bench_operator`.
+//! `fabric-bench peering [--runs N] [--memory-peers N]`: see `fabric_tests::bench_peering`
+//! (`cargo xtask bench peering`).
 use std::process::ExitCode;
 
 use fabric_tests::{bench, install_interrupt_handler, is_root};
@@ -9,13 +11,36 @@ use fabric_tests::{bench, install_interrupt_handler, is_root};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str);
-    if !matches!(which, Some("datapath" | "control" | "operator"))
+    if !matches!(which, Some("datapath" | "control" | "operator" | "peering"))
         || args.iter().any(|a| a == "-h" || a == "--help")
     {
         eprintln!(
-            "usage: fabric-bench datapath [--quick] | fabric-bench control | fabric-bench operator"
+            "usage: fabric-bench datapath [--quick] | fabric-bench control | fabric-bench operator \
+             | fabric-bench peering [--runs N] [--memory-peers N]"
         );
         return ExitCode::from(2);
+    }
+    if which == Some("peering") {
+        // Two API servers and processes on the host: no namespaces, no root needed.
+        install_interrupt_handler();
+        let mut opts = fabric_tests::bench_peering::Options::default();
+        let number = |flag: &str| -> Option<usize> {
+            let i = args.iter().position(|a| a == flag)?;
+            args.get(i + 1)?.parse().ok()
+        };
+        if let Some(n) = number("--runs") {
+            opts.runs = n.max(1);
+        }
+        if let Some(n) = number("--memory-peers") {
+            opts.memory_peers = n;
+        }
+        return match fabric_tests::bench_peering::run(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabric-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if !is_root() {
         eprintln!("fabric-bench: needs root (network namespaces, eBPF)");
