@@ -53,6 +53,8 @@ pub enum Error {
 pub struct Settings {
     pub pools: Vec<Ipv4Network>,
     pub reserved: Vec<Ipv4Network>,
+    /// The largest claim granted: a peer CIDR with a shorter prefix is refused.
+    pub largest_claim: u8,
 }
 
 /// Allocation state, rebuilt from the API on start.
@@ -91,7 +93,8 @@ fn owner(key: &str, role: &str) -> String {
 /// Rebuilds the state from the `Network` objects and Configuration statuses in the API.
 pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Error> {
     let mut ipam = Ipam::new(settings.pools.clone(), settings.reserved.clone())
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        .map_err(|e| Error::Invalid(e.to_string()))?
+        .with_largest_claim(settings.largest_claim);
     let nets: Api<Network> = Api::all(client.clone());
     for n in nets
         .list(&ListParams::default().labels(label::CONFIGURATION))
@@ -162,6 +165,35 @@ async fn patch_status(
     Ok(FIELD_MANAGER.apply_status(api, name, status).await?)
 }
 
+/// The addresses this cluster is seen using, which no grant may cover: its Nodes' (so no node
+/// routes its own subnet into a tunnel; found from the Nodes, not a hand-kept list) and the
+/// API server's (the `kubernetes` Service's endpoints).
+async fn in_use(client: &Client) -> Result<Vec<std::net::Ipv4Addr>, Error> {
+    let mut out = Vec::new();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for n in nodes.list(&ListParams::default()).await? {
+        let addrs = n.status.and_then(|s| s.addresses).unwrap_or_default();
+        out.extend(
+            addrs
+                .iter()
+                .filter_map(|a| a.address.parse::<std::net::Ipv4Addr>().ok()),
+        );
+    }
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), "default");
+    let api_server = ListParams::default().labels("kubernetes.io/service-name=kubernetes");
+    for s in slices.list(&api_server).await? {
+        for e in s.endpoints.into_iter().flatten() {
+            out.extend(
+                e.addresses
+                    .iter()
+                    .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok()),
+            );
+        }
+    }
+    Ok(out)
+}
+
 /// Writes the grant as a Network object (spec: what was asked; status: what was granted).
 async fn persist(
     client: &Client,
@@ -227,7 +259,10 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
     };
+    // Read afresh on every allocation: a node added since must never be covered by a grant.
+    let in_use = in_use(&ctx.client).await?;
     let mut st = ctx.state.lock().await;
+    st.ipam.set_in_use(in_use);
     let granted: Result<(Ipv4Network, Ipv4Network), IpamError> = (|| {
         let p = st.ipam.allocate(&owner(&k, "pod"), pod)?;
         let e = st.ipam.allocate(&owner(&k, "external"), ext)?;

@@ -55,6 +55,10 @@ enum Cmd {
         /// Further ranges in use here (node subnets, ...), comma separated.
         #[arg(long, env = "FABRIC_RESERVED", value_delimiter = ',', value_parser = cidr_or_empty)]
         reserved: Vec<Option<Ipv4Network>>,
+        /// The largest peer CIDR granted, as a prefix length: a peer claiming a shorter
+        /// prefix (a /8 with the default) is refused instead of routed to it from every node.
+        #[arg(long, env = "FABRIC_LARGEST_CLAIM", default_value_t = 12, value_parser = clap::value_parser!(u8).range(8..=32))]
+        largest_claim: u8,
         /// This replica's identity when several run (default: $POD_NAME, else the host name):
         /// only the holder of the Lease allocates.
         #[arg(long, env = "POD_NAME")]
@@ -331,6 +335,7 @@ async fn run() -> Result<()> {
             service_cidr,
             external_cidr,
             reserved,
+            largest_claim,
             pools,
             identity,
             namespace,
@@ -361,6 +366,7 @@ async fn run() -> Result<()> {
                             ipam::Settings {
                                 pools,
                                 reserved: all,
+                                largest_claim,
                             },
                         )
                         .await

@@ -178,6 +178,54 @@ async fn ipam_grants_persist_and_release() {
         &config_yaml("Bad_Name", "10.1.0.0/16", "10.2.0.0/16"),
     );
     assert!(!o.status.success());
+
+    // What a peer may claim is bounded: never a range covering a node (found from the Nodes),
+    // never one larger than --largest-claim (a /12 by default).
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    server.kubectl_ok(&[
+        "patch",
+        "node",
+        "n1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"addresses": [{"type": "InternalIP", "address": "192.168.50.10"}]}}"#,
+    ]);
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("g", "192.168.50.0/24", "192.168.51.0/24"),
+    );
+    assert!(o.status.success());
+    let g = granted(&cfgs, "g").await;
+    let node: std::net::Ipv4Addr = "192.168.50.10".parse().unwrap();
+    let pod: ipnetwork::Ipv4Network = g.0.parse().unwrap();
+    assert!(
+        !pod.contains(node) && pod.prefix() == 24,
+        "g's pod CIDR covering the node was granted as {pod}"
+    );
+    assert_eq!(g.1, "192.168.51.0/24", "next to the node, kept");
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("h", "11.0.0.0/8", "10.82.0.0/16"),
+    );
+    assert!(o.status.success());
+    let t0 = Instant::now();
+    loop {
+        let c = cfgs.get("h").await.unwrap();
+        let st = c.status.unwrap_or_default();
+        if let Some(ready) = st.conditions.iter().find(|c| c.type_ == "Ready") {
+            assert_eq!(ready.status, "False");
+            assert!(ready.message.contains("larger than"), "{}", ready.message);
+            assert!(st.remote.is_none());
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "h never refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop(ctl);
     let _ = std::fs::remove_dir_all(&logdir);
 }

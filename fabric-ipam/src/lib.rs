@@ -6,8 +6,12 @@
 //! - A peer's real CIDR is kept when it clashes with nothing (no rewrite needed then).
 //! - Otherwise the first free block of the same length in the pools is granted (host bits
 //!   are kept by the data plane, so the length must match).
-//! - Reserved ranges (own pod, service and external CIDRs, node subnets, ...) and every other
-//!   grant are never overlapped.
+//! - Reserved ranges (own pod, service and external CIDRs, ...), the addresses the cluster is
+//!   seen using (its nodes', its API server's: [`Ipam::set_in_use`]) and every other grant are
+//!   never overlapped: a claim covering a node is remapped, so no node routes its own subnet
+//!   into a tunnel.
+//! - A claim larger than the configured limit ([`Ipam::with_largest_claim`]) is refused: a
+//!   peer announcing a /8 would otherwise have every node route it to the peer.
 use std::collections::BTreeMap;
 
 use ipnetwork::Ipv4Network;
@@ -22,6 +26,11 @@ pub enum IpamError {
         network: std::net::Ipv4Addr,
         len: u8,
     },
+    #[error(
+        "{cidr} is larger than a peer may claim here (a /{len} or longer prefix); \
+         ask the peer for its real pod or external CIDR"
+    )]
+    TooLarge { cidr: Ipv4Network, len: u8 },
     #[error("restoring grant {cidr} for {owner}: it overlaps {other}")]
     Conflict {
         owner: String,
@@ -34,6 +43,10 @@ pub enum IpamError {
 pub struct Ipam {
     pools: Vec<Ipv4Network>,
     reserved: Vec<Ipv4Network>,
+    /// Addresses in use in the cluster (nodes, API server), found at run time.
+    in_use: Vec<Ipv4Network>,
+    /// Shortest prefix a claim may have (0: any).
+    largest: u8,
     grants: BTreeMap<String, Ipv4Network>,
 }
 
@@ -62,8 +75,24 @@ impl Ipam {
         Ok(Self {
             pools,
             reserved,
+            in_use: Vec::new(),
+            largest: 0,
             grants: BTreeMap::new(),
         })
+    }
+
+    /// Refuses claims with a prefix shorter than `len` (a /`len` is the largest granted).
+    pub fn with_largest_claim(mut self, len: u8) -> Self {
+        self.largest = len.min(32);
+        self
+    }
+
+    /// The addresses the cluster uses now (its nodes', its API server's): never granted, and
+    /// a grant that has come to cover one is moved at its next [`Ipam::allocate`].
+    pub fn set_in_use(&mut self, addrs: impl IntoIterator<Item = std::net::Ipv4Addr>) {
+        self.in_use = addrs.into_iter().map(Ipv4Network::from).collect();
+        self.in_use.sort_unstable();
+        self.in_use.dedup();
     }
 
     pub fn grants(&self) -> &BTreeMap<String, Ipv4Network> {
@@ -74,6 +103,9 @@ impl Ipam {
     fn clash(&self, owner: &str, cidr: Ipv4Network) -> Option<String> {
         if let Some(r) = self.reserved.iter().find(|r| r.overlaps(cidr)) {
             return Some(format!("reserved {r}"));
+        }
+        if let Some(a) = self.in_use.iter().find(|a| a.overlaps(cidr)) {
+            return Some(format!("{} in use in this cluster", a.ip()));
         }
         self.grants
             .iter()
@@ -100,8 +132,15 @@ impl Ipam {
     /// long as it asks for the same length.
     pub fn allocate(&mut self, owner: &str, wanted: Ipv4Network) -> Result<Ipv4Network, IpamError> {
         check(wanted)?;
+        if wanted.prefix() < self.largest {
+            return Err(IpamError::TooLarge {
+                cidr: wanted,
+                len: self.largest,
+            });
+        }
         if let Some(g) = self.grants.get(owner)
             && g.prefix() == wanted.prefix()
+            && self.clash(owner, *g).is_none()
         {
             return Ok(*g);
         }
@@ -140,6 +179,7 @@ impl Ipam {
         let mut used: Vec<(u64, u64)> = self
             .reserved
             .iter()
+            .chain(&self.in_use)
             .copied()
             .chain(
                 self.grants
@@ -256,6 +296,45 @@ mod tests {
         let e = i.restore("d", n("10.244.1.0/24")).unwrap_err();
         assert!(e.to_string().contains("reserved 10.244.0.0/16"), "{e}");
         assert!(i.allocate("x", n("10.1.2.3/16")).is_err());
+    }
+
+    #[test]
+    fn claims_are_bounded_and_never_cover_the_cluster() {
+        let mut i = ipam().with_largest_claim(12);
+        // A /8 (or anything shorter than the limit) is refused, whatever it clashes with.
+        let e = i.allocate("b/pod", n("11.0.0.0/8")).unwrap_err();
+        assert!(matches!(e, IpamError::TooLarge { len: 12, .. }), "{e}");
+        assert!(e.to_string().contains("/12"), "{e}");
+        assert!(i.grants().is_empty());
+        assert_eq!(
+            i.allocate("b/pod", n("172.16.0.0/12")).unwrap(),
+            n("172.16.0.0/12")
+        );
+        // The node subnet, as the Nodes show it: a claim covering a node is remapped.
+        i.set_in_use([
+            "192.168.50.10".parse().unwrap(),
+            "192.168.50.11".parse().unwrap(),
+        ]);
+        let g = i.allocate("c/pod", n("192.168.50.0/24")).unwrap();
+        assert!(!g.contains("192.168.50.10".parse().unwrap()), "{g}");
+        assert_eq!(g, n("10.64.0.0/24"));
+        // A claim next to the nodes but not covering them is kept.
+        assert_eq!(
+            i.allocate("d/pod", n("192.168.51.0/24")).unwrap(),
+            n("192.168.51.0/24")
+        );
+        // A node that appears inside a grant moves the grant at its next allocation.
+        i.set_in_use(["192.168.51.7".parse().unwrap()]);
+        let moved = i.allocate("d/pod", n("192.168.51.0/24")).unwrap();
+        assert_ne!(moved, n("192.168.51.0/24"));
+        assert!(!moved.contains("192.168.51.7".parse().unwrap()));
+        // Free pool blocks skip addresses in use too.
+        let mut j = Ipam::new(vec![n("10.64.0.0/22")], vec![n("10.244.0.0/16")]).unwrap();
+        j.set_in_use(["10.64.0.9".parse().unwrap()]);
+        assert_eq!(
+            j.allocate("x", n("10.244.0.0/24")).unwrap(),
+            n("10.64.1.0/24")
+        );
     }
 
     #[derive(Debug, Clone)]
