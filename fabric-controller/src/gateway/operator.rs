@@ -222,8 +222,9 @@ impl Operator {
         let rendered_ok = rendered.is_ok();
         self.apply_config(rendered, &format!("active, {n} peers"))
             .await?;
-        if rendered_ok {
-            self.report_accepted(&peers, &exposed, &skipped).await?;
+        // Telling a resource it was left out must not keep the Connections from being reported.
+        if rendered_ok && let Err(e) = self.report_accepted(&peers, &exposed, &skipped).await {
+            warn!(error = %e, "setting GatewayAccepted conditions");
         }
 
         let status = match control(&self.o).status().await {
