@@ -880,3 +880,107 @@ fn busy_poll_one_thread_serves_all_tunnels() {
         "idle gateway used {used} ticks in 2 s (hz {hz}): still spinning"
     );
 }
+
+/// One source flooding valid-looking handshake initiations at the gateway (one initiation
+/// replayed: without a cookie, then with the cookie the gateway hands out under load) does
+/// not keep another peer's handshake out: B, restarted (new sessions) during the flood, is
+/// reached again, and the flood's handshakes are dropped as `handshake_flood`. Without the
+/// per-source limits every replay cost A's single receive thread two Diffie-Hellman
+/// computations and B's handshake drowned in them.
+#[test]
+fn a_handshake_flood_from_one_source_stays_local() {
+    if !require_root("a_handshake_flood_from_one_source_stays_local") {
+        return;
+    }
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    let mut lab = Lab::new("h");
+    let t = topology(&mut lab);
+    let g = setup(&mut lab, &t, &[]);
+    both_up(&lab, &g, Duration::from_secs(15));
+    // The flooding host shares B's side of the underlay, under an address of its own.
+    lab.exec(&t.gb, &["ip", "addr", "add", "10.250.0.3/24", "dev", "ulb"]);
+    let a_pub: fabric_gateway::key::PublicKey = g.a_pub.parse().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (stop, ns) = (stop.clone(), t.gb.clone());
+        std::thread::spawn(move || {
+            fabric_netns::run_in(&ns, move || {
+                let mut tunn = boringtun::noise::Tunn::new(
+                    boringtun::x25519::StaticSecret::from([9u8; 32]),
+                    a_pub.to_dalek(),
+                    None,
+                    None,
+                    7 << 8,
+                    None,
+                );
+                let mut buf = vec![0u8; 2048];
+                let mut init = |tunn: &mut boringtun::noise::Tunn| match tunn
+                    .format_handshake_initiation(&mut buf, true)
+                {
+                    boringtun::noise::TunnResult::WriteToNetwork(p) => p.to_vec(),
+                    other => panic!("no initiation: {other:?}"),
+                };
+                let s = UdpSocket::bind("10.250.0.3:0").unwrap();
+                s.set_nonblocking(true).unwrap();
+                let mut msg = init(&mut tunn);
+                let (mut sent, mut with_cookie) = (0u64, false);
+                let mut rx = [0u8; 2048];
+                let mut out = [0u8; 2048];
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = s.send_to(&msg, (A_UL, PORT));
+                    sent += 1;
+                    // About 2,000 a second: far more handshakes than A can afford, far
+                    // fewer datagrams than it can turn away.
+                    if sent % 20 == 0 {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    if !with_cookie && let Ok((n, _)) = s.recv_from(&mut rx) {
+                        // A cookie reply: the next initiations carry it.
+                        if n == 64 && rx[0] == 3 {
+                            let _ = tunn.decapsulate(None, &rx[..n], &mut out);
+                            msg = init(&mut tunn);
+                            with_cookie = true;
+                        }
+                    }
+                }
+                (sent, with_cookie)
+            })
+            .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    // B restarts mid-flood: A has to handshake with it again, through the flood.
+    lab.stop("gwb", libc::SIGKILL);
+    let t0 = Instant::now();
+    let b_cfg = g.b_cfg.clone();
+    start_gateway(&mut lab, "gwb", &t.gb, &g.b_name, &b_cfg, &[]);
+    let took = lab.wait_ping(&t.pa, "10.20.0.2", Duration::from_secs(40));
+    let st = lab
+        .wait_status(&g.a_name, Duration::from_secs(2), |_| true)
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let (sent, with_cookie) = flood.join().unwrap();
+    eprintln!(
+        "flood: {sent} initiations (cookie: {with_cookie}); B reached again after {took:?} \
+         ({:?} since its restart); drops {}",
+        t0.elapsed(),
+        st["drops"]
+    );
+    assert!(
+        took.is_some(),
+        "B never reached again during the flood\nA:\n{}",
+        lab.log("gwa")
+    );
+    assert!(
+        with_cookie,
+        "the gateway never asked the flood for a cookie"
+    );
+    assert!(
+        st["drops"]["handshake_flood"].as_u64().unwrap() > 0,
+        "no handshake dropped for its source: {st}"
+    );
+    assert!(lab.is_running("gwa"), "{}", lab.log("gwa"));
+}

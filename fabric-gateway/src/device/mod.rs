@@ -40,6 +40,7 @@ use boringtun::noise::rate_limiter::RateLimiter;
 
 use self::peer::PeerTable;
 pub use self::peer::{Peer, PeerDrop};
+use crate::handshake_limit::SourceLimiter;
 use crate::{
     config::{Config, InterfaceConfig},
     key::{PrivateKey, PublicKey},
@@ -47,8 +48,8 @@ use crate::{
 };
 
 /// Handshakes per second before cookies are demanded. Every handshake message
-/// is checked twice against the shared limiter (once to find the peer, once
-/// inside `Tunn::decapsulate`), so this is twice the effective limit of 100/s.
+/// is counted once, by the shared limiter (the peers' state machines get limiters
+/// that never limit).
 const HANDSHAKE_RATE_LIMIT: u64 = 200;
 /// How long a blocking read waits before the loops look at their stop flags again.
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
@@ -107,8 +108,10 @@ enum GlobalDrop {
     UnknownPeer = 0,
     Invalid,
     UnderLoad,
+    /// A handshake message over its source's share while the gateway is under load.
+    HandshakeFlood,
 }
-const GLOBAL_DROP_NAMES: [&str; 3] = ["unknown_peer", "invalid", "under_load"];
+const GLOBAL_DROP_NAMES: [&str; 4] = ["unknown_peer", "invalid", "under_load", "handshake_flood"];
 
 pub struct Gateway {
     iface: InterfaceConfig,
@@ -124,7 +127,10 @@ pub struct Gateway {
     next_index: AtomicU32,
     stop: AtomicBool,
     started: Instant,
-    drops: [AtomicU64; 3],
+    drops: [AtomicU64; 4],
+    /// Per-source handshake limits under load (see `handshake_limit`); taken for handshake
+    /// messages only, never for data.
+    sources: Mutex<SourceLimiter>,
     cookies_sent: AtomicU64,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Serialises control-plane mutations (reload, UAPI set, repair).
@@ -188,6 +194,7 @@ impl Gateway {
             stop: AtomicBool::new(false),
             started: Instant::now(),
             drops: Default::default(),
+            sources: Mutex::new(SourceLimiter::new(HANDSHAKE_RATE_LIMIT, Instant::now())),
             cookies_sent: AtomicU64::new(0),
             threads: Mutex::default(),
             dataplane: Mutex::default(),

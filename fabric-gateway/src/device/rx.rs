@@ -167,6 +167,9 @@ impl Gateway {
             let t = self.peers.read().unwrap();
             let found = match packet {
                 Packet::HandshakeInit(ref p) => {
+                    if !self.handshake_allowed(from) {
+                        return;
+                    }
                     match parse_handshake_anon(static_private, static_public, p) {
                         Ok(hh) => t
                             .by_key
@@ -175,7 +178,12 @@ impl Gateway {
                         Err(_) => None,
                     }
                 }
-                Packet::HandshakeResponse(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+                Packet::HandshakeResponse(ref p) => {
+                    if !self.handshake_allowed(from) {
+                        return;
+                    }
+                    t.by_index.get(&(p.receiver_idx >> 8)).cloned()
+                }
                 Packet::PacketCookieReply(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
                 Packet::PacketData(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
             };
@@ -188,6 +196,21 @@ impl Gateway {
             }
         };
         self.handle_peer_datagram(&peer, kind, datagram, from, out, gro);
+    }
+
+    /// Whether a handshake message from `from` (its MACs verified, its cookie too when the
+    /// gateway is under load) may cost the receive thread a handshake: not when its source
+    /// is over its share while under load. Called once per handshake message, never for data.
+    fn handshake_allowed(&self, from: SocketAddr) -> bool {
+        let ok = self
+            .sources
+            .lock()
+            .unwrap()
+            .allow(from.ip(), std::time::Instant::now());
+        if !ok {
+            self.drops[GlobalDrop::HandshakeFlood as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        ok
     }
 
     fn handle_peer_datagram(

@@ -26,6 +26,8 @@ impl Gateway {
             if now.duration_since(last_reset) >= Duration::from_secs(1) {
                 // The shared limiter is not reset by the Tunns (they were given it), so do it here.
                 self.rate_limiter.reset_count();
+                // Sources that went quiet hold nothing worth keeping.
+                self.sources.lock().unwrap().forget_idle(now);
                 last_reset = now;
             }
             for peer in self.peers() {
