@@ -2,7 +2,11 @@
 //! and its own network, both using pod CIDR 10.244.0.0/16 (the same pod addresses even), are
 //! peered with one `fabricctl peer` and their pods talk across a WireGuard tunnel through the
 //! eBPF double NAT. Everything is removed at the end, also on Ctrl-C or failure.
-use std::{process::ExitCode, time::Duration};
+use std::{
+    process::ExitCode,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Result, bail};
 use fabric_tests::{
@@ -12,8 +16,19 @@ use fabric_tests::{
     install_interrupt_handler, is_root, traffic,
 };
 
+/// When the demo started: each section's title says how far in it is, so a run's log (CI's
+/// too) shows where the time goes.
+static START: OnceLock<Instant> = OnceLock::new();
+
+fn elapsed() -> String {
+    format!(
+        "{:.1} s",
+        START.get_or_init(Instant::now).elapsed().as_secs_f64()
+    )
+}
+
 fn title(s: &str) {
-    println!("\n=== {s}");
+    println!("\n=== {s}   [{}]", elapsed());
 }
 
 fn indent(s: &str) {
@@ -145,9 +160,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     install_interrupt_handler();
+    START.get_or_init(Instant::now);
     match demo() {
         Ok(()) => {
-            println!("done.");
+            println!("done in {} (cleanup included).", elapsed());
             ExitCode::SUCCESS
         }
         Err(e) => {
