@@ -18,9 +18,9 @@ use fabric_tests::{
     clusters::{Cluster, NAMESPACE, PeeredClusters},
     locate_bin,
     peering_stack::{ADVERTISED_LABEL as ADVERTISED, PeeringStack},
-    skip_unless_root, traffic,
+    skip_unless_root, traffic, workloads,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 struct Bed {
     cl: PeeredClusters,
@@ -180,6 +180,37 @@ impl Bed {
             .unwrap_or_else(|e| panic!("TCP {} -> {}: {e:#}\n{}", a.id, b.id, self.logs()));
     }
 
+    /// An echo pod bound to A's virtual node for `provider` runs there, is Running at home
+    /// at an address of the provider's remapped pod CIDR, and a pod of A reaches it there.
+    fn offloaded_pod_answers(&self, provider: &str) {
+        let a = &self.cl.a;
+        let mut pod = workloads::echo_pod("offloaded");
+        pod["spec"]["nodeName"] = json!(provider);
+        pod["spec"]["tolerations"] =
+            json!([{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }]);
+        a.create_pod(&pod).unwrap();
+        let home = a
+            .wait_pod_running("default", "offloaded", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
+        let seen = self.remote_pod(1, provider, 0);
+        let prefix: Vec<&str> = seen.split('.').take(2).collect();
+        assert!(
+            home.ip
+                .starts_with(&format!("{}.{}.", prefix[0], prefix[1])),
+            "the offloaded pod's IP {} is not in the remapped CIDR ({seen})",
+            home.ip
+        );
+        a.create_pod(&workloads::echo_pod("offload-client"))
+            .unwrap();
+        let client = a
+            .wait_pod_running("default", "offload-client", Duration::from_secs(30))
+            .unwrap();
+        let answer = a
+            .connect_from(&client, &home.ip, workloads::ECHO_PORT)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
+        assert!(!answer.is_empty(), "no answer from the offloaded pod");
+    }
+
     /// The virtual node of `provider` on cluster `c`, once it is Ready.
     fn ready_node(&self, c: u8, provider: &str) -> Value {
         self.wait(
@@ -279,6 +310,10 @@ fn out_of_band_peering_end_to_end() {
     let renewed = bed
         .lease_renew_time(1, &b_id)
         .expect("the virtual node's Lease");
+
+    // A pod bound to A's virtual node runs on B and answers A's pods at the address A shows
+    // for it (B's pod IP through the CIDR A's IPAM granted for B).
+    bed.offloaded_pod_answers(&b_id);
 
     // `fabricctl info peer` on A: every module up.
     let o = fabricctl(&bed.cl.a.api, &["info", "peer", &b_id, "-o", "json"]);
