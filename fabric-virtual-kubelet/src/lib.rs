@@ -5,11 +5,11 @@
 //! - [`node`]: the Node and its Lease as written (pure);
 //! - [`provider`]: the provider's API through this cluster's identity, and its probe;
 //! - [`run`]: the watches, registration, status and Lease heartbeat;
-//! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home.
-//!
-//! The kubelet API server for logs and exec comes as a module of its own beside [`run`].
+//! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
+//! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
 pub mod node;
 pub mod pods;
 pub mod provider;
 pub mod run;
+pub mod server;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use fabric_api::names;
-use fabric_virtual_kubelet::{conditions::Policy, node::Settings, run};
+use fabric_virtual_kubelet::{conditions::Policy, node::Settings, run, server};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +48,22 @@ struct Cli {
     /// How often every offloaded pod is looked at again besides the watches' events.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pod_resync: Duration,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// The kubelet API (logs, exec, attach, port-forward), with the kubelet's flag names.
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// Serving certificate (PEM) of the kubelet API; without it, a self-signed one.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA (PEM) of the API server's kubelet client certificate: only clients with a
+    /// certificate it signed are served.
+    #[arg(long, env = "FABRIC_KUBELET_CLIENT_CA")]
+    client_ca_file: Option<std::path::PathBuf>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -76,6 +92,22 @@ async fn run_cli() -> Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster or KUBECONFIG)")?;
+    let ip: std::net::IpAddr = cli
+        .node_ip
+        .parse()
+        .with_context(|| format!("--node-ip {:?} is not an IP address", cli.node_ip))?;
+    let server = server::Config {
+        listen: std::net::SocketAddr::new(ip, cli.kubelet_port),
+        cert: cli
+            .server
+            .tls_cert_file
+            .zip(cli.server.tls_private_key_file),
+        sans: vec![cli.node_ip.clone()],
+        client_ca: cli.server.client_ca_file,
+        virtual_node: cli.virtual_node.clone(),
+        namespace: cli.namespace.clone(),
+    };
+    let server = tokio::spawn(server::serve(client.clone(), server));
     let opts = run::Opts {
         virtual_node: cli.virtual_node,
         namespace: cli.namespace,
@@ -99,6 +131,7 @@ async fn run_cli() -> Result<()> {
     // have its pods evicted. Only the VirtualNode's deletion removes the Node.
     tokio::select! {
         r = run::run(client, opts) => r,
+        r = server => r.context("the kubelet API server")?.context("the kubelet API server"),
         _ = term.recv() => {
             tracing::info!("SIGTERM: leaving the Node as it is");
             Ok(())
