@@ -3,8 +3,9 @@
 //!
 //! The consumer's certificate names user [`names::user::consumer`] in group
 //! [`names::user::CONSUMERS_GROUP`]; the only permissions it gets are the Role below, bound
-//! in its own tenant namespace. Nothing cluster-wide, no Secrets, no Nodes: removing the
-//! RoleBinding (or the namespace) revokes everything.
+//! in its own tenant namespace. Nothing cluster-wide, no Secrets, no Nodes, no pods but the
+//! logs and streams of those its ShadowPods run: removing the RoleBinding (or the namespace)
+//! revokes everything.
 use std::collections::BTreeMap;
 
 use fabric_api::names::{self, label};
@@ -89,6 +90,15 @@ pub fn role(consumer: &str) -> Role {
             // Its pods to run here; the provider's controller writes their status.
             rule(fabric_api::offloading::GROUP, &["shadowpods"], MANAGE),
             rule(fabric_api::offloading::GROUP, &["shadowpods/status"], READ),
+            // The virtual kubelet's `kubectl logs`, `exec`, `attach` and `port-forward` on
+            // those pods. Not the pods themselves: they are made, changed and deleted through
+            // ShadowPods only (the webhook counts them against the grant).
+            rule("", &["pods/log"], &["get"]),
+            rule(
+                "",
+                &["pods/exec", "pods/attach", "pods/portforward"],
+                &["get", "create"],
+            ),
         ]),
     }
 }
@@ -168,15 +178,20 @@ mod tests {
     }
 
     #[test]
-    fn the_role_grants_nothing_core_and_no_wildcards() {
+    fn the_role_grants_nothing_core_but_streams_and_no_wildcards() {
         let r = role("alpha");
         for rule in r.rules.unwrap() {
             let groups = rule.api_groups.unwrap();
+            let resources = rule.resources.clone().unwrap();
             assert!(
-                groups.iter().all(|g| g.ends_with(".fabric.io")),
-                "{groups:?}"
+                groups.iter().all(|g| g.ends_with(".fabric.io"))
+                    || (groups == [""]
+                        && resources.iter().all(|r| {
+                            ["pods/log", "pods/exec", "pods/attach", "pods/portforward"]
+                                .contains(&r.as_str())
+                        })),
+                "{groups:?} {resources:?}"
             );
-            let resources = rule.resources.unwrap();
             assert!(!resources.iter().any(|r| r.contains('*') || r == "secrets"));
             assert!(
                 !rule

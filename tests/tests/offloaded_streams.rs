@@ -1,0 +1,434 @@
+//! `kubectl logs`, `exec`, `attach` and `port-forward` on pods offloaded through the virtual
+//! node, with `kubectl` itself against the consumer's API server, which proxies them to the
+//! virtual kubelet's kubelet API, which carries them to the real pods on the provider with the
+//! consumer's identity. Both API servers enforce RBAC: the consumer's identity has only the
+//! tenant Role on the provider. The provider is a fixture cluster (test scheduler and test
+//! node run the real pods); the consumer needs no node of its own.
+//!
+//! The ShadowPods and real pods are made here as the virtual kubelet's pod loop and the
+//! provider's ShadowPod controller would make them (forged from the home pod; the real pod of
+//! another name than the home pod, so that the name mapping shows).
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    net::TcpStream,
+    path::Path,
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use fabric_api::{names, offloading::v1alpha1::ShadowPod};
+use fabric_sharing::shadowpod::{decide, forge};
+use fabric_tests::{
+    ChildGuard,
+    apiserver::{ApiServer, require_tools},
+    clusters::PeeredClusters,
+    die_with_parent, locate_bin, sharing, skip_unless_root,
+};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+const CONSUMER: &str = "cluster-a";
+const PROVIDER: &str = "cluster-b";
+const NS: &str = names::DEFAULT_NAMESPACE;
+const NODE: &str = "fabric-cluster-b";
+const T: Duration = Duration::from_secs(40);
+/// The port the `srv` pod's server listens on.
+const SRV_PORT: u16 = 9090;
+
+#[track_caller]
+fn wait<V>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<V>) -> V {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[track_caller]
+fn apply(api: &ApiServer, obj: &Value) {
+    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
+    assert!(o.status.success(), "apply {obj}: {:?}", text(&o));
+}
+
+/// A home pod bound to the virtual node (as the consumer's scheduler would bind it).
+fn home_pod(name: &str, command: &[&str], restart: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default" },
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }],
+            "containers": [{ "name": "app", "image": "busybox", "command": command }],
+        },
+    })
+}
+
+/// What the pod loop and the ShadowPod controller would do for home pod `name`: its ShadowPod
+/// `shadow` in the tenant namespace, and the real pod of that name. Returns the real pod's
+/// namespace.
+fn offload(consumer: &ApiServer, provider: &ApiServer, name: &str, shadow: &str) -> String {
+    let tenant = names::namespace::tenant(CONSUMER);
+    let home: Pod = serde_json::from_str(
+        &consumer.kubectl_ok(&["get", "pod", name, "-n", "default", "-o", "json"]),
+    )
+    .unwrap();
+    let spec = forge::forge(
+        &home,
+        CONSUMER,
+        &forge::Offer::default(),
+        &forge::Policy::default(),
+    )
+    .unwrap();
+    let mut sp = ShadowPod::new(shadow, spec);
+    sp.metadata.namespace = Some(tenant.clone());
+    apply(provider, &serde_json::to_value(&sp).unwrap());
+    let sp: ShadowPod = serde_json::from_str(&provider.kubectl_ok(&[
+        "get",
+        "shadowpod",
+        shadow,
+        "-n",
+        &tenant,
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    apply(
+        provider,
+        &serde_json::to_value(decide::real_pod(&sp)).unwrap(),
+    );
+    tenant
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A request straight to the virtual kubelet's API (as the API server makes them), with or
+/// without the API server's kubelet client certificate: (HTTP status or 0, body).
+fn curl(certs: Option<&Path>, port: u16, path: &str) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"]);
+    if let Some(d) = certs {
+        c.arg("--cert")
+            .arg(d.join("kubelet-client.crt"))
+            .arg("--key")
+            .arg(d.join("kubelet-client.key"));
+    }
+    let o = c
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
+    let tag = "offloaded_streams";
+    if skip_unless_root(tag) || !require_tools(tag) {
+        return;
+    }
+    let t0 = Instant::now();
+    let cl = PeeredClusters::with_rbac(1).unwrap();
+    let provider = &cl.b.api;
+    let consumer = ApiServer::start_with_auth("vkstreams-c");
+    consumer.install_crds();
+    consumer.kubectl_ok(&["create", "namespace", NS]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let creds = sharing::consumer_credentials(provider, CONSUMER).unwrap();
+    rt.block_on(async {
+        sharing::admit_tenant(&provider.client().await, CONSUMER)
+            .await
+            .unwrap();
+        let c = consumer.client().await;
+        sharing::keep_identity(&c, NS, PROVIDER, &creds)
+            .await
+            .unwrap();
+    });
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER, "nodeName": NODE, "identity": PROVIDER,
+                           "resources": { "cpu": "4", "memory": "8Gi", "pods": "110" } } }),
+    );
+
+    // The virtual kubelet, serving its kubelet API on the Node's address and port to the
+    // consumer API server's kubelet client certificate only.
+    let certs = consumer.certs_dir().unwrap();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("virtual-kubelet.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let _vk = ChildGuard(
+        die_with_parent(&mut Command::new(
+            locate_bin("fabric-virtual-kubelet").unwrap(),
+        ))
+        .args(["--virtual-node", PROVIDER, "--namespace", NS])
+        .args([
+            "--node-ip",
+            "127.0.0.1",
+            "--kubelet-port",
+            &port.to_string(),
+        ])
+        .arg("--client-ca-file")
+        .arg(certs.join("ca.crt"))
+        .env("KUBECONFIG", &consumer.kubeconfig)
+        .env("RUST_LOG", "info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap(),
+    );
+    let vk_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait("the virtual node registered", T, || {
+        consumer
+            .kubectl(&["get", "node", NODE])
+            .status
+            .success()
+            .then_some(())
+    });
+
+    // Home pods bound to the virtual node, running on the provider.
+    // Answers each line with "got:" and the line.
+    let py_server = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('0.0.0.0',{SRV_PORT}))\ns.listen(8)\nprint('listening',flush=True)\n\
+         while True:\n c,_=s.accept()\n f=c.makefile('rwb')\n for l in f:\n  \
+         f.write(b'got:'+l)\n  f.flush()\n f.close()\n c.close()\n"
+    );
+    for (name, command, restart) in [
+        ("srv", vec!["python3", "-c", py_server.as_str()], "Always"),
+        (
+            "ticker",
+            vec![
+                "sh",
+                "-c",
+                "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.5; done",
+            ],
+            "Always",
+        ),
+        (
+            "crasher",
+            vec![
+                "sh",
+                "-c",
+                "echo run started; sleep 1; echo run ends; exit 1",
+            ],
+            "Always",
+        ),
+    ] {
+        apply(&consumer, &home_pod(name, &command, restart));
+    }
+    // Not offloaded yet: not found, and the virtual kubelet says why (the API server keeps
+    // a kubelet's 404 body out of what kubectl prints, as upstream).
+    let (_, err) = text(&consumer.kubectl(&["logs", "srv"]));
+    assert!(err.contains("NotFound"), "{err}");
+    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/srv/app");
+    assert_eq!(code, 404);
+    assert_eq!(
+        body.trim(),
+        "pod default/srv has no ShadowPod on provider cluster-b (not offloaded yet?)"
+    );
+    let mut tenant = String::new();
+    for name in ["srv", "ticker", "crasher"] {
+        tenant = offload(&consumer, provider, name, &format!("shadow-{name}"));
+    }
+    for name in ["srv", "ticker"] {
+        cl.b.wait_pod_running(&tenant, &format!("shadow-{name}"), T)
+            .unwrap();
+    }
+    eprintln!("pods running on the provider after {:?}", t0.elapsed());
+
+    // Logs: all, --tail, --limit-bytes, --timestamps.
+    let ticks = wait("ticks in the log", T, || {
+        let o = consumer.kubectl(&["logs", "ticker"]);
+        let (out, _) = text(&o);
+        (o.status.success() && out.lines().count() >= 4).then_some(out)
+    });
+    assert!(ticks.starts_with("tick 0\ntick 1\n"), "{ticks}");
+    let o = consumer.kubectl(&["logs", "ticker", "--tail=2"]);
+    let (out, err) = text(&o);
+    assert_eq!(out.lines().count(), 2, "{out} {err}");
+    assert!(out.lines().all(|l| l.starts_with("tick ")), "{out}");
+    let (out, _) = text(&consumer.kubectl(&["logs", "ticker", "--limit-bytes=6"]));
+    assert_eq!(out, "tick 0");
+    let (out, _) = text(&consumer.kubectl(&["logs", "ticker", "--tail=1", "--timestamps"]));
+    let (stamp, line) = out.trim_end().split_once(' ').unwrap();
+    assert!(
+        stamp.parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
+        "{out}"
+    );
+    assert!(line.starts_with("tick "), "{out}");
+    let (out, _) = text(&consumer.kubectl(&["logs", "ticker", "--since=1h"]));
+    assert!(out.starts_with("tick 0\n"), "{out}");
+
+    // logs -f: lines keep arriving after it started, through the whole chain.
+    let mut follow = ChildGuard(
+        die_with_parent(&mut Command::new("kubectl"))
+            .env("KUBECONFIG", &consumer.kubeconfig)
+            .args(["logs", "-f", "ticker", "--tail=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(follow.0.stdout.take().unwrap()).lines();
+    let number = |l: &str| -> u64 { l.trim_start_matches("tick ").parse().unwrap() };
+    let first = number(&lines.next().unwrap().unwrap());
+    let started = Instant::now();
+    let mut last = first;
+    while started.elapsed() < Duration::from_secs(4) {
+        let n = number(&lines.next().unwrap().unwrap());
+        assert_eq!(n, last + 1, "lines in order, none lost");
+        last = n;
+    }
+    assert!(last >= first + 5, "followed from {first} to {last}");
+    drop(follow);
+
+    // --previous: the log of the crashed run, once there is one.
+    let (_, err) = text(&consumer.kubectl(&["logs", "crasher", "--previous"]));
+    wait("crasher restarted", T, || {
+        let p = cl.b.get_pod(&tenant, "shadow-crasher").ok()??;
+        (p["status"]["containerStatuses"][0]["restartCount"].as_i64()? >= 1).then_some(())
+    });
+    let o = consumer.kubectl(&["logs", "crasher", "--previous"]);
+    let (out, e2) = text(&o);
+    assert!(o.status.success(), "{e2} (before a restart: {err})");
+    assert_eq!(out, "run started\nrun ends\n");
+
+    // exec: output, stderr and the exit code; stdin, more than one frame of it.
+    let o = consumer.kubectl(&[
+        "exec",
+        "srv",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{:?}", text(&o));
+    let (out, err) = text(&o);
+    assert_eq!(out, "out\n");
+    assert!(err.contains("err\n"), "{err}");
+    let input: String = (0..5000).map(|i| format!("line {i}\n")).collect();
+    let o = consumer.kubectl_stdin(&["exec", "-i", "srv", "--", "cat"], &input);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), input);
+    let o = consumer.kubectl_stdin(&["exec", "-i", "srv", "--", "wc", "-l"], &input);
+    assert_eq!(text(&o).0.trim(), "5000");
+    // The command runs in the real pod: the provider's address, the provider's pod name.
+    let real = cl.b.get_pod(&tenant, "shadow-srv").unwrap().unwrap();
+    let ip = real["status"]["podIP"].as_str().unwrap();
+    let out = consumer.kubectl_ok(&["exec", "srv", "--", "ip", "-o", "-4", "addr"]);
+    assert!(out.contains(&format!("inet {ip}/")), "{out}");
+
+    // attach: the provider's test node refuses it, and its reason comes through.
+    let o = consumer.kubectl(&["attach", "srv"]);
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("keeps no stdio"), "{:?}", text(&o));
+
+    // port-forward: bytes both ways, on two connections. kubectl wants the pod Running, as
+    // the pod loop reports it at home from the provider.
+    consumer.kubectl_ok(&[
+        "patch",
+        "pod",
+        "srv",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running"}}"#,
+    ]);
+    let mut pf = ChildGuard(
+        die_with_parent(&mut Command::new("kubectl"))
+            .env("KUBECONFIG", &consumer.kubeconfig)
+            .args(["port-forward", "pod/srv", &format!(":{SRV_PORT}")])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("port-forward.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // Kept until the end: kubectl writes a line per connection, and dies of SIGPIPE if
+    // nobody reads them.
+    let mut pf_out = BufReader::new(pf.0.stdout.take().unwrap()).lines();
+    let first = pf_out.next().and_then(Result::ok).unwrap_or_else(|| {
+        panic!(
+            "kubectl port-forward: {}",
+            std::fs::read_to_string(dir.join("port-forward.err")).unwrap_or_default()
+        )
+    });
+    let local: u16 = first
+        .split_once("127.0.0.1:")
+        .and_then(|(_, r)| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    for i in 0..2 {
+        let s = TcpStream::connect(("127.0.0.1", local)).unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut w = s;
+        for size in [1, 20_000] {
+            let payload = format!("hello {i} ").repeat(size);
+            writeln!(w, "{payload}").unwrap();
+            let mut answer = String::new();
+            r.read_line(&mut answer).unwrap();
+            assert!(
+                answer == format!("got:{payload}\n"),
+                "connection {i}, {size}"
+            );
+        }
+    }
+    drop((pf, pf_out));
+
+    // Only pods bound to the virtual node, and only to the API server's kubelet client.
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "v1", "kind": "Pod",
+                 "metadata": { "name": "unbound", "namespace": "default" },
+                 "spec": { "containers": [{ "name": "app", "image": "x" }] } }),
+    );
+    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/unbound/app");
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        body.contains("not bound to virtual node fabric-cluster-b"),
+        "{body}"
+    );
+    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/nope/app");
+    assert_eq!(
+        (code, body.trim()),
+        (404, "pod default/nope does not exist")
+    );
+    let (code, body) = curl(Some(&certs), port, "/runningpods/");
+    assert_eq!(code, 404, "{body}");
+    let (code, _) = curl(Some(&certs), port, "/containerLogs/default/ticker/app");
+    assert_eq!(code, 200);
+    let (code, body) = curl(None, port, "/containerLogs/default/ticker/app");
+    assert_eq!(code, 0, "served without a client certificate: {body}");
+
+    eprintln!(
+        "done after {:?}\n--- virtual kubelet ---\n{}",
+        t0.elapsed(),
+        {
+            let l = vk_log();
+            l.lines().rev().take(15).collect::<Vec<_>>().join("\n")
+        }
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
