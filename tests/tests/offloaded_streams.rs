@@ -146,7 +146,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
         return;
     }
     let t0 = Instant::now();
-    let cl = PeeredClusters::with_rbac(1).unwrap();
+    let cl = PeeredClusters::for_sharing(1, false).unwrap();
     let provider = &cl.b.api;
     let consumer = ApiServer::start_with_auth("vkstreams-c");
     consumer.install_crds();
