@@ -474,14 +474,18 @@ mod tests {
             })
         );
         assert_eq!(t(None, &[]), Err(Refused::NoPod(want.clone())));
-        let other = t(Some(&home(Some("real-node"), "u1")), &[ours.clone()]).unwrap_err();
+        let other = t(
+            Some(&home(Some("real-node"), "u1")),
+            std::slice::from_ref(&ours),
+        )
+        .unwrap_err();
         assert_eq!(other.status(), 404);
         assert!(
             other
                 .to_string()
                 .contains("not bound to virtual node vnode")
         );
-        assert!(t(Some(&home(None, "u1")), &[ours.clone()]).is_err());
+        assert!(t(Some(&home(None, "u1")), std::slice::from_ref(&ours)).is_err());
         // A ShadowPod of an earlier pod of the same name (another uid), or another pod's.
         for s in [
             shadow("fabric-tenant-c", "x", "shop", "web", "u0"),
