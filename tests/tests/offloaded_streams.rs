@@ -5,9 +5,8 @@
 //! tenant Role on the provider. The provider is a fixture cluster (test scheduler and test
 //! node run the real pods); the consumer needs no node of its own.
 //!
-//! The ShadowPods and real pods are made here as the virtual kubelet's pod loop and the
-//! provider's ShadowPod controller would make them (forged from the home pod; the real pod of
-//! another name than the home pod, so that the name mapping shows).
+//! The virtual kubelet's pod loop offloads the pods (ShadowPods named `<namespace>.<name>`)
+//! and the provider's ShadowPod controller (`fabric-controller sharing`) runs them.
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::TcpStream,
@@ -16,15 +15,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fabric_api::{names, offloading::v1alpha1::ShadowPod};
-use fabric_sharing::shadowpod::{decide, forge};
+use fabric_api::names;
+use fabric_sharing::shadowpod::forge;
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
     clusters::PeeredClusters,
     die_with_parent, locate_bin, sharing, skip_unless_root,
 };
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 const CONSUMER: &str = "cluster-a";
@@ -75,42 +73,6 @@ fn home_pod(name: &str, command: &[&str], restart: &str) -> Value {
     })
 }
 
-/// What the pod loop and the ShadowPod controller would do for home pod `name`: its ShadowPod
-/// `shadow` in the tenant namespace, and the real pod of that name. Returns the real pod's
-/// namespace.
-fn offload(consumer: &ApiServer, provider: &ApiServer, name: &str, shadow: &str) -> String {
-    let tenant = names::namespace::tenant(CONSUMER);
-    let home: Pod = serde_json::from_str(
-        &consumer.kubectl_ok(&["get", "pod", name, "-n", "default", "-o", "json"]),
-    )
-    .unwrap();
-    let spec = forge::forge(
-        &home,
-        CONSUMER,
-        &forge::Offer::default(),
-        &forge::Policy::default(),
-    )
-    .unwrap();
-    let mut sp = ShadowPod::new(shadow, spec);
-    sp.metadata.namespace = Some(tenant.clone());
-    apply(provider, &serde_json::to_value(&sp).unwrap());
-    let sp: ShadowPod = serde_json::from_str(&provider.kubectl_ok(&[
-        "get",
-        "shadowpod",
-        shadow,
-        "-n",
-        &tenant,
-        "-o",
-        "json",
-    ]))
-    .unwrap();
-    apply(
-        provider,
-        &serde_json::to_value(decide::real_pod(&sp)).unwrap(),
-    );
-    tenant
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -153,6 +115,29 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     consumer.kubectl_ok(&["create", "namespace", NS]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let creds = sharing::consumer_credentials(provider, CONSUMER).unwrap();
+    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spawn = |bin: &str, args: &[&str], kubeconfig: &Path, log: &Path| {
+        let log = std::fs::File::create(log).unwrap();
+        ChildGuard(
+            die_with_parent(&mut Command::new(locate_bin(bin).unwrap()))
+                .args(args)
+                .env("KUBECONFIG", kubeconfig)
+                .env("RUST_LOG", "info")
+                .env("POD_NAME", "controller-0")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    // The provider's ShadowPod controller.
+    let _sharing = spawn(
+        "fabric-controller",
+        &["sharing"],
+        &provider.kubeconfig,
+        &dir.join("provider-controller.log"),
+    );
     rt.block_on(async {
         sharing::admit_tenant(&provider.client().await, CONSUMER)
             .await
@@ -162,6 +147,40 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
             .await
             .unwrap();
     });
+    // The tunnel is up (as the gateway operator reports it) and the provider's pod CIDR
+    // remapped (as the network layer agreed).
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER } }),
+    );
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER,
+                           "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } } }),
+    );
+    for (kind, status) in [
+        ("connection", r#"{"status":{"value":"Connected"}}"#),
+        (
+            "configuration",
+            r#"{"status":{"remote":{"pod":"10.71.0.0/16","external":"10.72.0.0/16"}}}"#,
+        ),
+    ] {
+        consumer.kubectl_ok(&[
+            "patch",
+            kind,
+            PROVIDER,
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        ]);
+    }
     apply(
         &consumer,
         &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
@@ -174,29 +193,24 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     // consumer API server's kubelet client certificate only.
     let certs = consumer.certs_dir().unwrap();
     let port = free_port();
-    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let log_path = dir.join("virtual-kubelet.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let _vk = ChildGuard(
-        die_with_parent(&mut Command::new(
-            locate_bin("fabric-virtual-kubelet").unwrap(),
-        ))
-        .args(["--virtual-node", PROVIDER, "--namespace", NS])
-        .args([
+    let ca = certs.join("ca.crt");
+    let _vk = spawn(
+        "fabric-virtual-kubelet",
+        &[
+            "--virtual-node",
+            PROVIDER,
+            "--namespace",
+            NS,
             "--node-ip",
             "127.0.0.1",
             "--kubelet-port",
             &port.to_string(),
-        ])
-        .arg("--client-ca-file")
-        .arg(certs.join("ca.crt"))
-        .env("KUBECONFIG", &consumer.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap(),
+            "--client-ca-file",
+            ca.to_str().unwrap(),
+        ],
+        &consumer.kubeconfig,
+        &log_path,
     );
     let vk_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     wait("the virtual node registered", T, || {
@@ -238,24 +252,25 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     ] {
         apply(&consumer, &home_pod(name, &command, restart));
     }
-    // Not offloaded yet: not found, and the virtual kubelet says why (the API server keeps
-    // a kubelet's 404 body out of what kubectl prints, as upstream).
-    let (_, err) = text(&consumer.kubectl(&["logs", "srv"]));
+    let tenant = names::namespace::tenant(CONSUMER);
+    let real = |name: &str| forge::name("default", name);
+    for name in ["srv", "ticker"] {
+        cl.b.wait_pod_running(&tenant, &real(name), T).unwrap();
+    }
+    // A pod the provider's policy refuses (host network) is never offloaded: not found, and
+    // the virtual kubelet says why (the API server keeps a kubelet's 404 body out of what
+    // kubectl prints, as upstream).
+    let mut hostnet = home_pod("hostnet", &["sleep", "1000"], "Always");
+    hostnet["spec"]["hostNetwork"] = json!(true);
+    apply(&consumer, &hostnet);
+    let (_, err) = text(&consumer.kubectl(&["logs", "hostnet"]));
     assert!(err.contains("NotFound"), "{err}");
-    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/srv/app");
+    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/hostnet/app");
     assert_eq!(code, 404);
     assert_eq!(
         body.trim(),
-        "pod default/srv has no ShadowPod on provider cluster-b (not offloaded yet?)"
+        "pod default/hostnet has no ShadowPod on provider cluster-b (not offloaded yet?)"
     );
-    let mut tenant = String::new();
-    for name in ["srv", "ticker", "crasher"] {
-        tenant = offload(&consumer, provider, name, &format!("shadow-{name}"));
-    }
-    for name in ["srv", "ticker"] {
-        cl.b.wait_pod_running(&tenant, &format!("shadow-{name}"), T)
-            .unwrap();
-    }
     eprintln!("pods running on the provider after {:?}", t0.elapsed());
 
     // Logs: all, --tail, --limit-bytes, --timestamps.
@@ -307,7 +322,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     // --previous: the log of the crashed run, once there is one.
     let (_, err) = text(&consumer.kubectl(&["logs", "crasher", "--previous"]));
     wait("crasher restarted", T, || {
-        let p = cl.b.get_pod(&tenant, "shadow-crasher").ok()??;
+        let p = cl.b.get_pod(&tenant, &real("crasher")).ok()??;
         (p["status"]["containerStatuses"][0]["restartCount"].as_i64()? >= 1).then_some(())
     });
     let o = consumer.kubectl(&["logs", "crasher", "--previous"]);
@@ -335,8 +350,8 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let o = consumer.kubectl_stdin(&["exec", "-i", "srv", "--", "wc", "-l"], &input);
     assert_eq!(text(&o).0.trim(), "5000");
     // The command runs in the real pod: the provider's address, the provider's pod name.
-    let real = cl.b.get_pod(&tenant, "shadow-srv").unwrap().unwrap();
-    let ip = real["status"]["podIP"].as_str().unwrap();
+    let srv = cl.b.get_pod(&tenant, &real("srv")).unwrap().unwrap();
+    let ip = srv["status"]["podIP"].as_str().unwrap();
     let out = consumer.kubectl_ok(&["exec", "srv", "--", "ip", "-o", "-4", "addr"]);
     assert!(out.contains(&format!("inet {ip}/")), "{out}");
 
@@ -345,17 +360,14 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     assert!(!o.status.success());
     assert!(text(&o).1.contains("keeps no stdio"), "{:?}", text(&o));
 
-    // port-forward: bytes both ways, on two connections. kubectl wants the pod Running, as
-    // the pod loop reports it at home from the provider.
-    consumer.kubectl_ok(&[
-        "patch",
-        "pod",
-        "srv",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"phase":"Running"}}"#,
-    ]);
+    // port-forward: bytes both ways, on two connections (kubectl wants the pod Running at
+    // home: the pod loop reports it).
+    wait("srv Running at home", T, || {
+        let p: Value =
+            serde_json::from_str(&consumer.kubectl_ok(&["get", "pod", "srv", "-o", "json"]))
+                .ok()?;
+        (p["status"]["phase"] == "Running").then_some(())
+    });
     let mut pf = ChildGuard(
         die_with_parent(&mut Command::new("kubectl"))
             .env("KUBECONFIG", &consumer.kubeconfig)

@@ -1,14 +1,14 @@
 //! The requests behind each kubelet API call: the home pod and the VirtualNode from this
-//! cluster, the provider's client from the identity Secret, the ShadowPods of the tenant
+//! cluster, the provider's client from the identity Secret, the pod's ShadowPod in the tenant
 //! namespace, then the provider's `pods/log` (streamed) or the upgrade relay.
 use bytes::Bytes;
 use fabric_api::offloading::v1alpha1::{ShadowPod, VirtualNode};
-use fabric_sharing::identity;
+use fabric_sharing::{identity, shadowpod::forge};
 use http_body_util::{BodyExt as _, Full, combinators::UnsyncBoxBody};
 use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, Resource as _, api::ListParams, client::Body as KubeBody};
+use kube::{Api, Resource as _, client::Body as KubeBody};
 use tracing::{debug, info, warn};
 
 use super::{
@@ -55,7 +55,7 @@ enum Unavailable {
     Pod(route::PodRef, kube::Error),
     #[error("the provider's identity: {0}")]
     Identity(#[from] identity::Error),
-    #[error("listing the ShadowPods on provider {0}: {1}")]
+    #[error("reading the ShadowPod on provider {0}: {1}")]
     ShadowPods(String, kube::Error),
     #[error("building the provider request: {0}")]
     Request(String),
@@ -144,11 +144,12 @@ impl Proxy {
         let uid = route::bound_here(&want, home.as_ref(), &node)?;
         let remote = identity::remote_client(&self.local, &self.namespace, &provider).await?;
         let tenant_ns = remote.default_namespace().to_owned();
-        let shadows = Api::<ShadowPod>::namespaced(remote.clone(), &tenant_ns)
-            .list(&ListParams::default())
+        // Its ShadowPod by its deterministic name; `target` checks it is this very pod's.
+        let shadow = Api::<ShadowPod>::namespaced(remote.clone(), &tenant_ns)
+            .get_opt(&forge::name(&want.namespace, &want.name))
             .await
             .map_err(|e| Unavailable::ShadowPods(provider.clone(), e))?;
-        let target = route::target(&want, &uid, &provider, &tenant_ns, &shadows.items)?;
+        let target = route::target(&want, &uid, &provider, &tenant_ns, shadow.as_slice())?;
         let upstream = match &route {
             Route::Logs {
                 container, params, ..

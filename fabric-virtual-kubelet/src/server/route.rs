@@ -215,7 +215,7 @@ pub fn bound_here(want: &PodRef, home: Option<&Pod>, node: &str) -> Result<Strin
 }
 
 /// The provider pod that runs home pod `want` (uid `uid`): the real pod of the ShadowPod,
-/// among `shadows` (those of this consumer's tenant namespace `tenant_ns` on provider
+/// among `shadows` (read from this consumer's tenant namespace `tenant_ns` on provider
 /// `provider`), that was made for this very pod (same namespace, name and uid). Never a pod
 /// outside `tenant_ns`.
 pub fn target(
