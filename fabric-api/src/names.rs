@@ -75,6 +75,9 @@ pub mod annotation {
     /// On a consumer's `Identity`: the pin (`sha256:<hex>`) of the provider's authentication
     /// service, as the peer command gave it; renewals verify the service with it.
     pub const AUTH_PIN: &str = "fabric.io/auth-pin";
+    /// On a ForeignCluster being unpeered (value "true", `fabricctl unpeer --force`): the
+    /// controllers remove the local side at once, without waiting for the peer to answer.
+    pub const FORCE_UNPEER: &str = "fabric.io/force-unpeer";
 }
 
 pub mod finalizer {
@@ -87,6 +90,13 @@ pub mod finalizer {
     pub const VIRTUAL_NODE: &str = "offloading.fabric.io/virtual-node";
     /// On ShadowPods (provider): the real pod is deleted, gracefully, before they go.
     pub const SHADOW_POD: &str = "offloading.fabric.io/shadowpod";
+    /// On a consumer's ForeignClusters of providers: unpeering removes the slices, the
+    /// virtual node, the network (their own finalizers), then tells the provider (deletes
+    /// its Tenant there) and drops the Identity before it goes.
+    pub const PEERING: &str = "sharing.fabric.io/peering";
+    /// On a provider's Tenants: the tenant area (RBAC, replicas, namespace, the consumer's
+    /// ForeignCluster and CSRs) is removed before it goes.
+    pub const TENANT: &str = "sharing.fabric.io/tenant";
 }
 
 pub mod secret {

@@ -66,6 +66,19 @@ impl PeerRole {
         }
     }
 
+    /// The role once `other` is removed (a peer that was both and stops consuming is a
+    /// provider; one that only consumed and stops is unknown again).
+    pub fn without(self, other: PeerRole) -> PeerRole {
+        use PeerRole::*;
+        match (self, other) {
+            (r, Unknown) => r,
+            (ConsumerAndProvider, Consumer) => Provider,
+            (ConsumerAndProvider, Provider) => Consumer,
+            (a, b) if a == b || b == ConsumerAndProvider => Unknown,
+            (a, _) => a,
+        }
+    }
+
     /// Whether the peer lends resources to this cluster.
     pub fn provides(self) -> bool {
         matches!(self, PeerRole::Provider | PeerRole::ConsumerAndProvider)
@@ -144,6 +157,12 @@ mod tests {
 
     #[test]
     fn roles_combine() {
+        assert_eq!(ConsumerAndProvider.without(Consumer), Provider);
+        assert_eq!(ConsumerAndProvider.without(Provider), Consumer);
+        assert_eq!(Consumer.without(Consumer), Unknown);
+        assert_eq!(Provider.without(Consumer), Provider);
+        assert_eq!(Provider.without(ConsumerAndProvider), Unknown);
+        assert_eq!(Provider.without(Unknown), Provider);
         assert_eq!(Unknown.with(Provider), Provider);
         assert_eq!(Provider.with(Provider), Provider);
         assert_eq!(Provider.with(Consumer), ConsumerAndProvider);
