@@ -1,6 +1,6 @@
 //! The negotiation controllers together, as `fabric-controller sharing` runs them: network
-//! ([`crate::network`]) and resources ([`crate::slices`]), each with its consumer and provider
-//! half (a cluster can be both).
+//! ([`crate::network`]) and resources ([`crate::slices`]), and their end ([`crate::unpeer`]),
+//! each with its consumer and provider half (a cluster can be both).
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use fabric_kube::events::Events;
@@ -9,7 +9,7 @@ use kube::Client;
 
 use crate::{
     kit::{Ctx, Error},
-    network, policy, slices,
+    network, policy, slices, unpeer,
 };
 
 /// How the negotiation controllers run.
@@ -27,7 +27,7 @@ pub struct Settings {
     pub instance: Option<String>,
 }
 
-/// Runs the four controllers until their watches end.
+/// Runs the negotiation controllers and the unpeer ones until their watches end.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     let local = Cluster::read(Side::Local, client.clone(), &settings.namespace).await?;
     let ctx = Arc::new(Ctx {
@@ -45,7 +45,9 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         network::consumer::run(ctx.clone()),
         network::provider::run(ctx.clone()),
         slices::consumer::run(ctx.clone()),
-        slices::provider::run(ctx, policy),
+        slices::provider::run(ctx.clone(), policy),
+        unpeer::consumer::run(ctx.clone()),
+        unpeer::provider::run(ctx),
     );
     Ok(())
 }

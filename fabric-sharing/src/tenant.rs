@@ -87,6 +87,11 @@ pub fn role(consumer: &str) -> Role {
                 READ,
             ),
             rule(fabric_api::authentication::GROUP, &["tenants"], READ),
+            // Leaving: deleting its own Tenant tells the provider to remove the tenant area.
+            PolicyRule {
+                resource_names: Some(vec![consumer.to_owned()]),
+                ..rule(fabric_api::authentication::GROUP, &["tenants"], &["delete"])
+            },
             // Its pods to run here; the provider's controller writes their status.
             rule(fabric_api::offloading::GROUP, &["shadowpods"], MANAGE),
             rule(fabric_api::offloading::GROUP, &["shadowpods/status"], READ),

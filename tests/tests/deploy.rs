@@ -208,6 +208,23 @@ fn manifests_apply_with_least_privilege() {
             "update",
             "leases.coordination.k8s.io/fabric-virtual-nodes",
         ),
+        // Unpeering: the consumer's Identity, the provider's tenant area.
+        (
+            "fabric-sharing",
+            "delete",
+            "identities.authentication.fabric.io",
+        ),
+        ("fabric-sharing", "delete", "namespaces"),
+        (
+            "fabric-sharing",
+            "delete",
+            "rolebindings.rbac.authorization.k8s.io/fabric-consumer",
+        ),
+        (
+            "fabric-sharing",
+            "patch",
+            "tenants.authentication.fabric.io",
+        ),
         // The VirtualNode controller holds what it grants the virtual kubelets.
         (
             "fabric-virtual-nodes",
@@ -279,6 +296,11 @@ fn manifests_apply_with_least_privilege() {
         ("fabric-agent", "create", "pods"),
         ("fabric-controller", "get", "secrets"),
         ("fabric-auth", "delete", "namespaces"),
+        (
+            "fabric-sharing",
+            "delete",
+            "rolebindings.rbac.authorization.k8s.io/admin",
+        ),
         ("fabric-auth", "delete", "secrets"),
         ("fabric-auth", "list", "nodes"),
         ("fabric-auth", "create", "pods"),

@@ -2,9 +2,10 @@
 //! Identity, the PeeringNetwork on the provider (with the identity), and once the provider
 //! has answered, this cluster's network objects for it (it dials). Unpeering (deleting the
 //! ForeignCluster) removes both; the local ones go even when the provider cannot be reached
-//! (after [`REMOTE_GRACE`]). A provider that already dials this cluster (it peered with this
-//! cluster first, as consumer) is reached through that tunnel ([`Route::OtherWay`]): nothing
-//! is negotiated, and its objects stay with the peering that made them.
+//! (after [`super::REMOTE_GRACE`], or at once when the unpeer is forced). A provider that
+//! already dials this cluster (it peered with this cluster first, as consumer) is reached
+//! through that tunnel ([`Route::OtherWay`]): nothing is negotiated, and its objects stay with
+//! the peering that made them.
 use std::sync::Arc;
 
 use fabric_api::{
@@ -39,6 +40,8 @@ use crate::kit::{
     Ctx, Error, FIELD_MANAGER, Shared, age, answer_poll, deleting_for, remote, remote_client,
     set_fc_condition,
 };
+use super::{FINALIZER, READY, Route, consumer_objects, network_ready, route};
+use crate::kit::{Ctx, Error, FIELD_MANAGER, Shared, remote, remote_client, set_fc_condition};
 
 async fn condition(
     ctx: &Ctx,
@@ -156,7 +159,7 @@ async fn cleanup(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
         }
     };
     if let Err(e) = remote_delete.await {
-        if !give_up_remote(deleting_for(&fc.metadata, Timestamp::now()), REMOTE_GRACE) {
+        if !crate::unpeer::abandon_remote(&fc.metadata, Timestamp::now()) {
             return Err(e);
         }
         warn!(provider, error = %e, "unpeering without the provider: its PeeringNetwork stays there");

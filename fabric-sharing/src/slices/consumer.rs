@@ -1,8 +1,8 @@
 //! The consumer's slice replicator: pushes each local ResourceSlice's spec to the provider's
 //! tenant namespace (with the identity), brings the provider's status back, keeps the
 //! provider's VirtualNode at what is granted and the ForeignCluster's ResourcesGranted
-//! condition. Deleting a slice deletes its replica (after [`REMOTE_GRACE`] without a
-//! reachable provider, the local slice goes anyway).
+//! condition. Deleting a slice deletes its replica (after [`crate::network::REMOTE_GRACE`]
+//! without a reachable provider, or at once when forced, the local slice goes anyway).
 use std::sync::Arc;
 
 use fabric_api::{
@@ -34,6 +34,7 @@ use crate::{
     },
     network::{REMOTE_GRACE, give_up_remote},
 };
+use crate::kit::{Ctx, Error, FIELD_MANAGER, remote, remote_client, set_fc_condition};
 
 struct SliceCtx {
     ctx: Arc<Ctx>,
@@ -130,10 +131,7 @@ async fn cleanup(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Err
         }
     };
     if let Err(e) = delete.await {
-        if !give_up_remote(
-            deleting_for(&slice.metadata, Timestamp::now()),
-            REMOTE_GRACE,
-        ) {
+        if !crate::unpeer::abandon_remote(&slice.metadata, Timestamp::now()) {
             return Err(e);
         }
         let note = format!("the provider could not be reached ({e}); its replica is left there");

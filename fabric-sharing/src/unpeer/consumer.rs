@@ -1,0 +1,204 @@
+//! The consumer's unpeer controller: a finalizer on each provider's ForeignCluster; once it
+//! is deleted, removes the slices and the VirtualNode, waits for the network controller's
+//! finalizer, then deletes its Tenant on the provider (with the identity: the provider's
+//! controllers remove the tenant area) and the Identity with its Secret.
+use std::{sync::Arc, time::Duration};
+
+use fabric_api::{
+    authentication::v1alpha1::{Identity, ResourceSlice, Tenant},
+    core::v1alpha1::ForeignCluster,
+    names,
+    offloading::v1alpha1::VirtualNode,
+};
+use fabric_kube::events::Event as KubeEvent;
+use fabric_peering::{Cluster, Side};
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+};
+use tracing::{info, warn};
+
+use super::{ConsumerSide, abandon_remote, forced, pending};
+use crate::kit::{
+    Ctx, Error, Shared, add_finalizer, delete_gone_ok, remote, remote_client, remove_finalizer,
+};
+
+const FINALIZER: &str = names::finalizer::PEERING;
+
+/// How often a running unpeer looks again at what it waits for.
+const WAIT: Duration = Duration::from_millis(500);
+
+/// Marks `slice` as forced too, so that its replicator does not wait for the provider.
+async fn force(api: &Api<ResourceSlice>, slice: &ResourceSlice) -> Result<(), Error> {
+    if forced(&slice.metadata) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        names::annotation::FORCE_UNPEER: "true"
+    }}});
+    match api
+        .patch(
+            &slice.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes the consumer's Tenant on the provider: the provider's controllers take the tenant
+/// area away.
+async fn leave(ctx: &Ctx, fc: &ForeignCluster, provider: &str) -> Result<(), Error> {
+    let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let Some(identity) = ids.get_opt(provider).await? else {
+        // Without an identity the provider cannot be reached: nothing to tell it.
+        warn!(
+            provider,
+            "unpeering without an Identity: the provider is not told"
+        );
+        return Ok(());
+    };
+    let me = Cluster::read(Side::Local, ctx.client.clone(), &ctx.namespace).await?;
+    let tell = async {
+        let tenants: Api<Tenant> = Api::namespaced(
+            remote_client(ctx, provider).await?,
+            &identity.spec.tenant_namespace,
+        );
+        remote(provider, tenants.delete(me.id(), &Default::default())).await
+    };
+    match tell.await {
+        Ok(_) => Ok(()),
+        Err(Error::Remote {
+            source: kube::Error::Api(e),
+            ..
+        }) if e.code == 404 => Ok(()),
+        Err(e) if abandon_remote(&fc.metadata, Timestamp::now()) => {
+            warn!(provider, error = %e, "unpeering without the provider: its tenant area stays there");
+            let note = format!(
+                "the provider could not be told ({e}): its tenant area for this cluster stays there"
+            );
+            ctx.events
+                .publish(
+                    fc,
+                    &KubeEvent::warning("UnpeeredWithoutProvider", "Unpeer", note),
+                )
+                .await;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One step of the unpeer of `fc`: true once everything of this side is gone.
+async fn cleanup(fc: &ForeignCluster, ctx: &Ctx) -> Result<bool, Error> {
+    let provider = fc.name_any();
+    let slices_api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let slices: Vec<ResourceSlice> = slices_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| s.spec.provider_cluster_id == provider)
+        .collect();
+    for s in &slices {
+        if forced(&fc.metadata) {
+            force(&slices_api, s).await?;
+        }
+        if s.metadata.deletion_timestamp.is_none() {
+            delete_gone_ok(&slices_api, &s.name_any()).await?;
+        }
+    }
+    let vns: Api<VirtualNode> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let vn = vns.get_opt(&provider).await?;
+    // The slice replicator deletes it with the last slice; once none is left, nothing
+    // re-creates it.
+    if slices.is_empty()
+        && vn
+            .as_ref()
+            .is_some_and(|v| v.metadata.deletion_timestamp.is_none())
+    {
+        delete_gone_ok(&vns, &provider).await?;
+    }
+    let side = ConsumerSide {
+        slices: slices.iter().map(|s| s.name_any()).collect(),
+        virtual_node: vn.is_some(),
+        network: fc
+            .finalizers()
+            .iter()
+            .any(|f| f == crate::network::FINALIZER),
+    };
+    let waiting = pending(&side);
+    if !waiting.is_empty() {
+        let what: Vec<String> = waiting.iter().map(ToString::to_string).collect();
+        info!(provider, waiting = ?what, "unpeering");
+        return Ok(false);
+    }
+    leave(ctx, fc, &provider).await?;
+    let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    delete_gone_ok(&ids, &provider).await?;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    delete_gone_ok(&secrets, &names::secret::identity(&provider)).await?;
+    info!(
+        provider,
+        "unpeered: slices, virtual node, network and identity removed"
+    );
+    Ok(true)
+}
+
+async fn reconcile(fc: Arc<ForeignCluster>, ctx: Shared) -> Result<Action, Error> {
+    let api: Api<ForeignCluster> = Api::all(ctx.client.clone());
+    // The cache may lag behind a removal of the finalizer or a force: decide on a fresh copy.
+    let Some(fc) = api.get_opt(&fc.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let ours = fc.finalizers().iter().any(|f| f == FINALIZER);
+    if fc.metadata.deletion_timestamp.is_none() {
+        if fc.spec.role.provides() && !ours {
+            add_finalizer(&api, &fc, FINALIZER).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !ours {
+        return Ok(Action::await_change());
+    }
+    if cleanup(&fc, &ctx).await? {
+        remove_finalizer(&api, &fc, FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(WAIT))
+}
+
+fn error_policy(fc: Arc<ForeignCluster>, err: &Error, ctx: Shared) -> Action {
+    warn!(provider = %fc.name_any(), error = %err, "unpeer failed; retrying");
+    Action::requeue(ctx.remote_poll)
+}
+
+/// Runs until the watch ends.
+pub async fn run(ctx: Shared) {
+    let fcs: Api<ForeignCluster> = Api::all(ctx.client.clone());
+    let slices: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let vns: Api<VirtualNode> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    // Slices and VirtualNodes going away move a running unpeer on.
+    Controller::new(fcs, watcher::Config::default())
+        .watches(slices, watcher::Config::default(), |s| {
+            Some(ObjectRef::new(&s.spec.provider_cluster_id))
+        })
+        .watches(vns, watcher::Config::default(), |v| {
+            Some(ObjectRef::new(&v.name_any()))
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!(error = %e, "unpeer (consumer)");
+            }
+        })
+        .await;
+}
