@@ -41,15 +41,7 @@ pub async fn generate_peer_command(
     let secrets = Api::<Secret>::namespaced(local, ns);
     let token = match ttl {
         Some(ttl) => {
-            let t = token::generate();
-            let expires = Timestamp::now() + ttl;
-            secrets
-                .create(
-                    &PostParams::default(),
-                    &token::secret(ns, &t, Some(expires)),
-                )
-                .await
-                .context("storing the new token")?;
+            let (t, expires, _) = mint(&secrets, ns, ttl).await?;
             eprintln!("The token expires at {expires}.");
             t
         }
@@ -64,6 +56,23 @@ pub async fn generate_peer_command(
     eprintln!("Run this on the consumer cluster (it holds a secret: pass it on privately):");
     println!("{}", cmd.shell_line());
     Ok(())
+}
+
+/// A new token of its own, expiring after `ttl`: the token, its expiry and its Secret's name.
+async fn mint(
+    secrets: &Api<Secret>,
+    ns: &str,
+    ttl: Duration,
+) -> Result<(String, Timestamp, String)> {
+    let t = token::generate();
+    let expires = Timestamp::now() + ttl;
+    let secret = token::secret(ns, &t, Some(expires));
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .context("storing the new token")?;
+    Ok((t, expires, name))
 }
 
 /// The standing token, created on first use.
@@ -117,7 +126,7 @@ pub async fn token_rotate(local: Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// What `peer out-of-band` is given.
+/// What `peer out-of-band` is given (and what `peer` gives it).
 pub struct OutOfBandArgs {
     pub auth_url: String,
     pub cluster_id: String,
@@ -145,6 +154,81 @@ pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> R
     };
     // Checked before anything is created.
     let resources = args.ask.resources()?;
+    let me = authenticate(&local, ns, &args, trust).await?;
+    request_and_follow(&local, ns, &me, &args.cluster_id, resources, args.timeout).await
+}
+
+/// `peer` with the provider's admin kubeconfig at hand: the out-of-band flow, with a one-time
+/// token minted on the provider (and revoked once used) and the pin read there. The admin
+/// client lives only as long as this command: nothing of it is stored on this cluster.
+pub async fn peer_in_band(
+    local: Client,
+    provider: Client,
+    ns: &str,
+    auth_url: String,
+    ask: crate::follow::Ask,
+    timeout: Duration,
+) -> Result<()> {
+    anyhow::ensure!(
+        auth_url.starts_with("https://"),
+        "--auth-url must be the https:// URL where this cluster reaches the provider's \
+         authentication service"
+    );
+    let resources = ask.resources()?;
+    let remote = Cluster::read(Side::Remote, provider.clone(), ns).await?;
+    let pin = published_pin(&provider, ns).await?.with_context(|| {
+        format!(
+            "the provider's authentication service has not created its certificate (Secret \
+             {ns}/{}) yet: is `fabric-controller auth` running there? Retry in a moment",
+            names::secret::AUTH_TLS
+        )
+    })?;
+    let secrets = Api::<Secret>::namespaced(provider, ns);
+    let (token, expires, secret) = mint(&secrets, ns, IN_BAND_TOKEN_TTL)
+        .await
+        .context("minting a token on the provider")?;
+    println!(
+        "✓ minted a one-time token on {} (Secret {ns}/{secret}, expires at {expires})",
+        remote.id()
+    );
+    let args = OutOfBandArgs {
+        auth_url,
+        cluster_id: remote.id().to_owned(),
+        token,
+        auth_pin: Some(pin.clone()),
+        auth_ca: None,
+        ask,
+        timeout,
+    };
+    let authenticated = authenticate(&local, ns, &args, Trust::Pin(tls::parse_pin(&pin)?)).await;
+    // One time: used or not, it goes.
+    let revoked = match secrets.delete(&secret, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    };
+    let me = authenticated?;
+    match revoked {
+        Ok(()) => println!("✓ revoked the one-time token"),
+        Err(e) => eprintln!(
+            "warning: the one-time token Secret {ns}/{secret} on {} could not be deleted ({e}); \
+             it expires at {expires}",
+            remote.id()
+        ),
+    }
+    request_and_follow(&local, ns, &me, remote.id(), resources, args.timeout).await
+}
+
+/// How long the token `peer` mints on the provider is valid, should its deletion fail.
+const IN_BAND_TOKEN_TTL: Duration = Duration::from_secs(600);
+
+/// Authenticates to the provider of `args` and keeps the identity; returns this cluster.
+async fn authenticate(
+    local: &Client,
+    ns: &str,
+    args: &OutOfBandArgs,
+    trust: Trust,
+) -> Result<Cluster> {
     let me = Cluster::read(Side::Local, local.clone(), ns).await?;
     anyhow::ensure!(
         me.id() != args.cluster_id,
@@ -158,12 +242,12 @@ pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> R
         args.auth_url
     );
     let command = OutOfBand {
-        auth_url: args.auth_url,
+        auth_url: args.auth_url.clone(),
         provider_id: args.cluster_id.clone(),
-        token: args.token.into(),
+        token: args.token.clone().into(),
         trust,
     };
-    let r = consumer::authenticate(&local, ns, me.id(), &command, |step| match step {
+    consumer::authenticate(local, ns, me.id(), &command, |step| match step {
         Step::KeyGenerated => println!("✓ generated a key pair (the private key stays in this cluster)"),
         Step::Signed {
             tenant_namespace,
@@ -183,16 +267,29 @@ pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> R
         ),
         Step::Verified => println!("✓ the identity works on the provider's API server"),
     })
-    .await;
-    r?;
-    let provider = &args.cluster_id;
+    .await?;
+    Ok(me)
+}
+
+/// Once authenticated: asks for `resources` and follows the modules coming up.
+async fn request_and_follow(
+    local: &Client,
+    ns: &str,
+    me: &Cluster,
+    provider: &str,
+    resources: std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >,
+    timeout: Duration,
+) -> Result<()> {
     let asked = !resources.is_empty();
     if asked {
         let slice = crate::follow::slice(ns, me.id(), provider, resources);
-        crate::follow::request(&local, &slice).await?;
+        crate::follow::request(local, &slice).await?;
         println!("✓ asked {provider} for resources (ResourceSlice {ns}/{provider})");
     }
-    if args.timeout.is_zero() {
+    if timeout.is_zero() {
         println!(
             "Authenticated with {provider}. The network{} follow from the controllers; \
              `fabricctl info peer {provider}` shows how far they are.",
@@ -205,7 +302,7 @@ pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> R
         return Ok(());
     }
     let progress = crate::follow::Progress::new(crate::follow::modules(asked));
-    crate::follow::follow(&local, provider, progress, args.timeout).await?;
+    crate::follow::follow(local, provider, progress, timeout).await?;
     println!("Peered with {provider}: `fabricctl info peer {provider}` shows the details.");
     Ok(())
 }

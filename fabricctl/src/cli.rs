@@ -24,25 +24,60 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Peer the local cluster with a remote one (both directions) and wait until connected;
+    /// Peer with a provider whose admin kubeconfig is at hand (`--remote-kubeconfig`): a
+    /// one-time token is minted there and the out-of-band flow runs with it, so the end state
+    /// is the same (an identity of this cluster's own, negotiated network, resources, virtual
+    /// node) and the provider's admin credentials are never kept. `--network-only` connects
+    /// the networks of two clusters of one organization directly instead (both directions).
     /// `peer out-of-band` peers with a provider of another organization through its peer
-    /// command instead.
+    /// command.
     #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Peer {
         #[command(subcommand)]
         flow: Option<PeerFlow>,
+        /// The provider's admin kubeconfig (used during the command only, never stored).
         #[arg(long, required = true)]
         remote_kubeconfig: Option<PathBuf>,
-        /// Which side's gateway listens (the other dials it).
+        /// Connect the networks only, writing both clusters' network objects directly (for
+        /// clusters of one organization: no identity, resources or virtual node).
+        #[arg(long)]
+        network_only: bool,
+        /// Where consumers reach the provider's authentication service (the `fabric-auth`
+        /// Service's external address).
+        #[arg(
+            long,
+            env = "FABRIC_AUTH_URL",
+            required_unless_present = "network_only"
+        )]
+        auth_url: Option<String>,
+        #[command(flatten)]
+        ask: AskArgs,
+        /// `--network-only`: which side's gateway listens (the other dials it).
         #[arg(long, value_enum, default_value_t = Side::Remote)]
         server: Side,
+        /// How long to wait for the peering to come up (0 with the sharing flow: return once
+        /// authenticated).
         #[arg(long, default_value_t = 120)]
         timeout_secs: u64,
     },
-    /// Remove a peering from both clusters and wait until every trace is gone.
+    /// Remove a peering. With a provider this cluster consumes from: the slices, the virtual
+    /// node, the network and the identity here, and the tenant there (by the provider's
+    /// controllers); `--force` when the provider is unreachable. With `--network-only` (or no
+    /// sharing peering with the remote): the network objects on both sides.
     Unpeer {
-        #[arg(long)]
-        remote_kubeconfig: PathBuf,
+        /// The provider's cluster id (default: the cluster of `--remote-kubeconfig`).
+        peer: Option<String>,
+        /// The remote cluster's admin kubeconfig: needed with `--network-only`; otherwise used
+        /// to wait until the provider's side is gone too.
+        #[arg(long, required_unless_present = "peer")]
+        remote_kubeconfig: Option<PathBuf>,
+        /// Remove a network-only peering (`peer --network-only`).
+        #[arg(long, requires = "remote_kubeconfig")]
+        network_only: bool,
+        /// Remove this side at once, without waiting for the provider to answer (when it is
+        /// unreachable); prints what is left there.
+        #[arg(long, conflicts_with = "network_only")]
+        force: bool,
         #[arg(long, default_value_t = 60)]
         timeout_secs: u64,
     },
@@ -91,24 +126,42 @@ pub enum PeerFlow {
         /// Verify the authentication service's certificate with this CA (PEM) instead.
         #[arg(long)]
         auth_ca: Option<PathBuf>,
-        /// CPU to ask the provider for (e.g. `4`, `500m`); with any resource asked for, the
-        /// provider shows up here as a virtual node with what it granted.
-        #[arg(long)]
-        cpu: Option<String>,
-        /// Memory to ask for (e.g. `8Gi`).
-        #[arg(long)]
-        memory: Option<String>,
-        /// Pods to ask for.
-        #[arg(long)]
-        pods: Option<String>,
-        /// Any other resource, `NAME=QUANTITY` (`nvidia.com/gpu=1`); repeatable.
-        #[arg(long = "resource")]
-        resources: Vec<String>,
+        #[command(flatten)]
+        ask: AskArgs,
         /// How long to follow the network, resources and virtual node coming up (0: return
         /// once authenticated).
         #[arg(long, default_value_t = 180)]
         timeout_secs: u64,
     },
+}
+
+/// What to ask the provider for.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct AskArgs {
+    /// CPU to ask the provider for (e.g. `4`, `500m`); with any resource asked for, the
+    /// provider shows up here as a virtual node with what it granted.
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Memory to ask for (e.g. `8Gi`).
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Pods to ask for.
+    #[arg(long)]
+    pub pods: Option<String>,
+    /// Any other resource, `NAME=QUANTITY` (`nvidia.com/gpu=1`); repeatable.
+    #[arg(long = "resource")]
+    pub resources: Vec<String>,
+}
+
+impl From<AskArgs> for crate::follow::Ask {
+    fn from(a: AskArgs) -> Self {
+        Self {
+            cpu: a.cpu,
+            memory: a.memory,
+            pods: a.pods,
+            resources: a.resources,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -193,19 +246,78 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let cli =
-            Cli::try_parse_from(["fabricctl", "peer", "--remote-kubeconfig", "b.yaml"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "fabricctl",
+            "peer",
+            "--remote-kubeconfig",
+            "b.yaml",
+            "--network-only",
+        ])
+        .unwrap();
         assert_eq!(cli.namespace, "fabric-system");
         let Cmd::Peer {
             server,
             timeout_secs,
             flow: None,
+            network_only: true,
             ..
         } = cli.cmd
         else {
             panic!("peer expected")
         };
         assert_eq!((server, timeout_secs), (Side::Remote, 120));
+        // The sharing flow (the default) needs the provider's authentication service.
+        if std::env::var_os("FABRIC_AUTH_URL").is_none() {
+            assert!(
+                Cli::try_parse_from(["fabricctl", "peer", "--remote-kubeconfig", "b.yaml"])
+                    .is_err()
+            );
+        }
+        let cli = Cli::try_parse_from([
+            "fabricctl",
+            "peer",
+            "--remote-kubeconfig",
+            "b.yaml",
+            "--auth-url",
+            "https://x",
+            "--cpu",
+            "2",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.cmd,
+            Cmd::Peer {
+                network_only: false,
+                auth_url: Some(_),
+                ask: AskArgs { cpu: Some(_), .. },
+                ..
+            }
+        ));
+        // unpeer: a provider by id, or the remote kubeconfig's cluster; --force not with
+        // --network-only.
+        let cli = Cli::try_parse_from(["fabricctl", "unpeer", "prov", "--force"]).unwrap();
+        assert!(matches!(
+            cli.cmd,
+            Cmd::Unpeer {
+                peer: Some(_),
+                force: true,
+                remote_kubeconfig: None,
+                ..
+            }
+        ));
+        assert!(Cli::try_parse_from(["fabricctl", "unpeer"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "fabricctl",
+                "unpeer",
+                "--remote-kubeconfig",
+                "b",
+                "--network-only",
+                "--force"
+            ])
+            .is_err()
+        );
+        assert!(Cli::try_parse_from(["fabricctl", "unpeer", "--remote-kubeconfig", "b"]).is_ok());
         let cli = Cli::try_parse_from(["fabricctl", "status", "-o", "json", "-n", "x"]).unwrap();
         assert_eq!(cli.namespace, "x");
         assert!(matches!(

@@ -1,9 +1,10 @@
 //! fabricctl: peer clusters through the fabric and see how they are connected.
 //!
-//! `fabricctl peer --remote-kubeconfig B.yaml` (with A's kubeconfig as usual) exchanges what
-//! each side needs about the other (CIDRs, gateway key and endpoint), creates the resources on
-//! both sides and waits until the tunnel is up in both directions (the protocol is
-//! `fabric-peering`'s).
+//! `fabricctl peer --remote-kubeconfig B.yaml --auth-url URL` (with A's kubeconfig as usual)
+//! makes A a consumer of B by the out-of-band flow, with a one-time token it mints on B;
+//! `--network-only` instead exchanges what each side needs about the other (CIDRs, gateway key
+//! and endpoint), creates the resources on both sides and waits until the tunnel is up in both
+//! directions (the protocol is `fabric-peering`'s). `unpeer` undoes either.
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
@@ -20,6 +21,7 @@ mod follow;
 mod info;
 mod peer;
 mod status;
+mod unpeer;
 
 use cli::{Cli, Cmd, GenerateCmd, InfoCmd, NetworkCmd, PeerFlow, TokenCmd};
 
@@ -63,10 +65,7 @@ async fn run(cli: Cli) -> Result<()> {
                     token,
                     auth_pin,
                     auth_ca,
-                    cpu,
-                    memory,
-                    pods,
-                    resources,
+                    ask,
                     timeout_secs,
                 }),
             ..
@@ -80,12 +79,7 @@ async fn run(cli: Cli) -> Result<()> {
                     token,
                     auth_pin,
                     auth_ca,
-                    ask: follow::Ask {
-                        cpu,
-                        memory,
-                        pods,
-                        resources,
-                    },
+                    ask: ask.into(),
                     timeout: Duration::from_secs(timeout_secs),
                 },
             )
@@ -94,19 +88,42 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Peer {
             flow: None,
             remote_kubeconfig,
+            network_only,
+            auth_url,
+            ask,
             server,
             timeout_secs,
         } => {
             let remote_kubeconfig = remote_kubeconfig.context("--remote-kubeconfig is required")?;
             let remote = client(Some(&remote_kubeconfig), "remote").await?;
-            peer::peer(local, remote, ns, server, Duration::from_secs(timeout_secs)).await
+            let timeout = Duration::from_secs(timeout_secs);
+            if network_only {
+                peer::peer(local, remote, ns, server, timeout).await
+            } else {
+                let auth_url = auth_url.context(
+                    "--auth-url is required: where this cluster reaches the provider's \
+                     authentication service (or --network-only for a direct network peering)",
+                )?;
+                auth::peer_in_band(local, remote, ns, auth_url, ask.into(), timeout).await
+            }
         }
         Cmd::Unpeer {
+            peer: id,
             remote_kubeconfig,
+            network_only,
+            force,
             timeout_secs,
         } => {
-            let remote = client(Some(&remote_kubeconfig), "remote").await?;
-            peer::unpeer(local, remote, ns, Duration::from_secs(timeout_secs)).await
+            let remote = match &remote_kubeconfig {
+                Some(k) => Some(client(Some(k), "remote").await?),
+                None => None,
+            };
+            let timeout = Duration::from_secs(timeout_secs);
+            match (network_only, remote) {
+                (true, Some(remote)) => peer::unpeer(local, remote, ns, timeout).await,
+                (true, None) => anyhow::bail!("--network-only needs --remote-kubeconfig"),
+                (false, remote) => unpeer::unpeer(local, remote, ns, id, force, timeout).await,
+            }
         }
         Cmd::Status { output } => status::status(&local, ns, output).await,
         Cmd::Info { what: None, output } => info::info(&local, ns, output).await,

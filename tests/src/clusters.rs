@@ -1081,14 +1081,15 @@ impl PeeredClusters {
         Ok(())
     }
 
-    /// `fabricctl peer` from A to B (gateways start while it waits); returns its output.
+    /// `fabricctl peer --network-only` from A to B (gateways start while it waits); returns
+    /// its output.
     pub fn peer(&mut self) -> Result<Output> {
         let (ka, kb) = (self.a.api.kubeconfig.clone(), self.b.api.kubeconfig.clone());
         let ctl = locate_bin("fabricctl")?;
         let h = std::thread::spawn(move || {
             fabric_netns::process::die_with_parent(&mut Command::new(ctl))
                 .env("KUBECONFIG", ka)
-                .arg("peer")
+                .args(["peer", "--network-only"])
                 .arg("--remote-kubeconfig")
                 .arg(kb)
                 .args(["--timeout-secs", "60"])
