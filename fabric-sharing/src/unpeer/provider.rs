@@ -82,8 +82,7 @@ async fn forget(ctx: &Ctx, consumer: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// One step of the removal of `tenant`'s area: true once only the namespace's deletion is
-/// left to the API server.
+/// One step of the removal of `tenant`'s area: true once only the namespace is left.
 async fn cleanup(tenant: &Tenant, ctx: &Ctx) -> Result<bool, Error> {
     let consumer = tenant.spec.cluster_id.clone();
     let ns = tenant.namespace().unwrap_or_default();
@@ -129,9 +128,29 @@ async fn cleanup(tenant: &Tenant, ctx: &Ctx) -> Result<bool, Error> {
     {
         delete_gone_ok(&csrs, &csr.name_any()).await?;
     }
-    delete_gone_ok(&Api::<Namespace>::all(ctx.client.clone()), &ns).await?;
-    info!(consumer, namespace = ns, "tenant removed");
     Ok(true)
+}
+
+/// Deletes the tenant namespace, once the Tenant is gone: with the Tenant's finalizer still on,
+/// an API server that deletes a namespace's contents at once (no Terminating phase) would
+/// leave the Tenant behind. Nothing triggers a later attempt, so a few are made here.
+async fn delete_namespace(ctx: &Ctx, consumer: &str, ns: &str) -> Result<(), Error> {
+    let api = Api::<Namespace>::all(ctx.client.clone());
+    let mut attempt = 0;
+    loop {
+        match delete_gone_ok(&api, ns).await {
+            Ok(()) => {
+                info!(consumer, namespace = ns, "tenant removed");
+                return Ok(());
+            }
+            Err(e) if attempt < 4 => {
+                warn!(consumer, namespace = ns, error = %e, "deleting the tenant namespace; retrying");
+                attempt += 1;
+                tokio::time::sleep(WAIT * (1 << attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Shared) -> Result<Action, Error> {
@@ -152,6 +171,10 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Shared) -> Result<Action, Error> {
     }
     if cleanup(&tenant, &ctx).await? {
         remove_finalizer(&api, &tenant, FINALIZER).await?;
+        let consumer = &tenant.spec.cluster_id;
+        if names::namespace::tenant(consumer) == ns {
+            delete_namespace(&ctx, consumer, &ns).await?;
+        }
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(WAIT))

@@ -1,0 +1,523 @@
+//! `fabricctl peer` in-band and `fabricctl unpeer` (issue 10): two API servers with RBAC and
+//! client certificates enforced, the provider's authentication service, and both clusters'
+//! sharing controllers in-process (as `fabric-controller sharing` runs them). No gateways:
+//! the network objects are checked, not the tunnel. One pair of API servers for the file:
+//!
+//! 1. out-of-band peering (the peer command) ends in a state S;
+//! 2. `unpeer` (provider reachable) leaves nothing on either side;
+//! 3. in-band `peer` ends in the same state S, and the consumer keeps none of the provider's
+//!    admin credentials (nor the one-time token on the provider);
+//! 4. with the provider's API server stopped, `unpeer --force` finishes within a bound and
+//!    leaves nothing on the consumer.
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    process::Output,
+    time::{Duration, Instant},
+};
+
+use fabric_api::{
+    authentication::v1alpha1::{Identity, ResourceSlice, Tenant},
+    core::v1alpha1::ForeignCluster,
+    names,
+    networking::v1alpha1::{
+        Configuration, GatewayClient, GatewayServer, PeeringNetwork, PublicKey,
+    },
+    offloading::v1alpha1::VirtualNode,
+};
+use fabric_sharing::negotiation::{Settings, run};
+use fabric_tests::{
+    apiserver::{ApiServer, require_tools},
+    auth_service::AuthService,
+    locate_bin,
+    sharing::install_identity,
+};
+use k8s_openapi::api::{
+    certificates::v1::CertificateSigningRequest,
+    core::v1::{Namespace, Node, Secret},
+    rbac::v1::{Role, RoleBinding},
+};
+use kube::{
+    Api, Client, Resource,
+    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+const NS: &str = names::DEFAULT_NAMESPACE;
+const CONSUMER: &str = "cons";
+const PROVIDER: &str = "prov";
+const KEY_C: &str = "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCA=";
+const KEY_P: &str = "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPA=";
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
+    std::process::Command::new(locate_bin("fabricctl").unwrap())
+        .env("KUBECONFIG", &api.kubeconfig)
+        .env_remove("FABRIC_PEERING_TOKEN")
+        .env_remove("FABRIC_AUTH_URL")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn settings() -> Settings {
+    Settings {
+        namespace: NS.into(),
+        remote_poll: Duration::from_millis(500),
+        percent: 90,
+        labels: BTreeMap::new(),
+        instance: Some("test".into()),
+    }
+}
+
+fn controllers(client: Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = run(client, settings()).await {
+            panic!("sharing controllers: {e}");
+        }
+    })
+}
+
+/// An object as a `DynamicObject` (absent: None).
+async fn get<K: Resource<DynamicType = ()>>(
+    client: &Client,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<Value> {
+    let ar = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .map(|o| serde_json::to_value(o).unwrap())
+}
+
+/// The parts of `v` at `pointers` (what a peering decides, not when or by whom it was written;
+/// finalizers as a set: controllers add theirs in any order).
+fn pick(v: &Value, pointers: &[&str]) -> Value {
+    Value::Object(
+        pointers
+            .iter()
+            .map(|p| {
+                let mut part = v.pointer(p).cloned().unwrap_or(Value::Null);
+                if let (true, Value::Array(items)) = (p.ends_with("finalizers"), &mut part) {
+                    items.sort_by_key(ToString::to_string);
+                }
+                ((*p).to_owned(), part)
+            })
+            .collect(),
+    )
+}
+
+/// What a peering of `cons` with `prov` consists of, on both sides.
+async fn state(c: &Client, p: &Client) -> BTreeMap<String, Value> {
+    let tenant_ns = names::namespace::tenant(CONSUMER);
+    let meta = ["/metadata/labels", "/metadata/finalizers"];
+    let spec = ["/spec", "/metadata/labels", "/metadata/finalizers"];
+    let mut s = BTreeMap::new();
+    let mut put = |k: &str, v: Option<Value>, ptrs: &[&str]| {
+        s.insert(
+            k.to_owned(),
+            v.map(|v| pick(&v, ptrs)).unwrap_or(Value::Null),
+        );
+    };
+    // The consumer.
+    put(
+        "c/ForeignCluster",
+        get::<ForeignCluster>(c, None, PROVIDER).await,
+        &["/spec", "/metadata/finalizers", "/status/tenantNamespace"],
+    );
+    put(
+        "c/Identity",
+        get::<Identity>(c, Some(NS), PROVIDER).await,
+        &["/spec", "/metadata/labels", "/metadata/annotations"],
+    );
+    let secret = get::<Secret>(c, Some(NS), &names::secret::identity(PROVIDER))
+        .await
+        .map(|v| json!({ "type": v["type"], "keys": v["data"].as_object().map(|d| d.keys().cloned().collect::<Vec<_>>()) }));
+    put("c/Secret", secret, &["/type", "/keys"]);
+    put(
+        "c/ResourceSlice",
+        get::<ResourceSlice>(c, Some(NS), PROVIDER).await,
+        &[
+            "/spec",
+            "/metadata/labels",
+            "/metadata/finalizers",
+            "/status/granted",
+        ],
+    );
+    put(
+        "c/VirtualNode",
+        get::<VirtualNode>(c, Some(NS), PROVIDER).await,
+        &spec,
+    );
+    put(
+        "c/Configuration",
+        get::<Configuration>(c, Some(NS), PROVIDER).await,
+        &spec,
+    );
+    put(
+        "c/PublicKey",
+        get::<PublicKey>(c, Some(NS), PROVIDER).await,
+        &spec,
+    );
+    put(
+        "c/GatewayClient",
+        get::<GatewayClient>(c, Some(NS), PROVIDER).await,
+        &spec,
+    );
+    // The provider.
+    put(
+        "p/Namespace",
+        get::<Namespace>(p, None, &tenant_ns).await,
+        &meta,
+    );
+    put(
+        "p/Tenant",
+        get::<Tenant>(p, Some(&tenant_ns), CONSUMER).await,
+        &["/spec", "/metadata/finalizers", "/status/user"],
+    );
+    put(
+        "p/Role",
+        get::<Role>(p, Some(&tenant_ns), fabric_sharing::tenant::ROLE).await,
+        &["/rules"],
+    );
+    put(
+        "p/RoleBinding",
+        get::<RoleBinding>(p, Some(&tenant_ns), fabric_sharing::tenant::ROLE).await,
+        &["/subjects", "/roleRef"],
+    );
+    put(
+        "p/PeeringNetwork",
+        get::<PeeringNetwork>(p, Some(&tenant_ns), CONSUMER).await,
+        &["/spec", "/metadata/finalizers", "/status/provider"],
+    );
+    put(
+        "p/ResourceSlice",
+        get::<ResourceSlice>(p, Some(&tenant_ns), PROVIDER).await,
+        &["/spec", "/metadata/labels", "/status/granted"],
+    );
+    put(
+        "p/ForeignCluster",
+        get::<ForeignCluster>(p, None, CONSUMER).await,
+        &["/spec", "/status/tenantNamespace"],
+    );
+    put(
+        "p/Configuration",
+        get::<Configuration>(p, Some(NS), CONSUMER).await,
+        &spec,
+    );
+    put(
+        "p/GatewayServer",
+        get::<GatewayServer>(p, Some(NS), CONSUMER).await,
+        &spec,
+    );
+    s
+}
+
+/// Waits until the peering is complete as far as it goes without gateways: identity,
+/// answered network, local network objects, granted slice and virtual node.
+async fn peered(c: &Client, p: &Client) -> BTreeMap<String, Value> {
+    eventually("the peering to come up", || async {
+        let s = state(c, p).await;
+        let done = s.values().all(|v| !v.is_null())
+            && !s["c/VirtualNode"]["/spec"].is_null()
+            && !s["p/PeeringNetwork"]["/status/provider"].is_null()
+            && !s["c/ResourceSlice"]["/status/granted"].is_null()
+            && s["c/ForeignCluster"]["/metadata/finalizers"]
+                .as_array()
+                .is_some_and(|f| f.len() == 2)
+            && !s["p/Tenant"]["/metadata/finalizers"].is_null();
+        done.then_some(s)
+    })
+    .await
+}
+
+/// Nothing of the peering is left on the consumer.
+async fn nothing_on_consumer(c: &Client) -> Result<(), String> {
+    let s = state(c, c).await;
+    for (k, v) in &s {
+        if k.starts_with("c/") && !v.is_null() {
+            return Err(format!("{k} is left: {v}"));
+        }
+    }
+    let slices = Api::<ResourceSlice>::namespaced(c.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    if !slices.items.is_empty() {
+        return Err(format!("{} ResourceSlice(s) left", slices.items.len()));
+    }
+    Ok(())
+}
+
+/// Nothing of the peering is left on the provider (its standing token aside).
+async fn nothing_on_provider(p: &Client) -> Result<(), String> {
+    let s = state(p, p).await;
+    for (k, v) in &s {
+        if k.starts_with("p/") && !v.is_null() {
+            return Err(format!("{k} is left: {v}"));
+        }
+    }
+    let csrs = Api::<CertificateSigningRequest>::all(p.clone())
+        .list(
+            &ListParams::default().labels(&format!("{}={CONSUMER}", names::label::REMOTE_CLUSTER)),
+        )
+        .await
+        .unwrap();
+    if !csrs.items.is_empty() {
+        return Err(format!("{} CSR(s) left", csrs.items.len()));
+    }
+    Ok(())
+}
+
+/// The peering tokens on the provider with an expiry (minted for one command).
+async fn minted_tokens(p: &Client) -> Vec<String> {
+    Api::<Secret>::namespaced(p.clone(), NS)
+        .list(&ListParams::default().labels(&fabric_sharing::auth::token::selector()))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .filter(|n| n != names::secret::PEERING_TOKEN)
+        .collect()
+}
+
+/// The secret parts of a kubeconfig's users (tokens, client keys and certificates), as
+/// written there (kubelite's start.sh writes flow mappings: `user: {token: "..."}`).
+fn credentials_of(kubeconfig: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let mut out = Vec::new();
+    for key in ["token", "client-key-data", "client-certificate-data"] {
+        for part in text.split(&format!("{key}:")).skip(1) {
+            let v = part
+                .trim_start()
+                .split([',', '}', '\n'])
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .trim_matches('"');
+            if v.len() >= 16 {
+                out.push(v.to_owned());
+            }
+        }
+    }
+    assert!(
+        !out.is_empty(),
+        "the admin kubeconfig has credentials:\n{text}"
+    );
+    out
+}
+
+async fn add_node(client: &Client) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "n1" } })).unwrap(),
+        )
+        .await
+        .unwrap();
+    let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
+    nodes
+        .patch_status(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "allocatable": alloc, "capacity": alloc } })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_band_peer_and_unpeer() {
+    if !require_tools("in_band_peer_and_unpeer") {
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("fabric_sharing=info,kube_runtime=warn")
+        .with_test_writer()
+        .try_init();
+    let consumer_api = ApiServer::start_with_auth("inband-c");
+    let provider_api = ApiServer::start_with_auth("inband-p");
+    consumer_api.install_crds();
+    provider_api.install_crds();
+    let (c, p) = (consumer_api.client().await, provider_api.client().await);
+    let gw_c = Some((KEY_C, "192.0.2.1:51820"));
+    install_identity(&c, NS, CONSUMER, "10.244.0.0/16", gw_c)
+        .await
+        .unwrap();
+    let gw_p = Some((KEY_P, "198.51.100.2:51821"));
+    install_identity(&p, NS, PROVIDER, "10.245.0.0/16", gw_p)
+        .await
+        .unwrap();
+    add_node(&p).await;
+    let svc = AuthService::start(&provider_api, PROVIDER).await.unwrap();
+    let ctl = [controllers(c.clone()), controllers(p.clone())];
+    let provider_kubeconfig = provider_api.kubeconfig.to_str().unwrap().to_owned();
+
+    // 1. Out of band, with the command the provider's admin prints.
+    let o = fabricctl(
+        &provider_api,
+        &["generate", "peer-command", "--auth-url", &svc.url],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let line = String::from_utf8(o.stdout).unwrap();
+    let mut args: Vec<&str> = line.split_whitespace().skip(1).collect();
+    // No gateways run: the network never connects, so the command returns once it asked.
+    args.extend(["--cpu", "1", "--memory", "1Gi", "--timeout-secs", "0"]);
+    let o = fabricctl(&consumer_api, &args);
+    assert!(o.status.success(), "{}\n{}", text(&o), svc.logs());
+    let out_of_band = peered(&c, &p).await;
+
+    // 2. Unpeer with the provider reachable: nothing is left on either side.
+    let o = fabricctl(
+        &consumer_api,
+        &["unpeer", "--remote-kubeconfig", &provider_kubeconfig],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for step in [
+        "✓ deleted ForeignCluster prov",
+        "… waiting for ResourceSlice(s) prov",
+        "✓ nothing of the peering with prov is left on this cluster",
+        "removed the tenant area",
+    ] {
+        assert!(out.contains(step), "{step:?} missing in:\n{out}");
+    }
+    nothing_on_consumer(&c).await.unwrap();
+    nothing_on_provider(&p).await.unwrap();
+
+    // 3. In band: the same steps, the same end state.
+    let o = fabricctl(
+        &consumer_api,
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            &provider_kubeconfig,
+            "--auth-url",
+            &svc.url,
+            "--cpu",
+            "1",
+            "--memory",
+            "1Gi",
+            "--timeout-secs",
+            "0",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}\n{}", svc.logs());
+    for step in [
+        "✓ minted a one-time token on prov",
+        "✓ generated a key pair",
+        "✓ authenticated",
+        "✓ stored Secret",
+        "✓ the identity works",
+        "✓ revoked the one-time token",
+        "✓ asked prov for resources",
+    ] {
+        assert!(out.contains(step), "{step:?} missing in:\n{out}");
+    }
+    let in_band = peered(&c, &p).await;
+    assert_eq!(
+        in_band, out_of_band,
+        "in-band and out-of-band peering end in different states"
+    );
+    assert!(
+        minted_tokens(&p).await.is_empty(),
+        "the one-time token is gone"
+    );
+    // None of the provider's admin credentials on the consumer, in any Secret or ConfigMap.
+    let admin = credentials_of(&provider_api.kubeconfig);
+    let secrets = Api::<Secret>::all(c.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let mut stored = String::new();
+    for s in &secrets.items {
+        for v in s.data.iter().flat_map(|d| d.values()) {
+            let raw = String::from_utf8_lossy(&v.0).into_owned();
+            stored += &raw;
+            stored += "\n";
+        }
+    }
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::all(c.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for cm in &cms.items {
+        for v in cm.data.iter().flat_map(|d| d.values()) {
+            stored += v;
+        }
+    }
+    assert!(!stored.is_empty());
+    for cred in &admin {
+        assert!(
+            !stored.contains(cred.as_str()),
+            "a credential of the provider's admin kubeconfig is stored on the consumer"
+        );
+    }
+
+    // 4. The provider's API dies: `unpeer --force` still finishes, quickly, and leaves
+    // nothing here; it says what may be left there.
+    drop(svc);
+    drop(provider_api);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), p.apiserver_version())
+            .await
+            .map_or(true, |r| r.is_err()),
+        "the provider's API is down"
+    );
+    let t0 = Instant::now();
+    let o = fabricctl(
+        &consumer_api,
+        &["unpeer", PROVIDER, "--force", "--timeout-secs", "40"],
+    );
+    let took = t0.elapsed();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        took < Duration::from_secs(25),
+        "a forced unpeer took {took:?}:\n{out}"
+    );
+    for step in [
+        "forced",
+        "✓ nothing of the peering with prov is left on this cluster",
+        "kubectl delete tenant cons -n fabric-tenant-cons",
+    ] {
+        assert!(out.contains(step), "{step:?} missing in:\n{out}");
+    }
+    nothing_on_consumer(&c).await.unwrap();
+    for h in ctl {
+        h.abort();
+    }
+}
