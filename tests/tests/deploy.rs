@@ -208,7 +208,11 @@ fn manifests_apply_with_least_privilege() {
             "update",
             "leases.coordination.k8s.io/fabric-virtual-nodes",
         ),
-        // Unpeering: the consumer's Identity, the provider's tenant area.
+        // Unpeering: the consumer's Identity and its Secret (named after the provider: RBAC
+        // cannot narrow it further than fabric-system), the provider's tenant area (the
+        // Tenant's finalizer, the consumer's ForeignCluster).
+        ("fabric-sharing", "delete", "secrets"),
+        ("fabric-sharing", "delete", "foreignclusters.core.fabric.io"),
         (
             "fabric-sharing",
             "delete",
@@ -370,7 +374,6 @@ fn manifests_apply_with_least_privilege() {
             "leases.coordination.k8s.io/some-other-lease",
         ),
         ("fabric-sharing", "list", "secrets"),
-        ("fabric-sharing", "delete", "secrets"),
         ("fabric-sharing", "patch", "pods"),
         // Pods only in tenant namespaces, through their RoleBinding (checked below).
         ("fabric-sharing", "create", "pods"),
@@ -385,18 +388,17 @@ fn manifests_apply_with_least_privilege() {
             "create",
             "identities.authentication.fabric.io",
         ),
-        (
-            "fabric-sharing",
-            "delete",
-            "identities.authentication.fabric.io",
-        ),
         ("fabric-sharing", "patch", "nodes"),
         (
             "fabric-sharing",
-            "patch",
+            "update",
             "tenants.authentication.fabric.io",
         ),
-        ("fabric-sharing", "delete", "foreignclusters.core.fabric.io"),
+        (
+            "fabric-sharing",
+            "delete",
+            "roles.rbac.authorization.k8s.io/admin",
+        ),
         (
             "fabric-sharing",
             "update",
