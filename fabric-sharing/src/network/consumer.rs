@@ -33,15 +33,10 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::{
-    FINALIZER, READY, REMOTE_GRACE, Route, consumer_objects, give_up_remote, network_ready, route,
-};
-use crate::kit::{
-    Ctx, Error, FIELD_MANAGER, Shared, age, answer_poll, deleting_for, remote, remote_client,
-    set_fc_condition,
-};
 use super::{FINALIZER, READY, Route, consumer_objects, network_ready, route};
-use crate::kit::{Ctx, Error, FIELD_MANAGER, Shared, remote, remote_client, set_fc_condition};
+use crate::kit::{
+    Ctx, Error, FIELD_MANAGER, Shared, age, answer_poll, remote, remote_client, set_fc_condition,
+};
 
 async fn condition(
     ctx: &Ctx,

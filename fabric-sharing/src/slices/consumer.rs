@@ -27,14 +27,9 @@ use kube::{
 use tracing::warn;
 
 use super::{FINALIZER, replica, resources_granted, virtual_node};
-use crate::{
-    kit::{
-        Ctx, Error, FIELD_MANAGER, age, answer_poll, deleting_for, remote, remote_client,
-        set_fc_condition,
-    },
-    network::{REMOTE_GRACE, give_up_remote},
+use crate::kit::{
+    Ctx, Error, FIELD_MANAGER, age, answer_poll, remote, remote_client, set_fc_condition,
 };
-use crate::kit::{Ctx, Error, FIELD_MANAGER, remote, remote_client, set_fc_condition};
 
 struct SliceCtx {
     ctx: Arc<Ctx>,
