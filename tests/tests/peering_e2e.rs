@@ -465,7 +465,7 @@ impl Bed {
         assert!(!on(p, "gatewayclient").contains(&cc.id), "{}", self.logs());
         let pn_on =
             |i: u8, peer: &str| names_of(i, "peeringnetwork", &names::namespace::tenant(peer));
-        assert_eq!(pn_on(p, &cc.id), [cc.id.clone()]);
+        assert_eq!(pn_on(p, &cc.id), std::slice::from_ref(&cc.id));
         assert!(pn_on(c, &pc.id).is_empty(), "{}", self.logs());
     }
 }
