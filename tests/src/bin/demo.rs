@@ -1,20 +1,29 @@
 //! The fabric demo (`cargo xtask demo`): two Kubernetes clusters, each with its own API server
-//! and its own network, both using pod CIDR 10.244.0.0/16 (the same pod addresses even), are
-//! peered with one `fabricctl peer` and their pods talk across a WireGuard tunnel through the
-//! eBPF double NAT. Everything is removed at the end, also on Ctrl-C or failure.
+//! and its own network, both using pod CIDR 10.244.0.0/16 (the same pod addresses even), peer
+//! as a user peers them: the provider prints `fabricctl generate peer-command`, the consumer
+//! runs it asking for resources, and gets a tunnel its pods talk through (the eBPF double NAT)
+//! and a virtual node with the grant. A pod bound to the virtual node runs on the provider and
+//! answers the consumer's pods at the address the consumer sees it at. Everything is removed
+//! at the end, also on Ctrl-C or failure.
 use std::{
-    process::ExitCode,
+    io::{BufRead as _, BufReader},
+    process::{Command, ExitCode, Stdio},
     sync::OnceLock,
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
+use fabric_api::names;
 use fabric_tests::{
-    apiserver::require_tools,
+    apiserver::{ApiServer, require_tools},
     check_interrupt,
-    clusters::{Cluster, POD_CIDR, PeeredClusters},
-    install_interrupt_handler, is_root, traffic,
+    clusters::{Cluster, NAMESPACE, POD_CIDR, PeeredClusters},
+    die_with_parent, install_interrupt_handler, is_root, locate_bin,
+    peering_stack::{ADVERTISED_LABEL, PeeringStack},
+    traffic,
+    workloads::{ECHO_PORT, echo_pod},
 };
+use serde_json::{Value, json};
 
 /// When the demo started: each section's title says how far in it is, so a run's log (CI's
 /// too) shows where the time goes.
@@ -37,82 +46,320 @@ fn indent(s: &str) {
     }
 }
 
+/// Shows what a command printed, or why it failed: a display that does not work is reported
+/// and the demo goes on.
+fn show(r: Result<String>) {
+    match r {
+        Ok(s) => indent(&s),
+        Err(e) => println!("    (failed: {e:#})"),
+    }
+}
+
+fn kubectl(api: &ApiServer, args: &[&str]) -> Result<String> {
+    let o = api.kubectl(args);
+    if !o.status.success() {
+        bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn get_json(api: &ApiServer, args: &[&str]) -> Option<Value> {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    serde_json::from_str(&kubectl(api, &a).ok()?).ok()
+}
+
+fn fabricctl(api: &ApiServer, args: &[&str]) -> Result<String> {
+    let o = Command::new(locate_bin("fabricctl")?)
+        .env("KUBECONFIG", &api.kubeconfig)
+        .env_remove("FABRIC_PEERING_TOKEN")
+        .args(args)
+        .output()?;
+    if !o.status.success() {
+        bail!(
+            "fabricctl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Polls `f` every 250 ms until it gives a value, for at most `timeout`.
+fn wait<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        check_interrupt()?;
+        if t0.elapsed() > timeout {
+            bail!("{what}: not within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// How cluster `from` sees host bits `host` of peer `peer`'s pod CIDR: the remapped CIDR its
+/// IPAM granted (both /16).
+fn remote_prefix(from: &Cluster, peer: &str) -> Result<String> {
+    let cfg = wait(
+        &format!("{}'s remapped pod CIDR for {peer}", from.id),
+        Duration::from_secs(30),
+        || {
+            get_json(&from.api, &["get", "configuration", peer, "-n", NAMESPACE])
+                .filter(|c| c["status"]["remote"]["pod"].is_string())
+        },
+    )?;
+    Ok(cfg["status"]["remote"]["pod"].as_str().unwrap().to_owned())
+}
+
+/// `addr` (in 10.244.0.0/16) as seen through `cidr` (a /16): the host bits kept.
+fn remap(addr: &str, cidr: &str) -> String {
+    let net: Vec<&str> = cidr.split('.').take(2).collect();
+    let host: Vec<&str> = addr.split('.').skip(2).collect();
+    format!("{}.{}.{}", net[0], net[1], host.join("."))
+}
+
+struct Demo {
+    // Stopped before the clusters whose API servers it uses.
+    stack: PeeringStack,
+    cl: PeeredClusters,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Demo {
+    fn logs(&self) -> String {
+        format!("{}{}", self.cl.log_tails(), self.stack.log_tails())
+    }
+}
+
 fn demo() -> Result<()> {
-    title("Two clusters, one pod CIDR");
+    title("Two clusters, one pod CIDR, each with the fabric's sharing layer");
     println!(
-        "Cluster A and cluster B both use {POD_CIDR}; each has a pod {} on node 0",
+        "Cluster A and cluster B both use {POD_CIDR}; each has a pod {} on its node.",
         Cluster::pod_ip(0)
     );
-    println!(
-        "and a pod {} on node 1. Each cluster has its own API server (kubelite), a gateway,",
-        Cluster::pod_ip(1)
-    );
-    println!("two nodes, and runs the fabric's real binaries: IPAM controller, gateway operator,");
-    println!(
-        "WireGuard gateway (boringtun) with the eBPF remap programs, and a node agent per node."
-    );
-    println!("The gateways sit on a subnet of their own behind a router that knows no pod");
-    println!("addresses: nodes reach them through the fabric's VXLAN overlay (fabric.vx).");
-    let mut cl = PeeredClusters::with_overlay(2)?;
+    println!("Each cluster has its own API server (kubelite, RBAC and client certificates on),");
+    println!("a gateway, a node, and runs the fabric's real binaries: IPAM controller, gateway");
+    println!("operator, WireGuard gateway (boringtun) with the eBPF remap programs, a node agent,");
+    println!("and the sharing layer: the authentication service, `fabric-controller sharing`");
+    println!("(negotiation, ShadowPods) and `virtual-nodes` (which deploys a virtual kubelet).");
+    let rt = tokio::runtime::Runtime::new()?;
+    let cl = PeeredClusters::for_sharing(1, false)?;
+    let stack = match rt.block_on(PeeringStack::start(&cl)) {
+        Ok(s) => s,
+        Err(e) => bail!("{e:#}\n{}", cl.log_tails()),
+    };
+    let mut d = Demo { stack, cl, _rt: rt };
     check_interrupt()?;
-
-    title("fabricctl peer --remote-kubeconfig <cluster B>   (run against cluster A)");
-    let out = cl.peer()?;
-    indent(&String::from_utf8_lossy(&out.stdout));
-    if !out.status.success() {
-        bail!(
-            "fabricctl peer failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            cl.log_tails()
-        );
+    let r = peer_and_offload(&mut d);
+    if r.is_err() {
+        eprintln!("{}", d.logs());
     }
-    check_interrupt()?;
+    r?;
+    println!("\nCleaning up (namespaces, processes, API servers)...");
+    Ok(())
+}
 
-    title("What each cluster decided (kubectl get configurations,connections -n fabric-system)");
-    for c in [&cl.a, &cl.b] {
-        println!("  {}:", c.id);
-        indent(
-            &c.api
-                .kubectl_ok(&["get", "configurations,connections", "-n", "fabric-system"]),
-        );
+fn peer_and_offload(d: &mut Demo) -> Result<()> {
+    let (a_id, b_id) = (d.cl.a.id.clone(), d.cl.b.id.clone());
+
+    title("On cluster B (the provider): fabricctl generate peer-command");
+    let auth_url = d.stack.member(&b_id).auth.url.clone();
+    let line = fabricctl(
+        &d.cl.b.api,
+        &["generate", "peer-command", "--auth-url", &auth_url],
+    )?;
+    indent(line.trim());
+    let words: Vec<&str> = line.split_whitespace().collect();
+    if words.get(..3) != Some(&["fabricctl", "peer", "out-of-band"][..]) {
+        bail!("not a peer command: {line}");
     }
-    let seen = |k: usize| Cluster::pod_ip(k).replacen("10.244.", "10.64.", 1);
-    cl.wait_reachable(&cl.a.pods[0], &seen(0), Duration::from_secs(20))?;
-    check_interrupt()?;
 
-    title("How node 0 of cluster A reaches its gateway (ip route show proto 250; bridge fdb)");
-    let node = cl.a.nodes[0].clone();
-    indent(&cl.tb.ip(&node, &["route", "show", "proto", "250"])?);
-    indent(&String::from_utf8_lossy(
-        &cl.tb
-            .exec_any(&node, &["bridge", "fdb", "show", "dev", "fabric.vx"])?
-            .stdout,
+    let ask = ["--cpu", "1", "--memory", "2Gi", "--pods", "20"];
+    title(&format!(
+        "On cluster A (the consumer): that command, plus {}",
+        ask.join(" ")
     ));
-    title("... and how gateway A reaches the pods of each node");
-    indent(&cl.tb.ip(&cl.a.gw, &["route", "show", "proto", "250"])?);
+    let mut child = die_with_parent(&mut Command::new(locate_bin("fabricctl")?))
+        .env("KUBECONFIG", &d.cl.a.api.kubeconfig)
+        .env_remove("FABRIC_PEERING_TOKEN")
+        .args(&words[1..])
+        .args(ask)
+        .args(["--timeout-secs", "90"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting fabricctl peer out-of-band")?;
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // Its progress lines as they come, while the gateways (which start once the peering made
+    // their keys, as their Deployments would) come up here.
+    let shown = std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("    {l}");
+        }
+    });
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    for i in [1, 2] {
+        d.cl.start_gateways_of(i)?;
+    }
+    let status = child.wait()?;
+    let _ = shown.join();
+    let err = err.join().unwrap_or_default();
+    if !status.success() {
+        bail!("fabricctl peer out-of-band failed ({status}): {err}");
+    }
+    check_interrupt()?;
 
-    title("Pods talking across (TCP; the server reports the client address it sees)");
-    for (from, to, fname, tname) in [(&cl.a, &cl.b, "A", "B"), (&cl.b, &cl.a, "B", "A")] {
-        for k in 0..2 {
-            let client = &from.pods[k];
-            let server = &to.pods[1 - k];
-            let dst = seen(1 - k);
-            let saw = traffic::tcp_probe(client, server, &dst, 8080)?
-                .server_saw
-                .ip();
+    title("On cluster A: kubectl get nodes -o wide");
+    wait(
+        &format!("the virtual node {b_id} Ready"),
+        Duration::from_secs(60),
+        || {
+            let n = get_json(&d.cl.a.api, &["get", "node", &b_id])?;
+            n["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                .then_some(())
+        },
+    )?;
+    show(kubectl(&d.cl.a.api, &["get", "nodes", "-o", "wide"]));
+    // kubelite prints only NAME and CREATED AT for built-in types: the columns that matter
+    // here, from the objects.
+    println!("  ... and its status, capacity and taint:");
+    show(kubectl(
+        &d.cl.a.api,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "custom-columns=NAME:.metadata.name,\
+             READY:.status.conditions[?(@.type==\"Ready\")].status,\
+             REASON:.status.conditions[?(@.type==\"Ready\")].reason,\
+             CPU:.status.capacity.cpu,MEMORY:.status.capacity.memory,\
+             PODS:.status.capacity.pods,TAINTS:.spec.taints[*].key",
+        ],
+    ));
+
+    title(&format!("On cluster A: fabricctl info peer {b_id}"));
+    show(fabricctl(&d.cl.a.api, &["info", "peer", &b_id]));
+    check_interrupt()?;
+
+    title("Pods talking across the tunnel (TCP; the server reports the client address it sees)");
+    let a_sees_b = remote_prefix(&d.cl.a, &b_id)?;
+    let b_sees_a = remote_prefix(&d.cl.b, &a_id)?;
+    let pod = Cluster::pod_ip(0);
+    d.cl.wait_reachable(
+        &d.cl.a.pods[0],
+        &remap(&pod, &a_sees_b),
+        Duration::from_secs(30),
+    )?;
+    for (from, to, view, fname, tname) in [
+        (&d.cl.a, &d.cl.b, &a_sees_b, "A", "B"),
+        (&d.cl.b, &d.cl.a, &b_sees_a, "B", "A"),
+    ] {
+        let dst = remap(&pod, view);
+        let saw = traffic::tcp_probe(&from.pods[0], &to.pods[0], &dst, 8080)?
+            .server_saw
+            .ip();
+        println!(
+            "  {fname} pod {pod} connects to {dst}  =>  {tname} pod {pod} sees the client as {saw}"
+        );
+    }
+    println!("  (A sees B's {POD_CIDR} as {a_sees_b}, B sees A's as {b_sees_a}: the gateways");
+    println!("   rewrite the prefix and keep the host bits, with no connection tracking.)");
+    check_interrupt()?;
+
+    title("On cluster A: a pod for the virtual node (toleration + node selector)");
+    let mut pod_json = echo_pod("echo");
+    pod_json["spec"]["nodeSelector"] = json!({ ADVERTISED_LABEL: b_id });
+    pod_json["spec"]["tolerations"] =
+        json!([{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }]);
+    indent(&serde_json::to_string_pretty(&pod_json["spec"])?);
+    d.cl.a.create_pod(&pod_json)?;
+    let echo =
+        d.cl.a
+            .wait_pod_running("default", "echo", Duration::from_secs(90))?;
+    println!(
+        "  Running on {} after {}; kubectl get pod echo -o wide:",
+        echo.node,
+        elapsed()
+    );
+    show(kubectl(&d.cl.a.api, &["get", "pod", "echo", "-o", "wide"]));
+    show(kubectl(
+        &d.cl.a.api,
+        &[
+            "get",
+            "pod",
+            "echo",
+            "-o",
+            "custom-columns=NAME:.metadata.name,STATUS:.status.phase,\
+             IP:.status.podIP,NODE:.spec.nodeName",
+        ],
+    ));
+    let tenant = names::namespace::tenant(&a_id);
+    println!("  On cluster B, the pod that runs it (kubectl get pods -n {tenant}):");
+    show(kubectl(
+        &d.cl.b.api,
+        &[
+            "get",
+            "pods",
+            "-n",
+            &tenant,
+            "-o",
+            "custom-columns=NAME:.metadata.name,STATUS:.status.phase,\
+             IP:.status.podIP,NODE:.spec.nodeName",
+        ],
+    ));
+
+    title("A pod of cluster A reaches the offloaded pod at its IP (the echo names the client)");
+    let bin = locate_bin("fabric-test-pod")?.display().to_string();
+    let target = format!("{}:{ECHO_PORT}", echo.ip);
+    let answer = wait(
+        &format!("an answer from {target}"),
+        Duration::from_secs(30),
+        || {
+            d.cl.tb
+                .exec(&d.cl.a.pods[0], &[&bin, "connect", &target])
+                .ok()
+        },
+    );
+    match answer {
+        Ok(answer) => {
             println!(
-                "  {fname} pod {} connects to {dst}  =>  {tname} pod {} sees the client as {saw}",
-                Cluster::pod_ip(k),
-                Cluster::pod_ip(1 - k)
+                "  A pod {pod} connects to {target}  =>  the echo answers: the client is {}",
+                answer.trim()
+            );
+            println!(
+                "  (the offloaded pod runs in cluster B, where A's pod {pod} is {}: B's view)",
+                remap(&pod, &b_sees_a)
             );
         }
+        Err(e) => {
+            // What fails, and whether the pod answers inside its own cluster.
+            println!("  A pod {pod} -> {target}: FAILED ({e:#})");
+            let real = get_json(&d.cl.b.api, &["get", "pods", "-n", &tenant])
+                .and_then(|l| l["items"][0]["status"]["podIP"].as_str().map(str::to_owned));
+            if let Some(ip) = real {
+                let inside = format!("{ip}:{ECHO_PORT}");
+                match d.cl.tb.exec(&d.cl.b.pods[0], &[&bin, "connect", &inside]) {
+                    Ok(a) => println!("  inside B, B pod {pod} -> {inside}: {}", a.trim()),
+                    Err(e) => println!("  inside B, B pod {pod} -> {inside}: FAILED ({e:#})"),
+                }
+            }
+        }
     }
-    println!("  (10.244.x.y in one cluster is 10.64.x.y in the other: the gateways rewrite the");
-    println!("   prefix and keep the host bits, with no connection tracking.)");
     check_interrupt()?;
 
-    title("fabricctl status");
-    indent(&String::from_utf8_lossy(&cl.fabricctl(&["status"])?.stdout));
+    title("fabricctl status (cluster A)");
+    show(fabricctl(&d.cl.a.api, &["status"]));
 
     title("The tunnel, as the standard `wg` tool sees gateway A (wg show)");
     // `wg` only looks in /var/run/wireguard; the demo's gateways keep their sockets in the
@@ -122,32 +369,13 @@ fn demo() -> Result<()> {
     let name = link.file_stem().unwrap().to_string_lossy().into_owned();
     let _ = std::fs::create_dir_all("/var/run/wireguard");
     let _ = std::fs::remove_file(&link);
-    if std::os::unix::fs::symlink(cl.a.dir.join("gw1.sock"), &link).is_ok() {
-        match std::process::Command::new("wg")
-            .args(["show", &name])
-            .output()
-        {
+    if std::os::unix::fs::symlink(d.cl.a.dir.join("gw1.sock"), &link).is_ok() {
+        match Command::new("wg").args(["show", &name]).output() {
             Ok(o) if o.status.success() => indent(&String::from_utf8_lossy(&o.stdout)),
             _ => println!("  (wg not available)"),
         }
         let _ = std::fs::remove_file(&link);
     }
-    check_interrupt()?;
-
-    title("fabricctl unpeer");
-    let out = cl.fabricctl(&[
-        "unpeer",
-        "--remote-kubeconfig",
-        &cl.b.api.kubeconfig.display().to_string(),
-    ])?;
-    indent(&String::from_utf8_lossy(&out.stdout));
-    if !out.status.success() {
-        bail!(
-            "fabricctl unpeer failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    println!("\nCleaning up (namespaces, processes, API servers)...");
     Ok(())
 }
 
