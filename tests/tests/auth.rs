@@ -478,7 +478,18 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig:
         .delete(fabric_sharing::tenant::ROLE, &Default::default())
         .await
         .unwrap();
-    forbidden(tenants.get("consumer").await, "a removed tenant's identity");
+    // The API server's RBAC authorizer learns of the deletion through its own watch: access
+    // ends within moments of the RoleBinding going, not in the same instant.
+    let t0 = std::time::Instant::now();
+    loop {
+        match tenants.get("consumer").await {
+            Err(kube::Error::Api(e)) if e.code == 403 => break,
+            other if t0.elapsed() > Duration::from_secs(10) => {
+                forbidden(other, "a removed tenant's identity")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
     match consumer::renew(c, NS, "provider").await {
         Err(ClientError::Refused(r)) => assert_eq!(r.reason, Reason::Revoked, "{r:?}"),
         other => panic!("expected a refusal, got {other:?}"),
