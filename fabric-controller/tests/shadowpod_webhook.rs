@@ -6,12 +6,12 @@
 //! namespace, for another consumer, or over the grant is refused with a clear message; within
 //! the grant it is admitted; a finished one releases its share; the provider's admin is not
 //! limited; garbage gets a 400.
+use fabric_tests::wait::eventually;
 use std::{
-    future::Future,
     net::TcpListener,
     path::Path,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use fabric_api::{
@@ -36,21 +36,6 @@ use serde_json::json;
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 const T: Duration = Duration::from_secs(30);
 const NS: &str = names::DEFAULT_NAMESPACE;
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(t0.elapsed() < T, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 fn shadow(name: &str, namespace: &str, cluster: &str, cpu: &str) -> ShadowPod {
     let mut s: ShadowPod = serde_json::from_value(json!({
@@ -176,7 +161,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
 
     // It made its CA and put it into caBundle.
     let configs = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
-    let bundle = eventually("caBundle written", || async {
+    let bundle = eventually("caBundle written", T, || async {
         let c = configs.get(names::webhook::SHADOWPODS_CONFIG).await.ok()?;
         c.webhooks?[0].client_config.ca_bundle.clone()
     })
@@ -230,7 +215,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     let beta = consumer_client(&api, "beta").await;
 
     // Within the grant: admitted (once the webhook's caches show the grant).
-    eventually("the first ShadowPod admitted", || async {
+    eventually("the first ShadowPod admitted", T, || async {
         create(&alpha, &shadow("web", &alpha_ns, "alpha", "600m"))
             .await
             .inspect_err(|e| eprintln!("not yet: {e}"))
@@ -286,7 +271,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         )
         .await
         .unwrap();
-    eventually("the finished ShadowPod's share released", || async {
+    eventually("the finished ShadowPod's share released", T, || async {
         create(&alpha, &shadow("db", &alpha_ns, "alpha", "1"))
             .await
             .inspect_err(|e| eprintln!("not yet: {e}"))

@@ -3,10 +3,10 @@
 //! `pods/status` as a kubelet does. A forged ShadowPod gets its real pod (owned, labelled, its
 //! status copied back); a pod deleted while running is created again and counted; a finished
 //! pod that goes is never revived; deleting a ShadowPod deletes its pod.
+use fabric_tests::wait::eventually;
 use std::{
-    future::Future,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
@@ -40,21 +40,6 @@ fn start_controller(api: &ApiServer, log: &std::path::Path) -> ChildGuard {
             .spawn()
             .unwrap(),
     )
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(t0.elapsed() < T, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// A ShadowPod as the consumer's virtual kubelet makes it.
@@ -95,7 +80,7 @@ async fn status_where(
     what: &str,
     ok: impl Fn(&fabric_api::offloading::v1alpha1::ShadowPodStatus) -> bool,
 ) -> fabric_api::offloading::v1alpha1::ShadowPodStatus {
-    eventually(what, || async {
+    eventually(what, T, || async {
         let s = shadows.get(name).await.ok()?.status?;
         ok(&s).then_some(s)
     })
@@ -103,7 +88,7 @@ async fn status_where(
 }
 
 async fn pod_with_uid_other_than(pods: &Api<Pod>, name: &str, old: Option<&str>) -> Pod {
-    eventually("the real pod", || async {
+    eventually("the real pod", T, || async {
         let p = pods.get_opt(name).await.unwrap()?;
         (p.metadata.uid.as_deref() != old).then_some(p)
     })
@@ -198,7 +183,7 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         .delete("db", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the pod and its ShadowPod gone", || async {
+    eventually("the pod and its ShadowPod gone", T, || async {
         let pod = pods.get_opt("db").await.unwrap();
         let shadow = shadows.get_opt("db").await.unwrap();
         (pod.is_none() && shadow.is_none()).then_some(())

@@ -25,6 +25,7 @@ pub mod sharing;
 pub mod testnode;
 pub mod topo;
 pub mod traffic;
+pub mod wait;
 pub mod workloads;
 
 pub use agent::{Agent, peer_counter};

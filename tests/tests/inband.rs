@@ -9,9 +9,9 @@
 //!    admin credentials (nor the one-time token on the provider);
 //! 4. with the provider's API server stopped, `unpeer --force` finishes within a bound and
 //!    leaves nothing on the consumer.
+use fabric_tests::wait::eventually;
 use std::{
     collections::BTreeMap,
-    future::Future,
     process::Output,
     time::{Duration, Instant},
 };
@@ -48,24 +48,6 @@ const CONSUMER: &str = "cons";
 const PROVIDER: &str = "prov";
 const KEY_C: &str = "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCA=";
 const KEY_P: &str = "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPA=";
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
     std::process::Command::new(locate_bin("fabricctl").unwrap())
@@ -246,18 +228,22 @@ async fn state(c: &Client, p: &Client) -> BTreeMap<String, Value> {
 /// Waits until the peering is complete as far as it goes without gateways: identity,
 /// answered network, local network objects, granted slice and virtual node.
 async fn peered(c: &Client, p: &Client) -> BTreeMap<String, Value> {
-    eventually("the peering to come up", || async {
-        let s = state(c, p).await;
-        let done = s.values().all(|v| !v.is_null())
-            && !s["c/VirtualNode"]["/spec"].is_null()
-            && !s["p/PeeringNetwork"]["/status/provider"].is_null()
-            && !s["c/ResourceSlice"]["/status/granted"].is_null()
-            && s["c/ForeignCluster"]["/metadata/finalizers"]
-                .as_array()
-                .is_some_and(|f| f.len() == 2)
-            && !s["p/Tenant"]["/metadata/finalizers"].is_null();
-        done.then_some(s)
-    })
+    eventually(
+        "the peering to come up",
+        Duration::from_secs(60),
+        || async {
+            let s = state(c, p).await;
+            let done = s.values().all(|v| !v.is_null())
+                && !s["c/VirtualNode"]["/spec"].is_null()
+                && !s["p/PeeringNetwork"]["/status/provider"].is_null()
+                && !s["c/ResourceSlice"]["/status/granted"].is_null()
+                && s["c/ForeignCluster"]["/metadata/finalizers"]
+                    .as_array()
+                    .is_some_and(|f| f.len() == 2)
+                && !s["p/Tenant"]["/metadata/finalizers"].is_null();
+            done.then_some(s)
+        },
+    )
     .await
 }
 

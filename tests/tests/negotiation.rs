@@ -4,7 +4,8 @@
 //! both sides run the sharing controllers (in-process, as `fabric-controller sharing` runs
 //! them). No gateways run: the network objects are checked, not the tunnel (the end-to-end
 //! test in sharing_e2e.rs does that).
-use std::{collections::BTreeMap, future::Future, time::Duration};
+use fabric_tests::wait::eventually;
+use std::{collections::BTreeMap, time::Duration};
 
 use fabric_api::{
     authentication::v1alpha1::{
@@ -37,24 +38,6 @@ const CONSUMER: &str = "cons";
 const PROVIDER: &str = "prov";
 const KEY_C: &str = "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCA=";
 const KEY_P: &str = "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPA=";
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let t0 = std::time::Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 fn settings() -> Settings {
     Settings {
@@ -164,7 +147,7 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
 
     // The consumer's PeeringNetwork, answered by the provider.
     let pns: Api<PeeringNetwork> = Api::namespaced(pair.p.clone(), &tenant_ns);
-    let pn = eventually("the provider's answer", || async {
+    let pn = eventually("the provider's answer", Duration::from_secs(30), || async {
         pns.get_opt(CONSUMER)
             .await
             .ok()?
@@ -180,12 +163,16 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
 
     // Each side's network objects, as fabricctl peer makes them: the provider listens, the
     // consumer dials the provider's gateway.
-    let server = eventually("the provider's GatewayServer", || async {
-        Api::<GatewayServer>::namespaced(pair.p.clone(), NS)
-            .get_opt(CONSUMER)
-            .await
-            .ok()?
-    })
+    let server = eventually(
+        "the provider's GatewayServer",
+        Duration::from_secs(30),
+        || async {
+            Api::<GatewayServer>::namespaced(pair.p.clone(), NS)
+                .get_opt(CONSUMER)
+                .await
+                .ok()?
+        },
+    )
     .await;
     assert_eq!(server.spec.port, 51821);
     let key = Api::<PublicKey>::namespaced(pair.p.clone(), NS)
@@ -193,12 +180,16 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
         .await
         .unwrap();
     assert_eq!(key.spec.public_key, KEY_C);
-    let client = eventually("the consumer's GatewayClient", || async {
-        Api::<GatewayClient>::namespaced(pair.c.clone(), NS)
-            .get_opt(PROVIDER)
-            .await
-            .ok()?
-    })
+    let client = eventually(
+        "the consumer's GatewayClient",
+        Duration::from_secs(30),
+        || async {
+            Api::<GatewayClient>::namespaced(pair.c.clone(), NS)
+                .get_opt(PROVIDER)
+                .await
+                .ok()?
+        },
+    )
     .await;
     assert_eq!(client.spec.endpoint.addresses, ["198.51.100.2"]);
     assert_eq!(client.spec.endpoint.port, 51821);
@@ -210,7 +201,7 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
 
     // No gateway runs: both ForeignClusters say the tunnel is not up, and why.
     for (client, name) in [(&pair.c, PROVIDER), (&pair.p, CONSUMER)] {
-        let c = eventually("NetworkReady", || async {
+        let c = eventually("NetworkReady", Duration::from_secs(30), || async {
             fc_condition(client, name, condition::NETWORK).await
         })
         .await;
@@ -236,7 +227,7 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
     )
     .await
     .unwrap();
-    let refused = eventually("the refusal", || async {
+    let refused = eventually("the refusal", Duration::from_secs(30), || async {
         let pn = pns.get_opt("victim").await.ok()??;
         let st = pn.status?;
         st.conditions
@@ -278,30 +269,34 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
         .delete(PROVIDER, &DeleteParams::default())
         .await
         .unwrap();
-    eventually("both sides' network objects gone", || async {
-        let c_gone = Api::<GatewayClient>::namespaced(pair.c.clone(), NS)
-            .get_opt(PROVIDER)
-            .await
-            .ok()?
-            .is_none()
-            && Api::<Configuration>::namespaced(pair.c.clone(), NS)
+    eventually(
+        "both sides' network objects gone",
+        Duration::from_secs(30),
+        || async {
+            let c_gone = Api::<GatewayClient>::namespaced(pair.c.clone(), NS)
                 .get_opt(PROVIDER)
                 .await
                 .ok()?
-                .is_none();
-        let p_gone = Api::<GatewayServer>::namespaced(pair.p.clone(), NS)
-            .get_opt(CONSUMER)
-            .await
-            .ok()?
-            .is_none()
-            && pns.get_opt(CONSUMER).await.ok()?.is_none()
-            && Api::<PublicKey>::namespaced(pair.p.clone(), NS)
+                .is_none()
+                && Api::<Configuration>::namespaced(pair.c.clone(), NS)
+                    .get_opt(PROVIDER)
+                    .await
+                    .ok()?
+                    .is_none();
+            let p_gone = Api::<GatewayServer>::namespaced(pair.p.clone(), NS)
                 .get_opt(CONSUMER)
                 .await
                 .ok()?
-                .is_none();
-        (c_gone && p_gone).then_some(())
-    })
+                .is_none()
+                && pns.get_opt(CONSUMER).await.ok()?.is_none()
+                && Api::<PublicKey>::namespaced(pair.p.clone(), NS)
+                    .get_opt(CONSUMER)
+                    .await
+                    .ok()?
+                    .is_none();
+            (c_gone && p_gone).then_some(())
+        },
+    )
     .await;
     assert!(
         Api::<ForeignCluster>::all(pair.c.clone())
@@ -417,10 +412,14 @@ async fn resources_are_negotiated_by_the_provider_policy() {
     let answered = |cpu: &'static str| {
         let local = local.clone();
         async move {
-            eventually(&format!("a grant of {cpu} cpu"), || async {
-                let st = local.get("s1").await.ok()?.status?;
-                (granted_cpu(&st).as_deref() == Some(cpu)).then_some(st)
-            })
+            eventually(
+                &format!("a grant of {cpu} cpu"),
+                Duration::from_secs(30),
+                || async {
+                    let st = local.get("s1").await.ok()?.status?;
+                    (granted_cpu(&st).as_deref() == Some(cpu)).then_some(st)
+                },
+            )
             .await
         }
     };
@@ -440,7 +439,7 @@ async fn resources_are_negotiated_by_the_provider_policy() {
 
     // The virtual node stands for the grant.
     let vns: Api<VirtualNode> = Api::namespaced(pair.c.clone(), NS);
-    let vn = eventually("the VirtualNode", || async {
+    let vn = eventually("the VirtualNode", Duration::from_secs(30), || async {
         vns.get_opt(PROVIDER).await.ok()?
     })
     .await;
@@ -450,11 +449,15 @@ async fn resources_are_negotiated_by_the_provider_policy() {
         Some("z1")
     );
     for (client, name) in [(&pair.c, PROVIDER), (&pair.p, CONSUMER)] {
-        let c = eventually(&format!("ResourcesGranted on {name}"), || async {
-            fc_condition(client, name, condition::RESOURCES)
-                .await
-                .filter(|c| c.0 == "True")
-        })
+        let c = eventually(
+            &format!("ResourcesGranted on {name}"),
+            Duration::from_secs(30),
+            || async {
+                fc_condition(client, name, condition::RESOURCES)
+                    .await
+                    .filter(|c| c.0 == "True")
+            },
+        )
         .await;
         assert_eq!(c.1, "PartiallyGranted", "{name}");
     }
@@ -462,10 +465,14 @@ async fn resources_are_negotiated_by_the_provider_policy() {
     // The offer follows capacity: a pod takes 6 cpus, a node brings 4 more.
     add_pod(&pair.p, "busy", "n1", "6").await;
     answered("1800m").await;
-    eventually("the VirtualNode to shrink", || async {
-        let vn = vns.get_opt(PROVIDER).await.ok()??;
-        (vn.spec.resources.get("cpu")?.0 == "1800m").then_some(())
-    })
+    eventually(
+        "the VirtualNode to shrink",
+        Duration::from_secs(30),
+        || async {
+            let vn = vns.get_opt(PROVIDER).await.ok()??;
+            (vn.spec.resources.get("cpu")?.0 == "1800m").then_some(())
+        },
+    )
     .await;
     add_node(
         &pair.p,
@@ -483,14 +490,18 @@ async fn resources_are_negotiated_by_the_provider_policy() {
     let mut other = slice("s2", "other", "2");
     other.metadata.namespace = None;
     theirs.create(&PostParams::default(), &other).await.unwrap();
-    let st2 = eventually("the second consumer's answer", || async {
-        theirs
-            .get("s2")
-            .await
-            .ok()?
-            .status
-            .filter(|s| accepted(s).is_some())
-    })
+    let st2 = eventually(
+        "the second consumer's answer",
+        Duration::from_secs(30),
+        || async {
+            theirs
+                .get("s2")
+                .await
+                .ok()?
+                .status
+                .filter(|s| accepted(s).is_some())
+        },
+    )
     .await;
     // Memory is there, cpu is not.
     assert_eq!(
@@ -514,10 +525,14 @@ async fn resources_are_negotiated_by_the_provider_policy() {
         .await
         .unwrap();
     answered("3").await;
-    let st2 = eventually("the second consumer's grant", || async {
-        let st = theirs.get("s2").await.ok()?.status?;
-        (granted_cpu(&st).as_deref() == Some("2")).then_some(st)
-    })
+    let st2 = eventually(
+        "the second consumer's grant",
+        Duration::from_secs(30),
+        || async {
+            let st = theirs.get("s2").await.ok()?.status?;
+            (granted_cpu(&st).as_deref() == Some("2")).then_some(st)
+        },
+    )
     .await;
     assert_eq!(accepted(&st2).as_deref(), Some("Granted"));
 
@@ -538,27 +553,31 @@ async fn resources_are_negotiated_by_the_provider_policy() {
         json!({ "spec": { "state": TenantState::Drained } }),
     )
     .await;
-    let st = eventually("a drained answer", || async {
+    let st = eventually("a drained answer", Duration::from_secs(30), || async {
         let st = local.get("s1").await.ok()?.status?;
         (accepted(&st).as_deref() == Some("Refused")).then_some(st)
     })
     .await;
     assert!(st.granted.is_empty(), "{st:?}");
-    eventually("the VirtualNode gone", || async {
+    eventually("the VirtualNode gone", Duration::from_secs(30), || async {
         vns.get_opt(PROVIDER).await.ok()?.is_none().then_some(())
     })
     .await;
-    let c = eventually("ResourcesGranted False", || async {
-        fc_condition(&pair.c, PROVIDER, condition::RESOURCES)
-            .await
-            .filter(|c| c.0 == "False")
-    })
+    let c = eventually(
+        "ResourcesGranted False",
+        Duration::from_secs(30),
+        || async {
+            fc_condition(&pair.c, PROVIDER, condition::RESOURCES)
+                .await
+                .filter(|c| c.0 == "False")
+        },
+    )
     .await;
     assert_eq!(c.1, "Refused");
 
     // Deleting the slice deletes its replica.
     local.delete("s1", &DeleteParams::default()).await.unwrap();
-    eventually("the replica gone", || async {
+    eventually("the replica gone", Duration::from_secs(30), || async {
         Api::<ResourceSlice>::namespaced(pair.p.clone(), &names::namespace::tenant(CONSUMER))
             .get_opt("s1")
             .await
