@@ -242,6 +242,8 @@ fn manifests_apply_with_least_privilege() {
             "clusterroles.rbac.authorization.k8s.io",
         ),
         ("fabric-virtual-nodes", "delete", "nodes"),
+        ("fabric-virtual-nodes", "delete", "pods"),
+        ("fabric-virtual-nodes", "list", "pods"),
         ("fabric-virtual-nodes", "watch", "secrets"),
         (
             "fabric-virtual-nodes",

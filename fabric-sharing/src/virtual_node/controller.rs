@@ -1,6 +1,7 @@
 //! The VirtualNode controller's edge: for each VirtualNode, applies its virtual kubelet
 //! ([`super::objects`]) and reports its Node ([`super::status`]); on deletion (finalizer)
-//! cordons and removes the Node, the Deployment and the RBAC.
+//! cordons the Node, drains it ([`super::drain`]), and removes the Node, the Deployment and
+//! the RBAC.
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
@@ -17,14 +18,14 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         coordination::v1::Lease,
-        core::v1::{Node, NodeSpec, ServiceAccount},
+        core::v1::{Node, NodeSpec, Pod, ServiceAccount},
         rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
     },
     jiff::Timestamp,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, ObjectMeta},
+    api::{DeleteParams, ListParams, ObjectMeta, Preconditions},
     runtime::{
         Controller,
         controller::Action,
@@ -37,9 +38,11 @@ use serde::{Serialize, de::DeserializeOwned};
 use tracing::{info, warn};
 
 use super::{
+    drain,
     objects::{self, APP, APP_LABEL, Settings},
     status,
 };
+use crate::kit::deleting_for;
 
 pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::VIRTUAL_NODES);
 
@@ -49,6 +52,23 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// Not a failure: the finalizer stays while pods are still bound to the node (a cleanup
+    /// that returns Ok has its finalizer removed).
+    #[error("{0} pod(s) still bound to the node, being deleted")]
+    Draining(usize),
+}
+
+impl Error {
+    fn draining(&self) -> bool {
+        match self {
+            Error::Draining(_) => true,
+            Error::Finalizer(e) => matches!(
+                e.as_ref(),
+                kube::runtime::finalizer::Error::CleanupFailed(Error::Draining(_))
+            ),
+            _ => false,
+        }
+    }
 }
 
 pub struct Ctx {
@@ -65,9 +85,17 @@ async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    match api.delete(name, &DeleteParams::default()).await {
+    delete_with(api, name, &DeleteParams::default()).await
+}
+
+/// Deletes `name`; gone already, or replaced (a failed uid precondition), is fine.
+async fn delete_with<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, dp).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -204,6 +232,8 @@ async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Er
         };
         apply(&nodes, &cordon).await?;
     }
+    // Drained while the virtual kubelet runs, so that it deletes the pods' ShadowPods.
+    drain(ctx, &vn).await?;
     // The virtual kubelet next, so that it stops writing the Node (it also stops on seeing
     // the VirtualNode being deleted).
     delete(&Api::<Deployment>::namespaced(c.clone(), &ns), &name).await?;
@@ -227,6 +257,64 @@ async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Er
     Ok(Action::await_change())
 }
 
+/// One round of [`super::drain`] on the pods bound to the VirtualNode's node; Err(Draining)
+/// while any is left.
+async fn drain(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
+    let node = &vn.spec.node_name;
+    let all: Api<Pod> = Api::all(ctx.client.clone());
+    let bound = all
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?
+        .items;
+    if bound.is_empty() {
+        return Ok(());
+    }
+    let waited = deleting_for(&vn.metadata, Timestamp::now());
+    for pod in &bound {
+        let pods: Api<Pod> =
+            Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+        let name = pod.name_any();
+        let key = format!("{}/{name}", pod.namespace().unwrap_or_default());
+        let only_this = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match drain::step(pod, waited) {
+            drain::Step::Wait => continue,
+            drain::Step::Delete => {
+                info!(pod = %key, node = %node, "draining the virtual node: deleting the pod");
+                delete_with(&pods, &name, &only_this).await?;
+            }
+            drain::Step::Abandon { fail } => {
+                warn!(pod = %key, node = %node, "not deleted through the provider in time: failed and deleted");
+                if fail {
+                    let status = drain::failed_status(node, Timestamp::now());
+                    match FIELD_MANAGER.apply_status(&pods, &name, status).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 404 => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                    let ev = Event::warning(
+                        drain::REASON,
+                        "Drain",
+                        format!("the virtual node {node} was removed: the pod failed"),
+                    );
+                    ctx.events.publish(pod, &ev).await;
+                }
+                let now = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..only_this
+                };
+                delete_with(&pods, &name, &now).await?;
+            }
+        }
+    }
+    Err(Error::Draining(bound.len()))
+}
+
 async fn reconcile(vn: Arc<VirtualNode>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let api: Api<VirtualNode> =
         Api::namespaced(ctx.client.clone(), &vn.namespace().unwrap_or_default());
@@ -241,6 +329,10 @@ async fn reconcile(vn: Arc<VirtualNode>, ctx: Arc<Ctx>) -> Result<Action, Error>
 }
 
 fn error_policy(vn: Arc<VirtualNode>, err: &Error, _: Arc<Ctx>) -> Action {
+    if err.draining() {
+        info!(virtual_node = %key(&vn), "{err}");
+        return Action::requeue(Duration::from_secs(1));
+    }
     warn!(virtual_node = %key(&vn), error = %err, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

@@ -2,7 +2,8 @@
 //! its ServiceAccount and least-privilege RBAC ([`objects`], pure), the VirtualNode's and the
 //! ForeignCluster's conditions from the Node it registers ([`status`], pure), and the
 //! controller that applies both and removes everything when the VirtualNode goes
-//! ([`controller`]).
+//! ([`controller`]), the pods bound to the node first ([`drain`], pure).
 pub mod controller;
+pub mod drain;
 pub mod objects;
 pub mod status;
