@@ -6,19 +6,31 @@
 //! way (bidirectional: one network, a virtual node on each side), A peers with a third
 //! cluster C (two virtual nodes, each with its grant; cutting C's API makes only C's node
 //! NotReady, and it heals), and A unpeers C. One fixture (three clusters) for every check.
+//!
+//! Offloading on the real network (issue 11): a pod bound to A's virtual node for B answers A's
+//! pods at the address A shows for it, and keeps answering while A's virtual kubelet for B is
+//! SIGKILLed and restarted by its Deployment (the data path does not go through it; nothing is
+//! created twice). With C as a second provider (all three clusters on the same pod CIDR), a pod
+//! on each virtual node answers. C's API cut off: C's pod goes not Ready at home but keeps
+//! running and answering (the tunnel is not cut); healed, it is Ready again, the same ShadowPod
+//! and real pod. `fabricctl unpeer` of C with that pod offloaded leaves nothing on either side:
+//! the home pod is drained through the provider, C's tenant area goes.
 use std::{
     collections::BTreeSet,
     process::Output,
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
-use fabric_api::names;
+use fabric_api::{names, offloading::v1alpha1::VirtualNode};
+use fabric_sharing::{shadowpod::forge, virtual_node::objects};
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     clusters::{Cluster, NAMESPACE, PeeredClusters},
     locate_bin,
     peering_stack::{ADVERTISED_LABEL as ADVERTISED, PeeringStack},
-    skip_unless_root, traffic, workloads,
+    skip_unless_root, traffic,
+    workloads::{self, RunningPod},
 };
 use serde_json::{Value, json};
 
@@ -65,6 +77,18 @@ fn node_ready(node: &Value) -> Option<(String, String)> {
     Some((
         c["status"].as_str()?.to_owned(),
         c["reason"].as_str()?.to_owned(),
+    ))
+}
+
+/// The Ready condition of a pod: (status, reason; empty when none).
+fn pod_ready(pod: &Value) -> Option<(String, String)> {
+    let c = pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    Some((
+        c["status"].as_str()?.to_owned(),
+        c["reason"].as_str().unwrap_or_default().to_owned(),
     ))
 }
 
@@ -180,17 +204,18 @@ impl Bed {
             .unwrap_or_else(|e| panic!("TCP {} -> {}: {e:#}\n{}", a.id, b.id, self.logs()));
     }
 
-    /// An echo pod bound to A's virtual node for `provider` runs there, is Running at home
-    /// at an address of the provider's remapped pod CIDR, and a pod of A reaches it there.
-    fn offloaded_pod_answers(&self, provider: &str) {
+    /// An echo pod `name` bound to A's virtual node for `provider` runs there, is Running at
+    /// home at an address of the provider's remapped pod CIDR, and A's client pod reaches it
+    /// there. Returns the home pod.
+    fn offloaded_pod_answers(&self, provider: &str, name: &str) -> RunningPod {
         let a = &self.cl.a;
-        let mut pod = workloads::echo_pod("offloaded");
+        let mut pod = workloads::echo_pod(name);
         pod["spec"]["nodeName"] = json!(provider);
         pod["spec"]["tolerations"] =
             json!([{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }]);
         a.create_pod(&pod).unwrap();
         let home = a
-            .wait_pod_running("default", "offloaded", Duration::from_secs(60))
+            .wait_pod_running("default", name, Duration::from_secs(60))
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
         let seen = self.remote_pod(1, provider, 0);
         let prefix: Vec<&str> = seen.split('.').take(2).collect();
@@ -200,15 +225,52 @@ impl Bed {
             "the offloaded pod's IP {} is not in the remapped CIDR ({seen})",
             home.ip
         );
-        a.create_pod(&workloads::echo_pod("offload-client"))
-            .unwrap();
-        let client = a
-            .wait_pod_running("default", "offload-client", Duration::from_secs(30))
-            .unwrap();
-        let answer = a
-            .connect_from(&client, &home.ip, workloads::ECHO_PORT)
+        let answer = self
+            .answer(&home.ip)
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
         assert!(!answer.is_empty(), "no answer from the offloaded pod");
+        home
+    }
+
+    /// A's client pod (created on first use).
+    fn client(&self) -> RunningPod {
+        let a = &self.cl.a;
+        if a.get_pod("default", "offload-client").unwrap().is_none() {
+            a.create_pod(&workloads::echo_pod("offload-client"))
+                .unwrap();
+        }
+        a.wait_pod_running("default", "offload-client", Duration::from_secs(30))
+            .unwrap()
+    }
+
+    /// What an echo server at `ip` in A's view answers A's client pod.
+    fn answer(&self, ip: &str) -> anyhow::Result<String> {
+        self.cl
+            .a
+            .connect_from(&self.client(), ip, workloads::ECHO_PORT)
+    }
+
+    /// On provider `p`: A's ShadowPod for home pod `default/name`, and the real pod it runs.
+    fn remote_of(&self, p: u8, name: &str) -> Option<(Value, Value)> {
+        let ns = names::namespace::tenant(&self.cl.a.id);
+        let shadow_name = forge::name("default", name);
+        let api = &self.cluster(p).api;
+        Some((
+            get_json(api, &["get", "shadowpod", &shadow_name, "-n", &ns])?,
+            get_json(api, &["get", "pod", &shadow_name, "-n", &ns])?,
+        ))
+    }
+
+    /// How many ShadowPods and pods A has in its tenant namespace on provider `p`.
+    fn remote_counts(&self, p: u8) -> (usize, usize) {
+        let ns = names::namespace::tenant(&self.cl.a.id);
+        let api = &self.cluster(p).api;
+        let count = |kind: &str| {
+            get_json(api, &["get", kind, "-n", &ns])
+                .and_then(|l| l["items"].as_array().map(Vec::len))
+                .unwrap_or_default()
+        };
+        (count("shadowpods"), count("pods"))
     }
 
     /// The virtual node of `provider` on cluster `c`, once it is Ready.
@@ -313,7 +375,13 @@ fn out_of_band_peering_end_to_end() {
 
     // A pod bound to A's virtual node runs on B and answers A's pods at the address A shows
     // for it (B's pod IP through the CIDR A's IPAM granted for B).
-    bed.offloaded_pod_answers(&b_id);
+    let web_b = bed.offloaded_pod_answers(&b_id, "offloaded");
+    eprintln!("pod offloaded to B after {:?}", t0.elapsed());
+
+    // A's virtual kubelet for B SIGKILLed mid-traffic: the pod answers throughout, the
+    // virtual kubelet comes back and resynchronises, nothing is created twice.
+    bed.vk_killed_mid_traffic(2, &web_b);
+    eprintln!("virtual kubelet killed and back after {:?}", t0.elapsed());
 
     // `fabricctl info peer` on A: every module up.
     let o = fabricctl(&bed.cl.a.api, &["info", "peer", &b_id, "-o", "json"]);
@@ -374,6 +442,29 @@ fn out_of_band_peering_end_to_end() {
     assert_eq!(node_b["status"]["capacity"]["cpu"], "1");
     bed.pods_talk(1, 3, 7104);
 
+    // Two providers: a pod on each of A's virtual nodes answers A's pods at the address A
+    // shows for it, the three clusters using the same pod CIDR.
+    let web_c = bed.offloaded_pod_answers(&c_id, "offloaded-c");
+    bed.answer(&web_b.ip)
+        .unwrap_or_else(|e| panic!("B's pod with C's: {e:#}\n{}", bed.logs()));
+    assert_ne!(
+        web_b.ip, web_c.ip,
+        "each provider has its own remapped CIDR in A"
+    );
+    let client = bed.client();
+    let net = |ip: &str| ip.split('.').take(2).collect::<Vec<_>>().join(".");
+    for (p, name) in [(2, "offloaded"), (3, "offloaded-c")] {
+        let (_, real) = bed.remote_of(p, name).expect("the real pod");
+        let ip = real["status"]["podIP"].as_str().unwrap_or_default();
+        assert_eq!(
+            net(ip),
+            net(&client.ip),
+            "cluster {p}'s pods use A's pod CIDR: {real}"
+        );
+    }
+    let (shadow_c, real_c) = bed.remote_of(3, "offloaded-c").unwrap();
+    eprintln!("a pod on each provider answers after {:?}", t0.elapsed());
+
     // C's API cannot be reached from outside its network (what peers use is cut; its own
     // components go on): only C's node goes NotReady, with the reason, and it heals.
     let c_api_ns = bed.cl.c.as_ref().unwrap().api_ns.clone();
@@ -390,31 +481,100 @@ fn out_of_band_peering_end_to_end() {
         Some(("True".into(), "VirtualKubeletReady".into())),
         "B's node is not affected"
     );
+    // C's pod: not Ready at home (Services stop sending it traffic), yet still running on C
+    // and answering (the tunnel is not cut); B's pod is not affected.
+    let home_c = bed.wait("C's pod not Ready at home", Duration::from_secs(60), || {
+        let p = bed.cl.a.get_pod("default", "offloaded-c").ok()??;
+        (pod_ready(&p)? == ("False".into(), "ProviderUnreachable".into())).then_some(p)
+    });
+    assert_eq!(home_c["status"]["phase"], "Running", "{home_c}");
+    bed.answer(&web_c.ip)
+        .unwrap_or_else(|e| panic!("C's pod while C's API is cut: {e:#}\n{}", bed.logs()));
+    let home_b = bed.cl.a.get_pod("default", "offloaded").unwrap().unwrap();
+    assert_eq!(
+        pod_ready(&home_b).map(|r| r.0),
+        Some("True".into()),
+        "{home_b}"
+    );
     nft(&bed, &c_api_ns, "delete table inet fabric_test_cut\n");
     bed.ready_node(1, &c_id);
-    eprintln!("C's node healed after {:?}", t0.elapsed());
-
-    // A unpeers C: today that is deleting C's ForeignCluster on A (`fabricctl unpeer` takes
-    // both admin kubeconfigs). The network of A and C goes on both sides; A and B stay peered.
-    bed.cl
-        .a
-        .api
-        .kubectl_ok(&["delete", "foreigncluster", &c_id, "--wait=false"]);
+    // Healed: Ready again, the same ShadowPod and real pod, nothing duplicated.
     bed.wait(
-        "A's and C's network objects gone",
+        "C's pod Ready again at home",
         Duration::from_secs(60),
         || {
-            let gone = |i: u8, kind: &str, name: &str, ns: &str| {
-                get_json(&bed.cluster(i).api, &["get", kind, name, "-n", ns]).is_none()
-            };
-            (gone(1, "configuration", &c_id, NAMESPACE)
-                && gone(1, "gatewayclient", &c_id, NAMESPACE)
-                && gone(3, "configuration", &a_id, NAMESPACE)
-                && gone(3, "gatewayserver", &a_id, NAMESPACE)
-                && gone(3, "peeringnetwork", &a_id, &names::namespace::tenant(&a_id)))
-            .then_some(())
+            let p = bed.cl.a.get_pod("default", "offloaded-c").ok()??;
+            (pod_ready(&p)?.0 == "True").then_some(())
         },
     );
+    let (shadow, real) = bed.remote_of(3, "offloaded-c").unwrap();
+    assert_eq!(shadow["metadata"]["uid"], shadow_c["metadata"]["uid"]);
+    assert_eq!(real["metadata"]["uid"], real_c["metadata"]["uid"]);
+    assert_eq!(
+        shadow["status"]["recreations"].as_u64().unwrap_or_default(),
+        0
+    );
+    assert_eq!(bed.remote_counts(3), (1, 1), "{}", bed.logs());
+    eprintln!("C's node healed after {:?}", t0.elapsed());
+
+    // A unpeers C with `fabricctl unpeer`, a pod still offloaded there: the pod is drained
+    // (deleted through C), and nothing is left of the peering on either side; the network of
+    // A and C goes; A and B stay peered.
+    let real_c_uid = real_c["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert!(Cluster::pod_netns(&real_c_uid).is_some(), "C's pod runs");
+    let c_kubeconfig = bed.cluster(3).api.kubeconfig.display().to_string();
+    let o = fabricctl(
+        &bed.cl.a.api,
+        &[
+            "unpeer",
+            &c_id,
+            "--remote-kubeconfig",
+            &c_kubeconfig,
+            "--timeout-secs",
+            "90",
+        ],
+    );
+    assert!(o.status.success(), "{}\n{}", text(&o), bed.logs());
+    eprintln!("A unpeered C after {:?}", t0.elapsed());
+    let tenant_ns = names::namespace::tenant(&a_id);
+    bed.wait("nothing of A and C left", Duration::from_secs(60), || {
+        let gone = |i: u8, args: &[&str]| get_json(&bed.cluster(i).api, args).is_none();
+        let none_left = |i: u8, kind: &str| {
+            get_json(&bed.cluster(i).api, &["get", kind, "-A"]).is_some_and(|l| {
+                !l["items"].as_array().unwrap().iter().any(|o| {
+                    o["metadata"]["namespace"] == tenant_ns.as_str()
+                        || o["spec"]["nodeName"] == c_id.as_str()
+                        || o["metadata"]["name"] == c_id.as_str()
+                })
+            })
+        };
+        // On A: no node, no home pod bound to it, no VirtualNode, slice, identity,
+        // ForeignCluster, network objects.
+        (gone(1, &["get", "node", &c_id])
+            && gone(1, &["get", "pod", "offloaded-c", "-n", "default"])
+            && none_left(1, "pods")
+            && gone(1, &["get", "virtualnode", &c_id, "-n", NAMESPACE])
+            && gone(1, &["get", "resourceslice", &c_id, "-n", NAMESPACE])
+            && gone(1, &["get", "identity", &c_id, "-n", NAMESPACE])
+            && gone(1, &["get", "foreigncluster", &c_id])
+            && gone(1, &["get", "configuration", &c_id, "-n", NAMESPACE])
+            && gone(1, &["get", "gatewayclient", &c_id, "-n", NAMESPACE])
+            // On C: no tenant namespace, ShadowPod or pod of A's, no ForeignCluster for A,
+            // no network objects.
+            && gone(3, &["get", "namespace", &tenant_ns])
+            && none_left(3, "shadowpods")
+            && none_left(3, "pods")
+            && gone(3, &["get", "foreigncluster", &a_id])
+            && gone(3, &["get", "configuration", &a_id, "-n", NAMESPACE])
+            && gone(3, &["get", "gatewayserver", &a_id, "-n", NAMESPACE]))
+        .then_some(())
+    });
+    assert!(
+        Cluster::pod_netns(&real_c_uid).is_none(),
+        "C's pod stopped with the unpeer"
+    );
+    bed.answer(&web_b.ip)
+        .unwrap_or_else(|e| panic!("B's pod after the unpeer of C: {e:#}\n{}", bed.logs()));
     bed.one_network(1, 2);
     bed.ready_node(1, &b_id);
     bed.ready_node(2, &a_id);
@@ -441,6 +601,96 @@ fn nft(bed: &Bed, ns: &str, script: &str) {
 }
 
 impl Bed {
+    /// A's virtual kubelet for provider `p` SIGKILLed while A's client pod talks to `pod`,
+    /// offloaded there: every connection is answered (the data path does not go through the
+    /// virtual kubelet), its Deployment restarts it, it resynchronises (a label put on the
+    /// pod afterwards reaches the real pod), and nothing is created again on the provider.
+    fn vk_killed_mid_traffic(&self, p: u8, pod: &RunningPod) {
+        let a = &self.cl.a;
+        let provider = self.cluster(p).id.clone();
+        let (shadow, real) = self.remote_of(p, &pod.name).expect("the real pod");
+        let counts = self.remote_counts(p);
+        let vn: VirtualNode = serde_json::from_value(
+            get_json(&a.api, &["get", "virtualnode", &provider, "-n", NAMESPACE]).unwrap(),
+        )
+        .unwrap();
+        let vk = objects::name(&vn);
+        let deployments = &self.stack.member(&a.id).deployments;
+        let restarts = deployments.restarts(NAMESPACE, &vk);
+        let netns = Cluster::pod_netns(&self.client().uid).unwrap();
+        let bin = locate_bin("fabric-test-pod").unwrap();
+        let dst = format!("{}:{}", pod.ip, workloads::ECHO_PORT);
+        let stop = AtomicBool::new(false);
+        let (answered, failed) = std::thread::scope(|s| {
+            let traffic = s.spawn(|| {
+                let (mut answered, mut failed) = (0u32, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    let o = std::process::Command::new("ip")
+                        .args(["netns", "exec", &netns])
+                        .arg(&bin)
+                        .args(["connect", &dst])
+                        .output()
+                        .unwrap();
+                    if o.status.success() {
+                        answered += 1;
+                    } else {
+                        failed.push(text(&o));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                (answered, failed)
+            });
+            std::thread::sleep(Duration::from_millis(500));
+            deployments
+                .kill(NAMESPACE, &vk)
+                .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
+            self.wait(
+                "the virtual kubelet restarted",
+                Duration::from_secs(30),
+                || {
+                    (deployments.restarts(NAMESPACE, &vk) > restarts
+                        && deployments.pid(NAMESPACE, &vk).is_some())
+                    .then_some(())
+                },
+            );
+            a.api.kubectl_ok(&[
+                "label",
+                "pod",
+                &pod.name,
+                "-n",
+                &pod.namespace,
+                "after-restart=yes",
+            ]);
+            self.wait(
+                "the label on the real pod (the restarted virtual kubelet at work)",
+                Duration::from_secs(60),
+                || {
+                    let (_, real) = self.remote_of(p, &pod.name)?;
+                    (real["metadata"]["labels"]["after-restart"] == "yes").then_some(())
+                },
+            );
+            stop.store(true, Ordering::Relaxed);
+            traffic.join().unwrap()
+        });
+        assert!(
+            failed.is_empty() && answered >= 3,
+            "{answered} answered, failed: {failed:?}"
+        );
+        let (shadow_now, real_now) = self.remote_of(p, &pod.name).unwrap();
+        assert_eq!(shadow_now["metadata"]["uid"], shadow["metadata"]["uid"]);
+        assert_eq!(real_now["metadata"]["uid"], real["metadata"]["uid"]);
+        assert_eq!(
+            shadow_now["status"]["recreations"]
+                .as_u64()
+                .unwrap_or_default(),
+            0
+        );
+        assert_eq!(self.remote_counts(p), counts, "{}", self.logs());
+        let home = a.get_pod(&pod.namespace, &pod.name).unwrap().unwrap();
+        assert_eq!(home["metadata"]["uid"], pod.uid.as_str());
+        assert_eq!(pod_ready(&home).map(|r| r.0), Some("True".into()), "{home}");
+    }
+
     /// Consumer `c` and provider `p`, peered both ways, share one network peering: `c`
     /// dials (GatewayClient), `p` listens (GatewayServer), one Configuration for the other on
     /// each side, and the only PeeringNetwork is `c`'s, on `p`.
