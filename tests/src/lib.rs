@@ -26,6 +26,7 @@ pub mod testnode;
 pub mod topo;
 pub mod traffic;
 pub mod wait;
+pub mod webhook;
 pub mod workloads;
 
 pub use agent::{Agent, peer_counter};

@@ -8,7 +8,9 @@
 //! One fixture for every check: lifecycle and status home (pod IP through the remap),
 //! labels following, restart counts, a refusal surfaced, restart of the virtual kubelet
 //! without duplicates, the provider's API cut (pods not Ready, nothing deleted) and healed,
-//! a ShadowPod vanished (pod Failed), and deletion at home through the provider.
+//! a ShadowPod vanished (pod Failed), the provider's quota (its ShadowPod webhook, registered
+//! as deploy/ does: a pod over the grant refused visibly at home, a finished pod not revived
+//! and its share released to the next pod), and deletion at home through the provider.
 use std::{
     future::Future,
     path::PathBuf,
@@ -144,6 +146,48 @@ impl Bed {
             .unwrap();
     }
 
+    /// The provider's kubelet, played: the real pod's container exited 0.
+    async fn provider_finishes(&self, name: &str) {
+        let status = json!({"status": {
+            "phase": "Succeeded",
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "PodCompleted",
+                 "lastTransitionTime": "2026-11-26T12:00:02Z"},
+                {"type": "ContainersReady", "status": "False", "reason": "PodCompleted",
+                 "lastTransitionTime": "2026-11-26T12:00:02Z"},
+            ],
+            "containerStatuses": [{"name": "main", "image": "echo", "imageID": "", "ready": false,
+                                   "restartCount": 0,
+                                   "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                       "startedAt": "2026-11-26T12:00:01Z",
+                                       "finishedAt": "2026-11-26T12:00:02Z"}}}],
+        }});
+        self.remote_pods()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+
+    /// The CPU the provider granted the consumer (its slice's status), in millicores.
+    async fn granted_cpu_milli(&self) -> i128 {
+        self.eventually("the provider's grant", || async {
+            let o = self.provider.kubectl(&[
+                "get",
+                "resourceslice",
+                CONSUMER,
+                "-n",
+                &names::namespace::tenant(CONSUMER),
+                "-o",
+                "jsonpath={.status.granted.cpu}",
+            ]);
+            let q = String::from_utf8(o.stdout).ok()?;
+            fabric_tests::quantity::milli(q.trim())
+                .ok()
+                .filter(|m| *m > 0)
+        })
+        .await
+    }
+
     async fn shadow_count(&self) -> usize {
         self.shadows()
             .list(&ListParams::default())
@@ -221,6 +265,30 @@ async fn setup(tag: &str) -> Option<Bed> {
         &provider.kubeconfig,
         "provider-controller.log",
     );
+    // Its quota: the ShadowPod webhook, and a grant the sharing controller's policy answers
+    // (from a Node of the provider) to the slice the consumer's replicator would have made.
+    let webhook = fabric_tests::webhook::start(&provider, &dir.join("webhook.log")).unwrap();
+    apply(
+        &provider,
+        &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1" } }),
+    );
+    let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
+    provider.kubectl_ok(&[
+        "patch",
+        "node",
+        "n1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &json!({ "status": { "allocatable": alloc, "capacity": alloc } }).to_string(),
+    ]);
+    apply(
+        &provider,
+        &json!({ "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
+                 "metadata": { "name": CONSUMER, "namespace": names::namespace::tenant(CONSUMER) },
+                 "spec": { "consumerClusterId": CONSUMER, "providerClusterId": PROVIDER,
+                           "resources": { "cpu": "1", "memory": "1Gi", "pods": "10" } } }),
+    );
 
     // The consumer: what the sharing and network layers have made by the time a
     // VirtualNode exists, including the remap of the provider's pod CIDR.
@@ -294,7 +362,7 @@ async fn setup(tag: &str) -> Option<Bed> {
         c,
         p,
         deployments,
-        _controllers: vec![sharing_controller, vn_controller],
+        _controllers: vec![sharing_controller, vn_controller, webhook],
         dir,
         identity: creds,
     };
@@ -490,6 +558,99 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         .await;
     assert_eq!(gone["status"]["reason"], "ProviderPodVanished", "{gone}");
     assert!(cond_is(&gone, "Ready", "False", None));
+
+    // The provider's quota. A pod within what is left runs...
+    let granted = bed.granted_cpu_milli().await;
+    let share = json!({
+        "restartPolicy": "Never",
+        "containers": [{ "name": "main", "image": "echo",
+                         "command": ["fabric-test-pod", "echo", "--port", "8080"],
+                         "resources": { "requests": { "cpu": format!("{}m", granted * 6 / 10) } } }],
+    });
+    bed.create_home_pod("batch", share.clone()).await;
+    let batch = forge::name(HOME_NS, "batch");
+    bed.eventually("batch's real pod", || async {
+        bed.remote_pods().get_opt(&batch).await.ok()?
+    })
+    .await;
+    bed.provider_runs(&batch, "10.244.2.9", 0).await;
+    bed.home_pod_where("batch", "batch Running", |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    // ... one over it is refused by the webhook, visibly at home (a condition, an Event),
+    // and nothing of it runs there.
+    bed.create_home_pod("big", share.clone()).await;
+    let big = bed
+        .home_pod_where("big", "big refused by the provider's quota", |p| {
+            cond_is(p, OFFLOADED, "False", Some("ProviderForbidden"))
+        })
+        .await;
+    let why = condition(&big, OFFLOADED).unwrap()["message"].to_string();
+    assert!(why.contains("granted to consumer"), "{big}");
+    assert_eq!(big["status"]["phase"], "Pending", "{big}");
+    bed.eventually("the quota refusal's Event", || async {
+        let o = bed
+            .consumer
+            .kubectl(&["get", "events.events.k8s.io", "-n", HOME_NS, "-o", "json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+        v["items"]
+            .as_array()?
+            .iter()
+            .any(|e| e["reason"] == "ProviderForbidden" && e["regarding"]["name"] == "big")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        bed.shadows()
+            .get_opt(&forge::name(HOME_NS, "big"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    bed.consumer
+        .kubectl_ok(&["delete", "pod", "big", "-n", HOME_NS, "--wait=false"]);
+    bed.eventually("big gone", || async {
+        bed.home()
+            .get_opt("big")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // The batch pod finishes: Succeeded at home, never revived on the provider, and its
+    // share goes to the next pod that needs it.
+    let batch_uid = bed.remote_pods().get(&batch).await.unwrap().metadata.uid;
+    bed.provider_finishes(&batch).await;
+    bed.home_pod_where("batch", "batch Succeeded at home", |p| {
+        p["status"]["phase"] == "Succeeded"
+    })
+    .await;
+    bed.eventually("batch's ShadowPod Succeeded", || async {
+        let s = bed.shadows().get(&batch).await.ok()?;
+        (s.status?.phase.as_deref() == Some("Succeeded")).then_some(())
+    })
+    .await;
+    bed.create_home_pod("next", share).await;
+    let next = forge::name(HOME_NS, "next");
+    bed.eventually("next's real pod (the share released)", || async {
+        bed.remote_pods().get_opt(&next).await.ok()?
+    })
+    .await;
+    let real = bed.remote_pods().get(&batch).await.unwrap();
+    assert_eq!(real.metadata.uid, batch_uid, "batch was revived");
+    assert_eq!(
+        real.status.and_then(|s| s.phase).as_deref(),
+        Some("Succeeded")
+    );
+    let s = bed.shadows().get(&batch).await.unwrap();
+    assert_eq!(s.status.map(|s| s.recreations), Some(0));
+    let home = bed.home().get("batch").await.unwrap();
+    assert_eq!(
+        home.status.and_then(|s| s.phase).as_deref(),
+        Some("Succeeded")
+    );
 
     // Deleted at home: gracefully through the provider, and the home pod goes once the
     // remote one is gone.
