@@ -2,7 +2,8 @@
 //!
 //! On the consumer, deleting a provider's `ForeignCluster` starts it ([`consumer`], finalizer
 //! [`names::finalizer::PEERING`]): the ResourceSlices go (their replicas on the provider
-//! first), then the VirtualNode (its controller cordons and removes the Node), the network
+//! first), then the VirtualNode (its controller cordons the Node, drains the pods bound to it
+//! and removes it), the network
 //! (the PeeringNetwork on the provider, then the local objects: the network controller's
 //! finalizer), and last the consumer tells the provider it leaves, by deleting its own
 //! `Tenant` there with its identity, and drops the Identity and its Secret.
@@ -76,8 +77,8 @@ impl fmt::Display for Pending {
             ),
             Pending::VirtualNode => write!(
                 f,
-                "the VirtualNode (the virtual-node controller cordons and removes the node and \
-                 its virtual kubelet)"
+                "the VirtualNode (the virtual-node controller cordons the node, deletes the \
+                 pods bound to it through the provider, removes the node and its virtual kubelet)"
             ),
             Pending::Network => write!(
                 f,
