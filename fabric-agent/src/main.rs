@@ -43,6 +43,10 @@ enum Cmd {
             default_missing_value = fabric_api::names::lease::GATEWAY
         )]
         gateway_from_lease: Option<run::LeaseRef>,
+        /// The fabric's namespace: the only one whose Configurations the agent reads (it
+        /// routes what they grant, so nobody who may write objects elsewhere can steer it).
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = fabric_api::names::DEFAULT_NAMESPACE)]
+        namespace: String,
         /// Full re-check period (route changes trigger one at once).
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         interval: Duration,
@@ -63,6 +67,14 @@ enum Cmd {
         /// downward API's status.hostIP).
         #[arg(long, env = "NODE_IP")]
         node_ip: Option<Ipv4Addr>,
+        /// Pin the overlay guard here (a directory on a BPF filesystem) so that it keeps
+        /// guarding the overlay port while the agent restarts.
+        #[arg(
+            long,
+            env = "FABRIC_GUARD_PIN_DIR",
+            default_value = "/sys/fs/bpf/fabric-overlay-guard"
+        )]
+        guard_pin_dir: PathBuf,
         #[command(flatten)]
         overlay_args: fabric_routing::overlay::OverlayArgs,
     },
@@ -146,11 +158,13 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Run {
             gateway,
             gateway_from_lease,
+            namespace,
             interval,
             metrics_addr,
             route_netns,
             overlay,
             node_ip,
+            guard_pin_dir,
             overlay_args,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -171,6 +185,7 @@ fn run(cli: Cli) -> Result<()> {
                                 anyhow::bail!("--gateway or --gateway-from-lease is required")
                             }
                         },
+                        namespace,
                         interval,
                         metrics_addr,
                         route_netns,
@@ -178,6 +193,7 @@ fn run(cli: Cli) -> Result<()> {
                             (true, Some(node_ip)) => Some(run::OverlayOpts {
                                 overlay: overlay_args.overlay(),
                                 node_ip,
+                                guard_pin_dir: Some(guard_pin_dir),
                             }),
                             (true, None) => anyhow::bail!("--overlay needs --node-ip (NODE_IP)"),
                             (false, _) => None,

@@ -88,6 +88,8 @@ pub fn lease_next_hop(lease: &DynamicObject) -> Option<Ipv4Addr> {
 pub struct Opts {
     /// Next hop for every peer CIDR: the gateway (or the overlay address that reaches it).
     pub gateway: NextHop,
+    /// The namespace whose Configurations are read (the fabric's).
+    pub namespace: String,
     pub interval: Duration,
     pub metrics_addr: Option<SocketAddr>,
     /// Manage routes in this network namespace instead of the agent's own (the API server
@@ -101,6 +103,9 @@ pub struct OverlayOpts {
     pub overlay: Overlay,
     /// This node's endpoint address.
     pub node_ip: Ipv4Addr,
+    /// Where the overlay guard is pinned, so that it outlives the agent (None: it lives as
+    /// long as the agent).
+    pub guard_pin_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Default)]
@@ -266,7 +271,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
         NextHop::Fixed(ip) => watch::channel(Some(*ip)).1,
         NextHop::Lease(l) => follow_lease(client.clone(), l, changed.clone()),
     };
-    let api: Api<Configuration> = Api::all(client);
+    let api: Api<Configuration> = Api::namespaced(client, &opts.namespace);
     let (reader, writer) = reflector::store();
     let notify = changed.clone();
     tokio::spawn(async move {
@@ -345,23 +350,36 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
                 }
                 overlay_via = None;
                 guard = None;
+                if let Some(dir) = &o.guard_pin_dir {
+                    match fabric_dataplane::guard::remove_pinned(dir) {
+                        Ok(true) => info!(pins = %dir.display(), "no peers: overlay guard removed"),
+                        Ok(false) => {}
+                        Err(e) => warn!(error = %e, "removing the overlay guard"),
+                    }
+                }
                 None
             }
             Some(o) => match ensure_overlay(&handle, o, via, overlay_via).await {
                 Ok((idx, repaired)) => {
                     metrics.repairs.fetch_add(repaired, Ordering::Relaxed);
                     overlay_via = Some(via);
-                    // Only the gateway may send to the overlay port; without the guard the
-                    // overlay still works, unguarded.
-                    match fabric_dataplane::guard::keep(
-                        &mut guard,
-                        &netns_path,
-                        o.overlay.port,
-                        &[via].into(),
-                    ) {
+                    // Only the gateway may send to the overlay port, and only through the
+                    // interface the route to it takes. A failed pass leaves the last guard
+                    // (pinned: also a previous agent's) in place.
+                    match guard_sources(&handle, via).await.and_then(|sources| {
+                        fabric_dataplane::guard::keep(
+                            &mut guard,
+                            &netns_path,
+                            o.overlay.port,
+                            o.guard_pin_dir.as_deref(),
+                            &sources,
+                        )
+                        .map_err(anyhow::Error::from)
+                    }) {
                         Ok(n) => metrics.overlay_refused.store(n, Ordering::Relaxed),
                         Err(e) => {
-                            warn!(error = %e, "overlay guard; the overlay port accepts any source")
+                            metrics.errors.fetch_add(1, Ordering::Relaxed);
+                            warn!(error = format!("{e:#}"), "overlay guard not updated")
                         }
                     }
                     Some(idx)
@@ -433,6 +451,16 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             }
         }
     }
+}
+
+/// The overlay guard's allowed sources on a node: the gateway, arriving through the interface
+/// the node routes to it (a pod of this node spoofing its address arrives on its own).
+async fn guard_sources(h: &Handle, via: Ipv4Addr) -> Result<fabric_dataplane::guard::Sources> {
+    let iif = routes::egress_ifindex(h, via)
+        .await
+        .with_context(|| format!("looking up the route to the gateway {via}"))?
+        .with_context(|| format!("no route to the gateway {via}"))?;
+    Ok([(via, iif)].into())
 }
 
 /// The overlay device towards the gateway `via`: returns its ifindex and how many things had

@@ -23,6 +23,8 @@ fn start_agent(api: &ApiServer, node: &str, log: &Path) -> ChildGuard {
             .env("RUST_LOG", "info")
             .args([
                 "run",
+                "--namespace",
+                "default",
                 "--gateway",
                 "10.9.0.1",
                 "--interval",
@@ -40,8 +42,12 @@ fn start_agent(api: &ApiServer, node: &str, log: &Path) -> ChildGuard {
 
 /// A Configuration with grants already in its status (as the IPAM controller writes them).
 fn configure(api: &ApiServer, name: &str, pod: &str, ext: &str) {
+    configure_in(api, "default", name, pod, ext);
+}
+
+fn configure_in(api: &ApiServer, ns: &str, name: &str, pod: &str, ext: &str) {
     let obj = format!(
-        "apiVersion: networking.fabric.io/v1alpha1\nkind: Configuration\nmetadata: {{name: {name}, namespace: default}}\nspec: {{clusterId: {name}, remote: {{pod: \"10.244.0.0/16\", external: \"10.70.0.0/16\"}}}}\n"
+        "apiVersion: networking.fabric.io/v1alpha1\nkind: Configuration\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{clusterId: {name}, remote: {{pod: \"10.244.0.0/16\", external: \"10.70.0.0/16\"}}}}\n"
     );
     let o = api.kubectl_stdin(&["apply", "-f", "-"], &obj);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -52,7 +58,7 @@ fn configure(api: &ApiServer, name: &str, pod: &str, ext: &str) {
         "configuration",
         name,
         "-n",
-        "default",
+        ns,
         "--subresource=status",
         "--type=merge",
         "-p",
@@ -109,6 +115,10 @@ fn agent_routes_follow_the_api_and_repair_drift() {
     std::fs::create_dir_all(&logs).unwrap();
 
     let agent = start_agent(&api, &node, &logs.join("a1.log"));
+    // Only the fabric's namespace counts: whoever may write Configurations elsewhere (a
+    // tenant's namespace) must not make every node route a range.
+    api.kubectl_ok(&["create", "namespace", "elsewhere"]);
+    configure_in(&api, "elsewhere", "x", "10.77.0.0/16", "10.87.0.0/16");
     configure(&api, "b", "10.71.0.0/16", "10.81.0.0/16");
     configure(&api, "c", "10.73.0.0/16", "10.83.0.0/16");
     wait_routes(

@@ -64,6 +64,9 @@ pub struct Opts {
     pub busy_poll_us: u64,
     /// Reach the nodes through the VXLAN overlay (the gateway's end of it, from Node objects).
     pub overlay: Option<fabric_routing::overlay::Overlay>,
+    /// Where the overlay guard is pinned so that it outlives the operator (None: it lives as
+    /// long as the operator).
+    pub guard_pin_dir: Option<PathBuf>,
     /// This replica's gateway address as the nodes reach it: published on the Lease while it
     /// holds it, and the gateway's end of the overlay.
     pub gateway_ip: Option<Ipv4Addr>,

@@ -51,6 +51,9 @@ pub enum Error {
 /// What the cluster itself uses, and where remapped CIDRs come from.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The fabric's namespace: the only one whose Configurations are served (a Configuration
+    /// elsewhere, e.g. in a tenant's namespace, gets nothing).
+    pub namespace: String,
     pub pools: Vec<Ipv4Network>,
     pub reserved: Vec<Ipv4Network>,
     /// The largest claim granted: a peer CIDR with a shorter prefix is refused.
@@ -95,7 +98,7 @@ pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Erro
     let mut ipam = Ipam::new(settings.pools.clone(), settings.reserved.clone())
         .map_err(|e| Error::Invalid(e.to_string()))?
         .with_largest_claim(settings.largest_claim);
-    let nets: Api<Network> = Api::all(client.clone());
+    let nets: Api<Network> = Api::namespaced(client.clone(), &settings.namespace);
     for n in nets
         .list(&ListParams::default().labels(label::CONFIGURATION))
         .await?
@@ -121,7 +124,7 @@ pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Erro
         }
     }
     let mut ids = BTreeMap::new();
-    let cfgs: Api<Configuration> = Api::all(client.clone());
+    let cfgs: Api<Configuration> = Api::namespaced(client.clone(), &settings.namespace);
     for c in cfgs.list(&ListParams::default()).await? {
         if let Some(id) = c.status.as_ref().and_then(|s| s.peer_id) {
             ids.insert(key(&c), id as u32);
@@ -374,8 +377,8 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         client: client.clone(),
         state: Mutex::new(state),
     });
-    let cfgs: Api<Configuration> = Api::all(client.clone());
-    let nets: Api<Network> = Api::all(client);
+    let cfgs: Api<Configuration> = Api::namespaced(client.clone(), &settings.namespace);
+    let nets: Api<Network> = Api::namespaced(client, &settings.namespace);
     Controller::new(cfgs, watcher::Config::default())
         .owns(nets, watcher::Config::default())
         .shutdown_on_signal()

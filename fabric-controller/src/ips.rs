@@ -107,9 +107,10 @@ fn error_policy(ip: Arc<IP>, err: &Error, _: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
-pub async fn run(client: Client, external: Ipv4Network) -> Result<(), Error> {
+/// Serves the `IP`s of `namespace` (the fabric's) only.
+pub async fn run(client: Client, namespace: &str, external: Ipv4Network) -> Result<(), Error> {
     let mut pool = pool(external)?;
-    let all: Api<IP> = Api::all(client.clone());
+    let all: Api<IP> = Api::namespaced(client.clone(), namespace);
     for ip in all.list(&ListParams::default()).await? {
         let Some(addr) = ip.status.as_ref().and_then(|s| s.ip.as_ref()) else {
             continue;

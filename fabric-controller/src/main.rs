@@ -63,6 +63,8 @@ enum Cmd {
         /// only the holder of the Lease allocates.
         #[arg(long, env = "POD_NAME")]
         identity: Option<String>,
+        /// The fabric's namespace: the only one whose Configurations and IPs are served, and
+        /// where the Networks and the Lease live.
         #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
         namespace: String,
         /// The Lease the IPAM replicas compete for (in --namespace).
@@ -108,6 +110,11 @@ enum Cmd {
         /// Where the gateway pins its data-plane maps (default: the gateway's own default).
         #[arg(long)]
         pin_dir: Option<PathBuf>,
+        /// With --overlay: pin the overlay guard here (a directory on a BPF filesystem, one
+        /// per replica) so that it keeps guarding the overlay port while the operator
+        /// restarts; without it the guard lives as long as the operator.
+        #[arg(long, env = "FABRIC_GUARD_PIN_DIR")]
+        guard_pin_dir: Option<PathBuf>,
         /// Microseconds the gateway keeps polling after traffic instead of sleeping: lower
         /// tunnel latency for CPU (one core per gateway while traffic flows). 0: off.
         #[arg(long, env = "FABRIC_GATEWAY_BUSY_POLL_US", default_value_t = 0)]
@@ -364,6 +371,7 @@ async fn run() -> Result<()> {
                         ipam::run(
                             client.clone(),
                             ipam::Settings {
+                                namespace: namespace.clone(),
                                 pools,
                                 reserved: all,
                                 largest_claim,
@@ -373,7 +381,7 @@ async fn run() -> Result<()> {
                         .context("IPAM controller")
                     },
                     async {
-                        ips::run(client.clone(), external_cidr)
+                        ips::run(client.clone(), &namespace, external_cidr)
                             .await
                             .context("IP controller")
                     },
@@ -401,6 +409,7 @@ async fn run() -> Result<()> {
             advertise,
             interval,
             pin_dir,
+            guard_pin_dir,
             busy_poll_us,
             overlay,
             overlay_args,
@@ -430,6 +439,7 @@ async fn run() -> Result<()> {
                     pin_dir,
                     busy_poll_us,
                     overlay: overlay.then(|| overlay_args.overlay()),
+                    guard_pin_dir,
                     gateway_ip,
                     election: fabric_kube::Election {
                         duration: lease_duration,

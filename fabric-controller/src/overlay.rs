@@ -173,17 +173,25 @@ pub struct GatewayOverlay {
     reported: BTreeMap<String, String>,
     /// Lets only the nodes reach the overlay port (see fabric_dataplane::guard).
     guard: Option<fabric_dataplane::guard::OverlayGuard>,
+    /// Where the guard is pinned to outlive the operator (None: it lives with it).
+    guard_pin_dir: Option<std::path::PathBuf>,
     refused: u64,
 }
 
 impl GatewayOverlay {
-    pub fn new(overlay: Overlay, local: Ipv4Addr, handle: Handle) -> Self {
+    pub fn new(
+        overlay: Overlay,
+        local: Ipv4Addr,
+        handle: Handle,
+        guard_pin_dir: Option<std::path::PathBuf>,
+    ) -> Self {
         Self {
             overlay,
             local,
             handle,
             reported: BTreeMap::new(),
             guard: None,
+            guard_pin_dir,
             refused: 0,
         }
     }
@@ -197,6 +205,11 @@ impl GatewayOverlay {
     ) -> anyhow::Result<()> {
         if !peered {
             self.guard = None;
+            if let Some(dir) = &self.guard_pin_dir
+                && fabric_dataplane::guard::remove_pinned(dir)?
+            {
+                info!(pins = %dir.display(), "no peers: overlay guard removed");
+            }
             if overlay::remove_device(&self.handle, &self.overlay).await? {
                 info!(device = %self.overlay.device, "no peers: overlay device removed");
             }
@@ -214,7 +227,7 @@ impl GatewayOverlay {
             info!(device = %self.overlay.device, ?dev, "overlay device set up");
         }
         let remotes: BTreeSet<Ipv4Addr> = eps.iter().map(|e| e.ip).collect();
-        self.guard_sources(&remotes);
+        self.guard_sources(&remotes).await;
         let entries = overlay::sync_remotes(&self.handle, idx, &remotes).await?;
         if !entries.added.is_empty() || !entries.removed.is_empty() {
             info!(added = ?entries.added, removed = ?entries.removed, "overlay node entries");
@@ -230,11 +243,34 @@ impl GatewayOverlay {
         Ok(())
     }
 
-    /// Keeps the guard on with the nodes as the allowed sources, and reports refusals.
-    /// Without it the overlay still works, unguarded.
-    fn guard_sources(&mut self, nodes: &BTreeSet<Ipv4Addr>) {
+    /// Keeps the guard on with the nodes as the allowed sources, each through the interface
+    /// the route to it takes, and reports refusals. A node without a route is left out (its
+    /// overlay traffic could not come back anyway). A failed pass leaves the last guard (when
+    /// pinned, also a previous operator's) in place.
+    async fn guard_sources(&mut self, nodes: &BTreeSet<Ipv4Addr>) {
+        let mut sources = fabric_dataplane::guard::Sources::new();
+        for ip in nodes {
+            match routes::egress_ifindex(&self.handle, *ip).await {
+                Ok(Some(iif)) => {
+                    sources.insert(*ip, iif);
+                }
+                Ok(None) => {
+                    warn!(node = %ip, "no route to the node: not admitted to the overlay port")
+                }
+                Err(e) => {
+                    warn!(node = %ip, error = %e, "looking up the route to a node; overlay guard not updated");
+                    return;
+                }
+            }
+        }
         let netns = std::path::Path::new("/proc/self/ns/net");
-        match fabric_dataplane::guard::keep(&mut self.guard, netns, self.overlay.port, nodes) {
+        match fabric_dataplane::guard::keep(
+            &mut self.guard,
+            netns,
+            self.overlay.port,
+            self.guard_pin_dir.as_deref(),
+            &sources,
+        ) {
             Ok(n) if n > self.refused => {
                 warn!(
                     refused = n - self.refused,
@@ -244,7 +280,7 @@ impl GatewayOverlay {
                 self.refused = n;
             }
             Ok(_) => {}
-            Err(e) => warn!(error = %e, "overlay guard; the overlay port accepts any source"),
+            Err(e) => warn!(error = %e, "overlay guard not updated"),
         }
     }
 }

@@ -90,6 +90,15 @@ async fn ipam_grants_persist_and_release() {
     let nets: Api<Network> = Api::namespaced(client.clone(), "default");
 
     let ctl = start_controller(&server, &logdir.join("c1.log"));
+    // A Configuration outside the fabric's namespace (here `default`) is nobody's to serve:
+    // whoever may write in one namespace must not get ranges granted.
+    server.kubectl_ok(&["create", "namespace", "elsewhere"]);
+    let o = server.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &config_yaml("x", "10.40.0.0/16", "10.41.0.0/16")
+            .replace("namespace: default", "namespace: elsewhere"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // b uses our own pod and external CIDRs; c does not clash at all.
     for (n, p, e) in [
         ("b", "10.244.0.0/16", "10.70.0.0/16"),
@@ -109,6 +118,16 @@ async fn ipam_grants_persist_and_release() {
         ("10.50.0.0/16", "10.60.0.0/24")
     );
     assert_ne!(b.2, c.2, "peer ids are distinct");
+    // Granted after x was created, so x has been seen if it is ever going to be.
+    let x = Api::<Configuration>::namespaced(client.clone(), "elsewhere")
+        .get("x")
+        .await
+        .unwrap();
+    assert!(
+        x.status.is_none() && x.metadata.finalizers.is_none(),
+        "a Configuration outside the fabric's namespace was served: {:?}",
+        x.status
+    );
     let table = server.kubectl_ok(&["get", "fconfig", "-n", "default"]);
     assert!(
         table.contains("SEEN AS") && table.contains("10.64.0.0/16"),
@@ -226,6 +245,16 @@ async fn ipam_grants_persist_and_release() {
         assert!(t0.elapsed() < Duration::from_secs(20), "h never refused");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Two controllers and many grants later, x is still nobody's.
+    let x = Api::<Configuration>::namespaced(client.clone(), "elsewhere")
+        .get("x")
+        .await
+        .unwrap();
+    assert!(
+        x.status.is_none() && x.metadata.finalizers.is_none(),
+        "a Configuration outside the fabric's namespace was served: {:?}",
+        x.status
+    );
     drop(ctl);
     let _ = std::fs::remove_dir_all(&logdir);
 }

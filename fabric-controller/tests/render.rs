@@ -20,6 +20,7 @@ fn opts() -> Opts {
         pin_dir: None,
         busy_poll_us: 20_000,
         overlay: None,
+        guard_pin_dir: None,
         gateway_ip: None,
         election: Election::new("fabric-gateway", "gw-0"),
     }

@@ -78,6 +78,12 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    #[error("pinning {what}")]
+    Pin {
+        what: String,
+        #[source]
+        source: aya::pin::PinError,
+    },
     #[error("no fabric data plane is pinned at {0}; run `fabric-agent datapath apply` first")]
     NotLoaded(PathBuf),
     #[error(transparent)]

@@ -2,6 +2,11 @@
 //! (VXLAN) datagrams from any source but the known endpoints. Linux VXLAN devices without
 //! learning accept encapsulated packets from anyone who knows the VNI and port; the guard
 //! runs in the UDP socket lookup, before the VXLAN socket sees the datagram.
+//!
+//! An allowed source is also bound to the interface its datagrams must arrive on (the one the
+//! route back to it leaves through, as strict reverse-path filtering would check): a pod on
+//! this host that sends with the gateway's address as its source comes in on its own
+//! interface and is refused like any stranger.
 use aya_ebpf::{
     btf_maps::{Array, HashMap, PerCpuArray},
     macros::{btf_map, sk_lookup},
@@ -13,7 +18,8 @@ const IPPROTO_UDP: u32 = 17;
 const SK_DROP: u32 = 0;
 const SK_PASS: u32 = 1;
 
-/// Remote endpoints allowed to reach the overlay port (IPv4 in network order -> unused).
+/// Remote endpoints allowed to reach the overlay port: IPv4 in network order -> the ifindex
+/// their datagrams arrive on (0: any, when user space could not tell).
 #[btf_map]
 pub static FABRIC_OVERLAY_SOURCES: HashMap<u32, u32, 4096> = HashMap::new();
 
@@ -38,8 +44,10 @@ pub fn fabric_overlay_guard(ctx: SkLookupContext) -> u32 {
     }
     // The helper wants the key on the stack, not in the context.
     let remote = core::hint::black_box(l.remote_ip4);
-    // SAFETY: a plain map read; the value is not used.
-    if unsafe { FABRIC_OVERLAY_SOURCES.get(&remote) }.is_some() {
+    // SAFETY: a plain map read, copied out at once.
+    if let Some(iif) = unsafe { FABRIC_OVERLAY_SOURCES.get(&remote) }.copied()
+        && (iif == 0 || iif == l.ingress_ifindex)
+    {
         return SK_PASS;
     }
     if let Some(c) = FABRIC_OVERLAY_DROPS.get_ptr_mut(0) {

@@ -106,6 +106,39 @@ pub async fn current(h: &Handle) -> Result<BTreeSet<Route>, rtnetlink::Error> {
     Ok(out)
 }
 
+const ENETUNREACH: i32 = 101;
+const EHOSTUNREACH: i32 = 113;
+
+/// The interface the kernel would send to `dst` through (`ip route get DST`): where traffic
+/// from `dst` legitimately arrives, as strict reverse-path filtering sees it. `None` when the
+/// kernel has no route, or only one without an output interface (unreachable, blackhole).
+pub async fn egress_ifindex(h: &Handle, dst: Ipv4Addr) -> Result<Option<u32>, rtnetlink::Error> {
+    let mut s = h
+        .route()
+        .get(
+            RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(dst, 32)
+                .build(),
+        )
+        .execute();
+    let m = match s.try_next().await {
+        Ok(m) => m,
+        // No route is an answer, not a failure.
+        Err(rtnetlink::Error::NetlinkError(e))
+            if matches!(-e.raw_code(), ENETUNREACH | EHOSTUNREACH) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(m.and_then(|m| {
+        m.attributes.iter().find_map(|a| match a {
+            RouteAttribute::Oif(i) => Some(*i),
+            _ => None,
+        })
+    }))
+}
+
 /// Outcome of one reconcile pass.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Pass {

@@ -283,7 +283,15 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     let _agent = ChildGuard(
         crate::die_with_parent(&mut Command::new(locate_bin("fabric-agent")?))
             .env("KUBECONFIG", &server.kubeconfig)
-            .args(["run", "--gateway", "10.9.0.1", "--route-netns", &node])
+            .args([
+                "run",
+                "--namespace",
+                "default",
+                "--gateway",
+                "10.9.0.1",
+                "--route-netns",
+                &node,
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

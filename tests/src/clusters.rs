@@ -521,6 +521,9 @@ impl PeeredClusters {
             for (r, rep) in replicas.iter().enumerate() {
                 let dir = rep.dir.display().to_string();
                 let pins = me.tb.pin_dir(&rep.ns, &format!("gw{i}r{r}"));
+                // The operator's overlay guard, pinned on the host's BPF filesystem (hence
+                // nsenter: `ip netns exec` mounts a private one that dies with the process).
+                let guard_pins = me.tb.pin_dir(&rep.ns, &format!("guard{i}r{r}"));
                 let advertise = if behind_lb {
                     format!("{LB_VIP}:51820")
                 } else {
@@ -551,10 +554,8 @@ impl PeeredClusters {
                 me.spawn(
                     &rep.operator,
                     vec![
-                        "ip".into(),
-                        "netns".into(),
-                        "exec".into(),
-                        rep.ns.clone(),
+                        "nsenter".into(),
+                        format!("--net=/run/netns/{}", rep.ns),
                         bin("fabric-controller")?,
                         "gateway".into(),
                         "--name".into(),
@@ -575,6 +576,8 @@ impl PeeredClusters {
                         rep.identity.clone(),
                         "--gateway-ip".into(),
                         rep.ip.clone(),
+                        "--guard-pin-dir".into(),
+                        guard_pins.display().to_string(),
                     ]
                     .into_iter()
                     .chain(overlay.then(|| "--overlay".to_owned()))
@@ -593,13 +596,16 @@ impl PeeredClusters {
             };
             for (k, node) in nodes.iter().enumerate() {
                 // In the node's namespace the agent's routes land there without --route-netns.
+                // It enters it itself (--netns), keeping the host's BPF filesystem, where its
+                // overlay guard stays pinned across restarts.
+                let guard_pins = me.tb.pin_dir(node, &format!("guard{i}n{k}"));
                 let mut argv = vec![
-                    "ip".into(),
-                    "netns".into(),
-                    "exec".into(),
-                    node.clone(),
                     bin("fabric-agent")?,
+                    "--netns".into(),
+                    node.clone(),
                     "run".into(),
+                    "--guard-pin-dir".into(),
+                    guard_pins.display().to_string(),
                 ];
                 argv.extend(next_hop.iter().cloned());
                 argv.extend(["--interval".into(), "500ms".into()]);

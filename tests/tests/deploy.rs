@@ -6,17 +6,12 @@ use std::path::Path;
 use fabric_tests::apiserver::{ApiServer, require_tools};
 
 fn can(api: &ApiServer, who: &str, verb: &str, what: &str) -> bool {
+    can_in(api, who, verb, what, "fabric-system")
+}
+
+fn can_in(api: &ApiServer, who: &str, verb: &str, what: &str, ns: &str) -> bool {
     let sa = format!("system:serviceaccount:fabric-system:{who}");
-    let o = api.kubectl(&[
-        "auth",
-        "can-i",
-        verb,
-        what,
-        "-n",
-        "fabric-system",
-        "--as",
-        &sa,
-    ]);
+    let o = api.kubectl(&["auth", "can-i", verb, what, "-n", ns, "--as", &sa]);
     String::from_utf8_lossy(&o.stdout).trim() == "yes"
 }
 
@@ -425,6 +420,73 @@ fn manifests_apply_with_least_privilege() {
             !can(&api, who, verb, what),
             "{who} must not be allowed to {verb} {what}"
         );
+    }
+    // Components that serve fabric-system see nothing of other namespaces: their objects
+    // there (a tenant's, or anyone's with write access to one namespace) are not theirs to
+    // act on, and their Secrets are out of reach.
+    let elsewhere = [
+        (
+            "fabric-agent",
+            "list",
+            "configurations.networking.fabric.io",
+        ),
+        (
+            "fabric-agent",
+            "watch",
+            "configurations.networking.fabric.io",
+        ),
+        ("fabric-agent", "get", "secrets"),
+        ("fabric-agent", "list", "secrets"),
+        (
+            "fabric-agent",
+            "get",
+            "leases.coordination.k8s.io/fabric-gateway",
+        ),
+        (
+            "fabric-controller",
+            "watch",
+            "configurations.networking.fabric.io",
+        ),
+        (
+            "fabric-controller",
+            "patch",
+            "configurations.networking.fabric.io/status",
+        ),
+        ("fabric-controller", "list", "networks.networking.fabric.io"),
+        (
+            "fabric-controller",
+            "create",
+            "networks.networking.fabric.io",
+        ),
+        ("fabric-controller", "watch", "ips.networking.fabric.io"),
+        ("fabric-controller", "get", "secrets"),
+        (
+            "fabric-virtual-nodes",
+            "watch",
+            "virtualnodes.offloading.fabric.io",
+        ),
+        (
+            "fabric-virtual-nodes",
+            "patch",
+            "virtualnodes.offloading.fabric.io",
+        ),
+        ("fabric-virtual-nodes", "create", "deployments.apps"),
+        ("fabric-virtual-nodes", "list", "deployments.apps"),
+        ("fabric-virtual-nodes", "get", "secrets"),
+        (
+            "fabric-gateway",
+            "list",
+            "configurations.networking.fabric.io",
+        ),
+        ("fabric-gateway", "get", "secrets/fabric-gateway-key"),
+    ];
+    for ns in ["default", "kube-system", "fabric-tenant-alpha"] {
+        for (who, verb, what) in elsewhere {
+            assert!(
+                !can_in(&api, who, verb, what, ns),
+                "{who} must not be allowed to {verb} {what} in {ns}"
+            );
+        }
     }
 
     // The ShadowPod webhook fails closed and only sees consumers' requests.

@@ -166,22 +166,24 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
 
     // The overlay guard: a well-formed VXLAN datagram reaches node 0's fabric.vx from the
     // gateway's address, and never from another host on the cluster network.
-    let rx = |cl: &PeeredClusters| -> u64 {
+    let rx_in = |cl: &PeeredClusters, ns: &str| -> u64 {
         let j = cl
             .tb
-            .ip(&node, &["-s", "-j", "link", "show", "fabric.vx"])
+            .ip(ns, &["-s", "-j", "link", "show", "fabric.vx"])
             .unwrap();
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
     };
-    let inject = |ns: &str, from: &'static str| {
-        // VXLAN (I flag, VNI 4011), then an Ethernet frame to node 0's overlay MAC.
+    let rx = |cl: &PeeredClusters| rx_in(cl, &node);
+    // VXLAN (I flag, VNI 4011), then an Ethernet frame to the overlay MAC of `to`.
+    let inject_to = |ns: &str, from: &'static str, to: [u8; 4]| {
         let mut d = vec![0x08, 0, 0, 0, 0x00, 0x0f, 0xab, 0];
-        d.extend_from_slice(&[0x02, 0xfa, 10, 0, 1, 10, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+        d.extend_from_slice(&[0x02, 0xfa, to[0], to[1], to[2], to[3]]);
+        d.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
         d.extend_from_slice(&[0u8; 28]);
         fabric_tests::netns::spawn_in_netns(ns, move || {
             let s = std::net::UdpSocket::bind(format!("{from}:0"))?;
-            s.send_to(&d, "10.0.1.10:4790")?;
+            s.send_to(&d, (std::net::Ipv4Addr::from(to), 4790))?;
             Ok(())
         })
         .join()
@@ -189,6 +191,7 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
         .unwrap();
         std::thread::sleep(Duration::from_millis(300));
     };
+    let inject = |ns: &str, from: &'static str| inject_to(ns, from, [10, 0, 1, 10]);
     let before = rx(&cl);
     inject(&cl.a.api_ns, "10.0.1.100");
     assert_eq!(
@@ -212,6 +215,57 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
             .unwrap_or_default()
             .contains("overlay guard refused")
     });
+
+    // A pod of node 0 that sends with the gateway's address as its source (a hostile pod
+    // with NET_ADMIN or a raw socket) enters node 0 on its own interface, not the one the
+    // gateway's datagrams use: refused.
+    let pod0 = cl.a.pods[0].clone();
+    cl.tb
+        .ip(&pod0, &["addr", "add", "10.1.1.1/32", "dev", "eth0"])
+        .unwrap();
+    let before = rx(&cl);
+    inject(&pod0, "10.1.1.1");
+    assert_eq!(
+        rx(&cl),
+        before,
+        "a pod spoofing the gateway's address injected into the overlay"
+    );
+    cl.tb
+        .ip(&pod0, &["addr", "del", "10.1.1.1/32", "dev", "eth0"])
+        .unwrap();
+
+    // The guards outlive their holders (pinned): while node 0's agent and the gateway's
+    // operator are down (killed, not yet back), strangers are still refused on both sides
+    // and the endpoints still get through.
+    cl.kill("agent1-0").unwrap();
+    cl.kill("operator1").unwrap();
+    let before = rx(&cl);
+    inject(&cl.a.api_ns, "10.0.1.100");
+    assert_eq!(
+        rx(&cl),
+        before,
+        "with the agent down, a datagram from a non-gateway host got through"
+    );
+    inject(&cl.a.gw, "10.1.1.1");
+    assert!(
+        rx(&cl) > before,
+        "with the agent down, the gateway's own datagram was refused"
+    );
+    let gw = cl.a.gw.clone();
+    let before = rx_in(&cl, &gw);
+    inject_to(&cl.a.api_ns, "10.0.1.100", [10, 1, 1, 1]);
+    assert_eq!(
+        rx_in(&cl, &gw),
+        before,
+        "with the operator down, a datagram from a non-node host got through"
+    );
+    inject_to(&node, "10.0.1.10", [10, 1, 1, 1]);
+    assert!(
+        rx_in(&cl, &gw) > before,
+        "with the operator down, a node's datagram was refused"
+    );
+    cl.restart("agent1-0").unwrap();
+    cl.restart("operator1").unwrap();
 
     // Restarts (SIGKILL, then started again) find their overlay in place and keep it.
     for name in ["agent1-0", "operator1", "gateway1", "operator2"] {
@@ -242,6 +296,19 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Nothing peered: the guards go with the devices (their pins removed, so they detach).
+    let pins = format!(
+        "fabric-test-{}-guard",
+        cl.tb
+            .id()
+            .trim_start_matches(fabric_tests::netns::NETNS_PREFIX)
+    );
+    wait_for("overlay guards unpinned", Duration::from_secs(15), || {
+        std::fs::read_dir("/sys/fs/bpf")
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with(&pins))
+    });
     for c in [&cl.a, &cl.b] {
         wait_for(
             "peer routes and overlay devices removed",

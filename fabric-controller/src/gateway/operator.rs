@@ -416,6 +416,7 @@ fn start_overlay(
     client: &Client,
     ov: &fabric_routing::overlay::Overlay,
     local: std::net::Ipv4Addr,
+    guard_pin_dir: Option<std::path::PathBuf>,
     changed: &Arc<Notify>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> anyhow::Result<OverlayFeed> {
@@ -466,7 +467,7 @@ fn start_overlay(
         }
     }));
     Ok(OverlayFeed {
-        overlay: crate::overlay::GatewayOverlay::new(ov.clone(), local, handle),
+        overlay: crate::overlay::GatewayOverlay::new(ov.clone(), local, handle, guard_pin_dir),
         nodes,
         ready,
         pods,
@@ -502,7 +503,14 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
             let local = o.gateway_ip.ok_or_else(|| {
                 anyhow::anyhow!("--overlay needs --gateway-ip: the nodes' overlay endpoint")
             })?;
-            Some(start_overlay(&client, ov, local, &changed, &mut tasks)?)
+            Some(start_overlay(
+                &client,
+                ov,
+                local,
+                o.guard_pin_dir.clone(),
+                &changed,
+                &mut tasks,
+            )?)
         }
     };
     let stop = async {

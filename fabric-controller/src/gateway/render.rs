@@ -411,6 +411,7 @@ mod tests {
             pin_dir: pin_dir.map(PathBuf::from),
             busy_poll_us: 0,
             overlay: None,
+            guard_pin_dir: None,
             gateway_ip: None,
             election: Election::new(fabric_api::names::lease::GATEWAY, "gw-0"),
         }

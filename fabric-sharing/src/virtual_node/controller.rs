@@ -337,15 +337,17 @@ fn error_policy(vn: Arc<VirtualNode>, err: &Error, _: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Reconciles every VirtualNode of the cluster until interrupted.
+/// Reconciles the VirtualNodes of the fabric's namespace (where the sharing controllers
+/// create them, and where the virtual kubelets run) until interrupted; a VirtualNode anywhere
+/// else gets no virtual kubelet.
 pub async fn run(client: Client, settings: Settings) {
+    let vns: Api<VirtualNode> = Api::namespaced(client.clone(), &settings.fabric_namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &settings.fabric_namespace);
     let ctx = Arc::new(Ctx {
         events: Events::new(client.clone(), field_manager::VIRTUAL_NODES, None),
         client: client.clone(),
         settings,
     });
-    let vns: Api<VirtualNode> = Api::all(client.clone());
-    let deployments: Api<Deployment> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client);
     let controller = Controller::new(vns, watcher::Config::default());
     let store = controller.store();
