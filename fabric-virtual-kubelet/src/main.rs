@@ -26,7 +26,8 @@ struct Cli {
     /// This process's address (its pod IP): the Node's InternalIP.
     #[arg(long, env = "POD_IP")]
     node_ip: String,
-    /// The port of its kubelet API, published in the Node's daemonEndpoints.
+    /// The port of its kubelet API, published in the Node's daemonEndpoints; 0: a free one
+    /// the system chooses (several virtual kubelets on one host network).
     #[arg(long, default_value_t = 10250)]
     kubelet_port: u16,
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
@@ -60,10 +61,17 @@ struct ServerArgs {
     tls_cert_file: Option<std::path::PathBuf>,
     #[arg(long, requires = "tls_cert_file")]
     tls_private_key_file: Option<std::path::PathBuf>,
-    /// CA (PEM) of the API server's kubelet client certificate: only clients with a
-    /// certificate it signed are served.
+    /// CA bundle (PEM) of the API server's kubelet client certificate: only clients with a
+    /// certificate it signed are served. Default: `client-ca-file` of ConfigMap
+    /// kube-system/extension-apiserver-authentication (the API server's client CA).
     #[arg(long, env = "FABRIC_KUBELET_CLIENT_CA")]
     client_ca_file: Option<std::path::PathBuf>,
+    /// How long an allowed SubjectAccessReview answer is kept.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long a denied SubjectAccessReview answer is kept.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    authorization_webhook_cache_unauthorized_ttl: Duration,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -96,25 +104,41 @@ async fn run_cli() -> Result<()> {
         .node_ip
         .parse()
         .with_context(|| format!("--node-ip {:?} is not an IP address", cli.node_ip))?;
+    let address = std::net::SocketAddr::new(ip, cli.kubelet_port);
+    let (listen, kubelet_port) = if cli.kubelet_port == 0 {
+        let l = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("binding the kubelet API on {address}"))?;
+        let port = l.local_addr().context("the kubelet API's address")?.port();
+        (server::Listen::Bound(l), port)
+    } else {
+        (server::Listen::At(address), cli.kubelet_port)
+    };
     let server = server::Config {
-        listen: std::net::SocketAddr::new(ip, cli.kubelet_port),
         cert: cli
             .server
             .tls_cert_file
             .zip(cli.server.tls_private_key_file),
         sans: vec![cli.node_ip.clone()],
-        client_ca: cli.server.client_ca_file,
+        client_ca: match cli.server.client_ca_file {
+            Some(path) => server::access::ClientCa::File(path),
+            None => server::access::ClientCa::Cluster,
+        },
+        authz_ttl: server::authz::Ttl {
+            allowed: cli.server.authorization_webhook_cache_authorized_ttl,
+            denied: cli.server.authorization_webhook_cache_unauthorized_ttl,
+        },
         virtual_node: cli.virtual_node.clone(),
         namespace: cli.namespace.clone(),
     };
-    let server = tokio::spawn(server::serve(client.clone(), server));
+    let server = tokio::spawn(server::serve(client.clone(), server, listen));
     let opts = run::Opts {
         virtual_node: cli.virtual_node,
         namespace: cli.namespace,
         fabric_namespace: cli.fabric_namespace,
         settings: Settings {
             address: cli.node_ip,
-            kubelet_port: i32::from(cli.kubelet_port),
+            kubelet_port: i32::from(kubelet_port),
         },
         probe_interval: cli.probe_interval,
         probe_timeout: cli.probe_timeout,

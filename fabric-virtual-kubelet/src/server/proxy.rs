@@ -1,5 +1,5 @@
-//! The requests behind each kubelet API call: the home pod and the VirtualNode from this
-//! cluster, the provider's client from the identity Secret, the pod's ShadowPod in the tenant
+//! The requests behind each kubelet API call: who asks (the client certificate's user, allowed
+//! by a SubjectAccessReview), the home pod and the VirtualNode from this cluster, the provider's client from the identity Secret, the pod's ShadowPod in the tenant
 //! namespace, then the provider's `pods/log` (streamed) or the upgrade relay.
 use bytes::Bytes;
 use fabric_api::offloading::v1alpha1::{ShadowPod, VirtualNode};
@@ -13,6 +13,8 @@ use tracing::{debug, info, warn};
 
 use super::{
     Config,
+    access::Authorizer,
+    authz::{self, CertError, User, Verdict},
     route::{self, Refused, Route},
 };
 
@@ -21,6 +23,7 @@ pub type Body = UnsyncBoxBody<Bytes, Error>;
 
 pub struct Proxy {
     local: kube::Client,
+    authorizer: Authorizer,
     namespace: String,
     virtual_node: String,
 }
@@ -89,16 +92,59 @@ impl From<Unavailable> for Outcome {
 impl Proxy {
     pub fn new(local: kube::Client, c: &Config) -> Self {
         Proxy {
+            authorizer: Authorizer::new(local.clone(), c.authz_ttl),
             local,
             namespace: c.namespace.clone(),
             virtual_node: c.virtual_node.clone(),
         }
     }
 
-    pub async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Body> {
+    /// Answers `req` of `client` (the user of its verified certificate, None without one).
+    pub async fn handle(
+        &self,
+        client: &Option<Result<User, CertError>>,
+        req: Request<hyper::body::Incoming>,
+    ) -> Response<Body> {
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or_default().to_owned();
+        let user = match client {
+            Some(Ok(u)) => u,
+            Some(Err(e)) => {
+                info!(%method, %path, error = %e, "kubelet API: unauthorized");
+                return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+            }
+            None => {
+                debug!(%method, %path, "kubelet API: no client certificate");
+                return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+            }
+        };
+        let vn = match Api::<VirtualNode>::namespaced(self.local.clone(), &self.namespace)
+            .get(&self.virtual_node)
+            .await
+        {
+            Ok(vn) => vn,
+            Err(e) => {
+                let u = Unavailable::VirtualNode(self.virtual_node.clone(), e);
+                warn!(%path, error = %u, "kubelet API");
+                return text(StatusCode::SERVICE_UNAVAILABLE, u.to_string());
+            }
+        };
+        let attrs = authz::attributes(user, &method, &path, &vn.spec.node_name);
+        match self.authorizer.decide(&attrs).await {
+            Ok(Verdict::Allowed) => {}
+            Ok(Verdict::Forbidden(why)) => {
+                info!(%method, %path, user = %user.name, "kubelet API: {why}");
+                return text(StatusCode::FORBIDDEN, why);
+            }
+            Err(e) => {
+                warn!(%method, %path, user = %user.name, error = %e, "kubelet API: SubjectAccessReview");
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("Authorization error (user={}): {e}", user.name),
+                );
+            }
+        }
         let route = match Route::parse(&method, &path, &query) {
             Ok(r) => r,
             Err(r) => {
@@ -106,7 +152,7 @@ impl Proxy {
                 return refused(&r);
             }
         };
-        match self.forward(route, req).await {
+        match self.forward(vn, route, req).await {
             Ok(resp) => resp,
             Err(Outcome::Refused(r)) => {
                 info!(%path, refused = %r, "kubelet API");
@@ -125,16 +171,13 @@ impl Proxy {
 
     async fn forward(
         &self,
+        vn: VirtualNode,
         route: Route,
         req: Request<hyper::body::Incoming>,
     ) -> Result<Response<Body>, Outcome> {
         let Some(want) = route.pod().cloned() else {
             return Ok(text(StatusCode::OK, "ok"));
         };
-        let vn = Api::<VirtualNode>::namespaced(self.local.clone(), &self.namespace)
-            .get(&self.virtual_node)
-            .await
-            .map_err(|e| Unavailable::VirtualNode(self.virtual_node.clone(), e))?;
         let (node, provider) = (vn.spec.node_name, vn.spec.cluster_id);
         let home = Api::<Pod>::namespaced(self.local.clone(), &want.namespace)
             .get_opt(&want.name)
