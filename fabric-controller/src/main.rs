@@ -262,6 +262,10 @@ enum Cmd {
         /// The virtual kubelet's image.
         #[arg(long, env = "FABRIC_VIRTUAL_KUBELET_IMAGE")]
         virtual_kubelet_image: String,
+        /// The port of the virtual kubelets' API (published in their Nodes). 0: each takes a
+        /// free one, for virtual kubelets sharing a host network.
+        #[arg(long, env = "FABRIC_VIRTUAL_KUBELET_PORT", default_value_t = virtual_node::objects::KUBELET_PORT)]
+        virtual_kubelet_port: u16,
     },
 }
 
@@ -572,6 +576,7 @@ async fn run() -> Result<()> {
             identity,
             lease,
             virtual_kubelet_image,
+            virtual_kubelet_port,
         } => {
             // One active replica: two would both apply every virtual kubelet and publish
             // every Event twice, and race on a removal's cordon and deletes.
@@ -582,6 +587,7 @@ async fn run() -> Result<()> {
                     virtual_node::objects::Settings {
                         image: virtual_kubelet_image,
                         fabric_namespace: namespace.clone(),
+                        kubelet_port: virtual_kubelet_port,
                     },
                 )
                 .await;

@@ -240,6 +240,12 @@ fn manifests_apply_with_least_privilege() {
         ("fabric-virtual-nodes", "delete", "pods"),
         ("fabric-virtual-nodes", "list", "pods"),
         ("fabric-virtual-nodes", "watch", "secrets"),
+        // ... for the virtual kubelets' API: who may call it, and the API server's client CA.
+        (
+            "fabric-virtual-nodes",
+            "create",
+            "subjectaccessreviews.authorization.k8s.io",
+        ),
         (
             "fabric-virtual-nodes",
             "get",
@@ -284,6 +290,8 @@ fn manifests_apply_with_least_privilege() {
         ("fabric-agent", "get", "secrets"),
         ("fabric-virtual-nodes", "create", "secrets"),
         ("fabric-virtual-nodes", "create", "pods"),
+        ("fabric-virtual-nodes", "get", "configmaps"),
+        ("fabric-virtual-nodes", "get", "configmaps/fabric-cluster"),
         (
             "fabric-virtual-nodes",
             "escalate",
@@ -636,6 +644,26 @@ fn manifests_apply_with_least_privilege() {
             "the agent may list/watch Leases in {ns} (selector: {selector}, watch: {watch}): {err}"
         );
     }
+
+    // The client CA the VirtualNode controller lets virtual kubelets read is the API
+    // server's, in kube-system, and no other ConfigMap there.
+    let vnodes = "system:serviceaccount:fabric-system:fabric-virtual-nodes";
+    let can_cm = |what: &str| {
+        let o = api.kubectl(&[
+            "auth",
+            "can-i",
+            "get",
+            what,
+            "-n",
+            "kube-system",
+            "--as",
+            vnodes,
+        ]);
+        String::from_utf8_lossy(&o.stdout).trim() == "yes"
+    };
+    assert!(can_cm("configmaps/extension-apiserver-authentication"));
+    assert!(!can_cm("configmaps/kubeadm-config"));
+    assert!(!can_cm("configmaps"));
 
     // Removal: nothing the manifests create carries a finalizer, so `kubectl delete -k`
     // finishes (waiting for each deletion, as it does by default). The finalizers of the

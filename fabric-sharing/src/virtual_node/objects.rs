@@ -1,7 +1,9 @@
 //! What the VirtualNode controller runs for one VirtualNode (pure): the virtual kubelet's
 //! Deployment, its ServiceAccount and the least privilege it needs — its own Node (and its
 //! status), its Lease in `kube-node-lease`, its VirtualNode, the identity Secret and the
-//! tunnel's Connection, each by name. Nothing else: no other Node, no other Secret.
+//! tunnel's Connection, each by name; for its kubelet API, the API server's client CA
+//! (ConfigMap kube-system/extension-apiserver-authentication, by name) and
+//! SubjectAccessReviews. Nothing else: no other Node, no other Secret.
 use std::collections::BTreeMap;
 
 use fabric_api::{names, offloading::v1alpha1::VirtualNode};
@@ -30,8 +32,12 @@ pub const APP_LABEL: &str = "app.kubernetes.io/name";
 /// in the annotation below for cluster-scoped and other-namespace objects).
 pub const VIRTUAL_NODE_LABEL: &str = "offloading.fabric.io/virtual-node";
 pub const VIRTUAL_NODE_NAMESPACE_LABEL: &str = "offloading.fabric.io/virtual-node-namespace";
-/// The port of the virtual kubelet's API (the Node's kubelet endpoint).
+/// The port of the virtual kubelet's API (the Node's kubelet endpoint), as every kubelet's.
 pub const KUBELET_PORT: u16 = 10250;
+/// Where the API server publishes its client CA (`client-ca-file`), as kube-apiserver does:
+/// the virtual kubelet lets in the client certificates it signed (the API server's own).
+pub const CLIENT_CA_CONFIGMAP_NAMESPACE: &str = "kube-system";
+pub const CLIENT_CA_CONFIGMAP: &str = "extension-apiserver-authentication";
 
 /// Where the controller's output goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +46,10 @@ pub struct Settings {
     pub image: String,
     /// Where the gateway operator reports Connections.
     pub fabric_namespace: String,
+    /// The port of the virtual kubelets' API: [`KUBELET_PORT`] where each runs in a pod of
+    /// its own; 0 where several share a host network (each takes a free port and publishes
+    /// it in its Node).
+    pub kubelet_port: u16,
 }
 
 /// The name of every object of a VirtualNode's virtual kubelet: derived from its Node's
@@ -112,7 +122,8 @@ pub const POD_RULES: &[(&str, &[&str], &[&str])] = &[
 ];
 
 /// Its Node, by name. `create` cannot be limited to a name (the object has none yet when
-/// RBAC decides), so it is granted alone, as every kubelet has it. Pods: [`POD_RULES`].
+/// RBAC decides), so it is granted alone, as every kubelet has it; so are
+/// SubjectAccessReviews (who may call its kubelet API). Pods: [`POD_RULES`].
 pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
     let node = vn.spec.node_name.as_str();
     ClusterRole {
@@ -127,6 +138,12 @@ pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
                     &["get", "list", "watch", "patch", "update"],
                 ),
                 rule("", &["nodes/status"], &[node], &["get", "patch", "update"]),
+                rule(
+                    "authorization.k8s.io",
+                    &["subjectaccessreviews"],
+                    &[],
+                    &["create"],
+                ),
             ]
             .into_iter()
             .chain(POD_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
@@ -159,7 +176,7 @@ pub fn cluster_role_binding(vn: &VirtualNode) -> ClusterRoleBinding {
 
 /// The namespaced permissions, by namespace: its VirtualNode and identity Secret (the
 /// VirtualNode's namespace; watched with a `metadata.name` field selector, which RBAC checks
-/// against the names), its Lease, and the tunnel's Connection.
+/// against the names), its Lease, the tunnel's Connection, and the API server's client CA.
 fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<PolicyRule>> {
     let vn_name = vn.name_any();
     let secret = names::secret::identity(&vn.spec.cluster_id);
@@ -185,6 +202,10 @@ fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<Poli
             &[&vn.spec.cluster_id],
             READ,
         ));
+    rules
+        .entry(CLIENT_CA_CONFIGMAP_NAMESPACE.to_owned())
+        .or_default()
+        .push(rule("", &["configmaps"], &[CLIENT_CA_CONFIGMAP], &["get"]));
     rules
         .entry(LEASE_NAMESPACE.to_owned())
         .or_default()
@@ -295,7 +316,7 @@ pub fn deployment(vn: &VirtualNode, s: &Settings) -> Deployment {
                             "--fabric-namespace".to_owned(),
                             s.fabric_namespace.clone(),
                             "--kubelet-port".to_owned(),
-                            KUBELET_PORT.to_string(),
+                            s.kubelet_port.to_string(),
                         ]),
                         env: Some(vec![
                             env_field("POD_IP", "status.podIP"),
@@ -358,6 +379,7 @@ mod tests {
         Settings {
             image: "fabric-virtual-kubelet:test".into(),
             fabric_namespace: "fabric-system".into(),
+            kubelet_port: KUBELET_PORT,
         }
     }
 
@@ -385,6 +407,12 @@ mod tests {
             );
             assert!(!r.verbs.iter().any(|v| v == "*" || v == "delete"));
             let resources = r.resources.as_ref().unwrap();
+            if resources.contains(&"configmaps".to_owned()) {
+                assert_eq!(
+                    r.resource_names.as_deref(),
+                    Some(&[CLIENT_CA_CONFIGMAP.to_owned()][..])
+                );
+            }
             if resources.contains(&"secrets".to_owned()) {
                 assert_eq!(
                     r.resource_names.as_deref(),
@@ -399,10 +427,14 @@ mod tests {
             }
         }
         // Same namespace for the VirtualNode and the Connections: one Role there, one for
-        // the Lease.
+        // the Lease, one for the client CA.
         assert_eq!(
             role_namespaces(&v, &settings()),
-            vec!["fabric-system".to_owned(), LEASE_NAMESPACE.to_owned()]
+            vec![
+                "fabric-system".to_owned(),
+                LEASE_NAMESPACE.to_owned(),
+                CLIENT_CA_CONFIGMAP_NAMESPACE.to_owned()
+            ]
         );
     }
 
@@ -426,6 +458,17 @@ mod tests {
             args.windows(2)
                 .any(|w| w == ["--namespace", "fabric-system"])
         );
+        assert!(args.windows(2).any(|w| w == ["--kubelet-port", "10250"]));
+        let shared = Settings {
+            kubelet_port: 0,
+            ..settings()
+        };
+        let d = deployment(&v, &shared);
+        let args = d.spec.template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert!(args.windows(2).any(|w| w == ["--kubelet-port", "0"]));
         let env = c.env.clone().unwrap();
         assert_eq!(env[0].name, "POD_IP");
         // The selector picks the template's pods.
