@@ -14,6 +14,7 @@ pub mod bench;
 pub mod bench_control;
 pub mod bench_operator;
 pub mod bench_peering;
+pub mod client_ca;
 pub mod clusters;
 pub mod deployments;
 pub mod netns;

@@ -22,7 +22,11 @@
 //! (their certificates name 127.0.0.1). The network components of each cluster (IPAM, gateway
 //! operators, agents, test nodes) stay where [`crate::clusters`] runs them, inside the cluster
 //! network with the admin in-cluster kubeconfig. The virtual kubelet's Node address is
-//! 127.0.0.1, its pod address here.
+//! 127.0.0.1, its pod address here, and its port a free one (`--virtual-kubelet-port 0`:
+//! every cluster's virtual kubelets share the host's loopback); its kubelet API lets in the
+//! API server's kubelet client certificate ([`ApiServer::publish_client_ca`]).
+//!
+//! [`ApiServer::publish_client_ca`]: crate::apiserver::ApiServer::publish_client_ca
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -65,6 +69,8 @@ impl Member {
             .await
             .with_context(|| format!("the authentication service of {}", cluster.id))?;
         let kubeconfig = cluster.api.kubeconfig.clone();
+        // The virtual kubelets serve their kubelet API to the API server's client certificate.
+        cluster.api.publish_client_ca()?;
         let mut procs = Vec::new();
         for (name, args) in [
             (
@@ -86,6 +92,9 @@ impl Member {
                     "virtual-nodes".to_owned(),
                     "--virtual-kubelet-image".into(),
                     VIRTUAL_KUBELET_IMAGE.into(),
+                    // Every cluster's virtual kubelets share the host's loopback.
+                    "--virtual-kubelet-port".into(),
+                    "0".into(),
                 ],
             ),
         ] {

@@ -342,6 +342,9 @@ async fn setup(tag: &str) -> Option<Bed> {
             "virtual-nodes",
             "--virtual-kubelet-image",
             "fabric-virtual-kubelet:test",
+            // Other tests' virtual kubelets may be on the host's loopback too.
+            "--virtual-kubelet-port",
+            "0",
         ],
         &consumer.kubeconfig,
         "consumer-controller.log",

@@ -81,16 +81,25 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A request straight to the virtual kubelet's API (as the API server makes them), with or
-/// without the API server's kubelet client certificate: (HTTP status or 0, body).
-fn curl(certs: Option<&Path>, port: u16, path: &str) -> (u16, String) {
+/// A client of the virtual kubelet's API: its certificate and key (PEM files).
+type Client<'a> = Option<(&'a Path, &'a Path)>;
+
+/// A request straight to the virtual kubelet's API (as the API server makes them) with
+/// `client`'s certificate (None: without one): (HTTP status, or 0 if the TLS handshake
+/// failed; body).
+fn curl(client: Client, port: u16, method: &str, path: &str) -> (u16, String) {
     let mut c = Command::new("curl");
-    c.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"]);
-    if let Some(d) = certs {
-        c.arg("--cert")
-            .arg(d.join("kubelet-client.crt"))
-            .arg("--key")
-            .arg(d.join("kubelet-client.key"));
+    c.args([
+        "-sk",
+        "--max-time",
+        "10",
+        "-w",
+        "\n%{http_code}",
+        "-X",
+        method,
+    ]);
+    if let Some((cert, key)) = client {
+        c.arg("--cert").arg(cert).arg("--key").arg(key);
     }
     let o = c
         .arg(format!("https://127.0.0.1:{port}{path}"))
@@ -195,6 +204,11 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let port = free_port();
     let log_path = dir.join("virtual-kubelet.log");
     let ca = certs.join("ca.crt");
+    let api_server = Some((
+        certs.join("kubelet-client.crt"),
+        certs.join("kubelet-client.key"),
+    ));
+    let api_server: Client = api_server.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
     let _vk = spawn(
         "fabric-virtual-kubelet",
         &[
@@ -208,6 +222,9 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
             &port.to_string(),
             "--client-ca-file",
             ca.to_str().unwrap(),
+            // Denials are asked again soon: a grant below takes effect within the test.
+            "--authorization-webhook-cache-unauthorized-ttl",
+            "1s",
         ],
         &consumer.kubeconfig,
         &log_path,
@@ -265,7 +282,12 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     apply(&consumer, &hostnet);
     let (_, err) = text(&consumer.kubectl(&["logs", "hostnet"]));
     assert!(err.contains("NotFound"), "{err}");
-    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/hostnet/app");
+    let (code, body) = curl(
+        api_server,
+        port,
+        "GET",
+        "/containerLogs/default/hostnet/app",
+    );
     assert_eq!(code, 404);
     assert_eq!(
         body.trim(),
@@ -416,23 +438,136 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
                  "metadata": { "name": "unbound", "namespace": "default" },
                  "spec": { "containers": [{ "name": "app", "image": "x" }] } }),
     );
-    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/unbound/app");
+    let (code, body) = curl(
+        api_server,
+        port,
+        "GET",
+        "/containerLogs/default/unbound/app",
+    );
     assert_eq!(code, 404, "{body}");
     assert!(
         body.contains("not bound to virtual node fabric-cluster-b"),
         "{body}"
     );
-    let (code, body) = curl(Some(&certs), port, "/containerLogs/default/nope/app");
+    let (code, body) = curl(api_server, port, "GET", "/containerLogs/default/nope/app");
     assert_eq!(
         (code, body.trim()),
         (404, "pod default/nope does not exist")
     );
-    let (code, body) = curl(Some(&certs), port, "/runningpods/");
+    let (code, body) = curl(api_server, port, "GET", "/runningpods/");
     assert_eq!(code, 404, "{body}");
-    let (code, _) = curl(Some(&certs), port, "/containerLogs/default/ticker/app");
+    let (code, _) = curl(api_server, port, "GET", "/containerLogs/default/ticker/app");
     assert_eq!(code, 200);
-    let (code, body) = curl(None, port, "/containerLogs/default/ticker/app");
-    assert_eq!(code, 0, "served without a client certificate: {body}");
+
+    // Nobody else: no certificate -> 401; a certificate of another CA (the provider's, even
+    // with the API server's user and group) -> no handshake; a certificate of this cluster's
+    // CA whose user may not use the node's kubelet API -> 403. Nothing of those reaches the
+    // provider: the virtual kubelet logs every request it carries there ("logs", "stream").
+    let write_pem = |name: &str, (crt, key): (String, String)| {
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, crt).unwrap();
+        std::fs::write(&k, key).unwrap();
+        (c, k)
+    };
+    let foreign = write_pem(
+        "foreign",
+        sharing::mint_client_cert(provider, "kube-apiserver-kubelet-client", "system:masters")
+            .unwrap(),
+    );
+    let mallory = write_pem(
+        "mallory",
+        sharing::mint_client_cert(&consumer, "mallory", "dev").unwrap(),
+    );
+    let carried = || {
+        vk_log()
+            .lines()
+            .filter(|l| l.contains(" logs ") || l.contains(" stream "))
+            .count()
+    };
+    let before = carried();
+    let attempts: [(&str, &str); 4] = [
+        ("GET", "/containerLogs/default/ticker/app"),
+        (
+            "POST",
+            "/exec/default/srv/app?command=sh&command=-c&command=kill+1&output=1",
+        ),
+        ("POST", "/attach/default/srv/app?output=1"),
+        ("POST", "/portForward/default/srv"),
+    ];
+    for (method, path) in attempts {
+        let (code, body) = curl(None, port, method, path);
+        assert_eq!(
+            (code, body.trim()),
+            (401, "Unauthorized"),
+            "{method} {path}"
+        );
+        let (code, body) = curl(Some((&foreign.0, &foreign.1)), port, method, path);
+        assert_eq!(
+            code, 0,
+            "{method} {path} with a foreign certificate: {body}"
+        );
+        let (code, body) = curl(Some((&mallory.0, &mallory.1)), port, method, path);
+        assert_eq!(code, 403, "{method} {path} as mallory: {body}");
+        assert!(
+            body.contains("user=mallory") && body.contains("subresource=proxy"),
+            "{body}"
+        );
+    }
+    // A request the kubelet API does not serve is refused the same before it says so.
+    let (code, body) = curl(Some((&mallory.0, &mallory.1)), port, "GET", "/runningpods/");
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(carried(), before, "a refused request reached the provider");
+    // The real pod carries on as it was (the exec above would have killed it).
+    let srv_after = cl.b.get_pod(&tenant, &real("srv")).unwrap().unwrap();
+    assert_eq!(srv_after["metadata"]["uid"], srv["metadata"]["uid"]);
+    assert_eq!(
+        srv_after["status"]["containerStatuses"][0]["restartCount"],
+        srv["status"]["containerStatuses"][0]["restartCount"]
+    );
+
+    // nodes/proxy of another node is not this one's; of this node, it lets mallory in (once
+    // the denial's cache time passed: the API server decides, not a fixed list).
+    let grant = |node: &str| {
+        apply(
+            &consumer,
+            &json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                     "metadata": { "name": "mallory-kubelet" },
+                     "rules": [{ "apiGroups": [""], "resources": ["nodes/proxy"],
+                                 "resourceNames": [node], "verbs": ["get", "create"] }] }),
+        );
+    };
+    grant("some-other-node");
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": { "name": "mallory-kubelet" },
+                 "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                              "name": "mallory-kubelet" },
+                 "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                "name": "mallory" }] }),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, body) = curl(
+        Some((&mallory.0, &mallory.1)),
+        port,
+        "GET",
+        "/containerLogs/default/ticker/app",
+    );
+    assert_eq!(code, 403, "nodes/proxy of another node: {body}");
+    grant(NODE);
+    let body = wait("mallory let in once granted", T, || {
+        let (code, body) = curl(
+            Some((&mallory.0, &mallory.1)),
+            port,
+            "GET",
+            "/containerLogs/default/ticker/app",
+        );
+        (code == 200).then_some(body)
+    });
+    assert!(body.starts_with("tick 0\n"), "{body}");
 
     eprintln!(
         "done after {:?}\n--- virtual kubelet ---\n{}",

@@ -261,6 +261,9 @@ fn setup(tag: &str) -> Option<Bed> {
                 "virtual-nodes",
                 "--virtual-kubelet-image",
                 "fabric-virtual-kubelet:test",
+                // Other tests' virtual kubelets may be on the host's loopback too.
+                "--virtual-kubelet-port",
+                "0",
             ])
             .env("KUBECONFIG", &consumer.kubeconfig)
             .env("RUST_LOG", "info")
@@ -327,7 +330,15 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
     let st = &node["status"];
     assert_eq!(st["capacity"]["cpu"], "4");
     assert_eq!(st["allocatable"]["nvidia.com/gpu"], "1");
-    assert_eq!(st["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
+    // The port the virtual kubelet bound (`--virtual-kubelet-port 0`), where it serves.
+    let port = st["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .unwrap();
+    assert!(port > 0, "{st}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port as u16)).is_ok(),
+        "nothing listens on the kubelet port {port}"
+    );
     assert!(
         st["addresses"]
             .as_array()
