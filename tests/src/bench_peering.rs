@@ -449,6 +449,8 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
         provider_node(&p).await
     })?;
     let auth = rt.block_on(AuthService::start(&provider, PROVIDER))?;
+    // The virtual kubelets serve their kubelet API, as deployed.
+    consumer.publish_client_ca()?;
     let controllers = vec![
         controller(&provider, "provider-sharing", &["sharing"], &dir)?,
         controller(&consumer, "consumer-sharing", &["sharing"], &dir)?,
@@ -459,6 +461,9 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
                 "virtual-nodes",
                 "--virtual-kubelet-image",
                 "fabric-virtual-kubelet:bench",
+                // The peers' virtual kubelets share the host's loopback.
+                "--virtual-kubelet-port",
+                "0",
             ],
             &dir,
         )?,

@@ -58,7 +58,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the client CA is read again (a rotated CA is taken without a restart), and how
 /// soon a missing one is looked for again.
 const CA_RELOAD: Duration = Duration::from_secs(60);
-const CA_RETRY: Duration = Duration::from_secs(5);
+const CA_RETRY: Duration = Duration::from_secs(10);
 
 /// Where and how the kubelet API is served.
 #[derive(Debug, Clone)]
