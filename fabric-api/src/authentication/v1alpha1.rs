@@ -84,6 +84,33 @@ pub struct TenantStatus {
     pub certificate_expiry: Option<Time>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// What the tenant's live ShadowPods request of its grant, per resource. The provider's
+    /// ShadowPod webhook charges a creation (or a resize) here before admitting it, with the
+    /// resourceVersion as precondition, so that its replicas cannot together admit more than
+    /// the grant; its reconciler recomputes it from the ShadowPods, so that finished and
+    /// deleted ones release their share.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub used: Resources,
+    /// Charges admitted lately whose ShadowPods the reconciler has not seen yet: counted in
+    /// `used` until it sees them, or for a while only, should their creation have failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<Charge>,
+}
+
+/// A ShadowPod creation or resize admitted against a tenant's grant.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Charge {
+    #[schemars(length(max = 63))]
+    pub namespace: String,
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// When it was admitted.
+    pub at: Time,
+    /// The ShadowPod's requests once created or resized.
+    #[schemars(extend("maxProperties" = 64))]
+    pub requests: Resources,
 }
 
 /// Credentials a provider issued to this (consumer) cluster.
