@@ -224,7 +224,8 @@ enum Cmd {
         renewal: RenewalArgs,
     },
     /// Serve the validating webhook on ShadowPods: a consumer creates them only for itself, in
-    /// its own namespaces, within what it was granted. Keeps its CA and serving certificate in
+    /// its own namespaces, within what it was granted (charged on its Tenant's status, which
+    /// every replica also recounts from the ShadowPods). Keeps its CA and serving certificate in
     /// a Secret and the CA in the ValidatingWebhookConfiguration's caBundle.
     ShadowpodWebhook {
         #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
@@ -244,6 +245,10 @@ enum Cmd {
         /// How often the certificates and caBundle are looked at again.
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         refresh: Duration,
+        /// How long a consumer's admitted charge counts on its Tenant before the ShadowPod is
+        /// seen (a creation refused after admission releases its share then).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        pending_ttl: Duration,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -560,11 +565,13 @@ async fn run() -> Result<()> {
             tls_secret,
             config,
             refresh,
+            pending_ttl,
         } => {
             let settings = shadowpod::webhook::Settings {
                 tls_secret,
                 config,
                 refresh,
+                pending_ttl,
                 ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
             };
             shadowpod::webhook::run(client, settings)

@@ -5,7 +5,11 @@
 //! authentication service would have them signed. A ShadowPod outside the consumer's tenant
 //! namespace, for another consumer, or over the grant is refused with a clear message; within
 //! the grant it is admitted; a finished one releases its share; the provider's admin is not
-//! limited; garbage gets a 400.
+//! limited; garbage gets a 400. Two replicas run behind the Service (a round-robin proxy
+//! spreads the API server's connections over them, as a Service does): creations racing for
+//! the last share, through the API server and straight at both replicas, admit exactly one;
+//! the usage charged on the Tenant converges to what the ShadowPods request (a charge whose
+//! creation never happened lapses, deleted ShadowPods release theirs).
 use fabric_tests::wait::eventually;
 use std::{
     net::TcpListener,
@@ -15,7 +19,7 @@ use std::{
 };
 
 use fabric_api::{
-    authentication::v1alpha1::{ResourceSlice, ResourceSliceSpec},
+    authentication::v1alpha1::{ResourceSlice, ResourceSliceSpec, Tenant},
     names,
     offloading::v1alpha1::ShadowPod,
 };
@@ -31,7 +35,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 const T: Duration = Duration::from_secs(30);
@@ -86,6 +90,53 @@ fn deployed_config() -> String {
         .to_owned()
 }
 
+/// A Service's spreading of connections: each one accepted on `listener` goes to the next
+/// of `backends` (on 127.0.0.1), bytes relayed as they are (TLS ends at the webhook).
+async fn round_robin(listener: tokio::net::TcpListener, backends: Vec<u16>) {
+    let mut next = 0;
+    while let Ok((mut inbound, _)) = listener.accept().await {
+        let port = backends[next % backends.len()];
+        next += 1;
+        tokio::spawn(async move {
+            if let Ok(mut out) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+            }
+        });
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The CPU a Tenant's status says its ShadowPods use, if any.
+async fn used_cpu(admin: &Client, consumer: &str) -> Option<String> {
+    let t = Api::<Tenant>::namespaced(admin.clone(), &names::namespace::tenant(consumer))
+        .get(consumer)
+        .await
+        .unwrap();
+    t.status?.used.get("cpu").map(|q| q.0.clone())
+}
+
+/// An AdmissionReview of consumer `cluster` creating ShadowPod `name` in its tenant namespace.
+fn review_of(cluster: &str, name: &str, cpu: &str) -> Value {
+    let ns = names::namespace::tenant(cluster);
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("uid-{name}"), "operation": "CREATE", "name": name, "namespace": ns,
+            "kind": {"group": "offloading.fabric.io", "version": "v1alpha1", "kind": "ShadowPod"},
+            "resource": {"group": "offloading.fabric.io", "version": "v1alpha1", "resource": "shadowpods"},
+            "userInfo": {"username": names::user::consumer(cluster)},
+            "object": shadow(name, &ns, cluster, cpu),
+        },
+    })
+}
+
 /// curl's HTTP status for POSTing `body` to the webhook by its Service name, trusting `ca`.
 fn post(dir: &Path, port: u16, ca: &str, body: &[u8]) -> String {
     let ca_file = dir.join("ca.crt");
@@ -108,7 +159,69 @@ fn post(dir: &Path, port: u16, ca: &str, body: &[u8]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-#[tokio::test]
+/// Whether the webhook at `port` admits each of `bodies` (AdmissionReviews), all posted at
+/// once, each by its own curl.
+fn post_all(dir: &Path, ca: &str, bodies: &[(u16, Value)]) -> Vec<bool> {
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, ca).unwrap();
+    let host = format!("{}.{NS}.svc", names::webhook::SHADOWPODS_SERVICE);
+    let children: Vec<_> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, (port, body))| {
+            let body_file = dir.join(format!("race-{i}"));
+            std::fs::write(&body_file, body.to_string()).unwrap();
+            Command::new("curl")
+                .args(["-sS", "--cacert"])
+                .arg(&ca_file)
+                .args(["--resolve", &format!("{host}:{port}:127.0.0.1")])
+                .args(["-H", "Content-Type: application/json", "--data-binary"])
+                .arg(format!("@{}", body_file.display()))
+                .arg(format!(
+                    "https://{host}:{port}{}",
+                    names::webhook::SHADOWPODS_PATH
+                ))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            let v: Value = serde_json::from_slice(&o.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+            v["response"]["allowed"] == true
+        })
+        .collect()
+}
+
+/// Grants `consumer` 1 CPU and 10 pods through a ResourceSlice in its tenant namespace.
+async fn grant(admin: &Client, consumer: &str) {
+    let ns = names::namespace::tenant(consumer);
+    let slices = Api::<ResourceSlice>::namespaced(admin.clone(), &ns);
+    let mut slice = ResourceSlice::new(
+        consumer,
+        ResourceSliceSpec {
+            consumer_cluster_id: consumer.into(),
+            provider_cluster_id: "provider".into(),
+            resources: Default::default(),
+        },
+    );
+    slice.metadata.namespace = Some(ns);
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    slices
+        .patch_status(
+            consumer,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"granted": {"cpu": "1", "pods": "10"}}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     if !require_tools("the_webhook_keeps_consumers_in_their_namespaces_and_grants") {
         return;
@@ -120,12 +233,14 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     std::fs::create_dir_all(&dir).unwrap();
     api.kubectl_ok(&["create", "namespace", NS]);
 
-    // The webhook on 127.0.0.1, reached as the Service of deploy/ through an EndpointSlice.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // Two replicas of the webhook on 127.0.0.1, reached as the Service of deploy/ through an
+    // EndpointSlice pointing at a proxy that spreads connections over them.
+    let port = free_port();
+    let replicas = [free_port(), free_port()];
+    let proxy = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(round_robin(proxy, replicas.to_vec()));
     let service = names::webhook::SHADOWPODS_SERVICE;
     let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": service, "namespace": NS},
@@ -142,22 +257,30 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     let o = api.kubectl_stdin(&["apply", "-f", "-"], &deployed_config());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
-    let log = std::fs::File::create(dir.join("webhook.log")).unwrap();
-    let _webhook = ChildGuard(
-        fabric_tests::die_with_parent(&mut Command::new(BIN))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .env("RUST_LOG", "info,fabric_sharing=debug")
-            .args([
-                "shadowpod-webhook",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _webhooks: Vec<ChildGuard> = replicas
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let log = std::fs::File::create(dir.join(format!("webhook-{i}.log"))).unwrap();
+            ChildGuard(
+                fabric_tests::die_with_parent(&mut Command::new(BIN))
+                    .env("KUBECONFIG", &api.kubeconfig)
+                    .env("RUST_LOG", "info,fabric_sharing=debug")
+                    .args([
+                        "shadowpod-webhook",
+                        "--listen",
+                        &format!("127.0.0.1:{port}"),
+                        "--pending-ttl",
+                        "5s",
+                    ])
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log)
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
 
     // It made its CA and put it into caBundle.
     let configs = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
@@ -179,25 +302,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     admit_tenant(&admin, "beta").await.unwrap();
     let alpha_ns = names::namespace::tenant("alpha");
     let beta_ns = names::namespace::tenant("beta");
-    let slices = Api::<ResourceSlice>::namespaced(admin.clone(), &alpha_ns);
-    let mut slice = ResourceSlice::new(
-        "alpha",
-        ResourceSliceSpec {
-            consumer_cluster_id: "alpha".into(),
-            provider_cluster_id: "provider".into(),
-            resources: Default::default(),
-        },
-    );
-    slice.metadata.namespace = Some(alpha_ns.clone());
-    slices.create(&PostParams::default(), &slice).await.unwrap();
-    slices
-        .patch_status(
-            "alpha",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"granted": {"cpu": "1", "pods": "10"}}})),
-        )
-        .await
-        .unwrap();
+    grant(&admin, "alpha").await;
     let too_broad = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": "too-broad"},
@@ -280,6 +385,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     .await;
 
     // Garbage: 400, and an oversized body 413 before it is read; a real review answered.
+    let port = replicas[0];
     assert_eq!(post(&dir, port, &ca, b"garbage"), "400");
     assert_eq!(post(&dir, port, &ca, &vec![b' '; 5 << 20]), "413");
     let review = json!({
@@ -293,5 +399,92 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         },
     });
     assert_eq!(post(&dir, port, &ca, review.to_string().as_bytes()), "200");
+
+    // Exact across replicas: delta has half of its CPU in use, and creations of the other
+    // half race through both replicas at once.
+    admit_tenant(&admin, "delta").await.unwrap();
+    grant(&admin, "delta").await;
+    let delta_ns = names::namespace::tenant("delta");
+    let delta = consumer_client(&api, "delta").await;
+    eventually("delta's first ShadowPod admitted", T, || async {
+        create(&delta, &shadow("d0", &delta_ns, "delta", "500m"))
+            .await
+            .inspect_err(|e| eprintln!("not yet: {e}"))
+            .ok()
+    })
+    .await;
+    eventually("delta's usage recounted", T, || async {
+        let t = Api::<Tenant>::namespaced(admin.clone(), &delta_ns)
+            .get("delta")
+            .await
+            .ok()?;
+        t.status?.pending.is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(used_cpu(&admin, "delta").await.as_deref(), Some("500m"));
+    // Straight at the replicas, four each: one is admitted.
+    let reviews: Vec<(u16, Value)> = (0..8)
+        .map(|i| {
+            (
+                replicas[i % 2],
+                review_of("delta", &format!("r{i}"), "500m"),
+            )
+        })
+        .collect();
+    let admitted = post_all(&dir, &ca, &reviews);
+    assert_eq!(
+        admitted.iter().filter(|a| **a).count(),
+        1,
+        "exactly one of the racing creations admitted: {admitted:?}"
+    );
+    assert_eq!(used_cpu(&admin, "delta").await.as_deref(), Some("1"));
+    // That creation never reached storage: its charge lapses and the share is back.
+    eventually(
+        "the charge of a creation never stored released",
+        T,
+        || async { (used_cpu(&admin, "delta").await.as_deref() == Some("500m")).then_some(()) },
+    )
+    .await;
+    // Through the API server and the Service's spreading: one is created.
+    let racing: Vec<ShadowPod> = (0..6)
+        .map(|i| shadow(&format!("a{i}"), &delta_ns, "delta", "500m"))
+        .collect();
+    let results = futures::future::join_all(racing.iter().map(|s| create(&delta, s))).await;
+    let created = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(created, 1, "exactly one created: {results:?}");
+    for e in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(
+            e.contains("granted to consumer \"delta\"") && e.contains("(403)"),
+            "{e}"
+        );
+    }
+    let delta_shadows = Api::<ShadowPod>::namespaced(admin.clone(), &delta_ns);
+    assert_eq!(
+        delta_shadows
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+    eventually("delta's usage settled on its two ShadowPods", T, || async {
+        let t = Api::<Tenant>::namespaced(admin.clone(), &delta_ns)
+            .get("delta")
+            .await
+            .ok()?;
+        let st = t.status?;
+        (st.pending.is_empty() && st.used.get("cpu")?.0 == "1").then_some(())
+    })
+    .await;
+    // Deleted: their share is released.
+    delta_shadows
+        .delete_collection(&Default::default(), &Default::default())
+        .await
+        .unwrap();
+    eventually("deleted ShadowPods' share released", T, || async {
+        used_cpu(&admin, "delta").await.is_none().then_some(())
+    })
+    .await;
     let _ = std::fs::remove_dir_all(&dir);
 }

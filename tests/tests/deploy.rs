@@ -251,7 +251,8 @@ fn manifests_apply_with_least_privilege() {
             "get",
             "connections.networking.fabric.io",
         ),
-        // The ShadowPod webhook: its caches, its Secret, its configuration's caBundle.
+        // The ShadowPod webhook: its caches, the usage on Tenants, its Secret, its
+        // configuration's caBundle.
         (
             "fabric-shadowpod-webhook",
             "watch",
@@ -263,6 +264,11 @@ fn manifests_apply_with_least_privilege() {
             "resourceslices.authentication.fabric.io",
         ),
         ("fabric-shadowpod-webhook", "watch", "namespaces"),
+        (
+            "fabric-shadowpod-webhook",
+            "watch",
+            "tenants.authentication.fabric.io",
+        ),
         ("fabric-shadowpod-webhook", "create", "secrets"),
         (
             "fabric-shadowpod-webhook",

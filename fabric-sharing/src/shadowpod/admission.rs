@@ -3,18 +3,19 @@
 //! - a consumer creates ShadowPods only for itself, only in namespaces labelled as its own
 //!   (its tenant namespace, later its twin namespaces);
 //! - the requests of its live ShadowPods stay within what its ResourceSlices were granted;
-//!   finished ones (Succeeded/Failed) release their share.
+//!   finished ones (Succeeded/Failed) release their share. What a request asks for is
+//!   decided here ([`admit_change`]); it is charged against the Tenant's `status.used`
+//!   by [`super::quota`].
 use std::collections::BTreeMap;
 
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Resources},
     names,
-    offloading::v1alpha1::{ShadowPod, ShadowPodSpec},
+    offloading::v1alpha1::ShadowPodSpec,
 };
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use kube::ResourceExt;
 
-use super::decide::terminal;
 use crate::quantity::{BadQuantity, milli, quantity};
 
 /// Why a ShadowPod is refused; the message is what the consumer sees.
@@ -34,6 +35,12 @@ pub enum Denial {
         used: String,
         granted: String,
     },
+    #[error("consumer {cluster:?} has no Tenant here")]
+    NoTenant { cluster: String },
+    /// The charge could not be written (the API server busy or unreachable): the consumer
+    /// tries again, as after any refusal.
+    #[error("the usage of consumer {cluster:?} could not be charged now ({error}); try again")]
+    Unaccounted { cluster: String, error: String },
     #[error(transparent)]
     BadQuantity(#[from] BadQuantity),
 }
@@ -75,47 +82,40 @@ pub fn requests(spec: &PodSpec) -> Result<BTreeMap<String, i128>, BadQuantity> {
     Ok(total)
 }
 
-/// Whether `user` may create or update ShadowPod `name` with `spec` in `namespace`
-/// (whose `fabric.io/remote-cluster-id` label is `namespace_owner`), given what the consumer
-/// was granted and its other ShadowPods. Users that are not consumers (the provider's admins)
-/// are not limited.
-pub fn admit<'a>(
-    user: &str,
-    namespace: &str,
-    namespace_owner: Option<&str>,
-    name: &str,
-    spec: &ShadowPodSpec,
-    granted: &Resources,
-    others: impl IntoIterator<Item = &'a ShadowPod>,
-) -> Result<(), Denial> {
-    admit_change(
-        user,
-        namespace,
-        namespace_owner,
-        name,
-        spec,
-        None,
-        granted,
-        others,
-    )
+/// What admission concludes before the grant is looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not a consumer's request (the provider's own users): not limited.
+    Unlimited,
+    /// Nothing to charge: an update that asks for no more than the ShadowPod had.
+    Within,
+    /// To be charged against `consumer`'s grant ([`super::quota::charge`]): the
+    /// ShadowPod's requests once admitted, and how much more that is than before (all of it
+    /// for a creation), in thousandths.
+    Charge {
+        consumer: String,
+        requests: Milli,
+        more: Milli,
+    },
 }
 
-/// [`admit`] for a create (`old` is `None`) or an update from `old`: an update that leaves
-/// the consumer and the requests as they were is not measured against the grant again, so a
-/// label change still goes through after the grant shrank.
-#[allow(clippy::too_many_arguments)]
-pub fn admit_change<'a>(
+/// Requests per resource, in thousandths.
+pub type Milli = BTreeMap<String, i128>;
+
+/// Whether `user` may create (`old` is `None`) or update from `old` a ShadowPod with `spec`
+/// in `namespace` (whose `fabric.io/remote-cluster-id` label is `namespace_owner`), and what
+/// is left to charge against the consumer's grant. Users that are not consumers (the
+/// provider's admins) are not limited. An update asking for no more than before is not
+/// measured again, so a label change (or a shrink) still goes through after the grant shrank.
+pub fn admit_change(
     user: &str,
     namespace: &str,
     namespace_owner: Option<&str>,
-    name: &str,
     spec: &ShadowPodSpec,
     old: Option<&ShadowPodSpec>,
-    granted: &Resources,
-    others: impl IntoIterator<Item = &'a ShadowPod>,
-) -> Result<(), Denial> {
+) -> Result<Verdict, Denial> {
     let Some(consumer) = consumer_of(user) else {
-        return Ok(());
+        return Ok(Verdict::Unlimited);
     };
     let cluster = spec.cluster_id.clone();
     if consumer != cluster {
@@ -130,44 +130,30 @@ pub fn admit_change<'a>(
             cluster,
         });
     }
-    let wanted = requests(&spec.pod.spec)?;
-    if let Some(old) = old
-        && old.cluster_id == spec.cluster_id
-        && requests(&old.pod.spec).ok().as_ref() == Some(&wanted)
-    {
-        return Ok(());
+    let requests = requests(&spec.pod.spec)?;
+    let before = match old {
+        Some(old) if old.cluster_id == spec.cluster_id => requests_of(&old.pod.spec),
+        _ => Milli::new(),
+    };
+    let more: Milli = requests
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    if old.is_some() && more.is_empty() {
+        return Ok(Verdict::Within);
     }
-    let mut used: BTreeMap<String, i128> = BTreeMap::new();
-    let live = others.into_iter().filter(|s| {
-        s.spec.cluster_id == cluster
-            && !(s.namespace().as_deref() == Some(namespace) && s.name_any() == name)
-            && !terminal(s.status.as_ref().and_then(|st| st.phase.as_deref()))
-    });
-    for s in live {
-        for (k, v) in requests(&s.spec.pod.spec)? {
-            *used.entry(k).or_default() += v;
-        }
-    }
-    for (resource, requested) in wanted {
-        if requested == 0 {
-            continue;
-        }
-        let granted_milli = match granted.get(&resource) {
-            Some(q) => milli(&q.0)?,
-            None => 0,
-        };
-        let in_use = used.get(&resource).copied().unwrap_or(0);
-        if in_use + requested > granted_milli {
-            return Err(Denial::OverQuota {
-                cluster,
-                resource: resource.clone(),
-                requested: shown(requested),
-                used: shown(in_use),
-                granted: shown(granted_milli),
-            });
-        }
-    }
-    Ok(())
+    Ok(Verdict::Charge {
+        consumer: cluster,
+        requests,
+        more,
+    })
+}
+
+/// The requests an existing object had; one the API server stored is taken as having none
+/// when they do not parse (it cannot have been admitted with them).
+fn requests_of(spec: &PodSpec) -> Milli {
+    requests(spec).unwrap_or_default()
 }
 
 /// What `consumer` was granted in total: the sum of the grants in the status of its
@@ -196,45 +182,7 @@ pub fn granted<'a>(
         .collect())
 }
 
-/// ShadowPods this webhook admitted that its cache does not show yet: they count against
-/// the grant meanwhile, so two creations in quick succession cannot both take the last share.
-/// One is dropped when the cache shows its ShadowPod or after `ttl` (its creation may have
-/// been refused further down the API server's chain).
-#[derive(Debug)]
-pub struct Ledger<I> {
-    ttl: std::time::Duration,
-    admitted: BTreeMap<(String, String), (I, ShadowPod)>,
-}
-
-impl<I: Copy + Ord + std::ops::Sub<Output = std::time::Duration>> Ledger<I> {
-    pub fn new(ttl: std::time::Duration) -> Self {
-        Self {
-            ttl,
-            admitted: BTreeMap::new(),
-        }
-    }
-
-    /// Remembers an admitted creation (with its namespace set).
-    pub fn admitted(&mut self, now: I, shadow: ShadowPod) {
-        let key = (shadow.namespace().unwrap_or_default(), shadow.name_any());
-        self.admitted.insert(key, (now, shadow));
-    }
-
-    /// Forgets what `cached` (the cache's ShadowPods, by namespace and name) already shows
-    /// and what is older than the ttl; the rest is still to be counted.
-    pub fn pending(
-        &mut self,
-        now: I,
-        cached: impl Fn(&str, &str) -> bool,
-    ) -> impl Iterator<Item = &ShadowPod> {
-        let ttl = self.ttl;
-        self.admitted
-            .retain(|(ns, name), (at, _)| now - *at < ttl && !cached(ns, name));
-        self.admitted.values().map(|(_, s)| s)
-    }
-}
-
-fn shown(milli: i128) -> String {
+pub(crate) fn shown(milli: i128) -> String {
     if milli % 1000 == 0 {
         (milli / 1000).to_string()
     } else {
@@ -244,13 +192,14 @@ fn shown(milli: i128) -> String {
 
 #[cfg(test)]
 mod tests {
-    use fabric_api::offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodStatus};
+    use fabric_api::offloading::v1alpha1::{HomePod, PodTemplate};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use serde_json::json;
 
     use super::*;
 
     const NS: &str = "fabric-tenant-alpha";
+    const USER: &str = "fabric.io:consumer:alpha";
 
     fn spec(cpu: &str) -> ShadowPodSpec {
         ShadowPodSpec {
@@ -266,111 +215,41 @@ mod tests {
         }
     }
 
-    fn shadow(name: &str, cpu: &str, phase: Option<&str>) -> ShadowPod {
-        let mut s = ShadowPod::new(name, spec(cpu));
-        s.metadata.namespace = Some(NS.into());
-        s.status = Some(ShadowPodStatus {
-            phase: phase.map(Into::into),
-            ..Default::default()
-        });
-        s
+    fn milli(pairs: &[(&str, i128)]) -> Milli {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
     }
-
-    fn granted() -> Resources {
-        [
-            ("cpu".to_owned(), Quantity("1".into())),
-            ("pods".to_owned(), Quantity("10".into())),
-        ]
-        .into()
-    }
-
-    const USER: &str = "fabric.io:consumer:alpha";
 
     #[test]
-    fn within_the_grant_is_admitted() {
-        let others = [shadow("a", "500m", Some("Running"))];
+    fn a_creation_is_charged_with_all_its_requests() {
         assert_eq!(
-            admit(
-                USER,
-                NS,
-                Some("alpha"),
-                "b",
-                &spec("500m"),
-                &granted(),
-                &others
-            ),
-            Ok(())
+            admit_change(USER, NS, Some("alpha"), &spec("500m"), None),
+            Ok(Verdict::Charge {
+                consumer: "alpha".into(),
+                requests: milli(&[("cpu", 500), ("pods", 1000)]),
+                more: milli(&[("cpu", 500), ("pods", 1000)]),
+            })
         );
     }
 
     #[test]
-    fn beyond_the_grant_is_refused_with_the_numbers() {
-        let others = [shadow("a", "800m", Some("Running"))];
-        let e = admit(
-            USER,
-            NS,
-            Some("alpha"),
-            "b",
-            &spec("500m"),
-            &granted(),
-            &others,
-        )
-        .unwrap_err();
+    fn an_update_is_charged_with_what_it_adds_only() {
+        let old = spec("500m");
+        let mut relabelled = spec("500m");
+        relabelled.pod.labels = [("tier".to_owned(), "web".to_owned())].into();
+        let change = |new: &ShadowPodSpec| admit_change(USER, NS, Some("alpha"), new, Some(&old));
+        assert_eq!(change(&relabelled), Ok(Verdict::Within));
+        assert_eq!(change(&spec("200m")), Ok(Verdict::Within), "a shrink");
         assert_eq!(
-            e.to_string(),
-            "cpu: 500m requested, 800m in use by live ShadowPods, 1 granted to consumer \"alpha\""
+            change(&spec("800m")),
+            Ok(Verdict::Charge {
+                consumer: "alpha".into(),
+                requests: milli(&[("cpu", 800), ("pods", 1000)]),
+                more: milli(&[("cpu", 300)]),
+            })
         );
-    }
-
-    #[test]
-    fn finished_shadowpods_release_their_share() {
-        let others = [
-            shadow("a", "800m", Some("Succeeded")),
-            shadow("c", "800m", Some("Failed")),
-        ];
-        assert_eq!(
-            admit(
-                USER,
-                NS,
-                Some("alpha"),
-                "b",
-                &spec("1"),
-                &granted(),
-                &others
-            ),
-            Ok(())
-        );
-    }
-
-    #[test]
-    fn an_update_does_not_count_itself() {
-        let others = [shadow("b", "1", Some("Running"))];
-        assert_eq!(
-            admit(
-                USER,
-                NS,
-                Some("alpha"),
-                "b",
-                &spec("1"),
-                &granted(),
-                &others
-            ),
-            Ok(())
-        );
-    }
-
-    #[test]
-    fn resources_not_granted_are_refused() {
-        let mut s = spec("100m");
-        s.pod.spec = serde_json::from_value(json!({"containers": [
-            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
-        ]}))
-        .unwrap();
-        let e = admit(USER, NS, Some("alpha"), "b", &s, &granted(), &[]).unwrap_err();
-        assert!(
-            matches!(e, Denial::OverQuota { ref resource, .. } if resource == "nvidia.com/gpu"),
-            "{e}"
-        );
+        let mut other = spec("500m");
+        other.cluster_id = "beta".into();
+        assert!(matches!(change(&other), Err(Denial::OtherConsumer { .. })));
     }
 
     #[test]
@@ -385,67 +264,42 @@ mod tests {
         .unwrap();
         let r = requests(&p).unwrap();
         assert_eq!((r["cpu"], r["pods"]), (300, 1000));
+        let p: PodSpec = serde_json::from_value(json!({"containers": [
+            {"name": "a", "resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "1Mi"}}},
+            {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        ]}))
+        .unwrap();
+        let r = requests(&p).unwrap();
+        assert_eq!(r["memory"], 1000 << 20, "requests win over limits");
+        assert_eq!(
+            r["nvidia.com/gpu"], 1000,
+            "limits stand for missing requests"
+        );
     }
 
     #[test]
     fn a_consumer_stays_in_its_own_namespaces_and_name() {
-        let e = admit(USER, "default", None, "b", &spec("1"), &granted(), &[]).unwrap_err();
+        let e = admit_change(USER, "default", None, &spec("1"), None).unwrap_err();
         assert_eq!(
             e.to_string(),
             "namespace \"default\" does not belong to consumer \"alpha\""
         );
-        let e = admit(
+        let e = admit_change(
             "fabric.io:consumer:beta",
             NS,
             Some("alpha"),
-            "b",
             &spec("1"),
-            &granted(),
-            &[],
+            None,
         )
         .unwrap_err();
         assert!(matches!(e, Denial::OtherConsumer { .. }), "{e}");
         assert_eq!(
-            admit(
-                "kubelite-admin",
-                "default",
-                None,
-                "b",
-                &spec("9"),
-                &granted(),
-                &[]
-            ),
-            Ok(()),
+            admit_change("kubelite-admin", "default", None, &spec("9"), None),
+            Ok(Verdict::Unlimited),
             "the provider's own users are not limited"
         );
-    }
-
-    #[test]
-    fn an_update_keeping_the_requests_passes_after_the_grant_shrank() {
-        let others = [shadow("a", "900m", Some("Running"))];
-        let old = spec("500m");
-        let mut relabelled = spec("500m");
-        relabelled.pod.labels = [("tier".to_owned(), "web".to_owned())].into();
-        let change = |new: &ShadowPodSpec| {
-            admit_change(
-                USER,
-                NS,
-                Some("alpha"),
-                "b",
-                new,
-                Some(&old),
-                &granted(),
-                &others,
-            )
-        };
-        assert_eq!(change(&relabelled), Ok(()));
-        assert!(matches!(
-            change(&spec("600m")),
-            Err(Denial::OverQuota { .. })
-        ));
-        let mut other = spec("500m");
-        other.cluster_id = "beta".into();
-        assert!(matches!(change(&other), Err(Denial::OtherConsumer { .. })));
+        let e = admit_change(USER, NS, Some("alpha"), &spec("lots"), None).unwrap_err();
+        assert!(matches!(e, Denial::BadQuantity(_)), "{e}");
     }
 
     fn slice(ns: &str, consumer: &str, cpu: &str) -> ResourceSlice {
@@ -481,48 +335,5 @@ mod tests {
         assert_eq!(g["cpu"], Quantity("2".into()));
         assert_eq!(g["memory"], Quantity("2Gi".into()));
         assert_eq!(super::granted("gamma", &slices).unwrap(), Resources::new());
-    }
-
-    #[test]
-    fn the_ledger_counts_admitted_creations_until_the_cache_shows_them() {
-        use std::time::{Duration, Instant};
-        let t0 = Instant::now();
-        let mut ledger = Ledger::new(Duration::from_secs(30));
-        ledger.admitted(t0, shadow("a", "800m", None));
-        let cache_has = |shown: bool| move |_: &str, name: &str| shown && name == "a";
-        let pending: Vec<_> = ledger.pending(t0, cache_has(false)).cloned().collect();
-        assert_eq!(pending.len(), 1);
-        let e = admit(
-            USER,
-            NS,
-            Some("alpha"),
-            "b",
-            &spec("500m"),
-            &granted(),
-            &pending,
-        )
-        .unwrap_err();
-        assert!(matches!(e, Denial::OverQuota { .. }), "{e}");
-        assert_eq!(
-            ledger
-                .pending(t0 + Duration::from_secs(1), cache_has(true))
-                .count(),
-            0,
-            "the cache shows it: counted there"
-        );
-        ledger.admitted(t0, shadow("c", "1", None));
-        assert_eq!(
-            ledger
-                .pending(t0 + Duration::from_secs(29), cache_has(false))
-                .count(),
-            1
-        );
-        assert_eq!(
-            ledger
-                .pending(t0 + Duration::from_secs(30), cache_has(false))
-                .count(),
-            0,
-            "a creation refused further down is forgotten"
-        );
     }
 }

@@ -10,4 +10,5 @@ pub mod admission;
 pub mod controller;
 pub mod decide;
 pub mod forge;
+pub mod quota;
 pub mod webhook;

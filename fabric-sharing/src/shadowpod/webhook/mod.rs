@@ -1,8 +1,11 @@
 //! The provider's validating webhook on ShadowPods (`fabric-controller shadowpod-webhook`),
-//! the HTTPS edge of [`super::admission`]: AdmissionReviews in ([`review`]), decisions from
-//! watch caches of ShadowPods, ResourceSlices and consumers' namespaces (no request lists
-//! anything), served with [`crate::https`]'s limits. Every replica serves (the Service spreads
-//! the API server's calls); none needs to lead.
+//! the HTTPS edge of [`super::admission`] and [`super::quota`]: AdmissionReviews in
+//! ([`review`]), who and where decided from watch caches of ResourceSlices and consumers'
+//! namespaces, what a consumer's pods use charged on its Tenant (read afresh and written
+//! with its resourceVersion as precondition, again on a conflict), served with
+//! [`crate::https`]'s limits. Every replica serves (the Service spreads the API server's
+//! calls) and runs the [`usage`] reconciler; none needs to lead: the Tenant's
+//! resourceVersion orders their writes.
 //!
 //! Its certificates ([`certs`]) live in Secret [`names::secret::SHADOWPOD_WEBHOOK_TLS`]: the
 //! first replica creates a CA and a serving certificate for the Service's name, every replica
@@ -11,16 +14,17 @@
 //! without a restart.
 pub mod certs;
 pub mod review;
+pub mod usage;
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex, RwLock},
+    sync::{Arc, RwLock},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
 use fabric_api::{
-    authentication::v1alpha1::ResourceSlice,
+    authentication::v1alpha1::{ResourceSlice, Resources, Tenant},
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
 };
@@ -33,6 +37,7 @@ use k8s_openapi::{
         admissionregistration::v1::ValidatingWebhookConfiguration,
         core::v1::{Namespace, Secret},
     },
+    jiff::Timestamp,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -47,7 +52,10 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use self::certs::{CertError, Material, Plan};
-use super::admission::{self, Denial, Ledger};
+use super::{
+    admission::{self, Denial, Milli, Verdict},
+    quota,
+};
 use crate::{
     auth::tls::{self, TlsError},
     https::{self, BodyError, Limits, read_body},
@@ -85,8 +93,12 @@ pub struct Settings {
     pub config: String,
     /// How often the Secret and `caBundle` are looked at again.
     pub refresh: Duration,
-    /// How long an admitted creation counts before the cache shows it (see [`Ledger`]).
+    /// How long a charge counts before its ShadowPod is listed (see [`quota::recount`]):
+    /// longer than the API server takes from admission to storage.
     pub pending_ttl: Duration,
+    /// How long admission keeps trying to write a charge over concurrent ones (within the
+    /// webhook's `timeoutSeconds`).
+    pub charge_budget: Duration,
     pub limits: Limits,
 }
 
@@ -101,6 +113,7 @@ impl Settings {
             config: names::webhook::SHADOWPODS_CONFIG.to_owned(),
             refresh: Duration::from_secs(60),
             pending_ttl: Duration::from_secs(30),
+            charge_budget: Duration::from_secs(3),
             limits: Limits {
                 // The API server gives a webhook `timeoutSeconds` (5 s in deploy/) in all.
                 request_timeout: Duration::from_secs(10),
@@ -232,18 +245,19 @@ pub async fn publish_ca(client: &Client, name: &str, ca: &str) -> Result<bool, E
     Err(Error::Contended(name.to_owned()))
 }
 
-/// What the decisions read: watch caches, and the creations admitted since.
+/// What the decisions read: watch caches of who may do what where, and the Tenants.
 struct View {
-    shadows: Store<ShadowPod>,
+    client: Client,
     slices: Store<ResourceSlice>,
     namespaces: Store<Namespace>,
-    /// Decisions are made one at a time, so that two concurrent creations cannot both take
-    /// the last share (each sees the other in the ledger).
-    ledger: Mutex<Ledger<Instant>>,
+    charge_budget: Duration,
 }
 
+/// The field manager of the charges on Tenants' status.
+const USAGE_MANAGER: &str = "fabric-shadowpod-webhook";
+
 impl View {
-    fn decide(&self, req: &AdmissionRequest<ShadowPod>) -> Result<(), Denial> {
+    async fn decide(&self, req: &AdmissionRequest<ShadowPod>) -> Result<(), Denial> {
         let user = req.user_info.username.as_deref().unwrap_or_default();
         let (Some(shadow), Operation::Create | Operation::Update) = (&req.object, &req.operation)
         else {
@@ -262,31 +276,93 @@ impl View {
             .namespaces
             .get(&ObjectRef::new(&namespace))
             .and_then(|n| n.labels().get(label::REMOTE_CLUSTER).cloned());
-        let consumer = &shadow.spec.cluster_id;
-        let granted = admission::granted(consumer, self.slices.state().iter().map(|s| &**s))?;
-        let cached = self.shadows.state();
-        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let shown = |ns: &str, n: &str| self.shadows.get(&ObjectRef::new(n).within(ns)).is_some();
-        let pending: Vec<ShadowPod> = ledger.pending(now, shown).cloned().collect();
-        let verdict = admission::admit_change(
-            user,
-            &namespace,
-            owner.as_deref(),
-            &name,
-            &shadow.spec,
-            req.old_object.as_ref().map(|o| &o.spec),
-            &granted,
-            cached.iter().map(|s| &**s).chain(pending.iter()),
-        );
-        if verdict.is_ok() && matches!(req.operation, Operation::Create) && !req.dry_run {
-            let mut admitted = shadow.clone();
-            admitted.meta_mut().namespace = Some(namespace);
-            admitted.meta_mut().name = Some(name);
-            ledger.admitted(now, admitted);
-        }
-        verdict
+        let old = match req.operation {
+            Operation::Update => req.old_object.as_ref().map(|o| &o.spec),
+            _ => None,
+        };
+        let Verdict::Charge {
+            consumer,
+            requests,
+            more,
+        } = admission::admit_change(user, &namespace, owner.as_deref(), &shadow.spec, old)?
+        else {
+            return Ok(());
+        };
+        let granted = admission::granted(&consumer, self.slices.state().iter().map(|s| &**s))?;
+        let charge = Charge {
+            consumer: &consumer,
+            namespace: &namespace,
+            name: &name,
+            requests: &requests,
+            more: &more,
+            granted: &granted,
+        };
+        self.charge(&charge, req.dry_run).await
     }
+
+    /// Charges `c` on the consumer's Tenant: read afresh, written back with its
+    /// resourceVersion as precondition; a conflict (another replica's charge, the
+    /// reconciler's recount) means reading and deciding again.
+    async fn charge(&self, c: &Charge<'_>, dry_run: bool) -> Result<(), Denial> {
+        let tenants: Api<Tenant> =
+            Api::namespaced(self.client.clone(), &names::namespace::tenant(c.consumer));
+        let unaccounted = |e: kube::Error| Denial::Unaccounted {
+            cluster: c.consumer.to_owned(),
+            error: e.to_string(),
+        };
+        let give_up = Instant::now() + self.charge_budget;
+        let mut attempt = 0u32;
+        loop {
+            let Some(mut tenant) = tenants.get_opt(c.consumer).await.map_err(unaccounted)? else {
+                return Err(Denial::NoTenant {
+                    cluster: c.consumer.to_owned(),
+                });
+            };
+            let status = quota::charge(
+                &tenant.status.clone().unwrap_or_default(),
+                c.granted,
+                c.consumer,
+                c.namespace,
+                c.name,
+                c.requests,
+                c.more,
+                Timestamp::now(),
+            )?;
+            if dry_run {
+                return Ok(());
+            }
+            tenant.status = Some(status);
+            tenant.metadata.managed_fields = None;
+            let pp = PostParams {
+                field_manager: Some(USAGE_MANAGER.to_owned()),
+                ..Default::default()
+            };
+            match tenants.replace_status(c.consumer, &pp, &tenant).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
+                    attempt += 1;
+                    debug!(
+                        consumer = c.consumer,
+                        attempt, "charge conflicted; deciding again"
+                    );
+                    // Spread the retries of charges that keep colliding.
+                    let spread = u64::from(std::process::id() % 7 + attempt.min(10) * 3);
+                    tokio::time::sleep(Duration::from_millis(spread)).await;
+                }
+                Err(e) => return Err(unaccounted(e)),
+            }
+        }
+    }
+}
+
+/// One charge to write: what [`Verdict::Charge`] says, with the grant it is measured against.
+struct Charge<'a> {
+    consumer: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+    requests: &'a Milli,
+    more: &'a Milli,
+    granted: &'a Resources,
 }
 
 fn plain(status: u16, message: String) -> Response<Full<Bytes>> {
@@ -329,7 +405,7 @@ async fn handle(req: Request<Incoming>, view: &View, limits: Limits) -> Response
             return plain(e.status, e.message);
         }
     };
-    let verdict = view.decide(&request);
+    let verdict = view.decide(&request).await;
     match &verdict {
         Ok(()) => debug!(name = %request.name, namespace = ?request.namespace, "admitted"),
         Err(d) => info!(
@@ -391,12 +467,7 @@ fn server_config(m: &Material) -> Result<Arc<rustls::ServerConfig>, Error> {
 /// certificates and `caBundle`, then serves while refreshing them.
 pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
     let view = Arc::new(View {
-        shadows: cache(
-            "ShadowPod",
-            Api::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .await?,
+        client: client.clone(),
         slices: cache(
             "ResourceSlice",
             Api::all(client.clone()),
@@ -410,8 +481,11 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
             watcher::Config::default().labels(label::REMOTE_CLUSTER),
         )
         .await?,
-        ledger: Mutex::new(Ledger::new(s.pending_ttl)),
+        charge_budget: s.charge_budget,
     });
+    // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
+    // does it, so usage is released with any one of them up.
+    tokio::spawn(usage::run(client.clone(), s.pending_ttl));
     let mut material = ensure_material(&client, &s).await?;
     if !publish_ca(&client, &s.config, &material.ca_cert).await? {
         warn!(config = %s.config, "no ValidatingWebhookConfiguration yet; caBundle set when it appears");

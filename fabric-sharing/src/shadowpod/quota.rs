@@ -1,0 +1,401 @@
+//! A tenant's usage of its grant, kept on its Tenant (`status.used`, `status.pending`) the way
+//! upstream's ResourceQuota admission keeps it on the ResourceQuota: pure functions here, the
+//! I/O in [`super::webhook`].
+//!
+//! - Admission ([`charge`]) adds what a creation or resize asks for to `used`, refusing it when
+//!   that goes past the grant, and records the charge in `pending`. The webhook writes the
+//!   result with the Tenant's resourceVersion as precondition and starts again on a conflict,
+//!   so two replicas racing for the last share cannot both take it: the API server orders
+//!   their writes, and the second sees the first's charge.
+//! - The reconciler ([`recount`]) recomputes `used` from a fresh listing of the tenant's
+//!   ShadowPods: finished and deleted ones release their share, and a charge whose creation
+//!   failed after admission (refused further down, or a conflict) counts only until
+//!   `pending_ttl` has passed. A pending charge stops counting on its own once the listing
+//!   shows its ShadowPod with the requests it was charged for; until then it counts, so a
+//!   creation admitted but not stored yet is never recounted away.
+use std::{collections::BTreeMap, time::Duration};
+
+use fabric_api::{
+    authentication::v1alpha1::{Charge, Resources, TenantStatus},
+    offloading::v1alpha1::ShadowPod,
+};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::ResourceExt;
+
+use super::{
+    admission::{Denial, Milli, requests, shown},
+    decide::terminal,
+};
+use crate::quantity::{BadQuantity, milli, quantity};
+
+fn to_milli(r: &Resources) -> Result<Milli, BadQuantity> {
+    r.iter()
+        .map(|(k, q)| Ok((k.clone(), milli(&q.0)?)))
+        .collect()
+}
+
+fn to_resources(m: &Milli) -> Resources {
+    m.iter()
+        .filter(|(_, v)| **v != 0)
+        .map(|(k, v)| (k.clone(), quantity(k, *v)))
+        .collect()
+}
+
+/// Charges a ShadowPod `namespace`/`name` of `consumer` that asks for `more` than it had
+/// (all of `requests` for a creation) against what was `granted`, given the Tenant's
+/// `status` as last read: the status to write (with the charge in `used` and `pending`),
+/// or why it goes past the grant.
+#[allow(clippy::too_many_arguments)]
+pub fn charge(
+    status: &TenantStatus,
+    granted: &Resources,
+    consumer: &str,
+    namespace: &str,
+    name: &str,
+    requests: &Milli,
+    more: &Milli,
+    now: Timestamp,
+) -> Result<TenantStatus, Denial> {
+    let mut used = to_milli(&status.used)?;
+    let granted = to_milli(granted)?;
+    for (resource, asked) in more.iter().filter(|(_, v)| **v > 0) {
+        let in_use = used.get(resource).copied().unwrap_or(0);
+        let limit = granted.get(resource).copied().unwrap_or(0);
+        if in_use + asked > limit {
+            return Err(Denial::OverQuota {
+                cluster: consumer.to_owned(),
+                resource: resource.clone(),
+                requested: shown(*asked),
+                used: shown(in_use),
+                granted: shown(limit),
+            });
+        }
+    }
+    for (resource, asked) in more.iter().filter(|(_, v)| **v > 0) {
+        *used.entry(resource.clone()).or_default() += asked;
+    }
+    let mut out = status.clone();
+    out.used = to_resources(&used);
+    out.pending.push(Charge {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        at: Time(now),
+        requests: to_resources(requests),
+    });
+    Ok(out)
+}
+
+fn expired(c: &Charge, now: Timestamp, ttl: Duration) -> bool {
+    let age = now.duration_since(c.at.0);
+    // A charge stamped by a clock ahead of this one's is not old.
+    !age.is_negative() && age.unsigned_abs() >= ttl
+}
+
+/// The Tenant's status with `used` recomputed for `consumer` from `listed` (a fresh listing
+/// of the ShadowPods in its namespaces) and the pending charges still to count: per
+/// ShadowPod, the larger of what its listed spec requests (nothing once it finished) and what
+/// charges not yet visible in the listing ask for.
+pub fn recount<'a>(
+    status: &TenantStatus,
+    consumer: &str,
+    listed: impl IntoIterator<Item = &'a ShadowPod>,
+    now: Timestamp,
+    ttl: Duration,
+) -> Result<TenantStatus, BadQuantity> {
+    type Key = (String, String);
+    // Per ShadowPod: its requests as listed, and whether it still runs.
+    let mut seen: BTreeMap<Key, (Milli, bool)> = BTreeMap::new();
+    for s in listed {
+        if s.spec.cluster_id != consumer {
+            continue;
+        }
+        let live = !terminal(s.status.as_ref().and_then(|st| st.phase.as_deref()));
+        // A ShadowPod whose requests do not parse was not admitted by this webhook (the
+        // provider's admin made it): it counts for nothing rather than stopping the count.
+        let r = requests(&s.spec.pod.spec).unwrap_or_default();
+        seen.insert((s.namespace().unwrap_or_default(), s.name_any()), (r, live));
+    }
+    let mut counted: BTreeMap<Key, Milli> = seen
+        .iter()
+        .filter(|(_, (_, live))| *live)
+        .map(|(k, (r, _))| (k.clone(), r.clone()))
+        .collect();
+    let mut pending = Vec::new();
+    for c in &status.pending {
+        let key = (c.namespace.clone(), c.name.clone());
+        let asked = to_milli(&c.requests)?;
+        let visible = seen
+            .get(&key)
+            .is_some_and(|(r, _)| r.iter().filter(|(_, v)| **v != 0).eq(asked.iter()));
+        if visible || expired(c, now, ttl) {
+            continue;
+        }
+        let slot = counted.entry(key).or_default();
+        for (k, v) in &asked {
+            let e = slot.entry(k.clone()).or_default();
+            *e = (*e).max(*v);
+        }
+        pending.push(c.clone());
+    }
+    let mut used = Milli::new();
+    for r in counted.values() {
+        for (k, v) in r {
+            *used.entry(k.clone()).or_default() += v;
+        }
+    }
+    Ok(TenantStatus {
+        used: to_resources(&used),
+        pending,
+        ..status.clone()
+    })
+}
+
+/// When the first pending charge stops counting, if any: the reconciler looks again then.
+pub fn next_expiry(status: &TenantStatus, ttl: Duration) -> Option<Timestamp> {
+    let ttl = k8s_openapi::jiff::SignedDuration::try_from(ttl).ok()?;
+    status
+        .pending
+        .iter()
+        .filter_map(|c| c.at.0.checked_add(ttl).ok())
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec, ShadowPodStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use serde_json::json;
+
+    use super::*;
+    use crate::shadowpod::admission::{self, Verdict};
+
+    const NS: &str = "fabric-tenant-alpha";
+    const USER: &str = "fabric.io:consumer:alpha";
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn spec(cpu: &str) -> ShadowPodSpec {
+        ShadowPodSpec {
+            cluster_id: "alpha".into(),
+            home: HomePod::default(),
+            pod: PodTemplate {
+                spec: serde_json::from_value(json!({"containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": cpu}}},
+                ]}))
+                .unwrap(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn shadow(name: &str, cpu: &str, phase: Option<&str>) -> ShadowPod {
+        let mut s = ShadowPod::new(name, spec(cpu));
+        s.metadata.namespace = Some(NS.into());
+        s.status = Some(ShadowPodStatus {
+            phase: phase.map(Into::into),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn granted() -> Resources {
+        [
+            ("cpu".to_owned(), Quantity("1".into())),
+            ("pods".to_owned(), Quantity("10".into())),
+        ]
+        .into()
+    }
+
+    /// Admission of a creation of `name` asking for `cpu`, against `status`.
+    fn create(
+        status: &TenantStatus,
+        name: &str,
+        cpu: &str,
+        now: Timestamp,
+    ) -> Result<TenantStatus, Denial> {
+        resize(status, name, None, cpu, now)
+    }
+
+    fn resize(
+        status: &TenantStatus,
+        name: &str,
+        old: Option<&str>,
+        cpu: &str,
+        now: Timestamp,
+    ) -> Result<TenantStatus, Denial> {
+        let old = old.map(spec);
+        match admission::admit_change(USER, NS, Some("alpha"), &spec(cpu), old.as_ref())? {
+            Verdict::Charge {
+                consumer,
+                requests,
+                more,
+            } => charge(
+                status,
+                &granted(),
+                &consumer,
+                NS,
+                name,
+                &requests,
+                &more,
+                now,
+            ),
+            Verdict::Within | Verdict::Unlimited => Ok(status.clone()),
+        }
+    }
+
+    fn cpu(s: &TenantStatus) -> Option<&str> {
+        s.used.get("cpu").map(|q| q.0.as_str())
+    }
+
+    #[test]
+    fn within_the_grant_is_charged_and_remembered() {
+        let s = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
+        assert_eq!(cpu(&s), Some("600m"));
+        assert_eq!(s.used["pods"], Quantity("1".into()));
+        assert_eq!(s.pending.len(), 1);
+        assert_eq!(s.pending[0].name, "a");
+        assert_eq!(s.pending[0].requests["cpu"], Quantity("600m".into()));
+    }
+
+    #[test]
+    fn two_racing_for_the_last_share_cannot_both_have_it() {
+        // Both read the same status; the API server takes one write, the other conflicts
+        // and admission runs again on the status the first wrote.
+        let read = create(&TenantStatus::default(), "a", "500m", t(0)).unwrap();
+        let first = create(&read, "b", "500m", t(1)).unwrap();
+        assert!(create(&read, "c", "500m", t(1)).is_ok(), "each alone fits");
+        let e = create(&first, "c", "500m", t(1)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cpu: 500m requested, 1 in use by live ShadowPods, 1 granted to consumer \"alpha\""
+        );
+    }
+
+    #[test]
+    fn resources_not_granted_are_refused() {
+        let mut s = spec("100m");
+        s.pod.spec = serde_json::from_value(json!({"containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        ]}))
+        .unwrap();
+        let Verdict::Charge { requests, more, .. } =
+            admission::admit_change(USER, NS, Some("alpha"), &s, None).unwrap()
+        else {
+            panic!("a creation is charged")
+        };
+        let e = charge(
+            &TenantStatus::default(),
+            &granted(),
+            "alpha",
+            NS,
+            "g",
+            &requests,
+            &more,
+            t(0),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, Denial::OverQuota { ref resource, .. } if resource == "nvidia.com/gpu"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_resize_is_charged_with_what_it_adds() {
+        let s = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
+        let s = resize(&s, "a", Some("600m"), "900m", t(1)).unwrap();
+        assert_eq!(cpu(&s), Some("900m"));
+        let e = resize(&s, "a", Some("900m"), "1200m", t(2)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cpu: 300m requested, 900m in use by live ShadowPods, 1 granted to consumer \"alpha\""
+        );
+        assert_eq!(
+            resize(&s, "a", Some("900m"), "100m", t(2)).unwrap(),
+            s,
+            "a shrink waits for the recount"
+        );
+    }
+
+    #[test]
+    fn the_recount_keeps_admitted_creations_the_listing_does_not_show_yet() {
+        let s = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
+        let r = recount(&s, "alpha", &[], t(5), TTL).unwrap();
+        assert_eq!(cpu(&r), Some("600m"), "admitted, not stored yet");
+        assert_eq!(r.pending.len(), 1);
+        assert_eq!(next_expiry(&r, TTL), Some(t(30)));
+        let listed = [shadow("a", "600m", Some("Pending"))];
+        let r = recount(&r, "alpha", &listed, t(6), TTL).unwrap();
+        assert_eq!(cpu(&r), Some("600m"), "stored: counted from the listing");
+        assert!(r.pending.is_empty());
+        assert_eq!(next_expiry(&r, TTL), None);
+    }
+
+    #[test]
+    fn a_charge_whose_creation_failed_counts_for_a_while_only() {
+        let s = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
+        let r = recount(&s, "alpha", &[], t(29), TTL).unwrap();
+        assert_eq!(cpu(&r), Some("600m"));
+        let r = recount(&s, "alpha", &[], t(30), TTL).unwrap();
+        assert_eq!(cpu(&r), None);
+        assert!(r.pending.is_empty() && r.used.is_empty());
+        // Then the share is there again.
+        assert!(create(&r, "b", "1", t(31)).is_ok());
+    }
+
+    #[test]
+    fn finished_and_deleted_shadowpods_release_their_share() {
+        let stale = TenantStatus {
+            used: [("cpu".to_owned(), Quantity("2".into()))].into(),
+            ..Default::default()
+        };
+        let listed = [
+            shadow("a", "800m", Some("Succeeded")),
+            shadow("b", "800m", Some("Failed")),
+            shadow("c", "300m", Some("Running")),
+            shadow("d", "100m", None),
+        ];
+        let r = recount(&stale, "alpha", &listed, t(0), TTL).unwrap();
+        assert_eq!(cpu(&r), Some("400m"));
+        assert_eq!(r.used["pods"], Quantity("2".into()));
+        // Other consumers' ShadowPods are theirs.
+        let mut other = shadow("e", "5", None);
+        other.spec.cluster_id = "beta".into();
+        let r = recount(&stale, "alpha", &[other], t(0), TTL).unwrap();
+        assert!(r.used.is_empty());
+    }
+
+    #[test]
+    fn a_resize_not_stored_yet_counts_at_its_new_size() {
+        let listed = [shadow("a", "600m", Some("Running"))];
+        let s = recount(&TenantStatus::default(), "alpha", &listed, t(0), TTL).unwrap();
+        let s = resize(&s, "a", Some("600m"), "900m", t(1)).unwrap();
+        let r = recount(&s, "alpha", &listed, t(2), TTL).unwrap();
+        assert_eq!(
+            cpu(&r),
+            Some("900m"),
+            "the listing still shows the old size"
+        );
+        let resized = [shadow("a", "900m", Some("Running"))];
+        let r = recount(&r, "alpha", &resized, t(3), TTL).unwrap();
+        assert_eq!(cpu(&r), Some("900m"));
+        assert!(r.pending.is_empty());
+        // A resize that was not stored after all: back to the listed size once it expired.
+        let r = recount(&s, "alpha", &listed, t(31), TTL).unwrap();
+        assert_eq!(cpu(&r), Some("600m"));
+    }
+
+    #[test]
+    fn the_recount_keeps_what_others_wrote_in_the_status() {
+        let s = TenantStatus {
+            user: Some("fabric.io:consumer:alpha".into()),
+            ..Default::default()
+        };
+        let r = recount(&s, "alpha", &[shadow("a", "1", None)], t(0), TTL).unwrap();
+        assert_eq!(r.user, s.user);
+        assert_eq!(cpu(&r), Some("1"));
+    }
+}

@@ -1,0 +1,125 @@
+//! The reconciler of tenants' usage (I/O edge of [`quota::recount`]): whenever a Tenant or
+//! one of its consumer's ShadowPods changes, and when a pending charge is due to lapse, it
+//! recomputes the Tenant's `status.used` from a fresh listing of the ShadowPods in the
+//! consumer's namespaces and writes it with the Tenant's resourceVersion as precondition, so
+//! a charge admitted meanwhile is never overwritten (the write conflicts, and it counts again).
+//! Finished and deleted ShadowPods release their share this way, and charges whose creation
+//! failed stop counting.
+use std::{sync::Arc, time::Duration};
+
+use fabric_api::{
+    authentication::v1alpha1::Tenant,
+    names::{self, label},
+    offloading::v1alpha1::ShadowPod,
+};
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::Namespace, jiff::Timestamp};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, PostParams},
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+};
+use tracing::{debug, info, warn};
+
+use super::USAGE_MANAGER;
+use crate::{quantity::BadQuantity, shadowpod::quota};
+
+/// How often a Tenant is recounted when nothing happens (drift: a ShadowPod changed while
+/// the watch was down).
+const RESYNC: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Quantity(#[from] BadQuantity),
+}
+
+struct Ctx {
+    client: Client,
+    ttl: Duration,
+}
+
+/// The consumer whose usage `tenant` keeps: only the Tenant the webhook charges (named after
+/// the consumer, in its tenant namespace).
+fn consumer_of(tenant: &Tenant) -> Option<&str> {
+    let consumer = tenant.spec.cluster_id.as_str();
+    (tenant.name_any() == consumer
+        && tenant.namespace().as_deref() == Some(&names::namespace::tenant(consumer)))
+    .then_some(consumer)
+}
+
+async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let Some(consumer) = consumer_of(&tenant) else {
+        return Ok(Action::await_change());
+    };
+    let tenants: Api<Tenant> =
+        Api::namespaced(ctx.client.clone(), &tenant.namespace().unwrap_or_default());
+    // Read in this order: every charge in the Tenant as read was admitted before the listing,
+    // so the listing shows its ShadowPod if it was stored.
+    let Some(mut fresh) = tenants.get_opt(&tenant.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let theirs = ListParams::default().labels(&format!("{}={consumer}", label::REMOTE_CLUSTER));
+    let mut listed: Vec<ShadowPod> = Vec::new();
+    for ns in namespaces.list(&theirs).await? {
+        let shadows: Api<ShadowPod> = Api::namespaced(ctx.client.clone(), &ns.name_any());
+        listed.extend(shadows.list(&ListParams::default()).await?);
+    }
+    let status = fresh.status.clone().unwrap_or_default();
+    let now = Timestamp::now();
+    let recounted = quota::recount(&status, consumer, &listed, now, ctx.ttl)?;
+    if recounted != status {
+        fresh.status = Some(recounted.clone());
+        fresh.metadata.managed_fields = None;
+        let pp = PostParams {
+            field_manager: Some(USAGE_MANAGER.to_owned()),
+            ..Default::default()
+        };
+        tenants
+            .replace_status(&fresh.name_any(), &pp, &fresh)
+            .await?;
+        info!(consumer, used = ?recounted.used, pending = recounted.pending.len(), "recounted the usage");
+    }
+    Ok(match quota::next_expiry(&recounted, ctx.ttl) {
+        Some(at) => {
+            let wait = at.duration_since(now).unsigned_abs() + Duration::from_millis(100);
+            Action::requeue(wait.min(RESYNC))
+        }
+        None => Action::requeue(RESYNC),
+    })
+}
+
+fn error_policy(tenant: Arc<Tenant>, err: &Error, _: Arc<Ctx>) -> Action {
+    match err {
+        // A charge came in between: count again at once.
+        Error::Kube(kube::Error::Api(e)) if e.code == 409 => {
+            debug!(tenant = %tenant.name_any(), "recount conflicted; again");
+            Action::requeue(Duration::from_millis(50))
+        }
+        _ => {
+            warn!(tenant = %tenant.name_any(), error = %err, "recounting the usage failed; retrying");
+            Action::requeue(Duration::from_secs(5))
+        }
+    }
+}
+
+/// Runs the reconciler until the task is dropped.
+pub async fn run(client: Client, ttl: Duration) {
+    let tenants: Api<Tenant> = Api::all(client.clone());
+    let shadows: Api<ShadowPod> = Api::all(client.clone());
+    Controller::new(tenants, watcher::Config::default())
+        .watches(shadows, watcher::Config::default(), |s: ShadowPod| {
+            let consumer = s.spec.cluster_id.clone();
+            Some(ObjectRef::<Tenant>::new(&consumer).within(&names::namespace::tenant(&consumer)))
+        })
+        .run(reconcile, error_policy, Arc::new(Ctx { client, ttl }))
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                debug!(error = %e, "usage reconciler");
+            }
+        })
+        .await;
+}
