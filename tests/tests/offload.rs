@@ -10,7 +10,9 @@
 //! without duplicates, the provider's API cut (pods not Ready, nothing deleted) and healed,
 //! a ShadowPod vanished (pod Failed), the provider's quota (its ShadowPod webhook, registered
 //! as deploy/ does: a pod over the grant refused visibly at home, a finished pod not revived
-//! and its share released to the next pod), and deletion at home through the provider.
+//! and its share released to the next pod; an in-place resize of a home pod reaching the
+//! ShadowPod and the real pod within the grant, and beyond it refused: the pod keeps its
+//! size, `PodResizePending`/`Infeasible` at home), and deletion at home through the provider.
 use std::{
     future::Future,
     path::PathBuf,
@@ -380,6 +382,26 @@ async fn setup(tag: &str) -> Option<Bed> {
     Some(bed)
 }
 
+/// Sets the CPU request of a home pod's container (an in-place resize).
+fn resize_home(bed: &Bed, name: &str, cpu: &str) {
+    let patch = json!([{"op": "add", "path": "/spec/containers/0/resources",
+                        "value": {"requests": {"cpu": cpu}}}]);
+    bed.consumer.kubectl_ok(&[
+        "patch",
+        "pod",
+        name,
+        "-n",
+        HOME_NS,
+        "--type=json",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+fn cpu_of(spec: &Value) -> Option<&str> {
+    spec["containers"][0]["resources"]["requests"]["cpu"].as_str()
+}
+
 fn vk_name() -> String {
     use fabric_api::offloading::v1alpha1::{VirtualNode, VirtualNodeSpec};
     objects::name(&VirtualNode::new(
@@ -460,6 +482,56 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     bed.provider_runs(&web, "10.244.2.7", 2).await;
     bed.home_pod_where("web", "the restart count at home", |p| {
         p["status"]["containerStatuses"][0]["restartCount"] == 2
+    })
+    .await;
+
+    // Resized in place within the grant: the ShadowPod, then the real pod, follow.
+    let granted = bed.granted_cpu_milli().await;
+    let within = format!("{}m", granted * 3 / 10);
+    resize_home(&bed, "web", &within);
+    bed.eventually("the real pod resized", || async {
+        let p = bed.remote_pods().get(&web).await.ok()?;
+        let spec = serde_json::to_value(p.spec?).ok()?;
+        (cpu_of(&spec) == Some(within.as_str())).then_some(())
+    })
+    .await;
+    let s = bed.shadows().get(&web).await.unwrap();
+    assert_eq!(
+        cpu_of(&serde_json::to_value(&s.spec.pod.spec).unwrap()),
+        Some(within.as_str())
+    );
+    // Beyond the grant: refused; the pod keeps its size and says so at home.
+    resize_home(&bed, "web", &format!("{}m", granted * 2));
+    let home = bed
+        .home_pod_where("web", "the resize refused at home", |p| {
+            cond_is(p, "PodResizePending", "True", Some("Infeasible"))
+        })
+        .await;
+    let message = condition(&home, "PodResizePending").unwrap()["message"].to_string();
+    assert!(message.contains("granted to consumer"), "{message}");
+    assert!(cond_is(&home, "Ready", "True", None), "{home}");
+    let s = bed.shadows().get(&web).await.unwrap();
+    assert_eq!(
+        cpu_of(&serde_json::to_value(&s.spec.pod.spec).unwrap()),
+        Some(within.as_str())
+    );
+    let real = bed.remote_pods().get(&web).await.unwrap();
+    assert_eq!(
+        cpu_of(&serde_json::to_value(real.spec.unwrap()).unwrap()),
+        Some(within.as_str())
+    );
+    // Back within the grant (smaller: the quota checks below count on the rest): carried
+    // out, and the condition goes.
+    let small = format!("{}m", granted / 10);
+    resize_home(&bed, "web", &small);
+    bed.home_pod_where("web", "the resize done", |p| {
+        condition(p, "PodResizePending").is_none()
+    })
+    .await;
+    bed.eventually("the real pod at its new size", || async {
+        let p = bed.remote_pods().get(&web).await.ok()?;
+        let spec = serde_json::to_value(p.spec?).ok()?;
+        (cpu_of(&spec) == Some(small.as_str())).then_some(())
     })
     .await;
 

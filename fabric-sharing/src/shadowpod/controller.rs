@@ -1,6 +1,7 @@
 //! The provider's ShadowPod controller (I/O edge of [`super::decide`]): from watch caches of
 //! ShadowPods and of the pods they own. Nothing here talks to the consumer: its pods keep
-//! running, and vanished ones are re-created, while the consumer is unreachable.
+//! running, and vanished ones are re-created, while the consumer is unreachable. A change of
+//! the ShadowPod's container resources resizes the real pod in place ([`super::resize`]).
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
@@ -22,7 +23,10 @@ use kube::{
 };
 use tracing::{debug, info, warn};
 
-use super::decide::{self, Decision};
+use super::{
+    decide::{self, Decision},
+    resize,
+};
 
 const STATUS: FieldManager = FieldManager(field_manager::SHADOW_POD);
 
@@ -39,6 +43,33 @@ pub enum Error {
 
 struct Ctx {
     client: Client,
+    /// Whether the API server serves `pods/resize` (Kubernetes 1.33 on), once asked.
+    resize_served: tokio::sync::OnceCell<bool>,
+}
+
+/// Resizes the pod in place: through the `resize` subresource where it is served (a plain
+/// update of the resources is refused there), else by updating the pod.
+async fn resize_pod(
+    ctx: &Ctx,
+    pods: &Api<Pod>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), Error> {
+    let served = *ctx
+        .resize_served
+        .get_or_try_init(|| async {
+            let core = ctx.client.list_core_api_resources("v1").await?;
+            Ok::<_, kube::Error>(core.resources.iter().any(|r| r.name == "pods/resize"))
+        })
+        .await?;
+    let pp = PatchParams::default();
+    if served {
+        pods.patch_subresource("resize", name, &pp, &Patch::Strategic(patch))
+            .await?;
+    } else {
+        pods.patch(name, &pp, &Patch::Strategic(patch)).await?;
+    }
+    Ok(())
 }
 
 fn key(s: &ShadowPod) -> String {
@@ -75,6 +106,11 @@ async fn apply(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
                 pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?;
                 debug!(shadowpod = %key(&shadow), "labels and annotations updated");
+            }
+            let running = pod.spec.clone().unwrap_or_default();
+            if let Some(patch) = resize::patch(&shadow.spec.pod.spec, &running) {
+                resize_pod(ctx, &pods, &name, &patch).await?;
+                info!(shadowpod = %key(&shadow), "resized the pod in place");
             }
             decide::mirrored(&prev, &pod, false, generation, Timestamp::now())
         }
@@ -162,7 +198,14 @@ pub async fn run(client: Client) -> Result<(), Error> {
     Controller::new(shadows, watcher::Config::default())
         .owns(pods, owned)
         .shutdown_on_signal()
-        .run(reconcile, error_policy, Arc::new(Ctx { client }))
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Ctx {
+                client,
+                resize_served: tokio::sync::OnceCell::new(),
+            }),
+        )
         .for_each(|r| async move {
             match r {
                 Ok((o, _)) => debug!(shadowpod = %o, "reconciled"),

@@ -11,4 +11,5 @@ pub mod controller;
 pub mod decide;
 pub mod forge;
 pub mod quota;
+pub mod resize;
 pub mod webhook;

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use fabric_api::{names::label, offloading::v1alpha1::ShadowPod};
+use fabric_sharing::shadowpod::resize;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::status::{self, OFFLOADED};
@@ -29,6 +30,9 @@ pub enum Step {
     Create,
     /// The ShadowPod's labels or annotations lag behind the home pod's.
     UpdateMetadata,
+    /// The home pod's container resources changed (an in-place resize): the ShadowPod's
+    /// follow, if the provider's webhook admits what they add.
+    Resize,
     /// The home pod is going: delete its ShadowPod gracefully (the provider deletes the real
     /// pod, then the ShadowPod).
     DeleteRemote { grace_seconds: Option<i64> },
@@ -122,10 +126,18 @@ pub fn decide(pod: &Pod, remote: Remote<'_>, reachable: bool) -> Step {
             let template = (&s.spec.pod.labels, &s.spec.pod.annotations);
             let drifted = template != (&labels, &annotations)
                 || !labels.iter().all(|(k, v)| current.0.get(k) == Some(v));
-            if drifted && reachable && s.metadata.deletion_timestamp.is_none() {
-                Step::UpdateMetadata
-            } else {
-                Step::Report
+            let resized = pod
+                .spec
+                .as_ref()
+                .is_some_and(|spec| resize::resized(spec, &s.spec.pod.spec).is_some());
+            match (
+                reachable && s.metadata.deletion_timestamp.is_none(),
+                drifted,
+                resized,
+            ) {
+                (true, true, _) => Step::UpdateMetadata,
+                (true, false, true) => Step::Resize,
+                _ => Step::Report,
             }
         }
         Remote::Absent if offloaded(pod) => Step::Vanished,
@@ -278,6 +290,24 @@ mod tests {
         assert_eq!(decide(&p, Remote::Present(&s), false), Step::Report);
         p.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
         p.metadata.labels = pod().metadata.labels;
+        assert_eq!(decide(&p, Remote::Present(&s), true), Step::UpdateMetadata);
+    }
+
+    #[test]
+    fn a_resize_follows_once_the_labels_did() {
+        let mut s = shadow("u-1");
+        s.spec.pod.spec = pod().spec.unwrap();
+        let mut p = pod();
+        assert_eq!(decide(&p, Remote::Present(&s), true), Step::Report);
+        p.spec.as_mut().unwrap().containers[0].resources =
+            Some(serde_json::from_value(json!({"requests": {"cpu": "800m"}})).unwrap());
+        assert_eq!(decide(&p, Remote::Present(&s), true), Step::Resize);
+        assert_eq!(decide(&p, Remote::Present(&s), false), Step::Report);
+        p.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("tier".into(), "front".into());
         assert_eq!(decide(&p, Remote::Present(&s), true), Step::UpdateMetadata);
     }
 

@@ -12,7 +12,10 @@ use fabric_api::{
 use fabric_kube::events::{Event, Events};
 use fabric_sharing::{
     identity,
-    shadowpod::forge::{self, Offer, Policy},
+    shadowpod::{
+        forge::{self, Offer, Policy},
+        resize,
+    },
 };
 use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::{
@@ -178,6 +181,10 @@ enum Outcome {
         message: String,
         retry: bool,
     },
+    ResizeRefused {
+        shadow: Box<ShadowPod>,
+        message: String,
+    },
     /// The home pod is gone: no status to write.
     Gone,
 }
@@ -207,6 +214,7 @@ impl Loop {
                 message,
                 retry: *retry,
             },
+            Outcome::ResizeRefused { shadow, message } => Seen::ResizeRefused { shadow, message },
         };
         let remap = self
             .config
@@ -292,6 +300,7 @@ impl Loop {
                     .context("updating the ShadowPod's labels and annotations")?;
                 Outcome::Shadow(Box::new(updated))
             }
+            Step::Resize => self.resize(pod, p, &shadow_name, own).await?,
             Step::DeleteRemote { grace_seconds } => {
                 let dp = DeleteParams {
                     grace_period_seconds: grace_seconds.and_then(|g| u32::try_from(g).ok()),
@@ -370,6 +379,55 @@ impl Loop {
                 }
             }
         })
+    }
+
+    /// Carries the home pod's container resources into its ShadowPod (over the version it
+    /// was decided on); a refusal (the grant would be exceeded) leaves the pod at its size
+    /// and is said at home.
+    async fn resize(
+        &self,
+        pod: &Pod,
+        p: &Provider,
+        shadow_name: &str,
+        own: Outcome,
+    ) -> Result<Outcome> {
+        let s = match own {
+            Outcome::Shadow(s) => s,
+            other => return Ok(other),
+        };
+        let want = pod.spec.clone().unwrap_or_default();
+        let Some(containers) = resize::resized(&want, &s.spec.pod.spec) else {
+            return Ok(Outcome::Shadow(s));
+        };
+        let patch = json!({
+            "metadata": { "resourceVersion": s.metadata.resource_version },
+            "spec": { "pod": { "spec": { "containers": containers } } },
+        });
+        let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        match p
+            .api()
+            .patch(shadow_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(updated) => {
+                info!(pod = %key, "resized its ShadowPod");
+                Ok(Outcome::Shadow(Box::new(updated)))
+            }
+            // Changed meanwhile: decided again on the next version.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Outcome::Shadow(s)),
+            Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+                let message = format!("the provider refused the resize: {}", e.message);
+                warn!(pod = %key, code = e.code, error = %e.message, "resize refused");
+                self.events
+                    .publish(
+                        pod,
+                        &Event::warning(resize::INFEASIBLE, "Resize", message.clone()),
+                    )
+                    .await;
+                Ok(Outcome::ResizeRefused { shadow: s, message })
+            }
+            Err(e) => Err(e).context("resizing the ShadowPod"),
+        }
     }
 
     async fn create(&self, pod: &Pod, p: &Provider, shadow_name: &str) -> Result<Outcome> {

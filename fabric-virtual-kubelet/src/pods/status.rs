@@ -15,6 +15,8 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 
+use fabric_sharing::shadowpod::resize;
+
 use super::translate::{self, Remap, Untranslatable};
 
 /// The home pod's condition about its offloading: True once the ShadowPod exists (reason the
@@ -49,6 +51,13 @@ pub enum Seen<'a> {
     Vanished,
     /// It could not be created: `retry` when the provider may accept it later.
     Refused { message: &'a str, retry: bool },
+    /// Its ShadowPod as last listed, and the provider refused to resize it to what the home
+    /// pod's spec now says: it keeps its size, the home pod says why
+    /// ([`resize::RESIZE_PENDING`], reason [`resize::INFEASIBLE`], as a kubelet would).
+    ResizeRefused {
+        shadow: &'a ShadowPod,
+        message: &'a str,
+    },
 }
 
 /// Everything the home status depends on besides the pod itself.
@@ -173,7 +182,7 @@ pub fn home_status(
             }
             s
         }
-        Seen::Shadow(shadow) => {
+        Seen::Shadow(shadow) | Seen::ResizeRefused { shadow, .. } => {
             let st = shadow.status.clone().unwrap_or_default();
             let mut s = PodStatus {
                 phase: Some(st.phase.clone().unwrap_or_else(|| "Pending".into())),
@@ -238,6 +247,19 @@ pub fn home_status(
                     &mut conds,
                     prev_conds,
                     cond(READY, false, reason::NO_ADDRESS, e.to_string()),
+                    ctx.now,
+                );
+            }
+            if let Seen::ResizeRefused { message, .. } = seen {
+                put(
+                    &mut conds,
+                    prev_conds,
+                    cond(
+                        resize::RESIZE_PENDING,
+                        true,
+                        resize::INFEASIBLE,
+                        message.to_owned(),
+                    ),
                     ctx.now,
                 );
             }

@@ -1,0 +1,151 @@
+//! In-place resize of an offloaded pod, as pure functions of the pod specs: the consumer's
+//! virtual kubelet carries a change of the home pod's container resources into the
+//! ShadowPod (where the provider's webhook charges what it adds against the grant), and the
+//! provider's ShadowPod controller carries it into the real pod (through the `resize`
+//! subresource where the API server serves it, Kubernetes 1.33 on, else as a pod update).
+//! Only the regular containers' `resources` are carried: anything else in a pod's spec is
+//! fixed once the pod exists.
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{Container, PodSpec, ResourceRequirements},
+    apimachinery::pkg::api::resource::Quantity,
+};
+use serde_json::{Value, json};
+
+use crate::quantity::milli;
+
+/// The condition a home pod carries while a resize is not carried out, as a kubelet sets it
+/// (Kubernetes 1.33 on): reason [`INFEASIBLE`] when the provider refused it.
+pub const RESIZE_PENDING: &str = "PodResizePending";
+pub const INFEASIBLE: &str = "Infeasible";
+
+fn same_quantities(
+    a: Option<&BTreeMap<String, Quantity>>,
+    b: Option<&BTreeMap<String, Quantity>>,
+) -> bool {
+    let empty = BTreeMap::new();
+    let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
+    a.len() == b.len()
+        && a.iter().all(|(k, q)| {
+            b.get(k).is_some_and(|r| match (milli(&q.0), milli(&r.0)) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => q == r,
+            })
+        })
+}
+
+/// Whether two containers ask for the same resources (`500m` and `0.5` alike).
+pub fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequirements>) -> bool {
+    same_quantities(
+        a.and_then(|r| r.requests.as_ref()),
+        b.and_then(|r| r.requests.as_ref()),
+    ) && same_quantities(
+        a.and_then(|r| r.limits.as_ref()),
+        b.and_then(|r| r.limits.as_ref()),
+    )
+}
+
+/// The containers whose resources differ between what `want` says and what `have` runs, by
+/// name, with `want`'s resources.
+fn changed<'a>(
+    want: &'a PodSpec,
+    have: &'a PodSpec,
+) -> Vec<(&'a str, Option<&'a ResourceRequirements>)> {
+    want.containers
+        .iter()
+        .filter_map(|w| {
+            let h = have.containers.iter().find(|h| h.name == w.name)?;
+            (!same_resources(w.resources.as_ref(), h.resources.as_ref()))
+                .then_some((w.name.as_str(), w.resources.as_ref()))
+        })
+        .collect()
+}
+
+/// `have`'s containers with the resources `want` gives them, if any changed: what the
+/// virtual kubelet writes into the ShadowPod's spec.
+pub fn resized(want: &PodSpec, have: &PodSpec) -> Option<Vec<Container>> {
+    let changed = changed(want, have);
+    if changed.is_empty() {
+        return None;
+    }
+    Some(
+        have.containers
+            .iter()
+            .map(|c| match changed.iter().find(|(n, _)| *n == c.name) {
+                Some((_, r)) => Container {
+                    resources: r.cloned(),
+                    ..c.clone()
+                },
+                None => c.clone(),
+            })
+            .collect(),
+    )
+}
+
+/// The strategic merge patch (containers merged by name) that brings a pod running `have`
+/// to `want`'s container resources, if any differ: for the `resize` subresource, or the pod
+/// itself where that is not served.
+pub fn patch(want: &PodSpec, have: &PodSpec) -> Option<Value> {
+    let changed = changed(want, have);
+    if changed.is_empty() {
+        return None;
+    }
+    let containers: Vec<Value> = changed
+        .into_iter()
+        .map(|(name, r)| json!({ "name": name, "resources": r.cloned().unwrap_or_default() }))
+        .collect();
+    Some(json!({ "spec": { "containers": containers } }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(main_cpu: &str, side_cpu: &str) -> PodSpec {
+        serde_json::from_value(json!({"containers": [
+            {"name": "main", "image": "echo", "command": ["x"],
+             "resources": {"requests": {"cpu": main_cpu}, "limits": {"memory": "1Gi"}}},
+            {"name": "side", "image": "echo", "resources": {"requests": {"cpu": side_cpu}}},
+        ]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn nothing_to_do_when_the_sizes_agree_however_written() {
+        assert_eq!(resized(&spec("500m", "1"), &spec("0.5", "1000m")), None);
+        assert_eq!(patch(&spec("500m", "1"), &spec("500m", "1")), None);
+    }
+
+    #[test]
+    fn a_changed_container_gets_the_new_resources_and_keeps_the_rest() {
+        let have = spec("500m", "1");
+        let want = spec("800m", "1");
+        let out = resized(&want, &have).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"],
+            Quantity("800m".into())
+        );
+        assert_eq!(out[0].command, Some(vec!["x".to_owned()]));
+        assert_eq!(out[1], have.containers[1]);
+        assert_eq!(
+            patch(&want, &have).unwrap(),
+            json!({"spec": {"containers": [{"name": "main",
+                "resources": {"requests": {"cpu": "800m"}, "limits": {"memory": "1Gi"}}}]}})
+        );
+    }
+
+    #[test]
+    fn containers_only_on_one_side_are_left_alone() {
+        let mut want = spec("800m", "1");
+        want.containers[0].name = "other".into();
+        assert_eq!(resized(&want, &spec("500m", "1")), None);
+    }
+}
