@@ -1,7 +1,9 @@
 //! Lease leader election against the API: the thin edge around [`crate::election`].
 //!
 //! Candidates compete for one `coordination.k8s.io/v1` Lease (holder = their identity,
-//! renewed every `retry`, writes guarded by the Lease's resourceVersion). The holder may keep
+//! renewed every `retry`, writes guarded by the Lease's resourceVersion). A holder that has not
+//! renewed for `renew_deadline` stops leading, and one that is unfit for the work hands the
+//! Lease over (see [`crate::election`]). The holder may keep
 //! annotations on the Lease for others to follow (the gateway operator publishes its
 //! gateway's address there for the node agents).
 use std::{collections::BTreeMap, future::Future, time::Duration};
@@ -15,7 +17,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::election::{Observed, Verdict, lease_seconds, verdict};
+use crate::election::{Observed, Tenure, Verdict, lease_seconds, verdict};
 
 /// How a replica takes part in an election.
 #[derive(Debug, Clone)]
@@ -28,22 +30,37 @@ pub struct Election {
     pub duration: Duration,
     /// How often the holder renews and a standby checks.
     pub retry: Duration,
+    /// How long the holder keeps leading without an accepted renewal: between `retry` and
+    /// `duration`, so that it has stopped before a standby may take the Lease over.
+    pub renew_deadline: Duration,
     /// Annotations this replica keeps on the Lease while it holds it; a key with None is
     /// removed. All of them are removed when it releases the Lease.
     pub annotations: BTreeMap<String, Option<String>>,
 }
 
 impl Election {
-    /// An election with the usual timing (4 s Lease, renewed every second) and no
-    /// annotations.
+    /// An election with the usual timing (4 s Lease, renewed every second, leading for 3 s
+    /// after the last accepted renewal) and no annotations.
     pub fn new(lease: impl Into<String>, identity: impl Into<String>) -> Self {
         Self {
             lease: lease.into(),
             identity: identity.into(),
             duration: Duration::from_secs(4),
             retry: Duration::from_secs(1),
+            renew_deadline: Duration::from_secs(3),
             annotations: BTreeMap::new(),
         }
+    }
+
+    /// The timing for a Lease of `duration` renewed every `retry`: the holder leads for
+    /// `duration - retry` after its last accepted renewal. None when `retry` is not shorter
+    /// than `duration`.
+    pub fn with_timing(mut self, duration: Duration, retry: Duration) -> Option<Self> {
+        let deadline = duration.checked_sub(retry).filter(|d| !d.is_zero())?;
+        self.duration = duration;
+        self.retry = retry;
+        self.renew_deadline = deadline;
+        Some(self)
     }
 
     fn annotate(&self, meta: &mut ObjectMeta, holding: bool) {
@@ -61,8 +78,22 @@ impl Election {
 /// Returns whether this replica holds it now. Writes go through the Lease's resourceVersion,
 /// so of two candidates taking an expired Lease at once, one gets a conflict and stands by.
 pub async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kube::Result<bool> {
+    contend_fit(api, e, seen, true).await
+}
+
+/// [`contend`] for a replica that may be unable to do the work: when not `fit` it takes
+/// nothing, and hands the Lease over (as [`release`] does) when it holds it.
+pub async fn contend_fit(
+    api: &Api<Lease>,
+    e: &Election,
+    seen: &mut Observed,
+    fit: bool,
+) -> kube::Result<bool> {
     let stamp = MicroTime(Timestamp::now());
     let Some(mut lease) = api.get_opt(&e.lease).await? else {
+        if !fit {
+            return Ok(false);
+        }
         let mut lease = Lease {
             metadata: ObjectMeta {
                 name: Some(e.lease.clone()),
@@ -97,8 +128,14 @@ pub async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kub
     let duration = spec.lease_duration_seconds.map_or(e.duration, |s| {
         Duration::from_secs(s.max(0).unsigned_abs().into())
     });
-    let taking = match verdict(&e.identity, Some(&holder), seen, duration, now) {
+    let taking = match verdict(&e.identity, Some(&holder), seen, duration, fit, now) {
         Verdict::Standby => return Ok(false),
+        Verdict::Release => {
+            lease.spec = Some(spec);
+            hand_over(api, e, lease).await?;
+            warn!(lease = %e.lease, identity = %e.identity, "unfit for the work: handed the Lease over");
+            return Ok(false);
+        }
         Verdict::Renew => false,
         Verdict::Take => true,
     };
@@ -129,32 +166,96 @@ pub async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kub
 }
 
 /// Competes for the Lease for as long as it runs; `leading` says whether this replica holds
-/// it. Leadership is only given up when the Lease shows another holder: while the API cannot
-/// be reached nobody can take over, and dropping the work then would turn a control-plane
-/// outage into a data-plane one.
+/// it. A holder that gets no renewal accepted for `renew_deadline` (the API cut off, or too
+/// slow) stops leading at that moment, before a standby may take over: two replicas never act
+/// as the holder at once, at the price that an API outage stops the work too.
 pub async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
+    let (_fit, always) = watch::channel(true);
+    elect_fit(api, e, leading, always).await
+}
+
+/// [`elect`] for a replica whose fitness for the work (`fit`) can change: while it is false
+/// the replica hands the Lease over and takes nothing.
+pub async fn elect_fit(
+    api: Api<Lease>,
+    e: Election,
+    leading: watch::Sender<bool>,
+    mut fit: watch::Receiver<bool>,
+) {
     let mut seen = Observed::default();
+    let mut tenure = Tenure::default();
     let mut tick = tokio::time::interval(e.retry);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        match contend(&api, &e, &mut seen).await {
-            Ok(now) => {
-                leading.send_if_modified(|was| {
-                    if *was == now {
-                        return false;
-                    }
-                    if now {
-                        info!(identity = %e.identity, lease = %e.lease, "active: this replica holds the Lease");
-                    } else {
-                        info!(identity = %e.identity, lease = %e.lease, "standby: another replica holds the Lease");
-                    }
-                    *was = now;
-                    true
-                });
+    let mut fit_open = true;
+    // Waits until the tenure ends (forever when not leading).
+    let tenure_end = |t: &Tenure| {
+        let end = t.ends(e.renew_deadline);
+        async move {
+            match end {
+                Some(end) => tokio::time::sleep_until(end.into()).await,
+                None => std::future::pending().await,
             }
-            Err(err) => warn!(error = %err, lease = %e.lease, "Lease"),
         }
+    };
+    let publish = |now: bool| {
+        leading.send_if_modified(|was| {
+            if *was == now {
+                return false;
+            }
+            if now {
+                info!(identity = %e.identity, lease = %e.lease, "active: this replica holds the Lease");
+            } else {
+                info!(identity = %e.identity, lease = %e.lease, "standby: this replica does not hold the Lease");
+            }
+            *was = now;
+            true
+        });
+    };
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = tenure_end(&tenure) => {}
+            r = fit.changed(), if fit_open => fit_open = r.is_ok(),
+        }
+        let sent = std::time::Instant::now();
+        let is_fit = *fit.borrow_and_update();
+        let was_leading = tenure.leading(e.renew_deadline, sent);
+        // The moment the tenure ends (or the replica turns unfit), not after this round.
+        publish(was_leading && is_fit);
+        if was_leading {
+            // A request the API never answers must not outlast the tenure.
+            let round = contend_fit(&api, &e, &mut seen, is_fit);
+            tokio::select! {
+                r = tokio::time::timeout(e.renew_deadline, round) => record(&mut tenure, sent, r, &e),
+                () = tenure_end(&tenure) => {
+                    warn!(lease = %e.lease, "no renewal accepted within the renew deadline: stepping down");
+                }
+            }
+        } else {
+            let round = contend_fit(&api, &e, &mut seen, is_fit);
+            record(
+                &mut tenure,
+                sent,
+                tokio::time::timeout(e.duration, round).await,
+                &e,
+            );
+        }
+        publish(tenure.leading(e.renew_deadline, std::time::Instant::now()));
+    }
+}
+
+/// Notes the outcome of one round, sent at `sent`.
+fn record(
+    tenure: &mut Tenure,
+    sent: std::time::Instant,
+    r: Result<kube::Result<bool>, tokio::time::error::Elapsed>,
+    e: &Election,
+) {
+    match r {
+        Ok(Ok(true)) => tenure.renewed(sent),
+        Ok(Ok(false)) => tenure.ended(),
+        Ok(Err(err)) => warn!(error = %err, lease = %e.lease, "Lease"),
+        Err(_) => warn!(lease = %e.lease, "Lease: no answer from the API"),
     }
 }
 
@@ -168,6 +269,12 @@ pub async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
     if spec.holder_identity.as_deref() != Some(e.identity.as_str()) {
         return Ok(());
     }
+    hand_over(api, e, lease).await
+}
+
+/// Writes `lease` (held by this replica, as read) back without a holder.
+async fn hand_over(api: &Api<Lease>, e: &Election, mut lease: Lease) -> kube::Result<()> {
+    let spec = lease.spec.get_or_insert_with(Default::default);
     spec.holder_identity = None;
     spec.lease_duration_seconds = Some(1);
     spec.renew_time = Some(MicroTime(Timestamp::now()));
@@ -182,14 +289,16 @@ pub async fn release(api: &Api<Lease>, e: &Election) -> kube::Result<()> {
 pub enum Led<T> {
     /// The work finished (with its output) while this replica led.
     Done(T),
-    /// Another replica took the Lease: the work was dropped.
+    /// This replica stopped leading (another replica took the Lease, or no renewal was
+    /// accepted within the renew deadline): the work was dropped.
     Lost,
     /// Interrupted (SIGINT) before or during the work.
     Interrupted,
 }
 
 /// Runs `work` only while this replica holds the Lease: waits as a standby until it leads,
-/// drops the work as soon as another holder shows up, and releases the Lease when it ends.
+/// drops the work as soon as it stops leading (another holder, or no renewal accepted within
+/// the renew deadline), and releases the Lease when it ends.
 /// Work that keeps state (an allocator) should exit on [`Led::Lost`] and restart from the
 /// API, rather than carry on from a copy that another leader may have made stale.
 pub async fn run_while_leading<F: Future>(api: Api<Lease>, e: Election, work: F) -> Led<F::Output> {

@@ -1,5 +1,6 @@
 //! The kit against a real API server: Lease election between two candidates (annotations
-//! follow the holder, release hands over at once), and Events on an object.
+//! follow the holder, release hands over at once, a holder cut off from the API steps down
+//! before the standby takes over, an unfit holder hands over), and Events on an object.
 use std::time::{Duration, Instant};
 
 use fabric_kube::{
@@ -97,6 +98,180 @@ async fn a_silent_holder_is_replaced_after_the_lease_duration() {
         (Some("b".into()), Some("10.0.0.2".into()))
     );
     elector.abort();
+}
+
+/// A TCP relay to the API server that can be cut: from then on, what was sent is never
+/// answered and new connections hang, as behind a partition.
+struct Cuttable {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Cuttable {
+    async fn start(upstream: String) -> Self {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (cut, cut_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((mut down, _)) = l.accept().await {
+                let (upstream, mut cut) = (upstream.clone(), cut_rx.clone());
+                tokio::spawn(async move {
+                    let is_cut = *cut.borrow();
+                    if is_cut {
+                        // Held open, never answered.
+                        std::future::pending::<()>().await;
+                    }
+                    let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let cut_now = async {
+                        let _ = cut.wait_for(|c| *c).await;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        () = cut_now => std::future::pending::<()>().await,
+                    }
+                });
+            }
+        });
+        Self { addr, cut }
+    }
+}
+
+/// A client of `server` through `relay`.
+async fn client_via(server: &ApiServer, relay: &Cuttable) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    cfg.cluster_url = format!("https://127.0.0.1:{}", relay.addr.port())
+        .parse()
+        .unwrap();
+    cfg.read_timeout = Some(Duration::from_secs(30));
+    kube::Client::try_from(cfg).unwrap()
+}
+
+/// The API server's `host:port`, from its kubeconfig.
+async fn upstream_of(server: &ApiServer) -> String {
+    let kc = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    cfg.cluster_url
+        .authority()
+        .unwrap()
+        .as_str()
+        .replace("localhost", "127.0.0.1")
+}
+
+#[tokio::test]
+async fn a_holder_cut_off_from_the_api_steps_down_before_the_standby_takes_over() {
+    if !require_tools("a_holder_cut_off_from_the_api_steps_down_before_the_standby_takes_over") {
+        return;
+    }
+    let server = ApiServer::start("kit-cut");
+    let relay = Cuttable::start(upstream_of(&server).await).await;
+    let cut_off: Api<Lease> = Api::namespaced(client_via(&server, &relay).await, "default");
+    let api: Api<Lease> = Api::namespaced(server.client().await, "default");
+    let a = candidate("a", "10.0.0.1");
+    let b = candidate("b", "10.0.0.2");
+    let (tx_a, mut a_leads) = tokio::sync::watch::channel(false);
+    let elector_a = tokio::spawn(lease::elect(cut_off, a.clone(), tx_a));
+    tokio::time::timeout(Duration::from_secs(10), a_leads.wait_for(|l| *l))
+        .await
+        .expect("a never led")
+        .unwrap();
+    let (tx_b, mut b_leads) = tokio::sync::watch::channel(false);
+    let elector_b = tokio::spawn(lease::elect(api.clone(), b, tx_b));
+    // b stands by while a renews.
+    tokio::time::sleep(a.duration + Duration::from_secs(1)).await;
+    assert!(!*b_leads.borrow(), "b took over from a renewing holder");
+
+    let t0 = Instant::now();
+    relay.cut.send(true).unwrap();
+    let stepped_down = async {
+        a_leads.wait_for(|l| !*l).await.unwrap();
+        Instant::now()
+    };
+    let took_over = async {
+        b_leads.wait_for(|l| *l).await.unwrap();
+        Instant::now()
+    };
+    let (stepped_down, took_over) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(stepped_down, took_over)
+    })
+    .await
+    .expect("a kept leading, or b never took over");
+    assert!(
+        stepped_down < took_over,
+        "a led until {:?} after the cut, b led from {:?}",
+        stepped_down - t0,
+        took_over - t0
+    );
+    assert!(
+        stepped_down - t0 <= a.renew_deadline + Duration::from_millis(500),
+        "a stepped down only {:?} after the cut",
+        stepped_down - t0
+    );
+    assert_eq!(
+        holder(&api).await,
+        (Some("b".into()), Some("10.0.0.2".into()))
+    );
+    // The API back, a finds b holding the Lease and stays a standby.
+    relay.cut.send(false).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!*a_leads.borrow());
+    assert_eq!(holder(&api).await.0.as_deref(), Some("b"));
+    elector_a.abort();
+    elector_b.abort();
+}
+
+#[tokio::test]
+async fn an_unfit_holder_hands_over_at_once_and_takes_nothing() {
+    if !require_tools("an_unfit_holder_hands_over_at_once_and_takes_nothing") {
+        return;
+    }
+    let server = ApiServer::start("kit-unfit");
+    let api: Api<Lease> = Api::namespaced(server.client().await, "default");
+    let (a, mut b) = (candidate("a", "10.0.0.1"), candidate("b", "10.0.0.2"));
+    b.retry = Duration::from_millis(100);
+    let (fit_a, fit_a_rx) = tokio::sync::watch::channel(true);
+    let (fit_b, fit_b_rx) = tokio::sync::watch::channel(false);
+    let (tx_a, mut a_leads) = tokio::sync::watch::channel(false);
+    let (tx_b, mut b_leads) = tokio::sync::watch::channel(false);
+    let ea = tokio::spawn(lease::elect_fit(api.clone(), a.clone(), tx_a, fit_a_rx));
+    tokio::time::timeout(Duration::from_secs(10), a_leads.wait_for(|l| *l))
+        .await
+        .expect("a never led")
+        .unwrap();
+    let eb = tokio::spawn(lease::elect_fit(api.clone(), b, tx_b, fit_b_rx));
+    // a turns unfit: it hands over, but b, unfit too, takes nothing.
+    fit_a.send(false).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), a_leads.wait_for(|l| !*l))
+        .await
+        .expect("an unfit holder kept leading")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(holder(&api).await, (None, None));
+    assert!(!*b_leads.borrow(), "an unfit standby took the Lease");
+    // b turns fit: it takes the free Lease at once, not after a's duration.
+    let t0 = Instant::now();
+    fit_b.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), b_leads.wait_for(|l| *l))
+        .await
+        .expect("b never took the free Lease")
+        .unwrap();
+    assert!(t0.elapsed() < a.duration, "{:?}", t0.elapsed());
+    assert_eq!(
+        holder(&api).await,
+        (Some("b".into()), Some("10.0.0.2".into()))
+    );
+    // a, fit again, stays a standby behind a renewing holder.
+    fit_a.send(true).unwrap();
+    tokio::time::sleep(a.duration + Duration::from_secs(1)).await;
+    assert!(!*a_leads.borrow());
+    ea.abort();
+    eb.abort();
 }
 
 #[tokio::test]
