@@ -11,7 +11,8 @@
 //! changed. The Lease election is `fabric-kube`'s.
 //!
 //! Replicas run active/passive: the operators compete for a Lease, and only the holder's
-//! gateway runs tunnels. The passive replica's gateway gets a configuration without peers, so
+//! gateway runs tunnels. A replica whose gateway cannot serve gives the Lease up and does not
+//! take it ([`health`]). The passive replica's gateway gets a configuration without peers, so
 //! the peer never sees two gateways with the same key. The holder publishes its gateway's
 //! cluster-network address on the Lease; node agents route to whatever that says.
 use std::{
@@ -32,6 +33,7 @@ use k8s_openapi::api::{
 use kube::api::ObjectMeta;
 
 mod caches;
+pub mod health;
 mod operator;
 mod render;
 pub mod report;
@@ -72,6 +74,9 @@ pub struct Opts {
     pub gateway_ip: Option<Ipv4Addr>,
     /// The active/passive election (the gateway address annotation is added by [`run`]).
     pub election: Election,
+    /// How long the gateway may go without answering that it serves before this replica
+    /// gives the Lease up (see [`health`]); None: the Lease ignores the gateway.
+    pub gateway_grace: Option<Duration>,
 }
 
 /// The gateway Service's endpoints while this replica (at `ip`, pod `pod`) holds the Lease.
@@ -132,7 +137,12 @@ fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+/// How long the operator waits for its gateway's answer (a reload creating many devices
+/// and loading programs takes a while; a hung gateway must not stall the passes for long).
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The gateway's control socket (`<control_dir>/<name>.ctl`).
 fn control(o: &Opts) -> fabric_gateway_api::control::Client {
     fabric_gateway_api::control::Client::for_gateway(&o.control_dir, &o.name)
+        .with_timeout(CONTROL_TIMEOUT)
 }

@@ -140,9 +140,17 @@ enum Cmd {
         /// How long a holder that stops renewing keeps the Lease.
         #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
         lease_duration: Duration,
-        /// How often the holder renews and a standby replica checks the Lease.
+        /// How often the holder renews and a standby replica checks the Lease. A holder that
+        /// gets no renewal accepted for --lease-duration minus this stops leading.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         lease_retry: Duration,
+        /// How long the gateway may go without answering, over its control socket, that it
+        /// serves before this replica gives the Lease up (and takes it only once it does).
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        gateway_grace: Duration,
+        /// Hold the Lease whatever the gateway answers (an operator run without a gateway).
+        #[arg(long)]
+        ignore_gateway_health: bool,
     },
     /// Renew the identities this (consumer) cluster holds on its providers before their
     /// certificates expire, and nothing else (`sharing` does it too, elected: deploy/ runs
@@ -427,12 +435,15 @@ async fn run() -> Result<()> {
             lease,
             lease_duration,
             lease_retry,
+            gateway_grace,
+            ignore_gateway_health,
         } => {
             let identity = identity_or_hostname(identity)?;
-            anyhow::ensure!(
-                lease_retry < lease_duration,
-                "--lease-retry must be shorter than --lease-duration, or the holder loses the Lease between renewals"
-            );
+            let election = fabric_kube::Election::new(lease, identity)
+                .with_timing(lease_duration, lease_retry)
+                .context(
+                    "--lease-retry must be shorter than --lease-duration, or the holder loses the Lease between renewals",
+                )?;
             gateway::run(
                 client,
                 gateway::Opts {
@@ -450,11 +461,8 @@ async fn run() -> Result<()> {
                     overlay: overlay.then(|| overlay_args.overlay()),
                     guard_pin_dir,
                     gateway_ip,
-                    election: fabric_kube::Election {
-                        duration: lease_duration,
-                        retry: lease_retry,
-                        ..fabric_kube::Election::new(lease, identity)
-                    },
+                    election,
+                    gateway_grace: (!ignore_gateway_health).then_some(gateway_grace),
                 },
             )
             .await

@@ -27,6 +27,8 @@ fn operator(api: &ApiServer, pod: &str, ip: &str, dir: &std::path::Path) -> Chil
                 "200ms",
                 "--gateway-ip",
                 ip,
+                // No gateway runs here (see below).
+                "--ignore-gateway-health",
             ])
             .arg("--config")
             .arg(dir.join("gateway.toml"))

@@ -23,6 +23,7 @@ fn opts() -> Opts {
         guard_pin_dir: None,
         gateway_ip: None,
         election: Election::new("fabric-gateway", "gw-0"),
+        gateway_grace: None,
     }
 }
 

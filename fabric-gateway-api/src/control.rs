@@ -275,6 +275,9 @@ mod tests {
             cookie_replies_sent: 0,
             repairs: 0,
             peers: vec![],
+            problems: vec![crate::status::Problem::ThreadStopped {
+                thread: "fgw-timers".into(),
+            }],
         }
     }
 

@@ -19,6 +19,27 @@ pub struct Status {
     #[serde(default)]
     pub repairs: u64,
     pub peers: Vec<PeerStatus>,
+    /// What keeps this gateway from serving; empty while it can. The operator gives the
+    /// gateway Lease up (and does not take it) while its gateway reports any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<Problem>,
+}
+
+/// Why a running gateway cannot serve.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum Problem {
+    /// A packet thread (the UDP reader or poller, the timer thread, a tunnel device's
+    /// reader) ended while the gateway runs: what it carried goes nowhere.
+    ThreadStopped { thread: String },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ThreadStopped { thread } => write!(f, "packet thread {thread} stopped"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

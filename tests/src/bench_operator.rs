@@ -156,7 +156,13 @@ pub fn operator_requests(
         crate::die_with_parent(&mut Command::new(locate_bin("fabric-controller")?))
             .env("KUBECONFIG", &api.kubeconfig)
             .env("POD_NAME", "gw-0")
-            .args(["gateway", "--advertise", "192.0.2.10:31820"])
+            // No gateway: the active operator's requests are what is measured.
+            .args([
+                "gateway",
+                "--advertise",
+                "192.0.2.10:31820",
+                "--ignore-gateway-health",
+            ])
             .arg("--config")
             .arg(dir.join("gateway.toml"))
             .arg("--key-file")

@@ -996,6 +996,29 @@ impl PeeredClusters {
         Ok(())
     }
 
+    /// Sends `sig` to a running component: SIGSTOP makes it hang as a wedged process would
+    /// (alive, its sockets open, answering nothing), SIGCONT lets it go on.
+    pub fn signal(&self, name: &str, sig: i32) -> Result<()> {
+        let p = self
+            .procs
+            .iter()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no process {name}"))?;
+        let pid = p
+            .child
+            .as_ref()
+            .with_context(|| format!("{name} is not running"))?
+            .id();
+        // SAFETY: a child of ours not yet waited for, so the pid is still its own.
+        if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+            bail!(
+                "signal {sig} to {name}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(())
+    }
+
     /// Kills a component (SIGKILL: no clean shutdown) and starts it again.
     pub fn restart(&mut self, name: &str) -> Result<()> {
         self.kill(name)?;

@@ -2,7 +2,8 @@
 //! gateway replicas, active/passive through the `fabric-gateway` Lease, and dials cluster B.
 //! The active replica dies as a pod would (gateway and operator SIGKILLed); the standby takes
 //! the Lease once it expires, its gateway dials B (which follows by WireGuard roaming), and
-//! A's nodes move their routes to it. Traffic must be back within 10 s.
+//! A's nodes move their routes to it. Traffic must be back within 10 s. A replica whose
+//! gateway hangs while its operator runs on must give the Lease up the same way.
 use std::time::{Duration, Instant};
 
 use fabric_tests::{
@@ -154,6 +155,40 @@ fn standby_gateway_takes_over_within_ten_seconds() {
         .wait_reachable(&a_pod, &dst_in_b, Duration::from_secs(5))
         .unwrap();
     assert!(took < Duration::from_secs(2), "traffic disturbed: {took:?}");
+
+    // The active replica's gateway hangs (SIGSTOP: alive, its sockets open, answering
+    // nothing) while its operator runs on and could renew the Lease forever: the operator
+    // gives the Lease up, and the standby takes over and carries the traffic.
+    let (hung, next) = (standby, active);
+    let t0 = Instant::now();
+    cl.signal(&hung.identity, libc::SIGSTOP).unwrap();
+    eventually(
+        &cl,
+        Duration::from_secs(10),
+        "the standby takes the Lease from a replica whose gateway hangs",
+        || cl.a.gateway_lease() == Some((next.identity.clone(), next.ip.clone())),
+    );
+    traffic_back(&cl, t0, &a_pod, &dst_in_b, "hung gateway");
+    let routes = cl.tb.ip(&node, &["route", "show", "proto", "250"]).unwrap();
+    assert!(
+        routes.contains(&format!("via {}", next.ip)) && !routes.contains(&hung.ip),
+        "node routes after the takeover from a hung gateway: {routes}"
+    );
+    // Going on again, the hung replica stays a standby and gives its tunnels up.
+    cl.signal(&hung.identity, libc::SIGCONT).unwrap();
+    eventually(
+        &cl,
+        Duration::from_secs(20),
+        "the replica whose gateway hung gives its tunnels up",
+        || !has_tunnel(&cl, &hung),
+    );
+    let (holder, _) = cl.a.gateway_lease().unwrap();
+    assert_eq!(
+        holder, next.identity,
+        "the replica that hung took the Lease back"
+    );
+    cl.wait_reachable(&a_pod, &dst_in_b, Duration::from_secs(5))
+        .unwrap();
 }
 
 /// The listening side: B runs two replicas behind its gateway Service (a load balancer that

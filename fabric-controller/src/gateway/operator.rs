@@ -46,6 +46,8 @@ use super::{
 pub const COUNTER_REFRESH: Duration = Duration::from_secs(10);
 /// How often the operator forgets what it wrote and lets the caches decide again.
 pub const RESYNC: Duration = Duration::from_secs(60);
+/// How often the operator asks its gateway whether it serves (the Lease follows the answer).
+const HEALTH_EVERY: Duration = Duration::from_millis(500);
 /// The `reportingController` of the operator's Events.
 const REPORTER: &str = "fabric-gateway-operator";
 
@@ -128,11 +130,15 @@ impl Operator {
         }
         write_private(&self.o.config_path, config_file(&config)?.as_bytes())?;
         match control(&self.o).reload().await {
-            Ok(()) => info!("{what}: gateway configuration applied"),
-            // Not running yet: it reads the file when it starts.
+            Ok(()) => {
+                info!("{what}: gateway configuration applied");
+                self.written.config = Some(config);
+            }
+            // Not running yet (it reads the file when it starts), or hung: asked again at the
+            // next pass, so a gateway that hung while this replica gave the Lease up does not
+            // go on with the active configuration.
             Err(e) => warn!(error = %e, "gateway reload"),
         }
-        self.written.config = Some(config);
         Ok(())
     }
 
@@ -483,12 +489,24 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         annotation::GATEWAY_IP.to_owned(),
         o.gateway_ip.map(|ip| ip.to_string()),
     );
-    let elector = tokio::spawn(lease::elect(leases.clone(), election.clone(), tx));
+    let mut tasks = Vec::new();
+    let elector = match o.gateway_grace {
+        Some(grace) => {
+            let (fit_tx, fit) = watch::channel(false);
+            tasks.push(tokio::spawn(super::health::watch(
+                control(&o),
+                HEALTH_EVERY,
+                grace,
+                fit_tx,
+            )));
+            tokio::spawn(lease::elect_fit(leases.clone(), election.clone(), tx, fit))
+        }
+        None => tokio::spawn(lease::elect(leases.clone(), election.clone(), tx)),
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // Every change to what the configuration and the reports are made of triggers a pass at
     // once; the interval pass reads the gateway's own state.
     let changed = Arc::new(Notify::new());
-    let mut tasks = Vec::new();
     let caches = Caches::start(
         &client,
         &o.namespace,

@@ -414,6 +414,7 @@ mod tests {
             guard_pin_dir: None,
             gateway_ip: None,
             election: Election::new(fabric_api::names::lease::GATEWAY, "gw-0"),
+            gateway_grace: None,
         }
     }
 

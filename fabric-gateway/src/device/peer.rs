@@ -84,7 +84,7 @@ pub struct Peer {
     /// and whenever the drift repair finds it gone; one load per packet, no syscall.
     pub(super) dataplane_ready: AtomicBool,
     pub(super) stop: AtomicBool,
-    reader: Mutex<Option<JoinHandle<()>>>,
+    pub(super) reader: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Peer {

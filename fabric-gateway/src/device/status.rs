@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{GLOBAL_DROP_NAMES, Gateway, peer::PEER_DROP_NAMES};
-use crate::status::{DataplaneCounters, PeerStatus, Status};
+use crate::status::{DataplaneCounters, PeerStatus, Problem, Status};
 
 /// Without a probe, a session younger than WireGuard's REJECT_AFTER_TIME is the best
 /// evidence that a peer is up.
@@ -83,6 +83,36 @@ impl Gateway {
             cookie_replies_sent: self.cookies_sent.load(Ordering::Relaxed),
             repairs: self.repairs.load(Ordering::Relaxed),
             peers,
+            problems: self.problems(),
         }
+    }
+
+    /// What keeps this gateway from serving: packet threads that ended while it runs (a
+    /// panicking one ends the process instead, see `daemon::fail_fast_on_panic`).
+    fn problems(&self) -> Vec<Problem> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let stopped = |h: &std::thread::JoinHandle<()>| {
+            h.is_finished().then(|| Problem::ThreadStopped {
+                thread: h.thread().name().unwrap_or("unnamed").to_owned(),
+            })
+        };
+        let mut out: Vec<Problem> = self
+            .threads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(stopped)
+            .collect();
+        for p in self.peers() {
+            if p.stop.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let Some(h) = p.reader.lock().unwrap().as_ref() {
+                out.extend(stopped(h));
+            }
+        }
+        out
     }
 }
