@@ -147,6 +147,10 @@ pub mod config_map {
     /// Published by the active gateway operator for peering, see
     /// [`GatewayIdentity`](crate::identity::GatewayIdentity).
     pub const GATEWAY_IDENTITY: &str = "fabric-gateway-identity";
+    /// IPAM's ledger: every CIDR and peer id it has granted. Every allocation is written
+    /// there conditionally on its resourceVersion, so two IPAM leaders (one stale) can never
+    /// grant the same range.
+    pub const IPAM_LEDGER: &str = "fabric-ipam-ledger";
 }
 
 pub mod lease {

@@ -382,20 +382,18 @@ async fn run() -> Result<()> {
             let mut all = vec![pod_cidr, service_cidr, external_cidr];
             all.extend(reserved.into_iter().flatten());
             let election = fabric_kube::Election::new(lease, identity_or_hostname(identity)?);
-            let work = async {
+            let settings = ipam::Settings {
+                namespace: namespace.clone(),
+                pools,
+                reserved: all,
+                largest_claim,
+            };
+            let work = || async {
                 tokio::try_join!(
                     async {
-                        ipam::run(
-                            client.clone(),
-                            ipam::Settings {
-                                namespace: namespace.clone(),
-                                pools,
-                                reserved: all,
-                                largest_claim,
-                            },
-                        )
-                        .await
-                        .context("IPAM controller")
+                        ipam::run(client.clone(), settings.clone())
+                            .await
+                            .context("IPAM controller")
                     },
                     async {
                         ips::run(client.clone(), &namespace, external_cidr)
@@ -403,7 +401,7 @@ async fn run() -> Result<()> {
                             .context("IP controller")
                     },
                     async {
-                        match discovery {
+                        match discovery.clone() {
                             Some(settings) => discovery::run(client.clone(), settings)
                                 .await
                                 .context("discovery controller"),
@@ -541,10 +539,10 @@ async fn run() -> Result<()> {
                 instance: Some(identity.clone()),
             };
             let election = fabric_kube::Election::new(lease, identity);
-            let work = async {
+            let work = || async {
                 tokio::try_join!(
                     async {
-                        fabric_sharing::negotiation::run(client.clone(), settings)
+                        fabric_sharing::negotiation::run(client.clone(), settings.clone())
                             .await
                             .context("sharing controllers")
                     },
@@ -596,16 +594,13 @@ async fn run() -> Result<()> {
             // One active replica: two would both apply every virtual kubelet and publish
             // every Event twice, and race on a removal's cordon and deletes.
             let election = fabric_kube::Election::new(lease, identity_or_hostname(identity)?);
-            let work = async {
-                virtual_node::controller::run(
-                    client.clone(),
-                    virtual_node::objects::Settings {
-                        image: virtual_kubelet_image,
-                        fabric_namespace: namespace.clone(),
-                        kubelet_port: virtual_kubelet_port,
-                    },
-                )
-                .await;
+            let settings = virtual_node::objects::Settings {
+                image: virtual_kubelet_image,
+                fabric_namespace: namespace.clone(),
+                kubelet_port: virtual_kubelet_port,
+            };
+            let work = || async {
+                virtual_node::controller::run(client.clone(), settings.clone()).await;
                 Ok(())
             };
             ipam::run_elected(client.clone(), &namespace, election, work).await

@@ -318,3 +318,89 @@ async fn ipam_standby_takes_over() {
     assert_eq!(holder, "ipam-1");
     let _ = std::fs::remove_dir_all(&logdir);
 }
+
+/// Grants Configuration `key` (claiming our own pod CIDR and a /24 of our external one)
+/// through `store`.
+async fn grant(
+    store: &fabric_controller::ipam::store::Store,
+    settings: &fabric_controller::ipam::Settings,
+    key: &str,
+) -> fabric_controller::ipam::ledger::Grant {
+    let (pod, ext) = (
+        "10.244.0.0/16".parse().unwrap(),
+        "10.70.0.0/24".parse().unwrap(),
+    );
+    store
+        .update(|l| l.grant(settings, &[], key, pod, ext))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Two IPAM replicas that both believe they lead (one paused or cut off past the Lease, and
+/// not yet aware of it) grant through the ledger: the stale one's write is refused, it grants
+/// again from what the other wrote, and no two Configurations ever hold overlapping ranges
+/// or the same peer id. (With the in-memory allocator of before, each replica granted from
+/// its own copy: the stale one handed out the range the other had just granted.)
+#[tokio::test]
+async fn two_leaders_never_grant_the_same_range() {
+    use fabric_controller::ipam::{Settings, ledger::Ledger, store::Store};
+    if !require_tools("two_leaders_never_grant_the_same_range") {
+        return;
+    }
+    let server = ApiServer::start("ipam-fence");
+    server.install_crds();
+    let client = server.client().await;
+    let settings = Settings {
+        pools: vec!["10.64.0.0/12".parse().unwrap()],
+        reserved: ["10.244.0.0/16", "10.96.0.0/12", "10.70.0.0/16"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect(),
+        largest_claim: 12,
+    };
+    let stale = Store::new(client.clone(), "default");
+    let fresh = Store::new(client.clone(), "default");
+    // The first leader grants b; then it stalls, and the second one, leading now, grants c.
+    let b = grant(&stale, &settings, "default/b").await;
+    let c = grant(&fresh, &settings, "default/c").await;
+    // The first one wakes up with its copy of the ledger (b only) and grants d.
+    let d = grant(&stale, &settings, "default/d").await;
+    let mut all = vec![
+        ("default/b".to_owned(), b),
+        ("default/c".to_owned(), c),
+        ("default/d".to_owned(), d),
+    ];
+    // Both keep granting at once.
+    let racing = (0..10).map(|i| {
+        let (store, settings) = (if i % 2 == 0 { &stale } else { &fresh }, &settings);
+        async move {
+            let key = format!("default/r{i}");
+            let g = grant(store, settings, &key).await;
+            (key, g)
+        }
+    });
+    all.extend(futures::future::join_all(racing).await);
+    for (i, (ka, a)) in all.iter().enumerate() {
+        for (kb, b) in &all[i + 1..] {
+            for x in [a.pod, a.external] {
+                for y in [b.pod, b.external] {
+                    assert!(!x.overlaps(y), "{ka} holds {x}, {kb} holds {y}");
+                }
+            }
+            assert_ne!(a.id, b.id, "{ka} and {kb} share a peer id");
+        }
+    }
+    // The ledger in the API holds exactly these grants.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    let cm = cms
+        .get(fabric_api::names::config_map::IPAM_LEDGER)
+        .await
+        .unwrap();
+    let stored = Ledger::from_data(cm.data.as_ref()).unwrap();
+    for (k, g) in &all {
+        assert_eq!(stored.ids.get(k), Some(&g.id), "{k}");
+        assert_eq!(stored.grants.get(&format!("{k}/pod")), Some(&g.pod), "{k}");
+    }
+    assert_eq!(stored.grants.len(), all.len() * 2);
+}

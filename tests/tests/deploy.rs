@@ -74,6 +74,12 @@ fn manifests_apply_with_least_privilege() {
             "delete",
             "networks.networking.fabric.io",
         ),
+        // IPAM's ledger, and no other ConfigMap.
+        (
+            "fabric-controller",
+            "update",
+            "configmaps/fabric-ipam-ledger",
+        ),
         // Discovery.
         (
             "fabric-controller",
@@ -310,6 +316,11 @@ fn manifests_apply_with_least_privilege() {
         ),
         ("fabric-agent", "create", "pods"),
         ("fabric-controller", "get", "secrets"),
+        (
+            "fabric-controller",
+            "update",
+            "configmaps/fabric-gateway-identity",
+        ),
         ("fabric-auth", "delete", "namespaces"),
         (
             "fabric-sharing",

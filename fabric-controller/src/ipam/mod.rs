@@ -1,10 +1,12 @@
 //! The IPAM controller: for every peer `Configuration`, grants the CIDRs under which this
 //! cluster sees the peer's pod and external networks, and a data-plane peer id.
 //!
-//! Grants are persisted as `Network` objects (owned by the Configuration) before the
-//! Configuration's status shows them, and the in-memory [`Ipam`] is rebuilt from them on
-//! start, so a restart never hands out a CIDR twice. Allocation runs under one lock, so
-//! concurrent peerings cannot race for the same block.
+//! Every grant is made in the ledger ([`ledger`], the ConfigMap `fabric-ipam-ledger`) before
+//! anything shows it, computed from the ledger as stored and written back conditionally on its
+//! resourceVersion ([`store`]): two replicas that both believe they lead (one paused or cut
+//! off past the Lease) cannot grant the same range, the stale one's write fails and it grants
+//! again from what the other wrote. Grants are also recorded as `Network` objects (owned by
+//! the Configuration) for people and tools; the ledger is made from them when it is missing.
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use fabric_api::{
@@ -13,7 +15,6 @@ use fabric_api::{
         ClusterCidrs, Configuration, ConfigurationStatus, Network, NetworkSpec, NetworkStatus,
     },
 };
-use fabric_ipam::{Ipam, IpamError};
 use fabric_kube::{
     Election, FieldManager,
     lease::{Led, run_while_leading},
@@ -32,8 +33,10 @@ use kube::{
         watcher,
     },
 };
-use tokio::sync::Mutex;
 use tracing::{info, warn};
+
+pub mod ledger;
+pub mod store;
 
 /// Everything IPAM writes (Configuration status, `Network` records, `IP` status).
 pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::IPAM);
@@ -46,6 +49,10 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("{0}")]
     Invalid(String),
+    #[error("IPAM ledger: {0}")]
+    Ledger(#[from] ledger::Unreadable),
+    #[error("the IPAM ledger kept changing under this replica (another replica allocating?)")]
+    Contended,
 }
 
 /// What the cluster itself uses, and where remapped CIDRs come from.
@@ -60,82 +67,14 @@ pub struct Settings {
     pub largest_claim: u8,
 }
 
-/// Allocation state, rebuilt from the API on start.
-pub struct State {
-    ipam: Ipam,
-    /// Configuration key ("ns/name") -> data-plane peer id.
-    ids: BTreeMap<String, u32>,
-}
-
-impl State {
-    fn allocate_id(&mut self, key: &str) -> Result<u32, Error> {
-        if let Some(id) = self.ids.get(key) {
-            return Ok(*id);
-        }
-        let id = (1..4096u32)
-            .find(|i| !self.ids.values().any(|v| v == i))
-            .ok_or_else(|| Error::Invalid("all 4095 peer ids are in use".into()))?;
-        self.ids.insert(key.to_owned(), id);
-        Ok(id)
-    }
-}
-
 pub struct Ctx {
     pub client: Client,
-    pub state: Mutex<State>,
+    pub settings: Settings,
+    pub ledger: store::Store,
 }
 
 fn key(cfg: &Configuration) -> String {
     format!("{}/{}", cfg.namespace().unwrap_or_default(), cfg.name_any())
-}
-
-fn owner(key: &str, role: &str) -> String {
-    format!("{key}/{role}")
-}
-
-/// Rebuilds the state from the `Network` objects and Configuration statuses in the API.
-pub async fn restore(client: &Client, settings: &Settings) -> Result<State, Error> {
-    let mut ipam = Ipam::new(settings.pools.clone(), settings.reserved.clone())
-        .map_err(|e| Error::Invalid(e.to_string()))?
-        .with_largest_claim(settings.largest_claim);
-    let nets: Api<Network> = Api::namespaced(client.clone(), &settings.namespace);
-    for n in nets
-        .list(&ListParams::default().labels(label::CONFIGURATION))
-        .await?
-    {
-        let (Some(cfg), Some(role)) = (
-            n.labels().get(label::CONFIGURATION),
-            n.labels().get(label::ROLE),
-        ) else {
-            continue;
-        };
-        let Some(granted) = n.status.as_ref().and_then(|s| s.cidr.as_ref()) else {
-            continue;
-        };
-        let k = format!("{}/{cfg}", n.namespace().unwrap_or_default());
-        match granted.parse::<Ipv4Network>() {
-            Ok(c) => {
-                if let Err(e) = ipam.restore(&owner(&k, role), c) {
-                    // It will be re-allocated when its Configuration is reconciled.
-                    warn!(network = %n.name_any(), error = %e, "grant no longer valid");
-                }
-            }
-            Err(e) => warn!(network = %n.name_any(), error = %e, "unreadable grant"),
-        }
-    }
-    let mut ids = BTreeMap::new();
-    let cfgs: Api<Configuration> = Api::namespaced(client.clone(), &settings.namespace);
-    for c in cfgs.list(&ListParams::default()).await? {
-        if let Some(id) = c.status.as_ref().and_then(|s| s.peer_id) {
-            ids.insert(key(&c), id as u32);
-        }
-    }
-    info!(
-        grants = ipam.grants().len(),
-        peer_ids = ids.len(),
-        "IPAM state restored"
-    );
-    Ok(State { ipam, ids })
 }
 
 /// The Ready condition to apply, from `current`: its lastTransitionTime only moves when its
@@ -264,17 +203,17 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
     };
     // Read afresh on every allocation: a node added since must never be covered by a grant.
     let in_use = in_use(&ctx.client).await?;
-    let mut st = ctx.state.lock().await;
-    st.ipam.set_in_use(in_use);
-    let granted: Result<(Ipv4Network, Ipv4Network), IpamError> = (|| {
-        let p = st.ipam.allocate(&owner(&k, "pod"), pod)?;
-        let e = st.ipam.allocate(&owner(&k, "external"), ext)?;
-        Ok((p, e))
-    })();
-    let (gp, ge) = match granted {
+    let granted = ctx
+        .ledger
+        .update(|l| l.grant(&ctx.settings, &in_use, &k, pod, ext))
+        .await?;
+    let ledger::Grant {
+        pod: gp,
+        external: ge,
+        id,
+    } = match granted {
         Ok(g) => g,
         Err(e) => {
-            drop(st);
             let status = ConfigurationStatus {
                 conditions: ready(conditions, false, "IPAMFailed", e.to_string(), generation),
                 observed_generation: generation,
@@ -284,11 +223,8 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
-    let id = st.allocate_id(&k)?;
-    // Persist while holding the lock: the grant is durable before anyone else allocates.
     persist(&ctx.client, &cfg, "pod", pod, gp).await?;
     persist(&ctx.client, &cfg, "external", ext, ge).await?;
-    drop(st);
     let status = ConfigurationStatus {
         remote: Some(ClusterCidrs {
             pod: gp.to_string(),
@@ -312,7 +248,6 @@ async fn cleanup(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
     let k = key(&cfg);
     let ns = cfg.namespace().unwrap_or_default();
     let nets: Api<Network> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut st = ctx.state.lock().await;
     for role in ["pod", "external"] {
         match nets
             .delete(&format!("{}-{role}", cfg.name_any()), &Default::default())
@@ -322,9 +257,14 @@ async fn cleanup(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
-        st.ipam.release(&owner(&k, role));
     }
-    st.ids.remove(&k);
+    ctx.ledger
+        .update(|l| {
+            l.release(&k);
+            Ok::<_, std::convert::Infallible>(())
+        })
+        .await?
+        .unwrap_or_else(|never| match never {});
     info!(configuration = %k, "released CIDRs and peer id");
     Ok(Action::await_change())
 }
@@ -347,38 +287,44 @@ fn error_policy(cfg: Arc<Configuration>, err: &Error, _: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs `work` (the IPAM and IP controllers) only while this replica holds the Lease
-/// `election.lease`: a standby waits, and a leader that sees another holder exits, so that a
-/// restart restores its state from the API again rather than allocating from a stale copy.
-pub async fn run_elected<F>(
+/// Runs the work `start` makes (the IPAM and IP controllers, ...) only while this replica
+/// holds the Lease `election.lease`: a standby waits; a leader that stops leading (another
+/// holder, or no renewal accepted within the renew deadline) drops the work and waits again,
+/// and starts it afresh from the API when it leads again, never carrying on from a copy that
+/// another leader may have made stale.
+pub async fn run_elected<F, W>(
     client: Client,
     namespace: &str,
     election: Election,
-    work: F,
+    mut start: F,
 ) -> anyhow::Result<()>
 where
-    F: std::future::Future<Output = anyhow::Result<()>>,
+    F: FnMut() -> W,
+    W: std::future::Future<Output = anyhow::Result<()>>,
 {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client, namespace);
-    let lease = election.lease.clone();
-    match run_while_leading(leases, election, work).await {
-        Led::Done(r) => r,
-        Led::Interrupted => Ok(()),
-        Led::Lost => Err(anyhow::anyhow!(
-            "another replica took the Lease {lease}; exiting to restart as a standby"
-        )),
+    loop {
+        match run_while_leading(leases.clone(), election.clone(), start()).await {
+            Led::Done(r) => return r,
+            Led::Interrupted => return Ok(()),
+            Led::Lost => warn!(
+                lease = %election.lease,
+                "stopped leading: the work is dropped until this replica leads again"
+            ),
+        }
     }
 }
 
-/// Restores state, then reconciles Configurations until the stream ends.
+/// Reconciles the Configurations of the fabric's namespace until the stream ends, granting
+/// through the ledger there.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
-    let state = restore(&client, &settings).await?;
-    let ctx = Arc::new(Ctx {
-        client: client.clone(),
-        state: Mutex::new(state),
-    });
     let cfgs: Api<Configuration> = Api::namespaced(client.clone(), &settings.namespace);
-    let nets: Api<Network> = Api::namespaced(client, &settings.namespace);
+    let nets: Api<Network> = Api::namespaced(client.clone(), &settings.namespace);
+    let ctx = Arc::new(Ctx {
+        ledger: store::Store::new(client.clone(), &settings.namespace),
+        client,
+        settings,
+    });
     Controller::new(cfgs, watcher::Config::default())
         .owns(nets, watcher::Config::default())
         .shutdown_on_signal()
