@@ -240,7 +240,8 @@ pub async fn elect_fit(
                 &e,
             );
         }
-        publish(tenure.leading(e.renew_deadline, std::time::Instant::now()));
+        // An unfit holder whose hand-over failed still holds the Lease, but does not lead.
+        publish(tenure.leading(e.renew_deadline, std::time::Instant::now()) && is_fit);
     }
 }
 

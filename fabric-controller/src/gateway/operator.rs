@@ -134,9 +134,14 @@ impl Operator {
                 info!("{what}: gateway configuration applied");
                 self.written.config = Some(config);
             }
+            // It read the file and applied what it could: asking again would not do better.
+            Err(e @ fabric_gateway_api::control::ClientError::Refused { .. }) => {
+                warn!(error = %e, "gateway reload");
+                self.written.config = Some(config);
+            }
             // Not running yet (it reads the file when it starts), or hung: asked again at the
             // next pass, so a gateway that hung while this replica gave the Lease up does not
-            // go on with the active configuration.
+            // go on with the active configuration once it wakes.
             Err(e) => warn!(error = %e, "gateway reload"),
         }
         Ok(())
