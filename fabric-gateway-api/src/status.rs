@@ -321,7 +321,32 @@ mod tests {
                     &fabric_common::Counters::default(),
                 )),
             }],
+            problems: vec![],
         }
+    }
+
+    #[test]
+    fn problems_are_typed_and_absent_when_there_are_none() {
+        let ok = sample();
+        let json = serde_json::to_string(&ok).unwrap();
+        assert!(!json.contains("problems"), "{json}");
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), ok);
+        let broken = Status {
+            problems: vec![Problem::ThreadStopped {
+                thread: "fgw-udp".into(),
+            }],
+            ..ok
+        };
+        let json = serde_json::to_string(&broken).unwrap();
+        assert!(
+            json.contains(r#""problems":[{"problem":"thread_stopped","thread":"fgw-udp"}]"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), broken);
+        assert_eq!(
+            broken.problems[0].to_string(),
+            "packet thread fgw-udp stopped"
+        );
     }
 
     #[test]

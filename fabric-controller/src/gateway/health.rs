@@ -84,7 +84,8 @@ pub async fn watch(gateway: Client, every: Duration, grace: Duration, fit: watch
             }
             last = Some(ok);
         }
-        fit.send_replace(ok);
+        // Only a change wakes the election up (each wake-up is a round of Lease requests).
+        fit.send_if_modified(|was| std::mem::replace(was, ok) != ok);
         if fit.is_closed() {
             return;
         }
