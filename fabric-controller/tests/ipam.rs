@@ -352,6 +352,7 @@ async fn two_leaders_never_grant_the_same_range() {
     server.install_crds();
     let client = server.client().await;
     let settings = Settings {
+        namespace: "default".into(),
         pools: vec!["10.64.0.0/12".parse().unwrap()],
         reserved: ["10.244.0.0/16", "10.96.0.0/12", "10.70.0.0/16"]
             .iter()

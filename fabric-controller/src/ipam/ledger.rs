@@ -127,6 +127,7 @@ mod tests {
 
     fn settings() -> Settings {
         Settings {
+            namespace: "fabric-system".into(),
             pools: vec!["10.64.0.0/12".parse().unwrap()],
             reserved: vec![
                 "10.244.0.0/16".parse().unwrap(),
