@@ -2,7 +2,7 @@
 //! ShadowPods (through the identity, rebuilt when the identity Secret changes) and the
 //! peer's Configuration (the remap of its pod CIDR); carries out [`decide`]'s steps and
 //! writes [`status`]'s home status.
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use fabric_api::{
@@ -37,10 +37,14 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide::{self, Remote, Step},
+    queue::Queue,
     status::{self, Context, Seen},
     translate::Remap,
 };
 use crate::run::FIELD_MANAGER;
+
+/// Pods synced at the same time (each a few calls to either API).
+const SYNCS: usize = 32;
 
 /// Whether the node is Ready (the provider and the tunnel answer), and why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -638,16 +642,30 @@ pub async fn run(
     };
     let mut resync = tokio::time::interval(opts.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut dirty: BTreeSet<Key> = BTreeSet::new();
+    // Pods are synced as they come, up to SYNCS at a time, while the watches go on being
+    // read: a burst of bindings is offloaded side by side, not one event per round.
+    let mut queue: Queue<Key> = Queue::default();
+    let mut syncs = futures::stream::FuturesUnordered::new();
     loop {
+        if store.wait_until_ready().now_or_never().is_some() {
+            while syncs.len() < SYNCS {
+                let Some(k) = queue.start() else { break };
+                let l = &l;
+                syncs.push(async move {
+                    l.sync(&k).await;
+                    k
+                });
+            }
+        }
         let mut all = false;
         tokio::select! {
+            Some(k) = syncs.next(), if !syncs.is_empty() => queue.done(&k),
             ev = pod_events.next() => match ev {
-                Some(Ok(p)) => { dirty.insert((p.namespace().unwrap_or_default(), p.name_any())); }
+                Some(Ok(p)) => queue.push((p.namespace().unwrap_or_default(), p.name_any())),
                 Some(Err(e)) => warn!(error = %e, "watching the pods bound to the node"),
                 None => anyhow::bail!("the pod watch ended"),
             },
-            k = touched_rx.recv() => { dirty.extend(k); }
+            Some(k) = touched_rx.recv() => queue.push(k),
             r = provider_rx.changed() => { r.context("the provider follower ended")?; all = true; }
             r = config.changed() => { r.context("the Configuration watch ended")?; all = true; }
             r = ready_rx.changed() => { r.context("the node loop ended")?; all = true; }
@@ -656,26 +674,10 @@ pub async fn run(
                 l.collect_orphans().await;
             }
         }
-        while let Ok(k) = touched_rx.try_recv() {
-            dirty.insert(k);
-        }
         if all {
-            dirty.extend(
-                store
-                    .state()
-                    .iter()
-                    .map(|p| (p.namespace().unwrap_or_default(), p.name_any())),
-            );
+            for p in store.state() {
+                queue.push((p.namespace().unwrap_or_default(), p.name_any()));
+            }
         }
-        if store.wait_until_ready().now_or_never().is_none() {
-            continue;
-        }
-        let batch = std::mem::take(&mut dirty);
-        futures::stream::iter(batch)
-            .for_each_concurrent(16, |k| {
-                let l = &l;
-                async move { l.sync(&k).await }
-            })
-            .await;
     }
 }
