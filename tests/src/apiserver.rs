@@ -279,6 +279,13 @@ impl ApiServer {
     }
 }
 
+impl ApiServer {
+    /// The pids of this server's daemons (kubelite, etcd), when this process started them.
+    pub fn daemon_pids(&self) -> Vec<i32> {
+        self.run_dir.as_deref().map(daemon_pids).unwrap_or_default()
+    }
+}
+
 /// The pids of the daemons the start script left running in `dir`.
 fn daemon_pids(dir: &Path) -> Vec<i32> {
     ["kubelite.pid", "etcd.pid"]

@@ -6,6 +6,7 @@
 //! - `demo`: setup, build, run the two-cluster demo in network namespaces.
 //! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
 //! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
+//! - `bench peering`, `bench offload`: build, time the sharing layer on two API servers.
 //! - `codegen`: regenerate deploy/crds from the Rust API types.
 //! - `fuzz`: run one of the fuzz targets in fuzz/ (cargo-fuzz, nightly) from its seeds.
 //!
@@ -44,6 +45,9 @@ tasks:
   bench peering     build, time `fabricctl peer out-of-band` to the virtual node Ready (p50 of
                     5 runs), memory of 50 peers' virtual kubelets and the controllers
                     (extra args go to fabric-bench, e.g. `-- --runs 10 --memory-peers 0`)
+  bench offload     build, time pods bound to the virtual node until Running at home (p50, p99,
+                    all) for 1, 100, 1000 pods against the same burst on the provider's own
+                    (hollow) node, and the virtual kubelet's memory (e.g. `-- --sizes 1,100`)
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
   fuzz --list       list the fuzz targets (fuzz/, built by cargo-fuzz on the nightly toolchain)
   fuzz TARGET [--time SECONDS] [-- LIBFUZZER-ARGS]
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
             Some("gateway") => bench_gateway(&args[2..]),
             Some("control") => bench_control(),
             Some("peering") => bench_peering(&args[2..]),
+            Some("offload") => bench_offload(&args[2..]),
             _ => {
                 eprint!("{USAGE}");
                 return ExitCode::from(2);
@@ -618,6 +623,16 @@ fn bench_peering(args: &[String]) -> Result<ExitCode> {
     build_bins(&[])?;
     step("bench peering");
     let mut a = vec!["peering".to_owned()];
+    a.extend(args.iter().filter(|a| *a != "--").cloned());
+    run_child(&target_dir().join("debug/fabric-bench"), &a)
+}
+
+/// Needs no root: two API servers, processes on the host and a hollow test node.
+fn bench_offload(args: &[String]) -> Result<ExitCode> {
+    step("build: all binaries");
+    build_bins(&[])?;
+    step("bench offload");
+    let mut a = vec!["offload".to_owned()];
     a.extend(args.iter().filter(|a| *a != "--").cloned());
     run_child(&target_dir().join("debug/fabric-bench"), &a)
 }

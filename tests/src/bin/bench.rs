@@ -4,6 +4,8 @@
 //! `control`); see `fabric_tests::bench_operator`.
 //! `fabric-bench peering [--runs N] [--memory-peers N]`: see `fabric_tests::bench_peering`
 //! (`cargo xtask bench peering`).
+//! `fabric-bench offload [--sizes 1,100,1000]`: see `fabric_tests::bench_offload` (`cargo xtask
+//! bench offload`).
 use std::process::ExitCode;
 
 use fabric_tests::{bench, install_interrupt_handler, is_root};
@@ -11,12 +13,15 @@ use fabric_tests::{bench, install_interrupt_handler, is_root};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str);
-    if !matches!(which, Some("datapath" | "control" | "operator" | "peering"))
-        || args.iter().any(|a| a == "-h" || a == "--help")
+    if !matches!(
+        which,
+        Some("datapath" | "control" | "operator" | "peering" | "offload")
+    ) || args.iter().any(|a| a == "-h" || a == "--help")
     {
         eprintln!(
             "usage: fabric-bench datapath [--quick] | fabric-bench control | fabric-bench operator \
-             | fabric-bench peering [--runs N] [--memory-peers N]"
+             | fabric-bench peering [--runs N] [--memory-peers N] \
+             | fabric-bench offload [--sizes 1,100,1000]"
         );
         return ExitCode::from(2);
     }
@@ -35,6 +40,34 @@ fn main() -> ExitCode {
             opts.memory_peers = n;
         }
         return match fabric_tests::bench_peering::run(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabric-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if which == Some("offload") {
+        // Two API servers and processes on the host, a hollow test node: no root needed.
+        install_interrupt_handler();
+        let mut opts = fabric_tests::bench_offload::Options::default();
+        if let Some(i) = args.iter().position(|a| a == "--sizes") {
+            let sizes: Result<Vec<usize>, _> = args
+                .get(i + 1)
+                .map(String::as_str)
+                .unwrap_or_default()
+                .split(',')
+                .map(str::parse)
+                .collect();
+            match sizes {
+                Ok(s) if !s.is_empty() && !s.contains(&0) => opts.sizes = s,
+                _ => {
+                    eprintln!("fabric-bench offload: --sizes wants pod counts, e.g. 1,100,1000");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        return match fabric_tests::bench_offload::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabric-bench: {e:#}");

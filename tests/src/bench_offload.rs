@@ -1,0 +1,849 @@
+//! `fabric-bench offload`: how long a pod bound to the virtual node takes to show Running at
+//! home, against the same burst bound to one of the provider's own nodes, and what the virtual
+//! kubelet weighs with many offloaded pods.
+//!
+//! Two test API servers on the host with RBAC enforced, as `tests/tests/offload.rs`: the
+//! consumer runs `fabric-controller virtual-nodes` and the virtual kubelet it deploys (as its
+//! ServiceAccount, through [`crate::deployments`]), with graceful pod deletion on; the provider
+//! runs `fabric-controller sharing` (the ShadowPod controller) and one test node in **hollow**
+//! mode (`fabric-test-node --hollow`: a pod is reported Running with an address, no namespace
+//! and no process, so a thousand pods cost the machine no more than their API objects).
+//! No scheduler is measured: the bench binds pods itself through `pods/binding`, the home pods
+//! to the virtual node and, playing a scheduler that decides at once, the provider's unbound
+//! pods (the ShadowPods' real pods) to the hollow node.
+//!
+//! For each burst size N: N pods created unbound at home, then bound to the virtual node
+//! together; per pod, the time from its binding to `Running` as the consumer's API shows it
+//! (p50, p99) and the time until all N run. Then the same burst in a namespace of the provider
+//! bound to its hollow node, and the ratio offloaded/local. After the largest burst, the
+//! virtual kubelet's resident memory (from /proc) with those pods offloaded. Between bursts the
+//! pods are deleted at home (through the provider) and the deletion timed. Nothing is asserted
+//! about time: the figures are printed beside their targets.
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    process::Command,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use fabric_api::{
+    names,
+    offloading::v1alpha1::{ShadowPod, VirtualNode, VirtualNodeSpec},
+};
+use fabric_sharing::{identity, virtual_node::objects};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::{
+    ChildGuard,
+    apiserver::ApiServer,
+    check_interrupt,
+    deployments::{self, Deployments},
+    die_with_parent, locate_bin, sharing,
+};
+
+const NS: &str = names::DEFAULT_NAMESPACE;
+const CONSUMER: &str = "cluster-a";
+const PROVIDER: &str = "cluster-b";
+const VIRTUAL_NODE: &str = "fabric-cluster-b";
+const HOLLOW_NODE: &str = "worker-1";
+/// API calls the bench itself makes at once (creating, binding, deleting pods).
+const CONCURRENCY: usize = 32;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Burst sizes, in order; the virtual kubelet is weighed after the last.
+    pub sizes: Vec<usize>,
+    /// How long one burst may take to be all Running before the bench gives up.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            sizes: vec![1, 100, 1000],
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// VmRSS of a process, KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+#[track_caller]
+fn apply(api: &ApiServer, obj: &Value) -> Result<()> {
+    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
+    if !o.status.success() {
+        bail!("apply {obj}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    Ok(())
+}
+
+fn spawn(
+    bin: &str,
+    args: &[String],
+    kubeconfig: &std::path::Path,
+    log: PathBuf,
+) -> Result<ChildGuard> {
+    let log = std::fs::File::create(log)?;
+    let mut c = Command::new(locate_bin(bin)?);
+    c.args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info")
+        .env("POD_NAME", "controller-0")
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    Ok(ChildGuard(die_with_parent(&mut c).spawn()?))
+}
+
+struct Stack {
+    consumer: ApiServer,
+    provider: ApiServer,
+    c: Client,
+    p: Client,
+    deployments: Deployments,
+    /// The provider's `sharing` and test node.
+    children: Vec<ChildGuard>,
+    binder: JoinHandle<()>,
+    dir: PathBuf,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.binder.abort();
+    }
+}
+
+impl Stack {
+    fn logs(&self) -> String {
+        let tail = |f: &str| {
+            let text = std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            format!(
+                "--- {f} ---\n{}\n",
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            )
+        };
+        let mut s = String::new();
+        for f in [
+            "consumer-virtual-nodes.log",
+            "provider-sharing.log",
+            "provider-test-node.log",
+        ] {
+            s.push_str(&tail(f));
+        }
+        s.push_str(&self.deployments.report());
+        s
+    }
+}
+
+/// Binds every unbound pod of the tenant namespace (the ShadowPods' real pods) to the hollow
+/// node as soon as it is seen: a scheduler that costs nothing, so that the bursts measure the
+/// offloading path.
+async fn binder(p: Client) {
+    let pods: Api<Pod> = Api::namespaced(p.clone(), &names::namespace::tenant(CONSUMER));
+    let bound: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let stream = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    stream
+        .for_each_concurrent(CONCURRENCY, |ev| {
+            let (p, bound) = (p.clone(), bound.clone());
+            async move {
+                let Ok(pod) = ev else { return };
+                let unbound = pod
+                    .spec
+                    .as_ref()
+                    .is_some_and(|s| s.node_name.as_deref().unwrap_or_default().is_empty());
+                let Some(uid) = pod.uid() else { return };
+                if !unbound
+                    || pod.metadata.deletion_timestamp.is_some()
+                    || !bound.lock().unwrap_or_else(|e| e.into_inner()).insert(uid)
+                {
+                    return;
+                }
+                let api: Api<Pod> = Api::namespaced(p, &pod.namespace().unwrap_or_default());
+                let _ = bind(&api, &pod, HOLLOW_NODE).await;
+            }
+        })
+        .await;
+}
+
+async fn bind(api: &Api<Pod>, pod: &Pod, node: &str) -> Result<()> {
+    let name = pod.name_any();
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": { "name": name, "uid": pod.uid() },
+        "target": { "apiVersion": "v1", "kind": "Node", "name": node },
+    });
+    api.create_subresource::<_, Value>("binding", &name, &PostParams::default(), &binding)
+        .await
+        .with_context(|| format!("binding {name} to {node}"))?;
+    Ok(())
+}
+
+fn ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn until<F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let t0 = Instant::now();
+    loop {
+        check_interrupt()?;
+        if f().await.unwrap_or(false) {
+            return Ok(());
+        }
+        if t0.elapsed() > timeout {
+            bail!("{what}: not within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
+    let dir = fabric_netns::testbed::scratch_dir("bench-offload");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+
+    // The provider: the consumer's tenant and identity, the ShadowPod controller, a hollow
+    // node with room for every burst.
+    let provider = ApiServer::start_with_auth("bench-offload-p");
+    provider.install_crds();
+    crate::auth_service::prepare_cluster(&provider, PROVIDER);
+    let p = rt.block_on(provider.client());
+    rt.block_on(sharing::admit_tenant(&p, CONSUMER))?;
+    let creds = sharing::consumer_credentials(&provider, CONSUMER)?;
+    let mut children = vec![spawn(
+        "fabric-controller",
+        &["sharing".into()],
+        &provider.kubeconfig,
+        dir.join("provider-sharing.log"),
+    )?];
+    let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    children.push(spawn(
+        "fabric-test-node",
+        &[
+            s(&["--node-name", HOLLOW_NODE, "--node-ip", "127.0.0.1"]),
+            s(&["--kubelet-port", &free_port()?.to_string()]),
+            s(&[
+                "--pod-cidr",
+                "10.244.0.0/16",
+                "--hollow",
+                "--max-pods",
+                "5000",
+            ]),
+            s(&["--cpu", "1000", "--memory", "4000Gi"]),
+            s(&["--root-dir", &dir.join("node").display().to_string()]),
+        ]
+        .concat(),
+        &provider.kubeconfig,
+        dir.join("provider-test-node.log"),
+    )?);
+
+    // The consumer: what the sharing and network layers have made by the time a VirtualNode
+    // exists (the provider connected, its pod CIDR remapped), and the VirtualNode controller.
+    let consumer = ApiServer::start_with_auth_args("bench-offload-c", "--graceful-pod-deletion");
+    consumer.install_crds();
+    consumer.kubectl_ok(&["create", "namespace", NS]);
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
+                 "metadata": { "name": PROVIDER },
+                 "spec": { "clusterId": PROVIDER, "role": "Provider" } }),
+    )?;
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER } }),
+    )?;
+    consumer.kubectl_ok(&[
+        "patch",
+        "connection",
+        PROVIDER,
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"value":"Connected"}}"#,
+    ]);
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER,
+                           "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } } }),
+    )?;
+    consumer.kubectl_ok(&[
+        "patch",
+        "configuration",
+        PROVIDER,
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"remote":{"pod":"10.71.0.0/16","external":"10.72.0.0/16"}}}"#,
+    ]);
+    children.push(spawn(
+        "fabric-controller",
+        &s(&[
+            "virtual-nodes",
+            "--virtual-kubelet-image",
+            "fabric-virtual-kubelet:bench",
+        ]),
+        &consumer.kubeconfig,
+        dir.join("consumer-virtual-nodes.log"),
+    )?);
+    let deployments = Deployments::start(deployments::Options {
+        admin_kubeconfig: consumer.kubeconfig.clone(),
+        component_kubeconfig: consumer.kubeconfig.clone(),
+        selector: format!("{}={}", objects::APP_LABEL, objects::APP),
+        netns: None,
+        pod_ip: "127.0.0.1".into(),
+        dir: dir.join("pods"),
+    })?;
+    let secret = identity::secret(NS, PROVIDER, &creds);
+    apply(&consumer, &serde_json::to_value(&secret)?)?;
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER, "nodeName": VIRTUAL_NODE, "identity": PROVIDER,
+                           "resources": { "cpu": "1000", "memory": "4000Gi", "pods": "5000" } } }),
+    )?;
+    let c = rt.block_on(consumer.client());
+    let binder = rt.spawn(binder(p.clone()));
+    Ok(Stack {
+        consumer,
+        provider,
+        c,
+        p,
+        deployments,
+        children,
+        binder,
+        dir,
+    })
+}
+
+/// The pod a burst is made of: bound later, tolerating the virtual node's taint.
+fn burst_pod(name: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "labels": { "app": "bench" } },
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }],
+            "containers": [{ "name": "main", "image": "echo",
+                             "command": ["fabric-test-pod", "echo", "--port", "8080"] }],
+        },
+    }))?)
+}
+
+/// What one burst measured.
+struct Burst {
+    /// Per pod, from its binding to Running, sorted.
+    latencies: Vec<Duration>,
+    /// From the first binding to the last pod Running.
+    all: Duration,
+    /// Per stage on the way, from each pod's binding to that stage, sorted.
+    stages: Vec<(&'static str, Vec<Duration>)>,
+    /// CPU seconds each component used meanwhile.
+    cpu: Vec<(&'static str, f64)>,
+}
+
+impl Burst {
+    fn line(&self) -> String {
+        format!(
+            "p50 {}, p99 {}, all {} Running after {}",
+            secs(percentile(&self.latencies, 0.5)),
+            secs(percentile(&self.latencies, 0.99)),
+            self.latencies.len(),
+            secs(self.all)
+        )
+    }
+
+    fn details(&self) -> String {
+        let mut s = String::new();
+        for (label, d) in &self.stages {
+            if !d.is_empty() {
+                s.push_str(&format!(
+                    "          {label:<34} p50 {}, p99 {}\n",
+                    secs(percentile(d, 0.5)),
+                    secs(percentile(d, 0.99))
+                ));
+            }
+        }
+        let cpu: Vec<String> = self
+            .cpu
+            .iter()
+            .map(|(label, s)| format!("{label} {s:.1}"))
+            .collect();
+        s.push_str(&format!(
+            "          CPU seconds meanwhile: {}",
+            cpu.join(", ")
+        ));
+        s
+    }
+}
+
+/// A step on the offloaded pods' way, watched on the provider: when each home pod's
+/// ShadowPod or real pod was first seen in the state that counts.
+struct Stage {
+    label: &'static str,
+    client: Client,
+    /// The home namespace (the provider's objects are named `<namespace>.<name>`).
+    home_ns: String,
+    shadow: bool,
+}
+
+type Seen = (Arc<Mutex<HashMap<String, Instant>>>, JoinHandle<()>);
+
+impl Stage {
+    async fn start(&self) -> Seen {
+        let tenant = names::namespace::tenant(CONSUMER);
+        let prefix = format!("{}.", self.home_ns);
+        let home = move |name: String| name.strip_prefix(&prefix).map(str::to_owned);
+        if self.shadow {
+            let api: Api<ShadowPod> = Api::namespaced(self.client.clone(), &tenant);
+            first_seen(api, move |s: &ShadowPod| {
+                let phase = s.status.as_ref().and_then(|s| s.phase.as_deref());
+                (phase == Some("Running"))
+                    .then(|| home(s.name_any()))
+                    .flatten()
+            })
+            .await
+        } else {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &tenant);
+            first_seen(api, move |p: &Pod| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                (phase == Some("Running"))
+                    .then(|| home(p.name_any()))
+                    .flatten()
+            })
+            .await
+        }
+    }
+}
+
+/// Watches `api` and records, per key `key_of` gives, when it was first given one; returns
+/// once the watch has listed what exists.
+async fn first_seen<K, F>(api: Api<K>, key_of: F) -> Seen
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: Fn(&K) -> Option<String> + Send + 'static,
+{
+    let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+    let task = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let mut synced = Some(synced_tx);
+            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+            while let Some(ev) = s.next().await {
+                let obj = match ev {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                if let Some(k) = key_of(&obj) {
+                    seen.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(k)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    let _ = synced_rx.await;
+    (seen, task)
+}
+
+/// CPU time (user and system) of processes, in seconds.
+fn cpu_secs(pids: &[i32]) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    pids.iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the command (which may hold spaces), from field 3 on.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64)
+        })
+        .sum::<f64>()
+        / hz
+}
+
+/// Creates `n` pods in `ns` of `client`'s cluster, binds them all to `node` at once, and
+/// times each from its binding to Running as that cluster's API shows it.
+async fn burst(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    node: &str,
+    extra: Vec<Stage>,
+    cpu: &[(&'static str, Vec<i32>)],
+    timeout: Duration,
+) -> Result<Burst> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let nso: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns } }))?;
+    namespaces.create(&PostParams::default(), &nso).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let names: Vec<String> = (0..n).map(|i| format!("p{i:04}")).collect();
+    let created: Vec<Pod> = futures::stream::iter(names.iter())
+        .map(|name| {
+            let pods = pods.clone();
+            async move {
+                pods.create(&PostParams::default(), &burst_pod(name)?)
+                    .await
+                    .with_context(|| format!("creating {name}"))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await?;
+
+    // Running as the API shows it, seen through watches started before the first binding.
+    let (running, watch) = first_seen(pods.clone(), |p: &Pod| {
+        (p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .then(|| p.name_any())
+    })
+    .await;
+    let mut stages = Vec::new();
+    for st in extra {
+        stages.push((st.label, st.start().await));
+    }
+    let cpu0 = cpu
+        .iter()
+        .map(|(_, pids)| cpu_secs(pids))
+        .collect::<Vec<_>>();
+    let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let t0 = Instant::now();
+    futures::stream::iter(created.iter())
+        .map(|pod| {
+            let (pods, bound_at) = (pods.clone(), bound_at.clone());
+            async move {
+                let at = Instant::now();
+                bind(&pods, pod, node).await?;
+                bound_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(pod.name_any(), at);
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<()>()
+        .await?;
+    let r = until(&format!("{n} pods Running in {ns}"), timeout, || async {
+        Ok(running.lock().unwrap_or_else(|e| e.into_inner()).len() >= n)
+    })
+    .await;
+    watch.abort();
+    r?;
+    // What each stage had seen by then (its own last change may come after the home's).
+    let stage_times: Vec<(&'static str, HashMap<String, Instant>)> = stages
+        .into_iter()
+        .map(|(label, (seen, task))| {
+            task.abort();
+            let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            (label, seen)
+        })
+        .collect();
+    let cpu = cpu
+        .iter()
+        .zip(cpu0)
+        .map(|((label, pids), before)| (*label, cpu_secs(pids) - before))
+        .collect();
+    let running = running.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let bound_at = bound_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut latencies: Vec<Duration> = bound_at
+        .iter()
+        .map(|(name, at)| running[name].saturating_duration_since(*at))
+        .collect();
+    latencies.sort();
+    let stages = stage_times
+        .into_iter()
+        .map(|(label, seen)| {
+            let mut d: Vec<Duration> = bound_at
+                .iter()
+                .filter_map(|(name, at)| Some(seen.get(name)?.saturating_duration_since(*at)))
+                .collect();
+            d.sort();
+            (label, d)
+        })
+        .collect();
+    let last = running.values().max().copied().unwrap_or(t0);
+    Ok(Burst {
+        latencies,
+        all: last.saturating_duration_since(t0),
+        stages,
+        cpu,
+    })
+}
+
+/// Deletes every pod of `ns` and waits until they, and the ShadowPods of the tenant
+/// namespace, are gone.
+async fn clear(stack: &Stack, client: &Client, ns: &str, timeout: Duration) -> Result<Duration> {
+    let t0 = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let names: Vec<String> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    futures::stream::iter(names.iter())
+        .map(|name| {
+            let pods = pods.clone();
+            async move {
+                match pods.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<()>()
+        .await?;
+    let shadows: Api<ShadowPod> =
+        Api::namespaced(stack.p.clone(), &names::namespace::tenant(CONSUMER));
+    until(&format!("the pods of {ns} deleted"), timeout, || async {
+        Ok(pods
+            .list(&ListParams::default().limit(1))
+            .await?
+            .items
+            .is_empty()
+            && shadows
+                .list(&ListParams::default().limit(1))
+                .await?
+                .items
+                .is_empty())
+    })
+    .await?;
+    Ok(t0.elapsed())
+}
+
+impl Stack {
+    /// The processes whose CPU time is counted, by what they are.
+    fn components(&self) -> Vec<(&'static str, Vec<i32>)> {
+        let pid = |c: &ChildGuard| c.0.id() as i32;
+        let vk = self
+            .deployments
+            .pid(NS, &vk_name())
+            .map(|p| vec![p as i32])
+            .unwrap_or_default();
+        vec![
+            ("consumer API", self.consumer.daemon_pids()),
+            ("virtual kubelet", vk),
+            ("provider API", self.provider.daemon_pids()),
+            ("provider sharing", vec![pid(&self.children[0])]),
+            ("test node", vec![pid(&self.children[1])]),
+            ("bench", vec![std::process::id() as i32]),
+        ]
+    }
+}
+
+fn vk_name() -> String {
+    objects::name(&VirtualNode::new(
+        PROVIDER,
+        VirtualNodeSpec {
+            cluster_id: PROVIDER.into(),
+            node_name: VIRTUAL_NODE.into(),
+            identity: PROVIDER.into(),
+            resources: Default::default(),
+            labels: Default::default(),
+        },
+    ))
+}
+
+pub fn run(opts: &Options) -> Result<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    println!(
+        "offload: pods bound to the virtual node until Running at home, bursts of {:?} (binaries: {profile} build)",
+        opts.sizes
+    );
+    println!(
+        "  the provider's node is a hollow test node (fabric-test-node --hollow: pods Running without a process);"
+    );
+    println!("  every binding through pods/binding by the bench, no scheduler measured");
+    let t0 = Instant::now();
+    let stack = start(&rt)?;
+    rt.block_on(async {
+        let nodes: Api<Node> = Api::all(stack.c.clone());
+        let pnodes: Api<Node> = Api::all(stack.p.clone());
+        until(
+            "the virtual node and the hollow node Ready",
+            Duration::from_secs(120),
+            || async {
+                Ok(nodes
+                    .get_opt(VIRTUAL_NODE)
+                    .await?
+                    .is_some_and(|n| ready(&n))
+                    && pnodes
+                        .get_opt(HOLLOW_NODE)
+                        .await?
+                        .is_some_and(|n| ready(&n)))
+            },
+        )
+        .await
+    })
+    .with_context(|| stack.logs())?;
+    println!(
+        "  stack up in {} (two API servers with RBAC, sharing, virtual-nodes, the virtual kubelet, a hollow node)",
+        secs(t0.elapsed())
+    );
+    let mut rows = Vec::new();
+    let last = opts.sizes.len().saturating_sub(1);
+    for (i, &n) in opts.sizes.iter().enumerate() {
+        check_interrupt()?;
+        let off_ns = format!("offload-{n}");
+        let local_ns = format!("local-{n}");
+        let components = stack.components();
+        let stages = vec![
+            Stage {
+                label: "real pod Running (provider)",
+                client: stack.p.clone(),
+                home_ns: off_ns.clone(),
+                shadow: false,
+            },
+            Stage {
+                label: "ShadowPod Running (provider)",
+                client: stack.p.clone(),
+                home_ns: off_ns.clone(),
+                shadow: true,
+            },
+        ];
+        let off = rt
+            .block_on(burst(
+                &stack.c,
+                &off_ns,
+                n,
+                VIRTUAL_NODE,
+                stages,
+                &components,
+                opts.timeout,
+            ))
+            .with_context(|| stack.logs())?;
+        println!("  {n:>5} offloaded: {}", off.line());
+        println!("{}", off.details());
+        if i == last {
+            let pids = stack.deployments.pids();
+            let vk = stack.deployments.pid(NS, &vk_name());
+            match vk.or(pids.first().copied()).and_then(rss_kib) {
+                Some(kib) => println!(
+                    "        virtual kubelet RSS with {n} offloaded pods: {} (target < 100 MiB)",
+                    mib(kib)
+                ),
+                None => println!("        virtual kubelet RSS: not found"),
+            }
+        }
+        let local = rt
+            .block_on(burst(
+                &stack.p,
+                &local_ns,
+                n,
+                HOLLOW_NODE,
+                vec![],
+                &components,
+                opts.timeout,
+            ))
+            .with_context(|| stack.logs())?;
+        println!("  {n:>5} local:     {}", local.line());
+        println!("{}", local.details());
+        let cleared = rt
+            .block_on(async {
+                let off = clear(&stack, &stack.c, &off_ns, opts.timeout).await?;
+                clear(&stack, &stack.p, &local_ns, opts.timeout).await?;
+                anyhow::Ok(off)
+            })
+            .with_context(|| stack.logs())?;
+        println!(
+            "        {n} offloaded pods deleted at home and gone on both sides in {}",
+            secs(cleared)
+        );
+        rows.push((n, off, local));
+    }
+    println!(
+        "\n  pods   offloaded p50    p99     all  |  local p50    p99     all  |  ratio all (p50)"
+    );
+    for (n, off, local) in &rows {
+        let p50 = |b: &Burst| percentile(&b.latencies, 0.5).as_secs_f64();
+        let p99 = |b: &Burst| percentile(&b.latencies, 0.99).as_secs_f64();
+        println!(
+            "  {n:>5}   {:>9.2} {:>7.2} {:>7.2}  |  {:>9.2} {:>6.2} {:>7.2}  |  {:>5.2} ({:.2})",
+            p50(off),
+            p99(off),
+            off.all.as_secs_f64(),
+            p50(local),
+            p99(local),
+            local.all.as_secs_f64(),
+            off.all.as_secs_f64() / local.all.as_secs_f64().max(1e-3),
+            p50(off) / p50(local).max(1e-3),
+        );
+    }
+    println!(
+        "  targets: p50 < 1 s at 100 pods, 1000 pods all Running < 60 s, ratio <= 1.1 at 1000"
+    );
+    println!("  (logs in {})", stack.dir.display());
+    let _ = (&stack.consumer, &stack.provider);
+    Ok(())
+}
