@@ -71,7 +71,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             sizes: vec![1, 100, 1000],
-            timeout: Duration::from_secs(300),
+            timeout: Duration::from_secs(600),
         }
     }
 }
