@@ -330,12 +330,17 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
         "-p",
         r#"{"status":{"remote":{"pod":"10.71.0.0/16","external":"10.72.0.0/16"}}}"#,
     ]);
+    // The virtual kubelet serves its kubelet API, as deployed.
+    consumer.publish_client_ca()?;
     children.push(spawn(
         "fabric-controller",
         &s(&[
             "virtual-nodes",
             "--virtual-kubelet-image",
             "fabric-virtual-kubelet:bench",
+            // Other virtual kubelets may be on the host's loopback too.
+            "--virtual-kubelet-port",
+            "0",
         ]),
         &consumer.kubeconfig,
         dir.join("consumer-virtual-nodes.log"),
