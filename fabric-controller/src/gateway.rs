@@ -122,6 +122,37 @@ pub fn service_endpoints(ip: Ipv4Addr, pod: Option<&str>, port: u16) -> Endpoint
     }
 }
 
+/// Where the gateway of this replica pins its data plane when `--pin-dir` is not given: a
+/// directory of its own under `root` (the node's shared BPF filesystem), named after the
+/// interface and the replica's identity (its pod name). Two replicas on one node must not
+/// share one: each resets its pins on start and exit, which would tear down the other's data
+/// plane. A container restart keeps the pod name, and so its pins.
+pub fn replica_pin_dir(root: &Path, name: &str, identity: &str) -> Result<PathBuf, PinDirError> {
+    let component = format!("fabric-gw-{name}-{identity}");
+    let fits = identity
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !identity.is_empty()
+        && !identity.starts_with('.')
+        // NAME_MAX.
+        && component.len() <= 255;
+    if !fits {
+        return Err(PinDirError {
+            identity: identity.to_owned(),
+        });
+    }
+    Ok(root.join(component))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "replica identity {identity:?} cannot name a pin directory (letters, digits, '-', '_', '.'; \
+     at most 255 bytes with the interface name): pass --pin-dir"
+)]
+pub struct PinDirError {
+    identity: String,
+}
+
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
@@ -145,4 +176,29 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 fn control(o: &Opts) -> fabric_gateway_api::control::Client {
     fabric_gateway_api::control::Client::for_gateway(&o.control_dir, &o.name)
         .with_timeout(CONTROL_TIMEOUT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_on_one_node_pin_apart() {
+        let root = Path::new("/sys/fs/bpf");
+        let a = replica_pin_dir(root, "fabric", "fabric-gateway-7d9f-abcde").unwrap();
+        let b = replica_pin_dir(root, "fabric", "fabric-gateway-7d9f-fghij").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(
+            a,
+            Path::new("/sys/fs/bpf/fabric-gw-fabric-fabric-gateway-7d9f-abcde")
+        );
+        // The same pod (a container restart) finds its pins again.
+        assert_eq!(
+            a,
+            replica_pin_dir(root, "fabric", "fabric-gateway-7d9f-abcde").unwrap()
+        );
+        for bad in ["", "..", "../x", "a/b", "a b", &"x".repeat(250)] {
+            assert!(replica_pin_dir(root, "fabric", bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -107,7 +107,8 @@ enum Cmd {
         advertise: SocketAddr,
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         interval: Duration,
-        /// Where the gateway pins its data-plane maps (default: the gateway's own default).
+        /// Where the gateway pins its data-plane maps (default: a directory of this
+        /// replica's own under --pin-root, named after --name and the replica's identity).
         #[arg(long)]
         pin_dir: Option<PathBuf>,
         /// With --overlay: pin the overlay guard here (a directory on a BPF filesystem, one
@@ -115,6 +116,9 @@ enum Cmd {
         /// restarts; without it the guard lives as long as the operator.
         #[arg(long, env = "FABRIC_GUARD_PIN_DIR")]
         guard_pin_dir: Option<PathBuf>,
+        /// The BPF filesystem the replicas of a node share (see --pin-dir).
+        #[arg(long, default_value = "/sys/fs/bpf")]
+        pin_root: PathBuf,
         /// Microseconds the gateway keeps polling after traffic instead of sleeping: lower
         /// tunnel latency for CPU (one core per gateway while traffic flows). 0: off.
         #[arg(long, env = "FABRIC_GATEWAY_BUSY_POLL_US", default_value_t = 0)]
@@ -425,6 +429,7 @@ async fn run() -> Result<()> {
             interval,
             pin_dir,
             guard_pin_dir,
+            pin_root,
             busy_poll_us,
             overlay,
             overlay_args,
@@ -437,6 +442,10 @@ async fn run() -> Result<()> {
             ignore_gateway_health,
         } => {
             let identity = identity_or_hostname(identity)?;
+            let pin_dir = match pin_dir {
+                Some(p) => p,
+                None => gateway::replica_pin_dir(&pin_root, &name, &identity)?,
+            };
             let election = fabric_kube::Election::new(lease, identity)
                 .with_timing(lease_duration, lease_retry)
                 .context(
@@ -454,7 +463,7 @@ async fn run() -> Result<()> {
                     mtu,
                     advertise: advertise.to_string(),
                     interval,
-                    pin_dir,
+                    pin_dir: Some(pin_dir),
                     busy_poll_us,
                     overlay: overlay.then(|| overlay_args.overlay()),
                     guard_pin_dir,
