@@ -11,6 +11,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use fabric_dataplane::{DEFAULT_PIN_DIR, Dataplane, DataplaneConfig, Maps, sys};
 
+mod health;
 mod run;
 
 #[derive(Parser)]
@@ -77,6 +78,10 @@ enum Cmd {
         guard_pin_dir: PathBuf,
         #[command(flatten)]
         overlay_args: fabric_routing::overlay::OverlayArgs,
+        /// /healthz fails (and the liveness probe restarts the agent) once a watch of the API,
+        /// the routes or the overlay has kept failing this long.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        unhealthy_after: Duration,
     },
     /// The eBPF data plane (remap programs and their maps).
     #[command(subcommand)]
@@ -166,6 +171,7 @@ fn run(cli: Cli) -> Result<()> {
             node_ip,
             guard_pin_dir,
             overlay_args,
+            unhealthy_after,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -198,6 +204,7 @@ fn run(cli: Cli) -> Result<()> {
                             (true, None) => anyhow::bail!("--overlay needs --node-ip (NODE_IP)"),
                             (false, _) => None,
                         },
+                        unhealthy_after,
                     },
                 )
                 .await

@@ -10,7 +10,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{Context as _, Result};
@@ -32,6 +32,8 @@ use kube::{
 use rtnetlink::{Handle, MulticastGroup};
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
+
+use crate::health::{Health, Part};
 
 /// A Lease by namespace and name, written `NAMESPACE/NAME` (or `NAME` in fabric-system).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +99,8 @@ pub struct Opts {
     pub route_netns: Option<String>,
     /// Reach the gateway through the VXLAN overlay instead of directly.
     pub overlay: Option<OverlayOpts>,
+    /// `/healthz` fails once a watch, the routes or the overlay has kept failing this long.
+    pub unhealthy_after: Duration,
 }
 
 pub struct OverlayOpts {
@@ -230,6 +234,7 @@ fn follow_lease(
     client: Client,
     lease: &LeaseRef,
     notify: Arc<Notify>,
+    health: Arc<Health>,
 ) -> watch::Receiver<Option<Ipv4Addr>> {
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"));
     let api: Api<DynamicObject> = Api::namespaced_with(client, &lease.namespace, &ar);
@@ -238,13 +243,16 @@ fn follow_lease(
     let (tx, rx) = watch::channel(None);
     let name = lease.name.clone();
     tokio::spawn(async move {
-        let mut s = watcher(api, cfg)
-            .default_backoff()
-            .applied_objects()
-            .boxed();
+        // Every event, not only objects: a watch that recovers without a change (a relist
+        // that finds the same Lease) is healthy again.
+        let mut s = watcher(api, cfg).default_backoff().boxed();
         while let Some(ev) = s.next().await {
             match ev {
-                Ok(l) => {
+                Ok(ev) => {
+                    health.ok(Part::LeaseWatch);
+                    let (watcher::Event::Apply(l) | watcher::Event::InitApply(l)) = ev else {
+                        continue;
+                    };
                     let Some(hop) = lease_next_hop(&l) else {
                         continue;
                     };
@@ -253,7 +261,10 @@ fn follow_lease(
                         notify.notify_one();
                     }
                 }
-                Err(e) => warn!(error = %e, "watching the gateway Lease"),
+                Err(e) => {
+                    health.failed(Part::LeaseWatch, &e, Instant::now());
+                    warn!(error = %e, "watching the gateway Lease")
+                }
             }
         }
     });
@@ -263,27 +274,36 @@ fn follow_lease(
 pub async fn run(client: Client, opts: Opts) -> Result<()> {
     let (handle, mut route_events) = netlink(opts.route_netns.clone()).await?;
     let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
     if let Some(addr) = opts.metrics_addr {
-        serve_metrics(addr, metrics.clone()).await?;
+        serve_metrics(addr, metrics.clone(), health.clone(), opts.unhealthy_after).await?;
     }
     let changed = Arc::new(Notify::new());
     let next_hop = match &opts.gateway {
         NextHop::Fixed(ip) => watch::channel(Some(*ip)).1,
-        NextHop::Lease(l) => follow_lease(client.clone(), l, changed.clone()),
+        NextHop::Lease(l) => follow_lease(client.clone(), l, changed.clone(), health.clone()),
     };
     let api: Api<Configuration> = Api::namespaced(client, &opts.namespace);
     let (reader, writer) = reflector::store();
     let notify = changed.clone();
+    let watch_health = health.clone();
     tokio::spawn(async move {
+        // Every event, not only objects: a watch that recovers with nothing changed (a
+        // relist of no Configurations) is healthy again.
         let mut s = watcher(api, watcher::Config::default())
             .default_backoff()
             .reflect(writer)
-            .touched_objects()
             .boxed();
         while let Some(ev) = s.next().await {
             match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => warn!(error = %e, "watching Configurations"),
+                Ok(_) => {
+                    watch_health.ok(Part::ConfigurationWatch);
+                    notify.notify_one()
+                }
+                Err(e) => {
+                    watch_health.failed(Part::ConfigurationWatch, &e, Instant::now());
+                    warn!(error = %e, "watching Configurations")
+                }
             }
         }
     });
@@ -326,6 +346,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             Ok(a) => a,
             Err(e) => {
                 metrics.errors.fetch_add(1, Ordering::Relaxed);
+                health.failed(Part::Routes, format!("{e:#}"), Instant::now());
                 warn!(error = format!("{e:#}"), "reading this node's addresses");
                 tokio::select! {
                     _ = changed.notified() => {}
@@ -361,6 +382,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             }
             Some(o) => match ensure_overlay(&handle, o, via, overlay_via).await {
                 Ok((idx, repaired)) => {
+                    health.ok(Part::Overlay);
                     metrics.repairs.fetch_add(repaired, Ordering::Relaxed);
                     overlay_via = Some(via);
                     // Only the gateway may send to the overlay port, and only through the
@@ -386,6 +408,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
                 }
                 Err(e) => {
                     metrics.errors.fetch_add(1, Ordering::Relaxed);
+                    health.failed(Part::Overlay, &e, Instant::now());
                     warn!(error = %e, "setting up the overlay");
                     tokio::select! {
                         _ = changed.notified() => {}
@@ -408,6 +431,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             .store(refused_before.len() as u64, Ordering::Relaxed);
         match routes::reconcile(&handle, &want).await {
             Ok(pass) => {
+                health.ok(Part::Routes);
                 let repaired = pass
                     .added
                     .iter()
@@ -435,6 +459,7 @@ pub async fn run(client: Client, opts: Opts) -> Result<()> {
             }
             Err(e) => {
                 metrics.errors.fetch_add(1, Ordering::Relaxed);
+                health.failed(Part::Routes, &e, Instant::now());
                 warn!(error = %e, "reconciling routes");
             }
         }
@@ -529,7 +554,12 @@ impl Metrics {
     }
 }
 
-async fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) -> Result<()> {
+async fn serve_metrics(
+    addr: SocketAddr,
+    m: Arc<Metrics>,
+    health: Arc<Health>,
+    grace: Duration,
+) -> Result<()> {
     let l = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("metrics address {addr}"))?;
@@ -537,7 +567,14 @@ async fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) -> Result<()> {
         l,
         fabric_http::Limits::default(),
         move |path| match path {
-            "/healthz" | "/readyz" => Some(fabric_http::Reply::ok("text/plain", "ok\n")),
+            "/healthz" | "/readyz" => Some(match health.verdict(Instant::now(), grace) {
+                Ok(()) => fabric_http::Reply::ok("text/plain", "ok\n"),
+                Err(problems) => fabric_http::Reply {
+                    status: 503,
+                    content_type: "text/plain",
+                    body: problems.join("\n") + "\n",
+                },
+            }),
             "/metrics" => Some(fabric_http::Reply::ok(fabric_http::PROMETHEUS, m.render())),
             _ => None,
         },
