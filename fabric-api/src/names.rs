@@ -162,6 +162,10 @@ pub mod lease {
     pub const SHARING: &str = "fabric-sharing";
     /// The VirtualNode controller's replicas compete for it; its holder runs virtual kubelets.
     pub const VIRTUAL_NODES: &str = "fabric-virtual-nodes";
+    /// A consumer's heartbeat, in its tenant namespace on the provider: renewed by its virtual
+    /// kubelet when at-most-once semantics are on, watched by the provider (see
+    /// [`crate::offloading::v1alpha1::AtMostOnce`]).
+    pub const CONSUMER: &str = "fabric-consumer";
 }
 
 pub mod field_manager {

@@ -207,6 +207,7 @@ async fn grant(admin: &Client, consumer: &str) {
             consumer_cluster_id: consumer.into(),
             provider_cluster_id: "provider".into(),
             resources: Default::default(),
+            at_most_once: None,
         },
     );
     slice.metadata.namespace = Some(ns);

@@ -48,6 +48,8 @@ pub struct Settings {
     pub percent: u8,
     /// Labels every offer carries.
     pub labels: BTreeMap<String, String>,
+    /// What it agrees to of at-most-once requests.
+    pub at_most_once: crate::shadowpod::partition::Bounds,
 }
 
 impl Settings {
@@ -56,6 +58,7 @@ impl Settings {
             cluster_id: cluster_id.into(),
             percent: 90,
             labels: BTreeMap::new(),
+            at_most_once: Default::default(),
         }
     }
 }
@@ -225,6 +228,8 @@ pub struct SliceView {
     pub requested: Resources,
     /// What its status grants now.
     pub granted: Resources,
+    /// The at-most-once semantics it asks for.
+    pub at_most_once: Option<fabric_api::offloading::v1alpha1::AtMostOnce>,
     pub created: Option<Timestamp>,
 }
 
@@ -281,6 +286,8 @@ pub struct Offer {
     pub labels: BTreeMap<String, String>,
     pub verdict: Verdict,
     pub message: String,
+    /// The at-most-once semantics agreed to (absent on a refused slice).
+    pub at_most_once: Option<fabric_api::offloading::v1alpha1::AtMostOnce>,
 }
 
 /// Why a whole slice is refused.
@@ -428,6 +435,7 @@ pub fn decide(
                     labels: BTreeMap::new(),
                     verdict: Verdict::Refused,
                     message: why,
+                    at_most_once: None,
                 },
             );
             continue;
@@ -488,6 +496,10 @@ pub fn decide(
                 labels,
                 verdict,
                 message,
+                at_most_once: crate::shadowpod::partition::agree(
+                    s.at_most_once.filter(|_| verdict != Verdict::Refused),
+                    &settings.at_most_once,
+                ),
             },
         );
     }
@@ -516,6 +528,7 @@ pub fn status(
     ResourceSliceStatus {
         granted: offer.granted.clone(),
         node_labels: offer.labels.clone(),
+        at_most_once: offer.at_most_once,
         observed_generation: generation,
         conditions,
     }

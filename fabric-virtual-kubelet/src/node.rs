@@ -167,6 +167,7 @@ mod tests {
                     // An advertised label cannot disguise the node.
                     (label::NODE_TYPE.to_owned(), "real".to_owned()),
                 ]),
+                at_most_once: None,
             },
         )
     }

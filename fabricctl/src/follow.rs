@@ -98,6 +98,7 @@ pub fn slice(
             consumer_cluster_id: me.to_owned(),
             provider_cluster_id: provider.to_owned(),
             resources,
+            at_most_once: None,
         },
         status: None,
     }

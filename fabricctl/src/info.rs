@@ -660,6 +660,7 @@ mod tests {
                 consumer_cluster_id: "a".into(),
                 provider_cluster_id: "b".into(),
                 resources: [("cpu".into(), q("8")), ("memory".into(), q("16Gi"))].into(),
+                at_most_once: None,
             },
             status: Some(ResourceSliceStatus {
                 granted: [("cpu".into(), q("4")), ("memory".into(), q("16Gi"))].into(),
@@ -680,6 +681,7 @@ mod tests {
                 identity: "b".into(),
                 resources: [("cpu".into(), q("4"))].into(),
                 labels: [("node-type".into(), "gpu".into())].into(),
+                at_most_once: None,
             },
         );
         let objects = PeerObjects {

@@ -245,6 +245,7 @@ async fn out_of_band_authentication() {
             consumer_cluster_id: "consumer".to_owned(),
             provider_cluster_id: "provider".to_owned(),
             resources: Default::default(),
+            at_most_once: None,
         },
     );
     slice.metadata.namespace = Some(tenant_ns.to_owned());

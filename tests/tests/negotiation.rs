@@ -352,6 +352,7 @@ fn slice(name: &str, consumer: &str, cpu: &str) -> ResourceSlice {
                 ("cpu".to_owned(), Quantity(cpu.into())),
                 ("memory".to_owned(), Quantity("1Gi".into())),
             ]),
+            at_most_once: None,
         },
     );
     s.metadata.namespace = Some(NS.into());

@@ -511,6 +511,7 @@ impl Bed {
                 identity: PROVIDER.into(),
                 resources: Default::default(),
                 labels: Default::default(),
+                at_most_once: None,
             },
         ))
     }

@@ -19,7 +19,10 @@ use k8s_openapi::{
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::cel::{DNS_LABEL, HTTPS_URL, IMMUTABLE};
+use crate::{
+    cel::{DNS_LABEL, HTTPS_URL, IMMUTABLE},
+    offloading::v1alpha1::AtMostOnce,
+};
 
 pub const VERSION: &str = "v1alpha1";
 
@@ -208,6 +211,10 @@ pub struct ResourceSliceSpec {
     /// resources such as `nvidia.com/gpu`).
     #[schemars(extend("maxProperties" = 32))]
     pub resources: Resources,
+    /// At-most-once semantics for the pods offloaded to this provider, if the consumer asks
+    /// for them (off by default); the provider says in the status what it agrees to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_most_once: Option<AtMostOnce>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -221,6 +228,11 @@ pub struct ResourceSliceStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
     pub node_labels: BTreeMap<String, String>,
+    /// The at-most-once semantics the provider agrees to (absent: off): what was asked,
+    /// within the provider's bounds. The provider enforces these, and the consumer's virtual
+    /// node follows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_most_once: Option<AtMostOnce>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// See [`slice_condition`].

@@ -70,6 +70,31 @@ pub struct VirtualNodeSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
     pub labels: BTreeMap<String, String>,
+    /// At-most-once semantics as the provider agreed them (absent: off, the default). The
+    /// virtual kubelet then renews its heartbeat Lease on the provider and, once the provider
+    /// has been out of reach longer than it takes the provider to stop the pods, marks the
+    /// pods offloaded there Failed (reason `ProviderPartitioned`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_most_once: Option<AtMostOnce>,
+}
+
+/// At-most-once semantics for a consumer's offloaded pods (off by default): when the provider
+/// has not seen the consumer's heartbeat (the Lease [`crate::names::lease::CONSUMER`] in its
+/// tenant namespace) change for `partitionSeconds` of its own clock, it stops the consumer's
+/// pods (deleted with at most `graceSeconds`, their ShadowPods Failed with reason
+/// `Partitioned`, never run again), so that the consumer, which waits that long plus the
+/// grace period and a margin after its own last renewal, may start replacements without two
+/// copies running. Without it, pods keep running through any partition.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AtMostOnce {
+    /// How long the provider waits without a heartbeat before it stops the pods.
+    #[schemars(range(min = 1, max = 86400))]
+    pub partition_seconds: u32,
+    /// The grace period of the stopped pods' deletion.
+    #[serde(default)]
+    #[schemars(range(max = 3600))]
+    pub grace_seconds: u32,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -86,9 +111,14 @@ pub struct VirtualNodeStatus {
 /// `status.podConditions`).
 pub mod shadow_pod_condition {
     /// The real pod exists: reason `Created`, `Recreated` (it had vanished and was made
-    /// again), `Finished` (it ended and is never revived), or a refusal (`Invalid`,
-    /// `Forbidden`, `QuotaExceeded`) whose message is the API server's.
+    /// again), `Finished` (it ended and is never revived), [`PARTITIONED`] (stopped by the
+    /// at-most-once semantics, never run again), or a refusal (`Invalid`, `Forbidden`,
+    /// `QuotaExceeded`) whose message is the API server's.
     pub const POD_CREATED: &str = "PodCreated";
+    /// The reason (of [`POD_CREATED`] and of the ShadowPod's `Failed` phase) of a pod the
+    /// provider stopped because its consumer's heartbeat stopped (see
+    /// [`super::AtMostOnce`]).
+    pub const PARTITIONED: &str = "Partitioned";
 }
 
 /// The home of an offloaded pod: the consumer's pod it stands for.

@@ -84,6 +84,7 @@ fn slice(consumer: &str, asked: &[(&str, &str)]) -> SliceView {
         requested: res(asked),
         granted: Resources::new(),
         created: None,
+        at_most_once: None,
     }
 }
 
@@ -396,4 +397,32 @@ fn an_unchanged_offer_writes_the_same_status() {
         Timestamp::from_second(2000).unwrap(),
     );
     assert_eq!(s1, s2);
+}
+
+#[test]
+fn at_most_once_is_agreed_within_bounds_and_written_in_the_status() {
+    use fabric_api::offloading::v1alpha1::AtMostOnce;
+    let cap = cap(&[node("n1", &[("cpu", "4")])], &[]);
+    let mut s = slice("alpha", &[("cpu", "1")]);
+    assert_eq!(one(&s, &cap).at_most_once, None);
+    s.at_most_once = Some(AtMostOnce {
+        partition_seconds: 1,
+        grace_seconds: 3,
+    });
+    let offer = one(&s, &cap);
+    let agreed = Some(AtMostOnce {
+        partition_seconds: 5,
+        grace_seconds: 3,
+    });
+    assert_eq!(offer.at_most_once, agreed);
+    assert_eq!(
+        status(&offer, None, None, Timestamp::UNIX_EPOCH).at_most_once,
+        agreed
+    );
+    // A refused slice agrees to nothing.
+    let none = Capacity::default();
+    assert_eq!(one(&s, &none).verdict, Verdict::Refused);
+    assert_eq!(one(&s, &none).at_most_once, None);
+    s.tenant = None;
+    assert_eq!(one(&s, &cap).at_most_once, None);
 }

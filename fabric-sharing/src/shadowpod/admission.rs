@@ -309,6 +309,7 @@ mod tests {
                 consumer_cluster_id: consumer.into(),
                 provider_cluster_id: "p".into(),
                 resources: Default::default(),
+                at_most_once: None,
             },
         );
         s.metadata.namespace = Some(ns.into());

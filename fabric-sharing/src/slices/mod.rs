@@ -57,7 +57,8 @@ pub fn accepted(status: &ResourceSliceStatus) -> bool {
 }
 
 /// The VirtualNode standing for `provider`: the sum of what its accepted slices grant, with
-/// the labels they advertise; None when nothing is granted.
+/// the labels they advertise and the longest at-most-once terms the provider agreed to in
+/// them; None when nothing is granted.
 pub fn virtual_node<'a>(
     provider: &str,
     namespace: &str,
@@ -65,6 +66,7 @@ pub fn virtual_node<'a>(
 ) -> Option<VirtualNode> {
     let mut total = Amounts::new();
     let mut labels = BTreeMap::new();
+    let mut terms = Vec::new();
     for s in slices {
         let Some(st) = s.status.as_ref().filter(|st| accepted(st)) else {
             continue;
@@ -76,6 +78,7 @@ pub fn virtual_node<'a>(
             *total.entry(r.clone()).or_default() += milli(&q.0).unwrap_or(0).max(0);
         }
         labels.extend(st.node_labels.clone());
+        terms.extend(st.at_most_once);
     }
     let resources: Resources = total
         .iter()
@@ -101,6 +104,7 @@ pub fn virtual_node<'a>(
             identity: provider.to_owned(),
             resources,
             labels,
+            at_most_once: crate::shadowpod::partition::most_patient(&terms),
         },
         status: None,
     })

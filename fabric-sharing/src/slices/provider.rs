@@ -97,6 +97,7 @@ fn views(c: &Caches, own_namespace: &str) -> (Vec<Arc<ResourceSlice>>, Vec<Slice
                     .as_ref()
                     .map(|st| st.granted.clone())
                     .unwrap_or_default(),
+                at_most_once: s.spec.at_most_once,
                 created: s.metadata.creation_timestamp.as_ref().map(|t| t.0),
             }
         })

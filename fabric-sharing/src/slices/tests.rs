@@ -36,12 +36,14 @@ fn slice(
             consumer_cluster_id: "cons".into(),
             provider_cluster_id: provider.into(),
             resources: res(&[("cpu", "8")]),
+            at_most_once: None,
         },
     );
     s.metadata.namespace = Some("fabric-system".into());
     s.status = reason.map(|r| ResourceSliceStatus {
         granted: res(granted),
         node_labels: BTreeMap::from([("node-type".to_owned(), "gpu".to_owned())]),
+        at_most_once: None,
         observed_generation: None,
         conditions: vec![accepted_cond(r != "Refused", r)],
     });
@@ -88,6 +90,34 @@ fn the_virtual_node_sums_the_accepted_grants_of_its_provider() {
     );
     assert!(virtual_node("prov", "fabric-system", &slices[2..4]).is_none());
     assert!(virtual_node("nobody", "fabric-system", &slices).is_none());
+}
+
+#[test]
+fn the_virtual_node_waits_for_the_longest_at_most_once_terms_agreed() {
+    use fabric_api::offloading::v1alpha1::AtMostOnce;
+    let with = |name, agreed: Option<AtMostOnce>| {
+        let mut s = slice(name, "prov", &[("cpu", "1")], Some("Granted"));
+        s.status.as_mut().unwrap().at_most_once = agreed;
+        s
+    };
+    let terms = |p, g| AtMostOnce {
+        partition_seconds: p,
+        grace_seconds: g,
+    };
+    let off = [with("a", None)];
+    assert_eq!(
+        virtual_node("prov", "ns", &off).unwrap().spec.at_most_once,
+        None
+    );
+    let on = [
+        with("a", Some(terms(10, 7))),
+        with("b", Some(terms(30, 2))),
+        with("c", None),
+    ];
+    assert_eq!(
+        virtual_node("prov", "ns", &on).unwrap().spec.at_most_once,
+        Some(terms(30, 7))
+    );
 }
 
 #[test]

@@ -368,6 +368,7 @@ mod tests {
                 identity: "cluster-b".into(),
                 resources: Default::default(),
                 labels: Default::default(),
+                at_most_once: None,
             },
         );
         vn.metadata.namespace = Some("fabric-system".into());

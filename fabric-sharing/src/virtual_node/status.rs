@@ -169,6 +169,7 @@ mod tests {
                 identity: "cluster-b".into(),
                 resources: Default::default(),
                 labels: Default::default(),
+                at_most_once: None,
             },
         )
     }
