@@ -4,8 +4,8 @@
 //! The consumer's certificate names user [`names::user::consumer`] in group
 //! [`names::user::CONSUMERS_GROUP`]; the only permissions it gets are the Role below, bound
 //! in its own tenant namespace. Nothing cluster-wide, no Secrets, no Nodes, no pods but the
-//! logs and streams of those its ShadowPods run: removing the RoleBinding (or the namespace)
-//! revokes everything.
+//! logs and streams of those its ShadowPods run, no Lease but its heartbeat: removing the
+//! RoleBinding (or the namespace) revokes everything.
 use std::collections::BTreeMap;
 
 use fabric_api::names::{self, label};
@@ -104,6 +104,17 @@ pub fn role(consumer: &str) -> Role {
                 &["pods/exec", "pods/attach", "pods/portforward"],
                 &["get", "create"],
             ),
+            // Its heartbeat when it asked for at-most-once semantics: that one Lease, written
+            // with server-side apply (a patch, authorized as a create of that name when it
+            // makes it).
+            PolicyRule {
+                resource_names: Some(vec![names::lease::CONSUMER.to_owned()]),
+                ..rule(
+                    "coordination.k8s.io",
+                    &["leases"],
+                    &["get", "create", "patch"],
+                )
+            },
         ]),
     }
 }
@@ -188,8 +199,12 @@ mod tests {
         for rule in r.rules.unwrap() {
             let groups = rule.api_groups.unwrap();
             let resources = rule.resources.clone().unwrap();
+            let heartbeat = groups == ["coordination.k8s.io"]
+                && resources == ["leases"]
+                && rule.resource_names.as_deref() == Some(&[names::lease::CONSUMER.to_owned()]);
             assert!(
-                groups.iter().all(|g| g.ends_with(".fabric.io"))
+                heartbeat
+                    || groups.iter().all(|g| g.ends_with(".fabric.io"))
                     || (groups == [""]
                         && resources.iter().all(|r| {
                             ["pods/log", "pods/exec", "pods/attach", "pods/portforward"]

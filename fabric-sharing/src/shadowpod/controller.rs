@@ -43,6 +43,8 @@ pub enum Error {
 
 struct Ctx {
     client: Client,
+    fences: super::fence::Fences,
+    events: fabric_kube::events::Events,
     /// Whether the API server serves `pods/resize` (Kubernetes 1.33 on), once asked.
     resize_served: tokio::sync::OnceCell<bool>,
 }
@@ -97,6 +99,18 @@ async fn apply(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let prev = shadow.status.clone().unwrap_or_default();
     let generation = shadow.metadata.generation;
     let pod = get_pod(&pods, &name).await?;
+    let fenced = super::fence::enforce(
+        &ctx.fences,
+        &ctx.events,
+        &STATUS,
+        &shadows,
+        &pods,
+        &shadow,
+        pod.as_ref(),
+    );
+    if fenced.await? {
+        return Ok(Action::await_change());
+    }
     let status: ShadowPodStatus = match decide::decide(&shadow, pod.as_ref()) {
         Decision::Finished => return Ok(Action::await_change()),
         Decision::Foreign => decide::foreign(&prev, generation, Timestamp::now()),
@@ -195,14 +209,22 @@ pub async fn run(client: Client) -> Result<(), Error> {
     let pods: Api<Pod> = Api::all(client.clone());
     // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.
     let owned = watcher::Config::default().labels(label::REMOTE_CLUSTER);
+    let (fences, mut silent) = super::fence::spawn(client.clone());
+    let events = fabric_kube::events::Events::new(client.clone(), field_manager::SHADOW_POD, None);
+    // A consumer turned silent: every ShadowPod is looked at again (those of others are left
+    // as they are), which is rare enough not to need a finer trigger.
+    let silent = futures::stream::poll_fn(move |cx| silent.poll_recv(cx)).map(|_ns| ());
     Controller::new(shadows, watcher::Config::default())
         .owns(pods, owned)
+        .reconcile_all_on(silent)
         .shutdown_on_signal()
         .run(
             reconcile,
             error_policy,
             Arc::new(Ctx {
                 client,
+                fences,
+                events,
                 resize_served: tokio::sync::OnceCell::new(),
             }),
         )
