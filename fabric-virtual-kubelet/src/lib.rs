@@ -5,9 +5,12 @@
 //! - [`node`]: the Node and its Lease as written (pure);
 //! - [`provider`]: the provider's API through this cluster's identity, and its probe;
 //! - [`run`]: the watches, registration, status and Lease heartbeat;
+//! - [`heartbeat`]: at-most-once semantics (opt-in): the heartbeat Lease on the provider, and
+//!   when the pods there may be declared stopped;
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
+pub mod heartbeat;
 pub mod node;
 pub mod pods;
 pub mod provider;

@@ -30,6 +30,7 @@ use tracing::{info, warn};
 
 use crate::{
     conditions::{self, Observed, Policy, Tunnel},
+    heartbeat,
     node::{self, Settings},
     pods, provider,
 };
@@ -277,6 +278,12 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         secret_rx.clone(),
         ready_rx,
     ));
+    let (heartbeat_tx, heartbeat_rx) = watch::channel(heartbeat::Heartbeat::default());
+    tokio::spawn(heartbeat::run(
+        secret_rx.clone(),
+        vn_rx.clone(),
+        heartbeat_tx,
+    ));
     let (probe_tx, mut probe_rx) = mpsc::channel(4);
     tokio::spawn(provider::prober(
         secret_rx,
@@ -323,6 +330,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
             .map(|c| pods::run::Readiness {
                 ready: c.status == "True",
                 message: c.message.clone().unwrap_or_default(),
+                partitioned: heartbeat::declared(&heartbeat_rx.borrow(), std::time::Instant::now()),
             });
         if ready.is_some() {
             ready_tx.send_if_modified(|r| {

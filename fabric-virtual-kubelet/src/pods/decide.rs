@@ -61,6 +61,14 @@ fn terminal(pod: &Pod) -> bool {
     )
 }
 
+/// Whether this process declared the pod stopped by the provider (at-most-once).
+fn declared_partitioned(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.reason.as_deref())
+        .is_some_and(|r| r == status::reason::PARTITIONED)
+}
+
 /// Whether a ShadowPod was ever created for this pod (the home status records it).
 pub fn offloaded(pod: &Pod) -> bool {
     pod.status
@@ -105,6 +113,20 @@ pub fn decide(pod: &Pod, remote: Remote<'_>, reachable: bool) -> Step {
         };
     }
     if terminal(pod) {
+        // Declared stopped while out of reach (at-most-once) and still running there after
+        // all (the provider's controller was not running, say): it goes before it runs twice.
+        let runs_there = own.is_some_and(|s| {
+            s.metadata.deletion_timestamp.is_none()
+                && !matches!(
+                    s.status.as_ref().and_then(|st| st.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+        });
+        if declared_partitioned(pod) && reachable && runs_there {
+            return Step::DeleteRemote {
+                grace_seconds: Some(0),
+            };
+        }
         // Finished pods stay as they ended; the ShadowPod goes with the home pod.
         return Step::Report;
     }
@@ -309,6 +331,29 @@ mod tests {
             .unwrap()
             .insert("tier".into(), "front".into());
         assert_eq!(decide(&p, Remote::Present(&s), true), Step::UpdateMetadata);
+    }
+
+    #[test]
+    fn a_pod_declared_stopped_that_still_runs_there_goes_on_reconnection() {
+        let mut p = offloaded_pod();
+        let st = p.status.as_mut().unwrap();
+        st.phase = Some("Failed".into());
+        st.reason = Some(status::reason::PARTITIONED.into());
+        let mut s = shadow("u-1");
+        s.status = Some(fabric_api::offloading::v1alpha1::ShadowPodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            decide(&p, Remote::Present(&s), true),
+            Step::DeleteRemote {
+                grace_seconds: Some(0)
+            }
+        );
+        assert_eq!(decide(&p, Remote::Present(&s), false), Step::Report);
+        // Stopped there as agreed: nothing to do.
+        s.status.as_mut().unwrap().phase = Some("Failed".into());
+        assert_eq!(decide(&p, Remote::Present(&s), true), Step::Report);
     }
 
     #[test]

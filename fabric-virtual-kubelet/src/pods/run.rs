@@ -51,6 +51,9 @@ const SYNCS: usize = 32;
 pub struct Readiness {
     pub ready: bool,
     pub message: String,
+    /// Under at-most-once semantics, once the provider has stopped the pods for sure: why
+    /// they are Failed here ([`crate::heartbeat::declared`]).
+    pub partitioned: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -228,6 +231,7 @@ impl Loop {
         let ctx = Context {
             reachable: readiness.ready,
             unreachable_message: &readiness.message,
+            partitioned: readiness.partitioned.as_deref(),
             remap: remap.as_ref(),
             node_ip: &self.opts.node_ip,
             now: Timestamp::now(),

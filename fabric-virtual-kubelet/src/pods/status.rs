@@ -37,6 +37,9 @@ pub mod reason {
     pub const VANISHED: &str = "ProviderPodVanished";
     /// The pod IP cannot be translated (no remap yet, or outside the provider's pod CIDR).
     pub const NO_ADDRESS: &str = "NoAddressHere";
+    /// Under at-most-once semantics, the provider has been out of reach long enough to have
+    /// stopped the pod: it failed (its controller may start a replacement).
+    pub const PARTITIONED: &str = "ProviderPartitioned";
 }
 
 /// What is known of the pod on the provider, for its home status.
@@ -66,6 +69,8 @@ pub struct Context<'a> {
     pub reachable: bool,
     /// Why the provider is not reachable (the node's Ready message).
     pub unreachable_message: &'a str,
+    /// Under at-most-once semantics, once the provider has stopped the pods for sure: why.
+    pub partitioned: Option<&'a str>,
     pub remap: Option<&'a Remap>,
     /// The virtual node's address: hostIP of every offloaded pod.
     pub node_ip: &'a str,
@@ -115,6 +120,27 @@ pub fn home_status(
         }]);
     };
     let mut conds: Vec<PodCondition> = Vec::new();
+    let terminal_here = terminal(prev.phase.as_deref());
+    if terminal_here && prev.reason.as_deref() == Some(reason::PARTITIONED) {
+        // Declared stopped: whatever the provider says on reconnection, never revived here.
+        return Some(ours(prev));
+    }
+    if let Some(why) = ctx.partitioned.filter(|_| had_ours && !terminal_here) {
+        let mut s = ours(prev);
+        conds = s.conditions.take().unwrap_or_default();
+        failed_here(
+            &mut s,
+            &mut conds,
+            prev_conds,
+            reason::PARTITIONED,
+            why,
+            "stopped by the provider (at-most-once) while out of reach",
+            ctx.now,
+        );
+        conds.sort_by(|a, b| a.type_.cmp(&b.type_));
+        s.conditions = Some(conds);
+        return Some(s);
+    }
     let mut out = match seen {
         Seen::Nothing if !had_ours => return None,
         // Carry on from the home status as last written: only readiness may change.
@@ -150,36 +176,16 @@ pub fn home_status(
         }
         Seen::Vanished => {
             let mut s = ours(prev);
-            s.phase = Some("Failed".into());
-            s.reason = Some(reason::VANISHED.into());
-            s.message = Some(
-                "the pod's ShadowPod vanished from the provider: it no longer runs there".into(),
-            );
-            s.pod_ip = None;
-            s.pod_ips = None;
-            let gone = |c: &ContainerStatus| terminated(c, "the provider's pod vanished");
-            s.container_statuses = s.container_statuses.map(|cs| cs.iter().map(gone).collect());
-            let old = s.conditions.take().unwrap_or_default();
-            conds = old;
-            put(
+            conds = s.conditions.take().unwrap_or_default();
+            failed_here(
+                &mut s,
                 &mut conds,
                 prev_conds,
-                cond(
-                    OFFLOADED,
-                    false,
-                    reason::VANISHED,
-                    "the ShadowPod is gone from the provider".into(),
-                ),
+                reason::VANISHED,
+                "the pod's ShadowPod vanished from the provider: it no longer runs there",
+                "the ShadowPod is gone from the provider",
                 ctx.now,
             );
-            for t in [READY, CONTAINERS_READY] {
-                put(
-                    &mut conds,
-                    prev_conds,
-                    cond(t, false, reason::VANISHED, String::new()),
-                    ctx.now,
-                );
-            }
             s
         }
         Seen::Shadow(shadow) | Seen::ResizeRefused { shadow, .. } => {
@@ -290,6 +296,38 @@ fn terminal(phase: Option<&str>) -> bool {
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
+/// `s` (the home status as last written) Failed for `why`: no address, its containers
+/// terminated with an unknown fate, Offloaded False, not Ready.
+fn failed_here(
+    s: &mut PodStatus,
+    conds: &mut Vec<PodCondition>,
+    prev_conds: &[PodCondition],
+    why: &str,
+    message: &str,
+    offloaded: &str,
+    now: Timestamp,
+) {
+    s.phase = Some("Failed".into());
+    s.reason = Some(why.into());
+    s.message = Some(message.into());
+    s.pod_ip = None;
+    s.pod_ips = None;
+    let gone = |c: &ContainerStatus| terminated(c, message);
+    s.container_statuses = s
+        .container_statuses
+        .take()
+        .map(|cs| cs.iter().map(gone).collect());
+    put(
+        conds,
+        prev_conds,
+        cond(OFFLOADED, false, why, offloaded.into()),
+        now,
+    );
+    for t in [READY, CONTAINERS_READY] {
+        put(conds, prev_conds, cond(t, false, why, String::new()), now);
+    }
+}
+
 /// A container as the kubelet reports one whose fate it does not know.
 fn terminated(c: &ContainerStatus, message: &str) -> ContainerStatus {
     if c.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
@@ -357,6 +395,7 @@ mod tests {
         Context {
             reachable,
             unreachable_message: "no answer within 5s",
+            partitioned: None,
             remap,
             node_ip: "192.0.2.1",
             now: Timestamp::from_second(1000).unwrap(),
@@ -538,6 +577,37 @@ mod tests {
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         assert_eq!(s.reason.as_deref(), Some(reason::REFUSED));
         assert_eq!(c(&s, OFFLOADED).reason.as_deref(), Some(reason::REFUSED));
+    }
+
+    #[test]
+    fn a_pod_declared_stopped_fails_and_is_never_revived() {
+        let r = remap();
+        let sh = shadow("Running", true, 0);
+        let before = home_status(None, Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
+        // Unreachable, not yet declared: Running, not Ready.
+        let waiting = home_status(Some(&before), Seen::Nothing, &ctx(false, Some(&r))).unwrap();
+        assert_eq!(waiting.phase.as_deref(), Some("Running"));
+        let declared = Context {
+            partitioned: Some("the provider has stopped it"),
+            ..ctx(false, Some(&r))
+        };
+        let s = home_status(Some(&waiting), Seen::Nothing, &declared).unwrap();
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some(reason::PARTITIONED));
+        assert_eq!(s.message.as_deref(), Some("the provider has stopped it"));
+        assert_eq!(s.pod_ip, None);
+        assert_eq!(c(&s, READY).status, "False");
+        assert_eq!(
+            c(&s, OFFLOADED).reason.as_deref(),
+            Some(reason::PARTITIONED)
+        );
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        assert!(cs.state.as_ref().unwrap().terminated.is_some());
+        // Reconnected, whatever the provider says: it stays as declared.
+        let after = home_status(Some(&s), Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
+        assert_eq!(after, ours(&s));
+        // A pod never offloaded has nothing to declare.
+        assert_eq!(home_status(None, Seen::Nothing, &declared), None);
     }
 
     #[test]

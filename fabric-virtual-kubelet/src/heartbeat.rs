@@ -1,0 +1,239 @@
+//! At-most-once semantics, the consumer's side (when the VirtualNode carries the terms the
+//! provider agreed to, [`AtMostOnce`]): the heartbeat Lease [`names::lease::CONSUMER`] in the
+//! tenant namespace on the provider, renewed through the identity, and when the pods
+//! offloaded there may be declared stopped.
+//!
+//! The provider stops this cluster's pods once it has not seen the Lease change for
+//! `partitionSeconds` of its own clock, deleting them with at most `graceSeconds`. This side
+//! counts from its own last successful renewal (the provider saw it no earlier than it was
+//! written, so no later than this process saw the answer, plus its watch's delay) and waits
+//! the partition time, the grace period and [`margin`] (watch delay, the provider's reconcile,
+//! clock rates) before it declares the pods Failed, so the provider's stop always comes
+//! first. A process that has not renewed since it started declares nothing: its pods stay
+//! not Ready until the provider answers again.
+use std::time::{Duration, Instant};
+
+use fabric_api::{
+    names,
+    offloading::v1alpha1::{AtMostOnce, VirtualNode},
+};
+use fabric_sharing::identity;
+use k8s_openapi::{
+    api::{coordination::v1::Lease, coordination::v1::LeaseSpec, core::v1::Secret},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::Timestamp,
+};
+use kube::{Api, api::ObjectMeta};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::run::FIELD_MANAGER;
+
+/// What this side knows: the terms, and when (its monotonic clock) a renewal last succeeded
+/// under them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub terms: Option<AtMostOnce>,
+    pub renewed: Option<Instant>,
+}
+
+/// Time the provider may need beyond the partition time and the grace period to have
+/// stopped the pods: its watch's delay and reconcile, plus a tenth of the partition time for
+/// the two clocks' rates.
+pub fn margin(terms: AtMostOnce) -> Duration {
+    Duration::from_secs(5) + Duration::from_secs(terms.partition_seconds.into()) / 10
+}
+
+/// How often the Lease is renewed: five times per partition time, within 1 to 10 seconds.
+pub fn renew_every(terms: AtMostOnce) -> Duration {
+    (Duration::from_secs(terms.partition_seconds.into()) / 5)
+        .clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// From when the pods may be declared stopped by the provider (None: never, as things are).
+pub fn deadline(hb: &Heartbeat) -> Option<Instant> {
+    let (terms, renewed) = (hb.terms?, hb.renewed?);
+    Some(
+        renewed
+            + Duration::from_secs(terms.partition_seconds.into())
+            + Duration::from_secs(terms.grace_seconds.into())
+            + margin(terms),
+    )
+}
+
+/// Whether, at `now`, the provider has stopped the pods for sure: the message saying so.
+pub fn declared(hb: &Heartbeat, now: Instant) -> Option<String> {
+    let at = deadline(hb)?;
+    let terms = hb.terms?;
+    (now >= at).then(|| {
+        format!(
+            "the provider has not been reached for {}s: under at-most-once semantics it has \
+             stopped this pod (after {}s without heartbeat, {}s grace)",
+            hb.renewed
+                .map_or(0, |r| now.saturating_duration_since(r).as_secs()),
+            terms.partition_seconds,
+            terms.grace_seconds
+        )
+    })
+}
+
+/// The heartbeat Lease in `namespace` (the tenant namespace), renewed at `now` (this
+/// cluster's clock: the provider only looks at whether it changes).
+pub fn lease(namespace: &str, holder: &str, terms: AtMostOnce, now: Timestamp) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(names::lease::CONSUMER.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.to_owned()),
+            lease_duration_seconds: Some(
+                i32::try_from(terms.partition_seconds).unwrap_or(i32::MAX),
+            ),
+            renew_time: Some(MicroTime(now)),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Renews the Lease while the VirtualNode carries terms, through the identity the Secret
+/// holds (a new client when it changes), and publishes the [`Heartbeat`].
+pub async fn run(
+    mut secret: watch::Receiver<Option<Secret>>,
+    mut vn: watch::Receiver<Option<VirtualNode>>,
+    out: watch::Sender<Heartbeat>,
+) {
+    let mut client: Option<kube::Client> = None;
+    let mut rebuild = true;
+    let mut hb = Heartbeat::default();
+    loop {
+        if rebuild {
+            let current = secret.borrow_and_update().clone();
+            client = match current.as_ref().and_then(identity::kubeconfig_of) {
+                Some(text) => identity::client_from_kubeconfig(&text).await.ok(),
+                None => None,
+            };
+            rebuild = false;
+        }
+        let current = vn.borrow_and_update().clone();
+        let terms = current.as_ref().and_then(|v| v.spec.at_most_once);
+        if terms != hb.terms {
+            // New terms count from a renewal under them.
+            info!(?terms, "at-most-once terms");
+            hb = Heartbeat {
+                terms,
+                renewed: None,
+            };
+        }
+        if let (Some(t), Some(c), Some(v)) = (terms, client.as_ref(), current.as_ref()) {
+            let api: Api<Lease> = Api::default_namespaced(c.clone());
+            let lease = lease(
+                c.default_namespace(),
+                &v.spec.node_name,
+                t,
+                Timestamp::now(),
+            );
+            let attempt = tokio::time::timeout(renew_every(t), FIELD_MANAGER.apply(&api, &lease));
+            match attempt.await {
+                Ok(Ok(_)) => {
+                    if hb.renewed.is_none() {
+                        info!("heartbeat Lease renewed on the provider");
+                    }
+                    hb.renewed = Some(Instant::now());
+                    debug!("heartbeat renewed");
+                }
+                Ok(Err(e)) => warn!(error = %e, "renewing the heartbeat Lease on the provider"),
+                Err(_) => warn!("renewing the heartbeat Lease on the provider: no answer in time"),
+            }
+        }
+        out.send_if_modified(|h| {
+            let changed = *h != hb;
+            *h = hb;
+            changed
+        });
+        let every = terms.map_or(Duration::from_secs(3600), renew_every);
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            r = secret.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                rebuild = true;
+            }
+            r = vn.changed() => {
+                if r.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TERMS: AtMostOnce = AtMostOnce {
+        partition_seconds: 10,
+        grace_seconds: 3,
+    };
+
+    #[test]
+    fn the_pods_are_declared_stopped_only_after_the_provider_stopped_them() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let hb = Heartbeat {
+            terms: Some(TERMS),
+            renewed: Some(t0),
+        };
+        // 10 s partition + 3 s grace + 5 s + 1 s margin.
+        assert_eq!(deadline(&hb), Some(t0 + s(19)));
+        assert_eq!(declared(&hb, t0 + s(18)), None);
+        let msg = declared(&hb, t0 + s(19)).unwrap();
+        assert!(msg.contains("19s"), "{msg}");
+        // Never renewed (a restart mid-partition), or off: never declared.
+        let fresh = Heartbeat {
+            terms: Some(TERMS),
+            renewed: None,
+        };
+        assert_eq!(declared(&fresh, t0 + s(1000)), None);
+        let off = Heartbeat {
+            terms: None,
+            renewed: Some(t0),
+        };
+        assert_eq!(declared(&off, t0 + s(1000)), None);
+    }
+
+    #[test]
+    fn renewals_come_several_times_per_partition_time() {
+        let t = |p| AtMostOnce {
+            partition_seconds: p,
+            grace_seconds: 0,
+        };
+        assert_eq!(renew_every(t(5)), Duration::from_secs(1));
+        assert_eq!(renew_every(t(20)), Duration::from_secs(4));
+        assert_eq!(renew_every(t(600)), Duration::from_secs(10));
+        assert_eq!(margin(t(100)), Duration::from_secs(15));
+    }
+
+    #[test]
+    fn the_lease_changes_on_every_renewal() {
+        let a = lease(
+            "fabric-tenant-a",
+            "fabric-b",
+            TERMS,
+            Timestamp::from_second(1).unwrap(),
+        );
+        let b = lease(
+            "fabric-tenant-a",
+            "fabric-b",
+            TERMS,
+            Timestamp::from_second(2).unwrap(),
+        );
+        assert_eq!(a.metadata.name.as_deref(), Some(names::lease::CONSUMER));
+        assert_eq!(a.metadata.namespace.as_deref(), Some("fabric-tenant-a"));
+        assert_eq!(a.spec.as_ref().unwrap().lease_duration_seconds, Some(10));
+        assert_ne!(a, b);
+    }
+}
