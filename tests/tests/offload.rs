@@ -12,7 +12,9 @@
 //! as deploy/ does: a pod over the grant refused visibly at home, a finished pod not revived
 //! and its share released to the next pod; an in-place resize of a home pod reaching the
 //! ShadowPod and the real pod within the grant, and beyond it refused: the pod keeps its
-//! size, `PodResizePending`/`Infeasible` at home), and deletion at home through the provider.
+//! size, `PodResizePending`/`Infeasible` at home), deletion at home through the provider, and
+//! the opt-in at-most-once semantics: off, pods run through a long cut; on, the provider stops
+//! them after the partition time and only then does the consumer fail them at home.
 use std::{
     future::Future,
     path::PathBuf,
@@ -412,6 +414,7 @@ fn vk_name() -> String {
             identity: PROVIDER.into(),
             resources: Default::default(),
             labels: Default::default(),
+            at_most_once: None,
         },
     ))
 }
@@ -604,6 +607,18 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         .await;
     assert_eq!(home["status"]["phase"], "Running");
     assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, uid);
+    // At-most-once is off (the default): however long the cut (longer than the partition
+    // time and the consumer's deadline of the at-most-once phase below), nothing stops.
+    let t0 = Instant::now();
+    while t0.elapsed() < AT_MOST_ONCE_DEADLINE + Duration::from_secs(2) {
+        let home = serde_json::to_value(bed.home().get("web").await.unwrap()).unwrap();
+        assert_eq!(home["status"]["phase"], "Running", "{home}");
+        let real = bed.remote_pods().get_opt(&web).await.unwrap();
+        assert!(real.is_some_and(|p| p.metadata.deletion_timestamp.is_none()));
+        let shadow = bed.shadows().get(&web).await.unwrap();
+        assert_eq!(shadow.status.unwrap().phase.as_deref(), Some("Running"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     bed.set_identity(&bed.identity);
     bed.home_pod_where("web", "web Ready again", |p| {
         cond_is(p, "Ready", "True", None)
@@ -738,5 +753,201 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         (home.is_none() && shadow.is_none() && real.is_none()).then_some(())
     })
     .await;
+
+    at_most_once(&bed).await;
     let _ = &bed.provider;
+}
+
+/// The partition time asked for, and when the consumer fails its pods after its last
+/// renewal: partition + grace (0) + the virtual kubelet's margin (5 s + a tenth).
+const PARTITION: Duration = Duration::from_secs(5);
+const AT_MOST_ONCE_DEADLINE: Duration = Duration::from_millis(10_500);
+
+/// At-most-once on: asked in a slice, agreed by the provider, carried by the VirtualNode.
+/// The provider's API cut: the provider stops the pod after the partition time (ShadowPod
+/// Failed/Partitioned, an Event, not re-created); the consumer fails it at home only later;
+/// healed, nothing comes back or runs twice, and new pods run again.
+async fn at_most_once(bed: &Bed) {
+    let tenant_ns = names::namespace::tenant(CONSUMER);
+    apply(
+        &bed.provider,
+        &json!({ "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
+                 "metadata": { "name": "fenced", "namespace": tenant_ns },
+                 "spec": { "consumerClusterId": CONSUMER, "providerClusterId": PROVIDER,
+                           "resources": { "cpu": "1" },
+                           "atMostOnce": { "partitionSeconds": 1, "graceSeconds": 60 } } }),
+    );
+    // The provider agrees within its bounds (at least 5 s, at most 30 s of grace).
+    let agreed = bed
+        .eventually("the provider's at-most-once terms", || async {
+            let o = bed.provider.kubectl(&[
+                "get",
+                "resourceslice",
+                "fenced",
+                "-n",
+                &tenant_ns,
+                "-o",
+                "jsonpath={.status.atMostOnce}",
+            ]);
+            let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+            v.is_object().then_some(v)
+        })
+        .await;
+    assert_eq!(agreed, json!({ "partitionSeconds": 5, "graceSeconds": 30 }));
+    // What the consumer's slice controller carries to the VirtualNode; 0 s of grace here (as
+    // if a second slice agreed to that: the provider enforces the strictest terms).
+    apply(
+        &bed.provider,
+        &json!({ "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
+                 "metadata": { "name": "fenced", "namespace": tenant_ns },
+                 "spec": { "consumerClusterId": CONSUMER, "providerClusterId": PROVIDER,
+                           "resources": { "cpu": "1" },
+                           "atMostOnce": { "partitionSeconds": 5, "graceSeconds": 0 } } }),
+    );
+    bed.eventually("the provider's terms with no grace", || async {
+        let o = bed.provider.kubectl(&[
+            "get",
+            "resourceslice",
+            "fenced",
+            "-n",
+            &tenant_ns,
+            "-o",
+            "jsonpath={.status.atMostOnce.graceSeconds}",
+        ]);
+        (String::from_utf8_lossy(&o.stdout).trim() == "0").then_some(())
+    })
+    .await;
+    bed.consumer.kubectl_ok(&[
+        "patch",
+        "virtualnode",
+        PROVIDER,
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"atMostOnce":{"partitionSeconds":5,"graceSeconds":0}}}"#,
+    ]);
+    // The heartbeat, through the consumer's identity (the tenant Role allows that Lease).
+    bed.eventually("the consumer's heartbeat Lease on the provider", || async {
+        let o = bed
+            .provider
+            .kubectl(&["get", "lease", names::lease::CONSUMER, "-n", &tenant_ns]);
+        o.status.success().then_some(())
+    })
+    .await;
+
+    bed.create_home_pod("solo", json!({})).await;
+    let solo = forge::name(HOME_NS, "solo");
+    bed.eventually("solo's real pod", || async {
+        bed.remote_pods().get_opt(&solo).await.ok()?
+    })
+    .await;
+    bed.provider_runs(&solo, "10.244.2.9", 0).await;
+    bed.home_pod_where("solo", "solo Running and Ready", |p| {
+        p["status"]["phase"] == "Running" && cond_is(p, "Ready", "True", None)
+    })
+    .await;
+    // Heartbeats keep it running past the partition time.
+    tokio::time::sleep(PARTITION + Duration::from_secs(2)).await;
+    assert!(
+        bed.remote_pods().get_opt(&solo).await.unwrap().is_some(),
+        "{}",
+        bed.logs()
+    );
+    let shadow_uid = bed.shadows().get(&solo).await.unwrap().metadata.uid;
+    let shadows_before = bed.shadow_count().await;
+
+    // Cut: the provider stops the pod first, then (and only then) the consumer fails it.
+    let dead = identity::Credentials {
+        api_server_url: "https://127.0.0.1:9".into(),
+        ..bed.identity.clone()
+    };
+    bed.set_identity(&dead);
+    let cut = Instant::now();
+    let mut stopped_at = None;
+    let failed_at = loop {
+        assert!(
+            cut.elapsed() < T,
+            "not stopped and failed within {T:?}
+{}",
+            bed.logs()
+        );
+        let home = serde_json::to_value(bed.home().get("solo").await.unwrap()).unwrap();
+        let shadow = bed.shadows().get(&solo).await.unwrap();
+        let real = bed.remote_pods().get_opt(&solo).await.unwrap();
+        let st = shadow.status.clone().unwrap_or_default();
+        if stopped_at.is_none() && real.is_none() && st.reason.as_deref() == Some("Partitioned") {
+            assert_eq!(st.phase.as_deref(), Some("Failed"));
+            stopped_at = Some(cut.elapsed());
+        }
+        if home["status"]["phase"] == "Failed" {
+            assert!(
+                stopped_at.is_some(),
+                "failed at home before the provider stopped it: {home}
+{shadow:?}"
+            );
+            assert_eq!(home["status"]["reason"], "ProviderPartitioned", "{home}");
+            break cut.elapsed();
+        }
+        assert_eq!(home["status"]["phase"], "Running", "{home}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let stopped_at = stopped_at.unwrap();
+    // The provider counts from the last renewal it saw (at most a second before the cut).
+    assert!(
+        stopped_at >= PARTITION - Duration::from_secs(2),
+        "stopped after {stopped_at:?}"
+    );
+    assert!(
+        failed_at >= AT_MOST_ONCE_DEADLINE - Duration::from_secs(2),
+        "{failed_at:?}"
+    );
+    bed.eventually("the Partitioned Event on the ShadowPod", || async {
+        let o = bed.provider.kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            &tenant_ns,
+            "-o",
+            "json",
+        ]);
+        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+        v["items"]
+            .as_array()?
+            .iter()
+            .any(|e| e["reason"] == "Partitioned" && e["regarding"]["name"] == solo.as_str())
+            .then_some(())
+    })
+    .await;
+
+    // Healed: nothing revived on either side, nothing duplicated; a new pod runs.
+    bed.set_identity(&bed.identity);
+    bed.eventually("the virtual node Ready again", || async {
+        let n = bed.consumer.kubectl(&["get", "node", NODE, "-o", "json"]);
+        let n: Value = serde_json::from_slice(&n.stdout).ok()?;
+        cond_is(&n, "Ready", "True", None).then_some(())
+    })
+    .await;
+    bed.create_home_pod("after", json!({})).await;
+    let after = forge::name(HOME_NS, "after");
+    bed.eventually("after's real pod", || async {
+        bed.remote_pods().get_opt(&after).await.ok()?
+    })
+    .await;
+    bed.provider_runs(&after, "10.244.2.10", 0).await;
+    bed.home_pod_where("after", "after Running once healed", |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    let home = serde_json::to_value(bed.home().get("solo").await.unwrap()).unwrap();
+    assert_eq!(home["status"]["phase"], "Failed", "{home}");
+    assert_eq!(home["status"]["reason"], "ProviderPartitioned", "{home}");
+    let shadow = bed.shadows().get(&solo).await.unwrap();
+    assert_eq!(shadow.metadata.uid, shadow_uid);
+    assert_eq!(
+        shadow.status.unwrap().reason.as_deref(),
+        Some("Partitioned")
+    );
+    assert!(bed.remote_pods().get_opt(&solo).await.unwrap().is_none());
+    assert_eq!(bed.shadow_count().await, shadows_before + 1);
 }
