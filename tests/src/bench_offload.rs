@@ -711,6 +711,7 @@ fn vk_name() -> String {
             identity: PROVIDER.into(),
             resources: Default::default(),
             labels: Default::default(),
+            at_most_once: None,
         },
     ))
 }
