@@ -87,7 +87,7 @@ type Client<'a> = Option<(&'a Path, &'a Path)>;
 /// A request straight to the virtual kubelet's API (as the API server makes them) with
 /// `client`'s certificate (None: without one): (HTTP status, or 0 if the TLS handshake
 /// failed; body).
-fn curl(client: Client, port: u16, method: &str, path: &str) -> (u16, String) {
+fn curl(client: Client<'_>, port: u16, method: &str, path: &str) -> (u16, String) {
     let mut c = Command::new("curl");
     c.args([
         "-sk",
@@ -208,7 +208,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
         certs.join("kubelet-client.crt"),
         certs.join("kubelet-client.key"),
     ));
-    let api_server: Client = api_server.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let api_server: Client<'_> = api_server.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
     let _vk = spawn(
         "fabric-virtual-kubelet",
         &[

@@ -12,7 +12,7 @@ pub mod controller;
 pub mod decide;
 pub mod fence;
 pub mod forge;
+pub mod partition;
 pub mod quota;
 pub mod resize;
-pub mod partition;
 pub mod webhook;
