@@ -8,9 +8,11 @@
 //! scratch directory. Other fixtures name their scratch directories `fabt-<pid>-…` as well (see
 //! [`scratch_dir`]).
 //!
-//! A test process that is killed before it can clean up (SIGKILL, a CI timeout) leaves all of
-//! that behind; its children die with it when they were started through
-//! [`crate::process::spawn`]. The next test bed (or [`reap_stale`]) removes the rest: for every
+//! A test process that is killed before it can clean up (SIGKILL, a CI timeout) cannot remove
+//! any of that itself; its children die with it when they were started through
+//! [`crate::process::spawn`], and a watcher started with its first fixture removes its
+//! namespaces, processes, pins and scratch directories once it is gone (see `reap_at_exit`).
+//! The next test bed (or [`reap_stale`]) removes whatever is left: for every
 //! name with our prefixes whose pid is no longer alive, it kills the processes inside its
 //! namespaces and those whose command line names its scratch directories (daemons a script
 //! started, such as an API server and its etcd), then deletes namespaces, pins and directories.
@@ -19,7 +21,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     sync::{
-        Mutex,
+        Mutex, OnceLock,
         atomic::{AtomicU32, Ordering},
     },
     thread::JoinHandle,
@@ -200,6 +202,45 @@ pub fn reap_stale() {
     }
     *done = true;
     reap_stale_now();
+    if let Err(e) = reap_at_exit() {
+        eprintln!("fabric-netns: no reaper for this run ({e:#}): the next run cleans up after it");
+    }
+}
+
+/// What [`reap_at_exit`]'s watcher runs once this process is gone: processes in our
+/// namespaces, processes naming our scratch directories (daemons a script started with
+/// `setsid`), then the namespaces, pin directories and scratch directories. The gateway pins and
+/// sockets are left to the next run's [`reap_stale_now`].
+const REAPER_SCRIPT: &str = r#"cat >/dev/null
+pid=$1 tmp=$2 pins=$3
+spaces=$(ip netns list | while read -r ns _; do case $ns in "fabt-$pid-"*) echo "$ns";; esac; done)
+for ns in $spaces; do kill -KILL $(ip netns pids "$ns") 2>/dev/null; done
+pkill -KILL -f -- "$tmp/fabt-$pid-"
+for ns in $spaces; do ip netns del "$ns"; done
+rm -rf "$pins$pid-"* "$tmp/fabt-$pid-"*
+"#;
+
+/// Starts a watcher that cleans up after this process when it ends, however it ends: it holds
+/// the read end of a pipe whose write end only this process has (close-on-exec, so children
+/// don't inherit it) and reads end-of-file when the process is gone. It runs in a session of its
+/// own, so a kill of the whole process group (a CI timeout) does not take it along. A process
+/// that cleaned up after itself leaves it nothing to do.
+fn reap_at_exit() -> Result<()> {
+    static WRITE_END: OnceLock<std::process::ChildStdin> = OnceLock::new();
+    let tmp = std::env::temp_dir();
+    let mut child = Command::new("setsid")
+        .args(["sh", "-c", REAPER_SCRIPT, "fabric-reaper"])
+        .arg(std::process::id().to_string())
+        .arg(tmp.as_os_str())
+        .arg(PIN_PREFIX)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting setsid sh")?;
+    let stdin = child.stdin.take().context("the reaper's stdin")?;
+    let _ = WRITE_END.set(stdin);
+    Ok(())
 }
 
 /// [`reap_stale`] without the once-per-process guard.
@@ -264,8 +305,11 @@ pub fn reap_stale_now() {
         }
     }
     for dir in scratch {
-        eprintln!("fabric-netns: removing stale directory {}", dir.display());
-        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("fabric-netns: removing stale {}", dir.display());
+        // Some fixtures leave plain files (logs) under the prefix.
+        if std::fs::remove_dir_all(&dir).is_err() {
+            let _ = std::fs::remove_file(&dir);
+        }
     }
 }
 

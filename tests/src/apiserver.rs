@@ -8,7 +8,7 @@ use std::{
     io::ErrorKind,
     net::{Shutdown, SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -24,8 +24,6 @@ pub struct ApiServer {
     /// [`ApiServer::start_in_netns`]); the same file as `kubeconfig` otherwise.
     pub in_cluster_kubeconfig: PathBuf,
     run_dir: Option<PathBuf>,
-    /// Kills the server's daemons when this process dies (see [`lifeline`]).
-    lifeline: Option<Child>,
     // Dropped after the server processes are killed (fields drop after `Drop::drop`).
     forwarder: Option<Forwarder>,
 }
@@ -106,7 +104,6 @@ impl ApiServer {
                 in_cluster_kubeconfig: kc.clone(),
                 kubeconfig: kc,
                 run_dir: None,
-                lifeline: None,
                 forwarder: None,
             };
         }
@@ -196,10 +193,9 @@ impl ApiServer {
             .arg(port.to_string())
             .output()
             .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-        let mut server = Self {
+        let server = Self {
             kubeconfig: dir.join("kubeconfig"),
             in_cluster_kubeconfig: dir.join("kubeconfig"),
-            lifeline: None,
             run_dir: Some(dir.clone()),
             forwarder: None,
         };
@@ -208,10 +204,6 @@ impl ApiServer {
             "API server did not start: {}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        );
-        server.lifeline = Some(
-            lifeline(&daemon_pids(&dir))
-                .unwrap_or_else(|e| panic!("starting the API server's lifeline: {e}")),
         );
         server
     }
@@ -295,32 +287,8 @@ fn daemon_pids(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
-/// The start script daemonizes etcd and kubelite (`setsid`), so they do not die with us the way
-/// our own children do. A small watcher holds the read end of a pipe whose write end only this
-/// process has: when this process ends, however it ends, the watcher reads end-of-file and
-/// kills them. (A kill of the whole process group takes the watcher along; then the reaper of
-/// the next run finds the daemons by their scratch directory.)
-fn lifeline(pids: &[i32]) -> std::io::Result<Child> {
-    Command::new("sh")
-        .args([
-            "-c",
-            "cat >/dev/null; kill -KILL \"$@\" 2>/dev/null",
-            "fabric-lifeline",
-        ])
-        .args(pids.iter().map(i32::to_string))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-}
-
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        // The watcher first: it must not signal the pids after they are gone (and maybe reused).
-        if let Some(mut l) = self.lifeline.take() {
-            let _ = l.kill();
-            let _ = l.wait();
-        }
         let Some(dir) = &self.run_dir else { return };
         for pid in daemon_pids(dir) {
             // SAFETY: signalling a process we started.
