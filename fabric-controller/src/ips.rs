@@ -2,15 +2,16 @@
 //! address in the local external CIDR (in status). Peers reach it there, under their own
 //! view of this cluster's external CIDR; the gateway's data plane maps it to the real IP.
 //!
-//! Grants live in the objects' status and are restored from there on start, so a restart
-//! keeps every address; a finalizer releases the address when the object goes.
+//! Grants live in IPAM's ledger (see `ipam::ledger`), written conditionally on the version they
+//! were decided from, so two replicas that both believe they lead can never give one address
+//! to two `IP`s; addresses shown in status from before the ledger kept them are adopted on
+//! start. A finalizer releases the address when the object goes.
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
     names::finalizer::EXTERNAL_IP as FINALIZER,
     networking::v1alpha1::{IP, IPStatus},
 };
-use fabric_ipam::Ipam;
 use futures::StreamExt;
 use ipnetwork::Ipv4Network;
 use kube::{
@@ -23,24 +24,18 @@ use kube::{
         watcher,
     },
 };
-use tokio::sync::Mutex;
 use tracing::{info, warn};
 
-use crate::ipam::{Error, FIELD_MANAGER, ready};
+use crate::ipam::{Error, FIELD_MANAGER, ready, store::Store};
 
 pub struct Ctx {
     client: Client,
-    pool: Mutex<Ipam>,
+    external: Ipv4Network,
+    ledger: Store,
 }
 
 fn key(ip: &IP) -> String {
     format!("{}/{}", ip.namespace().unwrap_or_default(), ip.name_any())
-}
-
-/// The external CIDR's network address is never handed out.
-fn pool(external: Ipv4Network) -> Result<Ipam, Error> {
-    let first = Ipv4Network::new(external.network(), 32).expect("/32");
-    Ipam::new(vec![external], vec![first]).map_err(|e| Error::Invalid(e.to_string()))
 }
 
 async fn patch_status(api: &Api<IP>, name: &str, status: IPStatus) -> Result<(), Error> {
@@ -55,18 +50,18 @@ async fn apply(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let granted = ctx.pool.lock().await.allocate_free(&key(&ip), 32);
+    let k = key(&ip);
+    let granted = ctx.ledger.update(|l| l.grant_ip(ctx.external, &k)).await?;
     let status = match granted {
         Ok(g) => IPStatus {
-            ip: Some(g.ip().to_string()),
+            ip: Some(g.to_string()),
             conditions: ready(
                 conditions,
                 true,
                 "Allocated",
                 format!(
                     "{} is reachable from peers as {} (in their view of this cluster)",
-                    ip.spec.ip,
-                    g.ip()
+                    ip.spec.ip, g
                 ),
                 generation,
             ),
@@ -92,8 +87,15 @@ async fn reconcile(ip: Arc<IP>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         match event {
             Event::Apply(ip) => apply(ip, &ctx).await,
             Event::Cleanup(ip) => {
-                ctx.pool.lock().await.release(&key(&ip));
-                info!(ip = %key(&ip), "released external address");
+                let k = key(&ip);
+                ctx.ledger
+                    .update(|l| {
+                        l.release_ip(&k);
+                        Ok::<_, std::convert::Infallible>(())
+                    })
+                    .await?
+                    .unwrap_or_else(|never| match never {});
+                info!(ip = %k, "released external address");
                 Ok(Action::await_change())
             }
         }
@@ -109,24 +111,39 @@ fn error_policy(ip: Arc<IP>, err: &Error, _: Arc<Ctx>) -> Action {
 
 /// Serves the `IP`s of `namespace` (the fabric's) only.
 pub async fn run(client: Client, namespace: &str, external: Ipv4Network) -> Result<(), Error> {
-    let mut pool = pool(external)?;
     let all: Api<IP> = Api::namespaced(client.clone(), namespace);
+    let ledger = Store::new(client.clone(), namespace);
+    let mut shown = Vec::new();
     for ip in all.list(&ListParams::default()).await? {
         let Some(addr) = ip.status.as_ref().and_then(|s| s.ip.as_ref()) else {
             continue;
         };
-        let restored = addr
-            .parse::<std::net::Ipv4Addr>()
-            .map_err(|e| e.to_string())
-            .and_then(|a| Ipv4Network::new(a, 32).map_err(|e| e.to_string()))
-            .and_then(|n| pool.restore(&key(&ip), n).map_err(|e| e.to_string()));
-        if let Err(e) = restored {
-            warn!(ip = %key(&ip), error = %e, "grant no longer valid; it will be re-allocated");
+        match addr.parse::<std::net::Ipv4Addr>() {
+            Ok(a) => shown.push((key(&ip), a)),
+            Err(_) => {
+                warn!(ip = %key(&ip), %addr, "unreadable address in status; it is granted again")
+            }
         }
+    }
+    // One write for all of them (the ledger is written even when nothing changes).
+    let adopted = ledger
+        .update(|l| {
+            Ok::<_, std::convert::Infallible>(
+                shown
+                    .iter()
+                    .filter(|(k, a)| l.adopt_ip(external, k, *a))
+                    .count(),
+            )
+        })
+        .await?
+        .unwrap_or_else(|never| match never {});
+    if adopted > 0 {
+        info!(adopted, "addresses from before the ledger recorded in it");
     }
     let ctx = Arc::new(Ctx {
         client,
-        pool: Mutex::new(pool),
+        external,
+        ledger,
     });
     Controller::new(all, watcher::Config::default())
         .shutdown_on_signal()

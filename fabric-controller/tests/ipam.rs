@@ -405,3 +405,56 @@ async fn two_leaders_never_grant_the_same_range() {
     }
     assert_eq!(stored.grants.len(), all.len() * 2);
 }
+
+/// The same for `IP` addresses: two replicas that both believe they lead give out addresses
+/// of the external CIDR through the ledger, never one address twice. (Before, each replica
+/// allocated from a pool in its own memory, rebuilt from the statuses when it started leading:
+/// the stale one handed out the address the other had just given.)
+#[tokio::test]
+async fn two_leaders_never_give_the_same_address() {
+    use fabric_controller::ipam::{ledger::Ledger, store::Store};
+    if !require_tools("two_leaders_never_give_the_same_address") {
+        return;
+    }
+    let server = ApiServer::start("ip-fence");
+    server.install_crds();
+    let client = server.client().await;
+    let external: ipnetwork::Ipv4Network = "10.70.0.0/16".parse().unwrap();
+    let stale = Store::new(client.clone(), "default");
+    let fresh = Store::new(client.clone(), "default");
+    let give = |store: &'static str, key: String| {
+        let store = if store == "stale" { &stale } else { &fresh };
+        async move {
+            let addr = store
+                .update(|l| l.grant_ip(external, &key))
+                .await
+                .unwrap()
+                .unwrap();
+            (key, addr)
+        }
+    };
+    let mut all = vec![give("stale", "default/a".into()).await];
+    all.push(give("fresh", "default/b".into()).await);
+    // The first one wakes up with its copy of the ledger (a only).
+    all.push(give("stale", "default/c".into()).await);
+    let racing = (0..10).map(|i| {
+        give(
+            if i % 2 == 0 { "stale" } else { "fresh" },
+            format!("default/r{i}"),
+        )
+    });
+    all.extend(futures::future::join_all(racing).await);
+    let mut addrs: Vec<_> = all.iter().map(|(_, a)| *a).collect();
+    addrs.sort();
+    addrs.dedup();
+    assert_eq!(addrs.len(), all.len(), "an address given twice: {all:?}");
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    let cm = cms
+        .get(fabric_api::names::config_map::IPAM_LEDGER)
+        .await
+        .unwrap();
+    let stored = Ledger::from_data(cm.data.as_ref()).unwrap();
+    for (k, a) in &all {
+        assert_eq!(stored.ips.get(k), Some(a), "{k}");
+    }
+}

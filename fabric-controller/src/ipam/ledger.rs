@@ -27,6 +27,9 @@ pub struct Ledger {
     /// Configuration (`<namespace>/<name>`) -> data-plane peer id.
     #[serde(default)]
     pub ids: BTreeMap<String, u32>,
+    /// `IP` (`<namespace>/<name>`) -> its address in the local external CIDR.
+    #[serde(default)]
+    pub ips: BTreeMap<String, Ipv4Addr>,
 }
 
 /// What a Configuration was granted.
@@ -112,6 +115,64 @@ impl Ledger {
         Ok(Grant { pod, external, id })
     }
 
+    /// The allocator of addresses in the local `external` CIDR (its network address is never
+    /// handed out) holding this ledger's `IP` grants; one that no longer fits (the CIDR
+    /// changed) is dropped, so that its owner gets a new one.
+    fn ip_pool(&mut self, external: Ipv4Network) -> Result<Ipam, IpamError> {
+        let first = Ipv4Network::new(external.network(), 32).expect("a /32 is valid");
+        let mut ipam = Ipam::new(vec![external], vec![first])?;
+        self.ips.retain(|owner, addr| {
+            let cidr = Ipv4Network::new(*addr, 32).expect("a /32 is valid");
+            if !external.contains(*addr) {
+                warn!(%owner, %addr, %external, "address outside the external CIDR; it is granted again");
+                return false;
+            }
+            match ipam.restore(owner, cidr) {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(%owner, error = %e, "address no longer valid; it is granted again");
+                    false
+                }
+            }
+        });
+        Ok(ipam)
+    }
+
+    /// Gives `IP` `key` an address in `external`. Idempotent: the address it holds it keeps.
+    /// On an error the ledger is left as it was.
+    pub fn grant_ip(&mut self, external: Ipv4Network, key: &str) -> Result<Ipv4Addr, IpamError> {
+        let mut next = self.clone();
+        let addr = next.ip_pool(external)?.allocate_free(key, 32)?.ip();
+        next.ips.insert(key.to_owned(), addr);
+        *self = next;
+        Ok(addr)
+    }
+
+    /// Records the address `IP` `key` shows in its status, granted before the ledger kept
+    /// addresses, unless the ledger already has one for it or gave that address to another.
+    /// Whether it was recorded.
+    pub fn adopt_ip(&mut self, external: Ipv4Network, key: &str, addr: Ipv4Addr) -> bool {
+        if self.ips.contains_key(key) {
+            return false;
+        }
+        let mut next = self.clone();
+        let Ok(mut pool) = next.ip_pool(external) else {
+            return false;
+        };
+        let cidr = Ipv4Network::new(addr, 32).expect("a /32 is valid");
+        if !external.contains(addr) || pool.restore(key, cidr).is_err() {
+            return false;
+        }
+        next.ips.insert(key.to_owned(), addr);
+        *self = next;
+        true
+    }
+
+    /// Releases the address of `IP` `key`.
+    pub fn release_ip(&mut self, key: &str) {
+        self.ips.remove(key);
+    }
+
     /// Releases everything Configuration `key` holds.
     pub fn release(&mut self, key: &str) {
         for role in ["pod", "external"] {
@@ -169,6 +230,38 @@ mod tests {
             .unwrap();
         assert!(!c.pod.overlaps(b.pod) && !c.pod.overlaps(b.external));
         assert_ne!(c.id, b.id);
+    }
+
+    #[test]
+    fn ip_addresses_come_from_the_ledger_never_twice() {
+        let ext = net("10.70.0.0/30");
+        let mut l = Ledger::default();
+        let a = l.grant_ip(ext, "ns/a").unwrap();
+        assert_eq!(
+            a,
+            "10.70.0.1".parse::<Ipv4Addr>().unwrap(),
+            "never the network address"
+        );
+        assert_eq!(l.grant_ip(ext, "ns/a"), Ok(a), "idempotent");
+        // Another replica reading this ledger gives the next one out.
+        let mut other = Ledger::from_data(Some(&l.to_data())).unwrap();
+        let b = other.grant_ip(ext, "ns/b").unwrap();
+        assert_ne!(a, b);
+        // An address from before the ledger is adopted only when free.
+        assert!(!other.adopt_ip(ext, "ns/c", a), "a's address is a's");
+        assert!(other.adopt_ip(ext, "ns/c", "10.70.0.3".parse().unwrap()));
+        let before = other.clone();
+        assert!(other.grant_ip(ext, "ns/d").is_err(), "the /30 is full");
+        assert_eq!(other, before, "a refused grant changes nothing");
+        other.release_ip("ns/b");
+        assert_eq!(other.grant_ip(ext, "ns/d"), Ok(b));
+        // The external CIDR changed: grants outside it are given again.
+        let moved = net("10.71.0.0/30");
+        assert_eq!(
+            other.grant_ip(moved, "ns/a"),
+            Ok("10.71.0.1".parse().unwrap())
+        );
+        assert!(other.ips.values().all(|a| moved.contains(*a)));
     }
 
     #[test]
