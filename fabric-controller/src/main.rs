@@ -283,6 +283,11 @@ enum Cmd {
         /// free one, for virtual kubelets sharing a host network.
         #[arg(long, env = "FABRIC_VIRTUAL_KUBELET_PORT", default_value_t = virtual_node::objects::KUBELET_PORT)]
         virtual_kubelet_port: u16,
+        /// How long a removed VirtualNode's pods may take to be deleted through the provider
+        /// before they are failed (`VirtualNodeRemoved`) and deleted at home. A forced unpeer
+        /// does not wait.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        drain_grace: Duration,
     },
 }
 
@@ -599,6 +604,7 @@ async fn run() -> Result<()> {
             lease,
             virtual_kubelet_image,
             virtual_kubelet_port,
+            drain_grace,
         } => {
             // One active replica: two would both apply every virtual kubelet and publish
             // every Event twice, and race on a removal's cordon and deletes.
@@ -609,7 +615,7 @@ async fn run() -> Result<()> {
                 kubelet_port: virtual_kubelet_port,
             };
             let work = || async {
-                virtual_node::controller::run(client.clone(), settings.clone()).await;
+                virtual_node::controller::run(client.clone(), settings.clone(), drain_grace).await;
                 Ok(())
             };
             ipam::run_elected(client.clone(), &namespace, election, work).await

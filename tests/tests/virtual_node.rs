@@ -5,7 +5,10 @@
 //!
 //! The tunnel's state is the consumer's `Connection`, written here as the gateway operator
 //! would; cutting the provider's API is done by pointing the identity at a dead address and
-//! by revoking the tenant's RoleBinding.
+//! by revoking the tenant's RoleBinding. The consumer's API server deletes pods gracefully
+//! (as with a kubelet), so a removed VirtualNode whose provider is gone drains through the
+//! abandon path: its pods end Failed (`VirtualNodeRemoved`) and deleted, after the drain grace
+//! or at once when the unpeer is forced.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -27,6 +30,8 @@ const CONSUMER: &str = "cluster-a";
 const PROVIDER: &str = "cluster-b";
 const VN: &str = "cluster-b";
 const NODE: &str = "fabric-cluster-b";
+/// The controller's `--drain-grace`: short, so that the abandon path runs within the test.
+const DRAIN_GRACE: Duration = Duration::from_secs(15);
 
 struct Bed {
     consumer: ApiServer,
@@ -237,7 +242,7 @@ fn setup(tag: &str) -> Option<Bed> {
     };
 
     // The consumer: what the sharing layer has created by the time a VirtualNode exists.
-    let consumer = ApiServer::start_with_auth(&format!("{tag}-c"));
+    let consumer = ApiServer::start_with_auth_args(&format!("{tag}-c"), "--graceful-pod-deletion");
     consumer.install_crds();
     // kube-node-lease is there already, as in any cluster.
     consumer.kubectl_ok(&["create", "namespace", NS]);
@@ -264,6 +269,8 @@ fn setup(tag: &str) -> Option<Bed> {
                 // Other tests' virtual kubelets may be on the host's loopback too.
                 "--virtual-kubelet-port",
                 "0",
+                "--drain-grace",
+                &format!("{}s", DRAIN_GRACE.as_secs()),
             ])
             .env("KUBECONFIG", &consumer.kubeconfig)
             .env("RUST_LOG", "info")
@@ -476,9 +483,33 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
     assert_eq!(before["spec"], after["spec"]);
     assert_eq!(before["metadata"]["uid"], after["metadata"]["uid"]);
 
-    // The VirtualNode goes: the Node, its Lease and the virtual kubelet go with it.
-    bed.consumer
-        .kubectl_ok(&["delete", "virtualnode", VN, "-n", NS, "--wait=false"]);
+    // The provider goes. A forced unpeer (the VirtualNode marked so) does not wait for the
+    // pods' deletion through it: they are failed and deleted at once.
+    bed.set_identity(&dead);
+    bed.wait_ready("False", "ProviderUnreachable", timeout);
+    let took = bed.remove_with_a_pod("forced", true);
+    assert!(
+        took < DRAIN_GRACE,
+        "a forced removal waited {took:?}\n{}",
+        bed.logs()
+    );
+    bed.wait("the forced VirtualNode gone", timeout, || {
+        get_json(&bed.consumer, &["get", "virtualnode", VN, "-n", NS])
+            .is_none()
+            .then_some(())
+    });
+
+    // Otherwise the drain waits for the grace, then abandons the pods alike; the Node, its
+    // Lease and the virtual kubelet go with the VirtualNode.
+    apply(&bed.consumer, &virtual_node("8"));
+    bed.wait_ready("False", "ProviderUnreachable", Duration::from_secs(60));
+    let took = bed.remove_with_a_pod("stuck", false);
+    // The deletion timestamp has whole seconds.
+    assert!(
+        took + Duration::from_secs(1) >= DRAIN_GRACE,
+        "the pod was abandoned after {took:?} only\n{}",
+        bed.logs()
+    );
     bed.wait(
         "the VirtualNode, its Node, Lease and Deployment gone",
         timeout,
@@ -500,6 +531,103 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
 }
 
 impl Bed {
+    /// Binds a pod to the virtual node, deletes the VirtualNode (marked as a forced unpeer
+    /// does if `forced`), and waits for the pod to be gone at home after it was failed
+    /// `VirtualNodeRemoved`: how long that took from the deletion.
+    fn remove_with_a_pod(&self, pod: &str, forced: bool) -> Duration {
+        apply(
+            &self.consumer,
+            &json!({ "apiVersion": "v1", "kind": "Pod",
+                     "metadata": { "name": pod, "namespace": NS },
+                     "spec": { "nodeName": NODE,
+                               "containers": [{ "name": "main", "image": "echo" }] } }),
+        );
+        // Every version of the pod until it is gone, as a watch sees them.
+        let seen = self.dir.join(format!("watch-{pod}.json"));
+        let out = std::fs::File::create(&seen).unwrap();
+        let _watch = ChildGuard(
+            Command::new("kubectl")
+                .env("KUBECONFIG", &self.consumer.kubeconfig)
+                .args(["get", "pod", pod, "-n", NS, "--watch", "-o", "json"])
+                .stdout(out)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        self.wait("the watch started", Duration::from_secs(20), || {
+            (std::fs::metadata(&seen).ok()?.len() > 0).then_some(())
+        });
+        if forced {
+            self.consumer.kubectl_ok(&[
+                "annotate",
+                "virtualnode",
+                VN,
+                "-n",
+                NS,
+                &format!("{}=true", names::annotation::FORCE_UNPEER),
+            ]);
+        }
+        let t0 = Instant::now();
+        self.consumer
+            .kubectl_ok(&["delete", "virtualnode", VN, "-n", NS, "--wait=false"]);
+        self.wait(
+            &format!("pod {pod} gone"),
+            DRAIN_GRACE + Duration::from_secs(40),
+            || {
+                get_json(&self.consumer, &["get", "pod", pod, "-n", NS])
+                    .is_none()
+                    .then_some(())
+            },
+        );
+        let took = t0.elapsed();
+        let failed = |p: &Value| {
+            p["status"]["phase"] == "Failed"
+                && p["status"]["reason"] == "VirtualNodeRemoved"
+                && p["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")
+                })
+        };
+        let versions = self.wait(
+            &format!("pod {pod} seen Failed (VirtualNodeRemoved)"),
+            Duration::from_secs(10),
+            || {
+                let text = std::fs::read_to_string(&seen).ok()?;
+                let versions: Vec<Value> = serde_json::Deserializer::from_str(&text)
+                    .into_iter::<Value>()
+                    .filter_map(Result::ok)
+                    .collect();
+                versions.iter().any(failed).then_some(versions)
+            },
+        );
+        // Deleted gracefully first (the virtual kubelet's turn), unless forced.
+        let graceful = versions
+            .iter()
+            .any(|p| !failed(p) && !p["metadata"]["deletionTimestamp"].is_null());
+        assert_eq!(
+            graceful, !forced,
+            "pod {pod}: graceful deletion first? {versions:#?}"
+        );
+        // The Event is published after the status; wait for it too.
+        self.wait(
+            &format!("a VirtualNodeRemoved Event for {pod}"),
+            Duration::from_secs(20),
+            || {
+                let events = get_json(&self.consumer, &["get", "events.events.k8s.io", "-n", NS])?;
+                events["items"]
+                    .as_array()?
+                    .iter()
+                    .any(|e| {
+                        e["reason"] == "VirtualNodeRemoved"
+                            && e["type"] == "Warning"
+                            && e["regarding"]["name"] == pod
+                    })
+                    .then_some(())
+            },
+        );
+        took
+    }
+
     /// The name of the virtual kubelet's Deployment (and ServiceAccount, Roles).
     fn deployments_name(&self) -> String {
         use fabric_api::offloading::v1alpha1::{VirtualNode, VirtualNodeSpec};

@@ -31,9 +31,14 @@ const FINALIZER: &str = names::finalizer::PEERING;
 /// How often a running unpeer looks again at what it waits for.
 const WAIT: Duration = Duration::from_millis(500);
 
-/// Marks `slice` as forced too, so that its replicator does not wait for the provider.
-async fn force(api: &Api<ResourceSlice>, slice: &ResourceSlice) -> Result<(), Error> {
-    if forced(&slice.metadata) {
+/// Marks `obj` (a slice, so that its replicator does not wait for the provider; the
+/// VirtualNode, so that its drain does not wait for the pods' deletion through the provider)
+/// as forced too.
+async fn force<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if forced(obj.meta()) {
         return Ok(());
     }
     let patch = serde_json::json!({"metadata": {"annotations": {
@@ -41,7 +46,7 @@ async fn force(api: &Api<ResourceSlice>, slice: &ResourceSlice) -> Result<(), Er
     }}});
     match api
         .patch(
-            &slice.name_any(),
+            &obj.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
@@ -117,6 +122,9 @@ async fn cleanup(fc: &ForeignCluster, ctx: &Ctx) -> Result<bool, Error> {
     }
     let vns: Api<VirtualNode> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let vn = vns.get_opt(&provider).await?;
+    if let Some(vn) = vn.as_ref().filter(|_| forced(&fc.metadata)) {
+        force(&vns, vn).await?;
+    }
     // The slice replicator deletes it with the last slice; once none is left, nothing
     // re-creates it.
     if slices.is_empty()

@@ -75,6 +75,9 @@ pub struct Ctx {
     pub client: Client,
     pub settings: Settings,
     pub events: Events,
+    /// How long a drain waits for the pods' deletion through the provider ([`drain::GRACE`]
+    /// by default).
+    pub drain_grace: Duration,
 }
 
 fn key(vn: &VirtualNode) -> String {
@@ -270,6 +273,7 @@ async fn drain(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
         return Ok(());
     }
     let waited = deleting_for(&vn.metadata, Timestamp::now());
+    let grace = drain::grace(&vn.metadata, ctx.drain_grace);
     for pod in &bound {
         let pods: Api<Pod> =
             Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
@@ -282,7 +286,7 @@ async fn drain(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
             }),
             ..Default::default()
         };
-        match drain::step(pod, waited) {
+        match drain::step(pod, waited, grace) {
             drain::Step::Wait => continue,
             drain::Step::Delete => {
                 info!(pod = %key, node = %node, "draining the virtual node: deleting the pod");
@@ -339,14 +343,16 @@ fn error_policy(vn: Arc<VirtualNode>, err: &Error, _: Arc<Ctx>) -> Action {
 
 /// Reconciles the VirtualNodes of the fabric's namespace (where the sharing controllers
 /// create them, and where the virtual kubelets run) until interrupted; a VirtualNode anywhere
-/// else gets no virtual kubelet.
-pub async fn run(client: Client, settings: Settings) {
+/// else gets no virtual kubelet. A VirtualNode's pods are abandoned after `drain_grace` if
+/// they could not be deleted through the provider ([`drain`]).
+pub async fn run(client: Client, settings: Settings, drain_grace: Duration) {
     let vns: Api<VirtualNode> = Api::namespaced(client.clone(), &settings.fabric_namespace);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &settings.fabric_namespace);
     let ctx = Arc::new(Ctx {
         events: Events::new(client.clone(), field_manager::VIRTUAL_NODES, None),
         client: client.clone(),
         settings,
+        drain_grace,
     });
     let nodes: Api<Node> = Api::all(client);
     let controller = Controller::new(vns, watcher::Config::default());

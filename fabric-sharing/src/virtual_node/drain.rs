@@ -5,10 +5,12 @@
 //!
 //! First every such pod is deleted gracefully while the virtual kubelet still runs: it
 //! deletes the ShadowPod on the provider and completes the deletion once the real pod is gone,
-//! as for any pod deleted at home. Whatever is left after [`GRACE`] (the provider
+//! as for any pod deleted at home. Whatever is left after the drain grace (the provider
 //! unreachable, the virtual kubelet not running) is abandoned as upstream's pod GC abandons
 //! the pods of a vanished node: failed (a `DisruptionTarget` condition says why) and deleted
-//! at once. The provider removes what is left there with the tenant, on unpeer.
+//! at once. A forced unpeer (the VirtualNode marked [`fabric_api::names::annotation::FORCE_UNPEER`]) says
+//! the provider is gone: nothing is waited for. The provider removes what is left there with
+//! the tenant, on unpeer.
 use std::time::Duration;
 
 use k8s_openapi::{
@@ -16,9 +18,21 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
 };
+use kube::api::ObjectMeta;
+
 /// How long the graceful deletion through the virtual kubelet may take before the pods are
-/// abandoned.
+/// abandoned, unless configured otherwise (`fabric-controller virtual-nodes --drain-grace`).
 pub const GRACE: Duration = Duration::from_secs(30);
+
+/// The drain grace of a VirtualNode (its metadata) being deleted: none when its unpeer is
+/// forced, else `configured`.
+pub fn grace(virtual_node: &ObjectMeta, configured: Duration) -> Duration {
+    if crate::unpeer::forced(virtual_node) {
+        Duration::ZERO
+    } else {
+        configured
+    }
+}
 
 /// The reason of the condition and the phase of an abandoned pod.
 pub const REASON: &str = "VirtualNodeRemoved";
@@ -41,9 +55,10 @@ fn finished(pod: &Pod) -> bool {
     )
 }
 
-/// The step for `pod`, bound to a node whose VirtualNode has been deleting for `waited`.
-pub fn step(pod: &Pod, waited: Duration) -> Step {
-    if waited >= GRACE {
+/// The step for `pod`, bound to a node whose VirtualNode has been deleting for `waited`,
+/// with drain grace `grace` ([`grace`]).
+pub fn step(pod: &Pod, waited: Duration, grace: Duration) -> Step {
+    if waited >= grace {
         return Step::Abandon {
             fail: !finished(pod),
         };
@@ -84,6 +99,7 @@ pub fn failed_status(node: &str, now: Timestamp) -> PodStatus {
 
 #[cfg(test)]
 mod tests {
+    use fabric_api::names;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
@@ -105,27 +121,53 @@ mod tests {
     #[test]
     fn pods_are_deleted_through_the_virtual_kubelet_first() {
         let s = Duration::from_secs;
-        assert_eq!(step(&pod("Running", false), s(0)), Step::Delete);
-        assert_eq!(step(&pod("Pending", false), s(29)), Step::Delete);
-        assert_eq!(step(&pod("Running", true), s(5)), Step::Wait);
-        assert_eq!(step(&pod("Succeeded", false), s(1)), Step::Delete);
+        assert_eq!(step(&pod("Running", false), s(0), GRACE), Step::Delete);
+        assert_eq!(step(&pod("Pending", false), s(29), GRACE), Step::Delete);
+        assert_eq!(step(&pod("Running", true), s(5), GRACE), Step::Wait);
+        assert_eq!(step(&pod("Succeeded", false), s(1), GRACE), Step::Delete);
+        // A shorter configured grace is honoured.
+        assert_eq!(
+            step(&pod("Running", true), s(5), s(3)),
+            Step::Abandon { fail: true }
+        );
+    }
+
+    #[test]
+    fn a_forced_unpeer_waits_for_nothing() {
+        let configured = Duration::from_secs(30);
+        let mut meta = ObjectMeta::default();
+        assert_eq!(grace(&meta, configured), configured);
+        meta.annotations = Some(
+            [(
+                names::annotation::FORCE_UNPEER.to_owned(),
+                "true".to_owned(),
+            )]
+            .into(),
+        );
+        let g = grace(&meta, configured);
+        assert_eq!(g, Duration::ZERO);
+        // Not even a first graceful deletion: the provider is gone.
+        assert_eq!(
+            step(&pod("Running", false), Duration::ZERO, g),
+            Step::Abandon { fail: true }
+        );
     }
 
     #[test]
     fn what_is_left_after_the_grace_is_failed_and_deleted() {
         let s = Duration::from_secs;
         assert_eq!(
-            step(&pod("Running", true), s(30)),
+            step(&pod("Running", true), s(30), GRACE),
             Step::Abandon { fail: true }
         );
         assert_eq!(
-            step(&pod("Running", false), s(90)),
+            step(&pod("Running", false), s(90), GRACE),
             Step::Abandon { fail: true }
         );
         // A finished pod keeps how it ended.
         for phase in ["Succeeded", "Failed"] {
             assert_eq!(
-                step(&pod(phase, true), s(30)),
+                step(&pod(phase, true), s(30), GRACE),
                 Step::Abandon { fail: false }
             );
         }
