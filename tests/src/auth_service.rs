@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{ChildGuard, apiserver::ApiServer, die_with_parent, locate_bin};
+use crate::{ChildGuard, apiserver::ApiServer, die_with_parent, locate_bin, manifests::Container};
 
 /// Creates namespace fabric-system and the `fabric-cluster` ConfigMap naming `cluster_id`,
 /// what `fabricctl` reads to know which cluster it is on.
@@ -66,12 +66,26 @@ impl AuthService {
     /// Starts the service of `cluster_id` against `provider` (its CRDs installed and
     /// [`prepare_cluster`] done), and waits until it listens.
     pub async fn start(provider: &ApiServer, cluster_id: &str) -> Result<Self> {
+        Self::start_as(provider, cluster_id, None).await
+    }
+
+    /// [`AuthService::start`], run as `container` of deploy/ runs (its user, groups and
+    /// capabilities) when given.
+    pub async fn start_as(
+        provider: &ApiServer,
+        cluster_id: &str,
+        container: Option<&Container>,
+    ) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let (api_url, ca) = api_server_of(&provider.kubeconfig)?;
         let log = fabric_netns::testbed::scratch_dir(&format!("auth-{cluster_id}.log"));
-        let mut c = Command::new(locate_bin("fabric-controller")?);
+        let bin = locate_bin("fabric-controller")?;
+        let mut c = match container {
+            Some(container) => container.command(&bin)?,
+            None => Command::new(bin),
+        };
         c.env("KUBECONFIG", &provider.kubeconfig)
             .env("RUST_LOG", "info")
             .args(["auth", "--cluster-id", cluster_id])

@@ -25,7 +25,12 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use fabric_api::{identity::cluster_key, names};
 
-use crate::{Testbed, apiserver::ApiServer, locate_bin};
+use crate::{
+    Testbed,
+    apiserver::ApiServer,
+    locate_bin,
+    manifests::{Container, Manifests},
+};
 
 pub const POD_CIDR: &str = "10.244.0.0/16";
 pub const EXTERNAL_CIDR: &str = "10.70.0.0/16";
@@ -147,7 +152,57 @@ struct Proc {
     name: String,
     argv: Vec<String>,
     env: Vec<(String, String)>,
+    /// The container of deploy/ it runs as (through `setpriv`), for [`PeeredClusters::check_credentials`].
+    container: Option<Container>,
     child: Option<Child>,
+}
+
+/// The containers of deploy/ the fixtures run, with what the manifests give them.
+pub struct Containers {
+    pub ipam: Container,
+    pub operator: Container,
+    pub gateway: Container,
+    pub agent: Container,
+    /// The sharing layer's, which [`crate::peering_stack`] runs.
+    pub auth: Container,
+    pub sharing: Container,
+    pub virtual_nodes: Container,
+}
+
+impl Containers {
+    fn from_manifests(api: &ApiServer) -> Result<Self> {
+        let m = Manifests::render(api)?;
+        let me = Self {
+            ipam: m.container("fabric-controller", "controller")?,
+            operator: m.container("fabric-gateway", "operator")?,
+            gateway: m.container("fabric-gateway", "gateway")?,
+            agent: m.container("fabric-agent", "agent")?,
+            auth: m.container("fabric-auth", "auth")?,
+            sharing: m.container("fabric-sharing", "sharing")?,
+            virtual_nodes: m.container("fabric-virtual-nodes", "controller")?,
+        };
+        // One directory per replica stands for the emptyDirs of the gateway pod (its
+        // configuration, key file, control and UAPI sockets): both containers mount them all.
+        anyhow::ensure!(
+            me.gateway.empty_dirs() == me.operator.empty_dirs(),
+            "the gateway mounts emptyDirs {:?}, its operator {:?}: the fixture shares one \
+             directory between them",
+            me.gateway.empty_dirs(),
+            me.operator.empty_dirs()
+        );
+        Ok(me)
+    }
+}
+
+/// `argv` run in namespace `ns` as `container` runs (see [`Container::enter`]); `keep` is a
+/// scratch directory of its own.
+fn in_container(
+    ns: &str,
+    container: &Container,
+    keep: &Path,
+    argv: Vec<String>,
+) -> Result<Vec<String>> {
+    Ok(container.enter(ns, keep)?.into_iter().chain(argv).collect())
 }
 
 /// How [`PeeredClusters::with_options`] builds the two clusters.
@@ -172,6 +227,7 @@ pub struct PeeredClusters {
     /// A third cluster (`cluster-c`, index 3), built only by [`PeeredClusters::for_sharing`].
     pub c: Option<Cluster>,
     procs: Vec<Proc>,
+    containers: Containers,
     pub logs: PathBuf,
     // Dropped last: the namespaces go after the processes that live in them.
     pub tb: Testbed,
@@ -438,12 +494,14 @@ impl PeeredClusters {
         } else {
             None
         };
+        let containers = Containers::from_manifests(&a.api)?;
         let mut me = Self {
             lb,
             a,
             b,
             c,
             procs: Vec::new(),
+            containers,
             logs,
             tb,
         };
@@ -459,13 +517,12 @@ impl PeeredClusters {
             };
             let env = vec![("KUBECONFIG".to_owned(), kc)];
             // The controller Deployment's pod: any namespace on the cluster network will do.
-            me.spawn(
+            let ipam = me.containers.ipam.clone();
+            me.spawn_as(
                 &format!("ipam{i}"),
+                &replicas[0].ns,
+                &ipam,
                 vec![
-                    "ip".into(),
-                    "netns".into(),
-                    "exec".into(),
-                    replicas[0].ns.clone(),
                     bin("fabric-controller")?,
                     "ipam".into(),
                     "--pod-cidr".into(),
@@ -521,8 +578,9 @@ impl PeeredClusters {
             for (r, rep) in replicas.iter().enumerate() {
                 let dir = rep.dir.display().to_string();
                 let pins = me.tb.pin_dir(&rep.ns, &format!("gw{i}r{r}"));
-                // The operator's overlay guard, pinned on the host's BPF filesystem (hence
-                // nsenter: `ip netns exec` mounts a private one that dies with the process).
+                // The operator's overlay guard, pinned on the host's BPF filesystem (which
+                // `Container::enter` keeps: `ip netns exec` mounts a private one that dies
+                // with the process).
                 let guard_pins = me.tb.pin_dir(&rep.ns, &format!("guard{i}r{r}"));
                 let advertise = if behind_lb {
                     format!("{LB_VIP}:51820")
@@ -551,11 +609,12 @@ impl PeeredClusters {
                     ]);
                     env.push(("POD_NAME".into(), rep.identity.clone()));
                 }
-                me.spawn(
+                let operator = me.containers.operator.clone();
+                me.spawn_as(
                     &rep.operator,
+                    &rep.ns,
+                    &operator,
                     vec![
-                        "nsenter".into(),
-                        format!("--net=/run/netns/{}", rep.ns),
                         bin("fabric-controller")?,
                         "gateway".into(),
                         "--name".into(),
@@ -596,13 +655,13 @@ impl PeeredClusters {
             };
             for (k, node) in nodes.iter().enumerate() {
                 // In the node's namespace the agent's routes land there without --route-netns.
-                // It enters it itself (--netns), keeping the host's BPF filesystem, where its
-                // overlay guard stays pinned across restarts.
+                // The fixture enters the namespace for it before dropping to the manifest's
+                // credentials (setns takes CAP_SYS_ADMIN, which the agent's container lacks),
+                // keeping the host's BPF filesystem, where its overlay guard stays pinned
+                // across restarts (as the DaemonSet's bpffs hostPath does).
                 let guard_pins = me.tb.pin_dir(node, &format!("guard{i}n{k}"));
                 let mut argv = vec![
                     bin("fabric-agent")?,
-                    "--netns".into(),
-                    node.clone(),
                     "run".into(),
                     "--guard-pin-dir".into(),
                     guard_pins.display().to_string(),
@@ -616,7 +675,8 @@ impl PeeredClusters {
                         Cluster::node_ip(i, k),
                     ]);
                 }
-                me.spawn(&format!("agent{i}-{k}"), argv, env.clone())?;
+                let agent = me.containers.agent.clone();
+                me.spawn_as(&format!("agent{i}-{k}"), node, &agent, argv, env.clone())?;
             }
         }
         Ok(me)
@@ -759,6 +819,8 @@ impl PeeredClusters {
             tb.sysctl(&gw, "net.ipv4.conf.all.rp_filter", "0")?;
             let rdir = if r == 0 { dir.clone() } else { dir.join(&sfx) };
             std::fs::create_dir_all(&rdir)?;
+            // What the kubelet makes an emptyDir: writable by any user of the pod.
+            std::fs::set_permissions(&rdir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
             reps.push(Replica {
                 ns: gw,
                 identity: format!("gateway{i}{sfx}"),
@@ -952,14 +1014,56 @@ impl PeeredClusters {
     }
 
     fn spawn(&mut self, name: &str, argv: Vec<String>, env: Vec<(String, String)>) -> Result<()> {
-        let mut p = Proc {
+        self.push(Proc {
             name: name.to_owned(),
             argv,
             env,
+            container: None,
             child: None,
-        };
+        })
+    }
+
+    /// Starts `argv` in namespace `ns` as `container` of deploy/ runs.
+    fn spawn_as(
+        &mut self,
+        name: &str,
+        ns: &str,
+        container: &Container,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+    ) -> Result<()> {
+        self.push(Proc {
+            name: name.to_owned(),
+            argv: in_container(ns, container, &self.logs.join(format!("{name}.mnt")), argv)?,
+            env,
+            container: Some(container.clone()),
+            child: None,
+        })
+    }
+
+    fn push(&mut self, mut p: Proc) -> Result<()> {
         Self::start(&self.logs, &mut p)?;
         self.procs.push(p);
+        Ok(())
+    }
+
+    /// The containers of deploy/ (as rendered when the fixture started) its components run as.
+    pub fn containers(&self) -> &Containers {
+        &self.containers
+    }
+
+    /// Checks that every running component has the user, groups and capabilities its
+    /// container in deploy/ gives it (they are started so; this proves it).
+    pub fn check_credentials(&self) -> Result<()> {
+        let mut checked = 0;
+        for p in &self.procs {
+            if let (Some(c), Some(child)) = (&p.container, &p.child) {
+                c.check_process(child.id())
+                    .with_context(|| format!("component {}", p.name))?;
+                checked += 1;
+            }
+        }
+        anyhow::ensure!(checked > 0, "no component runs as a container of deploy/");
         Ok(())
     }
 
@@ -1088,13 +1192,12 @@ impl PeeredClusters {
             }
             // The gateway runs in its namespace (its TUN devices and the remap programs
             // live there); it never talks to the API, its operator does.
-            self.spawn(
+            let gateway = self.containers.gateway.clone();
+            self.spawn_as(
                 &rep.identity,
+                &rep.ns,
+                &gateway,
                 vec![
-                    "ip".into(),
-                    "netns".into(),
-                    "exec".into(),
-                    rep.ns.clone(),
                     bin("fabric-gateway")?,
                     "run".into(),
                     "--config".into(),
@@ -1155,12 +1258,31 @@ impl PeeredClusters {
     /// The last lines of every component's log, for failure messages.
     pub fn log_tails(&self) -> String {
         let mut s = String::new();
+        // First the components the kernel refused something: with the credentials deploy/
+        // gives them, that names the container whose manifest gives too little.
+        for p in &self.procs {
+            let Some(c) = &p.container else { continue };
+            let text = std::fs::read_to_string(self.logs.join(format!("{}.log", p.name)))
+                .unwrap_or_default();
+            if let Some(line) = crate::manifests::first_denial(&text) {
+                s += &format!(
+                    "REFUSED: {} runs as {} and was refused: {line}\n",
+                    p.name,
+                    c.describe()
+                );
+            }
+        }
         for p in &self.procs {
             let text = std::fs::read_to_string(self.logs.join(format!("{}.log", p.name)))
                 .unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             let from = lines.len().saturating_sub(12);
-            s += &format!("--- {} ---\n{}\n", p.name, lines[from..].join("\n"));
+            match &p.container {
+                Some(c) => s += &format!("--- {} (as {}) ---\n", p.name, c.describe()),
+                None => s += &format!("--- {} ---\n", p.name),
+            }
+            s += &lines[from..].join("\n");
+            s += "\n";
         }
         s
     }

@@ -18,6 +18,7 @@ pub mod bench_peering;
 pub mod client_ca;
 pub mod clusters;
 pub mod deployments;
+pub mod manifests;
 pub mod netns;
 pub mod peering_stack;
 /// Resource quantities, as the provider's offer policy reads them.

@@ -29,7 +29,7 @@
 //! [`ApiServer::publish_client_ca`]: crate::apiserver::ApiServer::publish_client_ca
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
 };
 
 use anyhow::{Context as _, Result};
@@ -38,9 +38,10 @@ use fabric_sharing::virtual_node::objects;
 use crate::{
     ChildGuard,
     auth_service::AuthService,
-    clusters::{Cluster, PeeredClusters},
+    clusters::{Cluster, Containers, PeeredClusters},
     deployments::{self, Deployments},
     die_with_parent, locate_bin,
+    manifests::Container,
 };
 
 /// The virtual kubelet's image as the VirtualNode controller is configured with (the
@@ -56,25 +57,28 @@ pub struct Member {
     pub id: String,
     pub auth: AuthService,
     pub deployments: Deployments,
-    /// `sharing` and `virtual-nodes`, by name.
-    procs: Vec<(String, ChildGuard)>,
+    /// `sharing` and `virtual-nodes`, by name, with the container of deploy/ each runs as.
+    procs: Vec<(String, ChildGuard, Container)>,
+    /// The authentication service's container.
+    auth_container: Container,
     dir: PathBuf,
 }
 
 impl Member {
-    async fn start(cluster: &Cluster, dir: &Path) -> Result<Self> {
+    async fn start(cluster: &Cluster, containers: &Containers, dir: &Path) -> Result<Self> {
         let dir = dir.join(&cluster.id);
         std::fs::create_dir_all(&dir)?;
-        let auth = AuthService::start(&cluster.api, &cluster.id)
+        let auth = AuthService::start_as(&cluster.api, &cluster.id, Some(&containers.auth))
             .await
             .with_context(|| format!("the authentication service of {}", cluster.id))?;
         let kubeconfig = cluster.api.kubeconfig.clone();
         // The virtual kubelets serve their kubelet API to the API server's client certificate.
         cluster.api.publish_client_ca()?;
         let mut procs = Vec::new();
-        for (name, args) in [
+        for (name, container, args) in [
             (
                 "sharing",
+                &containers.sharing,
                 vec![
                     "sharing".to_owned(),
                     "--identity".into(),
@@ -88,6 +92,7 @@ impl Member {
             ),
             (
                 "virtual-nodes",
+                &containers.virtual_nodes,
                 vec![
                     "virtual-nodes".to_owned(),
                     "--virtual-kubelet-image".into(),
@@ -99,7 +104,7 @@ impl Member {
             ),
         ] {
             let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-            let child = die_with_parent(&mut Command::new(locate_bin("fabric-controller")?))
+            let child = die_with_parent(&mut container.command(&locate_bin("fabric-controller")?)?)
                 .args(&args)
                 .env("KUBECONFIG", &kubeconfig)
                 .env("RUST_LOG", "info")
@@ -108,7 +113,7 @@ impl Member {
                 .stderr(log)
                 .spawn()
                 .with_context(|| format!("starting fabric-controller {name}"))?;
-            procs.push((name.to_owned(), ChildGuard(child)));
+            procs.push((name.to_owned(), ChildGuard(child), container.clone()));
         }
         let deployments = Deployments::start(deployments::Options {
             admin_kubeconfig: kubeconfig.clone(),
@@ -123,8 +128,27 @@ impl Member {
             auth,
             deployments,
             procs,
+            auth_container: containers.auth.clone(),
             dir,
         })
+    }
+
+    /// Checks that its controllers and authentication service run with the user, groups and
+    /// capabilities their containers in deploy/ give them.
+    pub fn check_credentials(&self) -> Result<()> {
+        let auth = self
+            .auth
+            .pid()
+            .context("the authentication service has no process")?;
+        self.auth_container
+            .check_process(auth)
+            .with_context(|| format!("the authentication service of {}", self.id))?;
+        for (name, child, container) in &self.procs {
+            container
+                .check_process(child.0.id())
+                .with_context(|| format!("{name} of {}", self.id))?;
+        }
+        Ok(())
     }
 
     /// The last lines of its controllers' and authentication service's logs, and what the
@@ -135,10 +159,15 @@ impl Member {
             let lines: Vec<&str> = text.lines().collect();
             lines[lines.len().saturating_sub(15)..].join("\n")
         };
-        for (name, _) in &self.procs {
+        for (name, _, container) in &self.procs {
             let text =
                 std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
-            s += &format!("--- {} {name} ---\n{}\n", self.id, tail(&text));
+            s += &format!(
+                "--- {} {name} (as {}) ---\n{}\n",
+                self.id,
+                container.describe(),
+                tail(&text)
+            );
         }
         s += &format!("--- {} auth ---\n{}\n", self.id, tail(&self.auth.logs()));
         s += &format!(
@@ -166,7 +195,7 @@ impl PeeringStack {
             .into_iter()
             .flatten()
         {
-            members.push(Member::start(c, &dir).await?);
+            members.push(Member::start(c, cl.containers(), &dir).await?);
         }
         Ok(Self { members, dir })
     }
@@ -177,6 +206,11 @@ impl PeeringStack {
             .iter()
             .find(|m| m.id == id)
             .unwrap_or_else(|| panic!("no cluster {id} in the peering stack"))
+    }
+
+    /// Every member's [`Member::check_credentials`].
+    pub fn check_credentials(&self) -> Result<()> {
+        self.members.iter().try_for_each(Member::check_credentials)
     }
 
     /// Every member's [`Member::log_tails`], for failure messages.

@@ -81,6 +81,10 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
             assert_eq!(seen, remote_pod(kb), "B pod {kb} -> A pod {ka}");
         }
     }
+    // All of it with the users, groups and capabilities deploy/ gives each container (the
+    // fixture starts them so): the manifests work as written.
+    cl.check_credentials().unwrap();
+
     let routes = cl.tb.ip(&node, &["route", "show", "proto", "250"]).unwrap();
     assert!(
         routes.contains("10.64.0.0/16 via 10.1.1.1 dev fabric.vx") && routes.contains("onlink"),

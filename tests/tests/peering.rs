@@ -59,6 +59,10 @@ fn peer_two_clusters_with_fabricctl() {
         }
     }
 
+    // All of it with the users, groups and capabilities deploy/ gives each container (the
+    // fixture starts them so): the manifests work as written.
+    cl.check_credentials().unwrap();
+
     // Resources the gateway cannot run beside cluster-b, added in A: a peer claiming B's
     // public key, a peer whose pod and external CIDRs overlap, and (below) the same local IP
     // exposed twice. Each is left out with a condition and an Event; the rest keeps running

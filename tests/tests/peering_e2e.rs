@@ -383,6 +383,11 @@ fn out_of_band_peering_end_to_end() {
     bed.vk_killed_mid_traffic(2, &web_b);
     eprintln!("virtual kubelet killed and back after {:?}", t0.elapsed());
 
+    // All of it with the users, groups and capabilities deploy/ gives each container (the
+    // fixtures start them so): the manifests work as written, the sharing layer's too.
+    bed.cl.check_credentials().unwrap();
+    bed.stack.check_credentials().unwrap();
+
     // `fabricctl info peer` on A: every module up.
     let o = fabricctl(&bed.cl.a.api, &["info", "peer", &b_id, "-o", "json"]);
     assert!(o.status.success(), "{}", text(&o));
