@@ -377,6 +377,25 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let out = consumer.kubectl_ok(&["exec", "srv", "--", "ip", "-o", "-4", "addr"]);
     assert!(out.contains(&format!("inet {ip}/")), "{out}");
 
+    // exec -it: a terminal of the command's own, sized as the client's. kubectl takes the size
+    // from its own terminal, which `script` gives it (33 rows, 77 columns here), and sends it on
+    // the resize stream through the virtual kubelet to the provider's node.
+    let o = Command::new("script")
+        .args([
+            "-qec",
+            "stty rows 33 cols 77; kubectl exec -it srv -- sh -c 'tty; stty size; echo \"exit $?\"'",
+            "/dev/null",
+        ])
+        .env("KUBECONFIG", &consumer.kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .expect("script");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "exec -it: {out}{err}");
+    assert!(out.contains("/dev/pts/"), "no terminal: {out}");
+    assert!(out.contains("33 77\r\n"), "not the client's size: {out}");
+    assert!(out.contains("exit 0"), "{out}");
+
     // attach: the provider's test node refuses it, and its reason comes through.
     let o = consumer.kubectl(&["attach", "srv"]);
     assert!(!o.status.success());

@@ -19,6 +19,7 @@ pub mod pods;
 pub mod server;
 pub mod status;
 pub mod stream;
+pub mod tty;
 
 use std::{collections::BTreeSet, net::Ipv4Addr};
 

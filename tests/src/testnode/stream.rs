@@ -1,6 +1,6 @@
 //! The kubelet API's streaming requests on the test node, over `fabric-kubelet`'s SPDY:
 //! `/exec/NS/POD/CONTAINER?command=...` runs the command in the pod's network namespace with
-//! the streams asked for (no terminal: with `tty` its output goes to stdout through pipes),
+//! the streams asked for (with `tty`, on a terminal of its own: see `tty`),
 //! and `/portForward/NS/POD` connects each request to 127.0.0.1:PORT inside the pod's
 //! namespace. Attach is refused: the test node gives its containers no stdin and writes their
 //! output to log files, so there is no live stdio to attach to.
@@ -11,12 +11,12 @@ use bytes::Bytes;
 use fabric_kubelet::{
     frame::Limits,
     portforward::{self, Pairer},
-    remotecommand::{self, Options, ResizeDecoder, Status, Streams},
+    remotecommand::{self, Options, Status, Streams},
     upgrade,
 };
 use http_body_util::BodyExt as _;
 use hyper::{Request, Response, StatusCode};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tracing::{debug, info, warn};
 
 use super::{pods::LogIndex, server::Body};
@@ -92,19 +92,8 @@ pub async fn exec<B: Send + 'static>(
 
 /// Runs the command with the client's streams and reports its exit status.
 async fn run(netns: String, opts: Options, mut s: Streams) {
-    if let Some(mut resize) = s.resize.take() {
-        tokio::spawn(async move {
-            let (mut dec, mut buf) = (ResizeDecoder::default(), [0u8; 512]);
-            while let Ok(n) = resize.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                match dec.push(&buf[..n]) {
-                    Ok(sizes) => debug!(?sizes, "terminal resize (no terminal here)"),
-                    Err(e) => return debug!(error = %e, "resize stream"),
-                }
-            }
-        });
+    if opts.tty {
+        return super::tty::run(netns, opts, s).await;
     }
     let mut cmd = tokio::process::Command::new("ip");
     cmd.args(["netns", "exec", &netns])
@@ -119,7 +108,7 @@ async fn run(netns: String, opts: Options, mut s: Streams) {
         } else {
             Stdio::null()
         })
-        .stderr(if s.stderr.is_some() || (opts.tty && s.stdout.is_some()) {
+        .stderr(if s.stderr.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
@@ -142,21 +131,17 @@ async fn run(netns: String, opts: Options, mut s: Streams) {
             let _ = to.shutdown().await;
         });
     }
-    // With a terminal requested, stderr joins stdout (there is no stderr stream).
-    let (out, err) = match (s.stdout.take(), s.stderr.take()) {
-        (Some(o), None) if opts.tty => {
-            let (r, w) = tokio::io::split(o);
-            drop(r);
-            let w = std::sync::Arc::new(tokio::sync::Mutex::new(w));
-            (Some(Sink::Shared(w.clone())), Some(Sink::Shared(w)))
-        }
-        (o, e) => (o.map(Sink::Own), e.map(Sink::Own)),
-    };
-    if let (Some(mut from), Some(to)) = (child.stdout.take(), out) {
-        copies.push(tokio::spawn(async move { to.pump(&mut from).await }));
+    if let (Some(mut from), Some(mut to)) = (child.stdout.take(), s.stdout.take()) {
+        copies.push(tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut from, &mut to).await;
+            let _ = to.shutdown().await;
+        }));
     }
-    if let (Some(mut from), Some(to)) = (child.stderr.take(), err) {
-        copies.push(tokio::spawn(async move { to.pump(&mut from).await }));
+    if let (Some(mut from), Some(mut to)) = (child.stderr.take(), s.stderr.take()) {
+        copies.push(tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut from, &mut to).await;
+            let _ = to.shutdown().await;
+        }));
     }
     let status = match child.wait().await {
         Ok(st) => {
@@ -174,37 +159,6 @@ async fn run(netns: String, opts: Options, mut s: Streams) {
     }
     if let Err(e) = remotecommand::report(s.into_error(), &status).await {
         debug!(error = %e, "reporting the exit status");
-    }
-}
-
-type SharedOut = std::sync::Arc<tokio::sync::Mutex<tokio::io::WriteHalf<tokio::io::DuplexStream>>>;
-
-enum Sink {
-    Own(tokio::io::DuplexStream),
-    Shared(SharedOut),
-}
-
-impl Sink {
-    /// Copies a child's output to the client's stream, then closes that stream (the last
-    /// writer of a shared one closes it when dropped).
-    async fn pump(self, from: &mut (impl tokio::io::AsyncRead + Unpin)) {
-        let mut buf = vec![0u8; 16 << 10];
-        match self {
-            Sink::Own(mut to) => {
-                let _ = tokio::io::copy(from, &mut to).await;
-                let _ = to.shutdown().await;
-            }
-            Sink::Shared(to) => {
-                while let Ok(n) = from.read(&mut buf).await {
-                    if n == 0 || to.lock().await.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-                if std::sync::Arc::strong_count(&to) == 1 {
-                    let _ = to.lock().await.shutdown().await;
-                }
-            }
-        }
     }
 }
 
