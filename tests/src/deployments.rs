@@ -11,7 +11,9 @@
 //! controller made allow. `valueFrom.fieldRef` env (`status.podIP`, `metadata.name`,
 //! `metadata.namespace`) resolves to the pod address given here, the Deployment's name with a
 //! replica suffix and its namespace; other sources are not supported and fail the start.
-//! Production code never knows it runs under this.
+//! The process runs as the template's container would (`runAsUser`, `runAsGroup`,
+//! capabilities, ... through `setpriv`, see [`crate::manifests`]): a template that names no
+//! user and group fails the start. Production code never knows it runs under this.
 use std::{
     collections::BTreeMap,
     path::PathBuf,
@@ -25,7 +27,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::locate_bin;
+use crate::{
+    locate_bin,
+    manifests::{Container, Manifests},
+};
 
 /// Where and how the selected Deployments' processes run.
 #[derive(Debug, Clone)]
@@ -50,6 +55,8 @@ struct Running {
     generation: i64,
     child: Child,
     restarts: u32,
+    /// What the template gives its container, which the process runs as.
+    container: Container,
 }
 
 #[derive(Default)]
@@ -77,6 +84,8 @@ struct Template {
     command: Vec<String>,
     args: Vec<String>,
     env: Vec<serde_json::Value>,
+    /// The Deployment as listed (for its container's credentials).
+    object: serde_json::Value,
 }
 
 fn templates(list: &serde_json::Value) -> Vec<Template> {
@@ -111,6 +120,7 @@ fn templates(list: &serde_json::Value) -> Vec<Template> {
             command: strings(&c["command"]),
             args: strings(&c["args"]),
             env: c["env"].as_array().cloned().unwrap_or_default(),
+            object: d.clone(),
         });
     }
     out
@@ -171,6 +181,22 @@ impl Deployments {
         // SAFETY: signalling a child this fixture started and has not reaped.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         Ok(())
+    }
+
+    /// Checks that every running process has the user, groups and capabilities its
+    /// Deployment's container gives it; returns how many were checked.
+    pub fn check_credentials(&self) -> Result<usize> {
+        let mut st = self.state.lock().unwrap();
+        let mut checked = 0;
+        for (k, r) in &mut st.running {
+            if let Ok(None) = r.child.try_wait() {
+                r.container
+                    .check_process(r.child.id())
+                    .with_context(|| format!("Deployment {k}"))?;
+                checked += 1;
+            }
+        }
+        Ok(checked)
     }
 
     /// Every process's pid, for memory measurements.
@@ -256,7 +282,7 @@ fn round(opts: &Options, state: &Mutex<State>) -> Result<()> {
             None => 0,
         };
         match spawn(opts, t) {
-            Ok(child) => {
+            Ok((child, container)) => {
                 st.errors.remove(&t.key);
                 st.running.insert(
                     t.key.clone(),
@@ -264,6 +290,7 @@ fn round(opts: &Options, state: &Mutex<State>) -> Result<()> {
                         generation: t.generation,
                         child,
                         restarts,
+                        container,
                     },
                 );
             }
@@ -328,7 +355,15 @@ fn service_account_kubeconfig(opts: &Options, t: &Template) -> Result<PathBuf> {
     Ok(path)
 }
 
-fn spawn(opts: &Options, t: &Template) -> Result<Child> {
+fn spawn(opts: &Options, t: &Template) -> Result<(Child, Container)> {
+    let c_name = t.object["spec"]["template"]["spec"]["containers"][0]["name"]
+        .as_str()
+        .with_context(|| format!("{}: the template's container has no name", t.key))?;
+    // Listed by `get deployments`: a Deployment, whether or not the list item says so.
+    let mut object = t.object.clone();
+    object["apiVersion"] = "apps/v1".into();
+    object["kind"] = "Deployment".into();
+    let container = Manifests::from_objects(vec![object])?.container(&t.name, c_name)?;
     let program = t
         .command
         .first()
@@ -357,11 +392,13 @@ fn spawn(opts: &Options, t: &Template) -> Result<Child> {
         .open(opts.dir.join(format!("{}.log", t.key)))?;
     let mut c = match &opts.netns {
         Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(&bin);
+            let keep = opts.dir.join(format!("{}.mnt", t.key));
+            let argv = container.enter(ns, &keep)?;
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]).arg(&bin);
             c
         }
-        None => Command::new(&bin),
+        None => container.command(&bin)?,
     };
     c.args(&t.args)
         .env_remove("KUBECONFIG")
@@ -370,7 +407,9 @@ fn spawn(opts: &Options, t: &Template) -> Result<Child> {
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    fabric_netns::process::spawn(c).with_context(|| format!("starting {}", bin.display()))
+    let child =
+        fabric_netns::process::spawn(c).with_context(|| format!("starting {}", bin.display()))?;
+    Ok((child, container))
 }
 
 impl Drop for Deployments {

@@ -134,8 +134,9 @@ impl Member {
     }
 
     /// Checks that its controllers and authentication service run with the user, groups and
-    /// capabilities their containers in deploy/ give them.
-    pub fn check_credentials(&self) -> Result<()> {
+    /// capabilities their containers in deploy/ give them, and its virtual kubelets with what
+    /// their Deployments give them. Returns how many virtual kubelets it checked.
+    pub fn check_credentials(&self) -> Result<usize> {
         let auth = self
             .auth
             .pid()
@@ -148,7 +149,10 @@ impl Member {
                 .check_process(child.0.id())
                 .with_context(|| format!("{name} of {}", self.id))?;
         }
-        Ok(())
+        // The virtual kubelets, as the Deployments the virtual-nodes controller made say.
+        self.deployments
+            .check_credentials()
+            .with_context(|| format!("the Deployments of {}", self.id))
     }
 
     /// The last lines of its controllers' and authentication service's logs, and what the
@@ -208,9 +212,14 @@ impl PeeringStack {
             .unwrap_or_else(|| panic!("no cluster {id} in the peering stack"))
     }
 
-    /// Every member's [`Member::check_credentials`].
+    /// Every member's [`Member::check_credentials`]. Call it once a virtual kubelet runs somewhere: it fails when none was checked.
     pub fn check_credentials(&self) -> Result<()> {
-        self.members.iter().try_for_each(Member::check_credentials)
+        let mut kubelets = 0;
+        for m in &self.members {
+            kubelets += m.check_credentials()?;
+        }
+        anyhow::ensure!(kubelets > 0, "no virtual kubelet runs: none checked");
+        Ok(())
     }
 
     /// Every member's [`Member::log_tails`], for failure messages.

@@ -298,6 +298,7 @@ pub fn deployment(vn: &VirtualNode, s: &Settings) -> Deployment {
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         run_as_user: Some(65532),
+                        run_as_group: Some(65532),
                         seccomp_profile: Some(SeccompProfile {
                             type_: "RuntimeDefault".to_owned(),
                             localhost_profile: None,
