@@ -2,7 +2,11 @@
 //! ([`super::objects`]) and reports its Node ([`super::status`]); on deletion (finalizer)
 //! cordons the Node, drains it ([`super::drain`]), and removes the Node, the Deployment and
 //! the RBAC.
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use fabric_api::{
     core::v1alpha1::ForeignCluster,
@@ -38,7 +42,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use tracing::{info, warn};
 
 use super::{
-    drain,
+    applied, drain,
     objects::{self, APP, APP_LABEL, Settings},
     status,
 };
@@ -78,6 +82,8 @@ pub struct Ctx {
     /// How long a drain waits for the pods' deletion through the provider ([`drain::GRACE`]
     /// by default).
     pub drain_grace: Duration,
+    /// What was last applied per VirtualNode (by uid).
+    pub applied: Mutex<HashMap<String, applied::Applied>>,
 }
 
 fn key(vn: &VirtualNode) -> String {
@@ -150,37 +156,85 @@ async fn set_foreign_cluster(
     }
 }
 
+/// The virtual kubelet's objects, as [`objects`] makes them.
+#[derive(Serialize)]
+struct Desired {
+    service_account: ServiceAccount,
+    cluster_role: ClusterRole,
+    cluster_role_binding: ClusterRoleBinding,
+    roles: Vec<(Role, RoleBinding)>,
+    deployment: Deployment,
+}
+
+fn deployment_version(d: &Deployment) -> applied::DeploymentVersion {
+    (
+        d.metadata.uid.clone().unwrap_or_default(),
+        d.metadata.generation.unwrap_or_default(),
+    )
+}
+
+/// Applies the virtual kubelet's ServiceAccount, RBAC and Deployment, unless they were applied
+/// as they are already ([`applied`]): a Node event then costs one read.
+async fn apply_objects(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
+    let ns = vn.namespace().unwrap_or_default();
+    let c = &ctx.client;
+    let desired = Desired {
+        service_account: objects::service_account(vn),
+        cluster_role: objects::cluster_role(vn),
+        cluster_role_binding: objects::cluster_role_binding(vn),
+        roles: objects::roles(vn, &ctx.settings),
+        deployment: objects::deployment(vn, &ctx.settings),
+    };
+    let fingerprint = applied::fingerprint(&desired);
+    let uid = vn.metadata.uid.clone().unwrap_or_default();
+    let deployments = Api::<Deployment>::namespaced(c.clone(), &ns);
+    let last = ctx.applied.lock().unwrap().get(&uid).cloned();
+    if last.is_some() {
+        let now = deployments
+            .get_opt(&objects::name(vn))
+            .await?
+            .map(|d| deployment_version(&d));
+        if !applied::needs_apply(last.as_ref(), fingerprint, now.as_ref(), Instant::now()) {
+            return Ok(());
+        }
+    }
+    apply(
+        &Api::<ServiceAccount>::namespaced(c.clone(), &ns),
+        &desired.service_account,
+    )
+    .await?;
+    apply(&Api::<ClusterRole>::all(c.clone()), &desired.cluster_role).await?;
+    apply(
+        &Api::<ClusterRoleBinding>::all(c.clone()),
+        &desired.cluster_role_binding,
+    )
+    .await?;
+    for (role, binding) in &desired.roles {
+        let rns = role.metadata.namespace.clone().unwrap_or_default();
+        apply(&Api::<Role>::namespaced(c.clone(), &rns), role).await?;
+        apply(&Api::<RoleBinding>::namespaced(c.clone(), &rns), binding).await?;
+    }
+    let deployment = FIELD_MANAGER
+        .apply(&deployments, &desired.deployment)
+        .await?;
+    ctx.applied.lock().unwrap().insert(
+        uid,
+        applied::Applied {
+            fingerprint,
+            deployment: deployment_version(&deployment),
+            at: Instant::now(),
+        },
+    );
+    Ok(())
+}
+
 async fn reconcile_apply(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Error> {
     let ns = vn.namespace().unwrap_or_default();
     let c = &ctx.client;
     let node = our_node(ctx, &vn).await?;
     let taken = node.as_ref().is_some_and(|n| !status::is_ours(&vn, n));
     if !taken {
-        apply(
-            &Api::<ServiceAccount>::namespaced(c.clone(), &ns),
-            &objects::service_account(&vn),
-        )
-        .await?;
-        apply(
-            &Api::<ClusterRole>::all(c.clone()),
-            &objects::cluster_role(&vn),
-        )
-        .await?;
-        apply(
-            &Api::<ClusterRoleBinding>::all(c.clone()),
-            &objects::cluster_role_binding(&vn),
-        )
-        .await?;
-        for (role, binding) in objects::roles(&vn, &ctx.settings) {
-            let rns = role.metadata.namespace.clone().unwrap_or_default();
-            apply(&Api::<Role>::namespaced(c.clone(), &rns), &role).await?;
-            apply(&Api::<RoleBinding>::namespaced(c.clone(), &rns), &binding).await?;
-        }
-        apply(
-            &Api::<Deployment>::namespaced(c.clone(), &ns),
-            &objects::deployment(&vn, &ctx.settings),
-        )
-        .await?;
+        apply_objects(ctx, &vn).await?;
     }
     let current = vn
         .status
@@ -256,6 +310,9 @@ async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Er
     delete(&Api::<ClusterRole>::all(c.clone()), &name).await?;
     delete(&Api::<ServiceAccount>::namespaced(c.clone(), &ns), &name).await?;
     set_foreign_cluster(ctx, &vn, None).await;
+    if let Some(uid) = &vn.metadata.uid {
+        ctx.applied.lock().unwrap().remove(uid);
+    }
     info!(virtual_node = %key(&vn), node = %vn.spec.node_name, "virtual node removed");
     Ok(Action::await_change())
 }
@@ -353,6 +410,7 @@ pub async fn run(client: Client, settings: Settings, drain_grace: Duration) {
         client: client.clone(),
         settings,
         drain_grace,
+        applied: Mutex::default(),
     });
     let nodes: Api<Node> = Api::all(client);
     let controller = Controller::new(vns, watcher::Config::default());
