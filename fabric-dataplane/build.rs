@@ -29,13 +29,15 @@ fn main() -> anyhow::Result<()> {
     };
     let arch = env::var("CARGO_CFG_TARGET_ARCH").context("CARGO_CFG_TARGET_ARCH")?;
 
+    let toolchain = pinned_nightly(root)?;
     let mut cmd = Command::new("rustup");
     cmd.current_dir(root)
         .args([
             "run",
-            "nightly",
+            &toolchain,
             "cargo",
             "build",
+            "--locked",
             "--package",
             "fabric-ebpf",
             "--bins",
@@ -63,7 +65,7 @@ fn main() -> anyhow::Result<()> {
     }
     let out = cmd
         .output()
-        .context("running `rustup run nightly cargo build` for the eBPF programs (is rustup installed? `cargo xtask setup` installs the toolchain)")?;
+        .with_context(|| format!("running `rustup run {toolchain} cargo build` for the eBPF programs (is rustup installed? `cargo xtask setup` installs the toolchain)"))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let mut exe = None;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -103,4 +105,24 @@ fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::copy(from, to)
         .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     Ok(())
+}
+
+#[derive(serde::Deserialize)]
+struct ToolchainFile {
+    toolchain: Toolchain,
+}
+
+#[derive(serde::Deserialize)]
+struct Toolchain {
+    channel: String,
+}
+
+/// The dated nightly of `fabric-ebpf/rust-toolchain.toml` (one place for it and xtask).
+fn pinned_nightly(root: &Path) -> anyhow::Result<String> {
+    let path = root.join("fabric-ebpf/rust-toolchain.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let file: ToolchainFile =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    Ok(file.toolchain.channel)
 }

@@ -32,7 +32,8 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  setup             install missing system packages, nightly rust-src, bpf-linker; mount bpffs
+  setup             install missing system packages, the pinned nightly (fabric-ebpf/rust-toolchain.toml)
+                    with rust-src, bpf-linker; mount bpffs
   test [ARGS] [-- TEST-ARGS]
                     setup, build all binaries and test binaries (ARGS select them as for
                     `cargo test`), run the test binaries in FABRIC_TEST_LANES parallel lanes
@@ -285,39 +286,96 @@ fn setup_apt() -> Result<()> {
     Ok(())
 }
 
-fn nightly_sysroot() -> Result<PathBuf> {
-    output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
-        .map(PathBuf::from)
-        .context("asking the nightly rustc for its sysroot")
+#[derive(serde::Deserialize)]
+struct ToolchainFile {
+    toolchain: Toolchain,
 }
 
-fn setup_nightly() -> Result<PathBuf> {
-    if !works("rustc", ["+nightly", "--version"]) {
-        run(Command::new("rustup").args([
-            "toolchain",
-            "install",
-            "nightly",
-            "--profile",
-            "minimal",
-            "--component",
-            "rust-src",
-        ]))
-        .context("installing the nightly toolchain (rustup required)")?;
+#[derive(serde::Deserialize)]
+struct Toolchain {
+    channel: String,
+}
+
+/// The dated nightly that builds the eBPF programs (and the fuzz targets), from
+/// `fabric-ebpf/rust-toolchain.toml`, which fabric-dataplane's build script reads too.
+fn pinned_nightly() -> Result<String> {
+    let path = workspace_root().join("fabric-ebpf/rust-toolchain.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let file: ToolchainFile =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    Ok(file.toolchain.channel)
+}
+
+fn sysroot_of(toolchain: &str) -> Result<PathBuf> {
+    output(
+        Command::new("rustc")
+            .arg(format!("+{toolchain}"))
+            .args(["--print", "sysroot"]),
+    )
+    .map(PathBuf::from)
+    .with_context(|| format!("asking the {toolchain} rustc for its sysroot"))
+}
+
+/// The date rustup installed a toolchain's channel manifest for (`date = "YYYY-MM-DD"`).
+fn manifest_date(sysroot: &Path) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        date: String,
     }
-    let sysroot = nightly_sysroot()?;
+    let text = std::fs::read_to_string(sysroot.join("lib/rustlib/multirust-channel-manifest.toml"))
+        .ok()?;
+    toml::from_str::<Manifest>(&text).ok().map(|m| m.date)
+}
+
+/// Makes the pinned nightly available. A floating `nightly` that rustup installed for the very
+/// same date is that toolchain: it is entered under the dated name (rustup refuses
+/// `toolchain link` for official names, so as the directory rustup would have created) instead
+/// of downloading it again.
+fn install_pinned_nightly(pinned: &str) -> Result<()> {
+    let date = pinned.trim_start_matches("nightly-");
+    if let Ok(floating) = sysroot_of("nightly")
+        && manifest_date(&floating).as_deref() == Some(date)
+        && let Some(toolchains) = floating.parent()
+    {
+        let host = output(Command::new("rustc").arg("-vV"))?
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+            .context("rustc -vV printed no host")?;
+        let dir = toolchains.join(format!("{pinned}-{host}"));
+        std::os::unix::fs::symlink(&floating, &dir)
+            .with_context(|| format!("linking {} -> {}", dir.display(), floating.display()))?;
+        println!(
+            "    {pinned}: the installed nightly of that date ({})",
+            dir.display()
+        );
+        return Ok(());
+    }
+    run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        pinned,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src",
+    ]))
+    .with_context(|| format!("installing the {pinned} toolchain (rustup required)"))
+}
+
+fn setup_nightly() -> Result<(String, PathBuf)> {
+    let pinned = pinned_nightly()?;
+    if !works("rustc", [format!("+{pinned}").as_str(), "--version"]) {
+        install_pinned_nightly(&pinned)?;
+    }
+    let sysroot = sysroot_of(&pinned)?;
     if sysroot.join("lib/rustlib/src/rust/library").is_dir() {
-        println!("    nightly rust-src: present");
+        println!("    {pinned} rust-src: present");
     } else {
-        run(Command::new("rustup").args([
-            "component",
-            "add",
-            "rust-src",
-            "--toolchain",
-            "nightly",
-        ]))
-        .context("adding rust-src to nightly")?;
+        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", &pinned]))
+            .with_context(|| format!("adding rust-src to {pinned}"))?;
     }
-    Ok(sysroot)
+    Ok((pinned, sysroot))
 }
 
 fn setup_bpf_linker(sysroot: &Path) -> Result<()> {
@@ -404,7 +462,7 @@ fn setup() -> Result<()> {
     step("setup: system packages");
     setup_apt()?;
     step("setup: nightly toolchain and bpf-linker (to build the eBPF programs)");
-    let sysroot = setup_nightly()?;
+    let (_, sysroot) = setup_nightly()?;
     setup_bpf_linker(&sysroot)?;
     step("setup: BPF filesystem");
     setup_bpffs()?;
@@ -642,6 +700,7 @@ fn codegen() -> Result<ExitCode> {
     run(cargo()
         .args([
             "run",
+            "--locked",
             "-q",
             "-p",
             "fabric-api",
@@ -676,8 +735,8 @@ fn fuzz_targets() -> Result<Vec<String>> {
     Ok(names)
 }
 
-fn setup_cargo_fuzz() -> Result<()> {
-    if works("rustup", ["run", "nightly", "cargo", "fuzz", "--version"]) {
+fn setup_cargo_fuzz(nightly: &str) -> Result<()> {
+    if works("rustup", ["run", nightly, "cargo", "fuzz", "--version"]) {
         println!("    cargo-fuzz: present");
         return Ok(());
     }
@@ -725,8 +784,8 @@ fn fuzz(args: &[String]) -> Result<ExitCode> {
         );
     }
     step("setup: nightly toolchain and cargo-fuzz");
-    setup_nightly()?;
-    setup_cargo_fuzz()?;
+    let (nightly, _) = setup_nightly()?;
+    setup_cargo_fuzz(&nightly)?;
     // libFuzzer adds what it finds to the first directory (not committed) and only reads
     // the committed seeds.
     let dir = fuzz_dir();
@@ -735,7 +794,7 @@ fn fuzz(args: &[String]) -> Result<ExitCode> {
     step(&format!("fuzz {target} for {secs} s"));
     let mut c = Command::new("rustup");
     c.current_dir(&dir)
-        .args(["run", "nightly", "cargo", "fuzz", "run", &target])
+        .args(["run", &nightly, "cargo", "fuzz", "run", &target])
         .arg(&corpus)
         .arg(dir.join("seeds").join(&target))
         .arg("--")
@@ -748,7 +807,7 @@ fn fuzz(args: &[String]) -> Result<ExitCode> {
     run(&mut c).with_context(|| {
         format!(
             "fuzzing {target} (a crashing input is in fuzz/artifacts/{target}/; replay it in \
-             fuzz/ with `rustup run nightly cargo fuzz run {target} artifacts/{target}/FILE`)"
+             fuzz/ with `rustup run {nightly} cargo fuzz run {target} artifacts/{target}/FILE`)"
         )
     })?;
     Ok(ExitCode::SUCCESS)
