@@ -34,6 +34,7 @@ use kube::api::ObjectMeta;
 
 mod caches;
 pub mod health;
+mod key_file;
 mod operator;
 mod render;
 pub mod report;

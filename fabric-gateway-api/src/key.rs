@@ -7,7 +7,7 @@
 use std::{
     fmt, fs,
     io::Read,
-    os::unix::fs::PermissionsExt,
+    os::unix::fs::{MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
 };
 
@@ -31,6 +31,14 @@ pub enum KeyError {
         "private key file {path} has mode {mode:04o}; it must be 0600 (or 0400) and owned by the gateway user — run `chmod 600 {path}`"
     )]
     InsecurePermissions { path: PathBuf, mode: u32 },
+    #[error(
+        "private key file {path} is owned by uid {owner}, not by the gateway user (uid {user}) — run `chown {user} {path}` (or write it as that user)"
+    )]
+    NotOwner {
+        path: PathBuf,
+        owner: u32,
+        user: u32,
+    },
     #[error("private key file {path} does not contain a valid base64 WireGuard key")]
     InvalidKeyFile { path: PathBuf },
     #[error("cannot obtain randomness from the kernel: {0}")]
@@ -139,15 +147,26 @@ impl PrivateKey {
     }
 
     /// Reads a key file written by `wg genkey`/`fabric-gateway genkey`.
-    /// Refuses files readable or writable by group/other, because a leaked
-    /// gateway key lets anyone impersonate the whole cluster.
+    /// Refuses files readable or writable by group/other, or owned by another user than this
+    /// process's, because a leaked gateway key lets anyone impersonate the whole cluster (and
+    /// whoever owns the file may change its mode or contents).
     pub fn read_file(path: &Path) -> Result<Self, KeyError> {
         let io = |source| KeyError::Io {
             path: path.to_path_buf(),
             source,
         };
         let mut f = fs::File::open(path).map_err(io)?;
-        let mode = f.metadata().map_err(io)?.permissions().mode() & 0o7777;
+        let meta = f.metadata().map_err(io)?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let user = unsafe { libc::geteuid() };
+        if meta.uid() != user {
+            return Err(KeyError::NotOwner {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                user,
+            });
+        }
+        let mode = meta.permissions().mode() & 0o7777;
         if mode & 0o077 != 0 {
             return Err(KeyError::InsecurePermissions {
                 path: path.to_path_buf(),
@@ -252,6 +271,25 @@ mod tests {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
         let read = PrivateKey::read_file(&p).unwrap();
         assert_eq!(read.public_key(), k.public_key());
+        // Another user's file: refused even with a safe mode (root could read it, and did).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&p, Some(65534), None).unwrap();
+            let err = PrivateKey::read_file(&p).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    KeyError::NotOwner {
+                        owner: 65534,
+                        user: 0,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("chown 0"), "{err}");
+            std::os::unix::fs::chown(&p, Some(0), None).unwrap();
+        }
         fs::write(&p, "not a key").unwrap();
         assert!(matches!(
             PrivateKey::read_file(&p),

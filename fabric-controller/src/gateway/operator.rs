@@ -37,7 +37,9 @@ use tracing::{info, warn};
 use super::{
     ExternalView, FIELD_MANAGER, Opts, RenderError, Rendered, Subject,
     caches::{self, Caches},
-    config_file, control, externals, peers, render,
+    config_file, control, externals,
+    key_file::{self, KeyFile},
+    peers, render,
     report::{self, Tunnel},
     write_private,
 };
@@ -75,40 +77,45 @@ impl Written {
 struct Operator {
     client: Client,
     o: Opts,
+    key_file: KeyFile,
     caches: Caches,
     events: Events,
     written: Written,
 }
 
 impl Operator {
-    /// The private key from the Secret, written to the gateway's key file when it changed.
-    fn key(&self) -> anyhow::Result<String> {
+    /// The private key from the Secret, written to the gateway's key file when it is not the
+    /// one written last; returns its public key. A rotated key makes the next configuration
+    /// write ask the gateway to reload, which takes the new key up.
+    fn key(&mut self) -> anyhow::Result<fabric_gateway_api::PublicKey> {
         let secret = self
             .caches
             .secret
             .find(|s| s.name_any() == secret::GATEWAY_KEY)
             .ok_or_else(|| anyhow::anyhow!("secret {} not found", secret::GATEWAY_KEY))?;
-        let key = secret
+        let bad = |why: &dyn std::fmt::Display| {
+            anyhow::anyhow!(
+                "secret {}: {}: {why}",
+                secret::GATEWAY_KEY,
+                secret::GATEWAY_KEY_FIELD
+            )
+        };
+        let field = secret
             .data
             .as_ref()
             .and_then(|d| d.get(secret::GATEWAY_KEY_FIELD))
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "secret {} has no {}",
-                    secret::GATEWAY_KEY,
-                    secret::GATEWAY_KEY_FIELD
-                )
-            })?;
-        let key_text = String::from_utf8_lossy(&key.0).trim().to_owned();
-        if std::fs::read_to_string(&self.o.key_path)
-            .ok()
-            .as_deref()
-            .map(str::trim)
-            != Some(key_text.as_str())
-        {
-            write_private(&self.o.key_path, format!("{key_text}\n").as_bytes())?;
+            .ok_or_else(|| bad(&"missing"))?;
+        // Borrowed from the cache, decoded straight into the key (wiped when dropped).
+        let text = std::str::from_utf8(&field.0).map_err(|e| bad(&e))?;
+        let key = fabric_gateway_api::PrivateKey::from_base64(text).map_err(|e| bad(&e))?;
+        let synced = self.key_file.sync(&key).map_err(|e| {
+            anyhow::anyhow!("writing the key file {}: {e}", self.o.key_path.display())
+        })?;
+        if synced == key_file::Synced::Rotated {
+            info!(public_key = %key.public_key(), "gateway key rotated: asking the gateway to take it up");
+            self.written.config = None;
         }
-        Ok(key_text)
+        Ok(key.public_key())
     }
 
     /// Writes the configuration when it changed and asks the gateway to reload. One the API
@@ -148,17 +155,11 @@ impl Operator {
     }
 
     /// Publishes this gateway's public key and endpoint for `fabricctl peer`.
-    async fn publish_identity(&mut self, key_text: &str) -> anyhow::Result<()> {
-        let public_key = fabric_gateway_api::PrivateKey::from_base64(key_text)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "secret {}: {}: {e}",
-                    secret::GATEWAY_KEY,
-                    secret::GATEWAY_KEY_FIELD
-                )
-            })?
-            .public_key()
-            .to_base64();
+    async fn publish_identity(
+        &mut self,
+        public_key: fabric_gateway_api::PublicKey,
+    ) -> anyhow::Result<()> {
+        let public_key = public_key.to_base64();
         let endpoint = self
             .o
             .advertise
@@ -202,13 +203,13 @@ impl Operator {
     /// its gateway a configuration without peers; the identity and the Connections are the
     /// active replica's to write.
     async fn pass(&mut self, active: bool) -> anyhow::Result<()> {
-        let key_text = self.key()?;
+        let public_key = self.key()?;
         if !active {
             return self
                 .apply_config(render(&self.o, "", &[], &[], &[]), "standby")
                 .await;
         }
-        self.publish_identity(&key_text).await?;
+        self.publish_identity(public_key).await?;
         let peers = peers(
             &self.caches.configs.state(),
             &self.caches.keys.state(),
@@ -550,6 +551,7 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
     let events = Events::new(client.clone(), REPORTER, Some(o.election.identity.clone()));
     let mut op = Operator {
         client: client.clone(),
+        key_file: KeyFile::new(o.key_path.clone()),
         o,
         caches,
         events,
