@@ -32,12 +32,18 @@ pub enum Problem {
     /// A packet thread (the UDP reader or poller, the timer thread, a tunnel device's
     /// reader) ended while the gateway runs: what it carried goes nowhere.
     ThreadStopped { thread: String },
+    /// A packet thread still exists but has not come round its loop for `seconds` (blocked in
+    /// a lock, a send or a device): what it carries is stuck.
+    ThreadStuck { thread: String, seconds: u64 },
 }
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::ThreadStopped { thread } => write!(f, "packet thread {thread} stopped"),
+            Self::ThreadStuck { thread, seconds } => {
+                write!(f, "packet thread {thread} stuck for {seconds} s")
+            }
         }
     }
 }

@@ -57,6 +57,14 @@ enum Cmd {
         #[arg(long, default_value = "/var/run/fabric-gateway")]
         control_dir: PathBuf,
     },
+    /// Exit 0 when the running gateway answers and can serve, 1 with the reason otherwise (no
+    /// answer within 5 s, a packet thread stopped or stuck): the container's liveness probe.
+    Health {
+        #[arg(long, default_value = DEFAULT_NAME)]
+        name: String,
+        #[arg(long, default_value = "/var/run/fabric-gateway")]
+        control_dir: PathBuf,
+    },
     /// Ask the running gateway to re-read its config file.
     Reload {
         #[arg(long, default_value = DEFAULT_NAME)]
@@ -105,6 +113,7 @@ fn run() -> Result<()> {
         }
         Cmd::Status { name, control_dir } => client(&control_dir, &name, Request::Status),
         Cmd::Reload { name, control_dir } => client(&control_dir, &name, Request::Reload),
+        Cmd::Health { name, control_dir } => health(&control_dir, &name),
         Cmd::Run {
             config,
             uapi_dir,
@@ -140,6 +149,26 @@ fn pubkey(file: Option<&Path>) -> Result<()> {
     println!("{}", key.public_key());
     Ok(())
 }
+
+fn health(dir: &Path, name: &str) -> Result<()> {
+    let client = control::Client::for_gateway(dir, name).with_timeout(HEALTH_TIMEOUT);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let status = match rt.block_on(client.request(Request::Status))? {
+        Reply::Status(s) => s,
+        other => anyhow::bail!("the gateway answered a status request with {other:?}"),
+    };
+    if status.problems.is_empty() {
+        println!("ok");
+        return Ok(());
+    }
+    let why: Vec<String> = status.problems.iter().map(ToString::to_string).collect();
+    anyhow::bail!("gateway {name} cannot serve: {}", why.join("; "))
+}
+
+/// Below the liveness probe's own timeout, so the probe reports why rather than a timeout.
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn client(dir: &Path, name: &str, request: Request) -> Result<()> {
     let client = control::Client::for_gateway(dir, name);

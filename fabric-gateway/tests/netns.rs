@@ -565,6 +565,140 @@ fn reload_adds_and_removes_peers_without_disturbing_others() {
     assert!(dump.contains("10.250.0.9:51820"), "{dump}");
 }
 
+/// A new private key in the key file is taken up at the next reload, without a restart: the
+/// tunnels are re-keyed and carry traffic again once the peer has the new public key (before,
+/// the reload only warned that the key takes effect after a restart, so B, told A's new key,
+/// never heard from A again).
+#[test]
+fn a_rotated_key_is_taken_up_without_a_restart() {
+    if !require_root("a_rotated_key_is_taken_up_without_a_restart") {
+        return;
+    }
+    let mut lab = Lab::new("k");
+    let t = topology(&mut lab);
+    let g = setup(&mut lab, &t, &[]);
+    both_up(&lab, &g, Duration::from_secs(15));
+    let pid = lab.pid("gwa").unwrap();
+    let dir = lab.dir.to_str().unwrap().to_owned();
+    let reload = |name: &str| run(&[BIN, "reload", "--name", name, "--control-dir", &dir]);
+    // As the operator writes it: a whole new file renamed over the old one.
+    let (new_key, new_pub) = lab.write_key("a-rotated");
+    std::fs::rename(&new_key, lab.dir.join("a.key")).unwrap();
+    reload(&g.a_name);
+    lab.wait_status(&g.a_name, Duration::from_secs(5), |v| {
+        v["public_key"] == new_pub.as_str()
+    })
+    .unwrap_or_else(|| panic!("A does not use its new key\n{}", lab.log("gwa")));
+    // B learns it the usual way: its configuration of A (from A's PublicKey) changes.
+    std::fs::write(
+        &g.b_cfg,
+        toml(&config(
+            &g.b_name,
+            &lab.dir.join("b.key"),
+            &[b_peer(&new_pub)],
+        )),
+    )
+    .unwrap();
+    reload(&g.b_name);
+    for (ns, dst, w) in [(&t.pa, "10.20.0.2", "gwa"), (&t.pb, "10.10.0.2", "gwb")] {
+        lab.wait_ping(ns, dst, Duration::from_secs(30))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no traffic after the rotation\n{}\n{}",
+                    lab.log(w),
+                    lab.log("gwb")
+                )
+            });
+    }
+    let handshakes = run(&["wg", "show", &g.b_name, "latest-handshakes"]);
+    let line = handshakes
+        .lines()
+        .find(|l| l.starts_with(&new_pub))
+        .unwrap_or_else(|| panic!("B does not show A's new key:\n{handshakes}"));
+    assert!(
+        !line.ends_with("\t0"),
+        "no handshake with the new key: {line}"
+    );
+    assert!(!handshakes.contains(&g.a_pub), "{handshakes}");
+    assert!(lab.is_running("gwa"), "A exited\n{}", lab.log("gwa"));
+    assert_eq!(lab.pid("gwa"), Some(pid), "A was restarted");
+    assert!(
+        !lab.log("gwa").contains("only after a restart"),
+        "{}",
+        lab.log("gwa")
+    );
+}
+
+/// The task id of the gateway thread named `name`.
+fn thread_id(pid: i32, name: &str) -> i32 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+        .unwrap_or_else(|| panic!("no thread {name} in {pid}"))
+}
+
+/// A packet thread that stops coming round its loop (here: held by a tracer, as a thread
+/// blocked forever in a lock or a device would be; the rest of the process runs on) makes
+/// the gateway report itself unable to serve, so the operator hands the Lease over and the
+/// liveness probe (`fabric-gateway health`) fails; released, it heals. Before: only a
+/// thread that had ended counted, and a stuck one left a half-alive gateway that passed.
+#[test]
+fn a_stuck_packet_thread_makes_the_gateway_unhealthy() {
+    if !require_root("a_stuck_packet_thread_makes_the_gateway_unhealthy") {
+        return;
+    }
+    let mut lab = Lab::new("h");
+    let t = topology(&mut lab);
+    let g = setup(&mut lab, &t, &[]);
+    both_up(&lab, &g, Duration::from_secs(15));
+    let dir = lab.dir.to_str().unwrap().to_owned();
+    let health = |name: &str| sh(&[BIN, "health", "--name", name, "--control-dir", &dir]);
+    let out = health(&g.a_name);
+    assert!(out.status.success(), "{out:?}");
+    let tid = thread_id(lab.pid("gwa").unwrap(), "fgw-udp");
+    // SAFETY: ptrace on a thread of the gateway this test started; every ptrace call is made
+    // from this thread, the tracer.
+    unsafe {
+        assert_eq!(
+            libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0),
+            0,
+            "{}",
+            std::io::Error::last_os_error()
+        );
+        assert_eq!(libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0), 0);
+        let mut st = 0;
+        assert_eq!(libc::waitpid(tid, &mut st, libc::__WALL), tid);
+    }
+    let stuck = lab.wait_status(&g.a_name, Duration::from_secs(20), |v| {
+        v["problems"].as_array().is_some_and(|p| {
+            p.iter()
+                .any(|p| p["problem"] == "thread_stuck" && p["thread"] == "fgw-udp")
+        })
+    });
+    let out = health(&g.a_name);
+    // SAFETY: the tracee is in a ptrace-stop (waited for above).
+    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+    assert!(
+        stuck.is_some(),
+        "the stuck thread was not reported\n{}",
+        lab.log("gwa")
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "health passed with a stuck thread: {out:?}"
+    );
+    assert!(err.contains("fgw-udp stuck"), "{err}");
+    lab.wait_status(&g.a_name, Duration::from_secs(10), |v| {
+        v.get("problems").is_none()
+    })
+    .unwrap_or_else(|| panic!("still unhealthy once released\n{}", lab.log("gwa")));
+    assert!(health(&g.a_name).status.success());
+    assert!(lab.ping(&t.pa, "10.20.0.2", 3), "{}", lab.log("gwa"));
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Cut {
     /// Silent black hole: every packet on A's underlay is dropped, the link stays up.

@@ -16,6 +16,7 @@
 //! - `status`: the status snapshot
 //! - `repair`: the data plane's programs and maps, and drift repair
 
+mod liveness;
 mod peer;
 mod poll;
 mod reconfig;
@@ -38,8 +39,8 @@ use std::{
 
 use boringtun::noise::rate_limiter::RateLimiter;
 
-use self::peer::PeerTable;
 pub use self::peer::{Peer, PeerDrop};
+use self::peer::{PeerTable, unlimited_limiter};
 use crate::handshake_limit::SourceLimiter;
 use crate::{
     config::{Config, InterfaceConfig},
@@ -113,14 +114,37 @@ enum GlobalDrop {
 }
 const GLOBAL_DROP_NAMES: [&str; 4] = ["unknown_peer", "invalid", "under_load", "handshake_flood"];
 
+/// The gateway's static key pair and the handshake limiter made for its public key (cookies
+/// are keyed by it). Replaced whole when the key file holds a new key (see `rotate_key`).
+pub(super) struct Identity {
+    pub(super) private_key: PrivateKey,
+    pub(super) public_key: PublicKey,
+    pub(super) rate_limiter: Arc<RateLimiter>,
+}
+
+impl Identity {
+    fn new(private_key: PrivateKey) -> Arc<Self> {
+        let public_key = private_key.public_key();
+        Arc::new(Self {
+            rate_limiter: Arc::new(RateLimiter::new(
+                &public_key.to_dalek(),
+                HANDSHAKE_RATE_LIMIT,
+            )),
+            private_key,
+            public_key,
+        })
+    }
+}
+
 pub struct Gateway {
     iface: InterfaceConfig,
-    private_key: PrivateKey,
-    public_key: PublicKey,
+    /// Read by the packet threads once per receive through `identity_gen`, not per datagram.
+    identity: RwLock<Arc<Identity>>,
+    /// Bumped when the identity is replaced.
+    identity_gen: AtomicU64,
     udp: UdpSocket,
     /// Cleared when the kernel refuses UDP_SEGMENT; we then send datagram by datagram.
     udp_gso: AtomicBool,
-    rate_limiter: Arc<RateLimiter>,
     peers: RwLock<PeerTable>,
     /// Bumped on every peer add/remove, so the poll loop knows to rebuild its fd set.
     peers_gen: AtomicU64,
@@ -132,7 +156,8 @@ pub struct Gateway {
     /// messages only, never for data.
     sources: Mutex<SourceLimiter>,
     cookies_sent: AtomicU64,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The UDP (or poll) thread and the timer thread, with the heartbeat each stamps.
+    threads: Mutex<Vec<(JoinHandle<()>, Arc<liveness::Heartbeat>)>>,
     /// Serialises control-plane mutations (reload, UAPI set, repair).
     control: tokio::sync::Mutex<()>,
     netlink: rtnetlink::Handle,
@@ -150,7 +175,7 @@ impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
             .field("name", &self.iface.name)
-            .field("public_key", &self.public_key)
+            .field("public_key", &self.public_key())
             .finish_non_exhaustive()
     }
 }
@@ -159,8 +184,7 @@ impl Gateway {
     /// Binds the socket, creates all peers and starts the data-plane threads.
     /// Must run inside a tokio runtime (netlink).
     pub async fn start(cfg: Config, netlink: rtnetlink::Handle) -> Result<Arc<Self>, GatewayError> {
-        let private_key = PrivateKey::read_file(&cfg.interface.private_key_file)?;
-        let public_key = private_key.public_key();
+        let identity = Identity::new(PrivateKey::read_file(&cfg.interface.private_key_file)?);
         let addr = SocketAddr::new(cfg.interface.listen_address, cfg.interface.listen_port);
         let udp = UdpSocket::bind(addr).map_err(|source| GatewayError::Bind {
             addr,
@@ -175,17 +199,12 @@ impl Gateway {
             .map_err(GatewayError::SocketTimeout)?;
         let gro = udp::tune(&udp);
         tracing::debug!(gro, "UDP socket tuned");
-        let rate_limiter = Arc::new(RateLimiter::new(
-            &public_key.to_dalek(),
-            HANDSHAKE_RATE_LIMIT,
-        ));
         let gw = Arc::new(Self {
             iface: cfg.interface.clone(),
-            private_key,
-            public_key,
+            identity: RwLock::new(identity),
+            identity_gen: AtomicU64::new(0),
             udp,
             udp_gso: AtomicBool::new(true),
-            rate_limiter,
             peers: RwLock::default(),
             peers_gen: AtomicU64::new(0),
             // Random start, so a restarted gateway does not reuse the session
@@ -216,6 +235,11 @@ impl Gateway {
         }
         let g = gw.clone();
         let spin = gw.busy_poll();
+        let (udp_beat, timer_beat) = (
+            Arc::new(liveness::Heartbeat::new(Instant::now())),
+            Arc::new(liveness::Heartbeat::new(Instant::now())),
+        );
+        let beat = udp_beat.clone();
         let udp_thread = spawn(
             if spin.is_some() {
                 "fgw-poll"
@@ -223,19 +247,19 @@ impl Gateway {
                 "fgw-udp"
             },
             move || match spin {
-                Some(spin) => g.poll_loop(spin),
-                None => g.udp_loop(),
+                Some(spin) => g.poll_loop(spin, &beat),
+                None => g.udp_loop(&beat),
             },
         )?;
-        let g = gw.clone();
-        let timer_thread = spawn("fgw-timers", move || g.timer_loop())?;
+        let (g, beat) = (gw.clone(), timer_beat.clone());
+        let timer_thread = spawn("fgw-timers", move || g.timer_loop(&beat))?;
         gw.threads
             .lock()
             .unwrap()
-            .extend([udp_thread, timer_thread]);
+            .extend([(udp_thread, udp_beat), (timer_thread, timer_beat)]);
         tracing::info!(
             name = %gw.iface.name,
-            public_key = %gw.public_key,
+            public_key = %gw.public_key(),
             listen = %addr,
             peers = gw.peers.read().unwrap().by_key.len(),
             "gateway started"
@@ -253,7 +277,31 @@ impl Gateway {
     }
 
     pub fn public_key(&self) -> PublicKey {
-        self.public_key
+        self.identity().public_key
+    }
+
+    pub(super) fn identity(&self) -> Arc<Identity> {
+        self.identity.read().unwrap().clone()
+    }
+
+    /// Takes a new static key up without a restart: every tunnel is re-keyed (boringtun drops
+    /// its sessions) and starts a handshake with the new key; the peers accept it once they
+    /// have learnt the new public key (their `PublicKey` of this cluster), and until then
+    /// refuse it as from an unknown peer.
+    pub(super) fn rotate_key(&self, private_key: PrivateKey) {
+        let id = Identity::new(private_key);
+        let public = id.public_key;
+        *self.identity.write().unwrap() = id.clone();
+        self.identity_gen.fetch_add(1, Ordering::Release);
+        for peer in self.peers() {
+            peer.tunn.lock().unwrap().set_static_private(
+                id.private_key.to_dalek(),
+                public.to_dalek(),
+                Some(Arc::new(unlimited_limiter(&public))),
+            );
+            self.initiate_handshake(&peer);
+        }
+        tracing::info!(public_key = %public, "private key rotated: tunnels re-keyed");
     }
 
     pub fn listen_port(&self) -> u16 {
@@ -289,7 +337,7 @@ impl Gateway {
         }
         let threads: Vec<_> = std::mem::take(&mut *self.threads.lock().unwrap());
         let _ = tokio::task::spawn_blocking(move || {
-            for t in threads {
+            for (t, _) in threads {
                 let _ = t.join();
             }
         })

@@ -85,6 +85,8 @@ pub struct Peer {
     pub(super) dataplane_ready: AtomicBool,
     pub(super) stop: AtomicBool,
     pub(super) reader: Mutex<Option<JoinHandle<()>>>,
+    /// Stamped by the reader on every pass (see `liveness`).
+    pub(super) beat: super::liveness::Heartbeat,
 }
 
 impl std::fmt::Debug for Peer {
@@ -126,20 +128,25 @@ fn make_probe(cfg: &PeerConfig) -> Option<Probe> {
     }
 }
 
+/// The limiter a `Tunn` insists on, one that never limits (see `Gateway::new_tunn`).
+pub(super) fn unlimited_limiter(public: &PublicKey) -> RateLimiter {
+    RateLimiter::new(&public.to_dalek(), u64::MAX)
+}
+
 impl Gateway {
     fn new_tunn(&self, key: &PublicKey, keepalive: Option<u16>, index: u32) -> Tunn {
         // Handshakes are limited once, by the gateway's shared limiter before a datagram is
         // matched to a peer. The state machine insists on a limiter of its own: give it one
         // that never limits, or it would count every handshake a second time and, under load,
         // answer with cookies of its own.
-        let unlimited = RateLimiter::new(&self.public_key.to_dalek(), u64::MAX);
+        let id = self.identity();
         Tunn::new(
-            self.private_key.to_dalek(),
+            id.private_key.to_dalek(),
             key.to_dalek(),
             None,
             keepalive,
             index,
-            Some(Arc::new(unlimited)),
+            Some(Arc::new(unlimited_limiter(&id.public_key))),
         )
     }
 
@@ -188,6 +195,7 @@ impl Gateway {
             cfg: Mutex::new(cfg.clone()),
             stop: AtomicBool::new(false),
             reader: Mutex::new(None),
+            beat: super::liveness::Heartbeat::new(Instant::now()),
         });
         if self.busy_poll().is_none() {
             let (g, p) = (self.clone(), peer.clone());

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Gateway, POLL_TIMEOUT, peer::Peer, rx::UdpBufs, tx::TunBufs};
+use super::{Gateway, POLL_TIMEOUT, liveness::Heartbeat, peer::Peer, rx::UdpBufs, tx::TunBufs};
 
 fn pollfd(fd: std::os::fd::RawFd) -> libc::pollfd {
     libc::pollfd {
@@ -20,14 +20,15 @@ fn pollfd(fd: std::os::fd::RawFd) -> libc::pollfd {
 impl Gateway {
     /// After traffic it keeps polling without sleeping for `spin`, so a reply that comes back
     /// within the window costs no thread wake-up. Trades CPU for latency.
-    pub(super) fn poll_loop(&self, spin: Duration) {
+    pub(super) fn poll_loop(&self, spin: Duration, beat: &Heartbeat) {
         let mut tb = TunBufs::new();
-        let mut ub = UdpBufs::new(&self.private_key, &self.public_key);
+        let mut ub = UdpBufs::new(self);
         let mut seen_gen = u64::MAX;
         let mut peers: Vec<Arc<Peer>> = Vec::new();
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut last_traffic = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
+            beat.beat();
             let g = self.peers_gen.load(Ordering::Acquire);
             if g != seen_gen {
                 seen_gen = g;

@@ -19,16 +19,20 @@ impl Gateway {
         if reconfig::needs_restart(&self.iface, i) {
             tracing::warn!("interface settings changed; they take effect only after a restart");
         }
-        if PrivateKey::read_file(&i.private_key_file)?.public_key() != self.public_key {
-            tracing::warn!(
-                "private key file changed; the new key takes effect only after a restart"
-            );
+        let key = PrivateKey::read_file(&i.private_key_file)?;
+        if key.public_key() != self.public_key() {
+            self.rotate_key(key);
         }
-        let running = self.peers();
-        let removals = reconfig::reload_removals(
-            running.iter().map(|p| (p.public_key, p.name(), p.device())),
-            &cfg.peers,
-        );
+        // The snapshot is dropped before anything is added: a removed peer's device goes only
+        // with its last reference, and a new peer (another key, e.g. the peer's rotated one)
+        // may want the same device name.
+        let removals = {
+            let running = self.peers();
+            reconfig::reload_removals(
+                running.iter().map(|p| (p.public_key, p.name(), p.device())),
+                &cfg.peers,
+            )
+        };
         for key in removals {
             self.remove_peer(&key).await;
         }

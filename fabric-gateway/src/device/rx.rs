@@ -13,11 +13,12 @@ use boringtun::noise::{
 };
 
 use super::{
-    Gateway, GlobalDrop,
+    Gateway, GlobalDrop, Identity,
+    liveness::Heartbeat,
     peer::{Peer, PeerDrop},
 };
 use crate::{
-    key::{PrivateKey, PublicKey},
+    key::PublicKey,
     offload::{self, VNET_HDR_LEN},
     packet, roam, udp,
 };
@@ -32,18 +33,45 @@ pub(super) struct UdpBufs {
     buf: Vec<u8>,
     out: Vec<u8>,
     gro: TunGro,
+    keys: ThreadKeys,
+}
+
+/// A packet thread's copy of the gateway's identity, in the form the handshake code takes.
+struct ThreadKeys {
+    generation: u64,
+    id: Arc<Identity>,
     static_private: boringtun::x25519::StaticSecret,
     static_public: boringtun::x25519::PublicKey,
 }
 
+impl ThreadKeys {
+    fn of(gw: &Gateway) -> Self {
+        // The generation first: a rotation in between is then seen at the next receive.
+        let generation = gw.identity_gen.load(Ordering::Acquire);
+        let id = gw.identity();
+        Self {
+            generation,
+            static_private: id.private_key.to_dalek(),
+            static_public: id.public_key.to_dalek(),
+            id,
+        }
+    }
+
+    /// Picks up a rotated key: one atomic load per receive.
+    fn refresh(&mut self, gw: &Gateway) {
+        if gw.identity_gen.load(Ordering::Acquire) != self.generation {
+            *self = Self::of(gw);
+        }
+    }
+}
+
 impl UdpBufs {
-    pub(super) fn new(private: &PrivateKey, public: &PublicKey) -> Self {
+    pub(super) fn new(gw: &Gateway) -> Self {
         Self {
             buf: vec![0u8; BUF],
             out: vec![0u8; BUF_OUT],
             gro: TunGro::default(),
-            static_private: private.to_dalek(),
-            static_public: public.to_dalek(),
+            keys: ThreadKeys::of(gw),
         }
     }
 }
@@ -85,9 +113,10 @@ impl TunGro {
 
 impl Gateway {
     /// The UDP reader thread (without busy polling).
-    pub(super) fn udp_loop(&self) {
-        let mut bufs = UdpBufs::new(&self.private_key, &self.public_key);
+    pub(super) fn udp_loop(&self, beat: &Heartbeat) {
+        let mut bufs = UdpBufs::new(self);
         while !self.stop.load(Ordering::Relaxed) {
+            beat.beat();
             self.udp_receive(&mut bufs);
         }
     }
@@ -118,15 +147,15 @@ impl Gateway {
             self.drops[GlobalDrop::Invalid as usize].fetch_add(1, Ordering::Relaxed);
             return true;
         }
+        bufs.keys.refresh(self);
         let UdpBufs {
             buf,
             out,
             gro,
-            static_private,
-            static_public,
+            keys,
         } = bufs;
         for datagram in buf[..n].chunks(seg.max(1)) {
-            self.handle_datagram(datagram, from, out, gro, static_private, static_public);
+            self.handle_datagram(datagram, from, out, gro, keys);
         }
         // Never hold packets past the batch they came in: no added latency.
         gro.flush();
@@ -139,12 +168,12 @@ impl Gateway {
         from: SocketAddr,
         out: &mut [u8],
         gro: &mut TunGro,
-        static_private: &boringtun::x25519::StaticSecret,
-        static_public: &boringtun::x25519::PublicKey,
+        keys: &ThreadKeys,
     ) {
         let kind;
         let peer = {
-            let packet = match self
+            let packet = match keys
+                .id
                 .rate_limiter
                 .verify_packet(Some(from.ip()), datagram, out)
             {
@@ -170,7 +199,7 @@ impl Gateway {
                     if !self.handshake_allowed(from) {
                         return;
                     }
-                    match parse_handshake_anon(static_private, static_public, p) {
+                    match parse_handshake_anon(&keys.static_private, &keys.static_public, p) {
                         Ok(hh) => t
                             .by_key
                             .get(&PublicKey::from_bytes(hh.peer_static_public))

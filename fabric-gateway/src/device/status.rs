@@ -72,7 +72,7 @@ impl Gateway {
             .collect();
         Status {
             name: self.iface.name.clone(),
-            public_key: self.public_key.to_base64(),
+            public_key: self.public_key().to_base64(),
             listen_port: self.listen_port(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),
             drops: GLOBAL_DROP_NAMES
@@ -93,9 +93,15 @@ impl Gateway {
         if self.stop.load(Ordering::Relaxed) {
             return Vec::new();
         }
-        let stopped = |h: &std::thread::JoinHandle<()>| {
-            h.is_finished().then(|| Problem::ThreadStopped {
-                thread: h.thread().name().unwrap_or("unnamed").to_owned(),
+        let now = std::time::Instant::now();
+        let check = |h: &std::thread::JoinHandle<()>, beat: &super::liveness::Heartbeat| {
+            let thread = h.thread().name().unwrap_or("unnamed").to_owned();
+            if h.is_finished() {
+                return Some(Problem::ThreadStopped { thread });
+            }
+            beat.stuck_for(now).map(|d| Problem::ThreadStuck {
+                thread,
+                seconds: d.as_secs(),
             })
         };
         let mut out: Vec<Problem> = self
@@ -103,14 +109,14 @@ impl Gateway {
             .lock()
             .unwrap()
             .iter()
-            .filter_map(stopped)
+            .filter_map(|(h, beat)| check(h, beat))
             .collect();
         for p in self.peers() {
             if p.stop.load(Ordering::Relaxed) {
                 continue;
             }
             if let Some(h) = p.reader.lock().unwrap().as_ref() {
-                out.extend(stopped(h));
+                out.extend(check(h, &p.beat));
             }
         }
         out

@@ -15,17 +15,18 @@ use crate::{
 };
 
 impl Gateway {
-    pub(super) fn timer_loop(&self) {
+    pub(super) fn timer_loop(&self, beat: &super::liveness::Heartbeat) {
         let mut out = vec![0u8; BUF_OUT];
         let mut probe_buf = [0u8; packet::PROBE_LEN];
         let mut last_reset = Instant::now();
         let interval = Duration::from_secs(self.iface.probe_interval);
         while !self.stop.load(Ordering::Relaxed) {
+            beat.beat();
             std::thread::sleep(timers::TICK);
             let now = Instant::now();
             if now.duration_since(last_reset) >= Duration::from_secs(1) {
                 // The shared limiter is not reset by the Tunns (they were given it), so do it here.
-                self.rate_limiter.reset_count();
+                self.identity().rate_limiter.reset_count();
                 // Sources that went quiet hold nothing worth keeping.
                 self.sources.lock().unwrap().forget_idle(now);
                 last_reset = now;

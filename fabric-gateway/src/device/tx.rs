@@ -119,6 +119,7 @@ impl Gateway {
     pub(super) fn tun_loop(&self, peer: &Peer) {
         let mut bufs = TunBufs::new();
         while !peer.stop.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) {
+            peer.beat.beat();
             match peer.tun.recv_timeout(&mut bufs.src, POLL_TIMEOUT) {
                 Ok(Some(n)) => self.tun_packet(peer, n, &mut bufs),
                 Ok(None) => {}
