@@ -649,7 +649,7 @@ fn a_stuck_packet_thread_makes_the_gateway_unhealthy() {
     if !require_root("a_stuck_packet_thread_makes_the_gateway_unhealthy") {
         return;
     }
-    let mut lab = Lab::new("h");
+    let mut lab = Lab::new("s");
     let t = topology(&mut lab);
     let g = setup(&mut lab, &t, &[]);
     both_up(&lab, &g, Duration::from_secs(15));
