@@ -821,6 +821,31 @@ mod tests {
         a.iter().map(|s| s.to_string()).collect()
     }
 
+    /// The eBPF programs build with a nightly of a fixed date, not whatever `nightly` is
+    /// newest (supply chain).
+    #[test]
+    fn the_ebpf_nightly_is_pinned_by_date() {
+        let pinned = pinned_nightly().unwrap();
+        let date = pinned
+            .strip_prefix("nightly-")
+            .unwrap_or_else(|| panic!("{pinned}"));
+        let ok = date.len() == 10
+            && date.char_indices().all(|(i, c)| {
+                if i == 4 || i == 7 {
+                    c == '-'
+                } else {
+                    c.is_ascii_digit()
+                }
+            });
+        assert!(ok, "not a dated nightly: {pinned}");
+        let build =
+            std::fs::read_to_string(workspace_root().join("fabric-dataplane/build.rs")).unwrap();
+        assert!(
+            !build.contains("\"nightly\""),
+            "build.rs names the floating nightly"
+        );
+    }
+
     #[test]
     fn fuzz_arguments() {
         let (t, secs, extra) = fuzz_args(&args(&["segment"])).unwrap();
