@@ -388,6 +388,7 @@ async fn out_of_band_authentication() {
     }
 
     garbage(&svc, &p, &fresh).await;
+    again_while_removed(&svc, &p, &fresh).await;
 
     // A server that is not the pinned one is refused before anything is sent.
     let other_pin = format!("sha256:{}", "ab".repeat(32));
@@ -405,6 +406,58 @@ async fn out_of_band_authentication() {
     nothing_for(&p, "pinned").await;
 
     renewal(&svc, &p, &c, &consumer_api.kubeconfig).await;
+}
+
+/// A consumer that peers again while its previous tenant is still being removed here (an
+/// unpeer whose cleanup still runs) gets its new tenant once the old one is gone, not one that
+/// the old one's cleanup takes away after it (the re-peer then held an identity refused
+/// everything).
+async fn again_while_removed(svc: &AuthService, p: &Client, token: &str) {
+    use k8s_openapi::api::rbac::v1::Role;
+    let id = "again";
+    request(svc, id, token).await.unwrap();
+    let ns = names::namespace::tenant(id);
+    let tenants: Api<Tenant> = Api::namespaced(p.clone(), &ns);
+    // The provider's unpeer cleanup holds the Tenant while it runs; here the test holds it.
+    let hold = serde_json::json!({ "metadata": { "finalizers": ["test.fabric.io/hold"] } });
+    tenants
+        .patch(id, &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap();
+    tenants.delete(id, &Default::default()).await.unwrap();
+    let (answered, released) = tokio::join!(
+        async {
+            let r = request(svc, id, token).await;
+            (r, std::time::Instant::now())
+        },
+        async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            // The cleanup ends: what it removes goes, then the Tenant.
+            Api::<Role>::namespaced(p.clone(), &ns)
+                .delete(fabric_sharing::tenant::ROLE, &Default::default())
+                .await
+                .unwrap();
+            let at = std::time::Instant::now();
+            let free = serde_json::json!({ "metadata": { "finalizers": null } });
+            tenants
+                .patch(id, &PatchParams::default(), &Patch::Merge(&free))
+                .await
+                .unwrap();
+            at
+        }
+    );
+    let (answer, at) = answered;
+    answer.unwrap();
+    assert!(
+        at > released,
+        "answered before the previous tenant was gone"
+    );
+    let t = tenants.get(id).await.unwrap();
+    assert!(t.metadata.deletion_timestamp.is_none(), "{t:?}");
+    Api::<Role>::namespaced(p.clone(), &ns)
+        .get(fabric_sharing::tenant::ROLE)
+        .await
+        .expect("the new tenant's Role");
 }
 
 /// The consumer renews with its current certificate; without one, or once its tenant is

@@ -60,6 +60,9 @@ pub struct Service {
     pub sign_timeout: Duration,
 }
 
+/// How long an authentication waits for the consumer's previous tenant to be removed.
+const PREVIOUS_TENANT_WAIT: Duration = Duration::from_secs(20);
+
 fn internal(what: &str, e: impl std::fmt::Display) -> Refusal {
     warn!(error = %e, "{what}");
     Refusal::new(
@@ -152,6 +155,7 @@ impl Service {
         })?;
         info!(consumer = %consumer, token = %token.name, "consumer authenticated; provisioning its tenant");
 
+        self.previous_tenant_gone(consumer).await?;
         self.provision(consumer)
             .await
             .map_err(|e| internal("creating the tenant", e))?;
@@ -239,6 +243,34 @@ impl Service {
             .iter()
             .filter_map(TokenRecord::from_secret)
             .collect())
+    }
+
+    /// Waits until a Tenant of `consumer` that is being removed (an unpeer whose cleanup still
+    /// runs here) is gone: provisioning over it would be undone by that cleanup, which deletes
+    /// the Role, the bindings and the namespace after us, and the consumer would be left with
+    /// an identity that is refused everything (seen on a re-peer right after an unpeer).
+    async fn previous_tenant_gone(&self, consumer: &str) -> Result<(), Refusal> {
+        let tenants =
+            Api::<Tenant>::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
+        let deadline = tokio::time::Instant::now() + PREVIOUS_TENANT_WAIT;
+        loop {
+            let removing = tenants
+                .get_opt(consumer)
+                .await
+                .map_err(|e| internal("reading the tenant", e))?
+                .is_some_and(|t| t.metadata.deletion_timestamp.is_some());
+            if !removing {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(internal(
+                    "waiting for the removal of this consumer's previous tenant",
+                    format!("still being removed after {PREVIOUS_TENANT_WAIT:?}"),
+                ));
+            }
+            info!(consumer = %consumer, "the previous tenant is still being removed; waiting");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// The tenant namespace, its Role and RoleBinding, the sharing controllers' RoleBinding
