@@ -44,7 +44,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::{
-    ChildGuard,
+    ChildGuard, apimetrics,
     apiserver::ApiServer,
     check_interrupt,
     deployments::{self, Deployments},
@@ -152,6 +152,31 @@ impl Drop for Stack {
 }
 
 impl Stack {
+    /// Both API servers' request counts now (consumer, provider).
+    fn requests(&self) -> Result<(apimetrics::Counts, apimetrics::Counts)> {
+        Ok((
+            apimetrics::snapshot(&self.consumer)?,
+            apimetrics::snapshot(&self.provider)?,
+        ))
+    }
+
+    /// The requests each API server served since `before`, per pod of the burst (the bench's
+    /// own creations, bindings and watches included).
+    fn print_requests(
+        &self,
+        before: &(apimetrics::Counts, apimetrics::Counts),
+        n: usize,
+    ) -> Result<()> {
+        let (c, p) = self.requests()?;
+        for (label, before, after) in [("consumer", &before.0, c), ("provider", &before.1, p)] {
+            println!(
+                "          {label} API requests per pod: {}",
+                apimetrics::summary(&apimetrics::delta(before, &after), n)
+            );
+        }
+        Ok(())
+    }
+
     fn logs(&self) -> String {
         let tail = |f: &str| {
             let text = std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
@@ -778,6 +803,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 shadow: true,
             },
         ];
+        let requests0 = stack.requests()?;
         let off = rt
             .block_on(burst(
                 &stack.c,
@@ -791,6 +817,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .with_context(|| stack.logs())?;
         println!("  {n:>5} offloaded: {}", off.line());
         println!("{}", off.details());
+        stack.print_requests(&requests0, n)?;
         if i == last {
             let pids = stack.deployments.pids();
             let vk = stack.deployments.pid(NS, &vk_name());
@@ -802,6 +829,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 None => println!("        virtual kubelet RSS: not found"),
             }
         }
+        let requests0 = stack.requests()?;
         let local = rt
             .block_on(burst(
                 &stack.p,
@@ -815,6 +843,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .with_context(|| stack.logs())?;
         println!("  {n:>5} local:     {}", local.line());
         println!("{}", local.details());
+        stack.print_requests(&requests0, n)?;
         let cleared = rt
             .block_on(async {
                 let off = clear(&stack, &stack.c, &off_ns, opts.timeout).await?;

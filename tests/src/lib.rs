@@ -8,6 +8,7 @@
 //! The `fabric-agent` binary is driven as a subprocess (see [`agent`] for how it is found):
 //! build it first with `cargo build --workspace --bins`, or use `cargo xtask test`.
 pub mod agent;
+pub mod apimetrics;
 pub mod apiserver;
 pub mod auth_service;
 pub mod bench;
