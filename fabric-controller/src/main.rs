@@ -25,6 +25,7 @@ use fabric_api::names;
 use fabric_controller::{discovery, gateway, ipam, ips};
 use fabric_sharing::{auth, shadowpod, virtual_node};
 use ipnetwork::Ipv4Network;
+use tokio_util::task::AbortOnDropHandle;
 
 #[derive(Parser)]
 #[command(
@@ -553,28 +554,44 @@ async fn run() -> Result<()> {
                 instance: Some(identity.clone()),
             };
             let election = fabric_kube::Election::new(lease, identity);
-            let work = || async {
-                tokio::try_join!(
-                    async {
-                        fabric_sharing::negotiation::run(client.clone(), settings.clone())
-                            .await
-                            .context("sharing controllers")
-                    },
+            // Each controller on a task of its own, so that the multi-thread runtime spreads
+            // them over the cores (one future joining them all runs on one at a time). Spawned
+            // once leading (the work future is first polled then), aborted when it is dropped
+            // (leadership lost).
+            let work = || {
+                let (client, settings) = (client.clone(), settings.clone());
+                let (namespace, policy) = (namespace.clone(), renewal.policy());
+                async move {
+                    let negotiation = AbortOnDropHandle::new(tokio::spawn({
+                        let client = client.clone();
+                        async move {
+                            fabric_sharing::negotiation::run(client, settings)
+                                .await
+                                .context("sharing controllers")
+                        }
+                    }));
                     // One active replica: two would both re-create a vanished pod's successor
                     // (one refused as a duplicate) and both count it.
-                    async {
-                        shadowpod::controller::run(client.clone())
-                            .await
-                            .context("ShadowPod controller")
-                    },
+                    let shadowpods = AbortOnDropHandle::new(tokio::spawn({
+                        let client = client.clone();
+                        async move {
+                            shadowpod::controller::run(client)
+                                .await
+                                .context("ShadowPod controller")
+                        }
+                    }));
                     // One active replica: two would both renew, each with a key of its own,
                     // and the Secret would flip between them.
-                    async {
-                        auth::renewal::run(client.clone(), &namespace, renewal.policy()).await;
+                    let renewals = AbortOnDropHandle::new(tokio::spawn(async move {
+                        auth::renewal::run(client, &namespace, policy).await;
                         Ok(())
-                    },
-                )
-                .map(|_| ())
+                    }));
+                    let joined = |h: AbortOnDropHandle<Result<()>>| async move {
+                        h.await.context("a sharing task panicked")?
+                    };
+                    tokio::try_join!(joined(negotiation), joined(shadowpods), joined(renewals))
+                        .map(|_| ())
+                }
             };
             ipam::run_elected(client.clone(), &namespace, election, work).await
         }

@@ -463,6 +463,9 @@ impl Loop {
                 namespace: Some(p.client.default_namespace().to_owned()),
                 labels: Some(labels),
                 annotations: (!annotations.is_empty()).then_some(annotations),
+                // The provider's controller would add its finalizer first thing (a patch and
+                // a round of its reconciler per pod): set at creation, it goes straight on.
+                finalizers: Some(vec![names::finalizer::SHADOW_POD.to_owned()]),
                 ..Default::default()
             },
             spec,
