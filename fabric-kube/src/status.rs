@@ -48,6 +48,30 @@ impl FieldManager {
             .await?;
         Ok(())
     }
+
+    /// As [`FieldManager::apply_status`], refused with a 409 Conflict unless the object is
+    /// still at `resource_version` (a status computed from a copy that may lag behind, e.g. a
+    /// watch cache's, is only written over the version it was computed from).
+    pub async fn apply_status_at<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        resource_version: &str,
+        status: impl Serialize,
+    ) -> kube::Result<()>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let patch = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": { "resourceVersion": resource_version },
+            "status": status,
+        });
+        api.patch_status(name, &self.params(), &Patch::Apply(&patch))
+            .await?;
+        Ok(())
+    }
 }
 
 /// A condition of type `type_` observed at `now`.

@@ -24,7 +24,7 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use super::{
-    decide::{self, Decision},
+    decide::{self, Cached, Decision},
     resize,
 };
 
@@ -82,11 +82,43 @@ async fn get_pod(pods: &Api<Pod>, name: &str) -> Result<Option<Pod>, Error> {
     Ok(pods.get_opt(name).await?)
 }
 
-async fn apply(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
-    let ns = shadow.namespace().unwrap_or_default();
-    let name = shadow.name_any();
+async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
+    let ns = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let shadows: Api<ShadowPod> = Api::namespaced(ctx.client.clone(), &ns);
+    // Only this controller writes a ShadowPod's status or makes its pod, one reconcile per
+    // ShadowPod at a time: the pod read now is what a fresh read of the ShadowPod would be
+    // decided with too.
+    let pod = get_pod(&pods, &name).await?;
+    // Most reconciles (the pod's status changing, our own writes echoed) only mirror the pod:
+    // decided on the cached copy, written over its version, without reading it again.
+    let stopping = matches!(
+        ctx.fences.verdict(&cached.spec.cluster_id),
+        super::partition::Verdict::Stop { .. }
+    );
+    let resizing = pod.as_ref().is_some_and(|p| {
+        resize::patch(&cached.spec.pod.spec, &p.spec.clone().unwrap_or_default()).is_some()
+    });
+    match decide::from_cache(&cached, pod.as_ref(), stopping, resizing, Timestamp::now()) {
+        Cached::Settled => return Ok(Action::await_change()),
+        Cached::Write(status) => {
+            let rv = cached
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or_default();
+            match STATUS.apply_status_at(&shadows, &name, rv, &status).await {
+                Ok(()) => return Ok(Action::await_change()),
+                // The cache was behind: decided again below on a fresh read.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    debug!(shadowpod = %key(&cached), "cached copy behind; reading afresh")
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Cached::Fresh => {}
+    }
     // The watch cache can lag behind our own status writes: deciding from a stale copy would
     // undo a counted re-creation or, worse, revive a pod that finished. Read it afresh.
     let Some(shadow) = shadows.get_opt(&name).await? else {
@@ -98,7 +130,6 @@ async fn apply(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     }
     let prev = shadow.status.clone().unwrap_or_default();
     let generation = shadow.metadata.generation;
-    let pod = get_pod(&pods, &name).await?;
     let fenced = super::fence::enforce(
         &ctx.fences,
         &ctx.events,

@@ -118,6 +118,53 @@ pub fn mirrored(
     }
 }
 
+/// What the controller may do from its watch cache's copy of a ShadowPod alone (no fresh
+/// read): only mirror the status of a pod it owns, the write conditioned on that copy's
+/// resourceVersion so that a copy behind the stored object is refused (409) rather than undo
+/// what came after it. Anything else (creating or re-creating a pod, a finished pod, a pod
+/// to stop, labels or resources to carry over) is decided on a fresh read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cached {
+    /// The status already says what the pod does: nothing to write.
+    Settled,
+    /// Write this status, conditioned on the copy's resourceVersion.
+    Write(ShadowPodStatus),
+    /// Read the ShadowPod afresh and decide on that.
+    Fresh,
+}
+
+/// [`Cached`] for `shadow` as the watch cache has it and `pod` as just read; `stopping`: the
+/// consumer has been silent past its at-most-once partition time (its pods are being
+/// stopped); `resize`: whether the pod's resources differ from what the ShadowPod asks.
+pub fn from_cache(
+    shadow: &ShadowPod,
+    pod: Option<&Pod>,
+    stopping: bool,
+    resize: bool,
+    now: Timestamp,
+) -> Cached {
+    let prev = shadow.status.clone().unwrap_or_default();
+    let Some(pod) = pod else {
+        return Cached::Fresh;
+    };
+    if shadow.metadata.deletion_timestamp.is_some()
+        || shadow.metadata.resource_version.is_none()
+        || decide(shadow, Some(pod)) != Decision::Mirror
+        || stopping
+        || super::partition::partitioned(&prev)
+        || resize
+        || metadata_patch(shadow, pod).is_some()
+    {
+        return Cached::Fresh;
+    }
+    let status = mirrored(&prev, pod, false, shadow.metadata.generation, now);
+    if shadow.status.as_ref() == Some(&status) {
+        Cached::Settled
+    } else {
+        Cached::Write(status)
+    }
+}
+
 /// The merge patch that brings the real pod's labels and annotations to what the ShadowPod
 /// says now (the consumer propagates them after creation), if they differ. Labels the
 /// template no longer has are removed; annotations are only set, since the provider's own
@@ -316,6 +363,67 @@ mod tests {
                 "labels": { "tier": "front", "app": null },
                 "annotations": { "note": "x" },
             }})
+        );
+    }
+
+    #[test]
+    fn the_cache_alone_only_mirrors_an_owned_pod() {
+        let mut s = shadow(None);
+        s.metadata.resource_version = Some("7".into());
+        // No pod: creating one (or not, if it finished) is decided on a fresh read.
+        assert_eq!(from_cache(&s, None, false, false, now()), Cached::Fresh);
+        let p = pod_of(&s, "pod-1", "Running");
+        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, now()) else {
+            panic!("an owned pod's status is mirrored from the cache");
+        };
+        assert_eq!(
+            st,
+            mirrored(&ShadowPodStatus::default(), &p, false, None, now())
+        );
+        // Once written (and echoed back), nothing more.
+        s.status = Some(st);
+        assert_eq!(
+            from_cache(&s, Some(&p), false, false, now()),
+            Cached::Settled
+        );
+        // A re-creation counted stays counted: a later mirror keeps the count.
+        s.status.as_mut().unwrap().recreations = 2;
+        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, now()) else {
+            panic!("the reason changes with the count");
+        };
+        assert_eq!(st.recreations, 2);
+        // Stopping, resizing, labels to carry, a foreign pod, a deletion: fresh.
+        assert_eq!(from_cache(&s, Some(&p), true, false, now()), Cached::Fresh);
+        assert_eq!(from_cache(&s, Some(&p), false, true, now()), Cached::Fresh);
+        let mut relabelled = s.clone();
+        relabelled
+            .spec
+            .pod
+            .labels
+            .insert("tier".into(), "front".into());
+        assert_eq!(
+            from_cache(&relabelled, Some(&p), false, false, now()),
+            Cached::Fresh
+        );
+        let mut foreign_pod = p.clone();
+        foreign_pod.metadata.owner_references = None;
+        assert_eq!(
+            from_cache(&s, Some(&foreign_pod), false, false, now()),
+            Cached::Fresh
+        );
+        let mut going = s.clone();
+        going.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        assert_eq!(
+            from_cache(&going, Some(&p), false, false, now()),
+            Cached::Fresh
+        );
+        // Without a resourceVersion the write could not be conditioned.
+        let mut unversioned = s.clone();
+        unversioned.metadata.resource_version = None;
+        assert_eq!(
+            from_cache(&unversioned, Some(&p), false, false, now()),
+            Cached::Fresh
         );
     }
 
