@@ -49,28 +49,30 @@ impl FieldManager {
         Ok(())
     }
 
-    /// As [`FieldManager::apply_status`], refused with a 409 Conflict unless the object is
-    /// still at `resource_version` (a status computed from a copy that may lag behind, e.g. a
-    /// watch cache's, is only written over the version it was computed from).
+    /// As [`FieldManager::apply_status`], returning the object as written; with
+    /// `resource_version`, refused with a 409 Conflict unless the object is still at that
+    /// version (a status computed from a copy that may lag behind, e.g. a watch cache's, is
+    /// only written over the version it was computed from).
     pub async fn apply_status_at<K>(
         &self,
         api: &Api<K>,
         name: &str,
-        resource_version: &str,
+        resource_version: Option<&str>,
         status: impl Serialize,
-    ) -> kube::Result<()>
+    ) -> kube::Result<K>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
-        let patch = serde_json::json!({
+        let mut patch = serde_json::json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
-            "metadata": { "resourceVersion": resource_version },
             "status": status,
         });
+        if let Some(rv) = resource_version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+        }
         api.patch_status(name, &self.params(), &Patch::Apply(&patch))
-            .await?;
-        Ok(())
+            .await
     }
 }
 

@@ -2,7 +2,7 @@
 //! ShadowPods and of the pods they own. Nothing here talks to the consumer: its pods keep
 //! running, and vanished ones are re-created, while the consumer is unreachable. A change of
 //! the ShadowPod's container resources resizes the real pod in place ([`super::resize`]).
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use fabric_api::{
     names::{field_manager, finalizer as finalizers, label},
@@ -24,7 +24,7 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use super::{
-    decide::{self, Cached, Decision},
+    decide::{self, Cached, Decision, Written},
     resize,
 };
 
@@ -47,6 +47,22 @@ struct Ctx {
     events: fabric_kube::events::Events,
     /// Whether the API server serves `pods/resize` (Kubernetes 1.33 on), once asked.
     resize_served: tokio::sync::OnceCell<bool>,
+    /// Our last status write per ShadowPod (by [`key`]) until the watch cache shows it.
+    written: std::sync::Mutex<HashMap<String, Written>>,
+}
+
+impl Ctx {
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers the status written over version `over` of `key`'s ShadowPod.
+    fn wrote(&self, key: String, over: Option<String>, after: ShadowPod) {
+        match over {
+            Some(over) => self.written().insert(key, Written { over, after }),
+            None => self.written().remove(&key),
+        };
+    }
 }
 
 /// Resizes the pod in place: through the `resize` subresource where it is served (a plain
@@ -83,6 +99,17 @@ async fn get_pod(pods: &Api<Pod>, name: &str) -> Result<Option<Pod>, Error> {
 }
 
 async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
+    // Our own last write stands in for the cache's copy until the cache shows it.
+    let k = key(&cached);
+    let ours = {
+        let mut written = ctx.written();
+        let ours = decide::freshest(&cached, written.get(&k)).cloned();
+        if ours.is_none() {
+            written.remove(&k);
+        }
+        ours
+    };
+    let cached = ours.map(Arc::new).unwrap_or(cached);
     let ns = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -103,16 +130,18 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     match decide::from_cache(&cached, pod.as_ref(), stopping, resizing, Timestamp::now()) {
         Cached::Settled => return Ok(Action::await_change()),
         Cached::Write(status) => {
-            let rv = cached
-                .metadata
-                .resource_version
-                .as_deref()
-                .unwrap_or_default();
-            match STATUS.apply_status_at(&shadows, &name, rv, &status).await {
-                Ok(()) => return Ok(Action::await_change()),
+            let rv = cached.metadata.resource_version.clone();
+            match STATUS
+                .apply_status_at(&shadows, &name, rv.as_deref(), &status)
+                .await
+            {
+                Ok(after) => {
+                    ctx.wrote(k, rv, after);
+                    return Ok(Action::await_change());
+                }
                 // The cache was behind: decided again below on a fresh read.
                 Err(kube::Error::Api(e)) if e.code == 409 => {
-                    debug!(shadowpod = %key(&cached), "cached copy behind; reading afresh")
+                    debug!(shadowpod = %k, "cached copy behind; reading afresh")
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -179,7 +208,10 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
                         generation,
                         Timestamp::now(),
                     );
-                    STATUS.apply_status(&shadows, &name, &status).await?;
+                    let after = STATUS
+                        .apply_status_at(&shadows, &name, None, &status)
+                        .await?;
+                    ctx.wrote(k, shadow.metadata.resource_version.clone(), after);
                     return Ok(Action::requeue(Duration::from_secs(30)));
                 }
                 Err(e) => return Err(e.into()),
@@ -187,7 +219,12 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         }
     };
     if shadow.status.as_ref() != Some(&status) {
-        STATUS.apply_status(&shadows, &name, &status).await?;
+        // Not conditioned: decided on a fresh read, and a pod just made must be counted
+        // whatever else (labels) changed meanwhile.
+        let after = STATUS
+            .apply_status_at(&shadows, &name, None, &status)
+            .await?;
+        ctx.wrote(k, shadow.metadata.resource_version.clone(), after);
     }
     Ok(Action::await_change())
 }
@@ -198,6 +235,7 @@ async fn cleanup(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let ns = shadow.namespace().unwrap_or_default();
     let name = shadow.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    ctx.written().remove(&key(&shadow));
     match get_pod(&pods, &name).await? {
         Some(pod) if decide::decide(&shadow, Some(&pod)) == Decision::Mirror => {
             if pod.metadata.deletion_timestamp.is_none() {
@@ -257,6 +295,7 @@ pub async fn run(client: Client) -> Result<(), Error> {
                 fences,
                 events,
                 resize_served: tokio::sync::OnceCell::new(),
+                written: Default::default(),
             }),
         )
         .for_each(|r| async move {

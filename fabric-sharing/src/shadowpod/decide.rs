@@ -165,6 +165,24 @@ pub fn from_cache(
     }
 }
 
+/// A status this controller wrote: the object's resourceVersion it was written over, and the
+/// object as the write left it.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub over: String,
+    pub after: ShadowPod,
+}
+
+/// Which copy of a ShadowPod to decide from: the watch cache's, or the one our last status
+/// write returned when the cache still shows the version that write replaced (the echo of
+/// our own write not yet arrived; deciding on the cache then would only be refused with a
+/// 409). `None`: the cache's. The record is kept while that holds.
+pub fn freshest<'a>(cached: &ShadowPod, written: Option<&'a Written>) -> Option<&'a ShadowPod> {
+    let written = written?;
+    (cached.metadata.resource_version.as_deref() == Some(written.over.as_str()))
+        .then_some(&written.after)
+}
+
 /// The merge patch that brings the real pod's labels and annotations to what the ShadowPod
 /// says now (the consumer propagates them after creation), if they differ. Labels the
 /// template no longer has are removed; annotations are only set, since the provider's own
@@ -425,6 +443,32 @@ mod tests {
             from_cache(&unversioned, Some(&p), false, false, now()),
             Cached::Fresh
         );
+    }
+
+    #[test]
+    fn our_last_write_stands_in_for_a_cache_that_has_not_seen_it() {
+        let mut before = shadow(None);
+        before.metadata.resource_version = Some("7".into());
+        let mut after = before.clone();
+        after.metadata.resource_version = Some("8".into());
+        after.status = Some(ShadowPodStatus {
+            recreations: 1,
+            ..Default::default()
+        });
+        let w = Written {
+            over: "7".into(),
+            after: after.clone(),
+        };
+        assert!(freshest(&before, None).is_none());
+        assert_eq!(
+            freshest(&before, Some(&w)).map(|s| &s.status),
+            Some(&after.status)
+        );
+        // Caught up, or moved on (another writer): the cache's copy.
+        assert!(freshest(&after, Some(&w)).is_none());
+        let mut later = after.clone();
+        later.metadata.resource_version = Some("9".into());
+        assert!(freshest(&later, Some(&w)).is_none());
     }
 
     #[test]
