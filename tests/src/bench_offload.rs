@@ -18,7 +18,12 @@
 //! bound to its hollow node, and the ratio offloaded/local. After the largest burst, the
 //! virtual kubelet's resident memory (from /proc) with those pods offloaded. Between bursts the
 //! pods are deleted at home (through the provider) and the deletion timed. Nothing is asserted
-//! about time: the figures are printed beside their targets.
+//! about time: the figures are printed beside their targets, with the API requests each
+//! server served per pod of the burst (from its `apiserver_request_total`).
+//!
+//! With `--webhook`, the provider also runs its ShadowPod webhook as deployed
+//! ([`crate::webhook`]): every ShadowPod is admitted against the consumer's grant (a
+//! ResourceSlice granted room for every burst) and charged on its Tenant's status.
 use std::{
     collections::HashMap,
     path::PathBuf,
@@ -29,6 +34,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use fabric_api::{
+    authentication::v1alpha1::{ResourceSlice, ResourceSliceSpec},
     names,
     offloading::v1alpha1::{ShadowPod, VirtualNode, VirtualNodeSpec},
 };
@@ -37,7 +43,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
@@ -65,6 +71,10 @@ pub struct Options {
     pub sizes: Vec<usize>,
     /// How long one burst may take to be all Running before the bench gives up.
     pub timeout: Duration,
+    /// Run the provider's ShadowPod webhook as deployed (every ShadowPod admitted against
+    /// the tenant's grant, charged on the Tenant's status), the consumer granted room for
+    /// every burst.
+    pub webhook: bool,
 }
 
 impl Default for Options {
@@ -72,6 +82,7 @@ impl Default for Options {
         Self {
             sizes: vec![1, 100, 1000],
             timeout: Duration::from_secs(600),
+            webhook: false,
         }
     }
 }
@@ -269,7 +280,7 @@ where
     }
 }
 
-fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
+fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
     let dir = fabric_netns::testbed::scratch_dir("bench-offload");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -289,6 +300,9 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
         dir.join("provider-sharing.log"),
     )?];
     let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    if webhook {
+        rt.block_on(grant(&p))?;
+    }
     children.push(spawn(
         "fabric-test-node",
         &[
@@ -308,6 +322,13 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
         &provider.kubeconfig,
         dir.join("provider-test-node.log"),
     )?);
+
+    if webhook {
+        children.push(crate::webhook::start(
+            &provider,
+            &dir.join("provider-webhook.log"),
+        )?);
+    }
 
     // The consumer: what the sharing and network layers have made by the time a VirtualNode
     // exists (the provider connected, its pod CIDR remapped), and the VirtualNode controller.
@@ -399,6 +420,33 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
         binder,
         dir,
     })
+}
+
+/// What the provider granted the consumer (a ResourceSlice's status, as the negotiation
+/// leaves it), what the webhook admits ShadowPods against: room for every burst.
+async fn grant(p: &Client) -> Result<()> {
+    let ns = names::namespace::tenant(CONSUMER);
+    let slices: Api<ResourceSlice> = Api::namespaced(p.clone(), &ns);
+    let mut slice = ResourceSlice::new(
+        CONSUMER,
+        ResourceSliceSpec {
+            consumer_cluster_id: CONSUMER.into(),
+            provider_cluster_id: PROVIDER.into(),
+            resources: Default::default(),
+            at_most_once: None,
+        },
+    );
+    slice.metadata.namespace = Some(ns);
+    slices.create(&PostParams::default(), &slice).await?;
+    slices
+        .patch_status(
+            CONSUMER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "granted": {
+                "cpu": "1000", "memory": "4000Gi", "pods": "5000" } } })),
+        )
+        .await?;
+    Ok(())
 }
 
 /// The pod a burst is made of: bound later, tolerating the virtual node's taint.
@@ -722,6 +770,13 @@ impl Stack {
             ("provider API", self.provider.daemon_pids()),
             ("provider sharing", vec![pid(&self.children[0])]),
             ("test node", vec![pid(&self.children[1])]),
+            (
+                "provider webhook",
+                self.children
+                    .get(2)
+                    .map(|c| vec![pid(c)])
+                    .unwrap_or_default(),
+            ),
             ("bench", vec![std::process::id() as i32]),
         ]
     }
@@ -757,7 +812,12 @@ pub fn run(opts: &Options) -> Result<()> {
     );
     println!("  every binding through pods/binding by the bench, no scheduler measured");
     let t0 = Instant::now();
-    let stack = start(&rt)?;
+    if opts.webhook {
+        println!(
+            "  with the provider's ShadowPod webhook as deployed (admission against the grant, charged on the Tenant)"
+        );
+    }
+    let stack = start(&rt, opts.webhook)?;
     rt.block_on(async {
         let nodes: Api<Node> = Api::all(stack.c.clone());
         let pnodes: Api<Node> = Api::all(stack.p.clone());

@@ -4,7 +4,7 @@
 //! `control`); see `fabric_tests::bench_operator`.
 //! `fabric-bench peering [--runs N] [--memory-peers N]`: see `fabric_tests::bench_peering`
 //! (`cargo xtask bench peering`).
-//! `fabric-bench offload [--sizes 1,100,1000]`: see `fabric_tests::bench_offload` (`cargo xtask
+//! `fabric-bench offload [--sizes 1,100,1000] [--webhook]`: see `fabric_tests::bench_offload` (`cargo xtask
 //! bench offload`).
 use std::process::ExitCode;
 
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         eprintln!(
             "usage: fabric-bench datapath [--quick] | fabric-bench control | fabric-bench operator \
              | fabric-bench peering [--runs N] [--memory-peers N] \
-             | fabric-bench offload [--sizes 1,100,1000]"
+             | fabric-bench offload [--sizes 1,100,1000] [--webhook]"
         );
         return ExitCode::from(2);
     }
@@ -67,6 +67,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        opts.webhook = args.iter().any(|a| a == "--webhook");
         return match fabric_tests::bench_offload::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
