@@ -85,6 +85,47 @@ pub fn charge(
     Ok(out)
 }
 
+/// One admission's charge, queued to be written with others of the same consumer.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub namespace: String,
+    pub name: String,
+    pub requests: Milli,
+    pub more: Milli,
+    /// The grant as read when this admission was decided.
+    pub granted: Resources,
+}
+
+/// Charges `asks` in order on `status`, as [`charge`] one after the other: each admitted one
+/// counts against those after it, one over the grant is refused alone. The status to write
+/// (all the admitted charges in it), and each ask's verdict.
+pub fn charge_batch(
+    status: &TenantStatus,
+    consumer: &str,
+    asks: &[Ask],
+    now: Timestamp,
+) -> (TenantStatus, Vec<Result<(), Denial>>) {
+    let mut out = status.clone();
+    let verdicts = asks
+        .iter()
+        .map(|a| {
+            let next = charge(
+                &out,
+                &a.granted,
+                consumer,
+                &a.namespace,
+                &a.name,
+                &a.requests,
+                &a.more,
+                now,
+            )?;
+            out = next;
+            Ok(())
+        })
+        .collect();
+    (out, verdicts)
+}
+
 fn expired(c: &Charge, now: Timestamp, ttl: Duration) -> bool {
     let age = now.duration_since(c.at.0);
     // A charge stamped by a clock ahead of this one's is not old.
@@ -248,6 +289,38 @@ mod tests {
 
     fn cpu(s: &TenantStatus) -> Option<&str> {
         s.used.get("cpu").map(|q| q.0.as_str())
+    }
+
+    fn ask(name: &str, cpu: &str) -> Ask {
+        match admission::admit_change(USER, NS, Some("alpha"), &spec(cpu), None).unwrap() {
+            Verdict::Charge { requests, more, .. } => Ask {
+                namespace: NS.into(),
+                name: name.into(),
+                requests,
+                more,
+                granted: granted(),
+            },
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn a_batch_is_charged_in_order_each_against_those_before_it() {
+        let asks = [ask("a", "600m"), ask("b", "600m"), ask("c", "400m")];
+        let (s, verdicts) = charge_batch(&TenantStatus::default(), "alpha", &asks, t(0));
+        // b would go past the grant after a: refused alone; c fits beside a.
+        assert!(verdicts[0].is_ok() && verdicts[2].is_ok());
+        assert!(
+            matches!(&verdicts[1], Err(Denial::OverQuota { resource, .. }) if resource == "cpu")
+        );
+        assert_eq!(cpu(&s), Some("1"));
+        assert_eq!(s.used["pods"], Quantity("2".into()));
+        let pending: Vec<&str> = s.pending.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(pending, ["a", "c"]);
+        // The same as charging them one by one.
+        let one = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
+        assert!(create(&one, "b", "600m", t(0)).is_err());
+        assert_eq!(create(&one, "c", "400m", t(0)).unwrap(), s);
     }
 
     #[test]

@@ -13,13 +13,14 @@
 //! every `refresh` (renewing what [`certs::plan`] says), so a renewed certificate is served
 //! without a restart.
 pub mod certs;
+pub mod charges;
 pub mod review;
 pub mod usage;
 
 use std::{
     net::SocketAddr,
     sync::{Arc, RwLock},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -250,7 +251,7 @@ struct View {
     client: Client,
     slices: Store<ResourceSlice>,
     namespaces: Store<Namespace>,
-    charge_budget: Duration,
+    charger: charges::Charger,
 }
 
 /// The field manager of the charges on Tenants' status.
@@ -300,58 +301,45 @@ impl View {
         self.charge(&charge, req.dry_run).await
     }
 
-    /// Charges `c` on the consumer's Tenant: read afresh, written back with its
-    /// resourceVersion as precondition; a conflict (another replica's charge, the
-    /// reconciler's recount) means reading and deciding again.
+    /// Charges `c` on the consumer's Tenant, batched with the other admissions of the moment
+    /// for that consumer ([`charges::Charger`]); a dry run is decided on a fresh read of the
+    /// Tenant and writes nothing.
     async fn charge(&self, c: &Charge<'_>, dry_run: bool) -> Result<(), Denial> {
+        if !dry_run {
+            let ask = quota::Ask {
+                namespace: c.namespace.to_owned(),
+                name: c.name.to_owned(),
+                requests: c.requests.clone(),
+                more: c.more.clone(),
+                granted: c.granted.clone(),
+            };
+            return self.charger.charge(c.consumer, ask).await;
+        }
         let tenants: Api<Tenant> =
             Api::namespaced(self.client.clone(), &names::namespace::tenant(c.consumer));
-        let unaccounted = |e: kube::Error| Denial::Unaccounted {
-            cluster: c.consumer.to_owned(),
-            error: e.to_string(),
+        let Some(tenant) = tenants
+            .get_opt(c.consumer)
+            .await
+            .map_err(|e| Denial::Unaccounted {
+                cluster: c.consumer.to_owned(),
+                error: e.to_string(),
+            })?
+        else {
+            return Err(Denial::NoTenant {
+                cluster: c.consumer.to_owned(),
+            });
         };
-        let give_up = Instant::now() + self.charge_budget;
-        let mut attempt = 0u32;
-        loop {
-            let Some(mut tenant) = tenants.get_opt(c.consumer).await.map_err(unaccounted)? else {
-                return Err(Denial::NoTenant {
-                    cluster: c.consumer.to_owned(),
-                });
-            };
-            let status = quota::charge(
-                &tenant.status.clone().unwrap_or_default(),
-                c.granted,
-                c.consumer,
-                c.namespace,
-                c.name,
-                c.requests,
-                c.more,
-                Timestamp::now(),
-            )?;
-            if dry_run {
-                return Ok(());
-            }
-            tenant.status = Some(status);
-            tenant.metadata.managed_fields = None;
-            let pp = PostParams {
-                field_manager: Some(USAGE_MANAGER.to_owned()),
-                ..Default::default()
-            };
-            match tenants.replace_status(c.consumer, &pp, &tenant).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
-                    attempt += 1;
-                    debug!(
-                        consumer = c.consumer,
-                        attempt, "charge conflicted; deciding again"
-                    );
-                    // Spread the retries of charges that keep colliding.
-                    let spread = u64::from(std::process::id() % 7 + attempt.min(10) * 3);
-                    tokio::time::sleep(Duration::from_millis(spread)).await;
-                }
-                Err(e) => return Err(unaccounted(e)),
-            }
-        }
+        quota::charge(
+            &tenant.status.unwrap_or_default(),
+            c.granted,
+            c.consumer,
+            c.namespace,
+            c.name,
+            c.requests,
+            c.more,
+            Timestamp::now(),
+        )?;
+        Ok(())
     }
 }
 
@@ -481,7 +469,7 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
             watcher::Config::default().labels(label::REMOTE_CLUSTER),
         )
         .await?,
-        charge_budget: s.charge_budget,
+        charger: charges::Charger::new(client.clone(), s.charge_budget),
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.
