@@ -23,7 +23,8 @@
 //!
 //! With `--webhook`, the provider also runs its ShadowPod webhook as deployed
 //! ([`crate::webhook`]): every ShadowPod is admitted against the consumer's grant (a
-//! ResourceSlice granted room for every burst) and charged on its Tenant's status.
+//! ResourceSlice asking room for every burst, granted by the provider's negotiation) and
+//! charged on its Tenant's status.
 use std::{
     collections::HashMap,
     path::PathBuf,
@@ -43,7 +44,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
@@ -300,9 +301,6 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
         dir.join("provider-sharing.log"),
     )?];
     let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    if webhook {
-        rt.block_on(grant(&p))?;
-    }
     children.push(spawn(
         "fabric-test-node",
         &[
@@ -324,6 +322,8 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
     )?);
 
     if webhook {
+        rt.block_on(grant(&p))
+            .with_context(|| format!("logs in {}", dir.display()))?;
         children.push(crate::webhook::start(
             &provider,
             &dir.join("provider-webhook.log"),
@@ -422,31 +422,36 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
     })
 }
 
-/// What the provider granted the consumer (a ResourceSlice's status, as the negotiation
-/// leaves it), what the webhook admits ShadowPods against: room for every burst.
+/// Room for every burst asked in a ResourceSlice, as the consumer asks, and granted by the
+/// provider's negotiation (`sharing`, from the hollow node's capacity): what the webhook
+/// admits ShadowPods against. Returns once granted.
 async fn grant(p: &Client) -> Result<()> {
     let ns = names::namespace::tenant(CONSUMER);
     let slices: Api<ResourceSlice> = Api::namespaced(p.clone(), &ns);
+    let asked: Value = json!({ "cpu": "100", "memory": "100Gi", "pods": "2000" });
     let mut slice = ResourceSlice::new(
         CONSUMER,
         ResourceSliceSpec {
             consumer_cluster_id: CONSUMER.into(),
             provider_cluster_id: PROVIDER.into(),
-            resources: Default::default(),
+            resources: serde_json::from_value(asked)?,
             at_most_once: None,
         },
     );
     slice.metadata.namespace = Some(ns);
     slices.create(&PostParams::default(), &slice).await?;
-    slices
-        .patch_status(
-            CONSUMER,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "granted": {
-                "cpu": "1000", "memory": "4000Gi", "pods": "5000" } } })),
-        )
-        .await?;
-    Ok(())
+    until(
+        "the provider granting the bench's ResourceSlice",
+        Duration::from_secs(60),
+        || async {
+            Ok(slices
+                .get(CONSUMER)
+                .await?
+                .status
+                .is_some_and(|s| s.granted.contains_key("pods")))
+        },
+    )
+    .await
 }
 
 /// The pod a burst is made of: bound later, tolerating the virtual node's taint.
