@@ -48,7 +48,8 @@ tasks:
                     (extra args go to fabric-bench, e.g. `-- --runs 10 --memory-peers 0`)
   bench offload     build, time pods bound to the virtual node until Running at home (p50, p99,
                     all) for 1, 100, 1000 pods against the same burst on the provider's own
-                    (hollow) node, and the virtual kubelet's memory (e.g. `-- --sizes 1,100`)
+                    (hollow) node, and the virtual kubelet's memory (e.g. `-- --sizes 1,100`;
+                    `-- --webhook`: with the provider's ShadowPod webhook)
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
   fuzz --list       list the fuzz targets (fuzz/, built by cargo-fuzz on the nightly toolchain)
   fuzz TARGET [--time SECONDS] [-- LIBFUZZER-ARGS]
