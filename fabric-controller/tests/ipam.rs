@@ -343,9 +343,9 @@ async fn grant(
 /// or the same peer id. (With the in-memory allocator of before, each replica granted from
 /// its own copy: the stale one handed out the range the other had just granted.)
 #[tokio::test]
-async fn two_leaders_never_grant_the_same_range() {
-    use fabric_controller::ipam::{Settings, ledger::Ledger, store::Store};
-    if !require_tools("two_leaders_never_grant_the_same_range") {
+async fn two_leaders_never_grant_the_same_range_or_address() {
+    use fabric_controller::ipam::{Settings, store::Store};
+    if !require_tools("two_leaders_never_grant_the_same_range_or_address") {
         return;
     }
     let server = ApiServer::start("ipam-fence");
@@ -393,32 +393,33 @@ async fn two_leaders_never_grant_the_same_range() {
         }
     }
     // The ledger in the API holds exactly these grants.
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
-    let cm = cms
-        .get(fabric_api::names::config_map::IPAM_LEDGER)
-        .await
-        .unwrap();
-    let stored = Ledger::from_data(cm.data.as_ref()).unwrap();
+    let stored = stored_ledger(&client).await;
     for (k, g) in &all {
         assert_eq!(stored.ids.get(k), Some(&g.id), "{k}");
         assert_eq!(stored.grants.get(&format!("{k}/pod")), Some(&g.pod), "{k}");
     }
     assert_eq!(stored.grants.len(), all.len() * 2);
+
+    two_leaders_never_give_the_same_address(client).await;
+}
+
+/// The ledger as stored in the API.
+async fn stored_ledger(client: &kube::Client) -> fabric_controller::ipam::ledger::Ledger {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    let cm = cms
+        .get(fabric_api::names::config_map::IPAM_LEDGER)
+        .await
+        .unwrap();
+    fabric_controller::ipam::ledger::Ledger::from_data(cm.data.as_ref()).unwrap()
 }
 
 /// The same for `IP` addresses: two replicas that both believe they lead give out addresses
 /// of the external CIDR through the ledger, never one address twice. (Before, each replica
 /// allocated from a pool in its own memory, rebuilt from the statuses when it started leading:
 /// the stale one handed out the address the other had just given.)
-#[tokio::test]
-async fn two_leaders_never_give_the_same_address() {
-    use fabric_controller::ipam::{ledger::Ledger, store::Store};
-    if !require_tools("two_leaders_never_give_the_same_address") {
-        return;
-    }
-    let server = ApiServer::start("ip-fence");
-    server.install_crds();
-    let client = server.client().await;
+async fn two_leaders_never_give_the_same_address(client: kube::Client) {
+    use fabric_controller::ipam::store::Store;
     let external: ipnetwork::Ipv4Network = "10.70.0.0/16".parse().unwrap();
     let stale = Store::new(client.clone(), "default");
     let fresh = Store::new(client.clone(), "default");
@@ -448,12 +449,7 @@ async fn two_leaders_never_give_the_same_address() {
     addrs.sort();
     addrs.dedup();
     assert_eq!(addrs.len(), all.len(), "an address given twice: {all:?}");
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
-    let cm = cms
-        .get(fabric_api::names::config_map::IPAM_LEDGER)
-        .await
-        .unwrap();
-    let stored = Ledger::from_data(cm.data.as_ref()).unwrap();
+    let stored = stored_ledger(&client).await;
     for (k, a) in &all {
         assert_eq!(stored.ips.get(k), Some(a), "{k}");
     }

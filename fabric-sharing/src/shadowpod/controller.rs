@@ -132,7 +132,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         Cached::Write(status) => {
             let rv = cached.metadata.resource_version.clone();
             match STATUS
-                .apply_status_at(&shadows, &name, rv.as_deref(), &status)
+                .apply_status_at(&shadows, &name, rv.as_deref(), &*status)
                 .await
             {
                 Ok(after) => {

@@ -127,8 +127,9 @@ pub fn mirrored(
 pub enum Cached {
     /// The status already says what the pod does: nothing to write.
     Settled,
-    /// Write this status, conditioned on the copy's resourceVersion.
-    Write(ShadowPodStatus),
+    /// Write this status, conditioned on the copy's resourceVersion (boxed: the other
+    /// variants are empty).
+    Write(Box<ShadowPodStatus>),
     /// Read the ShadowPod afresh and decide on that.
     Fresh,
 }
@@ -161,7 +162,7 @@ pub fn from_cache(
     if shadow.status.as_ref() == Some(&status) {
         Cached::Settled
     } else {
-        Cached::Write(status)
+        Cached::Write(Box::new(status))
     }
 }
 
@@ -395,11 +396,11 @@ mod tests {
             panic!("an owned pod's status is mirrored from the cache");
         };
         assert_eq!(
-            st,
+            *st,
             mirrored(&ShadowPodStatus::default(), &p, false, None, now())
         );
         // Once written (and echoed back), nothing more.
-        s.status = Some(st);
+        s.status = Some(*st);
         assert_eq!(
             from_cache(&s, Some(&p), false, false, now()),
             Cached::Settled

@@ -143,7 +143,23 @@ async fn run(netns: String, opts: Options, mut s: Streams) {
             let _ = to.shutdown().await;
         }));
     }
-    let status = match child.wait().await {
+    let status = exit_status(child.wait().await, &opts);
+    // All output is sent before the status, as the client expects.
+    for c in copies {
+        let _ = c.await;
+    }
+    if let Err(e) = remotecommand::report(s.into_error(), &status).await {
+        debug!(error = %e, "reporting the exit status");
+    }
+}
+
+/// The status to report for a command that ended (or could not be waited for): its exit code,
+/// or 128 + the signal that ended it, as a shell says.
+pub(super) fn exit_status(
+    waited: std::io::Result<std::process::ExitStatus>,
+    opts: &Options,
+) -> Status {
+    match waited {
         Ok(st) => {
             let code = st
                 .code()
@@ -152,13 +168,6 @@ async fn run(netns: String, opts: Options, mut s: Streams) {
             Status::exit(code)
         }
         Err(e) => Status::failure(format!("waiting for {:?}: {e}", opts.command)),
-    };
-    // All output is sent before the status, as the client expects.
-    for c in copies {
-        let _ = c.await;
-    }
-    if let Err(e) = remotecommand::report(s.into_error(), &status).await {
-        debug!(error = %e, "reporting the exit status");
     }
 }
 

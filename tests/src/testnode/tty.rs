@@ -169,16 +169,7 @@ pub async fn run(netns: String, opts: Options, mut s: Streams) {
         })),
         _ => None,
     };
-    let status = match child.wait().await {
-        Ok(st) => {
-            let code = st
-                .code()
-                .or_else(|| std::os::unix::process::ExitStatusExt::signal(&st).map(|s| 128 + s))
-                .unwrap_or(255);
-            Status::exit(code)
-        }
-        Err(e) => Status::failure(format!("waiting for {:?}: {e}", opts.command)),
-    };
+    let status = super::stream::exit_status(child.wait().await, &opts);
     if let Some(o) = output {
         let _ = tokio::time::timeout(DRAIN, o).await;
     }
