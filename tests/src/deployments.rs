@@ -52,6 +52,9 @@ pub struct Options {
 }
 
 struct Running {
+    /// The Deployment's uid: one deleted and created again between two rounds (same name,
+    /// generation 1 again) is another Deployment, whose pod a kubelet would start afresh.
+    uid: String,
     generation: i64,
     child: Child,
     restarts: u32,
@@ -79,6 +82,7 @@ struct Template {
     key: String,
     namespace: String,
     name: String,
+    uid: String,
     generation: i64,
     service_account: String,
     command: Vec<String>,
@@ -112,6 +116,7 @@ fn templates(list: &serde_json::Value) -> Vec<Template> {
             key: format!("{ns}.{name}"),
             namespace: ns.to_owned(),
             name: name.to_owned(),
+            uid: meta["uid"].as_str().unwrap_or_default().to_owned(),
             generation: meta["generation"].as_i64().unwrap_or_default(),
             service_account: pod["serviceAccountName"]
                 .as_str()
@@ -264,7 +269,7 @@ fn round(opts: &Options, state: &Mutex<State>) -> Result<()> {
         .filter(|(k, r)| {
             !wanted
                 .iter()
-                .any(|t| &t.key == *k && t.generation == r.generation)
+                .any(|t| &t.key == *k && t.uid == r.uid && t.generation == r.generation)
         })
         .map(|(k, _)| k.clone())
         .collect();
@@ -287,6 +292,7 @@ fn round(opts: &Options, state: &Mutex<State>) -> Result<()> {
                 st.running.insert(
                     t.key.clone(),
                     Running {
+                        uid: t.uid.clone(),
                         generation: t.generation,
                         child,
                         restarts,
