@@ -8,6 +8,7 @@
 //! 3. Resident memory of each long-running component at rest after (1).
 //! 4. The gateway operator's API requests per minute with 10 idle peers
 //!    ([`crate::bench_operator`]).
+use crate::figures::percentile;
 use std::{
     collections::BTreeMap,
     path::Path,
@@ -63,11 +64,6 @@ fn rss_kib(token: &str) -> Vec<(String, u64)> {
         }
     }
     out
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn routes(tb: &Testbed, ns: &str) -> Result<String> {

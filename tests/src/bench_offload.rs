@@ -25,6 +25,7 @@
 //! ([`crate::webhook`]): every ShadowPod is admitted against the consumer's grant (a
 //! ResourceSlice asking room for every burst, granted by the provider's negotiation) and
 //! charged on its Tenant's status.
+use crate::figures::{mib, percentile, rss_kib, secs};
 use std::{
     collections::HashMap,
     path::PathBuf,
@@ -86,31 +87,6 @@ impl Default for Options {
             webhook: false,
         }
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
-
-/// VmRSS of a process, KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
 fn free_port() -> Result<u16> {

@@ -18,6 +18,7 @@
 //! virtual kubelets (the real peering plus VirtualNodes of further providers through copies of
 //! the identity) and each controller's resident memory, from /proc. Nothing is asserted about
 //! time.
+use crate::figures::{mib, percentile, rss_kib, secs};
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader},
@@ -82,31 +83,6 @@ const STEPS: &[(&str, &str)] = &[
     ("✓ virtual node", "node (reported by the command)"),
 ];
 const NODE_READY: &str = "virtual Node Ready (consumer API)";
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
-
-/// VmRSS of a process, KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
-}
 
 struct Controller {
     name: String,
