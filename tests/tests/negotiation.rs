@@ -199,6 +199,47 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
         .unwrap();
     assert_eq!(cfg.spec.remote.pod, "10.244.0.0/16");
 
+    // A gateway key rotated on either side (the gateway operator publishes the new one) is
+    // negotiated again without anyone touching the peer's PublicKey: the provider re-answers
+    // when its own key changes (nothing else would make it answer again), the consumer
+    // re-applies its PeeringNetwork when its own does.
+    const KEY_C2: &str = "DDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDA=";
+    const KEY_P2: &str = "QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQA=";
+    let key_of = |client: &Client, name: &'static str| {
+        let keys = Api::<PublicKey>::namespaced(client.clone(), NS);
+        async move { Some(keys.get_opt(name).await.ok()??.spec.public_key) }
+    };
+    install_identity(
+        &pair.p,
+        NS,
+        PROVIDER,
+        "10.244.0.0/16",
+        Some((KEY_P2, "198.51.100.2:51821")),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "the provider's rotated key on the consumer",
+        Duration::from_secs(30),
+        || async { (key_of(&pair.c, PROVIDER).await? == KEY_P2).then_some(()) },
+    )
+    .await;
+    install_identity(
+        &pair.c,
+        NS,
+        CONSUMER,
+        "10.244.0.0/16",
+        Some((KEY_C2, "192.0.2.1:51820")),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "the consumer's rotated key on the provider",
+        Duration::from_secs(30),
+        || async { (key_of(&pair.p, CONSUMER).await? == KEY_C2).then_some(()) },
+    )
+    .await;
+
     // No gateway runs: both ForeignClusters say the tunnel is not up, and why.
     for (client, name) in [(&pair.c, PROVIDER), (&pair.p, CONSUMER)] {
         let c = eventually("NetworkReady", Duration::from_secs(30), || async {

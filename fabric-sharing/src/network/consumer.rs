@@ -198,12 +198,23 @@ pub async fn run(ctx: Shared) {
     let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let conns: Api<Connection> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     // Identities and Connections are named after the provider, as its ForeignCluster is.
-    Controller::new(fcs, watcher::Config::default())
+    let (gateway, gateway_watch) = super::own_gateway_identity(&ctx);
+    let controller = Controller::new(fcs, watcher::Config::default());
+    let peers = controller.store();
+    controller
         .watches(ids, watcher::Config::default(), |i| {
             Some(ObjectRef::new(&i.name_any()))
         })
         .watches(conns, watcher::Config::default(), |c| {
             Some(ObjectRef::new(&c.name_any()))
+        })
+        // Every PeeringNetwork carries this cluster's gateway key and endpoint.
+        .watches(gateway, gateway_watch, move |_| {
+            peers
+                .state()
+                .iter()
+                .map(|fc| ObjectRef::from_obj(fc.as_ref()))
+                .collect::<Vec<_>>()
         })
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)

@@ -18,7 +18,10 @@ use fabric_api::{
     },
 };
 use fabric_peering::plan::{PeerObjects, endpoint_addr, objects_for};
-use kube::api::ObjectMeta;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, api::ObjectMeta, runtime::watcher};
+
+use crate::kit::Ctx;
 
 pub mod consumer;
 pub mod provider;
@@ -33,6 +36,20 @@ pub const READY: &str = "Ready";
 /// How long an unpeer keeps trying to delete the consumer's PeeringNetwork on an unreachable
 /// provider before it removes the local objects anyway.
 pub const REMOTE_GRACE: Duration = Duration::from_secs(30);
+
+/// This cluster's gateway identity ConfigMap (public key and endpoint, published by the
+/// gateway operator), to watch: a rotated key or a moved endpoint is negotiated again at once,
+/// on both sides, instead of leaving the peer dialing with the old key until someone edits
+/// its PublicKey by hand.
+pub fn own_gateway_identity(ctx: &Ctx) -> (Api<ConfigMap>, watcher::Config) {
+    (
+        Api::namespaced(ctx.client.clone(), &ctx.namespace),
+        watcher::Config::default().fields(&format!(
+            "metadata.name={}",
+            names::config_map::GATEWAY_IDENTITY
+        )),
+    )
+}
 
 /// The PeeringNetwork the consumer writes on its provider, in its tenant namespace.
 pub fn peering_network(consumer: PeerNetworkParams, tenant_namespace: &str) -> PeeringNetwork {

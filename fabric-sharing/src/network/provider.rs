@@ -162,7 +162,10 @@ pub async fn run(ctx: Shared) {
     // A consumer's PeeringNetwork is named after it, in its tenant namespace; so are its
     // Connection (here) and its Tenant.
     let of = |id: &str| Some(ObjectRef::new(id).within(&names::namespace::tenant(id)));
-    Controller::new(pns, watcher::Config::default())
+    let (gateway, gateway_watch) = super::own_gateway_identity(&ctx);
+    let controller = Controller::new(pns, watcher::Config::default());
+    let answered = controller.store();
+    controller
         .watches(
             conns,
             watcher::Config::default(),
@@ -170,6 +173,14 @@ pub async fn run(ctx: Shared) {
         )
         .watches(tenants, watcher::Config::default(), move |t| {
             of(&t.spec.cluster_id)
+        })
+        // Every answer carries this cluster's gateway key and endpoint.
+        .watches(gateway, gateway_watch, move |_| {
+            answered
+                .state()
+                .iter()
+                .map(|pn| ObjectRef::from_obj(pn.as_ref()))
+                .collect::<Vec<_>>()
         })
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
