@@ -66,6 +66,13 @@ struct ServerArgs {
     /// kube-system/extension-apiserver-authentication (the API server's client CA).
     #[arg(long, env = "FABRIC_KUBELET_CLIENT_CA")]
     client_ca_file: Option<std::path::PathBuf>,
+    /// Let clients in with a bearer token (no client certificate) that this cluster's API
+    /// server authenticates (TokenReview), as a kubelet with this flag does.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    authentication_token_webhook: bool,
+    /// How long a TokenReview's answer is kept.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    authentication_token_webhook_cache_ttl: Duration,
     /// How long an allowed SubjectAccessReview answer is kept.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     authorization_webhook_cache_authorized_ttl: Duration,
@@ -128,6 +135,10 @@ async fn run_cli() -> Result<()> {
             allowed: cli.server.authorization_webhook_cache_authorized_ttl,
             denied: cli.server.authorization_webhook_cache_unauthorized_ttl,
         },
+        token_review: cli
+            .server
+            .authentication_token_webhook
+            .then_some(cli.server.authentication_token_webhook_cache_ttl),
         virtual_node: cli.virtual_node.clone(),
         namespace: cli.namespace.clone(),
     };

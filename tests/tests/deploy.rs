@@ -254,6 +254,11 @@ fn manifests_apply_with_least_privilege() {
         ),
         (
             "fabric-virtual-nodes",
+            "create",
+            "tokenreviews.authentication.k8s.io",
+        ),
+        (
+            "fabric-virtual-nodes",
             "get",
             "connections.networking.fabric.io",
         ),

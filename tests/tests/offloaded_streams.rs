@@ -88,6 +88,29 @@ type Client<'a> = Option<(&'a Path, &'a Path)>;
 /// `client`'s certificate (None: without one): (HTTP status, or 0 if the TLS handshake
 /// failed; body).
 fn curl(client: Client<'_>, port: u16, method: &str, path: &str) -> (u16, String) {
+    let cert = client.map(|(cert, key)| {
+        [
+            "--cert".into(),
+            cert.as_os_str().to_owned(),
+            "--key".into(),
+            key.as_os_str().to_owned(),
+        ]
+    });
+    curl_with(cert.iter().flatten(), port, method, path)
+}
+
+/// As [`curl`], without a certificate but with a bearer token.
+fn curl_bearer(token: &str, port: u16, method: &str, path: &str) -> (u16, String) {
+    let header = std::ffi::OsString::from(format!("Authorization: Bearer {token}"));
+    curl_with(&["-H".into(), header], port, method, path)
+}
+
+fn curl_with<'a>(
+    args: impl IntoIterator<Item = &'a std::ffi::OsString>,
+    port: u16,
+    method: &str,
+    path: &str,
+) -> (u16, String) {
     let mut c = Command::new("curl");
     c.args([
         "-sk",
@@ -98,10 +121,8 @@ fn curl(client: Client<'_>, port: u16, method: &str, path: &str) -> (u16, String
         "-X",
         method,
     ]);
-    if let Some((cert, key)) = client {
-        c.arg("--cert").arg(cert).arg("--key").arg(key);
-    }
     let o = c
+        .args(args)
         .arg(format!("https://127.0.0.1:{port}{path}"))
         .output()
         .unwrap();
@@ -535,6 +556,34 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
             "{body}"
         );
     }
+    // Without a certificate, a bearer token this cluster's API server vouches for
+    // (TokenReview): a token it does not know is 401; a ServiceAccount's token is that
+    // ServiceAccount, refused as any user without the grant is.
+    let (code, body) = curl_bearer(
+        "not-a-token",
+        port,
+        "GET",
+        "/containerLogs/default/ticker/app",
+    );
+    assert_eq!(
+        (code, body.trim()),
+        (401, "Unauthorized"),
+        "an unknown token"
+    );
+    consumer.kubectl_ok(&["create", "serviceaccount", "scraper", "-n", "default"]);
+    let token = consumer
+        .kubectl_ok(&["create", "token", "scraper", "-n", "default"])
+        .trim()
+        .to_owned();
+    let (code, body) = curl_bearer(&token, port, "GET", "/containerLogs/default/ticker/app");
+    assert_eq!(
+        code, 403,
+        "a ServiceAccount token without the grant: {body}"
+    );
+    assert!(
+        body.contains("user=system:serviceaccount:default:scraper"),
+        "{body}"
+    );
     // A request the kubelet API does not serve is refused the same before it says so.
     let (code, body) = curl(Some((&mallory.0, &mallory.1)), port, "GET", "/runningpods/");
     assert_eq!(code, 403, "{body}");
@@ -584,6 +633,21 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
             "GET",
             "/containerLogs/default/ticker/app",
         );
+        (code == 200).then_some(body)
+    });
+    assert!(body.starts_with("tick 0\n"), "{body}");
+    // So is the ServiceAccount, bound to the same role.
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": { "name": "scraper-kubelet" },
+                 "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                              "name": "mallory-kubelet" },
+                 "subjects": [{ "kind": "ServiceAccount", "name": "scraper",
+                                "namespace": "default" }] }),
+    );
+    let body = wait("the ServiceAccount's token let in once granted", T, || {
+        let (code, body) = curl_bearer(&token, port, "GET", "/containerLogs/default/ticker/app");
         (code == 200).then_some(body)
     });
     assert!(body.starts_with("tick 0\n"), "{body}");

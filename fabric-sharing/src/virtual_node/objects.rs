@@ -122,8 +122,9 @@ pub const POD_RULES: &[(&str, &[&str], &[&str])] = &[
 ];
 
 /// Its Node, by name. `create` cannot be limited to a name (the object has none yet when
-/// RBAC decides), so it is granted alone, as every kubelet has it; so are
-/// SubjectAccessReviews (who may call its kubelet API). Pods: [`POD_RULES`].
+/// RBAC decides), so it is granted alone, as every kubelet has it; so are TokenReviews and
+/// SubjectAccessReviews (who calls its kubelet API, and whether they may). Pods:
+/// [`POD_RULES`].
 pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
     let node = vn.spec.node_name.as_str();
     ClusterRole {
@@ -138,6 +139,7 @@ pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
                     &["get", "list", "watch", "patch", "update"],
                 ),
                 rule("", &["nodes/status"], &[node], &["get", "patch", "update"]),
+                rule("authentication.k8s.io", &["tokenreviews"], &[], &["create"]),
                 rule(
                     "authorization.k8s.io",
                     &["subjectaccessreviews"],

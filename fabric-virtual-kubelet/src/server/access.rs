@@ -1,14 +1,19 @@
-//! The edges of who may call the kubelet API ([`super::authz`] decides): where the client CA
-//! comes from, and the SubjectAccessReviews asked of this cluster's API server.
+//! The edges of who may call the kubelet API ([`super::authn`] and [`super::authz`] decide):
+//! where the client CA comes from, and the TokenReviews and SubjectAccessReviews asked of this
+//! cluster's API server.
 use std::{path::PathBuf, sync::Mutex, time::Instant};
 
 use k8s_openapi::api::{
+    authentication::v1::{TokenReview, TokenReviewSpec},
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
     core::v1::ConfigMap,
 };
 use kube::{Api, api::PostParams};
 
-use super::authz::{Answer, Attributes, Cache, Ttl, Verdict, verdict};
+use super::{
+    authn::{Reviewed, Tokens},
+    authz::{Answer, Attributes, Cache, Ttl, User, Verdict, verdict},
+};
 
 /// Where the API server publishes its client CA for delegated authentication, as upstream's
 /// kube-apiserver does (aggregated API servers and metrics-server read it there); the
@@ -140,5 +145,57 @@ impl Authorizer {
             allowed: status.allowed && status.denied != Some(true),
             reason: status.reason.unwrap_or_default(),
         })
+    }
+}
+
+/// Asks this cluster's API server whose a bearer token is (TokenReview, for the API server's
+/// own audiences, as a kubelet does), keeping reviews for a while ([`Tokens`]).
+pub struct Authenticator {
+    local: kube::Client,
+    cache: Mutex<Tokens>,
+}
+
+impl Authenticator {
+    pub fn new(local: kube::Client, ttl: std::time::Duration) -> Self {
+        Authenticator {
+            local,
+            cache: Mutex::new(Tokens::new(ttl)),
+        }
+    }
+
+    pub async fn authenticate(&self, token: &str) -> Result<Reviewed, kube::Error> {
+        let cached = self
+            .cache
+            .lock()
+            .expect("not poisoned")
+            .get(token, Instant::now());
+        if let Some(r) = cached {
+            return Ok(r);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: None,
+            },
+            ..Default::default()
+        };
+        let r = Api::<TokenReview>::all(self.local.clone())
+            .create(&PostParams::default(), &review)
+            .await?;
+        let status = r.status.unwrap_or_default();
+        let reviewed = match status.user.and_then(|u| u.username.map(|n| (n, u.groups))) {
+            Some((name, groups)) if status.authenticated == Some(true) && !name.is_empty() => {
+                Reviewed::User(User {
+                    name,
+                    groups: groups.unwrap_or_default(),
+                })
+            }
+            _ => Reviewed::Rejected(status.error.unwrap_or_default()),
+        };
+        self.cache
+            .lock()
+            .expect("not poisoned")
+            .put(token, reviewed.clone(), Instant::now());
+        Ok(reviewed)
     }
 }

@@ -10,12 +10,11 @@
 //! Container logs, exec, attach and port-forward are `nodes/proxy`, as upstream: who can
 //! reach those can run commands in every pod of the node. `/healthz` is `nodes/healthz`,
 //! falling back to `nodes/proxy` (upstream's fine-grained kubelet authorization).
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use x509_parser::prelude::{FromDer as _, X509Certificate};
+
+use super::ttl_cache::TtlCache;
 
 /// An authenticated client of the kubelet API.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -160,51 +159,32 @@ impl Default for Ttl {
 #[derive(Debug)]
 pub struct Cache {
     ttl: Ttl,
-    answers: HashMap<Attributes, (Answer, Instant)>,
+    answers: TtlCache<Attributes, Answer>,
 }
 
 impl Cache {
-    /// Beyond it, expired answers are dropped, and if none were, all of them (a client that
-    /// makes up users cannot grow it without bound; the answers are only asked again).
-    pub const CAPACITY: usize = 4096;
+    pub const CAPACITY: usize = TtlCache::<Attributes, Answer>::CAPACITY;
 
     pub fn new(ttl: Ttl) -> Self {
         Cache {
             ttl,
-            answers: HashMap::new(),
+            answers: TtlCache::new(),
         }
-    }
-
-    fn fresh(&self, a: &Answer, at: Instant, now: Instant) -> bool {
-        let ttl = if a.allowed {
-            self.ttl.allowed
-        } else {
-            self.ttl.denied
-        };
-        now.saturating_duration_since(at) < ttl
     }
 
     /// The answer for `attrs` if one is still fresh at `now`.
     pub fn get(&self, attrs: &Attributes, now: Instant) -> Option<Answer> {
-        self.answers
-            .get(attrs)
-            .filter(|(a, at)| self.fresh(a, *at, now))
-            .map(|(a, _)| a.clone())
+        self.answers.get(attrs, now)
     }
 
     /// Keeps `answer` for `attrs`, got at `now`.
     pub fn put(&mut self, attrs: Attributes, answer: Answer, now: Instant) {
-        if self.answers.len() >= Self::CAPACITY && !self.answers.contains_key(&attrs) {
-            let ttl = self.ttl;
-            self.answers.retain(|_, (a, at)| {
-                let keep = if a.allowed { ttl.allowed } else { ttl.denied };
-                now.saturating_duration_since(*at) < keep
-            });
-            if self.answers.len() >= Self::CAPACITY {
-                self.answers.clear();
-            }
-        }
-        self.answers.insert(attrs, (answer, now));
+        let ttl = if answer.allowed {
+            self.ttl.allowed
+        } else {
+            self.ttl.denied
+        };
+        self.answers.put(attrs, answer, ttl, now);
     }
 
     pub fn len(&self) -> usize {

@@ -15,23 +15,28 @@
 //!   error stream and every port-forward stream pair arrive as the kubelet sent them; closing
 //!   either end closes the other.
 //!
-//! Only clients the kubelet would serve get in, checked as a kubelet with `--client-ca-file`
-//! and `--authorization-mode=Webhook` checks them ([`authz`], pure; [`access`], its edges): a
-//! client certificate signed by the client CA ([`access::ClientCa`]: a file, or the CA the
-//! API server publishes in kube-system/extension-apiserver-authentication), else 401 (or no
-//! handshake, for a certificate of another CA); then the certificate's user must be allowed
-//! the request's `nodes/proxy` (or finer) subresource of this Node by a SubjectAccessReview,
-//! else 403. Nothing of a refused request reaches the provider. Without a client CA nothing
-//! is served at all: the API server's own client certificate is the way in.
+//! Only clients the kubelet would serve get in, checked as a kubelet with `--client-ca-file`,
+//! `--authentication-token-webhook` and `--authorization-mode=Webhook` checks them ([`authn`]
+//! and [`authz`], pure; [`access`], their edges): a client certificate signed by the client CA
+//! ([`access::ClientCa`]: a file, or the CA the API server publishes in
+//! kube-system/extension-apiserver-authentication), or, without a certificate, a bearer token
+//! this cluster's API server authenticates (TokenReview; on unless
+//! `--authentication-token-webhook=false`); else 401 (or no handshake, for a certificate of
+//! another CA). Then the user must be allowed the request's `nodes/proxy` (or finer)
+//! subresource of this Node by a SubjectAccessReview, else 403. Nothing of a refused request
+//! reaches the provider. Without a client CA nothing is served at all: the API server's own
+//! client certificate is the way in.
 //!
 //! Only pods bound to this virtual node are served, and only through the ShadowPod made for
 //! that very pod (same uid) in the consumer's tenant namespace: the provider paths are built
 //! from the tenant namespace and the ShadowPod's name, never from the request. Anything else
 //! is a 404 saying why. [`route`] holds those decisions (pure); [`proxy`] the requests.
 pub mod access;
+pub mod authn;
 pub mod authz;
 pub mod proxy;
 pub mod route;
+mod ttl_cache;
 
 use std::{
     net::SocketAddr,
@@ -72,6 +77,9 @@ pub struct Config {
     pub client_ca: ClientCa,
     /// How long SubjectAccessReview answers are kept.
     pub authz_ttl: authz::Ttl,
+    /// Bearer tokens let in, and how long their TokenReviews are kept; None: only client
+    /// certificates.
+    pub token_review: Option<Duration>,
     /// The VirtualNode this process stands for, and its namespace (the identity Secret's).
     pub virtual_node: String,
     pub namespace: String,

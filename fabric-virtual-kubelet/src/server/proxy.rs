@@ -13,7 +13,8 @@ use tracing::{debug, info, warn};
 
 use super::{
     Config,
-    access::Authorizer,
+    access::{Authenticator, Authorizer},
+    authn::{self, Reviewed},
     authz::{self, CertError, User, Verdict},
     route::{self, Refused, Route},
 };
@@ -23,6 +24,7 @@ pub type Body = UnsyncBoxBody<Bytes, Error>;
 
 pub struct Proxy {
     local: kube::Client,
+    authenticator: Option<Authenticator>,
     authorizer: Authorizer,
     namespace: String,
     virtual_node: String,
@@ -92,10 +94,37 @@ impl From<Unavailable> for Outcome {
 impl Proxy {
     pub fn new(local: kube::Client, c: &Config) -> Self {
         Proxy {
+            authenticator: c
+                .token_review
+                .map(|ttl| Authenticator::new(local.clone(), ttl)),
             authorizer: Authorizer::new(local.clone(), c.authz_ttl),
             local,
             namespace: c.namespace.clone(),
             virtual_node: c.virtual_node.clone(),
+        }
+    }
+
+    /// The user of the request's bearer token, or why there is none (logged, never told: a
+    /// client learns only that it is not authenticated, as from a kubelet).
+    async fn token_user<B>(&self, req: &Request<B>) -> Result<User, String> {
+        let Some(authenticator) = &self.authenticator else {
+            return Err("no client certificate (bearer tokens are not taken)".to_owned());
+        };
+        let Some(header) = req.headers().get(header::AUTHORIZATION) else {
+            return Err("no client certificate and no bearer token".to_owned());
+        };
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(authn::bearer_token)
+            .ok_or("an Authorization header that is not a bearer token")?;
+        match authenticator.authenticate(token).await {
+            Ok(Reviewed::User(u)) => Ok(u),
+            Ok(Reviewed::Rejected(reason)) => Err(format!("token rejected: {reason}")),
+            Err(e) => {
+                warn!(error = %e, "kubelet API: TokenReview");
+                Err(format!("TokenReview failed: {e}"))
+            }
         }
     }
 
@@ -108,16 +137,23 @@ impl Proxy {
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or_default().to_owned();
+        let by_token;
         let user = match client {
             Some(Ok(u)) => u,
             Some(Err(e)) => {
                 info!(%method, %path, error = %e, "kubelet API: unauthorized");
                 return text(StatusCode::UNAUTHORIZED, "Unauthorized");
             }
-            None => {
-                debug!(%method, %path, "kubelet API: no client certificate");
-                return text(StatusCode::UNAUTHORIZED, "Unauthorized");
-            }
+            None => match self.token_user(&req).await {
+                Ok(u) => {
+                    by_token = u;
+                    &by_token
+                }
+                Err(why) => {
+                    debug!(%method, %path, why, "kubelet API: unauthorized");
+                    return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+                }
+            },
         };
         let vn = match Api::<VirtualNode>::namespaced(self.local.clone(), &self.namespace)
             .get(&self.virtual_node)
