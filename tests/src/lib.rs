@@ -20,6 +20,7 @@ pub mod client_ca;
 pub mod clusters;
 pub mod deployments;
 pub mod figures;
+pub mod host_kubelets;
 pub mod manifests;
 pub mod netns;
 pub mod peering_stack;

@@ -23,8 +23,9 @@
 //! operators, agents, test nodes) stay where [`crate::clusters`] runs them, inside the cluster
 //! network with the admin in-cluster kubeconfig. The virtual kubelet's Node address is
 //! 127.0.0.1, its pod address here, and its port a free one (`--virtual-kubelet-port 0`:
-//! every cluster's virtual kubelets share the host's loopback); its kubelet API lets in the
-//! API server's kubelet client certificate ([`ApiServer::publish_client_ca`]).
+//! every cluster's virtual kubelets share the host's loopback), which the API server reaches
+//! from its namespace through [`HostKubelets`]; its kubelet API lets in the API server's
+//! kubelet client certificate ([`ApiServer::publish_client_ca`]).
 //!
 //! [`ApiServer::publish_client_ca`]: crate::apiserver::ApiServer::publish_client_ca
 use std::{
@@ -40,7 +41,9 @@ use crate::{
     auth_service::AuthService,
     clusters::{Cluster, Containers, PeeredClusters},
     deployments::{self, Deployments},
-    die_with_parent, locate_bin,
+    die_with_parent,
+    host_kubelets::HostKubelets,
+    locate_bin,
     manifests::Container,
 };
 
@@ -61,6 +64,9 @@ pub struct Member {
     procs: Vec<(String, ChildGuard, Container)>,
     /// The authentication service's container.
     auth_container: Container,
+    /// The API server's way to its virtual kubelets' API (`kubectl logs/exec` on offloaded
+    /// pods).
+    _host_kubelets: HostKubelets,
     dir: PathBuf,
 }
 
@@ -123,12 +129,14 @@ impl Member {
             pod_ip: "127.0.0.1".into(),
             dir: dir.join("pods"),
         })?;
+        let host_kubelets = HostKubelets::start(&cluster.api_ns, &cluster.api.kubeconfig)?;
         Ok(Self {
             id: cluster.id.clone(),
             auth,
             deployments,
             procs,
             auth_container: containers.auth.clone(),
+            _host_kubelets: host_kubelets,
             dir,
         })
     }

@@ -229,6 +229,19 @@ impl Bed {
             .answer(&home.ip)
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
         assert!(!answer.is_empty(), "no answer from the offloaded pod");
+        // Its log, read at home with kubectl (the API server -> the virtual kubelet -> the
+        // provider's pod), has that very connection.
+        let line = format!("connection from {}", answer.trim());
+        let logs = self.wait(
+            "kubectl logs of the offloaded pod",
+            Duration::from_secs(30),
+            || {
+                let o = a.api.kubectl(&["logs", name, "-n", "default"]);
+                let out = String::from_utf8_lossy(&o.stdout).into_owned();
+                out.contains(&line).then_some(out)
+            },
+        );
+        assert!(logs.starts_with("listening on"), "{logs}");
         home
     }
 

@@ -358,6 +358,25 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     }
     check_interrupt()?;
 
+    title(
+        "On cluster A: kubectl logs and exec on the offloaded pod (the virtual kubelet carries them to B)",
+    );
+    println!("  kubectl logs echo (the echo's log: the clients it saw, in B's view):");
+    show(kubectl(&d.cl.a.api, &["logs", "echo", "--tail", "3"]));
+    println!(
+        "  kubectl exec echo -- ip -4 -br addr show scope global (the pod's address inside B):"
+    );
+    show(kubectl(
+        &d.cl.a.api,
+        &[
+            "exec", "echo", "--", "ip", "-4", "-br", "addr", "show", "scope", "global",
+        ],
+    ));
+    println!(
+        "  (A shows the pod as {}: B's pod CIDR as A sees it)",
+        echo.ip
+    );
+
     title("fabricctl status (cluster A)");
     show(fabricctl(&d.cl.a.api, &["status"]));
 
