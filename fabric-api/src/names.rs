@@ -97,6 +97,9 @@ pub mod finalizer {
     /// On a provider's Tenants: the tenant area (RBAC, replicas, namespace, the consumer's
     /// ForeignCluster and CSRs) is removed before it goes.
     pub const TENANT: &str = "sharing.fabric.io/tenant";
+    /// On a provider's ForeignClusters of consumers with a Tenant: deleting one removes the
+    /// Tenant (and so the consumer's access and tenant area) before it goes.
+    pub const CONSUMER: &str = "sharing.fabric.io/consumer";
 }
 
 pub mod secret {

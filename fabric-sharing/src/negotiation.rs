@@ -47,6 +47,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         slices::consumer::run(ctx.clone()),
         slices::provider::run(ctx.clone(), policy),
         unpeer::consumer::run(ctx.clone()),
+        unpeer::revoke::run(ctx.clone()),
         unpeer::provider::run(ctx),
     );
     Ok(())

@@ -230,6 +230,12 @@ fn manifests_apply_with_least_privilege() {
             "patch",
             "tenants.authentication.fabric.io",
         ),
+        // A consumer revoked: its ForeignCluster deleted on the provider deletes its Tenant.
+        (
+            "fabric-sharing",
+            "delete",
+            "tenants.authentication.fabric.io",
+        ),
         // The VirtualNode controller holds what it grants the virtual kubelets.
         (
             "fabric-virtual-nodes",

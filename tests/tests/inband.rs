@@ -39,7 +39,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource,
-    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 
@@ -472,6 +472,30 @@ async fn in_band_peer_and_unpeer() {
             "a credential of the provider's admin kubeconfig is stored on the consumer"
         );
     }
+
+    // 3b. The provider's admin deletes the consumer's ForeignCluster there: the consumer is
+    // revoked as by `kubectl delete tenant` (its Tenant, access and tenant area go), and the
+    // ForeignCluster goes last.
+    Api::<ForeignCluster>::all(p.clone())
+        .delete(CONSUMER, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "nothing left on the provider after deleting the consumer's ForeignCluster",
+        Duration::from_secs(30),
+        || async { nothing_on_provider(&p).await.ok() },
+    )
+    .await;
+    let as_consumer = fabric_sharing::identity::remote_client(&c, NS, PROVIDER)
+        .await
+        .unwrap();
+    let denied = Api::<ResourceSlice>::namespaced(as_consumer, &names::namespace::tenant(CONSUMER))
+        .list(&ListParams::default())
+        .await;
+    assert!(
+        matches!(denied, Err(kube::Error::Api(ref e)) if e.code == 403 || e.code == 401),
+        "the revoked consumer still reaches the provider: {denied:?}"
+    );
 
     // 4. The provider's API dies: `unpeer --force` still finishes, quickly, and leaves
     // nothing here; it says what may be left there.

@@ -11,7 +11,8 @@
 //! On the provider, a deleted `Tenant` ([`provider`], finalizer [`names::finalizer::TENANT`])
 //! takes the tenant area with it: the RoleBinding and Role first (access ends), the replicas
 //! (PeeringNetwork, ResourceSlices, ShadowPods, each through its own controller's finalizer),
-//! the consumer's ForeignCluster and CSRs, the namespace.
+//! the consumer's ForeignCluster and CSRs, the namespace. Deleting the consumer's
+//! ForeignCluster on the provider deletes its Tenant ([`revoke`]).
 //!
 //! Nothing waits for an unreachable peer forever: a step that needs the provider goes on
 //! without it once forced ([`names::annotation::FORCE_UNPEER`]) or after
@@ -29,6 +30,7 @@ use crate::{kit::deleting_for, network};
 
 pub mod consumer;
 pub mod provider;
+pub mod revoke;
 
 /// How long a provider waits for a removed tenant's replicas to finish their own cleanup
 /// before it deletes the namespace anyway.

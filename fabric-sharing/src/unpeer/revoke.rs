@@ -1,0 +1,126 @@
+//! The provider's admin revokes a consumer by deleting its ForeignCluster here (`kubectl
+//! delete foreigncluster C`), as it would by deleting its Tenant: the consumer's ForeignCluster
+//! holds finalizer [`names::finalizer::CONSUMER`] while the consumer has a Tenant here; once
+//! the ForeignCluster is being deleted, the Tenant is deleted (its removal, [`super::provider`],
+//! takes the consumer's access and the tenant area) and the ForeignCluster goes when the
+//! Tenant has. [`step`] decides, free of I/O.
+use std::{sync::Arc, time::Duration};
+
+use fabric_api::{authentication::v1alpha1::Tenant, core::v1alpha1::ForeignCluster, names};
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+};
+use tracing::{info, warn};
+
+use crate::kit::{Error, Shared, add_finalizer, delete_gone_ok, remove_finalizer};
+
+const FINALIZER: &str = names::finalizer::CONSUMER;
+const WAIT: Duration = Duration::from_millis(500);
+
+/// What to do about one ForeignCluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Nothing,
+    /// A consumer with a Tenant here: its ForeignCluster waits for the Tenant when deleted.
+    AddFinalizer,
+    /// No longer a consumer here, or its Tenant is gone: nothing to wait for.
+    RemoveFinalizer,
+    /// Deleted by the admin: the consumer goes with it.
+    DeleteTenant,
+    /// The Tenant is being removed.
+    Wait,
+}
+
+/// The step for a ForeignCluster (`deleting`, whether its peer `consumes` here, whether it
+/// holds `ours`), given its consumer's Tenant (None: there is none; Some(deleting)).
+pub fn step(deleting: bool, consumes: bool, ours: bool, tenant: Option<bool>) -> Step {
+    match (deleting, ours, tenant) {
+        (false, false, Some(_)) if consumes => Step::AddFinalizer,
+        (false, true, _) if !consumes => Step::RemoveFinalizer,
+        (false, _, _) | (true, false, _) => Step::Nothing,
+        (true, true, None) => Step::RemoveFinalizer,
+        (true, true, Some(false)) => Step::DeleteTenant,
+        (true, true, Some(true)) => Step::Wait,
+    }
+}
+
+async fn reconcile(fc: Arc<ForeignCluster>, ctx: Shared) -> Result<Action, Error> {
+    let fcs: Api<ForeignCluster> = Api::all(ctx.client.clone());
+    // Decided from a fresh read: the Tenant's removal changes the role underneath.
+    let Some(fc) = fcs.get_opt(&fc.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let consumer = fc.name_any();
+    let ns = names::namespace::tenant(&consumer);
+    let tenants: Api<Tenant> = Api::namespaced(ctx.client.clone(), &ns);
+    let tenant = tenants
+        .get_opt(&consumer)
+        .await?
+        .map(|t| t.metadata.deletion_timestamp.is_some());
+    let ours = fc.finalizers().iter().any(|f| f == FINALIZER);
+    let deleting = fc.metadata.deletion_timestamp.is_some();
+    match step(deleting, fc.spec.role.consumes(), ours, tenant) {
+        Step::Nothing => {}
+        Step::AddFinalizer => add_finalizer(&fcs, &fc, FINALIZER).await?,
+        Step::RemoveFinalizer => remove_finalizer(&fcs, &fc, FINALIZER).await?,
+        Step::DeleteTenant => {
+            info!(
+                consumer,
+                "ForeignCluster deleted: removing the consumer's tenant"
+            );
+            delete_gone_ok(&tenants, &consumer).await?;
+            return Ok(Action::requeue(WAIT));
+        }
+        Step::Wait => return Ok(Action::requeue(WAIT)),
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(fc: Arc<ForeignCluster>, err: &Error, ctx: Shared) -> Action {
+    warn!(consumer = %fc.name_any(), error = %err, "revoking a consumer failed; retrying");
+    Action::requeue(ctx.remote_poll)
+}
+
+/// Runs until the watch ends.
+pub async fn run(ctx: Shared) {
+    let fcs: Api<ForeignCluster> = Api::all(ctx.client.clone());
+    let tenants: Api<Tenant> = Api::all(ctx.client.clone());
+    // A consumer's Tenant is named after it, as its ForeignCluster is.
+    Controller::new(fcs, watcher::Config::default())
+        .watches(tenants, watcher::Config::default(), |t| {
+            Some(ObjectRef::new(&t.spec.cluster_id))
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!(error = %e, "consumer revocation (provider)");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_consumer_with_a_tenant_is_held_until_its_tenant_is_gone() {
+        // Peered: the finalizer goes on once there is a Tenant.
+        assert_eq!(step(false, true, false, None), Step::Nothing);
+        assert_eq!(step(false, true, false, Some(false)), Step::AddFinalizer);
+        assert_eq!(step(false, true, true, Some(false)), Step::Nothing);
+        // Deleted by the admin: the Tenant goes first, then the ForeignCluster.
+        assert_eq!(step(true, true, true, Some(false)), Step::DeleteTenant);
+        assert_eq!(step(true, true, true, Some(true)), Step::Wait);
+        assert_eq!(step(true, true, true, None), Step::RemoveFinalizer);
+        // The consumer left (its Tenant removed, the role taken off): nothing to hold.
+        assert_eq!(step(false, false, true, None), Step::RemoveFinalizer);
+        assert_eq!(step(false, false, true, Some(true)), Step::RemoveFinalizer);
+        // Not ours, or not a consumer: left alone.
+        assert_eq!(step(true, true, false, Some(false)), Step::Nothing);
+        assert_eq!(step(false, false, false, Some(false)), Step::Nothing);
+    }
+}
