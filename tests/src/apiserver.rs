@@ -363,15 +363,7 @@ fn relay(
         .lock()
         .unwrap()
         .insert(id, [client.try_clone()?, upstream.try_clone()?]);
-    let (mut c_rd, mut u_wr) = (client.try_clone()?, upstream.try_clone()?);
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut c_rd, &mut u_wr);
-        let _ = u_wr.shutdown(Shutdown::Write);
-    });
-    let (mut u_rd, mut c_wr) = (upstream, client);
-    let _ = std::io::copy(&mut u_rd, &mut c_wr);
-    let _ = c_wr.shutdown(Shutdown::Write);
-    let _ = up.join();
+    crate::host_kubelets::splice(client, upstream);
     Ok(())
 }
 

@@ -51,7 +51,7 @@ fn loopback_kubelet(node: &Node) -> Option<u16> {
 }
 
 /// Joins two connections byte for byte until both directions end.
-fn splice(a: TcpStream, b: TcpStream) {
+pub(crate) fn splice(a: TcpStream, b: TcpStream) {
     let (Ok(mut a_rd), Ok(mut b_wr)) = (a.try_clone(), b.try_clone()) else {
         return;
     };
