@@ -213,6 +213,20 @@ fn pods_run_talk_log_restart_and_stop() {
     let prev = cl.a.api.kubectl_ok(&["logs", "failing", "--previous"]);
     assert_eq!(prev.trim(), "failing");
 
+    // An image of a registry that never resolves (`.invalid`): ErrImagePull, as a kubelet
+    // reports it, and nothing runs.
+    let mut bad = command_pod("unpullable", &["sleep", "60"]);
+    bad["spec"]["containers"][0]["image"] = json!("registry.invalid/shop/web:1");
+    cl.a.create_pod(&bad).unwrap();
+    let p =
+        cl.a.wait_pod("default", "unpullable", T, "ErrImagePull", |p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
+        })
+        .unwrap();
+    assert_eq!(p["status"]["phase"], "Pending", "{p}");
+    let msg = p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].to_string();
+    assert!(msg.contains("registry.invalid"), "{msg}");
+
     // Hollow: Running with an address, but no namespace and no process.
     let mut hollow = on_node(command_pod("hollow", &["sleep", "60"]), 0);
     hollow["metadata"]["annotations"] =

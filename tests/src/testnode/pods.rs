@@ -43,6 +43,20 @@ pub struct LogRef {
     pub netns: String,
 }
 
+/// Why `image` cannot be pulled, as a kubelet would say it, when its registry is under
+/// `.invalid` (RFC 6761: never resolves): the one way a test pod asks for an image pull
+/// failure. Images are otherwise ignored.
+pub fn unpullable(image: &str) -> Option<String> {
+    let (host, _) = image.split_once('/')?;
+    let name = host.split(':').next().unwrap_or(host);
+    name.ends_with(".invalid").then(|| {
+        format!(
+            "failed to pull and unpack image \"{image}\": failed to resolve reference: dial \
+             tcp: lookup {name}: no such host"
+        )
+    })
+}
+
 impl LogRef {
     pub fn file(&self, run: i32) -> PathBuf {
         self.dir.join(format!("{run}.log"))
@@ -389,6 +403,13 @@ impl Worker {
         let run = self.ctrs[idx].state.restart_count;
         if self.hollow {
             self.ctrs[idx].state.run = Run::Running { started: now };
+            return;
+        }
+        if let Some(why) = unpullable(self.ctrs[idx].spec.image.as_deref().unwrap_or_default()) {
+            self.ctrs[idx].state.run = Run::Waiting {
+                reason: "ErrImagePull".into(),
+                message: Some(why),
+            };
             return;
         }
         let argv: Vec<String> = {
@@ -807,4 +828,24 @@ fn spawn_container(
         let _ = tx.send(Msg::Exited { idx, run, code });
     });
     Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unpullable;
+
+    #[test]
+    fn only_images_of_an_invalid_registry_fail_to_pull() {
+        let why = unpullable("registry.invalid/shop/web:1.2").unwrap();
+        assert!(why.contains("registry.invalid/shop/web:1.2"), "{why}");
+        assert!(
+            why.contains("lookup registry.invalid: no such host"),
+            "{why}"
+        );
+        assert!(unpullable("registry.invalid:5000/web").is_some());
+        assert_eq!(unpullable("busybox"), None);
+        assert_eq!(unpullable("docker.io/library/busybox:1.36"), None);
+        assert_eq!(unpullable("example.com/invalid/web"), None);
+        assert_eq!(unpullable(""), None);
+    }
 }
