@@ -23,6 +23,7 @@ pub mod figures;
 pub mod host_kubelets;
 pub mod manifests;
 pub mod netns;
+pub mod offload_fixture;
 pub mod peering_stack;
 /// Resource quantities, as the provider's offer policy reads them.
 pub use fabric_sharing::quantity;

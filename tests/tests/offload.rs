@@ -18,17 +18,16 @@
 use std::{
     future::Future,
     path::PathBuf,
-    process::Command,
     time::{Duration, Instant},
 };
 
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
-use fabric_sharing::{identity, shadowpod::forge, virtual_node::objects};
+use fabric_sharing::{identity, shadowpod::forge};
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
-    deployments::{self, Deployments},
-    die_with_parent, locate_bin, sharing,
+    deployments::Deployments,
+    offload_fixture::{self as fixture, CONSUMER, NODE, NS, PROVIDER},
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -37,10 +36,6 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-const NS: &str = names::DEFAULT_NAMESPACE;
-const CONSUMER: &str = "cluster-a";
-const PROVIDER: &str = "cluster-b";
-const NODE: &str = "fabric-cluster-b";
 const HOME_NS: &str = "shop";
 const T: Duration = Duration::from_secs(40);
 
@@ -111,8 +106,7 @@ impl Bed {
     }
 
     fn set_identity(&self, creds: &identity::Credentials) {
-        let secret = identity::secret(NS, PROVIDER, creds);
-        apply(&self.consumer, &serde_json::to_value(&secret).unwrap());
+        fixture::set_identity(&self.consumer, creds).unwrap();
     }
 
     async fn create_home_pod(&self, name: &str, extra: Value) {
@@ -212,12 +206,7 @@ fn merge(a: &mut Value, b: Value) {
 
 #[track_caller]
 fn apply(api: &ApiServer, obj: &Value) {
-    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
-    assert!(
-        o.status.success(),
-        "apply {obj}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    fixture::apply(api, obj).unwrap();
 }
 
 fn condition<'a>(pod: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -238,9 +227,7 @@ async fn setup(tag: &str) -> Option<Bed> {
     if !require_tools(tag) {
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fixture::scratch_dir(tag).unwrap();
 
     // The provider: what its authentication service made for the consumer, and its
     // ShadowPod controller.
@@ -248,27 +235,14 @@ async fn setup(tag: &str) -> Option<Bed> {
     provider.install_crds();
     fabric_tests::auth_service::prepare_cluster(&provider, PROVIDER);
     let p = provider.client().await;
-    sharing::admit_tenant(&p, CONSUMER).await.unwrap();
-    let creds = sharing::consumer_credentials(&provider, CONSUMER).unwrap();
-    let spawn = |args: &[&str], kubeconfig: &std::path::Path, log: &str| {
-        let log = std::fs::File::create(dir.join(log)).unwrap();
-        ChildGuard(
-            die_with_parent(&mut Command::new(locate_bin("fabric-controller").unwrap()))
-                .args(args)
-                .env("KUBECONFIG", kubeconfig)
-                .env("RUST_LOG", "info")
-                .env("POD_NAME", "controller-0")
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        )
-    };
-    let sharing_controller = spawn(
+    let creds = fixture::admit_consumer(&provider).await.unwrap();
+    let sharing_controller = fixture::spawn(
+        "fabric-controller",
         &["sharing"],
         &provider.kubeconfig,
-        "provider-controller.log",
-    );
+        &dir.join("provider-controller.log"),
+    )
+    .unwrap();
     // Its quota: the ShadowPod webhook, and a grant the sharing controller's policy answers
     // (from a Node of the provider) to the slice the consumer's replicator would have made.
     let webhook = fabric_tests::webhook::start(&provider, &dir.join("webhook.log")).unwrap();
@@ -296,72 +270,13 @@ async fn setup(tag: &str) -> Option<Bed> {
 
     // The consumer: what the sharing and network layers have made by the time a
     // VirtualNode exists, including the remap of the provider's pod CIDR.
-    let consumer = ApiServer::start_with_auth_args(&format!("{tag}-c"), "--graceful-pod-deletion");
-    consumer.install_crds();
-    consumer.kubectl_ok(&["create", "namespace", NS]);
+    let consumer = fixture::start_consumer(&format!("{tag}-c"), true).unwrap();
     consumer.kubectl_ok(&["create", "namespace", HOME_NS]);
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
-                 "metadata": { "name": PROVIDER },
-                 "spec": { "clusterId": PROVIDER, "role": "Provider" } }),
-    );
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER } }),
-    );
-    consumer.kubectl_ok(&[
-        "patch",
-        "connection",
-        PROVIDER,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"value":"Connected"}}"#,
-    ]);
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER,
-                           "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } } }),
-    );
-    consumer.kubectl_ok(&[
-        "patch",
-        "configuration",
-        PROVIDER,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"remote":{"pod":"10.71.0.0/16","external":"10.72.0.0/16"}}}"#,
-    ]);
-    let vn_controller = spawn(
-        &[
-            "virtual-nodes",
-            "--virtual-kubelet-image",
-            "fabric-virtual-kubelet:test",
-            // Other tests' virtual kubelets may be on the host's loopback too.
-            "--virtual-kubelet-port",
-            "0",
-        ],
-        &consumer.kubeconfig,
-        "consumer-controller.log",
-    );
-    let deployments = Deployments::start(deployments::Options {
-        admin_kubeconfig: consumer.kubeconfig.clone(),
-        component_kubeconfig: consumer.kubeconfig.clone(),
-        selector: format!("{}={}", objects::APP_LABEL, objects::APP),
-        netns: None,
-        pod_ip: "127.0.0.1".into(),
-        dir: dir.join("pods"),
-    })
-    .unwrap();
+    let fixture::VirtualNodes {
+        controller: vn_controller,
+        deployments,
+        ..
+    } = fixture::start_virtual_nodes(&consumer, &dir, &[]).unwrap();
     let c = consumer.client().await;
     let bed = Bed {
         consumer,
@@ -374,13 +289,7 @@ async fn setup(tag: &str) -> Option<Bed> {
         identity: creds,
     };
     bed.set_identity(&bed.identity);
-    apply(
-        &bed.consumer,
-        &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER, "nodeName": NODE, "identity": PROVIDER,
-                           "resources": { "cpu": "4", "memory": "8Gi", "pods": "110" } } }),
-    );
+    apply(&bed.consumer, &fixture::virtual_node(json!({})));
     Some(bed)
 }
 
@@ -402,21 +311,6 @@ fn resize_home(bed: &Bed, name: &str, cpu: &str) {
 
 fn cpu_of(spec: &Value) -> Option<&str> {
     spec["containers"][0]["resources"]["requests"]["cpu"].as_str()
-}
-
-fn vk_name() -> String {
-    use fabric_api::offloading::v1alpha1::{VirtualNode, VirtualNodeSpec};
-    objects::name(&VirtualNode::new(
-        PROVIDER,
-        VirtualNodeSpec {
-            cluster_id: PROVIDER.into(),
-            node_name: NODE.into(),
-            identity: PROVIDER.into(),
-            resources: Default::default(),
-            labels: Default::default(),
-            at_most_once: None,
-        },
-    ))
 }
 
 #[tokio::test]
@@ -570,7 +464,7 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
 
     // SIGKILLed and restarted: nothing created twice, nothing lost, the pod stays Ready.
     let uid = shadow.metadata.uid.clone();
-    let vk = vk_name();
+    let vk = fixture::virtual_kubelet_name();
     bed.deployments.kill(NS, &vk).unwrap();
     let t0 = Instant::now();
     let mut restarted_at = None;

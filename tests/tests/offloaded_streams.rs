@@ -21,14 +21,12 @@ use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
     clusters::PeeredClusters,
-    die_with_parent, locate_bin, sharing, skip_unless_root,
+    die_with_parent,
+    offload_fixture::{self as fixture, CONSUMER, NODE, NS, PROVIDER},
+    sharing, skip_unless_root,
 };
 use serde_json::{Value, json};
 
-const CONSUMER: &str = "cluster-a";
-const PROVIDER: &str = "cluster-b";
-const NS: &str = names::DEFAULT_NAMESPACE;
-const NODE: &str = "fabric-cluster-b";
 const T: Duration = Duration::from_secs(40);
 /// The port the `srv` pod's server listens on.
 const SRV_PORT: u16 = 9090;
@@ -54,8 +52,7 @@ fn text(o: &Output) -> (String, String) {
 
 #[track_caller]
 fn apply(api: &ApiServer, obj: &Value) {
-    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
-    assert!(o.status.success(), "apply {obj}: {:?}", text(&o));
+    fixture::apply(api, obj).unwrap();
 }
 
 /// A home pod bound to the virtual node (as the consumer's scheduler would bind it).
@@ -140,26 +137,13 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let t0 = Instant::now();
     let cl = PeeredClusters::for_sharing(1, false).unwrap();
     let provider = &cl.b.api;
-    let consumer = ApiServer::start_with_auth("vkstreams-c");
-    consumer.install_crds();
-    consumer.kubectl_ok(&["create", "namespace", NS]);
+    // The consumer: tunnel up and the provider's pod CIDR remapped, as the gateway operator
+    // and the network layer report them.
+    let consumer = fixture::start_consumer("vkstreams-c", false).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let creds = sharing::consumer_credentials(provider, CONSUMER).unwrap();
-    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fixture::scratch_dir(tag).unwrap();
     let spawn = |bin: &str, args: &[&str], kubeconfig: &Path, log: &Path| {
-        let log = std::fs::File::create(log).unwrap();
-        ChildGuard(
-            die_with_parent(&mut Command::new(locate_bin(bin).unwrap()))
-                .args(args)
-                .env("KUBECONFIG", kubeconfig)
-                .env("RUST_LOG", "info")
-                .env("POD_NAME", "controller-0")
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        )
+        fixture::spawn(bin, args, kubeconfig, log).unwrap()
     };
     // The provider's ShadowPod controller.
     let _sharing = spawn(
@@ -169,55 +153,13 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
         &dir.join("provider-controller.log"),
     );
     rt.block_on(async {
-        sharing::admit_tenant(&provider.client().await, CONSUMER)
-            .await
-            .unwrap();
+        let creds = fixture::admit_consumer(provider).await.unwrap();
         let c = consumer.client().await;
         sharing::keep_identity(&c, NS, PROVIDER, &creds)
             .await
             .unwrap();
     });
-    // The tunnel is up (as the gateway operator reports it) and the provider's pod CIDR
-    // remapped (as the network layer agreed).
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER } }),
-    );
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER,
-                           "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } } }),
-    );
-    for (kind, status) in [
-        ("connection", r#"{"status":{"value":"Connected"}}"#),
-        (
-            "configuration",
-            r#"{"status":{"remote":{"pod":"10.71.0.0/16","external":"10.72.0.0/16"}}}"#,
-        ),
-    ] {
-        consumer.kubectl_ok(&[
-            "patch",
-            kind,
-            PROVIDER,
-            "-n",
-            NS,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            status,
-        ]);
-    }
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER, "nodeName": NODE, "identity": PROVIDER,
-                           "resources": { "cpu": "4", "memory": "8Gi", "pods": "110" } } }),
-    );
+    apply(&consumer, &fixture::virtual_node(json!({})));
 
     // The virtual kubelet, serving its kubelet API on the Node's address and port to the
     // consumer API server's kubelet client certificate only.

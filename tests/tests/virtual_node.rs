@@ -10,26 +10,22 @@
 //! abandon path: its pods end Failed (`VirtualNodeRemoved`) and deleted, after the drain grace
 //! or at once when the unpeer is forced.
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::Command,
     time::{Duration, Instant},
 };
 
 use fabric_api::names;
-use fabric_sharing::{identity, tenant, virtual_node::objects};
+use fabric_sharing::{identity, tenant};
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
-    deployments::{self, Deployments},
-    die_with_parent, locate_bin,
+    deployments::Deployments,
+    offload_fixture::{self as fixture, CONSUMER, NODE, NS, PROVIDER},
 };
 use serde_json::{Value, json};
 
-const NS: &str = names::DEFAULT_NAMESPACE;
-const CONSUMER: &str = "cluster-a";
-const PROVIDER: &str = "cluster-b";
-const VN: &str = "cluster-b";
-const NODE: &str = "fabric-cluster-b";
+const VN: &str = PROVIDER;
 /// The controller's `--drain-grace`: short, so that the abandon path runs within the test.
 const DRAIN_GRACE: Duration = Duration::from_secs(15);
 
@@ -38,18 +34,16 @@ struct Bed {
     provider: ApiServer,
     deployments: Deployments,
     controller: ChildGuard,
+    log: PathBuf,
     dir: PathBuf,
     identity: identity::Credentials,
 }
 
 impl Bed {
     fn logs(&self) -> String {
-        let controller =
-            std::fs::read_to_string(self.dir.join("controller.log")).unwrap_or_default();
-        let lines: Vec<&str> = controller.lines().collect();
         format!(
             "--- controller ---\n{}\n{}",
-            lines[lines.len().saturating_sub(20)..].join("\n"),
+            fixture::tail(&self.log, 20),
             self.deployments.report()
         )
     }
@@ -94,23 +88,11 @@ impl Bed {
     }
 
     fn set_tunnel(&self, state: &str) {
-        self.consumer.kubectl_ok(&[
-            "patch",
-            "connection",
-            PROVIDER,
-            "-n",
-            NS,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &json!({ "status": { "value": state, "message": format!("test: {state}") } })
-                .to_string(),
-        ]);
+        fixture::set_tunnel(&self.consumer, state);
     }
 
     fn set_identity(&self, creds: &identity::Credentials) {
-        let secret = identity::secret(NS, PROVIDER, creds);
-        apply(&self.consumer, &serde_json::to_value(&secret).unwrap());
+        fixture::set_identity(&self.consumer, creds).unwrap();
     }
 
     fn lease_renewed(&self) -> Option<String> {
@@ -135,179 +117,53 @@ fn get_json(api: &ApiServer, args: &[&str]) -> Option<Value> {
 
 #[track_caller]
 fn apply(api: &ApiServer, obj: &Value) {
-    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
-    assert!(
-        o.status.success(),
-        "apply {obj}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// A client certificate for the consumer's user on the provider, signed by its CA, as the
-/// authentication service would have it issued.
-fn consumer_certificate(provider: &ApiServer, dir: &Path) -> (String, String) {
-    let certs = provider.certs_dir().expect("a kubelite run dir");
-    let (key, csr, crt, ext) = (
-        dir.join("consumer.key"),
-        dir.join("consumer.csr"),
-        dir.join("consumer.crt"),
-        dir.join("ext"),
-    );
-    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").unwrap();
-    let subject = format!(
-        "/CN={}/O={}",
-        names::user::consumer(CONSUMER),
-        names::user::CONSUMERS_GROUP
-    );
-    for args in [
-        vec![
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            key.to_str().unwrap(),
-            "-subj",
-            &subject,
-            "-out",
-            csr.to_str().unwrap(),
-        ],
-        vec![
-            "x509",
-            "-req",
-            "-in",
-            csr.to_str().unwrap(),
-            "-CA",
-            certs.join("ca.crt").to_str().unwrap(),
-            "-CAkey",
-            certs.join("ca.key").to_str().unwrap(),
-            "-set_serial",
-            "4242",
-            "-days",
-            "1",
-            "-extfile",
-            ext.to_str().unwrap(),
-            "-out",
-            crt.to_str().unwrap(),
-        ],
-    ] {
-        let o = Command::new("openssl").args(&args).output().unwrap();
-        assert!(
-            o.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    (
-        std::fs::read_to_string(crt).unwrap(),
-        std::fs::read_to_string(key).unwrap(),
-    )
-}
-
-fn server_url(api: &ApiServer) -> String {
-    let text = std::fs::read_to_string(&api.kubeconfig).unwrap();
-    let from = text.find("server: \"").unwrap() + "server: \"".len();
-    text[from..].split('"').next().unwrap().to_owned()
+    fixture::apply(api, obj).unwrap();
 }
 
 fn setup(tag: &str) -> Option<Bed> {
     if !require_tools(tag) {
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fixture::scratch_dir(tag).unwrap();
 
-    // The provider: the consumer's tenant namespace and the only Role its identity gets.
+    // The provider: the consumer's tenant namespace and the only Role its identity gets, and
+    // a client certificate for the consumer's user, as the authentication service makes them.
     let provider = ApiServer::start_with_auth(&format!("{tag}-p"));
     provider.install_crds();
-    for obj in [
-        serde_json::to_value(tenant::namespace(CONSUMER)).unwrap(),
-        serde_json::to_value(tenant::role(CONSUMER)).unwrap(),
-        serde_json::to_value(tenant::role_binding(CONSUMER)).unwrap(),
-    ] {
-        apply(&provider, &obj);
-    }
-    let (cert, key) = consumer_certificate(&provider, &dir);
-    let creds = identity::Credentials {
-        api_server_url: server_url(&provider),
-        ca_pem: std::fs::read_to_string(provider.certs_dir().unwrap().join("apiserver.crt"))
-            .unwrap(),
-        certificate_pem: cert,
-        key_pem: key.into(),
-        namespace: names::namespace::tenant(CONSUMER),
-    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let creds = rt.block_on(fixture::admit_consumer(&provider)).unwrap();
 
-    // The consumer: what the sharing layer has created by the time a VirtualNode exists.
-    let consumer = ApiServer::start_with_auth_args(&format!("{tag}-c"), "--graceful-pod-deletion");
-    consumer.install_crds();
-    // kube-node-lease is there already, as in any cluster.
-    consumer.kubectl_ok(&["create", "namespace", NS]);
-    apply(
+    // The consumer: what the sharing layer has created by the time a VirtualNode exists
+    // (kube-node-lease is there already, as in any cluster).
+    let consumer = fixture::start_consumer(&format!("{tag}-c"), true).unwrap();
+    let fixture::VirtualNodes {
+        controller,
+        deployments,
+        log,
+    } = fixture::start_virtual_nodes(
         &consumer,
-        &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
-                 "metadata": { "name": PROVIDER },
-                 "spec": { "clusterId": PROVIDER, "role": "Provider" } }),
-    );
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER } }),
-    );
-
-    let log = std::fs::File::create(dir.join("controller.log")).unwrap();
-    let controller = ChildGuard(
-        die_with_parent(&mut Command::new(locate_bin("fabric-controller").unwrap()))
-            .args([
-                "virtual-nodes",
-                "--virtual-kubelet-image",
-                "fabric-virtual-kubelet:test",
-                // Other tests' virtual kubelets may be on the host's loopback too.
-                "--virtual-kubelet-port",
-                "0",
-                "--drain-grace",
-                &format!("{}s", DRAIN_GRACE.as_secs()),
-            ])
-            .env("KUBECONFIG", &consumer.kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let deployments = Deployments::start(deployments::Options {
-        admin_kubeconfig: consumer.kubeconfig.clone(),
-        component_kubeconfig: consumer.kubeconfig.clone(),
-        selector: format!("{}={}", objects::APP_LABEL, objects::APP),
-        netns: None,
-        pod_ip: "127.0.0.1".into(),
-        dir: dir.join("pods"),
-    })
+        &dir,
+        &["--drain-grace", &format!("{}s", DRAIN_GRACE.as_secs())],
+    )
     .unwrap();
     let bed = Bed {
         consumer,
         provider,
         deployments,
         controller,
+        log,
         dir,
         identity: creds,
     };
     bed.set_identity(&bed.identity);
-    bed.set_tunnel("Connected");
     Some(bed)
 }
 
 fn virtual_node(cpu: &str) -> Value {
-    json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
-            "metadata": { "name": VN, "namespace": NS },
-            "spec": { "clusterId": PROVIDER, "nodeName": NODE, "identity": PROVIDER,
-                      "resources": { "cpu": cpu, "memory": "8Gi", "pods": "110",
-                                     "nvidia.com/gpu": "1" },
-                      "labels": { "node-type": "gpu" } } })
+    fixture::virtual_node(json!({
+        "resources": { "cpu": cpu, "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "1" },
+        "labels": { "node-type": "gpu" },
+    }))
 }
 
 #[test]
@@ -630,18 +486,7 @@ impl Bed {
 
     /// The name of the virtual kubelet's Deployment (and ServiceAccount, Roles).
     fn deployments_name(&self) -> String {
-        use fabric_api::offloading::v1alpha1::{VirtualNode, VirtualNodeSpec};
-        objects::name(&VirtualNode::new(
-            VN,
-            VirtualNodeSpec {
-                cluster_id: PROVIDER.into(),
-                node_name: NODE.into(),
-                identity: PROVIDER.into(),
-                resources: Default::default(),
-                labels: Default::default(),
-                at_most_once: None,
-            },
-        ))
+        fixture::virtual_kubelet_name()
     }
 }
 

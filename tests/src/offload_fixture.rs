@@ -1,0 +1,216 @@
+//! The two-API-server offload fixture: a consumer API server holding what the sharing and
+//! network layers have made by the time a VirtualNode exists, a provider API server with the
+//! consumer admitted as a tenant, and the consumer's VirtualNode controller with the
+//! Deployment stand-in that runs the virtual kubelets it deploys. Both API servers enforce
+//! RBAC; the consumer reaches the provider only through a real consumer identity bound to the
+//! tenant Role. Used by the offload, virtual_node and offloaded_streams tests (the latter
+//! with a fixture cluster as the provider).
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use fabric_api::{
+    names,
+    offloading::v1alpha1::{VirtualNode, VirtualNodeSpec},
+};
+use fabric_sharing::{identity::Credentials, virtual_node::objects};
+use serde_json::{Value, json};
+
+use crate::{
+    ChildGuard,
+    apiserver::ApiServer,
+    deployments::{self, Deployments},
+    die_with_parent, locate_bin, sharing,
+};
+
+pub const NS: &str = names::DEFAULT_NAMESPACE;
+pub const CONSUMER: &str = "cluster-a";
+pub const PROVIDER: &str = "cluster-b";
+/// The virtual node's name on the consumer.
+pub const NODE: &str = "fabric-cluster-b";
+/// The provider's pod CIDR, and what the network layer remapped it to on the consumer.
+pub const PROVIDER_POD_CIDR: &str = "10.244.0.0/16";
+pub const REMAPPED_POD_CIDR: &str = "10.71.0.0/16";
+
+/// `kubectl apply --server-side` of one object.
+pub fn apply(api: &ApiServer, obj: &Value) -> Result<()> {
+    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
+    if !o.status.success() {
+        bail!("apply {obj}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    Ok(())
+}
+
+/// One of our binaries against `kubeconfig`, logging to `log`, dying with the test.
+pub fn spawn(bin: &str, args: &[&str], kubeconfig: &Path, log: &Path) -> Result<ChildGuard> {
+    let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    Ok(ChildGuard(
+        die_with_parent(&mut Command::new(locate_bin(bin)?))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info")
+            .env("POD_NAME", "controller-0")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {bin}"))?,
+    ))
+}
+
+/// A fresh scratch directory for a test's logs: `fabt-<pid>-<tag>` under the temp dir.
+pub fn scratch_dir(tag: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("fabt-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// On the provider, what its authentication service makes for the consumer (tenant namespace,
+/// Tenant, Role and RoleBindings, ForeignCluster), and the consumer's credentials.
+pub async fn admit_consumer(provider: &ApiServer) -> Result<Credentials> {
+    sharing::admit_tenant(&provider.client().await, CONSUMER).await?;
+    sharing::consumer_credentials(provider, CONSUMER)
+}
+
+/// The consumer's API server (`--graceful-pod-deletion` if `graceful`, as with a kubelet),
+/// with its ForeignCluster for the provider, the tunnel `Connected` (as the gateway operator
+/// reports it) and the provider's pod CIDR remapped (as the network layer agreed).
+pub fn start_consumer(tag: &str, graceful: bool) -> Result<ApiServer> {
+    let consumer = if graceful {
+        ApiServer::start_with_auth_args(tag, "--graceful-pod-deletion")
+    } else {
+        ApiServer::start_with_auth(tag)
+    };
+    consumer.install_crds();
+    consumer.kubectl_ok(&["create", "namespace", NS]);
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
+                 "metadata": { "name": PROVIDER },
+                 "spec": { "clusterId": PROVIDER, "role": "Provider" } }),
+    )?;
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER } }),
+    )?;
+    set_tunnel(&consumer, "Connected");
+    apply(
+        &consumer,
+        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
+                 "metadata": { "name": PROVIDER, "namespace": NS },
+                 "spec": { "clusterId": PROVIDER,
+                           "remote": { "pod": PROVIDER_POD_CIDR, "external": "10.70.0.0/16" } } }),
+    )?;
+    consumer.kubectl_ok(&[
+        "patch",
+        "configuration",
+        PROVIDER,
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &json!({ "status": { "remote": { "pod": REMAPPED_POD_CIDR, "external": "10.72.0.0/16" } } })
+            .to_string(),
+    ]);
+    Ok(consumer)
+}
+
+/// The tunnel's state as the gateway operator writes it on the consumer's `Connection`.
+pub fn set_tunnel(consumer: &ApiServer, state: &str) {
+    consumer.kubectl_ok(&[
+        "patch",
+        "connection",
+        PROVIDER,
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &json!({ "status": { "value": state, "message": format!("test: {state}") } }).to_string(),
+    ]);
+}
+
+/// The consumer's identity Secret for the provider (what the virtual kubelet reaches it with).
+pub fn set_identity(consumer: &ApiServer, creds: &Credentials) -> Result<()> {
+    let secret = fabric_sharing::identity::secret(NS, PROVIDER, creds);
+    apply(consumer, &serde_json::to_value(&secret)?)
+}
+
+/// The consumer's VirtualNode for the provider, with `spec` merged over the defaults.
+pub fn virtual_node(spec: Value) -> Value {
+    let mut vn = json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
+        "metadata": { "name": PROVIDER, "namespace": NS },
+        "spec": { "clusterId": PROVIDER, "nodeName": NODE, "identity": PROVIDER,
+                  "resources": { "cpu": "4", "memory": "8Gi", "pods": "110" } } });
+    if let (Some(base), Value::Object(over)) = (vn["spec"].as_object_mut(), spec) {
+        base.extend(over);
+    }
+    vn
+}
+
+/// The name of the virtual kubelet's Deployment (and ServiceAccount, Roles).
+pub fn virtual_kubelet_name() -> String {
+    objects::name(&VirtualNode::new(
+        PROVIDER,
+        VirtualNodeSpec {
+            cluster_id: PROVIDER.into(),
+            node_name: NODE.into(),
+            identity: PROVIDER.into(),
+            resources: Default::default(),
+            labels: Default::default(),
+            at_most_once: None,
+        },
+    ))
+}
+
+/// The consumer's VirtualNode controller and the Deployment stand-in running what it deploys.
+pub struct VirtualNodes {
+    pub controller: ChildGuard,
+    pub deployments: Deployments,
+    pub log: PathBuf,
+}
+
+/// `fabric-controller virtual-nodes` on the consumer (with `extra` arguments), its log in
+/// `dir`, and the Deployment stand-in running its virtual kubelets as host processes.
+pub fn start_virtual_nodes(
+    consumer: &ApiServer,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<VirtualNodes> {
+    let mut args = vec![
+        "virtual-nodes",
+        "--virtual-kubelet-image",
+        "fabric-virtual-kubelet:test",
+        // Other tests' virtual kubelets may be on the host's loopback too.
+        "--virtual-kubelet-port",
+        "0",
+    ];
+    args.extend(extra);
+    let log = dir.join("consumer-controller.log");
+    let controller = spawn("fabric-controller", &args, &consumer.kubeconfig, &log)?;
+    let deployments = Deployments::start(deployments::Options {
+        admin_kubeconfig: consumer.kubeconfig.clone(),
+        component_kubeconfig: consumer.kubeconfig.clone(),
+        selector: format!("{}={}", objects::APP_LABEL, objects::APP),
+        netns: None,
+        pod_ip: "127.0.0.1".into(),
+        dir: dir.join("pods"),
+    })?;
+    Ok(VirtualNodes {
+        controller,
+        deployments,
+        log,
+    })
+}
+
+/// The last `n` lines of a log file.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
