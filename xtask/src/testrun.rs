@@ -8,7 +8,9 @@
 //! binary printed), so a failure reads as it would under `cargo test`.
 //!
 //! Durations of the last run are kept in `target/xtask-test-durations.tsv` to start the longest
-//! binaries first; without it (a fresh clone) integration tests go before unit tests.
+//! binaries first; a fresh clone (CI) has none, and takes the checked-in baseline
+//! `xtask/test-durations.tsv` instead (without it, ties broken by name started the slowest
+//! binary, `virtual_node`, last, and the suite waited on it alone at the end).
 use std::{
     collections::HashMap,
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -120,19 +122,36 @@ fn durations_file(target: &Path) -> PathBuf {
     target.join("xtask-test-durations.tsv")
 }
 
-fn load_durations(target: &Path) -> HashMap<String, f64> {
-    std::fs::read_to_string(durations_file(target))
-        .unwrap_or_default()
-        .lines()
+/// The checked-in per-binary times, for binaries this target has not run yet.
+const BASELINE: &str = include_str!("../test-durations.tsv");
+
+/// `label<TAB>seconds` lines; `#` comments and anything unparsable skipped.
+fn parse_durations(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let (label, secs) = l.rsplit_once('\t')?;
-            Some((label.to_owned(), secs.parse().ok()?))
+            Some((label.to_owned(), secs.trim().parse().ok()?))
         })
         .collect()
 }
 
+/// The last local run's times over the baseline's.
+fn load_durations(target: &Path) -> HashMap<String, f64> {
+    let mut known = parse_durations(BASELINE);
+    known.extend(parse_durations(
+        &std::fs::read_to_string(durations_file(target)).unwrap_or_default(),
+    ));
+    known
+}
+
+/// The last local run's times only (what is saved back).
+fn load_local_durations(target: &Path) -> HashMap<String, f64> {
+    parse_durations(&std::fs::read_to_string(durations_file(target)).unwrap_or_default())
+}
+
 fn save_durations(target: &Path, outcomes: &[Outcome]) {
-    let mut known = load_durations(target);
+    let mut known = load_local_durations(target);
     for o in outcomes {
         known.insert(o.label.clone(), o.elapsed.as_secs_f64());
     }
@@ -301,6 +320,19 @@ mod tests {
             package_name("path+file:///w/tests#fabric-tests@0.1.0", d),
             "fabric-tests"
         );
+    }
+
+    #[test]
+    fn every_line_of_the_baseline_counts() {
+        let known = parse_durations(BASELINE);
+        let lines = BASELINE
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .count();
+        assert_eq!(known.len(), lines, "{known:?}");
+        assert!(known.keys().all(|l| l.contains(": ")), "{known:?}");
+        let parsed = parse_durations("# a comment\tno\na: b.rs\t12\nbroken\n");
+        assert_eq!(parsed, HashMap::from([("a: b.rs".to_owned(), 12.0)]));
     }
 
     #[test]
