@@ -640,17 +640,64 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         Some("Succeeded")
     );
 
-    // Deleted at home: gracefully through the provider, and the home pod goes once the
-    // remote one is gone.
-    bed.consumer
-        .kubectl_ok(&["delete", "pod", "web", "-n", HOME_NS, "--wait=false"]);
-    bed.eventually("web, its ShadowPod and real pod gone", || async {
-        let home = bed.home().get_opt("web").await.ok()?;
-        let shadow = bed.shadows().get_opt(&web).await.ok()?;
-        let real = bed.remote_pods().get_opt(&web).await.ok()?;
-        (home.is_none() && shadow.is_none() && real.is_none()).then_some(())
+    // A remote container that cannot start (its image does not pull on the provider): its
+    // state comes home, and a Warning Event says so where `kubectl describe pod` shows it.
+    bed.create_home_pod("badimage", json!({})).await;
+    let bad = forge::name(HOME_NS, "badimage");
+    bed.eventually("badimage's real pod", || async {
+        bed.remote_pods().get_opt(&bad).await.ok()?
     })
     .await;
+    let pull = json!({"status": {
+        "phase": "Pending",
+        "containerStatuses": [{"name": "main", "image": "registry.invalid/web:1", "imageID": "",
+                               "ready": false, "restartCount": 0,
+                               "state": {"waiting": {"reason": "ErrImagePull",
+                                   "message": "lookup registry.invalid: no such host"}}}],
+    }});
+    bed.remote_pods()
+        .patch_status(&bad, &PatchParams::default(), &Patch::Merge(&pull))
+        .await
+        .unwrap();
+    bed.home_pod_where("badimage", "ErrImagePull at home", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
+    })
+    .await;
+    bed.eventually("the failed pull's Event at home", || async {
+        let o = bed
+            .consumer
+            .kubectl(&["get", "events.events.k8s.io", "-n", HOME_NS, "-o", "json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+        v["items"]
+            .as_array()?
+            .iter()
+            .any(|e| {
+                e["reason"] == "Failed"
+                    && e["type"] == "Warning"
+                    && e["regarding"]["name"] == "badimage"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("ErrImagePull: lookup registry.invalid"))
+            })
+            .then_some(())
+    })
+    .await;
+
+    // Deleted at home: gracefully through the provider, and the home pod goes once the
+    // remote one is gone.
+    for name in ["web", "badimage"] {
+        bed.consumer
+            .kubectl_ok(&["delete", "pod", name, "-n", HOME_NS, "--wait=false"]);
+    }
+    for (name, remote) in [("web", &web), ("badimage", &bad)] {
+        bed.eventually("the pod, its ShadowPod and real pod gone", || async {
+            let home = bed.home().get_opt(name).await.ok()?;
+            let shadow = bed.shadows().get_opt(remote).await.ok()?;
+            let real = bed.remote_pods().get_opt(remote).await.ok()?;
+            (home.is_none() && shadow.is_none() && real.is_none()).then_some(())
+        })
+        .await;
+    }
 
     at_most_once(&bed).await;
     let _ = &bed.provider;

@@ -12,6 +12,7 @@
 //! - [`status`]: the home pod's status (phase, conditions, containers, addresses, the
 //!   `offloading.fabric.io/Offloaded` condition), pure;
 //! - [`translate`]: provider pod IPs through the remapped pod CIDR, pure;
+//! - [`failures`]: remote container failures (image pulls, crash loops) as home Events, pure;
 //! - [`queue`]: which pod is looked at next, each one sync at a time, pure;
 //! - [`run`]: the watches (home pods by `spec.nodeName`, the provider's ShadowPods, the peer's
 //!   Configuration) and the writes.
@@ -22,6 +23,7 @@
 //! vanished ShadowPod is confirmed by a fresh read before its pod is failed, and a restarted
 //! process waits for the provider's listing before it creates anything.
 pub mod decide;
+pub mod failures;
 pub mod queue;
 pub mod run;
 pub mod status;

@@ -37,6 +37,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide::{self, Remote, Step},
+    failures,
     queue::Queue,
     status::{self, Context, Seen},
     translate::Remap,
@@ -246,7 +247,14 @@ impl Loop {
             .apply_status(&self.pods_in(&key.0), &key.1, &want)
             .await
         {
-            Ok(()) => debug!(pod = %format!("{}/{}", key.0, key.1), "status home"),
+            Ok(()) => {
+                debug!(pod = %format!("{}/{}", key.0, key.1), "status home");
+                for f in failures::new_failures(pod.status.as_ref(), &want) {
+                    self.events
+                        .publish(pod.as_ref(), &Event::warning(f.reason, "Run", f.message))
+                        .await;
+                }
+            }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
                 warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "writing the pod status")
