@@ -312,6 +312,17 @@ fn manifests_apply_with_least_privilege() {
         ),
         ("fabric-agent", "get", "secrets"),
         ("fabric-virtual-nodes", "create", "secrets"),
+        // Its own election's Lease only.
+        (
+            "fabric-virtual-nodes",
+            "update",
+            "leases.coordination.k8s.io/fabric-gateway",
+        ),
+        (
+            "fabric-virtual-nodes",
+            "delete",
+            "leases.coordination.k8s.io/fabric-virtual-nodes",
+        ),
         ("fabric-virtual-nodes", "create", "pods"),
         ("fabric-virtual-nodes", "get", "configmaps"),
         ("fabric-virtual-nodes", "get", "configmaps/fabric-cluster"),
@@ -510,6 +521,16 @@ fn manifests_apply_with_least_privilege() {
         ("fabric-virtual-nodes", "list", "deployments.apps"),
         ("fabric-virtual-nodes", "get", "secrets"),
         (
+            "fabric-virtual-nodes",
+            "create",
+            "leases.coordination.k8s.io",
+        ),
+        (
+            "fabric-virtual-nodes",
+            "update",
+            "leases.coordination.k8s.io/vk-alpha",
+        ),
+        (
             "fabric-gateway",
             "list",
             "configurations.networking.fabric.io",
@@ -676,6 +697,27 @@ fn manifests_apply_with_least_privilege() {
     // The client CA the VirtualNode controller lets virtual kubelets read is the API
     // server's, in kube-system, and no other ConfigMap there.
     let vnodes = "system:serviceaccount:fabric-system:fabric-virtual-nodes";
+    // The virtual kubelets' node Leases, in kube-node-lease only (the denied tables above:
+    // no other Lease, anywhere else); no listing of the real kubelets' Leases there.
+    for verb in ["create", "get", "update", "patch", "delete"] {
+        assert!(
+            crate::can_in(
+                &api,
+                "fabric-virtual-nodes",
+                verb,
+                "leases.coordination.k8s.io/vk-alpha",
+                "kube-node-lease"
+            ),
+            "the VirtualNode controller cannot {verb} a virtual kubelet's Lease"
+        );
+    }
+    assert!(!crate::can_in(
+        &api,
+        "fabric-virtual-nodes",
+        "list",
+        "leases.coordination.k8s.io",
+        "kube-node-lease"
+    ));
     let can_cm = |what: &str| {
         let o = api.kubectl(&[
             "auth",
