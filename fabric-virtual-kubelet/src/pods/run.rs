@@ -2,7 +2,7 @@
 //! ShadowPods (through the identity, rebuilt when the identity Secret changes) and the
 //! peer's Configuration (the remap of its pod CIDR); carries out [`decide`]'s steps and
 //! writes [`status`]'s home status.
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use fabric_api::{
@@ -178,6 +178,10 @@ struct Loop {
     ready: watch::Receiver<Option<Readiness>>,
     events: Events,
     opts: Opts,
+    /// Per pod, the home status write whose echo the watch cache has not shown yet: the
+    /// pod's resourceVersion in the cache when it was written, and the pod as the write left
+    /// it (see [`Loop::freshest`]).
+    written: std::sync::Mutex<HashMap<Key, (String, Arc<Pod>)>>,
 }
 
 /// What [`Loop::step`] saw of the provider, for the status.
@@ -198,10 +202,33 @@ enum Outcome {
 }
 
 impl Loop {
+    /// The copy of a home pod to decide from: the watch cache's, or the one our last status
+    /// write returned while the cache still shows the version that write replaced (deciding
+    /// on the cache then writes the same status again, and a pod's status flows through
+    /// three or four writes on its way to Running). `over`: the cache's version, recorded
+    /// with the next write.
+    fn freshest(&self, key: &Key, cached: Arc<Pod>) -> (Arc<Pod>, Option<String>) {
+        let over = cached.metadata.resource_version.clone();
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        match written.get(key) {
+            Some((at, after)) if over.as_deref() == Some(at.as_str()) => (after.clone(), over),
+            Some(_) => {
+                written.remove(key);
+                (cached, over)
+            }
+            None => (cached, over),
+        }
+    }
+
     async fn sync(&self, key: &Key) {
-        let Some(pod) = self.store.get(&ObjectRef::new(&key.1).within(&key.0)) else {
+        let Some(cached) = self.store.get(&ObjectRef::new(&key.1).within(&key.0)) else {
+            self.written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(key);
             return;
         };
+        let (pod, over) = self.freshest(key, cached);
         let Some(readiness) = self.ready.borrow().clone() else {
             return;
         };
@@ -244,11 +271,17 @@ impl Loop {
             return;
         }
         match FIELD_MANAGER
-            .apply_status(&self.pods_in(&key.0), &key.1, &want)
+            .apply_status_at(&self.pods_in(&key.0), &key.1, None, &want)
             .await
         {
-            Ok(()) => {
+            Ok(after) => {
                 debug!(pod = %format!("{}/{}", key.0, key.1), "status home");
+                if let Some(over) = over {
+                    self.written
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key.clone(), (over, Arc::new(after)));
+                }
                 for f in failures::new_failures(pod.status.as_ref(), &want) {
                     self.events
                         .publish(pod.as_ref(), &Event::warning(f.reason, "Run", f.message))
@@ -654,6 +687,7 @@ pub async fn run(
         ready,
         events,
         opts: opts.clone(),
+        written: Default::default(),
     };
     let mut resync = tokio::time::interval(opts.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
