@@ -233,6 +233,15 @@ enum Cmd {
         /// How often a consumer looks at its providers' answers.
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         remote_poll: Duration,
+        /// As a provider, the shortest at-most-once partition time agreed to: a consumer asking
+        /// for less gets this (its heartbeat needs a few renewals' room, or a slow API server
+        /// would stop healthy pods). Whole seconds, 1 s to 1 day.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        at_most_once_min_partition: Duration,
+        /// As a provider, the longest grace period agreed to for pods stopped by at-most-once:
+        /// a consumer asking for more gets this. Whole seconds, at most 1 hour.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        at_most_once_max_grace: Duration,
         #[command(flatten)]
         renewal: RenewalArgs,
     },
@@ -543,8 +552,15 @@ async fn run() -> Result<()> {
             offer_percent,
             advertise_labels,
             remote_poll,
+            at_most_once_min_partition,
+            at_most_once_max_grace,
             renewal,
         } => {
+            let at_most_once = shadowpod::partition::Bounds::new(
+                at_most_once_min_partition,
+                at_most_once_max_grace,
+            )
+            .context("--at-most-once-min-partition / --at-most-once-max-grace")?;
             let identity = identity_or_hostname(identity)?;
             let settings = fabric_sharing::negotiation::Settings {
                 namespace: namespace.clone(),
@@ -552,6 +568,7 @@ async fn run() -> Result<()> {
                 percent: offer_percent,
                 labels: advertise_labels.into_iter().collect(),
                 instance: Some(identity.clone()),
+                at_most_once,
             };
             let election = fabric_kube::Election::new(lease, identity);
             // Each controller on a task of its own, so that the multi-thread runtime spreads

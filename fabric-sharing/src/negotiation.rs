@@ -25,6 +25,8 @@ pub struct Settings {
     pub labels: BTreeMap<String, String>,
     /// This replica, as its Events name it.
     pub instance: Option<String>,
+    /// What the provider agrees to of consumers' at-most-once requests.
+    pub at_most_once: crate::shadowpod::partition::Bounds,
 }
 
 /// Runs the negotiation controllers and the unpeer ones until their watches end.
@@ -39,6 +41,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     let policy = policy::Settings {
         percent: settings.percent,
         labels: settings.labels.clone(),
+        at_most_once: settings.at_most_once,
         ..policy::Settings::new(local.id())
     };
     tokio::join!(

@@ -155,7 +155,17 @@ pub async fn peer_out_of_band(local: Client, ns: &str, args: OutOfBandArgs) -> R
     // Checked before anything is created.
     let resources = args.ask.resources()?;
     let me = authenticate(&local, ns, &args, trust).await?;
-    request_and_follow(&local, ns, &me, &args.cluster_id, resources, args.timeout).await
+    let terms = args.ask.at_most_once;
+    request_and_follow(
+        &local,
+        ns,
+        &me,
+        &args.cluster_id,
+        resources,
+        terms,
+        args.timeout,
+    )
+    .await
 }
 
 /// `peer` with the provider's admin kubeconfig at hand: the out-of-band flow, with a one-time
@@ -216,7 +226,8 @@ pub async fn peer_in_band(
             remote.id()
         ),
     }
-    request_and_follow(&local, ns, &me, remote.id(), resources, args.timeout).await
+    let terms = args.ask.at_most_once;
+    request_and_follow(&local, ns, &me, remote.id(), resources, terms, args.timeout).await
 }
 
 /// How long the token `peer` mints on the provider is valid, should its deletion fail.
@@ -281,11 +292,12 @@ async fn request_and_follow(
         String,
         k8s_openapi::apimachinery::pkg::api::resource::Quantity,
     >,
+    at_most_once: Option<fabric_api::offloading::v1alpha1::AtMostOnce>,
     timeout: Duration,
 ) -> Result<()> {
     let asked = !resources.is_empty();
     if asked {
-        let slice = crate::follow::slice(ns, me.id(), provider, resources);
+        let slice = crate::follow::slice(ns, me.id(), provider, resources, at_most_once);
         crate::follow::request(local, &slice).await?;
         println!("✓ asked {provider} for resources (ResourceSlice {ns}/{provider})");
     }

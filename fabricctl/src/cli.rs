@@ -151,6 +151,12 @@ pub struct AskArgs {
     /// Any other resource, `NAME=QUANTITY` (`nvidia.com/gpu=1`); repeatable.
     #[arg(long = "resource")]
     pub resources: Vec<String>,
+    /// At-most-once semantics for the pods offloaded there, `PARTITION[,GRACE]` (seconds or
+    /// durations, e.g. `60,10` or `2m`; grace 30 s by default): the provider stops them once it
+    /// has not heard from this cluster for PARTITION, and only then are they failed here (see
+    /// docs/at-most-once.md). The provider may raise PARTITION and lower GRACE to its bounds.
+    #[arg(long, value_name = "PARTITION[,GRACE]", value_parser = crate::follow::parse_at_most_once)]
+    pub at_most_once: Option<fabric_api::offloading::v1alpha1::AtMostOnce>,
 }
 
 impl From<AskArgs> for crate::follow::Ask {
@@ -160,6 +166,7 @@ impl From<AskArgs> for crate::follow::Ask {
             memory: a.memory,
             pods: a.pods,
             resources: a.resources,
+            at_most_once: a.at_most_once,
         }
     }
 }

@@ -13,6 +13,7 @@ use fabric_api::{
     core::v1alpha1::{ForeignCluster, condition},
     identity::is_dns_label,
     names,
+    offloading::v1alpha1::AtMostOnce,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{
@@ -28,6 +29,8 @@ pub struct Ask {
     pub pods: Option<String>,
     /// Further resources, `NAME=QUANTITY` (`nvidia.com/gpu=1`, `ephemeral-storage=10Gi`).
     pub resources: Vec<String>,
+    /// At-most-once semantics for the pods offloaded there (`--at-most-once`).
+    pub at_most_once: Option<AtMostOnce>,
 }
 
 impl Ask {
@@ -65,8 +68,59 @@ impl Ask {
                 bail!("{name} is asked for twice");
             }
         }
+        if out.is_empty() && self.at_most_once.is_some() {
+            bail!(
+                "--at-most-once applies to the pods offloaded to what is asked for: ask for \
+                 resources too (--cpu, --memory, --pods, --resource)"
+            );
+        }
         Ok(out)
     }
+}
+
+/// The grace period of `--at-most-once` when only the partition time is given: Kubernetes'
+/// default for a pod (a pod's own shorter one still applies; the provider may lower it).
+pub const DEFAULT_AT_MOST_ONCE_GRACE_SECONDS: u32 = 30;
+
+/// `--at-most-once PARTITION[,GRACE]`: the partition time T after which the provider stops the
+/// pods, and their deletion's grace period; each in seconds (`60`) or as a duration (`2m`,
+/// `90s`), in the ranges the ResourceSlice accepts (T 1 s to 1 day, grace at most 1 hour).
+pub fn parse_at_most_once(s: &str) -> Result<AtMostOnce, String> {
+    fn seconds(what: &str, v: &str) -> Result<u32, String> {
+        let v = v.trim();
+        if let Ok(n) = v.parse::<u32>() {
+            return Ok(n);
+        }
+        let d = humantime::parse_duration(v)
+            .map_err(|e| format!("{what} {v:?}: give seconds (60) or a duration (2m, 90s): {e}"))?;
+        if d.subsec_nanos() != 0 {
+            return Err(format!("{what} {v:?}: give whole seconds"));
+        }
+        u32::try_from(d.as_secs()).map_err(|_| format!("{what} {v:?} is too long"))
+    }
+    let (partition, grace) = match s.split_once(',') {
+        Some((p, g)) => (p, Some(g)),
+        None => (s, None),
+    };
+    let partition_seconds = seconds("the partition time", partition)?;
+    if !(1..=86_400).contains(&partition_seconds) {
+        return Err(format!(
+            "the partition time must be 1 s to 1 day, not {partition_seconds} s"
+        ));
+    }
+    let grace_seconds = match grace {
+        Some(g) => seconds("the grace period", g)?,
+        None => DEFAULT_AT_MOST_ONCE_GRACE_SECONDS,
+    };
+    if grace_seconds > 3600 {
+        return Err(format!(
+            "the grace period must be at most 1 hour, not {grace_seconds} s"
+        ));
+    }
+    Ok(AtMostOnce {
+        partition_seconds,
+        grace_seconds,
+    })
 }
 
 /// `[prefix/]name`, the prefix a DNS subdomain and the name a DNS label (as `cpu`,
@@ -83,6 +137,7 @@ pub fn slice(
     me: &str,
     provider: &str,
     resources: BTreeMap<String, Quantity>,
+    at_most_once: Option<AtMostOnce>,
 ) -> ResourceSlice {
     ResourceSlice {
         metadata: ObjectMeta {
@@ -98,7 +153,7 @@ pub fn slice(
             consumer_cluster_id: me.to_owned(),
             provider_cluster_id: provider.to_owned(),
             resources,
-            at_most_once: None,
+            at_most_once,
         },
         status: None,
     }
@@ -240,6 +295,7 @@ mod tests {
             memory: Some("4Gi".into()),
             pods: None,
             resources: resources.iter().map(|s| (*s).to_owned()).collect(),
+            at_most_once: None,
         }
     }
 
@@ -261,12 +317,60 @@ mod tests {
             assert!(e.contains(why), "{bad:?}: {e}");
         }
         assert!(Ask::default().resources().unwrap().is_empty());
-        let s = slice("fabric-system", "a", "b", r);
+        let s = slice("fabric-system", "a", "b", r, None);
         assert_eq!(
             s.metadata.labels.unwrap()[names::label::REMOTE_CLUSTER],
             "b"
         );
         assert_eq!(s.spec.provider_cluster_id, "b");
+        assert_eq!(s.spec.at_most_once, None);
+    }
+
+    #[test]
+    fn at_most_once_goes_into_the_slice() {
+        let t = |p, g| AtMostOnce {
+            partition_seconds: p,
+            grace_seconds: g,
+        };
+        for (arg, want) in [
+            ("60,10", t(60, 10)),
+            ("60", t(60, DEFAULT_AT_MOST_ONCE_GRACE_SECONDS)),
+            ("2m,0", t(120, 0)),
+            ("90s, 15s", t(90, 15)),
+            ("1d,1h", t(86_400, 3600)),
+        ] {
+            assert_eq!(parse_at_most_once(arg), Ok(want), "{arg}");
+        }
+        for (bad, why) in [
+            ("0", "1 s to 1 day"),
+            ("2d", "1 s to 1 day"),
+            ("60,2h", "at most 1 hour"),
+            ("soon", "give seconds"),
+            ("60,", "the grace period"),
+            ("1500ms", "whole seconds"),
+            ("-5", "give seconds"),
+        ] {
+            let e = parse_at_most_once(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let mut a = ask("1", &[]);
+        a.at_most_once = Some(parse_at_most_once("60,10").unwrap());
+        let spec = slice(
+            "fabric-system",
+            "a",
+            "b",
+            a.resources().unwrap(),
+            a.at_most_once,
+        )
+        .spec;
+        assert_eq!(spec.at_most_once, Some(t(60, 10)));
+        // Without resources there is no slice to carry it.
+        let a = Ask {
+            at_most_once: Some(t(60, 10)),
+            ..Ask::default()
+        };
+        let e = a.resources().unwrap_err().to_string();
+        assert!(e.contains("ask for resources too"), "{e}");
     }
 
     fn fc(conditions: &[(&str, &str, &str, &str)]) -> ForeignCluster {

@@ -74,6 +74,7 @@ fn settings() -> Settings {
         percent: 90,
         labels: BTreeMap::new(),
         instance: Some("test".into()),
+        at_most_once: Default::default(),
     }
 }
 
@@ -380,10 +381,28 @@ async fn in_band_peer_and_unpeer() {
     let line = String::from_utf8(o.stdout).unwrap();
     let mut args: Vec<&str> = line.split_whitespace().skip(1).collect();
     // No gateways run: the network never connects, so the command returns once it asked.
-    args.extend(["--cpu", "1", "--memory", "1Gi", "--timeout-secs", "0"]);
+    args.extend([
+        "--cpu",
+        "1",
+        "--memory",
+        "1Gi",
+        "--at-most-once",
+        "60,10",
+        "--timeout-secs",
+        "0",
+    ]);
     let o = fabricctl(&consumer_api, &args);
     assert!(o.status.success(), "{}\n{}", text(&o), svc.logs());
     let out_of_band = peered(&c, &p).await;
+    // The at-most-once terms asked for, in the consumer's slice and its provider replica.
+    let terms = json!({ "partitionSeconds": 60, "graceSeconds": 10 });
+    for side in ["c/ResourceSlice", "p/ResourceSlice"] {
+        assert_eq!(
+            out_of_band[side]["/spec"]["atMostOnce"], terms,
+            "{side}: {:?}",
+            out_of_band[side]
+        );
+    }
 
     // 2. Unpeer with the provider reachable: nothing is left on either side.
     let o = fabricctl(
@@ -403,7 +422,28 @@ async fn in_band_peer_and_unpeer() {
     nothing_on_consumer(&c).await.unwrap();
     nothing_on_provider(&p).await.unwrap();
 
-    // 3. In band: the same steps, the same end state.
+    // 3. In band: the same steps, the same end state. A bad --at-most-once is refused
+    // before anything is done.
+    let o = fabricctl(
+        &consumer_api,
+        &[
+            "peer",
+            "--remote-kubeconfig",
+            &provider_kubeconfig,
+            "--auth-url",
+            &svc.url,
+            "--cpu",
+            "1",
+            "--at-most-once",
+            "0,10",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        !o.status.success() && out.contains("the partition time must be 1 s to 1 day"),
+        "{out}"
+    );
+    assert!(minted_tokens(&p).await.is_empty(), "{out}");
     let o = fabricctl(
         &consumer_api,
         &[
@@ -416,6 +456,8 @@ async fn in_band_peer_and_unpeer() {
             "1",
             "--memory",
             "1Gi",
+            "--at-most-once",
+            "60,10",
             "--timeout-secs",
             "0",
         ],

@@ -46,6 +46,7 @@ fn settings() -> Settings {
         percent: 90,
         labels: BTreeMap::from([("example.io/zone".to_owned(), "z1".to_owned())]),
         instance: Some("test".into()),
+        at_most_once: Default::default(),
     }
 }
 

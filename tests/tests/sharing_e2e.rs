@@ -28,6 +28,7 @@ fn settings() -> Settings {
         percent: 90,
         labels: Default::default(),
         instance: Some("e2e".into()),
+        at_most_once: Default::default(),
     }
 }
 

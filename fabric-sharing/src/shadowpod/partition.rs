@@ -49,6 +49,34 @@ impl Default for Bounds {
     }
 }
 
+/// Bounds that cannot be agreed to as given.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BoundsError {
+    #[error("the shortest partition time must be whole seconds from 1 s to 1 day, not {0:?}")]
+    MinPartition(Duration),
+    #[error("the longest grace period must be whole seconds up to 1 hour, not {0:?}")]
+    MaxGrace(Duration),
+}
+
+impl Bounds {
+    /// On, with `min_partition` and `max_grace` (the ResourceSlice's ranges: a partition
+    /// time of 1 s to 1 day, a grace period of at most 1 hour).
+    pub fn new(min_partition: Duration, max_grace: Duration) -> Result<Self, BoundsError> {
+        let whole = |d: Duration, max: u64| {
+            (d.subsec_nanos() == 0 && d.as_secs() <= max).then_some(d.as_secs() as u32)
+        };
+        let min_partition_seconds = whole(min_partition, 86_400)
+            .filter(|s| *s >= 1)
+            .ok_or(BoundsError::MinPartition(min_partition))?;
+        let max_grace_seconds = whole(max_grace, 3600).ok_or(BoundsError::MaxGrace(max_grace))?;
+        Ok(Self {
+            enabled: true,
+            min_partition_seconds,
+            max_grace_seconds,
+        })
+    }
+}
+
 /// What the provider agrees to for a slice asking `asked`: the request within its bounds.
 pub fn agree(asked: Option<AtMostOnce>, bounds: &Bounds) -> Option<AtMostOnce> {
     let a = asked.filter(|_| bounds.enabled)?;
@@ -446,5 +474,42 @@ mod tests {
         assert_eq!(stop_grace(t(10, 3), Some(30)), 3);
         assert_eq!(stop_grace(t(10, 3), None), 3);
         assert_eq!(stop_grace(t(10, 3), Some(-1)), 0);
+    }
+
+    #[test]
+    fn bounds_from_the_command_line() {
+        let secs = Duration::from_secs;
+        let b = Bounds::new(secs(10), secs(5)).unwrap();
+        assert_eq!(
+            (b.enabled, b.min_partition_seconds, b.max_grace_seconds),
+            (true, 10, 5)
+        );
+        assert_eq!(Bounds::new(secs(5), secs(30)), Ok(Bounds::default()));
+        assert_eq!(Bounds::new(secs(1), secs(0)).unwrap().max_grace_seconds, 0);
+        for (p, g) in [
+            (secs(0), secs(30)),
+            (Duration::from_millis(1500), secs(30)),
+            (secs(86_401), secs(30)),
+        ] {
+            assert_eq!(Bounds::new(p, g), Err(BoundsError::MinPartition(p)));
+        }
+        for g in [secs(3601), Duration::from_millis(500)] {
+            assert_eq!(Bounds::new(secs(5), g), Err(BoundsError::MaxGrace(g)));
+        }
+        // What the provider then agrees to.
+        let b = Bounds::new(secs(20), secs(3)).unwrap();
+        assert_eq!(
+            agree(
+                Some(AtMostOnce {
+                    partition_seconds: 10,
+                    grace_seconds: 10
+                }),
+                &b
+            ),
+            Some(AtMostOnce {
+                partition_seconds: 20,
+                grace_seconds: 3
+            })
+        );
     }
 }
