@@ -182,11 +182,25 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
                 debug!(shadowpod = %key(&shadow), "labels and annotations updated");
             }
             let running = pod.spec.clone().unwrap_or_default();
+            let mut refusal = None;
             if let Some(patch) = resize::patch(&shadow.spec.pod.spec, &running) {
-                resize_pod(ctx, &pods, &name, &patch).await?;
-                info!(shadowpod = %key(&shadow), "resized the pod in place");
+                match resize_pod(ctx, &pods, &name, &patch).await {
+                    Ok(()) => info!(shadowpod = %key(&shadow), "resized the pod in place"),
+                    // Refused here: said on the ShadowPod (the consumer shows it at home),
+                    // tried again on the next change.
+                    Err(Error::Kube(kube::Error::Api(e)))
+                        if matches!(e.code, 400 | 403 | 409 | 422 | 429) =>
+                    {
+                        warn!(shadowpod = %key(&shadow), error = %e.message, "resize refused");
+                        refusal = Some((resize::refusal_reason(e.code), e.message.clone()));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            decide::mirrored(&prev, &pod, false, generation, Timestamp::now())
+            let now = Timestamp::now();
+            let mut st = decide::mirrored(&prev, &pod, false, generation, now);
+            st.conditions = resize::pending(&st.conditions, refusal, generation, now);
+            st
         }
         Decision::Create { again } => {
             match pods

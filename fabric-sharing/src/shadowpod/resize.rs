@@ -7,10 +7,12 @@
 //! fixed once the pod exists.
 use std::collections::BTreeMap;
 
+use fabric_kube::status::{condition, with_condition};
 use k8s_openapi::{
     api::core::v1::{Container, PodSpec, ResourceRequirements},
     apimachinery::pkg::api::resource::Quantity,
 };
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 use serde_json::{Value, json};
 
 use crate::quantity::milli;
@@ -19,6 +21,40 @@ use crate::quantity::milli;
 /// (Kubernetes 1.33 on): reason [`INFEASIBLE`] when the provider refused it.
 pub const RESIZE_PENDING: &str = "PodResizePending";
 pub const INFEASIBLE: &str = "Infeasible";
+/// The reason of [`RESIZE_PENDING`] when the resize may go through later (as a kubelet says
+/// when the node lacks room for now).
+pub const DEFERRED: &str = "Deferred";
+
+/// How the provider's API server refusing the real pod's resize (HTTP `code`) shows: Deferred
+/// when the same request may pass later (a quota, a conflict, throttling), Infeasible when it
+/// cannot as asked (invalid, or beyond what the provider allows).
+pub fn refusal_reason(code: u16) -> &'static str {
+    match code {
+        403 | 409 | 429 => DEFERRED,
+        _ => INFEASIBLE,
+    }
+}
+
+/// The ShadowPod's conditions with [`RESIZE_PENDING`] set to the provider's refusal of the
+/// real pod's resize (reason, message), or gone when nothing is refused.
+pub fn pending(
+    conditions: &[Condition],
+    refusal: Option<(&str, String)>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    match refusal {
+        Some((reason, message)) => with_condition(
+            conditions,
+            condition(RESIZE_PENDING, true, reason, message, generation, now),
+        ),
+        None => conditions
+            .iter()
+            .filter(|c| c.type_ != RESIZE_PENDING)
+            .cloned()
+            .collect(),
+    }
+}
 
 fn same_quantities(
     a: Option<&BTreeMap<String, Quantity>>,
@@ -147,5 +183,31 @@ mod tests {
         let mut want = spec("800m", "1");
         want.containers[0].name = "other".into();
         assert_eq!(resized(&want, &spec("500m", "1")), None);
+    }
+
+    #[test]
+    fn a_refused_resize_is_pending_on_the_shadowpod_until_it_is_not() {
+        assert_eq!(refusal_reason(422), INFEASIBLE);
+        assert_eq!(refusal_reason(400), INFEASIBLE);
+        assert_eq!(refusal_reason(403), DEFERRED);
+        assert_eq!(refusal_reason(409), DEFERRED);
+        let now = Timestamp::UNIX_EPOCH;
+        let created = condition("PodCreated", true, "Created", "x".into(), Some(1), now);
+        let conds = pending(
+            std::slice::from_ref(&created),
+            Some((INFEASIBLE, "cpu: too much".into())),
+            Some(2),
+            now,
+        );
+        assert_eq!(conds.len(), 2);
+        let p = conds.iter().find(|c| c.type_ == RESIZE_PENDING).unwrap();
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str(), p.message.as_str()),
+            ("True", INFEASIBLE, "cpu: too much")
+        );
+        let again = pending(&conds, Some((DEFERRED, "quota".into())), Some(2), now);
+        assert_eq!(again.len(), 2);
+        assert!(again.iter().any(|c| c.reason == DEFERRED));
+        assert_eq!(pending(&again, None, Some(3), now), vec![created]);
     }
 }

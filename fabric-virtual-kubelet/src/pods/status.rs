@@ -246,6 +246,19 @@ pub fn home_status(
                 ),
             };
             put(&mut conds, prev_conds, offloaded, ctx.now);
+            // The provider refused to resize the real pod: pending at home, as a kubelet says.
+            if let Some(c) = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == resize::RESIZE_PENDING && c.status == "True")
+            {
+                put(
+                    &mut conds,
+                    prev_conds,
+                    cond(resize::RESIZE_PENDING, true, &c.reason, c.message.clone()),
+                    ctx.now,
+                );
+            }
             if let Some(e) = untranslatable.filter(|_| s.pod_ip.is_none()) {
                 // Not Ready while unreachable at its address: Services would send traffic
                 // to an address that means something else here.
@@ -613,5 +626,34 @@ mod tests {
     #[test]
     fn nothing_is_written_for_a_pod_not_offloaded_yet() {
         assert_eq!(home_status(None, Seen::Nothing, &ctx(true, None)), None);
+    }
+
+    #[test]
+    fn a_resize_the_provider_refused_is_pending_at_home() {
+        let r = remap();
+        let mut sh = shadow("Running", true, 0);
+        let st = sh.status.as_mut().unwrap();
+        st.conditions = resize::pending(
+            &st.conditions,
+            Some((resize::DEFERRED, "exceeded quota: cpu".into())),
+            None,
+            Timestamp::from_second(20).unwrap(),
+        );
+        let s = home_status(None, Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
+        let p = c(&s, resize::RESIZE_PENDING);
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_deref(), p.message.as_deref()),
+            ("True", Some(resize::DEFERRED), Some("exceeded quota: cpu"))
+        );
+        // Carried out after all: no longer pending.
+        let st = sh.status.as_mut().unwrap();
+        st.conditions = resize::pending(&st.conditions, None, None, Timestamp::UNIX_EPOCH);
+        let s = home_status(Some(&s), Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
+        assert!(
+            !s.conditions
+                .unwrap()
+                .iter()
+                .any(|c| c.type_ == resize::RESIZE_PENDING)
+        );
     }
 }
