@@ -52,8 +52,8 @@ pub fn consumer_of(user: &str) -> Option<&str> {
 }
 
 /// A pod's requests as the scheduler counts them, in thousandths: per resource the larger of
-/// the containers' sum and any one init container; limits stand for missing requests; one
-/// `pods`.
+/// the containers' and sidecars' sum and any one init container with the sidecars started
+/// before it; limits stand for missing requests; one `pods`.
 pub fn requests(spec: &PodSpec) -> Result<BTreeMap<String, i128>, BadQuantity> {
     fn of(c: &Container) -> Result<BTreeMap<String, i128>, BadQuantity> {
         let mut out = BTreeMap::new();
@@ -72,8 +72,29 @@ pub fn requests(spec: &PodSpec) -> Result<BTreeMap<String, i128>, BadQuantity> {
             *total.entry(k).or_default() += v;
         }
     }
+    // Sidecars (`restartPolicy: Always`) run beside everything started after them: they add
+    // to the containers' sum, and to each later init container's own.
+    let mut sidecars: BTreeMap<String, i128> = BTreeMap::new();
+    let mut inits: Vec<BTreeMap<String, i128>> = Vec::new();
     for c in spec.init_containers.iter().flatten() {
-        for (k, v) in of(c)? {
+        let own = of(c)?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            for (k, v) in own {
+                *sidecars.entry(k).or_default() += v;
+            }
+        } else {
+            let mut with = own;
+            for (k, v) in &sidecars {
+                *with.entry(k.clone()).or_default() += v;
+            }
+            inits.push(with);
+        }
+    }
+    for (k, v) in sidecars {
+        *total.entry(k).or_default() += v;
+    }
+    for init in inits {
+        for (k, v) in init {
             let t = total.entry(k).or_default();
             *t = (*t).max(v);
         }
@@ -264,6 +285,25 @@ mod tests {
         .unwrap();
         let r = requests(&p).unwrap();
         assert_eq!((r["cpu"], r["pods"]), (300, 1000));
+        // A sidecar adds to the containers, and to the init containers after it.
+        let p: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "100m"}}}],
+            "initContainers": [
+                {"name": "i", "resources": {"requests": {"cpu": "250m"}}},
+                {"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
+                {"name": "j", "resources": {"requests": {"cpu": "250m"}}},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(requests(&p).unwrap()["cpu"], 450);
+        let p: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "100m"}}}],
+            "initContainers": [
+                {"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(requests(&p).unwrap()["cpu"], 300);
         let p: PodSpec = serde_json::from_value(json!({"containers": [
             {"name": "a", "resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "1Mi"}}},
             {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}},

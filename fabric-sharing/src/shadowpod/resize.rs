@@ -3,8 +3,9 @@
 //! ShadowPod (where the provider's webhook charges what it adds against the grant), and the
 //! provider's ShadowPod controller carries it into the real pod (through the `resize`
 //! subresource where the API server serves it, Kubernetes 1.33 on, else as a pod update).
-//! Only the regular containers' `resources` are carried: anything else in a pod's spec is
-//! fixed once the pod exists.
+//! Only the `resources` of the regular containers and the sidecars (init containers with
+//! `restartPolicy: Always`) are carried: anything else in a pod's spec is fixed once the pod
+//! exists.
 use std::collections::BTreeMap;
 
 use fabric_kube::status::{condition, with_condition};
@@ -82,56 +83,104 @@ pub fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequi
     )
 }
 
-/// The containers whose resources differ between what `want` says and what `have` runs, by
-/// name, with `want`'s resources.
-fn changed<'a>(
-    want: &'a PodSpec,
-    have: &'a PodSpec,
+/// A sidecar: an init container that keeps running beside the regular ones (`restartPolicy:
+/// Always`), resizable in place as they are.
+fn sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Of `want` and `have` (a list of containers each), the containers whose resources differ,
+/// by name, with `want`'s resources.
+fn changed_in<'a>(
+    want: &'a [Container],
+    have: &'a [Container],
 ) -> Vec<(&'a str, Option<&'a ResourceRequirements>)> {
-    want.containers
-        .iter()
+    want.iter()
         .filter_map(|w| {
-            let h = have.containers.iter().find(|h| h.name == w.name)?;
+            let h = have.iter().find(|h| h.name == w.name)?;
             (!same_resources(w.resources.as_ref(), h.resources.as_ref()))
                 .then_some((w.name.as_str(), w.resources.as_ref()))
         })
         .collect()
 }
 
-/// `have`'s containers with the resources `want` gives them, if any changed: what the
-/// virtual kubelet writes into the ShadowPod's spec.
-pub fn resized(want: &PodSpec, have: &PodSpec) -> Option<Vec<Container>> {
-    let changed = changed(want, have);
-    if changed.is_empty() {
+/// The sidecars of a pod spec.
+fn sidecars(spec: &PodSpec) -> Vec<Container> {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .filter(|c| sidecar(c))
+        .cloned()
+        .collect()
+}
+
+/// `list` with the resources of `changed`.
+fn with_resources(
+    list: &[Container],
+    changed: &[(&str, Option<&ResourceRequirements>)],
+) -> Vec<Container> {
+    list.iter()
+        .map(|c| match changed.iter().find(|(n, _)| *n == c.name) {
+            Some((_, r)) => Container {
+                resources: r.cloned(),
+                ..c.clone()
+            },
+            None => c.clone(),
+        })
+        .collect()
+}
+
+/// What the virtual kubelet writes into the ShadowPod's pod spec for a resize: whole
+/// lists (a merge patch replaces lists), the init containers only when a sidecar changed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resized {
+    pub containers: Vec<Container>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_containers: Option<Vec<Container>>,
+}
+
+/// `have`'s containers (and init containers) with the resources `want` gives its regular
+/// containers and sidecars, if any changed: what the virtual kubelet writes into the
+/// ShadowPod's spec. Other init containers have run by then: they are left as they are.
+pub fn resized(want: &PodSpec, have: &PodSpec) -> Option<Resized> {
+    let regular = changed_in(&want.containers, &have.containers);
+    let (want_side, have_side) = (sidecars(want), sidecars(have));
+    let side = changed_in(&want_side, &have_side);
+    if regular.is_empty() && side.is_empty() {
         return None;
     }
-    Some(
-        have.containers
-            .iter()
-            .map(|c| match changed.iter().find(|(n, _)| *n == c.name) {
-                Some((_, r)) => Container {
-                    resources: r.cloned(),
-                    ..c.clone()
-                },
-                None => c.clone(),
-            })
-            .collect(),
-    )
+    Some(Resized {
+        containers: with_resources(&have.containers, &regular),
+        init_containers: (!side.is_empty())
+            .then(|| with_resources(have.init_containers.as_deref().unwrap_or_default(), &side)),
+    })
 }
 
 /// The strategic merge patch (containers merged by name) that brings a pod running `have`
-/// to `want`'s container resources, if any differ: for the `resize` subresource, or the pod
-/// itself where that is not served.
+/// to `want`'s container and sidecar resources, if any differ: for the `resize`
+/// subresource, or the pod itself where that is not served.
 pub fn patch(want: &PodSpec, have: &PodSpec) -> Option<Value> {
-    let changed = changed(want, have);
-    if changed.is_empty() {
+    let regular = changed_in(&want.containers, &have.containers);
+    let (want_side, have_side) = (sidecars(want), sidecars(have));
+    let side = changed_in(&want_side, &have_side);
+    if regular.is_empty() && side.is_empty() {
         return None;
     }
-    let containers: Vec<Value> = changed
-        .into_iter()
-        .map(|(name, r)| json!({ "name": name, "resources": r.cloned().unwrap_or_default() }))
-        .collect();
-    Some(json!({ "spec": { "containers": containers } }))
+    let entries = |changed: Vec<(&str, Option<&ResourceRequirements>)>| -> Vec<Value> {
+        changed
+            .into_iter()
+            .map(|(name, r)| json!({ "name": name, "resources": r.cloned().unwrap_or_default() }))
+            .collect()
+    };
+    let mut spec = serde_json::Map::new();
+    if !regular.is_empty() {
+        spec.insert("containers".into(), Value::Array(entries(regular)));
+    }
+    if !side.is_empty() {
+        spec.insert("initContainers".into(), Value::Array(entries(side)));
+    }
+    Some(json!({ "spec": spec }))
 }
 
 #[cfg(test)]
@@ -158,6 +207,8 @@ mod tests {
         let have = spec("500m", "1");
         let want = spec("800m", "1");
         let out = resized(&want, &have).unwrap();
+        assert_eq!(out.init_containers, None);
+        let out = out.containers;
         assert_eq!(out.len(), 2);
         assert_eq!(
             out[0]
@@ -209,5 +260,49 @@ mod tests {
         assert_eq!(again.len(), 2);
         assert!(again.iter().any(|c| c.reason == DEFERRED));
         assert_eq!(pending(&again, None, Some(3), now), vec![created]);
+    }
+
+    #[test]
+    fn a_sidecar_is_resized_and_a_plain_init_container_is_not() {
+        let with_init = |side: &str, init: &str| {
+            let mut s = spec("500m", "1");
+            s.init_containers = Some(
+                serde_json::from_value(json!([
+                    {"name": "setup", "image": "x", "resources": {"requests": {"cpu": init}}},
+                    {"name": "proxy", "image": "x", "restartPolicy": "Always",
+                     "resources": {"requests": {"cpu": side}}},
+                ]))
+                .unwrap(),
+            );
+            s
+        };
+        let have = with_init("100m", "1");
+        // A plain init container has run: nothing to carry.
+        assert_eq!(resized(&with_init("100m", "2"), &have), None);
+        assert_eq!(patch(&with_init("100m", "2"), &have), None);
+        let want = with_init("200m", "1");
+        let out = resized(&want, &have).unwrap();
+        assert_eq!(out.containers, have.containers);
+        let init = out.init_containers.unwrap();
+        assert_eq!(init[0], have.init_containers.as_ref().unwrap()[0]);
+        assert_eq!(
+            init[1]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"],
+            Quantity("200m".into())
+        );
+        assert_eq!(
+            patch(&want, &have).unwrap(),
+            json!({"spec": {"initContainers": [{"name": "proxy",
+                "resources": {"requests": {"cpu": "200m"}}}]}})
+        );
+        // Written into the ShadowPod as whole lists, the init containers only when needed.
+        let v =
+            serde_json::to_value(resized(&spec("800m", "1"), &spec("500m", "1")).unwrap()).unwrap();
+        assert!(v.get("initContainers").is_none(), "{v}");
     }
 }

@@ -445,12 +445,12 @@ impl Loop {
             other => return Ok(other),
         };
         let want = pod.spec.clone().unwrap_or_default();
-        let Some(containers) = resize::resized(&want, &s.spec.pod.spec) else {
+        let Some(resized) = resize::resized(&want, &s.spec.pod.spec) else {
             return Ok(Outcome::Shadow(s));
         };
         let patch = json!({
             "metadata": { "resourceVersion": s.metadata.resource_version },
-            "spec": { "pod": { "spec": { "containers": containers } } },
+            "spec": { "pod": { "spec": resized } },
         });
         let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         match p
