@@ -49,7 +49,8 @@ tasks:
   bench offload     build, time pods bound to the virtual node until Running at home (p50, p99,
                     all) for 1, 100, 1000 pods against the same burst on the provider's own
                     (hollow) node, and the virtual kubelet's memory (e.g. `-- --sizes 1,100`;
-                    `-- --webhook`: with the provider's ShadowPod webhook)
+                    `-- --webhook`: with the provider's ShadowPod webhook; `-- --release`: the
+                    bench's binaries built and run in release mode)
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
   fuzz --list       list the fuzz targets (fuzz/, built by cargo-fuzz on the nightly toolchain)
   fuzz TARGET [--time SECONDS] [-- LIBFUZZER-ARGS]
@@ -688,12 +689,44 @@ fn bench_peering(args: &[String]) -> Result<ExitCode> {
 
 /// Needs no root: two API servers, processes on the host and a hollow test node.
 fn bench_offload(args: &[String]) -> Result<ExitCode> {
-    step("build: all binaries");
-    build_bins(&[])?;
+    let release = args.iter().any(|a| a == "--release");
+    if release {
+        // Only what the bench runs (the API servers are kubelite's): the controllers, the
+        // virtual kubelet, the hollow node and the bench, which finds them beside itself.
+        step("build: the offload benchmark's binaries (release)");
+        run(cargo().args([
+            "build",
+            "--locked",
+            "--release",
+            "-p",
+            "fabric-controller",
+            "-p",
+            "fabric-virtual-kubelet",
+            "-p",
+            "fabric-tests",
+            "--bin",
+            "fabric-controller",
+            "--bin",
+            "fabric-virtual-kubelet",
+            "--bin",
+            "fabric-test-node",
+            "--bin",
+            "fabric-bench",
+        ]))
+        .context("building the binaries")?;
+    } else {
+        step("build: all binaries");
+        build_bins(&[])?;
+    }
     step("bench offload");
     let mut a = vec!["offload".to_owned()];
-    a.extend(args.iter().filter(|a| *a != "--").cloned());
-    run_child(&target_dir().join("debug/fabric-bench"), &a)
+    a.extend(
+        args.iter()
+            .filter(|a| *a != "--" && *a != "--release")
+            .cloned(),
+    );
+    let profile = if release { "release" } else { "debug" };
+    run_child(&target_dir().join(profile).join("fabric-bench"), &a)
 }
 
 fn codegen() -> Result<ExitCode> {
