@@ -84,6 +84,16 @@ impl Bed {
         }
     }
 
+    /// Waits for an Event (events.k8s.io) in `ns` of `api` that `matches`.
+    async fn event(&self, api: &ApiServer, ns: &str, what: &str, matches: impl Fn(&Value) -> bool) {
+        self.eventually(what, || async {
+            let o = api.kubectl(&["get", "events.events.k8s.io", "-n", ns, "-o", "json"]);
+            let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+            v["items"].as_array()?.iter().any(&matches).then_some(())
+        })
+        .await;
+    }
+
     fn home(&self) -> Api<Pod> {
         Api::namespaced(self.c.clone(), HOME_NS)
     }
@@ -442,16 +452,8 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         cond_is(&root, OFFLOADED, "False", Some("OffloadingRefused")),
         "{root}"
     );
-    bed.eventually("the refusal's Event", || async {
-        let o = bed
-            .consumer
-            .kubectl(&["get", "events.events.k8s.io", "-n", HOME_NS, "-o", "json"]);
-        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
-        v["items"]
-            .as_array()?
-            .iter()
-            .any(|e| e["reason"] == "OffloadingRefused" && e["regarding"]["name"] == "root")
-            .then_some(())
+    bed.event(&bed.consumer, HOME_NS, "the refusal's Event", |e| {
+        e["reason"] == "OffloadingRefused" && e["regarding"]["name"] == "root"
     })
     .await;
     assert!(
@@ -577,16 +579,8 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     let why = condition(&big, OFFLOADED).unwrap()["message"].to_string();
     assert!(why.contains("granted to consumer"), "{big}");
     assert_eq!(big["status"]["phase"], "Pending", "{big}");
-    bed.eventually("the quota refusal's Event", || async {
-        let o = bed
-            .consumer
-            .kubectl(&["get", "events.events.k8s.io", "-n", HOME_NS, "-o", "json"]);
-        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
-        v["items"]
-            .as_array()?
-            .iter()
-            .any(|e| e["reason"] == "ProviderForbidden" && e["regarding"]["name"] == "big")
-            .then_some(())
+    bed.event(&bed.consumer, HOME_NS, "the quota refusal's Event", |e| {
+        e["reason"] == "ProviderForbidden" && e["regarding"]["name"] == "big"
     })
     .await;
     assert!(
@@ -663,24 +657,19 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
     })
     .await;
-    bed.eventually("the failed pull's Event at home", || async {
-        let o = bed
-            .consumer
-            .kubectl(&["get", "events.events.k8s.io", "-n", HOME_NS, "-o", "json"]);
-        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
-        v["items"]
-            .as_array()?
-            .iter()
-            .any(|e| {
-                e["reason"] == "Failed"
-                    && e["type"] == "Warning"
-                    && e["regarding"]["name"] == "badimage"
-                    && e["note"]
-                        .as_str()
-                        .is_some_and(|n| n.contains("ErrImagePull: lookup registry.invalid"))
-            })
-            .then_some(())
-    })
+    bed.event(
+        &bed.consumer,
+        HOME_NS,
+        "the failed pull's Event at home",
+        |e| {
+            e["reason"] == "Failed"
+                && e["type"] == "Warning"
+                && e["regarding"]["name"] == "badimage"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("ErrImagePull: lookup registry.invalid"))
+        },
+    )
     .await;
 
     // Deleted at home: gracefully through the provider, and the home pod goes once the
@@ -847,22 +836,12 @@ async fn at_most_once(bed: &Bed) {
         failed_at >= AT_MOST_ONCE_DEADLINE - Duration::from_secs(2),
         "{failed_at:?}"
     );
-    bed.eventually("the Partitioned Event on the ShadowPod", || async {
-        let o = bed.provider.kubectl(&[
-            "get",
-            "events.events.k8s.io",
-            "-n",
-            &tenant_ns,
-            "-o",
-            "json",
-        ]);
-        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
-        v["items"]
-            .as_array()?
-            .iter()
-            .any(|e| e["reason"] == "Partitioned" && e["regarding"]["name"] == solo.as_str())
-            .then_some(())
-    })
+    bed.event(
+        &bed.provider,
+        &tenant_ns,
+        "the Partitioned Event on the ShadowPod",
+        |e| e["reason"] == "Partitioned" && e["regarding"]["name"] == solo.as_str(),
+    )
     .await;
 
     // Healed: nothing revived on either side, nothing duplicated; a new pod runs.
