@@ -4,7 +4,19 @@
 use std::{
     collections::{HashSet, VecDeque},
     hash::Hash,
+    time::Duration,
 };
+
+/// When a pod whose sync failed `failures` times in a row (the provider's API answered 5xx,
+/// timed out, ...) is looked at again: half a second after the first failure, doubling up to
+/// the 30 s of the periodic resync, so a transient error costs a moment rather than a resync
+/// period, and a provider that keeps failing is not hammered.
+pub fn retry_after(failures: u32) -> Duration {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(30);
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST.saturating_mul(1 << doublings).min(MAX)
+}
 
 #[derive(Debug)]
 pub struct Queue<K> {
@@ -57,6 +69,15 @@ impl<K: Clone + Eq + Hash> Queue<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_syncs_are_retried_soon_then_less_often() {
+        let ms = |f| retry_after(f).as_millis();
+        assert_eq!((ms(1), ms(2), ms(3), ms(4)), (500, 1000, 2000, 4000));
+        assert_eq!(ms(7), 30_000);
+        assert_eq!(ms(1000), 30_000);
+        assert_eq!(ms(0), 500);
+    }
 
     #[test]
     fn keys_come_once_in_marking_order() {

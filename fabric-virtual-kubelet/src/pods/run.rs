@@ -38,7 +38,7 @@ use tracing::{debug, info, warn};
 use super::{
     decide::{self, Remote, Step},
     failures,
-    queue::Queue,
+    queue::{Queue, retry_after},
     status::{self, Context, Seen},
     translate::Remap,
 };
@@ -182,6 +182,11 @@ struct Loop {
     /// pod's resourceVersion in the cache when it was written, and the pod as the write left
     /// it (see [`Loop::freshest`]).
     written: std::sync::Mutex<HashMap<Key, (String, Arc<Pod>)>>,
+    /// Per pod, the syncs that failed in a row, and where a retry is sent
+    /// ([`super::queue::retry_after`]): without it a failed create or delete waited for the
+    /// next event or the periodic resync.
+    failures: std::sync::Mutex<HashMap<Key, u32>>,
+    retry: mpsc::UnboundedSender<Key>,
 }
 
 /// What [`Loop::step`] saw of the provider, for the status.
@@ -226,6 +231,10 @@ impl Loop {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(key);
+            self.failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(key);
             return;
         };
         let (pod, over) = self.freshest(key, cached);
@@ -234,9 +243,27 @@ impl Loop {
         };
         let provider = self.provider.borrow().clone();
         let outcome = match self.step(&pod, provider.as_deref(), readiness.ready).await {
-            Ok(o) => o,
+            Ok(o) => {
+                self.failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(key);
+                o
+            }
             Err(e) => {
-                warn!(pod = %format!("{}/{}", key.0, key.1), error = %format!("{e:#}"), "offloading");
+                let failures = {
+                    let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = f.entry(key.clone()).or_default();
+                    *n = n.saturating_add(1);
+                    *n
+                };
+                let after = retry_after(failures);
+                warn!(pod = %format!("{}/{}", key.0, key.1), error = %format!("{e:#}"), retry_in = ?after, "offloading");
+                let (tx, k) = (self.retry.clone(), key.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = tx.send(k);
+                });
                 Outcome::Nothing
             }
         };
@@ -661,6 +688,7 @@ pub async fn run(
 ) -> Result<()> {
     let (provider_tx, mut provider_rx) = watch::channel(None);
     let (touched_tx, mut touched_rx) = mpsc::unbounded_channel();
+    let retry = touched_tx.clone();
     tokio::spawn(follow_provider(secret, provider_tx, touched_tx));
     let mut config = crate::run::follow(
         Api::<Configuration>::namespaced(local.clone(), &opts.fabric_namespace),
@@ -688,6 +716,8 @@ pub async fn run(
         events,
         opts: opts.clone(),
         written: Default::default(),
+        failures: Default::default(),
+        retry,
     };
     let mut resync = tokio::time::interval(opts.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
