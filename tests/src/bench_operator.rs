@@ -17,38 +17,19 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{ChildGuard, apiserver::ApiServer, check_interrupt, locate_bin};
 
-/// `apiserver_request_total` by "VERB resource[/subresource]", from the Prometheus text.
-/// Non-resource requests (`/metrics`, `/readyz`) and long-running WATCHes are left out.
+/// `apiserver_request_total` by "VERB resource[/subresource]", from the Prometheus text
+/// ([`crate::apimetrics::parse`] with the status codes folded together). Non-resource
+/// requests (`/metrics`, `/readyz`) and long-running WATCHes are left out.
 pub fn request_counts(metrics: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for line in metrics.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+    for (key, value) in crate::apimetrics::parse(metrics) {
+        let mut words = key.split(' ');
+        let (Some(verb), Some(what)) = (words.next(), words.next()) else {
             continue;
         };
-        let Some((labels, value)) = rest.rsplit_once('}') else {
-            continue;
-        };
-        let Ok(value) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        let label = |name: &str| {
-            let key = format!("{name}=\"");
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&key))
-                .map(|v| v.trim_end_matches('"').to_owned())
-                .unwrap_or_default()
-        };
-        let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
-        if resource.is_empty() || verb == "WATCH" {
-            continue;
+        if verb != "WATCH" {
+            *out.entry(format!("{verb} {what}")).or_insert(0.0) += value;
         }
-        let key = if sub.is_empty() {
-            format!("{verb} {resource}")
-        } else {
-            format!("{verb} {resource}/{sub}")
-        };
-        *out.entry(key).or_insert(0.0) += value;
     }
     out
 }

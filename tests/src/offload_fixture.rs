@@ -105,34 +105,37 @@ pub fn start_consumer(tag: &str, graceful: bool) -> Result<ApiServer> {
                  "spec": { "clusterId": PROVIDER,
                            "remote": { "pod": PROVIDER_POD_CIDR, "external": "10.70.0.0/16" } } }),
     )?;
+    merge_status(
+        &consumer,
+        "configuration",
+        json!({ "remote": { "pod": REMAPPED_POD_CIDR, "external": "10.72.0.0/16" } }),
+    );
+    Ok(consumer)
+}
+
+/// Merges `status` into the consumer's object of `kind` named after the provider, as its
+/// controller would write it.
+fn merge_status(consumer: &ApiServer, kind: &str, status: Value) {
     consumer.kubectl_ok(&[
         "patch",
-        "configuration",
+        kind,
         PROVIDER,
         "-n",
         NS,
         "--subresource=status",
         "--type=merge",
         "-p",
-        &json!({ "status": { "remote": { "pod": REMAPPED_POD_CIDR, "external": "10.72.0.0/16" } } })
-            .to_string(),
+        &json!({ "status": status }).to_string(),
     ]);
-    Ok(consumer)
 }
 
 /// The tunnel's state as the gateway operator writes it on the consumer's `Connection`.
 pub fn set_tunnel(consumer: &ApiServer, state: &str) {
-    consumer.kubectl_ok(&[
-        "patch",
+    merge_status(
+        consumer,
         "connection",
-        PROVIDER,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &json!({ "status": { "value": state, "message": format!("test: {state}") } }).to_string(),
-    ]);
+        json!({ "value": state, "message": format!("test: {state}") }),
+    );
 }
 
 /// The consumer's identity Secret for the provider (what the virtual kubelet reaches it with).
