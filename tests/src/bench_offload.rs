@@ -40,7 +40,7 @@ use fabric_api::{
     names,
     offloading::v1alpha1::{ShadowPod, VirtualNode, VirtualNodeSpec},
 };
-use fabric_sharing::{identity, virtual_node::objects};
+use fabric_sharing::virtual_node::objects;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
@@ -52,10 +52,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::{
-    ChildGuard, apimetrics,
-    apiserver::ApiServer,
-    check_interrupt,
-    deployments::{self, Deployments},
+    ChildGuard, apimetrics, apiserver::ApiServer, check_interrupt, deployments::Deployments,
     die_with_parent, locate_bin, sharing,
 };
 
@@ -308,75 +305,13 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
 
     // The consumer: what the sharing and network layers have made by the time a VirtualNode
     // exists (the provider connected, its pod CIDR remapped), and the VirtualNode controller.
-    let consumer = ApiServer::start_with_auth_args("bench-offload-c", "--graceful-pod-deletion");
-    consumer.install_crds();
-    consumer.kubectl_ok(&["create", "namespace", NS]);
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
-                 "metadata": { "name": PROVIDER },
-                 "spec": { "clusterId": PROVIDER, "role": "Provider" } }),
-    )?;
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER } }),
-    )?;
-    consumer.kubectl_ok(&[
-        "patch",
-        "connection",
-        PROVIDER,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"value":"Connected"}}"#,
-    ]);
-    apply(
-        &consumer,
-        &json!({ "apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
-                 "metadata": { "name": PROVIDER, "namespace": NS },
-                 "spec": { "clusterId": PROVIDER,
-                           "remote": { "pod": "10.244.0.0/16", "external": "10.70.0.0/16" } } }),
-    )?;
-    consumer.kubectl_ok(&[
-        "patch",
-        "configuration",
-        PROVIDER,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"remote":{"pod":"10.71.0.0/16","external":"10.72.0.0/16"}}}"#,
-    ]);
+    let consumer = crate::offload_fixture::start_consumer("bench-offload-c", true)?;
     // The virtual kubelet serves its kubelet API, as deployed.
     consumer.publish_client_ca()?;
-    children.push(spawn(
-        "fabric-controller",
-        &s(&[
-            "virtual-nodes",
-            "--virtual-kubelet-image",
-            "fabric-virtual-kubelet:bench",
-            // Other virtual kubelets may be on the host's loopback too.
-            "--virtual-kubelet-port",
-            "0",
-        ]),
-        &consumer.kubeconfig,
-        dir.join("consumer-virtual-nodes.log"),
-    )?);
-    let deployments = Deployments::start(deployments::Options {
-        admin_kubeconfig: consumer.kubeconfig.clone(),
-        component_kubeconfig: consumer.kubeconfig.clone(),
-        selector: format!("{}={}", objects::APP_LABEL, objects::APP),
-        netns: None,
-        pod_ip: "127.0.0.1".into(),
-        dir: dir.join("pods"),
-    })?;
-    let secret = identity::secret(NS, PROVIDER, &creds);
-    apply(&consumer, &serde_json::to_value(&secret)?)?;
+    let virtual_nodes = crate::offload_fixture::start_virtual_nodes(&consumer, &dir, &[])?;
+    children.push(virtual_nodes.controller);
+    let deployments = virtual_nodes.deployments;
+    crate::offload_fixture::set_identity(&consumer, &creds)?;
     apply(
         &consumer,
         &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
