@@ -433,7 +433,17 @@ struct Stage {
     client: Client,
     /// The home namespace (the provider's objects are named `<namespace>.<name>`).
     home_ns: String,
-    shadow: bool,
+    on: Step,
+}
+
+/// What a [`Stage`] waits for.
+#[derive(Clone, Copy)]
+enum Step {
+    ShadowPodCreated,
+    PodCreated,
+    PodBound,
+    PodRunning,
+    ShadowPodRunning,
 }
 
 type Seen = (Arc<Mutex<HashMap<String, Instant>>>, JoinHandle<()>);
@@ -443,24 +453,32 @@ impl Stage {
         let tenant = names::namespace::tenant(CONSUMER);
         let prefix = format!("{}.", self.home_ns);
         let home = move |name: String| name.strip_prefix(&prefix).map(str::to_owned);
-        if self.shadow {
-            let api: Api<ShadowPod> = Api::namespaced(self.client.clone(), &tenant);
-            first_seen(api, move |s: &ShadowPod| {
-                let phase = s.status.as_ref().and_then(|s| s.phase.as_deref());
-                (phase == Some("Running"))
-                    .then(|| home(s.name_any()))
-                    .flatten()
-            })
-            .await
-        } else {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &tenant);
-            first_seen(api, move |p: &Pod| {
-                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                (phase == Some("Running"))
-                    .then(|| home(p.name_any()))
-                    .flatten()
-            })
-            .await
+        let step = self.on;
+        match step {
+            Step::ShadowPodCreated | Step::ShadowPodRunning => {
+                let api: Api<ShadowPod> = Api::namespaced(self.client.clone(), &tenant);
+                first_seen(api, move |s: &ShadowPod| {
+                    let phase = s.status.as_ref().and_then(|s| s.phase.as_deref());
+                    (matches!(step, Step::ShadowPodCreated) || phase == Some("Running"))
+                        .then(|| home(s.name_any()))
+                        .flatten()
+                })
+                .await
+            }
+            Step::PodCreated | Step::PodBound | Step::PodRunning => {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &tenant);
+                first_seen(api, move |p: &Pod| {
+                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                    let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+                    let counts = match step {
+                        Step::PodBound => bound,
+                        Step::PodRunning => phase == Some("Running"),
+                        _ => true,
+                    };
+                    counts.then(|| home(p.name_any())).flatten()
+                })
+                .await
+            }
         }
     }
 }
@@ -765,20 +783,21 @@ pub fn run(opts: &Options) -> Result<()> {
         let off_ns = format!("offload-{n}");
         let local_ns = format!("local-{n}");
         let components = stack.components();
-        let stages = vec![
-            Stage {
-                label: "real pod Running (provider)",
-                client: stack.p.clone(),
-                home_ns: off_ns.clone(),
-                shadow: false,
-            },
-            Stage {
-                label: "ShadowPod Running (provider)",
-                client: stack.p.clone(),
-                home_ns: off_ns.clone(),
-                shadow: true,
-            },
-        ];
+        let stages = [
+            ("ShadowPod created (provider)", Step::ShadowPodCreated),
+            ("real pod created (provider)", Step::PodCreated),
+            ("real pod bound (provider)", Step::PodBound),
+            ("real pod Running (provider)", Step::PodRunning),
+            ("ShadowPod Running (provider)", Step::ShadowPodRunning),
+        ]
+        .into_iter()
+        .map(|(label, on)| Stage {
+            label,
+            client: stack.p.clone(),
+            home_ns: off_ns.clone(),
+            on,
+        })
+        .collect();
         let requests0 = stack.requests()?;
         let off = rt
             .block_on(burst(

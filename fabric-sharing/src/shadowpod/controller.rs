@@ -1,5 +1,6 @@
 //! The provider's ShadowPod controller (I/O edge of [`super::decide`]): from watch caches of
-//! ShadowPods and of the pods they own. Nothing here talks to the consumer: its pods keep
+//! ShadowPods and of the pods they own (one reflector of owned pods is both the controller's
+//! trigger and the store it reads, so a reconcile sees at least the pod change that caused it). Nothing here talks to the consumer: its pods keep
 //! running, and vanished ones are re-created, while the consumer is unreachable. A change of
 //! the ShadowPod's container resources resizes the real pod in place ([`super::resize`]).
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -15,9 +16,10 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        Controller,
+        Controller, WatchStreamExt,
         controller::Action,
         finalizer::{Event, finalizer},
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -43,6 +45,8 @@ pub enum Error {
 
 struct Ctx {
     client: Client,
+    /// The pods this controller owns, as its watch has them.
+    owned: Store<Pod>,
     fences: super::fence::Fences,
     events: fabric_kube::events::Events,
     /// Whether the API server serves `pods/resize` (Kubernetes 1.33 on), once asked.
@@ -58,11 +62,85 @@ impl Ctx {
 
     /// Remembers the status written over version `over` of `key`'s ShadowPod.
     fn wrote(&self, key: String, over: Option<String>, after: ShadowPod) {
-        match over {
-            Some(over) => self.written().insert(key, Written { over, after }),
-            None => self.written().remove(&key),
-        };
+        let mut written = self.written();
+        let prev = written.remove(&key);
+        if let Some(over) = over {
+            written.insert(key, Written::then(prev, over, after));
+        }
     }
+
+    /// The watch cache's copy of pod `ns/name`.
+    fn cached_pod(&self, ns: &str, name: &str) -> Option<Arc<Pod>> {
+        self.owned.get(&ObjectRef::new(name).within(ns))
+    }
+}
+
+/// How making a ShadowPod's first pod from the cached copy went.
+enum Made {
+    /// Done (made and counted, or refused and said): nothing more this time.
+    Done(Action),
+    /// The cached copy was behind, or the name is taken: decide on a fresh read.
+    Fresh,
+}
+
+/// Makes the first pod of `cached`, which the cache says never had one, and writes its
+/// status conditioned on the cached copy's version. The name makes a second pod impossible:
+/// a pod already there (made by an earlier reconcile the cache has not shown yet, or by
+/// someone else) is left to the fresh read.
+async fn create_first(
+    cached: &ShadowPod,
+    ctx: &Ctx,
+    pods: &Api<Pod>,
+    shadows: &Api<ShadowPod>,
+) -> Result<Made, Error> {
+    let k = key(cached);
+    let name = cached.name_any();
+    let prev = cached.status.clone().unwrap_or_default();
+    let generation = cached.metadata.generation;
+    let rv = cached.metadata.resource_version.clone();
+    let status = match pods
+        .create(&PostParams::default(), &decide::real_pod(cached))
+        .await
+    {
+        Ok(pod) => {
+            info!(shadowpod = %k, "created the pod");
+            decide::mirrored(&prev, &pod, false, generation, Timestamp::now())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Made::Fresh),
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+            warn!(shadowpod = %k, error = %e.message, "pod refused");
+            decide::refused(
+                &prev,
+                &e.reason,
+                e.message.clone(),
+                generation,
+                Timestamp::now(),
+            )
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let refused = status.pod_uid.is_none();
+    match STATUS
+        .apply_status_at(shadows, &name, rv.as_deref(), &status)
+        .await
+    {
+        Ok(after) => ctx.wrote(k, rv, after),
+        // Written meanwhile: the made pod's own watch event brings it back here, and it is
+        // then counted from what was written.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            debug!(shadowpod = %k, "cached copy behind after creating");
+            if refused {
+                return Ok(Made::Fresh);
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // A refusal is tried again later: a quota may free up.
+    Ok(Made::Done(if refused {
+        Action::requeue(Duration::from_secs(30))
+    } else {
+        Action::await_change()
+    }))
 }
 
 /// Resizes the pod in place: through the `resize` subresource where it is served (a plain
@@ -114,20 +192,27 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let name = cached.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let shadows: Api<ShadowPod> = Api::namespaced(ctx.client.clone(), &ns);
-    // Only this controller writes a ShadowPod's status or makes its pod, one reconcile per
-    // ShadowPod at a time: the pod read now is what a fresh read of the ShadowPod would be
-    // decided with too.
-    let pod = get_pod(&pods, &name).await?;
     // Most reconciles (the pod's status changing, our own writes echoed) only mirror the pod:
-    // decided on the cached copy, written over its version, without reading it again.
+    // decided on the cached copies, written over the ShadowPod's version, reading nothing.
+    // The pod cache is the trigger's own: it holds at least the change that caused this.
+    if ctx.owned.wait_until_ready().await.is_err() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let seen = ctx.cached_pod(&ns, &name);
     let stopping = matches!(
         ctx.fences.verdict(&cached.spec.cluster_id),
         super::partition::Verdict::Stop { .. }
     );
-    let resizing = pod.as_ref().is_some_and(|p| {
+    let resizing = seen.as_ref().is_some_and(|p| {
         resize::patch(&cached.spec.pod.spec, &p.spec.clone().unwrap_or_default()).is_some()
     });
-    match decide::from_cache(&cached, pod.as_ref(), stopping, resizing, Timestamp::now()) {
+    match decide::from_cache(
+        &cached,
+        seen.as_deref(),
+        stopping,
+        resizing,
+        Timestamp::now(),
+    ) {
         Cached::Settled => return Ok(Action::await_change()),
         Cached::Write(status) => {
             let rv = cached.metadata.resource_version.clone();
@@ -146,6 +231,10 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
                 Err(e) => return Err(e.into()),
             }
         }
+        Cached::Create => match create_first(&cached, ctx, &pods, &shadows).await? {
+            Made::Done(action) => return Ok(action),
+            Made::Fresh => {}
+        },
         Cached::Fresh => {}
     }
     // The watch cache can lag behind our own status writes: deciding from a stale copy would
@@ -153,6 +242,10 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let Some(shadow) = shadows.get_opt(&name).await? else {
         return Ok(Action::await_change());
     };
+    // Only this controller writes a ShadowPod's status or makes its pod, one reconcile per
+    // ShadowPod at a time: the pod read now is what a fresh read of the ShadowPod is decided
+    // with.
+    let pod = get_pod(&pods, &name).await?;
     if shadow.metadata.deletion_timestamp.is_some() {
         // Going away: the finalizer's cleanup follows, nothing is created meanwhile.
         return Ok(Action::await_change());
@@ -197,8 +290,17 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
                     Err(e) => return Err(e),
                 }
             }
+            // The status is mirrored from the cache's copy, never from a read fresher than
+            // it: the next reconcile mirrors the cache again, which would undo that read's
+            // newer status. A pod the cache has not shown yet is mirrored on its event.
+            let Some(seen) = ctx
+                .cached_pod(&ns, &name)
+                .filter(|p| p.metadata.uid == pod.metadata.uid)
+            else {
+                return Ok(Action::await_change());
+            };
             let now = Timestamp::now();
-            let mut st = decide::mirrored(&prev, &pod, false, generation, now);
+            let mut st = decide::mirrored(&prev, &seen, false, generation, now);
             st.conditions = resize::pending(&st.conditions, refusal, generation, now);
             st
         }
@@ -291,14 +393,18 @@ pub async fn run(client: Client) -> Result<(), Error> {
     let shadows: Api<ShadowPod> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.
-    let owned = watcher::Config::default().labels(label::REMOTE_CLUSTER);
+    let owned_cfg = watcher::Config::default().labels(label::REMOTE_CLUSTER);
+    let (owned, writer) = reflector::store();
+    let owned_pods = reflector::reflector(writer, watcher::watcher(pods, owned_cfg))
+        .default_backoff()
+        .touched_objects();
     let (fences, mut silent) = super::fence::spawn(client.clone());
     let events = fabric_kube::events::Events::new(client.clone(), field_manager::SHADOW_POD, None);
     // A consumer turned silent: every ShadowPod is looked at again (those of others are left
     // as they are), which is rare enough not to need a finer trigger.
     let silent = futures::stream::poll_fn(move |cx| silent.poll_recv(cx)).map(|_ns| ());
     Controller::new(shadows, watcher::Config::default())
-        .owns(pods, owned)
+        .owns_stream(owned_pods)
         .reconcile_all_on(silent)
         .shutdown_on_signal()
         .run(
@@ -306,6 +412,7 @@ pub async fn run(client: Client) -> Result<(), Error> {
             error_policy,
             Arc::new(Ctx {
                 client,
+                owned,
                 fences,
                 events,
                 resize_served: tokio::sync::OnceCell::new(),

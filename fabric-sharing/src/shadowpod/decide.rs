@@ -118,11 +118,13 @@ pub fn mirrored(
     }
 }
 
-/// What the controller may do from its watch cache's copy of a ShadowPod alone (no fresh
-/// read): only mirror the status of a pod it owns, the write conditioned on that copy's
-/// resourceVersion so that a copy behind the stored object is refused (409) rather than undo
-/// what came after it. Anything else (creating or re-creating a pod, a finished pod, a pod
-/// to stop, labels or resources to carry over) is decided on a fresh read.
+/// What the controller may do from its watch cache's copy of a ShadowPod and its cache of
+/// owned pods alone (no fresh read): mirror the status of a pod it owns, the write
+/// conditioned on that copy's resourceVersion so that a copy behind the stored object is
+/// refused (409) rather than undo what came after it; and make the first pod of a ShadowPod
+/// that never had one (a second one is refused by its name). Anything else (re-creating a
+/// pod, a finished pod, a pod to stop, labels or resources to carry over) is decided on a
+/// fresh read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cached {
     /// The status already says what the pod does: nothing to write.
@@ -130,6 +132,9 @@ pub enum Cached {
     /// Write this status, conditioned on the copy's resourceVersion (boxed: the other
     /// variants are empty).
     Write(Box<ShadowPodStatus>),
+    /// No pod, and the copy says none was ever made: make it, the status written
+    /// conditioned on the copy's resourceVersion.
+    Create,
     /// Read the ShadowPod afresh and decide on that.
     Fresh,
 }
@@ -145,14 +150,23 @@ pub fn from_cache(
     now: Timestamp,
 ) -> Cached {
     let prev = shadow.status.clone().unwrap_or_default();
-    let Some(pod) = pod else {
-        return Cached::Fresh;
-    };
     if shadow.metadata.deletion_timestamp.is_some()
         || shadow.metadata.resource_version.is_none()
-        || decide(shadow, Some(pod)) != Decision::Mirror
         || stopping
         || super::partition::partitioned(&prev)
+    {
+        return Cached::Fresh;
+    }
+    let Some(pod) = pod else {
+        // A pod that existed once (it may have finished, its re-creation is counted) is
+        // only made again on a fresh read.
+        return if prev.pod_uid.is_none() && !terminal(prev.phase.as_deref()) {
+            Cached::Create
+        } else {
+            Cached::Fresh
+        };
+    };
+    if decide(shadow, Some(pod)) != Decision::Mirror
         || resize
         || metadata_patch(shadow, pod).is_some()
     {
@@ -166,21 +180,46 @@ pub fn from_cache(
     }
 }
 
-/// A status this controller wrote: the object's resourceVersion it was written over, and the
-/// object as the write left it.
+/// The status writes this controller made in a row on a ShadowPod: the resourceVersions they
+/// were written over (oldest first), and the object as the last one left it.
 #[derive(Debug, Clone)]
 pub struct Written {
-    pub over: String,
+    pub over: Vec<String>,
     pub after: ShadowPod,
 }
 
+/// How many of our own writes in a row a lagging cache is recognised behind.
+const WRITTEN_CHAIN: usize = 8;
+
+impl Written {
+    /// The record after one more write, over version `over`, that left `after`: the chain
+    /// goes on when `over` is what our previous write left, else it starts again.
+    pub fn then(prev: Option<Self>, over: String, after: ShadowPod) -> Self {
+        let mut chain = match prev {
+            Some(p) if p.after.metadata.resource_version.as_deref() == Some(over.as_str()) => {
+                p.over
+            }
+            _ => Vec::new(),
+        };
+        chain.push(over);
+        if chain.len() > WRITTEN_CHAIN {
+            chain.remove(0);
+        }
+        Self { over: chain, after }
+    }
+}
+
 /// Which copy of a ShadowPod to decide from: the watch cache's, or the one our last status
-/// write returned when the cache still shows the version that write replaced (the echo of
-/// our own write not yet arrived; deciding on the cache then would only be refused with a
-/// 409). `None`: the cache's. The record is kept while that holds.
+/// write returned when the cache still shows a version one of our writes in a row replaced
+/// (the echoes of our own writes not yet arrived; deciding on the cache then would only be
+/// refused with a 409). `None`: the cache's. The record is kept while that holds.
 pub fn freshest<'a>(cached: &ShadowPod, written: Option<&'a Written>) -> Option<&'a ShadowPod> {
     let written = written?;
-    (cached.metadata.resource_version.as_deref() == Some(written.over.as_str()))
+    let rv = cached.metadata.resource_version.as_deref()?;
+    written
+        .over
+        .iter()
+        .any(|o| o == rv)
         .then_some(&written.after)
 }
 
@@ -389,9 +428,30 @@ mod tests {
     fn the_cache_alone_only_mirrors_an_owned_pod() {
         let mut s = shadow(None);
         s.metadata.resource_version = Some("7".into());
-        // No pod: creating one (or not, if it finished) is decided on a fresh read.
-        assert_eq!(from_cache(&s, None, false, false, now()), Cached::Fresh);
+        // No pod yet and none ever made: the first one is made from the cache.
+        assert_eq!(from_cache(&s, None, false, false, now()), Cached::Create);
+        assert_eq!(from_cache(&s, None, true, false, now()), Cached::Fresh);
         let p = pod_of(&s, "pod-1", "Running");
+        // No pod where one was made (vanished, or finished: counted or never revived) or
+        // where it finished: decided on a fresh read.
+        for phase in ["Running", "Succeeded"] {
+            let mut had = s.clone();
+            had.status = Some(mirrored(
+                &ShadowPodStatus::default(),
+                &pod_of(&s, "pod-0", phase),
+                false,
+                None,
+                now(),
+            ));
+            assert_eq!(from_cache(&had, None, false, false, now()), Cached::Fresh);
+            had.status.as_mut().unwrap().pod_uid = None;
+            let expect = if phase == "Running" {
+                Cached::Create
+            } else {
+                Cached::Fresh
+            };
+            assert_eq!(from_cache(&had, None, false, false, now()), expect);
+        }
         let Cached::Write(st) = from_cache(&s, Some(&p), false, false, now()) else {
             panic!("an owned pod's status is mirrored from the cache");
         };
@@ -456,10 +516,7 @@ mod tests {
             recreations: 1,
             ..Default::default()
         });
-        let w = Written {
-            over: "7".into(),
-            after: after.clone(),
-        };
+        let w = Written::then(None, "7".into(), after.clone());
         assert!(freshest(&before, None).is_none());
         assert_eq!(
             freshest(&before, Some(&w)).map(|s| &s.status),
@@ -470,6 +527,24 @@ mod tests {
         let mut later = after.clone();
         later.metadata.resource_version = Some("9".into());
         assert!(freshest(&later, Some(&w)).is_none());
+
+        // A second write over the first one's result: a cache still at "7" (two echoes
+        // behind) or at "8" (one behind) stands in for neither.
+        let mut third = after.clone();
+        third.metadata.resource_version = Some("10".into());
+        third.status.as_mut().unwrap().recreations = 2;
+        let w2 = Written::then(Some(w.clone()), "8".into(), third.clone());
+        for behind in [&before, &after] {
+            assert_eq!(
+                freshest(behind, Some(&w2)).map(|s| &s.status),
+                Some(&third.status)
+            );
+        }
+        assert!(freshest(&third, Some(&w2)).is_none());
+        // Written over a version our last write did not leave: the chain starts again.
+        let w3 = Written::then(Some(w2), "9".into(), third.clone());
+        assert_eq!(w3.over, vec!["9".to_owned()]);
+        assert!(freshest(&before, Some(&w3)).is_none());
     }
 
     #[test]
