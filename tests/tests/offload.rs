@@ -349,6 +349,29 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         bed.remote_pods().get_opt(&web).await.ok()?
     })
     .await;
+    // The provider's scheduler finds no room for it (played): said at home, and told once.
+    let no_room = "0/1 nodes are available: 1 Insufficient cpu.";
+    let unschedulable = json!({"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": no_room, "lastTransitionTime": "2026-11-26T12:00:00Z"},
+    ]}});
+    bed.remote_pods()
+        .patch_status(&web, &PatchParams::default(), &Patch::Merge(&unschedulable))
+        .await
+        .unwrap();
+    let home = bed
+        .home_pod_where("web", "the provider's unschedulable at home", |p| {
+            cond_is(p, OFFLOADED, "False", Some("ProviderUnschedulable"))
+        })
+        .await;
+    let message = condition(&home, OFFLOADED).unwrap()["message"].to_string();
+    assert!(message.contains(no_room), "{message}");
+    bed.event(&bed.consumer, HOME_NS, "the FailedScheduling Event", |e| {
+        e["reason"] == "FailedScheduling"
+            && e["regarding"]["name"] == "web"
+            && e["note"].as_str().is_some_and(|n| n.contains(no_room))
+    })
+    .await;
     bed.provider_runs(&web, "10.244.2.7", 0).await;
 
     // Status home: Running, Ready, at the remapped address, on the node's address.

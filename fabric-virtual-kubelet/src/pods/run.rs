@@ -311,7 +311,7 @@ impl Loop {
                 }
                 for f in failures::new_failures(pod.status.as_ref(), &want) {
                     self.events
-                        .publish(pod.as_ref(), &Event::warning(f.reason, "Run", f.message))
+                        .publish(pod.as_ref(), &Event::warning(f.reason, f.action, f.message))
                         .await;
                 }
             }

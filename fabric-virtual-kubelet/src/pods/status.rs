@@ -21,7 +21,8 @@ use super::translate::{self, Remap, Untranslatable};
 
 /// The home pod's condition about its offloading: True once the ShadowPod exists (reason the
 /// provider's: `Created`, `Recreated` with the count in the message, `Finished`), False while
-/// it could not be created or the provider refuses its pod (reason and message say why).
+/// it could not be created, the provider refuses its pod, or its pod waits for room on the
+/// provider (reason and message say why).
 pub const OFFLOADED: &str = "offloading.fabric.io/Offloaded";
 pub const READY: &str = "Ready";
 pub const CONTAINERS_READY: &str = "ContainersReady";
@@ -33,6 +34,8 @@ pub mod reason {
     pub const FORBIDDEN: &str = "ProviderForbidden";
     /// The provider does not answer: the pod is not Ready here (it may well run there).
     pub const UNREACHABLE: &str = "ProviderUnreachable";
+    /// The provider's scheduler finds no node for the pod (yet): its message says why.
+    pub const UNSCHEDULABLE: &str = "ProviderUnschedulable";
     /// The ShadowPod or its pod vanished from the provider.
     pub const VANISHED: &str = "ProviderPodVanished";
     /// The pod IP cannot be translated (no remap yet, or outside the provider's pod CIDR).
@@ -244,6 +247,27 @@ pub fn home_status(
                     "ShadowPodCreated",
                     "the ShadowPod exists; the provider has not reported its pod yet".into(),
                 ),
+            };
+            // The home scheduler placed the pod on the virtual node; the provider's scheduler
+            // finding no room for it there is the offloading's, said here.
+            let unschedulable = st
+                .pod_conditions
+                .iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+            let offloaded = match unschedulable {
+                Some(c) if offloaded.status == "True" => cond(
+                    OFFLOADED,
+                    false,
+                    reason::UNSCHEDULABLE,
+                    format!(
+                        "the provider cannot schedule the pod yet: {}",
+                        c.message
+                            .as_deref()
+                            .or(c.reason.as_deref())
+                            .unwrap_or("no reason given")
+                    ),
+                ),
+                _ => offloaded,
             };
             put(&mut conds, prev_conds, offloaded, ctx.now);
             // The provider refused to resize the real pod: pending at home, as a kubelet says.
@@ -500,6 +524,43 @@ mod tests {
         let again = home_status(Some(&s), Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
         assert_eq!(again, s);
         assert_eq!(ours(&s), s);
+    }
+
+    #[test]
+    fn a_pod_the_provider_cannot_place_says_why_at_home() {
+        let r = remap();
+        let mut sh = shadow("Pending", false, 0);
+        let st = sh.status.as_mut().unwrap();
+        st.pod_ip = None;
+        st.pod_ips.clear();
+        st.pod_conditions[1] = PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some("0/1 nodes are available: 1 Insufficient cpu.".into()),
+            ..Default::default()
+        };
+        let s = home_status(None, Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        let o = c(&s, OFFLOADED);
+        assert_eq!(o.status, "False");
+        assert_eq!(o.reason.as_deref(), Some(reason::UNSCHEDULABLE));
+        assert_eq!(
+            o.message.as_deref(),
+            Some(
+                "the provider cannot schedule the pod yet: 0/1 nodes are available: 1 Insufficient cpu."
+            )
+        );
+        // Placed and running: offloaded, as any other.
+        let placed = shadow("Running", true, 0);
+        let s = home_status(Some(&s), Seen::Shadow(&placed), &ctx(true, Some(&r))).unwrap();
+        assert_eq!(c(&s, OFFLOADED).status, "True");
+        assert_eq!(c(&s, OFFLOADED).reason.as_deref(), Some("Created"));
+        // A refusal stays a refusal, whatever the scheduler says.
+        sh.status.as_mut().unwrap().conditions[0].status = "False".into();
+        sh.status.as_mut().unwrap().conditions[0].reason = "Forbidden".into();
+        let s = home_status(None, Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
+        assert_eq!(c(&s, OFFLOADED).reason.as_deref(), Some("Forbidden"));
     }
 
     #[test]
