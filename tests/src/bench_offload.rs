@@ -647,7 +647,19 @@ async fn burst(
 
 /// Deletes every pod of `ns` and waits until they, and the ShadowPods of the tenant
 /// namespace, are gone.
-async fn clear(stack: &Stack, client: &Client, ns: &str, timeout: Duration) -> Result<Duration> {
+/// When each side was empty after [`clear`] deleted the pods, from the first delete.
+struct Cleared {
+    /// The pods of the namespace cleared.
+    home: Duration,
+    /// The ShadowPods of the tenant namespace on the provider.
+    shadows: Duration,
+    /// The real pods of the tenant namespace on the provider.
+    remote: Duration,
+}
+
+/// Deletes every pod of `ns` of `client`'s cluster and waits until it, the provider's
+/// ShadowPods and their real pods are all gone.
+async fn clear(stack: &Stack, client: &Client, ns: &str, timeout: Duration) -> Result<Cleared> {
     let t0 = Instant::now();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let names: Vec<String> = pods
@@ -671,22 +683,35 @@ async fn clear(stack: &Stack, client: &Client, ns: &str, timeout: Duration) -> R
         .buffer_unordered(CONCURRENCY)
         .try_collect::<()>()
         .await?;
-    let shadows: Api<ShadowPod> =
-        Api::namespaced(stack.p.clone(), &names::namespace::tenant(CONSUMER));
+    let tenant = names::namespace::tenant(CONSUMER);
+    let shadows: Api<ShadowPod> = Api::namespaced(stack.p.clone(), &tenant);
+    let remote: Api<Pod> = Api::namespaced(stack.p.clone(), &tenant);
+    let gone: Mutex<[Option<Duration>; 3]> = Mutex::default();
     until(&format!("the pods of {ns} deleted"), timeout, || async {
-        Ok(pods
-            .list(&ListParams::default().limit(1))
-            .await?
-            .items
-            .is_empty()
-            && shadows
-                .list(&ListParams::default().limit(1))
-                .await?
-                .items
-                .is_empty())
+        let one = ListParams::default().limit(1);
+        let empty = [
+            pods.list(&one).await?.items.is_empty(),
+            shadows.list(&one).await?.items.is_empty(),
+            remote.list(&one).await?.items.is_empty(),
+        ];
+        let mut gone = gone.lock().unwrap_or_else(|e| e.into_inner());
+        for (g, e) in gone.iter_mut().zip(empty) {
+            if e && g.is_none() {
+                *g = Some(t0.elapsed());
+            }
+        }
+        Ok(gone.iter().all(Option::is_some))
     })
     .await?;
-    Ok(t0.elapsed())
+    let [home, shadows, remote] = gone
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(Option::unwrap_or_default);
+    Ok(Cleared {
+        home,
+        shadows,
+        remote,
+    })
 }
 
 impl Stack {
@@ -847,8 +872,12 @@ pub fn run(opts: &Options) -> Result<()> {
             })
             .with_context(|| stack.logs())?;
         println!(
-            "        {n} offloaded pods deleted at home and gone on both sides in {}",
-            secs(cleared)
+            "        {n} offloaded pods deleted at home and gone on both sides in {} \
+             (home pods gone after {}, real pods {}, ShadowPods {})",
+            secs(cleared.home.max(cleared.shadows).max(cleared.remote)),
+            secs(cleared.home),
+            secs(cleared.remote),
+            secs(cleared.shadows)
         );
         rows.push((n, off, local));
     }

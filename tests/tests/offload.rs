@@ -65,7 +65,15 @@ impl Bed {
         )
     }
 
-    async fn eventually<T, F, Fut>(&self, what: &str, mut f: F) -> T
+    async fn eventually<T, F, Fut>(&self, what: &str, f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        self.within(what, T, f).await
+    }
+
+    async fn within<T, F, Fut>(&self, what: &str, limit: Duration, mut f: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
@@ -76,8 +84,8 @@ impl Bed {
                 return v;
             }
             assert!(
-                t0.elapsed() < T,
-                "{what}: not within {T:?}\n{}",
+                t0.elapsed() < limit,
+                "{what}: not within {limit:?}\n{}",
                 self.logs()
             );
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -696,18 +704,35 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     .await;
 
     // Deleted at home: gracefully through the provider, and the home pod goes once the
-    // remote one is gone.
-    for name in ["web", "badimage"] {
-        bed.consumer
-            .kubectl_ok(&["delete", "pod", name, "-n", HOME_NS, "--wait=false"]);
-    }
-    for (name, remote) in [("web", &web), ("badimage", &bad)] {
-        bed.eventually("the pod, its ShadowPod and real pod gone", || async {
-            let home = bed.home().get_opt(name).await.ok()?;
-            let shadow = bed.shadows().get_opt(remote).await.ok()?;
-            let real = bed.remote_pods().get_opt(remote).await.ok()?;
-            (home.is_none() && shadow.is_none() && real.is_none()).then_some(())
-        })
+    // remote one is gone. Forced (no grace period), the home pod is gone at once: its
+    // ShadowPod follows on that event, well before the virtual kubelet's periodic collection
+    // of orphans (30 s) would find it.
+    bed.consumer
+        .kubectl_ok(&["delete", "pod", "web", "-n", HOME_NS, "--wait=false"]);
+    bed.consumer.kubectl_ok(&[
+        "delete",
+        "pod",
+        "badimage",
+        "-n",
+        HOME_NS,
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ]);
+    for (name, remote, limit) in [
+        ("badimage", &bad, Duration::from_secs(10)),
+        ("web", &web, T),
+    ] {
+        bed.within(
+            "the pod, its ShadowPod and real pod gone",
+            limit,
+            || async {
+                let home = bed.home().get_opt(name).await.ok()?;
+                let shadow = bed.shadows().get_opt(remote).await.ok()?;
+                let real = bed.remote_pods().get_opt(remote).await.ok()?;
+                (home.is_none() && shadow.is_none() && real.is_none()).then_some(())
+            },
+        )
         .await;
     }
 

@@ -235,6 +235,18 @@ impl Loop {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(key);
+            // Gone without terminating here (deleted with no grace period, forced): its
+            // ShadowPod goes now rather than at the next collection of orphans.
+            let provider = self.provider.borrow().clone();
+            if let Some(p) = provider.filter(|p| p.listed()) {
+                let shadow = p.shadows.get(
+                    &ObjectRef::new(&forge::name(&key.0, &key.1))
+                        .within(p.client.default_namespace()),
+                );
+                if let Some(s) = shadow {
+                    self.delete_orphan(&p, &s).await;
+                }
+            }
             return;
         };
         let (pod, over) = self.freshest(key, cached);
@@ -596,36 +608,42 @@ impl Loop {
             return;
         }
         for s in p.shadows.state() {
-            let (ns, name) = home_key(&s);
-            let here = self.store.get(&ObjectRef::new(&name).within(&ns));
-            if here.is_some_and(|h| h.metadata.uid.as_deref() == Some(s.spec.home.uid.as_str())) {
-                continue;
+            self.delete_orphan(&p, &s).await;
+        }
+    }
+
+    /// Deletes `s` if its home pod is gone (confirmed by a fresh read): the provider's
+    /// controller then deletes its pod gracefully.
+    async fn delete_orphan(&self, p: &Provider, s: &ShadowPod) {
+        let (ns, name) = home_key(s);
+        let here = self.store.get(&ObjectRef::new(&name).within(&ns));
+        if here.is_some_and(|h| h.metadata.uid.as_deref() == Some(s.spec.home.uid.as_str())) {
+            return;
+        }
+        if s.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        match self.pods_in(&ns).get_opt(&name).await {
+            Ok(Some(h)) if h.metadata.uid.as_deref() == Some(s.spec.home.uid.as_str()) => {
+                return;
             }
-            if s.metadata.deletion_timestamp.is_some() {
-                continue;
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %e, "reading a home pod");
+                return;
             }
-            match self.pods_in(&ns).get_opt(&name).await {
-                Ok(Some(h)) if h.metadata.uid.as_deref() == Some(s.spec.home.uid.as_str()) => {
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    warn!(error = %e, "reading a home pod");
-                    continue;
-                }
-            }
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: s.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match p.api().delete(&s.name_any(), &dp).await {
-                Ok(_) => info!(shadowpod = %s.name_any(), "its home pod is gone: deleting it"),
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => warn!(shadowpod = %s.name_any(), error = %e, "deleting an orphan"),
-            }
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: s.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match p.api().delete(&s.name_any(), &dp).await {
+            Ok(_) => info!(shadowpod = %s.name_any(), "its home pod is gone: deleting it"),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => warn!(shadowpod = %s.name_any(), error = %e, "deleting an orphan"),
         }
     }
 }
