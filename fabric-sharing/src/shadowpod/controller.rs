@@ -1,8 +1,9 @@
 //! The provider's ShadowPod controller (I/O edge of [`super::decide`]): from watch caches of
 //! ShadowPods and of the pods they own (one reflector of owned pods is both the controller's
-//! trigger and the store it reads, so a reconcile sees at least the pod change that caused it). Nothing here talks to the consumer: its pods keep
-//! running, and vanished ones are re-created, while the consumer is unreachable. A change of
-//! the ShadowPod's container resources resizes the real pod in place ([`super::resize`]).
+//! trigger and the store it reads, so a reconcile sees at least the pod change that caused
+//! it). Nothing here talks to the consumer: its pods keep running, and vanished ones are
+//! re-created, while the consumer is unreachable. A change of the ShadowPod's container
+//! resources resizes the real pod in place ([`super::resize`]).
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use fabric_api::{
