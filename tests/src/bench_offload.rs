@@ -490,6 +490,15 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(&K) -> Option<String> + Send + 'static,
 {
+    first_event(api, move |o: &K, gone| if gone { None } else { key_of(o) }).await
+}
+
+/// As [`first_seen`], `key_of` also told whether the object was deleted (`true`) or applied.
+async fn first_event<K, F>(api: Api<K>, key_of: F) -> Seen
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: Fn(&K, bool) -> Option<String> + Send + 'static,
+{
     let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
     let task = {
@@ -498,8 +507,9 @@ where
             let mut synced = Some(synced_tx);
             let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
             while let Some(ev) = s.next().await {
-                let obj = match ev {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+                let (obj, gone) = match ev {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => (o, false),
+                    Ok(watcher::Event::Delete(o)) => (o, true),
                     Ok(watcher::Event::InitDone) => {
                         if let Some(tx) = synced.take() {
                             let _ = tx.send(());
@@ -508,7 +518,7 @@ where
                     }
                     _ => continue,
                 };
-                if let Some(k) = key_of(&obj) {
+                if let Some(k) = key_of(&obj, gone) {
                     seen.lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .entry(k)
@@ -645,22 +655,62 @@ async fn burst(
     })
 }
 
-/// Deletes every pod of `ns` and waits until they, and the ShadowPods of the tenant
-/// namespace, are gone.
-/// When each side was empty after [`clear`] deleted the pods, from the first delete.
-struct Cleared {
-    /// The pods of the namespace cleared.
-    home: Duration,
-    /// The ShadowPods of the tenant namespace on the provider.
-    shadows: Duration,
-    /// The real pods of the tenant namespace on the provider.
-    remote: Duration,
+/// What deleting a burst measured.
+struct Deletion {
+    /// From the first delete until every pod (and ShadowPod) is gone.
+    all: Duration,
+    /// Per pod, from its delete at home until it is gone there and, offloaded, its
+    /// ShadowPod on the provider too, sorted.
+    per_pod: Vec<Duration>,
+    /// Per stage on the way, from each pod's delete to that stage, sorted.
+    stages: Vec<(&'static str, Vec<Duration>)>,
+    /// From the first delete until the home pods, the provider's real pods and its
+    /// ShadowPods were each all gone (as listed).
+    empty_after: [Duration; 3],
+}
+
+impl Deletion {
+    fn line(&self) -> String {
+        format!(
+            "per pod p50 {}, p99 {}, all {} gone after {}",
+            secs(percentile(&self.per_pod, 0.5)),
+            secs(percentile(&self.per_pod, 0.99)),
+            self.per_pod.len(),
+            secs(self.all)
+        )
+    }
+
+    fn details(&self) -> String {
+        let [home, real, shadows] = self.empty_after.map(secs);
+        let empty = format!(
+            "          home pods all gone after {home}, real pods {real}, ShadowPods {shadows}\n"
+        );
+        let stages: String = self
+            .stages
+            .iter()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(label, d)| {
+                format!(
+                    "          {label:<34} p50 {}, p99 {}\n",
+                    secs(percentile(d, 0.5)),
+                    secs(percentile(d, 0.99))
+                )
+            })
+            .collect();
+        empty + &stages
+    }
 }
 
 /// Deletes every pod of `ns` of `client`'s cluster and waits until it, the provider's
-/// ShadowPods and their real pods are all gone.
-async fn clear(stack: &Stack, client: &Client, ns: &str, timeout: Duration) -> Result<Cleared> {
-    let t0 = Instant::now();
+/// ShadowPods and their real pods are all gone; with `offloaded`, also times each pod's way
+/// through the provider (its ShadowPod and real pod, named `<ns>.<name>` there).
+async fn clear(
+    stack: &Stack,
+    client: &Client,
+    ns: &str,
+    offloaded: bool,
+    timeout: Duration,
+) -> Result<Deletion> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let names: Vec<String> = pods
         .list(&ListParams::default())
@@ -669,48 +719,142 @@ async fn clear(stack: &Stack, client: &Client, ns: &str, timeout: Duration) -> R
         .iter()
         .map(|p| p.name_any())
         .collect();
+    let tenant = names::namespace::tenant(CONSUMER);
+    let prefix = format!("{ns}.");
+    let home = move |name: String| name.strip_prefix(&prefix).map(str::to_owned);
+    let (gone, watch) = first_event(pods.clone(), |p: &Pod, gone| gone.then(|| p.name_any())).await;
+    let mut stages = Vec::new();
+    if offloaded {
+        let shadows: Api<ShadowPod> = Api::namespaced(stack.p.clone(), &tenant);
+        let real: Api<Pod> = Api::namespaced(stack.p.clone(), &tenant);
+        let h = home.clone();
+        stages.push((
+            "ShadowPod deleting (provider)",
+            first_event(shadows.clone(), move |s: &ShadowPod, gone| {
+                (gone || s.metadata.deletion_timestamp.is_some())
+                    .then(|| h(s.name_any()))
+                    .flatten()
+            })
+            .await,
+        ));
+        let h = home.clone();
+        stages.push((
+            "real pod deleting (provider)",
+            first_event(real.clone(), move |p: &Pod, gone| {
+                (gone || p.metadata.deletion_timestamp.is_some())
+                    .then(|| h(p.name_any()))
+                    .flatten()
+            })
+            .await,
+        ));
+        let h = home.clone();
+        stages.push((
+            "real pod gone (provider)",
+            first_event(real, move |p: &Pod, gone| {
+                gone.then(|| h(p.name_any())).flatten()
+            })
+            .await,
+        ));
+        let h = home.clone();
+        stages.push((
+            "ShadowPod gone (provider)",
+            first_event(shadows, move |s: &ShadowPod, gone| {
+                gone.then(|| h(s.name_any())).flatten()
+            })
+            .await,
+        ));
+    }
+    let deleted_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let t0 = Instant::now();
     futures::stream::iter(names.iter())
         .map(|name| {
-            let pods = pods.clone();
+            let (pods, deleted_at) = (pods.clone(), deleted_at.clone());
             async move {
-                match pods.delete(name, &DeleteParams::default()).await {
+                let at = Instant::now();
+                let r = match pods.delete(name, &DeleteParams::default()).await {
                     Ok(_) => Ok(()),
                     Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
                     Err(e) => Err(e),
-                }
+                };
+                deleted_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name.clone(), at);
+                r
             }
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<()>()
         .await?;
-    let tenant = names::namespace::tenant(CONSUMER);
     let shadows: Api<ShadowPod> = Api::namespaced(stack.p.clone(), &tenant);
     let remote: Api<Pod> = Api::namespaced(stack.p.clone(), &tenant);
-    let gone: Mutex<[Option<Duration>; 3]> = Mutex::default();
-    until(&format!("the pods of {ns} deleted"), timeout, || async {
+    let empty_after: Mutex<[Option<Duration>; 3]> = Mutex::default();
+    let r = until(&format!("the pods of {ns} deleted"), timeout, || async {
         let one = ListParams::default().limit(1);
         let empty = [
             pods.list(&one).await?.items.is_empty(),
-            shadows.list(&one).await?.items.is_empty(),
             remote.list(&one).await?.items.is_empty(),
+            shadows.list(&one).await?.items.is_empty(),
         ];
-        let mut gone = gone.lock().unwrap_or_else(|e| e.into_inner());
-        for (g, e) in gone.iter_mut().zip(empty) {
-            if e && g.is_none() {
-                *g = Some(t0.elapsed());
+        let mut after = empty_after.lock().unwrap_or_else(|e| e.into_inner());
+        for (a, e) in after.iter_mut().zip(empty) {
+            if e && a.is_none() {
+                *a = Some(t0.elapsed());
             }
         }
-        Ok(gone.iter().all(Option::is_some))
+        Ok(after.iter().all(Option::is_some))
     })
-    .await?;
-    let [home, shadows, remote] = gone
+    .await;
+    let end = Instant::now();
+    watch.abort();
+    let stages: Vec<(&'static str, HashMap<String, Instant>)> = stages
+        .into_iter()
+        .map(|(label, (seen, task))| {
+            task.abort();
+            let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            (label, seen)
+        })
+        .collect();
+    r?;
+    let gone = gone.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let deleted_at = deleted_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let since = |seen: &HashMap<String, Instant>, name: &str, at: Instant| {
+        seen.get(name).map(|t| t.saturating_duration_since(at))
+    };
+    // A deletion a watch missed (it listed again meanwhile) counts until all were seen gone.
+    let mut per_pod: Vec<Duration> = deleted_at
+        .iter()
+        .map(|(name, at)| {
+            let mut d = since(&gone, name, *at).unwrap_or(end.saturating_duration_since(*at));
+            if let Some((_, shadow_gone)) = stages.last() {
+                d = d.max(
+                    since(shadow_gone, name, *at).unwrap_or(end.saturating_duration_since(*at)),
+                );
+            }
+            d
+        })
+        .collect();
+    per_pod.sort();
+    let stages = stages
+        .iter()
+        .map(|(label, seen)| {
+            let mut d: Vec<Duration> = deleted_at
+                .iter()
+                .filter_map(|(name, at)| since(seen, name, *at))
+                .collect();
+            d.sort();
+            (*label, d)
+        })
+        .collect();
+    let [home, real, shadows] = empty_after
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())
         .map(Option::unwrap_or_default);
-    Ok(Cleared {
-        home,
-        shadows,
-        remote,
+    Ok(Deletion {
+        all: end.saturating_duration_since(t0),
+        per_pod,
+        stages,
+        empty_after: [home, real, shadows],
     })
 }
 
@@ -866,19 +1010,17 @@ pub fn run(opts: &Options) -> Result<()> {
         stack.print_requests(&requests0, n)?;
         let cleared = rt
             .block_on(async {
-                let off = clear(&stack, &stack.c, &off_ns, opts.timeout).await?;
-                clear(&stack, &stack.p, &local_ns, opts.timeout).await?;
-                anyhow::Ok(off)
+                let off = clear(&stack, &stack.c, &off_ns, true, opts.timeout).await?;
+                let local = clear(&stack, &stack.p, &local_ns, false, opts.timeout).await?;
+                anyhow::Ok((off, local))
             })
             .with_context(|| stack.logs())?;
         println!(
-            "        {n} offloaded pods deleted at home and gone on both sides in {} \
-             (home pods gone after {}, real pods {}, ShadowPods {})",
-            secs(cleared.home.max(cleared.shadows).max(cleared.remote)),
-            secs(cleared.home),
-            secs(cleared.remote),
-            secs(cleared.shadows)
+            "  {n:>5} offloaded deleted at home, gone on both sides: {}",
+            cleared.0.line()
         );
+        print!("{}", cleared.0.details());
+        println!("  {n:>5} local deleted:  {}", cleared.1.line());
         rows.push((n, off, local));
     }
     println!(
