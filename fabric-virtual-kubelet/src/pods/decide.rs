@@ -95,6 +95,23 @@ pub fn wanted_metadata(
     (labels, pod.metadata.annotations.clone().unwrap_or_default())
 }
 
+/// Whether `shadow` stands for no pod at home any more: `home` is the home pod of its name as
+/// known (`None`: there is none), and the ShadowPod is not already going.
+pub fn orphaned(shadow: &ShadowPod, home: Option<&Pod>) -> bool {
+    shadow.metadata.deletion_timestamp.is_none() && !home.is_some_and(|h| owns(shadow, h))
+}
+
+/// The ShadowPod to delete for a home pod gone from the watch cache: deleted outright (a
+/// grace period of 0, a forced deletion) it never showed as terminating, so no
+/// [`Step::DeleteRemote`] was taken for it, and its ShadowPod would otherwise run on until
+/// the periodic look for orphans. The edge confirms with a fresh read that the pod is gone.
+pub fn orphan(remote: Remote<'_>, reachable: bool) -> Option<&ShadowPod> {
+    match remote {
+        Remote::Present(s) if reachable && orphaned(s, None) => Some(s),
+        _ => None,
+    }
+}
+
 pub fn decide(pod: &Pod, remote: Remote<'_>, reachable: bool) -> Step {
     let own = match remote {
         Remote::Present(s) if owns(s, pod) => Some(s),
@@ -282,6 +299,26 @@ mod tests {
             decide(&deleting(pod()), Remote::Absent, false),
             Step::FinishDeletion
         );
+    }
+
+    #[test]
+    fn a_pod_deleted_outright_takes_its_shadow_pod_along() {
+        let s = shadow("u-1");
+        assert!(orphan(Remote::Present(&s), true).is_some());
+        // Not while unreachable (the periodic look for orphans catches up), nor twice.
+        assert!(orphan(Remote::Present(&s), false).is_none());
+        let mut going = s.clone();
+        going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert!(orphan(Remote::Present(&going), true).is_none());
+        assert!(orphan(Remote::Absent, true).is_none());
+        assert!(orphan(Remote::Unknown, true).is_none());
+        // The pod read afresh: still there, it keeps its ShadowPod; a new pod of the same
+        // name does not.
+        assert!(!orphaned(&s, Some(&pod())));
+        // Terminating at home: its ShadowPod goes gracefully (Step::DeleteRemote).
+        assert!(!orphaned(&s, Some(&deleting(pod()))));
+        assert!(orphaned(&shadow("u-0"), Some(&pod())));
+        assert!(orphaned(&s, None));
     }
 
     #[test]

@@ -225,27 +225,38 @@ impl Loop {
         }
     }
 
+    /// Counts a failed sync of `key` and sends it to be synced again after
+    /// [`retry_after`] that many failures in a row.
+    fn retry_later(&self, key: &Key, error: &anyhow::Error) {
+        let failures = {
+            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            let n = f.entry(key.clone()).or_default();
+            *n = n.saturating_add(1);
+            *n
+        };
+        let after = retry_after(failures);
+        warn!(pod = %format!("{}/{}", key.0, key.1), error = %format!("{error:#}"), retry_in = ?after, "offloading");
+        let (tx, k) = (self.retry.clone(), key.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _ = tx.send(k);
+        });
+    }
+
     async fn sync(&self, key: &Key) {
         let Some(cached) = self.store.get(&ObjectRef::new(&key.1).within(&key.0)) else {
             self.written
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(key);
-            self.failures
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(key);
-            // Gone without terminating here (deleted with no grace period, forced): its
-            // ShadowPod goes now rather than at the next collection of orphans.
-            let provider = self.provider.borrow().clone();
-            if let Some(p) = provider.filter(|p| p.listed()) {
-                let shadow = p.shadows.get(
-                    &ObjectRef::new(&forge::name(&key.0, &key.1))
-                        .within(p.client.default_namespace()),
-                );
-                if let Some(s) = shadow {
-                    self.delete_orphan(&p, &s).await;
+            match self.sync_gone(key).await {
+                Ok(()) => {
+                    self.failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(key);
                 }
+                Err(e) => self.retry_later(key, &e),
             }
             return;
         };
@@ -263,19 +274,7 @@ impl Loop {
                 o
             }
             Err(e) => {
-                let failures = {
-                    let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-                    let n = f.entry(key.clone()).or_default();
-                    *n = n.saturating_add(1);
-                    *n
-                };
-                let after = retry_after(failures);
-                warn!(pod = %format!("{}/{}", key.0, key.1), error = %format!("{e:#}"), retry_in = ?after, "offloading");
-                let (tx, k) = (self.retry.clone(), key.clone());
-                tokio::spawn(async move {
-                    tokio::time::sleep(after).await;
-                    let _ = tx.send(k);
-                });
+                self.retry_later(key, &e);
                 Outcome::Nothing
             }
         };
@@ -332,6 +331,55 @@ impl Loop {
                 warn!(pod = %format!("{}/{}", key.0, key.1), error = %e, "writing the pod status")
             }
         }
+    }
+
+    /// A pod gone from the watch cache: its ShadowPod, if one still stands for it, goes
+    /// ([`decide::orphan`]).
+    async fn sync_gone(&self, key: &Key) -> Result<()> {
+        let Some(p) = self.provider.borrow().clone() else {
+            return Ok(());
+        };
+        let reachable = self.ready.borrow().as_ref().is_some_and(|r| r.ready);
+        let cached = p.listed().then(|| {
+            p.shadows.get(
+                &ObjectRef::new(&forge::name(&key.0, &key.1)).within(p.client.default_namespace()),
+            )
+        });
+        let remote = match &cached {
+            None => Remote::Unknown,
+            Some(None) => Remote::Absent,
+            Some(Some(s)) => Remote::Present(s),
+        };
+        match decide::orphan(remote, reachable) {
+            Some(s) => self.delete_orphan(&p, s).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes ShadowPod `s` once a fresh read of its home pod confirms the pod is gone.
+    async fn delete_orphan(&self, p: &Provider, s: &ShadowPod) -> Result<()> {
+        let (ns, name) = home_key(s);
+        let home = self
+            .pods_in(&ns)
+            .get_opt(&name)
+            .await
+            .context("reading the home pod")?;
+        if !decide::orphaned(s, home.as_ref()) {
+            return Ok(());
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: s.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match p.api().delete(&s.name_any(), &dp).await {
+            Ok(_) => info!(shadowpod = %s.name_any(), "its home pod is gone: deleting it"),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e).context("deleting the ShadowPod of a pod gone at home"),
+        }
+        Ok(())
     }
 
     fn pods_in(&self, ns: &str) -> Api<Pod> {
@@ -608,42 +656,14 @@ impl Loop {
             return;
         }
         for s in p.shadows.state() {
-            self.delete_orphan(&p, &s).await;
-        }
-    }
-
-    /// Deletes `s` if its home pod is gone (confirmed by a fresh read): the provider's
-    /// controller then deletes its pod gracefully.
-    async fn delete_orphan(&self, p: &Provider, s: &ShadowPod) {
-        let (ns, name) = home_key(s);
-        let here = self.store.get(&ObjectRef::new(&name).within(&ns));
-        if here.is_some_and(|h| h.metadata.uid.as_deref() == Some(s.spec.home.uid.as_str())) {
-            return;
-        }
-        if s.metadata.deletion_timestamp.is_some() {
-            return;
-        }
-        match self.pods_in(&ns).get_opt(&name).await {
-            Ok(Some(h)) if h.metadata.uid.as_deref() == Some(s.spec.home.uid.as_str()) => {
-                return;
+            let (ns, name) = home_key(&s);
+            let here = self.store.get(&ObjectRef::new(&name).within(&ns));
+            if !decide::orphaned(&s, here.as_deref()) {
+                continue;
             }
-            Ok(_) => {}
-            Err(e) => {
-                warn!(error = %e, "reading a home pod");
-                return;
+            if let Err(e) = self.delete_orphan(&p, &s).await {
+                warn!(shadowpod = %s.name_any(), error = %format!("{e:#}"), "an orphan");
             }
-        }
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: s.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match p.api().delete(&s.name_any(), &dp).await {
-            Ok(_) => info!(shadowpod = %s.name_any(), "its home pod is gone: deleting it"),
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => warn!(shadowpod = %s.name_any(), error = %e, "deleting an orphan"),
         }
     }
 }
