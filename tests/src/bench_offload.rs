@@ -74,6 +74,10 @@ pub struct Options {
     /// the tenant's grant, charged on the Tenant's status), the consumer granted room for
     /// every burst.
     pub webhook: bool,
+    /// Delete the offloaded pods at home with this grace period (the graceful path: each
+    /// stays terminating at home until its real pod is gone), instead of their own 0 (gone
+    /// at home at once, the ShadowPod deleted as an orphan).
+    pub grace: Option<u32>,
 }
 
 impl Default for Options {
@@ -82,6 +86,7 @@ impl Default for Options {
             sizes: vec![1, 100, 1000],
             timeout: Duration::from_secs(600),
             webhook: false,
+            grace: None,
         }
     }
 }
@@ -709,6 +714,7 @@ async fn clear(
     client: &Client,
     ns: &str,
     offloaded: bool,
+    grace: Option<u32>,
     timeout: Duration,
 ) -> Result<Deletion> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -771,7 +777,11 @@ async fn clear(
             let (pods, deleted_at) = (pods.clone(), deleted_at.clone());
             async move {
                 let at = Instant::now();
-                let r = match pods.delete(name, &DeleteParams::default()).await {
+                let dp = DeleteParams {
+                    grace_period_seconds: grace,
+                    ..Default::default()
+                };
+                let r = match pods.delete(name, &dp).await {
                     Ok(_) => Ok(()),
                     Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
                     Err(e) => Err(e),
@@ -1010,13 +1020,16 @@ pub fn run(opts: &Options) -> Result<()> {
         stack.print_requests(&requests0, n)?;
         let cleared = rt
             .block_on(async {
-                let off = clear(&stack, &stack.c, &off_ns, true, opts.timeout).await?;
-                let local = clear(&stack, &stack.p, &local_ns, false, opts.timeout).await?;
+                let off = clear(&stack, &stack.c, &off_ns, true, opts.grace, opts.timeout).await?;
+                let local = clear(&stack, &stack.p, &local_ns, false, None, opts.timeout).await?;
                 anyhow::Ok((off, local))
             })
             .with_context(|| stack.logs())?;
         println!(
-            "  {n:>5} offloaded deleted at home, gone on both sides: {}",
+            "  {n:>5} offloaded deleted at home{}, gone on both sides: {}",
+            opts.grace
+                .map(|g| format!(" (grace period {g} s)"))
+                .unwrap_or_default(),
             cleared.0.line()
         );
         print!("{}", cleared.0.details());

@@ -4,8 +4,8 @@
 //! `control`); see `fabric_tests::bench_operator`.
 //! `fabric-bench peering [--runs N] [--memory-peers N]`: see `fabric_tests::bench_peering`
 //! (`cargo xtask bench peering`).
-//! `fabric-bench offload [--sizes 1,100,1000] [--webhook]`: see `fabric_tests::bench_offload` (`cargo xtask
-//! bench offload`).
+//! `fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS]`: see
+//! `fabric_tests::bench_offload` (`cargo xtask bench offload`).
 use std::process::ExitCode;
 
 use fabric_tests::{bench, install_interrupt_handler, is_root};
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         eprintln!(
             "usage: fabric-bench datapath [--quick] | fabric-bench control | fabric-bench operator \
              | fabric-bench peering [--runs N] [--memory-peers N] \
-             | fabric-bench offload [--sizes 1,100,1000] [--webhook]"
+             | fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS]"
         );
         return ExitCode::from(2);
     }
@@ -68,6 +68,15 @@ fn main() -> ExitCode {
             }
         }
         opts.webhook = args.iter().any(|a| a == "--webhook");
+        if let Some(i) = args.iter().position(|a| a == "--grace") {
+            match args.get(i + 1).and_then(|g| g.parse().ok()) {
+                Some(g) => opts.grace = Some(g),
+                None => {
+                    eprintln!("fabric-bench offload: --grace wants seconds, e.g. 30");
+                    return ExitCode::from(2);
+                }
+            }
+        }
         return match fabric_tests::bench_offload::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
