@@ -49,7 +49,8 @@ tasks:
   bench offload     build, time pods bound to the virtual node until Running at home (p50, p99,
                     all) for 1, 100, 1000 pods against the same burst on the provider's own
                     (hollow) node, and the virtual kubelet's memory (e.g. `-- --sizes 1,100`;
-                    `-- --webhook`: with the provider's ShadowPod webhook; `-- --release`: the
+                    `-- --webhook`: with the provider's ShadowPod webhook; `-- --grace 30`:
+                    offloaded pods deleted with that grace period; `-- --release`: the
                     bench's binaries built and run in release mode)
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
   fuzz --list       list the fuzz targets (fuzz/, built by cargo-fuzz on the nightly toolchain)
