@@ -103,7 +103,9 @@ pub fn parse_at_most_once(s: &str) -> Result<AtMostOnce, String> {
         None => (s, None),
     };
     let partition_seconds = seconds("the partition time", partition)?;
-    if !(1..=86_400).contains(&partition_seconds) {
+    if !(AtMostOnce::MIN_PARTITION_SECONDS..=AtMostOnce::MAX_PARTITION_SECONDS)
+        .contains(&partition_seconds)
+    {
         return Err(format!(
             "the partition time must be 1 s to 1 day, not {partition_seconds} s"
         ));
@@ -112,7 +114,7 @@ pub fn parse_at_most_once(s: &str) -> Result<AtMostOnce, String> {
         Some(g) => seconds("the grace period", g)?,
         None => DEFAULT_AT_MOST_ONCE_GRACE_SECONDS,
     };
-    if grace_seconds > 3600 {
+    if grace_seconds > AtMostOnce::MAX_GRACE_SECONDS {
         return Err(format!(
             "the grace period must be at most 1 hour, not {grace_seconds} s"
         ));

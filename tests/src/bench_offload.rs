@@ -45,7 +45,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams, ObjectMeta, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
@@ -449,6 +449,24 @@ enum Step {
     PodBound,
     PodRunning,
     ShadowPodRunning,
+    /// Marked for deletion, or gone.
+    ShadowPodDeleting,
+    PodDeleting,
+    PodGone,
+    ShadowPodGone,
+}
+
+/// The stages `steps` of the provider's objects standing for the home pods of `home_ns`.
+fn provider_stages(stack: &Stack, home_ns: &str, steps: &[(&'static str, Step)]) -> Vec<Stage> {
+    steps
+        .iter()
+        .map(|&(label, on)| Stage {
+            label,
+            client: stack.p.clone(),
+            home_ns: home_ns.to_owned(),
+            on,
+        })
+        .collect()
 }
 
 type Seen = (Arc<Mutex<HashMap<String, Instant>>>, JoinHandle<()>);
@@ -459,27 +477,39 @@ impl Stage {
         let prefix = format!("{}.", self.home_ns);
         let home = move |name: String| name.strip_prefix(&prefix).map(str::to_owned);
         let step = self.on;
+        let going = move |m: &ObjectMeta, gone: bool| match step {
+            Step::ShadowPodDeleting | Step::PodDeleting => {
+                Some(gone || m.deletion_timestamp.is_some())
+            }
+            Step::ShadowPodGone | Step::PodGone => Some(gone),
+            _ if gone => Some(false),
+            _ => None,
+        };
         match step {
-            Step::ShadowPodCreated | Step::ShadowPodRunning => {
+            Step::ShadowPodCreated
+            | Step::ShadowPodRunning
+            | Step::ShadowPodDeleting
+            | Step::ShadowPodGone => {
                 let api: Api<ShadowPod> = Api::namespaced(self.client.clone(), &tenant);
-                first_seen(api, move |s: &ShadowPod| {
+                first_event(api, move |s: &ShadowPod, gone| {
                     let phase = s.status.as_ref().and_then(|s| s.phase.as_deref());
-                    (matches!(step, Step::ShadowPodCreated) || phase == Some("Running"))
-                        .then(|| home(s.name_any()))
-                        .flatten()
+                    let counts = going(&s.metadata, gone).unwrap_or(
+                        matches!(step, Step::ShadowPodCreated) || phase == Some("Running"),
+                    );
+                    counts.then(|| home(s.name_any())).flatten()
                 })
                 .await
             }
-            Step::PodCreated | Step::PodBound | Step::PodRunning => {
+            _ => {
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), &tenant);
-                first_seen(api, move |p: &Pod| {
+                first_event(api, move |p: &Pod, gone| {
                     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                     let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-                    let counts = match step {
+                    let counts = going(&p.metadata, gone).unwrap_or(match step {
                         Step::PodBound => bound,
                         Step::PodRunning => phase == Some("Running"),
                         _ => true,
-                    };
+                    });
                     counts.then(|| home(p.name_any())).flatten()
                 })
                 .await
@@ -726,49 +756,18 @@ async fn clear(
         .map(|p| p.name_any())
         .collect();
     let tenant = names::namespace::tenant(CONSUMER);
-    let prefix = format!("{ns}.");
-    let home = move |name: String| name.strip_prefix(&prefix).map(str::to_owned);
     let (gone, watch) = first_event(pods.clone(), |p: &Pod, gone| gone.then(|| p.name_any())).await;
     let mut stages = Vec::new();
     if offloaded {
-        let shadows: Api<ShadowPod> = Api::namespaced(stack.p.clone(), &tenant);
-        let real: Api<Pod> = Api::namespaced(stack.p.clone(), &tenant);
-        let h = home.clone();
-        stages.push((
-            "ShadowPod deleting (provider)",
-            first_event(shadows.clone(), move |s: &ShadowPod, gone| {
-                (gone || s.metadata.deletion_timestamp.is_some())
-                    .then(|| h(s.name_any()))
-                    .flatten()
-            })
-            .await,
-        ));
-        let h = home.clone();
-        stages.push((
-            "real pod deleting (provider)",
-            first_event(real.clone(), move |p: &Pod, gone| {
-                (gone || p.metadata.deletion_timestamp.is_some())
-                    .then(|| h(p.name_any()))
-                    .flatten()
-            })
-            .await,
-        ));
-        let h = home.clone();
-        stages.push((
-            "real pod gone (provider)",
-            first_event(real, move |p: &Pod, gone| {
-                gone.then(|| h(p.name_any())).flatten()
-            })
-            .await,
-        ));
-        let h = home.clone();
-        stages.push((
-            "ShadowPod gone (provider)",
-            first_event(shadows, move |s: &ShadowPod, gone| {
-                gone.then(|| h(s.name_any())).flatten()
-            })
-            .await,
-        ));
+        let steps = [
+            ("ShadowPod deleting (provider)", Step::ShadowPodDeleting),
+            ("real pod deleting (provider)", Step::PodDeleting),
+            ("real pod gone (provider)", Step::PodGone),
+            ("ShadowPod gone (provider)", Step::ShadowPodGone),
+        ];
+        for st in provider_stages(stack, ns, &steps) {
+            stages.push((st.label, st.start().await));
+        }
     }
     let deleted_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let t0 = Instant::now();
@@ -962,21 +961,17 @@ pub fn run(opts: &Options) -> Result<()> {
         let off_ns = format!("offload-{n}");
         let local_ns = format!("local-{n}");
         let components = stack.components();
-        let stages = [
-            ("ShadowPod created (provider)", Step::ShadowPodCreated),
-            ("real pod created (provider)", Step::PodCreated),
-            ("real pod bound (provider)", Step::PodBound),
-            ("real pod Running (provider)", Step::PodRunning),
-            ("ShadowPod Running (provider)", Step::ShadowPodRunning),
-        ]
-        .into_iter()
-        .map(|(label, on)| Stage {
-            label,
-            client: stack.p.clone(),
-            home_ns: off_ns.clone(),
-            on,
-        })
-        .collect();
+        let stages = provider_stages(
+            &stack,
+            &off_ns,
+            &[
+                ("ShadowPod created (provider)", Step::ShadowPodCreated),
+                ("real pod created (provider)", Step::PodCreated),
+                ("real pod bound (provider)", Step::PodBound),
+                ("real pod Running (provider)", Step::PodRunning),
+                ("ShadowPod Running (provider)", Step::ShadowPodRunning),
+            ],
+        );
         let requests0 = stack.requests()?;
         let off = rt
             .block_on(burst(

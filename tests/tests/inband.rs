@@ -424,9 +424,8 @@ async fn in_band_peer_and_unpeer() {
 
     // 3. In band: the same steps, the same end state. A bad --at-most-once is refused
     // before anything is done.
-    let o = fabricctl(
-        &consumer_api,
-        &[
+    let peer_in_band = |more: &[&str]| {
+        let mut args = vec![
             "peer",
             "--remote-kubeconfig",
             &provider_kubeconfig,
@@ -434,34 +433,25 @@ async fn in_band_peer_and_unpeer() {
             &svc.url,
             "--cpu",
             "1",
-            "--at-most-once",
-            "0,10",
-        ],
-    );
+        ];
+        args.extend_from_slice(more);
+        fabricctl(&consumer_api, &args)
+    };
+    let o = peer_in_band(&["--at-most-once", "0,10"]);
     let out = text(&o);
     assert!(
         !o.status.success() && out.contains("the partition time must be 1 s to 1 day"),
         "{out}"
     );
     assert!(minted_tokens(&p).await.is_empty(), "{out}");
-    let o = fabricctl(
-        &consumer_api,
-        &[
-            "peer",
-            "--remote-kubeconfig",
-            &provider_kubeconfig,
-            "--auth-url",
-            &svc.url,
-            "--cpu",
-            "1",
-            "--memory",
-            "1Gi",
-            "--at-most-once",
-            "60,10",
-            "--timeout-secs",
-            "0",
-        ],
-    );
+    let o = peer_in_band(&[
+        "--memory",
+        "1Gi",
+        "--at-most-once",
+        "60,10",
+        "--timeout-secs",
+        "0",
+    ]);
     let out = text(&o);
     assert!(o.status.success(), "{out}\n{}", svc.logs());
     for step in [

@@ -89,12 +89,20 @@ pub struct VirtualNodeSpec {
 #[serde(rename_all = "camelCase")]
 pub struct AtMostOnce {
     /// How long the provider waits without a heartbeat before it stops the pods.
-    #[schemars(range(min = 1, max = 86400))]
+    #[schemars(range(min = AtMostOnce::MIN_PARTITION_SECONDS, max = AtMostOnce::MAX_PARTITION_SECONDS))]
     pub partition_seconds: u32,
     /// The grace period of the stopped pods' deletion.
     #[serde(default)]
-    #[schemars(range(max = 3600))]
+    #[schemars(range(max = AtMostOnce::MAX_GRACE_SECONDS))]
     pub grace_seconds: u32,
+}
+
+impl AtMostOnce {
+    /// The partition times a ResourceSlice accepts: 1 s to 1 day.
+    pub const MIN_PARTITION_SECONDS: u32 = 1;
+    pub const MAX_PARTITION_SECONDS: u32 = 86_400;
+    /// The longest grace period a ResourceSlice accepts: 1 hour.
+    pub const MAX_GRACE_SECONDS: u32 = 3600;
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -78,7 +78,7 @@ pub fn requests(spec: &PodSpec) -> Result<BTreeMap<String, i128>, BadQuantity> {
     let mut inits: Vec<BTreeMap<String, i128>> = Vec::new();
     for c in spec.init_containers.iter().flatten() {
         let own = of(c)?;
-        if c.restart_policy.as_deref() == Some("Always") {
+        if super::resize::sidecar(c) {
             for (k, v) in own {
                 *sidecars.entry(k).or_default() += v;
             }

@@ -70,6 +70,28 @@ impl Ctx {
         }
     }
 
+    /// Writes `status` conditioned on the version of `copy` and remembers the write;
+    /// `false`: the stored ShadowPod has moved on from that copy (409).
+    async fn write_over(
+        &self,
+        shadows: &Api<ShadowPod>,
+        copy: &ShadowPod,
+        status: &ShadowPodStatus,
+    ) -> Result<bool, Error> {
+        let rv = copy.metadata.resource_version.clone();
+        match STATUS
+            .apply_status_at(shadows, &copy.name_any(), rv.as_deref(), status)
+            .await
+        {
+            Ok(after) => {
+                self.wrote(key(copy), rv, after);
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The watch cache's copy of pod `ns/name`.
     fn cached_pod(&self, ns: &str, name: &str) -> Option<Arc<Pod>> {
         self.owned.get(&ObjectRef::new(name).within(ns))
@@ -95,10 +117,8 @@ async fn create_first(
     shadows: &Api<ShadowPod>,
 ) -> Result<Made, Error> {
     let k = key(cached);
-    let name = cached.name_any();
     let prev = cached.status.clone().unwrap_or_default();
     let generation = cached.metadata.generation;
-    let rv = cached.metadata.resource_version.clone();
     let status = match pods
         .create(&PostParams::default(), &decide::real_pod(cached))
         .await
@@ -121,20 +141,13 @@ async fn create_first(
         Err(e) => return Err(e.into()),
     };
     let refused = status.pod_uid.is_none();
-    match STATUS
-        .apply_status_at(shadows, &name, rv.as_deref(), &status)
-        .await
-    {
-        Ok(after) => ctx.wrote(k, rv, after),
+    if !ctx.write_over(shadows, cached, &status).await? {
         // Written meanwhile: the made pod's own watch event brings it back here, and it is
         // then counted from what was written.
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            debug!(shadowpod = %k, "cached copy behind after creating");
-            if refused {
-                return Ok(Made::Fresh);
-            }
+        debug!(shadowpod = %k, "cached copy behind after creating");
+        if refused {
+            return Ok(Made::Fresh);
         }
-        Err(e) => return Err(e.into()),
     }
     // A refusal is tried again later: a quota may free up.
     Ok(Made::Done(if refused {
@@ -216,21 +229,11 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     ) {
         Cached::Settled => return Ok(Action::await_change()),
         Cached::Write(status) => {
-            let rv = cached.metadata.resource_version.clone();
-            match STATUS
-                .apply_status_at(&shadows, &name, rv.as_deref(), &*status)
-                .await
-            {
-                Ok(after) => {
-                    ctx.wrote(k, rv, after);
-                    return Ok(Action::await_change());
-                }
-                // The cache was behind: decided again below on a fresh read.
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    debug!(shadowpod = %k, "cached copy behind; reading afresh")
-                }
-                Err(e) => return Err(e.into()),
+            if ctx.write_over(&shadows, &cached, &status).await? {
+                return Ok(Action::await_change());
             }
+            // The cache was behind: decided again below on a fresh read.
+            debug!(shadowpod = %k, "cached copy behind; reading afresh")
         }
         Cached::Create => match create_first(&cached, ctx, &pods, &shadows).await? {
             Made::Done(action) => return Ok(action),

@@ -65,10 +65,11 @@ impl Bounds {
         let whole = |d: Duration, max: u64| {
             (d.subsec_nanos() == 0 && d.as_secs() <= max).then_some(d.as_secs() as u32)
         };
-        let min_partition_seconds = whole(min_partition, 86_400)
-            .filter(|s| *s >= 1)
+        let min_partition_seconds = whole(min_partition, AtMostOnce::MAX_PARTITION_SECONDS.into())
+            .filter(|s| *s >= AtMostOnce::MIN_PARTITION_SECONDS)
             .ok_or(BoundsError::MinPartition(min_partition))?;
-        let max_grace_seconds = whole(max_grace, 3600).ok_or(BoundsError::MaxGrace(max_grace))?;
+        let max_grace_seconds = whole(max_grace, AtMostOnce::MAX_GRACE_SECONDS.into())
+            .ok_or(BoundsError::MaxGrace(max_grace))?;
         Ok(Self {
             enabled: true,
             min_partition_seconds,

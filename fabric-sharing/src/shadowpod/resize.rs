@@ -85,16 +85,16 @@ pub fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequi
 
 /// A sidecar: an init container that keeps running beside the regular ones (`restartPolicy:
 /// Always`), resizable in place as they are.
-fn sidecar(c: &Container) -> bool {
+pub fn sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
+/// Containers whose resources change, by name, with the resources they get.
+type Changed<'a> = Vec<(&'a str, Option<&'a ResourceRequirements>)>;
+
 /// Of `want` and `have` (a list of containers each), the containers whose resources differ,
 /// by name, with `want`'s resources.
-fn changed_in<'a>(
-    want: &'a [Container],
-    have: &'a [Container],
-) -> Vec<(&'a str, Option<&'a ResourceRequirements>)> {
+fn changed_in<'a>(want: &[&'a Container], have: &[&'a Container]) -> Changed<'a> {
     want.iter()
         .filter_map(|w| {
             let h = have.iter().find(|h| h.name == w.name)?;
@@ -104,14 +104,20 @@ fn changed_in<'a>(
         .collect()
 }
 
-/// The sidecars of a pod spec.
-fn sidecars(spec: &PodSpec) -> Vec<Container> {
-    spec.init_containers
-        .iter()
-        .flatten()
-        .filter(|c| sidecar(c))
-        .cloned()
-        .collect()
+/// The regular containers and the sidecars whose resources differ between `want` and
+/// `have`; `None` when none does.
+fn changes<'a>(want: &'a PodSpec, have: &'a PodSpec) -> Option<(Changed<'a>, Changed<'a>)> {
+    let regular = |s: &'a PodSpec| s.containers.iter().collect::<Vec<_>>();
+    let sidecars = |s: &'a PodSpec| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .filter(|c| sidecar(c))
+            .collect::<Vec<_>>()
+    };
+    let r = changed_in(&regular(want), &regular(have));
+    let side = changed_in(&sidecars(want), &sidecars(have));
+    (!r.is_empty() || !side.is_empty()).then_some((r, side))
 }
 
 /// `list` with the resources of `changed`.
@@ -144,12 +150,7 @@ pub struct Resized {
 /// containers and sidecars, if any changed: what the virtual kubelet writes into the
 /// ShadowPod's spec. Other init containers have run by then: they are left as they are.
 pub fn resized(want: &PodSpec, have: &PodSpec) -> Option<Resized> {
-    let regular = changed_in(&want.containers, &have.containers);
-    let (want_side, have_side) = (sidecars(want), sidecars(have));
-    let side = changed_in(&want_side, &have_side);
-    if regular.is_empty() && side.is_empty() {
-        return None;
-    }
+    let (regular, side) = changes(want, have)?;
     Some(Resized {
         containers: with_resources(&have.containers, &regular),
         init_containers: (!side.is_empty())
@@ -161,13 +162,8 @@ pub fn resized(want: &PodSpec, have: &PodSpec) -> Option<Resized> {
 /// to `want`'s container and sidecar resources, if any differ: for the `resize`
 /// subresource, or the pod itself where that is not served.
 pub fn patch(want: &PodSpec, have: &PodSpec) -> Option<Value> {
-    let regular = changed_in(&want.containers, &have.containers);
-    let (want_side, have_side) = (sidecars(want), sidecars(have));
-    let side = changed_in(&want_side, &have_side);
-    if regular.is_empty() && side.is_empty() {
-        return None;
-    }
-    let entries = |changed: Vec<(&str, Option<&ResourceRequirements>)>| -> Vec<Value> {
+    let (regular, side) = changes(want, have)?;
+    let entries = |changed: Changed<'_>| -> Vec<Value> {
         changed
             .into_iter()
             .map(|(name, r)| json!({ "name": name, "resources": r.cloned().unwrap_or_default() }))
@@ -196,6 +192,10 @@ mod tests {
         .unwrap()
     }
 
+    fn cpu_request(c: &k8s_openapi::api::core::v1::Container) -> &Quantity {
+        &c.resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"]
+    }
+
     #[test]
     fn nothing_to_do_when_the_sizes_agree_however_written() {
         assert_eq!(resized(&spec("500m", "1"), &spec("0.5", "1000m")), None);
@@ -210,16 +210,7 @@ mod tests {
         assert_eq!(out.init_containers, None);
         let out = out.containers;
         assert_eq!(out.len(), 2);
-        assert_eq!(
-            out[0]
-                .resources
-                .as_ref()
-                .unwrap()
-                .requests
-                .as_ref()
-                .unwrap()["cpu"],
-            Quantity("800m".into())
-        );
+        assert_eq!(cpu_request(&out[0]), &Quantity("800m".into()));
         assert_eq!(out[0].command, Some(vec!["x".to_owned()]));
         assert_eq!(out[1], have.containers[1]);
         assert_eq!(
@@ -285,16 +276,7 @@ mod tests {
         assert_eq!(out.containers, have.containers);
         let init = out.init_containers.unwrap();
         assert_eq!(init[0], have.init_containers.as_ref().unwrap()[0]);
-        assert_eq!(
-            init[1]
-                .resources
-                .as_ref()
-                .unwrap()
-                .requests
-                .as_ref()
-                .unwrap()["cpu"],
-            Quantity("200m".into())
-        );
+        assert_eq!(cpu_request(&init[1]), &Quantity("200m".into()));
         assert_eq!(
             patch(&want, &have).unwrap(),
             json!({"spec": {"initContainers": [{"name": "proxy",

@@ -21,6 +21,17 @@ pub enum Remote<'a> {
     Present(&'a ShadowPod),
 }
 
+impl<'a> Remote<'a> {
+    /// From a lookup in the provider's listed ShadowPods (`None`: not listed yet).
+    pub fn of(listed: Option<Option<&'a ShadowPod>>) -> Self {
+        match listed {
+            None => Remote::Unknown,
+            Some(None) => Remote::Absent,
+            Some(Some(s)) => Remote::Present(s),
+        }
+    }
+}
+
 /// One step towards what the home pod asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {

@@ -116,6 +116,15 @@ impl Provider {
     fn listed(&self) -> bool {
         self.shadows.wait_until_ready().now_or_never().is_some()
     }
+
+    /// The ShadowPod of home pod `ns/name` as listed (`None`: not listed yet).
+    fn cached(&self, ns: &str, name: &str) -> Option<Option<Arc<ShadowPod>>> {
+        self.listed().then(|| {
+            self.shadows.get(
+                &ObjectRef::new(&forge::name(ns, name)).within(self.client.default_namespace()),
+            )
+        })
+    }
 }
 
 type Key = (String, String);
@@ -340,17 +349,8 @@ impl Loop {
             return Ok(());
         };
         let reachable = self.ready.borrow().as_ref().is_some_and(|r| r.ready);
-        let cached = p.listed().then(|| {
-            p.shadows.get(
-                &ObjectRef::new(&forge::name(&key.0, &key.1)).within(p.client.default_namespace()),
-            )
-        });
-        let remote = match &cached {
-            None => Remote::Unknown,
-            Some(None) => Remote::Absent,
-            Some(Some(s)) => Remote::Present(s),
-        };
-        match decide::orphan(remote, reachable) {
+        let cached = p.cached(&key.0, &key.1);
+        match decide::orphan(Remote::of(cached.as_ref().map(Option::as_deref)), reachable) {
             Some(s) => self.delete_orphan(&p, s).await,
             None => Ok(()),
         }
@@ -395,15 +395,8 @@ impl Loop {
         let ns = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let shadow_name = forge::name(&ns, &name);
-        let cached = provider.filter(|p| p.listed()).map(|p| {
-            p.shadows
-                .get(&ObjectRef::new(&shadow_name).within(p.client.default_namespace()))
-        });
-        let remote = match &cached {
-            None => Remote::Unknown,
-            Some(None) => Remote::Absent,
-            Some(Some(s)) => Remote::Present(s),
-        };
+        let cached = provider.and_then(|p| p.cached(&ns, &name));
+        let remote = Remote::of(cached.as_ref().map(Option::as_deref));
         let step = decide::decide(pod, remote, reachable);
         let own = match remote {
             Remote::Present(s) if decide::owns(s, pod) => Outcome::Shadow(Box::new(s.clone())),
