@@ -6,6 +6,7 @@
 //! - [`status`]: server-side apply of objects and status subresources under one field manager
 //!   per controller, and `Ready`-style conditions.
 //! - [`events`]: Kubernetes Events on the objects a controller reports about.
+//! - [`written`]: our own writes standing in for a watch cache that has not shown them yet.
 //!
 //! The metrics/health HTTP server is not here but in `fabric-http`: the gateway serves it
 //! too and must not link kube.
@@ -13,6 +14,7 @@ pub mod election;
 pub mod events;
 pub mod lease;
 pub mod status;
+pub mod written;
 
 pub use lease::Election;
 pub use status::FieldManager;

@@ -4,13 +4,13 @@
 //! it). Nothing here talks to the consumer: its pods keep running, and vanished ones are
 //! re-created, while the consumer is unreachable. A change of the ShadowPod's container
 //! resources resizes the real pod in place ([`super::resize`]).
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
     names::{field_manager, finalizer as finalizers, label},
     offloading::v1alpha1::{ShadowPod, ShadowPodStatus},
 };
-use fabric_kube::status::FieldManager;
+use fabric_kube::{status::FieldManager, written::Writes};
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{
@@ -27,7 +27,7 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use super::{
-    decide::{self, Cached, Decision, Written},
+    decide::{self, Cached, Decision},
     resize,
 };
 
@@ -52,24 +52,11 @@ struct Ctx {
     events: fabric_kube::events::Events,
     /// Whether the API server serves `pods/resize` (Kubernetes 1.33 on), once asked.
     resize_served: tokio::sync::OnceCell<bool>,
-    /// Our last status write per ShadowPod (by [`key`]) until the watch cache shows it.
-    written: std::sync::Mutex<HashMap<String, Written>>,
+    /// Our last status writes per ShadowPod (by [`key`]) until the watch cache shows them.
+    written: Writes<String, ShadowPod>,
 }
 
 impl Ctx {
-    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Remembers the status written over version `over` of `key`'s ShadowPod.
-    fn wrote(&self, key: String, over: Option<String>, after: ShadowPod) {
-        let mut written = self.written();
-        let prev = written.remove(&key);
-        if let Some(over) = over {
-            written.insert(key, Written::then(prev, over, after));
-        }
-    }
-
     /// Writes `status` conditioned on the version of `copy` and remembers the write;
     /// `false`: the stored ShadowPod has moved on from that copy (409).
     async fn write_over(
@@ -84,7 +71,7 @@ impl Ctx {
             .await
         {
             Ok(after) => {
-                self.wrote(key(copy), rv, after);
+                self.written.wrote(key(copy), rv, after);
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -193,15 +180,7 @@ async fn get_pod(pods: &Api<Pod>, name: &str) -> Result<Option<Pod>, Error> {
 async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     // Our own last write stands in for the cache's copy until the cache shows it.
     let k = key(&cached);
-    let ours = {
-        let mut written = ctx.written();
-        let ours = decide::freshest(&cached, written.get(&k)).cloned();
-        if ours.is_none() {
-            written.remove(&k);
-        }
-        ours
-    };
-    let cached = ours.map(Arc::new).unwrap_or(cached);
+    let cached = ctx.written.freshest(&k, cached);
     let ns = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -331,7 +310,8 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
                     let after = STATUS
                         .apply_status_at(&shadows, &name, None, &status)
                         .await?;
-                    ctx.wrote(k, shadow.metadata.resource_version.clone(), after);
+                    ctx.written
+                        .wrote(k, shadow.metadata.resource_version.clone(), after);
                     return Ok(Action::requeue(Duration::from_secs(30)));
                 }
                 Err(e) => return Err(e.into()),
@@ -344,7 +324,8 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         let after = STATUS
             .apply_status_at(&shadows, &name, None, &status)
             .await?;
-        ctx.wrote(k, shadow.metadata.resource_version.clone(), after);
+        ctx.written
+            .wrote(k, shadow.metadata.resource_version.clone(), after);
     }
     Ok(Action::await_change())
 }
@@ -355,7 +336,7 @@ async fn cleanup(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let ns = shadow.namespace().unwrap_or_default();
     let name = shadow.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    ctx.written().remove(&key(&shadow));
+    ctx.written.forget(&key(&shadow));
     match get_pod(&pods, &name).await? {
         Some(pod) if decide::decide(&shadow, Some(&pod)) == Decision::Mirror => {
             if pod.metadata.deletion_timestamp.is_none() {

@@ -180,49 +180,6 @@ pub fn from_cache(
     }
 }
 
-/// The status writes this controller made in a row on a ShadowPod: the resourceVersions they
-/// were written over (oldest first), and the object as the last one left it.
-#[derive(Debug, Clone)]
-pub struct Written {
-    pub over: Vec<String>,
-    pub after: ShadowPod,
-}
-
-/// How many of our own writes in a row a lagging cache is recognised behind.
-const WRITTEN_CHAIN: usize = 8;
-
-impl Written {
-    /// The record after one more write, over version `over`, that left `after`: the chain
-    /// goes on when `over` is what our previous write left, else it starts again.
-    pub fn then(prev: Option<Self>, over: String, after: ShadowPod) -> Self {
-        let mut chain = match prev {
-            Some(p) if p.after.metadata.resource_version.as_deref() == Some(over.as_str()) => {
-                p.over
-            }
-            _ => Vec::new(),
-        };
-        chain.push(over);
-        if chain.len() > WRITTEN_CHAIN {
-            chain.remove(0);
-        }
-        Self { over: chain, after }
-    }
-}
-
-/// Which copy of a ShadowPod to decide from: the watch cache's, or the one our last status
-/// write returned when the cache still shows a version one of our writes in a row replaced
-/// (the echoes of our own writes not yet arrived; deciding on the cache then would only be
-/// refused with a 409). `None`: the cache's. The record is kept while that holds.
-pub fn freshest<'a>(cached: &ShadowPod, written: Option<&'a Written>) -> Option<&'a ShadowPod> {
-    let written = written?;
-    let rv = cached.metadata.resource_version.as_deref()?;
-    written
-        .over
-        .iter()
-        .any(|o| o == rv)
-        .then_some(&written.after)
-}
-
 /// The merge patch that brings the real pod's labels and annotations to what the ShadowPod
 /// says now (the consumer propagates them after creation), if they differ. Labels the
 /// template no longer has are removed; annotations are only set, since the provider's own
@@ -504,47 +461,6 @@ mod tests {
             from_cache(&unversioned, Some(&p), false, false, now()),
             Cached::Fresh
         );
-    }
-
-    #[test]
-    fn our_last_write_stands_in_for_a_cache_that_has_not_seen_it() {
-        let mut before = shadow(None);
-        before.metadata.resource_version = Some("7".into());
-        let mut after = before.clone();
-        after.metadata.resource_version = Some("8".into());
-        after.status = Some(ShadowPodStatus {
-            recreations: 1,
-            ..Default::default()
-        });
-        let w = Written::then(None, "7".into(), after.clone());
-        assert!(freshest(&before, None).is_none());
-        assert_eq!(
-            freshest(&before, Some(&w)).map(|s| &s.status),
-            Some(&after.status)
-        );
-        // Caught up, or moved on (another writer): the cache's copy.
-        assert!(freshest(&after, Some(&w)).is_none());
-        let mut later = after.clone();
-        later.metadata.resource_version = Some("9".into());
-        assert!(freshest(&later, Some(&w)).is_none());
-
-        // A second write over the first one's result: a cache still at "7" (two echoes
-        // behind) or at "8" (one behind) stands in for neither.
-        let mut third = after.clone();
-        third.metadata.resource_version = Some("10".into());
-        third.status.as_mut().unwrap().recreations = 2;
-        let w2 = Written::then(Some(w.clone()), "8".into(), third.clone());
-        for behind in [&before, &after] {
-            assert_eq!(
-                freshest(behind, Some(&w2)).map(|s| &s.status),
-                Some(&third.status)
-            );
-        }
-        assert!(freshest(&third, Some(&w2)).is_none());
-        // Written over a version our last write did not leave: the chain starts again.
-        let w3 = Written::then(Some(w2), "9".into(), third.clone());
-        assert_eq!(w3.over, vec!["9".to_owned()]);
-        assert!(freshest(&before, Some(&w3)).is_none());
     }
 
     #[test]
