@@ -22,6 +22,13 @@ pub mod label {
     pub const VIRTUAL_NODE_TYPE: &str = "virtual-node";
     /// On the Secrets holding peering tokens (value "true").
     pub const PEERING_TOKEN: &str = "fabric.io/peering-token";
+    /// On every object a reflector made in another cluster: the id of the cluster it was
+    /// reflected from. With [`REFLECTED_TO`], the ownership mark: a reflector never
+    /// overwrites or deletes a remote object without both, and never reflects a home object
+    /// that carries them (a reflection itself: two clusters peered both ways do not loop).
+    pub const REFLECTED_FROM: &str = "reflection.fabric.io/origin";
+    /// On every object a reflector made in another cluster: the id of that cluster.
+    pub const REFLECTED_TO: &str = "reflection.fabric.io/destination";
 }
 
 /// The taint every virtual node carries (effect NoExecute), so that only pods that tolerate
@@ -78,6 +85,9 @@ pub mod annotation {
     /// On a ForeignCluster being unpeered (value "true", `fabricctl unpeer --force`): the
     /// controllers remove the local side at once, without waiting for the peer to answer.
     pub const FORCE_UNPEER: &str = "fabric.io/force-unpeer";
+    /// On every object a mirroring reflector applied in another cluster: a hash of what it
+    /// applied, so that a change at home that only removes something is seen there too.
+    pub const REFLECTED_HASH: &str = "reflection.fabric.io/hash";
 }
 
 pub mod finalizer {
@@ -195,6 +205,8 @@ pub mod field_manager {
     pub const DISCOVERY: &str = "fabric-discovery";
     /// The provider's ShadowPod controller: ShadowPod status (the real pod's, copied).
     pub const SHADOW_POD: &str = "fabric-shadowpod";
+    /// The reflectors: the objects they keep in the remote cluster (server-side applied).
+    pub const REFLECTION: &str = "fabric-reflection";
 }
 
 #[cfg(test)]

@@ -1,0 +1,457 @@
+//! The generic edge: one loop per (kind, pair) keeping both sides' watch caches, its work
+//! queue and retries, and running the syncs ([`crate::sync`]) side by side. The guarantees
+//! it gives are listed in the crate's documentation.
+use std::{
+    collections::{HashMap, HashSet},
+    pin::pin,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use fabric_kube::{events::Events, written::Writes};
+use futures::{
+    FutureExt as _, StreamExt as _,
+    future::BoxFuture,
+    stream::{BoxStream, FuturesUnordered, SelectAll},
+};
+use kube::{
+    Api, Client, Resource as _,
+    runtime::{
+        WatchStreamExt as _,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio::sync::{oneshot, watch};
+use tokio_util::time::{DelayQueue, delay_queue};
+use tracing::{debug, info, warn};
+
+use crate::{
+    gate::{Gate, Reachability, RemoteCache},
+    key::{Key, Pair},
+    kind::{Endpoint, Kind, Next},
+    metrics::{KindMetrics, Share},
+    queue::{Queue, Retries},
+    sync::{self, Snapshot},
+};
+
+/// What a kind is registered with: its workers and resync period, and what else resyncs it.
+#[derive(Clone)]
+pub struct Options {
+    /// Keys synced at the same time, per pair (each sync a few calls to either API).
+    pub workers: usize,
+    /// How often every key is looked at again besides the watches' events (and orphans
+    /// looked for).
+    pub resync: Duration,
+    pub(crate) triggers: Vec<Trigger>,
+}
+
+impl Options {
+    pub fn new(workers: usize, resync: Duration) -> Self {
+        Self {
+            workers,
+            resync,
+            triggers: Vec::new(),
+        }
+    }
+
+    /// Every key is looked at again whenever `rx`'s value changes (an input of the kind's
+    /// decisions that no watch of the edge shows, such as the remap of addresses).
+    pub fn resync_on<T: Send + Sync + 'static>(mut self, rx: watch::Receiver<T>) -> Self {
+        self.triggers.push(Trigger::on(rx));
+        self
+    }
+}
+
+/// A change that resyncs every key: a stream of `()` per change, made anew for each pair.
+#[derive(Clone)]
+pub(crate) struct Trigger(Arc<dyn Fn() -> BoxStream<'static, ()> + Send + Sync>);
+
+impl Trigger {
+    fn on<T: Send + Sync + 'static>(rx: watch::Receiver<T>) -> Self {
+        Trigger(Arc::new(move || {
+            let mut rx = rx.clone();
+            rx.mark_unchanged();
+            futures::stream::unfold(rx, |mut rx| async move {
+                rx.changed().await.ok()?;
+                Some(((), rx))
+            })
+            .boxed()
+        }))
+    }
+}
+
+/// What every pair of every kind is fed with.
+#[derive(Clone)]
+pub(crate) struct Inputs {
+    pub remote: watch::Receiver<Option<Endpoint>>,
+    pub reachability: watch::Receiver<Reachability>,
+}
+
+/// A kind as registered: shared by its pairs.
+pub(crate) struct Shared<K: Kind> {
+    pub kind: K,
+    pub home: Client,
+    pub events: Events,
+    pub metrics: KindMetrics,
+    pub options: Options,
+}
+
+/// Why a pair's loop ended without being stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Ended {
+    #[error("{kind} {pair}: the home watch ended")]
+    HomeWatch { kind: &'static str, pair: Pair },
+    #[error("{kind} {pair}: whoever gives the remote client is gone")]
+    Endpoint { kind: &'static str, pair: Pair },
+    #[error("{kind} {pair}: whoever tells whether the remote answers is gone")]
+    Reachability { kind: &'static str, pair: Pair },
+}
+
+/// The remote side of a pair on one client: its cache of the pair's remote namespace.
+pub(crate) struct RemoteSide<K: Kind> {
+    pub endpoint: Endpoint,
+    pub namespace: String,
+    pub store: Store<K::Remote>,
+}
+
+impl<K: Kind> RemoteSide<K> {
+    pub fn listed(&self) -> bool {
+        matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())))
+    }
+
+    /// The remote object `name` as listed (`None`: not listed yet).
+    pub fn lookup(&self, name: &str) -> Option<Option<Arc<K::Remote>>> {
+        self.listed().then(|| {
+            self.store
+                .get(&ObjectRef::new(name).within(&self.namespace))
+        })
+    }
+
+    pub fn api(&self) -> Api<K::Remote> {
+        Api::namespaced(self.endpoint.client.clone(), &self.namespace)
+    }
+}
+
+/// A pair's state the syncs share with its loop.
+pub(crate) struct PairState<K: Kind> {
+    pub shared: Arc<Shared<K>>,
+    pub pair: Pair,
+    pub home: Store<K::Home>,
+    pub writes: Writes<Key, K::Home>,
+    /// Keys whose remote object is someone else's, already told at home.
+    pub foreign: std::sync::Mutex<HashSet<Key>>,
+}
+
+type RemoteEvents<K> = BoxStream<'static, Result<<K as Kind>::Remote, watcher::Error>>;
+
+/// A cache and watch of the pair's remote namespace through `endpoint`, and a future that
+/// ends once the cache has listed.
+fn remote_side<K: Kind>(
+    shared: &Shared<K>,
+    pair: &Pair,
+    endpoint: Endpoint,
+) -> (Arc<RemoteSide<K>>, RemoteEvents<K>, BoxFuture<'static, ()>) {
+    let namespace = pair.remote_namespace(&endpoint.client).to_owned();
+    let api: Api<K::Remote> = Api::namespaced(endpoint.client.clone(), &namespace);
+    let (store, writer) = reflector::store();
+    let events = reflector::reflector(writer, watcher(api, shared.kind.watch_remote()))
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+    let listed = {
+        let store = store.clone();
+        async move {
+            let _ = store.wait_until_ready().await;
+        }
+        .boxed()
+    };
+    let side = RemoteSide {
+        endpoint,
+        namespace,
+        store,
+    };
+    (Arc::new(side), events, listed)
+}
+
+/// The keys of the remote objects of ours whose home object is gone as far as the home cache
+/// knows ([`Kind::orphaned`]): their syncs delete them once a fresh read confirms.
+pub(crate) fn orphans<K: Kind>(
+    kind: &K,
+    pair: &Pair,
+    side: &RemoteSide<K>,
+    home: &Store<K::Home>,
+) -> Vec<Key> {
+    side.store
+        .state()
+        .iter()
+        .filter(|r| side.endpoint.marks.on(r.meta()))
+        .filter_map(|r| {
+            let k = kind.key_of(pair, r)?;
+            let h = home.get(&ObjectRef::new(&k.name).within(&k.namespace));
+            kind.orphaned(r, h.as_deref()).then_some(k)
+        })
+        .collect()
+}
+
+/// Runs the reflector of `shared`'s kind for `pair` until `stop` fires (then lets the syncs
+/// under way finish) or an input ends.
+pub(crate) async fn run<K: Kind>(
+    shared: Arc<Shared<K>>,
+    pair: Pair,
+    inputs: Inputs,
+    mut stop: oneshot::Receiver<()>,
+) -> Result<(), Ended> {
+    let kind = &shared.kind;
+    let home_api: Api<K::Home> = match &pair.home {
+        Some(ns) => Api::namespaced(shared.home.clone(), ns),
+        None => Api::all(shared.home.clone()),
+    };
+    let (home, writer) = reflector::store();
+    let mut home_events = pin!(
+        reflector::reflector(writer, watcher(home_api, kind.watch_home()))
+            .default_backoff()
+            .touched_objects()
+    );
+    let state = Arc::new(PairState {
+        shared: shared.clone(),
+        pair: pair.clone(),
+        home: home.clone(),
+        writes: Writes::default(),
+        foreign: Default::default(),
+    });
+    let Inputs {
+        remote: mut endpoints,
+        reachability: mut reach,
+    } = inputs;
+    let mut remote: Option<Arc<RemoteSide<K>>> = None;
+    let mut remote_events: RemoteEvents<K> = futures::stream::pending().boxed();
+    let mut remote_listed: BoxFuture<'static, ()> = futures::future::pending().boxed();
+    if let Some(e) = endpoints.borrow_and_update().clone() {
+        let (side, events, listed) = remote_side(&shared, &pair, e);
+        (remote, remote_events, remote_listed) = (Some(side), events, listed);
+    }
+    let mut triggers: SelectAll<BoxStream<'static, ()>> =
+        shared.options.triggers.iter().map(|t| (t.0)()).collect();
+    let mut resync = tokio::time::interval(shared.options.resync);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut share = Share::new(shared.metrics.clone());
+    let mut queue: Queue<Key> = Queue::default();
+    let mut retries: Retries<Key> = Retries::default();
+    let mut delays: DelayQueue<Key> = DelayQueue::new();
+    let mut delayed: HashMap<Key, delay_queue::Key> = HashMap::new();
+    let mut swept: HashSet<Key> = HashSet::new();
+    let mut syncs = FuturesUnordered::new();
+    let mut stopping = false;
+    info!(kind = K::NAME, %pair, "reflecting");
+    let ended = loop {
+        let gate = Gate {
+            home_listed: matches!(home.wait_until_ready().now_or_never(), Some(Ok(()))),
+            remote: match &remote {
+                None => RemoteCache::NoClient,
+                Some(s) if s.listed() => RemoteCache::Listed,
+                Some(_) => RemoteCache::Listing,
+            },
+            reachability: *reach.borrow(),
+        };
+        // Keys are synced as they come, up to `workers` at a time, while the watches go on
+        // being read: a burst of changes is reflected side by side, not one per round.
+        if gate.open() && !stopping {
+            while syncs.len() < shared.options.workers {
+                let Some(k) = queue.start() else { break };
+                let snap = Snapshot {
+                    gate,
+                    remote: remote.clone(),
+                    swept: swept.remove(&k),
+                };
+                let state = state.clone();
+                syncs.push(async move {
+                    let t0 = Instant::now();
+                    let r = sync::sync(&state, &k, snap).await;
+                    (k, r, t0.elapsed())
+                });
+            }
+        }
+        share.set(queue.queued(), syncs.len());
+        if stopping && syncs.is_empty() {
+            break None;
+        }
+        let mut all = false;
+        tokio::select! {
+            Some((k, r, took)) = syncs.next(), if !syncs.is_empty() => {
+                queue.done(&k);
+                let m = share.metrics();
+                m.syncs.inc();
+                m.latency.observe(took.as_secs_f64());
+                let again = match r {
+                    Ok(Next::Done) => {
+                        retries.succeeded(&k);
+                        None
+                    }
+                    Ok(Next::After(d)) => {
+                        retries.succeeded(&k);
+                        Some(d)
+                    }
+                    Err(e) => {
+                        m.errors.inc();
+                        m.retries.inc();
+                        let after = retries.failed(k.clone());
+                        warn!(kind = K::NAME, key = %k, error = %e, retry_in = ?after, "sync failed");
+                        Some(after)
+                    }
+                };
+                if let Some(d) = again.filter(|_| !stopping) {
+                    match delayed.get(&k) {
+                        Some(at) => delays.reset(at, d),
+                        None => {
+                            let at = delays.insert(k.clone(), d);
+                            delayed.insert(k, at);
+                        }
+                    }
+                }
+            }
+            Some(expired) = delays.next(), if !delays.is_empty() => {
+                let k = expired.into_inner();
+                delayed.remove(&k);
+                queue.push(k);
+            }
+            ev = home_events.next(), if !stopping => match ev {
+                Some(Ok(o)) => queue.push(Key::of(&o)),
+                Some(Err(e)) => warn!(kind = K::NAME, %pair, error = %e, "watching at home"),
+                None => break Some(Ended::HomeWatch { kind: K::NAME, pair: pair.clone() }),
+            },
+            Some(ev) = remote_events.next(), if !stopping => match ev {
+                Ok(r) => {
+                    if let Some(k) = kind.key_of(&pair, &r) {
+                        queue.push(k);
+                    }
+                }
+                // The remote cluster out of reach is common and said elsewhere (the node's
+                // condition); the watch retries with back-off.
+                Err(e) => debug!(kind = K::NAME, %pair, error = %e, "watching the remote cluster"),
+            },
+            () = &mut remote_listed => {
+                remote_listed = futures::future::pending().boxed();
+                all = true;
+            }
+            r = endpoints.changed(), if !stopping => {
+                if r.is_err() {
+                    break Some(Ended::Endpoint { kind: K::NAME, pair: pair.clone() });
+                }
+                // The old client's watch and cache go; syncs under way keep theirs.
+                (remote, remote_events, remote_listed) = match endpoints.borrow_and_update().clone() {
+                    Some(e) => {
+                        let (side, events, listed) = remote_side(&shared, &pair, e);
+                        (Some(side), events, listed)
+                    }
+                    None => (None, futures::stream::pending().boxed(), futures::future::pending().boxed()),
+                };
+                all = true;
+            }
+            r = reach.changed(), if !stopping => {
+                if r.is_err() {
+                    break Some(Ended::Reachability { kind: K::NAME, pair: pair.clone() });
+                }
+                all = true;
+            }
+            Some(()) = triggers.next(), if !stopping => all = true,
+            _ = resync.tick(), if !stopping => {
+                all = true;
+                if gate.may_delete_orphans() && let Some(side) = &remote {
+                    for k in orphans(kind, &pair, side, &home) {
+                        swept.insert(k.clone());
+                        queue.push(k);
+                    }
+                }
+            }
+            _ = &mut stop, if !stopping => stopping = true,
+        }
+        if all {
+            for h in home.state() {
+                queue.push(Key::of(h.as_ref()));
+            }
+            if let Some(side) = &remote {
+                for r in side.store.state() {
+                    if let Some(k) = kind.key_of(&pair, &r) {
+                        queue.push(k);
+                    }
+                }
+            }
+        }
+    };
+    match ended {
+        None => {
+            info!(kind = K::NAME, %pair, "stopped");
+            Ok(())
+        }
+        Some(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::{
+        api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp,
+    };
+    use kube::runtime::reflector::store::Writer;
+
+    use super::*;
+    use crate::{
+        marks::Marks,
+        mirror::{
+            Mirror,
+            tests::{ConfigMaps, cm},
+        },
+    };
+
+    fn store(objs: Vec<ConfigMap>) -> Store<ConfigMap> {
+        let mut w = Writer::default();
+        w.apply_watcher_event(&watcher::Event::Init);
+        for o in objs {
+            w.apply_watcher_event(&watcher::Event::InitApply(o));
+        }
+        w.apply_watcher_event(&watcher::Event::InitDone);
+        w.as_reader()
+    }
+
+    fn twin(name: &str, marks: Option<&Marks>) -> ConfigMap {
+        let mut c = cm(name, &[], &[]);
+        c.metadata.namespace = Some("shop-alpha".into());
+        c.metadata.labels = marks.map(Marks::labels);
+        c
+    }
+
+    #[tokio::test]
+    async fn the_periodic_look_finds_our_objects_whose_home_object_is_gone() {
+        let marks = Marks::new("alpha", "beta");
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let side = RemoteSide::<Mirror<ConfigMaps>> {
+            endpoint: Endpoint {
+                client: Client::try_from(config).unwrap(),
+                marks: marks.clone(),
+            },
+            namespace: "shop-alpha".into(),
+            store: {
+                let mut going = twin("going", Some(&marks));
+                going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+                store(vec![
+                    twin("kept", Some(&marks)),
+                    twin("orphan", Some(&marks)),
+                    // Someone else's, with no home object: not ours to delete.
+                    twin("theirs", None),
+                    // Ours, already going.
+                    going,
+                ])
+            },
+        };
+        let home = store(vec![cm("kept", &[], &[])]);
+        let pair = Pair::namespaces("shop", "shop-alpha");
+        assert_eq!(
+            orphans(&Mirror(ConfigMaps), &pair, &side, &home),
+            [Key::new("shop", "orphan")]
+        );
+        assert!(side.listed());
+        assert!(side.lookup("kept").unwrap().is_some());
+        assert!(side.lookup("nothing").unwrap().is_none());
+    }
+}

@@ -1,0 +1,239 @@
+//! What a reflected kind provides ([`Kind`]), what it decides from ([`View`]) and what it acts
+//! through ([`Cx`]).
+use std::{fmt, future::Future, sync::Arc, time::Duration};
+
+use fabric_kube::{
+    events::{Event, Events},
+    written::Writes,
+};
+use kube::{
+    Api, Client, Resource,
+    api::{DeleteParams, Preconditions},
+    core::NamespaceResourceScope,
+    runtime::watcher,
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    gate::Remote,
+    key::{Key, Pair},
+    marks::Marks,
+};
+
+/// A namespaced Kubernetes object type a reflector watches and writes.
+pub trait Object:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + fmt::Debug
+    + DeserializeOwned
+    + Serialize
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> Object for T where
+    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + fmt::Debug
+        + DeserializeOwned
+        + Serialize
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// One reflected kind: how its home objects and remote objects correspond, and what to do
+/// about one key. Everything but [`Kind::act`] is pure; `act` carries out one step with the
+/// I/O the edge hands it ([`Cx`]). Kinds that copy a home object into a remote one need not
+/// implement this: [`crate::mirror::Mirror`] does, from a [`crate::mirror::Forge`].
+pub trait Kind: Send + Sync + Sized + 'static {
+    /// The object at home (this cluster), watched per [`Pair`].
+    type Home: Object;
+    /// The object the kind keeps in the remote cluster for a home object.
+    type Remote: Object;
+    /// What [`Kind::decide`] returns and [`Kind::act`] carries out.
+    type Step: fmt::Debug + Send;
+    /// Why an act failed (logged with `{:#}`; the key is retried with back-off).
+    type Error: fmt::Display + Send + 'static;
+
+    /// The kind in logs and metrics (`kind="pods"`): the home resource's plural.
+    const NAME: &'static str;
+
+    /// How home objects are watched in the pair's home namespace (a field or label
+    /// selector: the pods bound to one node). Default: all of them.
+    fn watch_home(&self) -> watcher::Config {
+        watcher::Config::default()
+    }
+
+    /// How remote objects are watched in the pair's remote namespace. Default: all of them,
+    /// so that an object of ours someone else took over, or someone else's in our way, is
+    /// seen (and left alone).
+    fn watch_remote(&self) -> watcher::Config {
+        watcher::Config::default()
+    }
+
+    /// The name of the remote object standing for `key` in the pair's remote namespace.
+    fn remote_name(&self, key: &Key) -> String;
+
+    /// The key of the home object `remote` stands for (`None`: none; its events are
+    /// ignored). The inverse of [`Kind::remote_name`].
+    fn key_of(&self, pair: &Pair, remote: &Self::Remote) -> Option<Key>;
+
+    /// Whether `remote` (one of ours) stands for no home object any more; `home` is the home
+    /// object of its key as known (`None`: there is none). The edge deletes such an object
+    /// once a fresh read of the home object confirms it (a UID-preconditioned delete).
+    fn orphaned(&self, remote: &Self::Remote, home: Option<&Self::Home>) -> bool;
+
+    /// What to do about one home object, from what the edge knows: pure.
+    fn decide(&self, view: &View<'_, Self>) -> Self::Step;
+
+    /// Carries out `step`; `Ok(Next::After(d))` to be looked at again after `d` even if
+    /// nothing changes (a token to refresh), an error to be retried with back-off.
+    fn act(
+        &self,
+        cx: &Cx<'_, Self>,
+        step: Self::Step,
+    ) -> impl Future<Output = Result<Next, Self::Error>> + Send;
+}
+
+/// What a sync asks of the edge once it is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing: the key is looked at again on the next change, or the periodic resync.
+    Done,
+    /// Look at the key again after this long.
+    After(Duration),
+}
+
+/// What a kind decides from: one home object and what the remote holds for it.
+pub struct View<'a, K: Kind> {
+    pub key: &'a Key,
+    pub pair: &'a Pair,
+    /// The home object: the watch cache's copy, or the one our last write of it returned
+    /// while the cache has not caught up ([`Cx::wrote_home`]).
+    pub home: &'a Arc<K::Home>,
+    /// The remote object of [`Kind::remote_name`] in the pair's remote namespace.
+    pub remote: Remote<'a, K::Remote>,
+    /// Whether the remote cluster answers. While it does not, nothing should be created or
+    /// deleted there (the edge deletes nothing itself).
+    pub reachable: bool,
+    /// The marks of ours in the remote cluster; `None`: no remote client.
+    pub marks: Option<&'a Marks>,
+}
+
+/// The remote cluster as a reflector reaches it: a client and the marks this cluster puts
+/// on what it makes there. Replaced whole when the identity changes (the remote watches are
+/// made again on the new client).
+#[derive(Clone)]
+pub struct Endpoint {
+    pub client: Client,
+    pub marks: Marks,
+}
+
+/// What [`Kind::act`] carries out a step with: the [`View`] it was decided from, and the
+/// clients, Events and write records of the edge.
+pub struct Cx<'a, K: Kind> {
+    pub view: View<'a, K>,
+    pub(crate) kind: &'a K,
+    pub(crate) home_client: &'a Client,
+    pub(crate) endpoint: Option<&'a Endpoint>,
+    pub(crate) events: &'a Events,
+    pub(crate) writes: &'a Writes<Key, K::Home>,
+}
+
+/// How a [`Cx::delete_remote`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// Asked (the object may still be finishing: finalizers, a grace period).
+    Asked,
+    /// Gone already, or replaced by another object of that name since it was seen.
+    Gone,
+    /// It does not carry our marks (or there is no remote client): left alone.
+    NotOurs,
+}
+
+impl<K: Kind> Cx<'_, K> {
+    /// The home objects of the key's namespace.
+    pub fn home_api(&self) -> Api<K::Home> {
+        Api::namespaced(self.home_client.clone(), &self.view.key.namespace)
+    }
+
+    /// The remote objects of the pair's remote namespace; `None`: no remote client.
+    pub fn remote_api(&self) -> Option<Api<K::Remote>> {
+        let e = self.endpoint?;
+        Some(Api::namespaced(
+            e.client.clone(),
+            self.view.pair.remote_namespace(&e.client),
+        ))
+    }
+
+    /// The pair's remote namespace; `None`: no remote client.
+    pub fn remote_namespace(&self) -> Option<&str> {
+        let e = self.endpoint?;
+        Some(self.view.pair.remote_namespace(&e.client))
+    }
+
+    /// The name of the key's remote object.
+    pub fn remote_name(&self) -> String {
+        self.kind.remote_name(self.view.key)
+    }
+
+    /// Records a write of the home object that returned `after`: until the watch cache shows
+    /// it, later syncs decide from `after` ([`fabric_kube::written`]).
+    pub fn wrote_home(&self, after: K::Home) {
+        let over = self.view.home.meta().resource_version.clone();
+        self.writes.wrote(self.view.key.clone(), over, after);
+    }
+
+    /// Publishes `ev` on the home object (a failure is logged, never fails the sync).
+    pub async fn event(&self, ev: &Event) {
+        self.events.publish(self.view.home.as_ref(), ev).await;
+    }
+
+    /// The Events publisher of the home cluster (for Events on other objects).
+    pub fn events(&self) -> &Events {
+        self.events
+    }
+
+    /// Deletes remote object `obj` if it carries our marks, on the condition that it is
+    /// still that very object (its UID), with `grace_seconds` if given.
+    pub async fn delete_remote(
+        &self,
+        obj: &K::Remote,
+        grace_seconds: Option<u32>,
+    ) -> kube::Result<Deleted> {
+        let (Some(api), Some(marks)) = (self.remote_api(), self.view.marks) else {
+            return Ok(Deleted::NotOurs);
+        };
+        delete_owned(&api, marks, obj, grace_seconds).await
+    }
+}
+
+/// Deletes `obj` through `api` if it carries `marks`, preconditioned on its UID.
+pub(crate) async fn delete_owned<R: Object>(
+    api: &Api<R>,
+    marks: &Marks,
+    obj: &R,
+    grace_seconds: Option<u32>,
+) -> kube::Result<Deleted> {
+    if !marks.on(obj.meta()) {
+        return Ok(Deleted::NotOurs);
+    }
+    let dp = DeleteParams {
+        grace_period_seconds: grace_seconds,
+        preconditions: Some(Preconditions {
+            uid: obj.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let name = obj.meta().name.clone().unwrap_or_default();
+    match api.delete(&name, &dp).await {
+        Ok(_) => Ok(Deleted::Asked),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(Deleted::Gone),
+        Err(e) => Err(e),
+    }
+}
