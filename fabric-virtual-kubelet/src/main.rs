@@ -121,6 +121,7 @@ async fn run_cli() -> Result<()> {
     } else {
         (server::Listen::At(address), cli.kubelet_port)
     };
+    let metrics = std::sync::Arc::new(fabric_reflector::Metrics::new());
     let server = server::Config {
         cert: cli
             .server
@@ -158,6 +159,7 @@ async fn run_cli() -> Result<()> {
         status_refresh: cli.status_refresh,
         policy: Policy { grace: cli.grace },
         pod_resync: cli.pod_resync,
+        metrics,
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

@@ -1,6 +1,7 @@
 //! The provider's API as this cluster's identity reaches it: a client built from the identity
-//! Secret (rebuilt whenever the Secret changes, e.g. on certificate renewal), and the probe
-//! that tells whether the provider answers.
+//! Secret (rebuilt whenever the Secret changes, e.g. on certificate renewal), the probe that
+//! tells whether the provider answers, and the [`Endpoint`]s the reflectors reach it through
+//! ([`endpoints`]).
 //!
 //! The probe is a namespaced, authorized read in the tenant namespace (one `Tenant`, metadata
 //! only): unlike `/version` or `/healthz`, which answer anyone, it fails when the identity was
@@ -8,6 +9,7 @@
 use std::time::Duration;
 
 use fabric_api::authentication::v1alpha1::Tenant;
+use fabric_reflector::{Endpoint, Marks};
 use fabric_sharing::identity;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, api::ListParams};
@@ -85,6 +87,83 @@ pub async fn prober(
                 }
                 client = None;
             }
+        }
+    }
+}
+
+/// This cluster's id as the provider knows it: its Tenant in the tenant namespace (what the
+/// provider's admission compares the ShadowPods' `clusterId` with).
+async fn consumer_id(client: &kube::Client) -> Result<String, String> {
+    let tenants: Api<Tenant> = Api::default_namespaced(client.clone());
+    let list = tenants
+        .list(&ListParams::default().limit(2))
+        .await
+        .map_err(|e| format!("reading the Tenant on the provider: {e}"))?;
+    match &list.items[..] {
+        [t] => Ok(t.spec.cluster_id.clone()),
+        other => Err(format!(
+            "{} Tenants in the tenant namespace on the provider, not one",
+            other.len()
+        )),
+    }
+}
+
+/// The provider as the reflectors reach it, for each version of the identity Secret: a client,
+/// and the marks this cluster puts on what it makes there (its id as the provider knows it,
+/// the provider's id). `None` while there is no usable identity, and until this cluster's
+/// Tenant has been read (retried with back-off): nothing is made there meanwhile.
+pub fn endpoints(
+    secret: watch::Receiver<Option<Secret>>,
+    provider_id: String,
+) -> watch::Receiver<Option<Endpoint>> {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(follow_endpoints(secret, provider_id, tx));
+    rx
+}
+
+async fn follow_endpoints(
+    mut secret: watch::Receiver<Option<Secret>>,
+    provider_id: String,
+    out: watch::Sender<Option<Endpoint>>,
+) {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(30);
+    'identity: loop {
+        let current = secret.borrow_and_update().clone();
+        // The old client goes at once: nothing more is done with a replaced identity.
+        out.send_replace(None);
+        let client = match current.as_ref().and_then(identity::kubeconfig_of) {
+            Some(text) => identity::client_from_kubeconfig(&text).await.ok(),
+            None => None,
+        };
+        if let Some(client) = client {
+            let mut delay = FIRST;
+            loop {
+                match consumer_id(&client).await {
+                    Ok(id) => {
+                        let marks = Marks::new(id, provider_id.clone());
+                        out.send_replace(Some(Endpoint { client, marks }));
+                        break;
+                    }
+                    // Said once per identity: the probe says more about an unreachable provider.
+                    Err(e) if delay == FIRST => {
+                        warn!(error = %e, "no client for the reflectors yet")
+                    }
+                    Err(e) => {
+                        debug!(error = %e, retry_in = ?delay, "no client for the reflectors yet")
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => delay = (delay * 2).min(MAX),
+                    r = secret.changed() => match r {
+                        Ok(()) => continue 'identity,
+                        Err(_) => return,
+                    },
+                }
+            }
+        }
+        if out.is_closed() || secret.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -56,6 +56,8 @@ pub struct Opts {
     pub policy: Policy,
     /// How often the pod loop looks at every pod bound to the node again.
     pub pod_resync: Duration,
+    /// The reflectors' metrics (served by the kubelet API).
+    pub metrics: std::sync::Arc<fabric_reflector::Metrics>,
 }
 
 /// The latest state of one named object, kept by a watch (retrying with backoff on errors).
@@ -277,6 +279,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         pod_opts,
         secret_rx.clone(),
         ready_rx,
+        opts.metrics.clone(),
     ));
     let (heartbeat_tx, heartbeat_rx) = watch::channel(heartbeat::Heartbeat::default());
     tokio::spawn(heartbeat::run(

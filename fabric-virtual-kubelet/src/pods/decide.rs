@@ -1,6 +1,6 @@
 //! What the virtual kubelet does about one pod bound to its node, as a pure function of the
 //! home pod, what it knows of the pod's ShadowPod on the provider, and whether the provider
-//! answers. The I/O edge ([`super::run`]) carries the step out and reports the status
+//! answers. The I/O edge ([`super::act`]) carries the step out and reports the status
 //! [`super::status`] computes.
 use std::collections::BTreeMap;
 

@@ -13,18 +13,27 @@
 //!   `offloading.fabric.io/Offloaded` condition), pure;
 //! - [`translate`]: provider pod IPs through the remapped pod CIDR, pure;
 //! - [`failures`]: remote container failures (image pulls, crash loops) as home Events, pure;
-//! - [`queue`]: which pod is looked at next, each one sync at a time, pure;
-//! - [`run`]: the watches (home pods by `spec.nodeName`, the provider's ShadowPods, the peer's
-//!   Configuration) and the writes.
+//! - [`kind`]: the pod kind of the reflection framework (`fabric-reflector`): which ShadowPod
+//!   stands for which home pod, and when one is an orphan;
+//! - [`act`]: its writes: the ShadowPod created, updated, resized or deleted, the home
+//!   status and Events;
+//! - [`run`]: its registration (the pods bound to the node, 32 at a time, into the tenant
+//!   namespace), resynced when the node's readiness or the peer's Configuration changes.
+//!
+//! The framework's edge does the rest: the watches (home pods by `spec.nodeName`, the
+//! provider's ShadowPods through the identity), the work queue and retries, the periodic
+//! resync and the collection of ShadowPods whose pod is gone. ShadowPods carry the
+//! reflection's ownership marks; one without them is never changed or deleted.
 //!
 //! Failures: while the provider does not answer (the node is not Ready), offloaded pods are
 //! marked not Ready at home and nothing is created or deleted; the provider keeps running
 //! them. Nothing is decided from a cache that could be stale when it cannot be undone: a
 //! vanished ShadowPod is confirmed by a fresh read before its pod is failed, and a restarted
 //! process waits for the provider's listing before it creates anything.
+pub mod act;
 pub mod decide;
 pub mod failures;
-pub mod queue;
+pub mod kind;
 pub mod run;
 pub mod status;
 pub mod translate;

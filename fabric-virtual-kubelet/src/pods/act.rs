@@ -1,0 +1,387 @@
+//! The pod kind's writes: [`decide`]'s step carried out on the provider (the ShadowPod
+//! created, its labels and annotations followed, resized, deleted) or at home (a deletion
+//! completed), then the home status [`status`] computes written under the virtual kubelet's
+//! field manager, with the Events a kubelet would record.
+use std::collections::BTreeMap;
+
+use anyhow::{Context as _, Result};
+use fabric_api::{names, offloading::v1alpha1::ShadowPod};
+use fabric_kube::events::Event;
+use fabric_reflector::{Cx, Deleted, Marks, Next};
+use fabric_sharing::shadowpod::{
+    forge::{self, Offer, Policy},
+    resize,
+};
+use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions},
+};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{
+    decide::{self, Step},
+    failures,
+    kind::Pods,
+    status::{self, Context, Seen},
+    translate::Remap,
+};
+use crate::run::FIELD_MANAGER;
+
+/// What carrying out a step saw of the provider, for the status.
+enum Outcome {
+    Shadow(Box<ShadowPod>),
+    Nothing,
+    Vanished,
+    Refused {
+        message: String,
+        retry: bool,
+    },
+    ResizeRefused {
+        shadow: Box<ShadowPod>,
+        message: String,
+    },
+    /// The home pod is gone: no status to write.
+    Gone,
+}
+
+/// Carries out `step` for the pod of `cx`, then writes its home status. A failed step still
+/// reports what is known (the pod not Ready while the provider is out of reach, say) and is
+/// retried with back-off.
+pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
+    let (outcome, failed) = match carry_out(cx, step).await {
+        Ok(o) => (o, None),
+        Err(e) => (Outcome::Nothing, Some(e)),
+    };
+    report(pods, cx, outcome).await;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(Next::Done),
+    }
+}
+
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+async fn carry_out(cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
+    let pod = cx.view.home.as_ref();
+    let shadow_name = cx.remote_name();
+    let own = match cx.view.remote.ours() {
+        Some(s) if decide::owns(s, pod) => Outcome::Shadow(Box::new(s.clone())),
+        _ => Outcome::Nothing,
+    };
+    let (Some(api), Some(marks)) = (cx.remote_api(), cx.view.marks) else {
+        return Ok(own);
+    };
+    Ok(match step {
+        Step::Report | Step::Wait => own,
+        Step::Create => create(cx, &api, marks, &shadow_name).await?,
+        Step::UpdateMetadata => {
+            let Outcome::Shadow(s) = &own else {
+                return Ok(own);
+            };
+            let (labels, annotations) = decide::wanted_metadata(pod, marks.origin());
+            let mut marked = labels.clone();
+            marks.stamp(&mut marked);
+            let patch = json!({
+                "metadata": { "labels": marked, "annotations": annotations },
+                "spec": { "pod": { "labels": labels, "annotations": annotations } },
+            });
+            // JSON merge patch: keys gone at home must be removed there too.
+            let patch = with_removals(patch, s, &marked, &labels, &annotations);
+            let updated = api
+                .patch(&shadow_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .context("updating the ShadowPod's labels and annotations")?;
+            Outcome::Shadow(Box::new(updated))
+        }
+        Step::Resize => resize(cx, &api, &shadow_name, own).await?,
+        Step::DeleteRemote { grace_seconds } => {
+            if let Outcome::Shadow(s) = &own {
+                let grace = grace_seconds.and_then(|g| u32::try_from(g).ok());
+                let deleted = cx
+                    .delete_remote(s, grace)
+                    .await
+                    .context("deleting the ShadowPod")?;
+                if deleted == Deleted::Asked {
+                    info!(pod = %key(pod), "deleting its ShadowPod");
+                }
+            }
+            own
+        }
+        Step::DeleteStale => {
+            if let Some(s) = cx.view.remote.ours() {
+                let deleted = cx
+                    .delete_remote(s, None)
+                    .await
+                    .context("deleting a stale ShadowPod")?;
+                if deleted == Deleted::Asked {
+                    info!(pod = %key(pod), "deleting an earlier pod's ShadowPod of the same name");
+                }
+            }
+            Outcome::Nothing
+        }
+        Step::FinishDeletion => {
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: pod.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match cx.home_api().delete(&pod.name_any(), &dp).await {
+                Ok(_) => {
+                    info!(pod = %key(pod), "deleted: nothing runs for it on the provider")
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e).context("completing the pod's deletion"),
+            }
+            Outcome::Gone
+        }
+        Step::Vanished => {
+            // Failing the pod cannot be undone: the cache's word is not enough.
+            match api.get_opt(&shadow_name).await {
+                Ok(Some(s)) if marks.on(&s.metadata) && decide::owns(&s, pod) => {
+                    Outcome::Shadow(Box::new(s))
+                }
+                Ok(Some(_)) | Ok(None) => {
+                    cx.event(&Event::warning(
+                        status::reason::VANISHED,
+                        "Offload",
+                        "the pod's ShadowPod vanished from the provider: the pod failed",
+                    ))
+                    .await;
+                    warn!(pod = %key(pod), "its ShadowPod vanished from the provider");
+                    Outcome::Vanished
+                }
+                Err(e) => return Err(e).context("reading the ShadowPod again"),
+            }
+        }
+    })
+}
+
+/// Writes the home status for what `outcome` saw, if it says something new.
+async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
+    let pod = cx.view.home.as_ref();
+    let seen = match &outcome {
+        Outcome::Gone => return,
+        Outcome::Shadow(s) => Seen::Shadow(s),
+        Outcome::Nothing => Seen::Nothing,
+        Outcome::Vanished => Seen::Vanished,
+        Outcome::Refused { message, retry } => Seen::Refused {
+            message,
+            retry: *retry,
+        },
+        Outcome::ResizeRefused { shadow, message } => Seen::ResizeRefused { shadow, message },
+    };
+    let readiness = pods.ready.borrow().clone().unwrap_or_default();
+    let remap = pods
+        .config
+        .borrow()
+        .as_ref()
+        .and_then(|c| Remap::of(c).ok());
+    let ctx = Context {
+        reachable: cx.view.reachable,
+        unreachable_message: &readiness.message,
+        partitioned: readiness.partitioned.as_deref(),
+        remap: remap.as_ref(),
+        node_ip: &pods.node_ip,
+        now: Timestamp::now(),
+    };
+    let Some(want) = status::home_status(pod.status.as_ref(), seen, &ctx) else {
+        return;
+    };
+    if pod.status.as_ref().map(status::ours) == Some(want.clone()) {
+        return;
+    }
+    match FIELD_MANAGER
+        .apply_status_at(&cx.home_api(), &pod.name_any(), None, &want)
+        .await
+    {
+        Ok(after) => {
+            debug!(pod = %key(pod), "status home");
+            cx.wrote_home(after);
+            for f in failures::new_failures(pod.status.as_ref(), &want) {
+                cx.event(&Event::warning(f.reason, f.action, f.message))
+                    .await;
+            }
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => warn!(pod = %key(pod), error = %e, "writing the pod status"),
+    }
+}
+
+/// Carries the home pod's container resources into its ShadowPod (over the version it was
+/// decided on); a refusal (the grant would be exceeded) leaves the pod at its size and is
+/// said at home.
+async fn resize(
+    cx: &Cx<'_, Pods>,
+    api: &Api<ShadowPod>,
+    shadow_name: &str,
+    own: Outcome,
+) -> Result<Outcome> {
+    let pod = cx.view.home.as_ref();
+    let s = match own {
+        Outcome::Shadow(s) => s,
+        other => return Ok(other),
+    };
+    let want = pod.spec.clone().unwrap_or_default();
+    let Some(resized) = resize::resized(&want, &s.spec.pod.spec) else {
+        return Ok(Outcome::Shadow(s));
+    };
+    let patch = json!({
+        "metadata": { "resourceVersion": s.metadata.resource_version },
+        "spec": { "pod": { "spec": resized } },
+    });
+    match api
+        .patch(shadow_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(updated) => {
+            info!(pod = %key(pod), "resized its ShadowPod");
+            Ok(Outcome::Shadow(Box::new(updated)))
+        }
+        // Changed meanwhile: decided again on the next version.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Outcome::Shadow(s)),
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+            let message = format!("the provider refused the resize: {}", e.message);
+            warn!(pod = %key(pod), code = e.code, error = %e.message, "resize refused");
+            cx.event(&Event::warning(
+                resize::INFEASIBLE,
+                "Resize",
+                message.clone(),
+            ))
+            .await;
+            Ok(Outcome::ResizeRefused { shadow: s, message })
+        }
+        Err(e) => Err(e).context("resizing the ShadowPod"),
+    }
+}
+
+async fn create(
+    cx: &Cx<'_, Pods>,
+    api: &Api<ShadowPod>,
+    marks: &Marks,
+    shadow_name: &str,
+) -> Result<Outcome> {
+    let pod = cx.view.home.as_ref();
+    let consumer = marks.origin();
+    let spec = match forge::forge(pod, consumer, &Offer::default(), &Policy::default()) {
+        Ok(spec) => spec,
+        Err(refusal) => {
+            let message = refusal.to_string();
+            cx.event(&Event::warning(
+                status::reason::REFUSED,
+                "Offload",
+                message.clone(),
+            ))
+            .await;
+            return Ok(Outcome::Refused {
+                message,
+                retry: false,
+            });
+        }
+    };
+    let (mut labels, annotations) = decide::wanted_metadata(pod, consumer);
+    marks.stamp(&mut labels);
+    let shadow = ShadowPod {
+        metadata: ObjectMeta {
+            name: Some(shadow_name.to_owned()),
+            namespace: cx.remote_namespace().map(str::to_owned),
+            labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            // The provider's controller would add its finalizer first thing (a patch and a
+            // round of its reconciler per pod): set at creation, it goes straight on.
+            finalizers: Some(vec![names::finalizer::SHADOW_POD.to_owned()]),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    };
+    match api.create(&PostParams::default(), &shadow).await {
+        Ok(s) => {
+            info!(pod = %key(pod), shadowpod = %shadow_name, "offloaded");
+            cx.event(&Event::normal(
+                "Offloaded",
+                "Offload",
+                format!("ShadowPod {shadow_name} created on the provider"),
+            ))
+            .await;
+            Ok(Outcome::Shadow(Box::new(s)))
+        }
+        // Created by an earlier run whose listing had not caught up.
+        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(shadow_name).await? {
+            Some(s) if marks.on(&s.metadata) && decide::owns(&s, pod) => {
+                Ok(Outcome::Shadow(Box::new(s)))
+            }
+            _ => Ok(Outcome::Nothing),
+        },
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+            let retry = e.code == 403;
+            let message = format!("the provider refused the ShadowPod: {}", e.message);
+            warn!(pod = %key(pod), code = e.code, error = %e.message, "ShadowPod refused");
+            let reason = if retry {
+                status::reason::FORBIDDEN
+            } else {
+                status::reason::REFUSED
+            };
+            cx.event(&Event::warning(reason, "Offload", message.clone()))
+                .await;
+            Ok(Outcome::Refused { message, retry })
+        }
+        Err(e) => Err(e).context("creating the ShadowPod"),
+    }
+}
+
+/// A merge patch removes keys by setting them to null: those the ShadowPod has and the home
+/// pod no longer has (`marked`: the labels its metadata should have, ours included;
+/// `labels`, `annotations`: its pod template's).
+fn with_removals(
+    mut patch: serde_json::Value,
+    s: &ShadowPod,
+    marked: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> serde_json::Value {
+    let stale = |have: Option<&BTreeMap<String, String>>, want: &BTreeMap<String, String>| {
+        have.into_iter()
+            .flatten()
+            .filter(|(k, _)| !want.contains_key(*k))
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>()
+    };
+    for (path, have, want) in [
+        (
+            &["metadata", "labels"][..],
+            s.metadata.labels.as_ref(),
+            marked,
+        ),
+        (
+            &["metadata", "annotations"][..],
+            s.metadata.annotations.as_ref(),
+            annotations,
+        ),
+        (
+            &["spec", "pod", "labels"][..],
+            Some(&s.spec.pod.labels),
+            labels,
+        ),
+        (
+            &["spec", "pod", "annotations"][..],
+            Some(&s.spec.pod.annotations),
+            annotations,
+        ),
+    ] {
+        let mut at = &mut patch;
+        for p in path {
+            at = &mut at[*p];
+        }
+        for k in stale(have, want) {
+            at[k] = serde_json::Value::Null;
+        }
+    }
+    patch
+}

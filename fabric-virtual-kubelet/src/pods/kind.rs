@@ -1,0 +1,127 @@
+//! The pod kind of the reflection framework: home pods bound to this node (watched with the
+//! field selector `spec.nodeName=<node>`) and the ShadowPods of the tenant namespace on the
+//! provider, keyed by the home pod they were made for (`spec.home`), named
+//! `<namespace>.<name>`. Its decisions are [`decide`]'s; its writes are [`super::act`]'s.
+use fabric_api::{networking::v1alpha1::Configuration, offloading::v1alpha1::ShadowPod};
+use fabric_reflector::{Cx, Key, Kind, Next, Pair, Remote, View};
+use fabric_sharing::shadowpod::forge;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use super::{
+    act,
+    decide::{self, Step},
+    run::Readiness,
+};
+
+/// The pods bound to one virtual node.
+pub struct Pods {
+    pub node_name: String,
+    /// The node's address: every offloaded pod's hostIP.
+    pub node_ip: String,
+    /// Whether the node is Ready, and why not (for the pods' status).
+    pub ready: watch::Receiver<Option<Readiness>>,
+    /// The peer's Configuration: the remap of its pod CIDR.
+    pub config: watch::Receiver<Option<Configuration>>,
+}
+
+/// What [`decide`] knows of a pod's ShadowPod, from what the edge knows: one that is not
+/// ours (made by someone else under that name) is not concluded from.
+pub fn remote<'a>(r: Remote<'a, ShadowPod>) -> decide::Remote<'a> {
+    match r {
+        Remote::Unknown | Remote::Foreign(_) => decide::Remote::Unknown,
+        Remote::Absent => decide::Remote::Absent,
+        Remote::Ours(s) => decide::Remote::Present(s),
+    }
+}
+
+impl Kind for Pods {
+    type Home = Pod;
+    type Remote = ShadowPod;
+    type Step = Step;
+    type Error = anyhow::Error;
+    const NAME: &'static str = "pods";
+
+    fn watch_home(&self) -> watcher::Config {
+        watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name))
+    }
+
+    fn remote_name(&self, key: &Key) -> String {
+        forge::name(&key.namespace, &key.name)
+    }
+
+    fn key_of(&self, _: &Pair, s: &ShadowPod) -> Option<Key> {
+        Some(Key::new(&s.spec.home.namespace, &s.spec.home.name))
+    }
+
+    fn orphaned(&self, s: &ShadowPod, home: Option<&Pod>) -> bool {
+        decide::orphaned(s, home)
+    }
+
+    fn decide(&self, view: &View<'_, Self>) -> Step {
+        decide::decide(view.home, remote(view.remote), view.reachable)
+    }
+
+    async fn act(&self, cx: &Cx<'_, Self>, step: Step) -> anyhow::Result<Next> {
+        act::act(self, cx, step).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::offloading::v1alpha1::{HomePod, ShadowPodSpec};
+
+    use super::*;
+
+    fn shadow() -> ShadowPod {
+        ShadowPod::new(
+            "shop.web",
+            ShadowPodSpec {
+                cluster_id: "a".into(),
+                home: HomePod {
+                    namespace: "shop".into(),
+                    name: "web".into(),
+                    uid: "u-1".into(),
+                },
+                pod: Default::default(),
+            },
+        )
+    }
+
+    fn pods() -> Pods {
+        Pods {
+            node_name: "fabric-b".into(),
+            node_ip: "10.0.0.9".into(),
+            ready: watch::channel(None).1,
+            config: watch::channel(None).1,
+        }
+    }
+
+    #[test]
+    fn a_shadow_pod_is_keyed_by_its_home_pod_and_named_after_it() {
+        let (p, s) = (pods(), shadow());
+        let key = p.key_of(&Pair::everywhere_to_tenant(), &s).unwrap();
+        assert_eq!(key, Key::new("shop", "web"));
+        assert_eq!(p.remote_name(&key), "shop.web");
+        assert_eq!(
+            p.watch_home().field_selector.as_deref(),
+            Some("spec.nodeName=fabric-b")
+        );
+    }
+
+    #[test]
+    fn a_shadow_pod_someone_else_made_is_concluded_from_as_little_as_an_unlisted_one() {
+        let s = shadow();
+        assert!(matches!(
+            remote(Remote::Foreign(&s)),
+            decide::Remote::Unknown
+        ));
+        assert!(matches!(remote(Remote::Unknown), decide::Remote::Unknown));
+        assert!(matches!(remote(Remote::Absent), decide::Remote::Absent));
+        assert!(matches!(
+            remote(Remote::Ours(&s)),
+            decide::Remote::Present(_)
+        ));
+    }
+}
