@@ -142,6 +142,7 @@ async fn run_cli() -> Result<()> {
             .then_some(cli.server.authentication_token_webhook_cache_ttl),
         virtual_node: cli.virtual_node.clone(),
         namespace: cli.namespace.clone(),
+        metrics: metrics.clone(),
     };
     let server = tokio::spawn(server::serve(client.clone(), server, listen));
     let opts = run::Opts {

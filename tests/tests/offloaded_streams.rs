@@ -445,6 +445,27 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let (code, _) = curl(api_server, port, "GET", "/containerLogs/default/ticker/app");
     assert_eq!(code, 200);
 
+    // The reflectors' metrics, served as a kubelet serves its own: to the API server's kubelet
+    // client, and through the API server (how Prometheus scrapes kubelets).
+    let synced = |body: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix("fabric_reflector_syncs_total{kind=\"pods\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let (code, body) = curl(api_server, port, "GET", "/metrics");
+    assert_eq!(code, 200, "{body}");
+    assert!(synced(&body).is_some_and(|n| n > 0.0), "{body}");
+    assert!(
+        body.contains("fabric_reflector_pairs{kind=\"pods\"} 1\n"),
+        "{body}"
+    );
+    let raw = consumer.kubectl_ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{NODE}/proxy/metrics"),
+    ]);
+    assert!(synced(&raw).is_some_and(|n| n > 0.0), "{raw}");
+
     // Nobody else: no certificate -> 401; a certificate of another CA (the provider's, even
     // with the API server's user and group) -> no handshake; a certificate of this cluster's
     // CA whose user may not use the node's kubelet API -> 403. Nothing of those reaches the
@@ -530,6 +551,10 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
         body.contains("user=system:serviceaccount:default:scraper"),
         "{body}"
     );
+    // The metrics are the node's `metrics` subresource, which mallory has not either.
+    let (code, body) = curl(Some((&mallory.0, &mallory.1)), port, "GET", "/metrics");
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource=metrics"), "{body}");
     // A request the kubelet API does not serve is refused the same before it says so.
     let (code, body) = curl(Some((&mallory.0, &mallory.1)), port, "GET", "/runningpods/");
     assert_eq!(code, 403, "{body}");
@@ -582,6 +607,9 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
         (code == 200).then_some(body)
     });
     assert!(body.starts_with("tick 0\n"), "{body}");
+    // nodes/proxy is not nodes/metrics (as with a kubelet).
+    let (code, body) = curl(Some((&mallory.0, &mallory.1)), port, "GET", "/metrics");
+    assert_eq!(code, 403, "{body}");
     // So is the ServiceAccount, bound to the same role.
     apply(
         &consumer,

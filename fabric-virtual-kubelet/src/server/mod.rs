@@ -27,6 +27,11 @@
 //! reaches the provider. Without a client CA nothing is served at all: the API server's own
 //! client certificate is the way in.
 //!
+//! `/metrics` serves the reflectors' metrics (per kind: syncs, failures, retries, queue depth,
+//! latency) in the Prometheus text format, as a kubelet serves its own: to users allowed the
+//! `nodes/metrics` subresource of this Node (`nodes/proxy` is not enough, as upstream),
+//! scraped directly or through the API server's `nodes/NODE/proxy/metrics`.
+//!
 //! Only pods bound to this virtual node are served, and only through the ShadowPod made for
 //! that very pod (same uid) in the consumer's tenant namespace: the provider paths are built
 //! from the tenant namespace and the ShadowPod's name, never from the request. Anything else
@@ -83,6 +88,8 @@ pub struct Config {
     /// The VirtualNode this process stands for, and its namespace (the identity Secret's).
     pub virtual_node: String,
     pub namespace: String,
+    /// What `/metrics` serves: the reflectors' metrics.
+    pub metrics: Arc<fabric_reflector::Metrics>,
 }
 
 /// Where the kubelet API listens.

@@ -24,6 +24,7 @@ pub type Body = UnsyncBoxBody<Bytes, Error>;
 
 pub struct Proxy {
     local: kube::Client,
+    metrics: std::sync::Arc<fabric_reflector::Metrics>,
     authenticator: Option<Authenticator>,
     authorizer: Authorizer,
     namespace: String,
@@ -38,6 +39,21 @@ fn text(code: StatusCode, msg: impl Into<String>) -> Response<Body> {
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .body(
             Full::new(Bytes::from(msg))
+                .map_err(|e| match e {})
+                .boxed_unsync(),
+        )
+        .expect("a valid response")
+}
+
+fn metrics(m: &fabric_reflector::Metrics) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(
+            header::CONTENT_TYPE,
+            fabric_reflector::metrics::CONTENT_TYPE,
+        )
+        .body(
+            Full::new(Bytes::from(m.render()))
                 .map_err(|e| match e {})
                 .boxed_unsync(),
         )
@@ -99,6 +115,7 @@ impl Proxy {
                 .map(|ttl| Authenticator::new(local.clone(), ttl)),
             authorizer: Authorizer::new(local.clone(), c.authz_ttl),
             local,
+            metrics: c.metrics.clone(),
             namespace: c.namespace.clone(),
             virtual_node: c.virtual_node.clone(),
         }
@@ -211,6 +228,9 @@ impl Proxy {
         route: Route,
         req: Request<hyper::body::Incoming>,
     ) -> Result<Response<Body>, Outcome> {
+        if let Route::Metrics = route {
+            return Ok(metrics(&self.metrics));
+        }
         let Some(want) = route.pod().cloned() else {
             return Ok(text(StatusCode::OK, "ok"));
         };

@@ -13,6 +13,8 @@ use kube::{ResourceExt as _, api::LogParams};
 #[derive(Debug, Clone)]
 pub enum Route {
     Healthz,
+    /// The reflectors' metrics.
+    Metrics,
     Logs {
         pod: PodRef,
         container: String,
@@ -118,6 +120,7 @@ impl Route {
         }
         Ok(match parts.as_slice() {
             ["healthz"] => Route::Healthz,
+            ["metrics"] => Route::Metrics,
             ["containerLogs", ns, p, c] => Route::Logs {
                 pod: pod(ns, p)?,
                 container: name(c)?,
@@ -140,7 +143,7 @@ impl Route {
 
     pub fn pod(&self) -> Option<&PodRef> {
         match self {
-            Route::Healthz => None,
+            Route::Healthz | Route::Metrics => None,
             Route::Logs { pod, .. }
             | Route::Exec { pod, .. }
             | Route::Attach { pod, .. }
@@ -274,7 +277,7 @@ pub fn provider_path(route: &Route, t: &Target) -> Option<String> {
             container, options, ..
         } => Some(streams("attach", container, options)),
         Route::PortForward { .. } => Some(format!("{base}/portforward")),
-        Route::Healthz | Route::Logs { .. } => None,
+        Route::Healthz | Route::Metrics | Route::Logs { .. } => None,
     }
 }
 
@@ -323,6 +326,24 @@ mod tests {
             namespace: ns.into(),
             name: name.into(),
         }
+    }
+
+    #[test]
+    fn metrics_are_served_to_a_get() {
+        assert!(matches!(
+            Route::parse("GET", "/metrics", ""),
+            Ok(Route::Metrics)
+        ));
+        assert_eq!(
+            Route::parse("POST", "/metrics", "").unwrap_err(),
+            Refused::Method
+        );
+        // Not the kubelet's other metrics paths: nothing of that sort is kept here.
+        assert!(matches!(
+            Route::parse("GET", "/metrics/cadvisor", ""),
+            Err(Refused::NotServed(_))
+        ));
+        assert!(Route::Metrics.pod().is_none());
     }
 
     #[test]
