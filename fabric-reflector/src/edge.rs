@@ -194,6 +194,135 @@ pub(crate) fn orphans<K: Kind>(
         .collect()
 }
 
+/// A pair's bookkeeping: the keys queued, the retries pending, the remote side in use.
+struct Loop<K: Kind> {
+    state: Arc<PairState<K>>,
+    remote: Option<Arc<RemoteSide<K>>>,
+    queue: Queue<Key>,
+    retries: Retries<Key>,
+    delays: DelayQueue<Key>,
+    delayed: HashMap<Key, delay_queue::Key>,
+    /// Keys the periodic look found orphaned: their next sync deletes them (if a fresh read
+    /// at home agrees).
+    swept: HashSet<Key>,
+    share: Share,
+}
+
+impl<K: Kind> Loop<K> {
+    fn gate(&self, reachability: Reachability) -> Gate {
+        Gate {
+            home_listed: matches!(
+                self.state.home.wait_until_ready().now_or_never(),
+                Some(Ok(()))
+            ),
+            remote: match &self.remote {
+                None => RemoteCache::NoClient,
+                Some(s) if s.listed() => RemoteCache::Listed,
+                Some(_) => RemoteCache::Listing,
+            },
+            reachability,
+        }
+    }
+
+    /// The next key to sync, and what its sync is to know.
+    fn next(&mut self, gate: Gate) -> Option<(Key, Snapshot<K>)> {
+        let k = self.queue.start()?;
+        if self.retries.failures(&k) > 0 {
+            self.share.metrics().retries.inc();
+        }
+        let snap = Snapshot {
+            gate,
+            remote: self.remote.clone(),
+            swept: self.swept.remove(&k),
+        };
+        Some((k, snap))
+    }
+
+    /// The sync of `k` is over, after `took`: counted, and `k` looked at again when it asks
+    /// to be or failed (not once the pair is stopping).
+    fn done(&mut self, k: Key, r: Result<Next, String>, took: Duration, stopping: bool) {
+        self.queue.done(&k);
+        let m = self.share.metrics();
+        m.syncs.inc();
+        m.latency.observe(took.as_secs_f64());
+        let again = match r {
+            Ok(Next::Done) => {
+                self.retries.succeeded(&k);
+                None
+            }
+            Ok(Next::After(d)) => {
+                self.retries.succeeded(&k);
+                Some(d)
+            }
+            Err(e) => {
+                m.errors.inc();
+                let after = self.retries.failed(k.clone());
+                warn!(kind = K::NAME, key = %k, error = %e, retry_in = ?after, "sync failed");
+                Some(after)
+            }
+        };
+        if let Some(d) = again.filter(|_| !stopping) {
+            match self.delayed.get(&k) {
+                Some(at) => self.delays.reset(at, d),
+                None => {
+                    let at = self.delays.insert(k.clone(), d);
+                    self.delayed.insert(k, at);
+                }
+            }
+        }
+    }
+
+    /// A wait asked for by [`Loop::done`] is over.
+    fn expired(&mut self, k: Key) {
+        self.delayed.remove(&k);
+        self.queue.push(k);
+    }
+
+    /// Takes `endpoint` (or none) for the remote side: a new cache and watch.
+    fn connect(&mut self, endpoint: Option<Endpoint>) -> (RemoteEvents<K>, BoxFuture<'static, ()>) {
+        match endpoint {
+            Some(e) => {
+                let (side, events, listed) = remote_side(&self.state.shared, &self.state.pair, e);
+                self.remote = Some(side);
+                (events, listed)
+            }
+            None => {
+                self.remote = None;
+                (
+                    futures::stream::pending().boxed(),
+                    futures::future::pending().boxed(),
+                )
+            }
+        }
+    }
+
+    /// Queues every key of both caches.
+    fn everything(&mut self) {
+        for h in self.state.home.state() {
+            self.queue.push(Key::of(h.as_ref()));
+        }
+        if let Some(side) = &self.remote {
+            for r in side.store.state() {
+                if let Some(k) = self.state.shared.kind.key_of(&self.state.pair, &r) {
+                    self.queue.push(k);
+                }
+            }
+        }
+    }
+
+    /// Queues the keys of orphans of ours, if they may be deleted now.
+    fn sweep(&mut self, gate: Gate) {
+        let Some(side) = self.remote.as_ref().filter(|_| gate.may_delete_orphans()) else {
+            return;
+        };
+        let (kind, pair) = (&self.state.shared.kind, &self.state.pair);
+        for k in orphans(kind, pair, side, &self.state.home) {
+            self.swept.insert(k.clone());
+            self.queue.push(k);
+        }
+    }
+}
+
 /// Runs the reflector of `shared`'s kind for `pair` until `stop` fires (then lets the syncs
 /// under way finish) or an input ends.
 pub(crate) async fn run<K: Kind>(
@@ -202,128 +331,76 @@ pub(crate) async fn run<K: Kind>(
     inputs: Inputs,
     mut stop: oneshot::Receiver<()>,
 ) -> Result<(), Ended> {
-    let kind = &shared.kind;
     let home_api: Api<K::Home> = match &pair.home {
         Some(ns) => Api::namespaced(shared.home.clone(), ns),
         None => Api::all(shared.home.clone()),
     };
     let (home, writer) = reflector::store();
     let mut home_events = pin!(
-        reflector::reflector(writer, watcher(home_api, kind.watch_home()))
+        reflector::reflector(writer, watcher(home_api, shared.kind.watch_home()))
             .default_backoff()
             .touched_objects()
     );
-    let state = Arc::new(PairState {
-        shared: shared.clone(),
-        pair: pair.clone(),
-        home: home.clone(),
-        writes: Writes::default(),
-        foreign: Default::default(),
-    });
     let Inputs {
         remote: mut endpoints,
         reachability: mut reach,
     } = inputs;
-    let mut remote: Option<Arc<RemoteSide<K>>> = None;
-    let mut remote_events: RemoteEvents<K> = futures::stream::pending().boxed();
-    let mut remote_listed: BoxFuture<'static, ()> = futures::future::pending().boxed();
-    if let Some(e) = endpoints.borrow_and_update().clone() {
-        let (side, events, listed) = remote_side(&shared, &pair, e);
-        (remote, remote_events, remote_listed) = (Some(side), events, listed);
-    }
+    let mut lp = Loop {
+        state: Arc::new(PairState {
+            shared: shared.clone(),
+            pair: pair.clone(),
+            home,
+            writes: Writes::default(),
+            foreign: Default::default(),
+        }),
+        remote: None,
+        queue: Queue::default(),
+        retries: Retries::default(),
+        delays: DelayQueue::new(),
+        delayed: HashMap::new(),
+        swept: HashSet::new(),
+        share: Share::new(shared.metrics.clone()),
+    };
+    let (mut remote_events, mut remote_listed) = lp.connect(endpoints.borrow_and_update().clone());
     let mut triggers: SelectAll<BoxStream<'static, ()>> =
         shared.options.triggers.iter().map(|t| (t.0)()).collect();
     let mut resync = tokio::time::interval(shared.options.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut share = Share::new(shared.metrics.clone());
-    let mut queue: Queue<Key> = Queue::default();
-    let mut retries: Retries<Key> = Retries::default();
-    let mut delays: DelayQueue<Key> = DelayQueue::new();
-    let mut delayed: HashMap<Key, delay_queue::Key> = HashMap::new();
-    let mut swept: HashSet<Key> = HashSet::new();
     let mut syncs = FuturesUnordered::new();
     let mut stopping = false;
     info!(kind = K::NAME, %pair, "reflecting");
     let ended = loop {
-        let gate = Gate {
-            home_listed: matches!(home.wait_until_ready().now_or_never(), Some(Ok(()))),
-            remote: match &remote {
-                None => RemoteCache::NoClient,
-                Some(s) if s.listed() => RemoteCache::Listed,
-                Some(_) => RemoteCache::Listing,
-            },
-            reachability: *reach.borrow(),
-        };
+        let gate = lp.gate(*reach.borrow());
         // Keys are synced as they come, up to `workers` at a time, while the watches go on
         // being read: a burst of changes is reflected side by side, not one per round.
-        if gate.open() && !stopping {
-            while syncs.len() < shared.options.workers {
-                let Some(k) = queue.start() else { break };
-                let snap = Snapshot {
-                    gate,
-                    remote: remote.clone(),
-                    swept: swept.remove(&k),
-                };
-                let state = state.clone();
-                syncs.push(async move {
-                    let t0 = Instant::now();
-                    let r = sync::sync(&state, &k, snap).await;
-                    (k, r, t0.elapsed())
-                });
-            }
+        while gate.open() && !stopping && syncs.len() < shared.options.workers {
+            let Some((k, snap)) = lp.next(gate) else {
+                break;
+            };
+            let state = lp.state.clone();
+            syncs.push(async move {
+                let t0 = Instant::now();
+                let r = sync::sync(&state, &k, snap).await;
+                (k, r, t0.elapsed())
+            });
         }
-        share.set(queue.queued(), syncs.len());
+        lp.share.set(lp.queue.queued(), syncs.len());
         if stopping && syncs.is_empty() {
             break None;
         }
-        let mut all = false;
+        let mut everything = false;
         tokio::select! {
-            Some((k, r, took)) = syncs.next(), if !syncs.is_empty() => {
-                queue.done(&k);
-                let m = share.metrics();
-                m.syncs.inc();
-                m.latency.observe(took.as_secs_f64());
-                let again = match r {
-                    Ok(Next::Done) => {
-                        retries.succeeded(&k);
-                        None
-                    }
-                    Ok(Next::After(d)) => {
-                        retries.succeeded(&k);
-                        Some(d)
-                    }
-                    Err(e) => {
-                        m.errors.inc();
-                        m.retries.inc();
-                        let after = retries.failed(k.clone());
-                        warn!(kind = K::NAME, key = %k, error = %e, retry_in = ?after, "sync failed");
-                        Some(after)
-                    }
-                };
-                if let Some(d) = again.filter(|_| !stopping) {
-                    match delayed.get(&k) {
-                        Some(at) => delays.reset(at, d),
-                        None => {
-                            let at = delays.insert(k.clone(), d);
-                            delayed.insert(k, at);
-                        }
-                    }
-                }
-            }
-            Some(expired) = delays.next(), if !delays.is_empty() => {
-                let k = expired.into_inner();
-                delayed.remove(&k);
-                queue.push(k);
-            }
+            Some((k, r, took)) = syncs.next(), if !syncs.is_empty() => lp.done(k, r, took, stopping),
+            Some(expired) = lp.delays.next(), if !lp.delays.is_empty() => lp.expired(expired.into_inner()),
             ev = home_events.next(), if !stopping => match ev {
-                Some(Ok(o)) => queue.push(Key::of(&o)),
+                Some(Ok(o)) => lp.queue.push(Key::of(&o)),
                 Some(Err(e)) => warn!(kind = K::NAME, %pair, error = %e, "watching at home"),
                 None => break Some(Ended::HomeWatch { kind: K::NAME, pair: pair.clone() }),
             },
             Some(ev) = remote_events.next(), if !stopping => match ev {
                 Ok(r) => {
-                    if let Some(k) = kind.key_of(&pair, &r) {
-                        queue.push(k);
+                    if let Some(k) = shared.kind.key_of(&pair, &r) {
+                        lp.queue.push(k);
                     }
                 }
                 // The remote cluster out of reach is common and said elsewhere (the node's
@@ -332,51 +409,31 @@ pub(crate) async fn run<K: Kind>(
             },
             () = &mut remote_listed => {
                 remote_listed = futures::future::pending().boxed();
-                all = true;
+                everything = true;
             }
             r = endpoints.changed(), if !stopping => {
                 if r.is_err() {
                     break Some(Ended::Endpoint { kind: K::NAME, pair: pair.clone() });
                 }
                 // The old client's watch and cache go; syncs under way keep theirs.
-                (remote, remote_events, remote_listed) = match endpoints.borrow_and_update().clone() {
-                    Some(e) => {
-                        let (side, events, listed) = remote_side(&shared, &pair, e);
-                        (Some(side), events, listed)
-                    }
-                    None => (None, futures::stream::pending().boxed(), futures::future::pending().boxed()),
-                };
-                all = true;
+                (remote_events, remote_listed) = lp.connect(endpoints.borrow_and_update().clone());
+                everything = true;
             }
             r = reach.changed(), if !stopping => {
                 if r.is_err() {
                     break Some(Ended::Reachability { kind: K::NAME, pair: pair.clone() });
                 }
-                all = true;
+                everything = true;
             }
-            Some(()) = triggers.next(), if !stopping => all = true,
+            Some(()) = triggers.next(), if !stopping => everything = true,
             _ = resync.tick(), if !stopping => {
-                all = true;
-                if gate.may_delete_orphans() && let Some(side) = &remote {
-                    for k in orphans(kind, &pair, side, &home) {
-                        swept.insert(k.clone());
-                        queue.push(k);
-                    }
-                }
+                everything = true;
+                lp.sweep(gate);
             }
             _ = &mut stop, if !stopping => stopping = true,
         }
-        if all {
-            for h in home.state() {
-                queue.push(Key::of(h.as_ref()));
-            }
-            if let Some(side) = &remote {
-                for r in side.store.state() {
-                    if let Some(k) = kind.key_of(&pair, &r) {
-                        queue.push(k);
-                    }
-                }
-            }
+        if everything {
+            lp.everything();
         }
     };
     match ended {

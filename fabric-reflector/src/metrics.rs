@@ -1,5 +1,5 @@
 //! Metrics per reflected kind (label `kind`), in the Prometheus text format: syncs, failed
-//! syncs, retries scheduled, orphans deleted, keys queued and running, pairs running, and
+//! syncs, retries of failed syncs, orphans deleted, keys queued and running, pairs running, and
 //! how long syncs take. One [`Metrics`] per process, shared by every reflector; whoever runs
 //! them serves [`Metrics::render`] (the virtual kubelet: `/metrics` of its kubelet API).
 use prometheus_client::{
@@ -69,7 +69,7 @@ impl Metrics {
         );
         registry.register(
             "retries",
-            "Retries scheduled after a failed sync",
+            "Syncs of a key whose last sync failed",
             m.retries.clone(),
         );
         registry.register(
