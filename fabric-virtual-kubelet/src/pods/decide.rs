@@ -197,7 +197,7 @@ pub fn decide(pod: &Pod, remote: Remote<'_>, reachable: bool) -> Step {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use fabric_api::offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec};
     use k8s_openapi::{
         api::core::v1::{PodCondition, PodStatus},
@@ -232,7 +232,7 @@ mod tests {
         p
     }
 
-    fn shadow(uid: &str) -> ShadowPod {
+    pub fn shadow(uid: &str) -> ShadowPod {
         let mut labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
         labels.insert(label::REMOTE_CLUSTER.into(), "a".into());
         let mut s = ShadowPod::new(

@@ -70,24 +70,8 @@ impl Kind for Pods {
 
 #[cfg(test)]
 mod tests {
-    use fabric_api::offloading::v1alpha1::{HomePod, ShadowPodSpec};
-
     use super::*;
-
-    fn shadow() -> ShadowPod {
-        ShadowPod::new(
-            "shop.web",
-            ShadowPodSpec {
-                cluster_id: "a".into(),
-                home: HomePod {
-                    namespace: "shop".into(),
-                    name: "web".into(),
-                    uid: "u-1".into(),
-                },
-                pod: Default::default(),
-            },
-        )
-    }
+    use crate::pods::decide::tests::shadow;
 
     fn pods() -> Pods {
         Pods {
@@ -100,7 +84,7 @@ mod tests {
 
     #[test]
     fn a_shadow_pod_is_keyed_by_its_home_pod_and_named_after_it() {
-        let (p, s) = (pods(), shadow());
+        let (p, s) = (pods(), shadow("u-1"));
         let key = p.key_of(&Pair::everywhere_to_tenant(), &s).unwrap();
         assert_eq!(key, Key::new("shop", "web"));
         assert_eq!(p.remote_name(&key), "shop.web");
@@ -112,7 +96,7 @@ mod tests {
 
     #[test]
     fn a_shadow_pod_someone_else_made_is_concluded_from_as_little_as_an_unlisted_one() {
-        let s = shadow();
+        let s = shadow("u-1");
         assert!(matches!(
             remote(Remote::Foreign(&s)),
             decide::Remote::Unknown
