@@ -10,7 +10,7 @@ use std::{
 
 use fabric_kube::{events::Events, written::Writes};
 use futures::{
-    FutureExt as _, StreamExt as _,
+    FutureExt as _, Stream, StreamExt as _,
     future::BoxFuture,
     stream::{BoxStream, FuturesUnordered, SelectAll},
 };
@@ -22,7 +22,7 @@ use kube::{
         watcher,
     },
 };
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
@@ -143,22 +143,81 @@ pub(crate) struct PairState<K: Kind> {
     pub foreign: std::sync::Mutex<HashSet<Key>>,
 }
 
-type RemoteEvents<K> = BoxStream<'static, Result<<K as Kind>::Remote, watcher::Error>>;
+/// A watch keeping its cache from a task of its own, so that the cache is as fresh as the API
+/// allows however busy the loop is; the keys of the objects it touches come through `keys`.
+/// Stopped when dropped.
+struct Watch {
+    keys: mpsc::UnboundedReceiver<Key>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Watch {
+    /// Drives `stream` (a reflector's), sending the key of every object it touches, per
+    /// `key_of`; its errors go to `failed` (the watch retries with back-off).
+    fn drive<O, S>(
+        stream: S,
+        key_of: impl Fn(&O) -> Option<Key> + Send + 'static,
+        failed: impl Fn(&watcher::Error) + Send + 'static,
+    ) -> Self
+    where
+        O: Send + 'static,
+        S: Stream<Item = Result<O, watcher::Error>> + Send + 'static,
+    {
+        let (tx, keys) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut stream = pin!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(o) => {
+                        if let Some(k) = key_of(&o)
+                            && tx.send(k).is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(e) => failed(&e),
+                }
+            }
+        });
+        Self { keys, task }
+    }
+}
+
+/// The next key `watch` sends; `None` once it ended, never while there is no watch.
+async fn next_key(watch: &mut Option<Watch>) -> Option<Key> {
+    match watch {
+        Some(w) => w.keys.recv().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// A cache and watch of the pair's remote namespace through `endpoint`, and a future that
 /// ends once the cache has listed.
 fn remote_side<K: Kind>(
-    shared: &Shared<K>,
+    shared: &Arc<Shared<K>>,
     pair: &Pair,
     endpoint: Endpoint,
-) -> (Arc<RemoteSide<K>>, RemoteEvents<K>, BoxFuture<'static, ()>) {
+) -> (Arc<RemoteSide<K>>, Watch, BoxFuture<'static, ()>) {
     let namespace = pair.remote_namespace(&endpoint.client).to_owned();
     let api: Api<K::Remote> = Api::namespaced(endpoint.client.clone(), &namespace);
     let (store, writer) = reflector::store();
-    let events = reflector::reflector(writer, watcher(api, shared.kind.watch_remote()))
+    let stream = reflector::reflector(writer, watcher(api, shared.kind.watch_remote()))
         .default_backoff()
-        .touched_objects()
-        .boxed();
+        .touched_objects();
+    let (kind, p) = (shared.clone(), pair.clone());
+    let watch = Watch::drive(
+        stream,
+        move |r| kind.kind.key_of(&p, r),
+        // The remote cluster out of reach is common and said elsewhere (the virtual
+        // kubelet: its node's condition).
+        |e| debug!(kind = K::NAME, error = %e, "watching the remote cluster"),
+    );
     let listed = {
         let store = store.clone();
         async move {
@@ -171,7 +230,7 @@ fn remote_side<K: Kind>(
         namespace,
         store,
     };
-    (Arc::new(side), events, listed)
+    (Arc::new(side), watch, listed)
 }
 
 /// The keys of the remote objects of ours whose home object is gone as far as the home cache
@@ -198,6 +257,7 @@ pub(crate) fn orphans<K: Kind>(
 struct Loop<K: Kind> {
     state: Arc<PairState<K>>,
     remote: Option<Arc<RemoteSide<K>>>,
+    remote_watch: Option<Watch>,
     queue: Queue<Key>,
     retries: Retries<Key>,
     delays: DelayQueue<Key>,
@@ -278,20 +338,18 @@ impl<K: Kind> Loop<K> {
         self.queue.push(k);
     }
 
-    /// Takes `endpoint` (or none) for the remote side: a new cache and watch.
-    fn connect(&mut self, endpoint: Option<Endpoint>) -> (RemoteEvents<K>, BoxFuture<'static, ()>) {
+    /// Takes `endpoint` (or none) for the remote side: a new cache and watch, and a future
+    /// that ends once that cache has listed.
+    fn connect(&mut self, endpoint: Option<Endpoint>) -> BoxFuture<'static, ()> {
         match endpoint {
             Some(e) => {
-                let (side, events, listed) = remote_side(&self.state.shared, &self.state.pair, e);
-                self.remote = Some(side);
-                (events, listed)
+                let (side, watch, listed) = remote_side(&self.state.shared, &self.state.pair, e);
+                (self.remote, self.remote_watch) = (Some(side), Some(watch));
+                listed
             }
             None => {
-                self.remote = None;
-                (
-                    futures::stream::pending().boxed(),
-                    futures::future::pending().boxed(),
-                )
+                (self.remote, self.remote_watch) = (None, None);
+                futures::future::pending().boxed()
             }
         }
     }
@@ -336,11 +394,15 @@ pub(crate) async fn run<K: Kind>(
         None => Api::all(shared.home.clone()),
     };
     let (home, writer) = reflector::store();
-    let mut home_events = pin!(
-        reflector::reflector(writer, watcher(home_api, shared.kind.watch_home()))
-            .default_backoff()
-            .touched_objects()
-    );
+    let home_stream = reflector::reflector(writer, watcher(home_api, shared.kind.watch_home()))
+        .default_backoff()
+        .touched_objects();
+    let p = pair.clone();
+    let mut home_watch = Some(Watch::drive(
+        home_stream,
+        |o: &K::Home| Some(Key::of(o)),
+        move |e| warn!(kind = K::NAME, pair = %p, error = %e, "watching at home"),
+    ));
     let Inputs {
         remote: mut endpoints,
         reachability: mut reach,
@@ -354,6 +416,7 @@ pub(crate) async fn run<K: Kind>(
             foreign: Default::default(),
         }),
         remote: None,
+        remote_watch: None,
         queue: Queue::default(),
         retries: Retries::default(),
         delays: DelayQueue::new(),
@@ -361,7 +424,7 @@ pub(crate) async fn run<K: Kind>(
         swept: HashSet::new(),
         share: Share::new(shared.metrics.clone()),
     };
-    let (mut remote_events, mut remote_listed) = lp.connect(endpoints.borrow_and_update().clone());
+    let mut remote_listed = lp.connect(endpoints.borrow_and_update().clone());
     let mut triggers: SelectAll<BoxStream<'static, ()>> =
         shared.options.triggers.iter().map(|t| (t.0)()).collect();
     let mut resync = tokio::time::interval(shared.options.resync);
@@ -392,20 +455,17 @@ pub(crate) async fn run<K: Kind>(
         tokio::select! {
             Some((k, r, took)) = syncs.next(), if !syncs.is_empty() => lp.done(k, r, took, stopping),
             Some(expired) = lp.delays.next(), if !lp.delays.is_empty() => lp.expired(expired.into_inner()),
-            ev = home_events.next(), if !stopping => match ev {
-                Some(Ok(o)) => lp.queue.push(Key::of(&o)),
-                Some(Err(e)) => warn!(kind = K::NAME, %pair, error = %e, "watching at home"),
+            k = next_key(&mut home_watch), if !stopping => match k {
+                Some(k) => lp.queue.push(k),
                 None => break Some(Ended::HomeWatch { kind: K::NAME, pair: pair.clone() }),
             },
-            Some(ev) = remote_events.next(), if !stopping => match ev {
-                Ok(r) => {
-                    if let Some(k) = shared.kind.key_of(&pair, &r) {
-                        lp.queue.push(k);
-                    }
+            k = next_key(&mut lp.remote_watch), if !stopping => match k {
+                Some(k) => lp.queue.push(k),
+                None => {
+                    // Cannot happen (the watch retries for ever); a new client starts another.
+                    warn!(kind = K::NAME, %pair, "the remote watch ended");
+                    lp.remote_watch = None;
                 }
-                // The remote cluster out of reach is common and said elsewhere (the node's
-                // condition); the watch retries with back-off.
-                Err(e) => debug!(kind = K::NAME, %pair, error = %e, "watching the remote cluster"),
             },
             () = &mut remote_listed => {
                 remote_listed = futures::future::pending().boxed();
@@ -416,7 +476,7 @@ pub(crate) async fn run<K: Kind>(
                     break Some(Ended::Endpoint { kind: K::NAME, pair: pair.clone() });
                 }
                 // The old client's watch and cache go; syncs under way keep theirs.
-                (remote_events, remote_listed) = lp.connect(endpoints.borrow_and_update().clone());
+                remote_listed = lp.connect(endpoints.borrow_and_update().clone());
                 everything = true;
             }
             r = reach.changed(), if !stopping => {
