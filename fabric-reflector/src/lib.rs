@@ -101,6 +101,18 @@
 //!   reflected stays (a twin namespace goes as a whole).
 //! - **Metrics** per kind ([`Metrics`]): syncs, failures, retries, orphans deleted, keys
 //!   queued and running, pairs, sync latency.
+//!
+//! # Not there yet (for the kinds of issue 20)
+//! - The home client is fixed. Reflecting from the provider back home (Events) is a
+//!   [`Reflection`] whose home is the provider and whose remote is this cluster; the
+//!   provider's client changes with the identity, so the home side must then follow an
+//!   [`Endpoint`] as the remote side does.
+//! - [`Options::resync_on`] looks at every key again. A change that concerns some keys of
+//!   another kind (a Service's EndpointSlices, the ConfigMaps a pod references) would rather
+//!   queue just those.
+//! - Every virtual kubelet of a provider runs every kind. Kinds of a namespace, not of a node
+//!   (Services, ConfigMaps), should run in one of them only (Liqo's leader mode;
+//!   `fabric_kube::Election` is there).
 pub mod edge;
 pub mod gate;
 pub mod key;

@@ -20,7 +20,7 @@ use kube::{
     runtime::watcher,
 };
 use serde_json::Value;
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::{
     gate::Remote,
@@ -232,7 +232,8 @@ impl<F: Forge> Kind for Mirror<F> {
                         name: name.clone(),
                         source,
                     })?;
-                info!(kind = F::NAME, key = %cx.view.key, remote = %format!("{namespace}/{name}"), "reflected");
+                // Thousands of objects are applied at start: not one line each.
+                debug!(kind = F::NAME, key = %cx.view.key, remote = %format!("{namespace}/{name}"), "reflected");
             }
             Plan::Delete => {
                 if let Some(r) = cx.view.remote.ours() {

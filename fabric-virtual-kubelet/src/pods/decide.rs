@@ -116,6 +116,9 @@ pub fn orphaned(shadow: &ShadowPod, home: Option<&Pod>) -> bool {
 /// grace period of 0, a forced deletion) it never showed as terminating, so no
 /// [`Step::DeleteRemote`] was taken for it, and its ShadowPod would otherwise run on until
 /// the periodic look for orphans. The edge confirms with a fresh read that the pod is gone.
+/// This is the reflection framework's rule for every kind (a key gone from the home cache:
+/// its remote object goes if [`orphaned`] with no home object, while the remote answers);
+/// stated here for pods, with its test.
 pub fn orphan(remote: Remote<'_>, reachable: bool) -> Option<&ShadowPod> {
     match remote {
         Remote::Present(s) if reachable && orphaned(s, None) => Some(s),
