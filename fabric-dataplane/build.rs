@@ -2,6 +2,9 @@
 //! does) and leaves the object in OUT_DIR, so every binary that links this crate carries its
 //! own programs. Unlike aya-build, it keeps the nested cargo quiet unless something is wrong:
 //! only compiler diagnostics of the programs, or the whole output on failure, reach the user.
+//!
+//! Without the `programs` feature (a tool that only reads pinned maps) it builds nothing, so
+//! such a tool needs neither the nightly toolchain nor bpf-linker.
 use std::{
     env,
     path::{Path, PathBuf},
@@ -11,6 +14,10 @@ use std::{
 use anyhow::{Context as _, bail};
 
 fn main() -> anyhow::Result<()> {
+    if env::var_os("CARGO_FEATURE_PROGRAMS").is_none() {
+        println!("cargo:rerun-if-changed=build.rs");
+        return Ok(());
+    }
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").context("OUT_DIR")?);
     let root = manifest.parent().context("workspace root")?;

@@ -20,6 +20,8 @@ use aya::{
     programs::{SkLookup, links::FdLink, links::PinnedLink},
 };
 
+use fabric_common::maps as names;
+
 use crate::{EBPF_OBJECT, Error};
 
 const PROGRAM: &str = "fabric_overlay_guard";
@@ -47,7 +49,7 @@ fn load(pin_dir: Option<&Path>) -> Result<Ebpf, Error> {
     // The object also declares the data plane's maps; this loader never uses them, so
     // they get one entry each instead of their full (per-CPU, preallocated) size.
     let mut loader = EbpfLoader::new();
-    for name in crate::names::ALL {
+    for name in names::ALL {
         loader.map_max_entries(name, 1);
     }
     // Pinned maps are reused as they are: the allowed set survives the holder.

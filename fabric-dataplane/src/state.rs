@@ -11,7 +11,7 @@ use fabric_common::{
     Rewrite, prefix_mask,
 };
 
-use crate::config::DataplaneConfig;
+use crate::DataplaneConfig;
 
 /// A remap trie key: (peer id, prefix length, network address in host order).
 pub type RemapEntry = (u32, u8, u32);
@@ -287,7 +287,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::config::{ExternalMapping, PeerConfig, Remap};
+    use crate::{ExternalMapping, PeerConfig, Remap};
 
     fn links(n: u32) -> BTreeMap<String, LinkFacts> {
         (1..=n)

@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use fabric_dataplane::{ExternalMapping, Remap};
+use fabric_dataplane_config::{ExternalMapping, Remap};
 use ipnetwork::{IpNetwork, Ipv4Network};
 use serde::{Deserialize, Serialize};
 
@@ -90,7 +90,7 @@ pub enum Invalid {
     RemapOutsideAllowedIps { peer: String, remote: Ipv4Network },
     /// The data plane's own checks (ids, overlapping prefixes, externals).
     #[error("{0}")]
-    Dataplane(#[source] fabric_dataplane::Error),
+    Dataplane(#[source] fabric_dataplane_config::Error),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -401,7 +401,7 @@ impl ConfigBuilder {
         cfg.validate()?;
         // What every peer's data plane would share: checked once here, so that a bad local
         // CIDR is reported as the configuration's fault and not each peer's.
-        fabric_dataplane::DataplaneConfig {
+        fabric_dataplane_config::DataplaneConfig {
             local_cidrs: cfg.local_cidrs.clone(),
             peers: Vec::new(),
             externals: Vec::new(),
@@ -457,7 +457,7 @@ impl Config {
     /// The remap data plane this configuration asks for: on when any peer has an id (its
     /// device then gets the remap programs, MSS clamping and counters). Returns the pin
     /// directory and the data-plane configuration.
-    pub fn dataplane(&self) -> Option<(PathBuf, fabric_dataplane::DataplaneConfig)> {
+    pub fn dataplane(&self) -> Option<(PathBuf, fabric_dataplane_config::DataplaneConfig)> {
         if self.peers.iter().all(|p| p.id.is_none()) {
             return None;
         }
@@ -466,7 +466,7 @@ impl Config {
             .peers
             .iter()
             .filter_map(|p| {
-                Some(fabric_dataplane::PeerConfig {
+                Some(fabric_dataplane_config::PeerConfig {
                     name: p.name.clone(),
                     id: p.id?,
                     interface: p.device_name(),
@@ -485,7 +485,7 @@ impl Config {
             .collect();
         Some((
             pin_dir,
-            fabric_dataplane::DataplaneConfig {
+            fabric_dataplane_config::DataplaneConfig {
                 local_cidrs: self.local_cidrs.clone(),
                 peers,
                 externals: self.externals.clone(),

@@ -1,11 +1,22 @@
 //! The desired data-plane configuration: what an operator (or later the controllers) asks for.
 //! Parsing and validation are pure; nothing here touches the kernel.
+//!
+//! A crate of its own, not a part of `fabric-dataplane`, so that the gateway's contract
+//! (`fabric-gateway-api`) and everything kube-side built on it carry these plain types without
+//! linking aya or building the eBPF programs (nightly, build-std, bpf-linker). Not a feature of
+//! `fabric-common` either: that crate is the `no_std` layout shared with the programs, built for
+//! the bpf target; this one is user-space policy (serde, TOML, validation) and only reads the
+//! programs' limits from it.
 use std::{collections::BTreeMap, net::Ipv4Addr, path::Path};
 
 use ipnetwork::Ipv4Network;
 use serde::{Deserialize, Serialize};
 
-use crate::Error;
+/// A configuration that cannot be read or would not be accepted, saying what is wrong and,
+/// where it can, what would fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct Error(pub String);
 
 /// Data-plane configuration of one gateway.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,18 +73,15 @@ pub struct ExternalMapping {
 
 impl DataplaneConfig {
     pub fn from_toml(text: &str) -> Result<Self, Error> {
-        let cfg: Self = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
+        let cfg: Self = toml::from_str(text).map_err(|e| Error(e.to_string()))?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     pub fn from_file(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("reading {}: {e}", path.display())))?;
-        Self::from_toml(&text).map_err(|e| match e {
-            Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
-            e => e,
-        })
+            .map_err(|e| Error(format!("reading {}: {e}", path.display())))?;
+        Self::from_toml(&text).map_err(|Error(m)| Error(format!("{}: {m}", path.display())))
     }
 
     pub fn to_toml(&self) -> String {
@@ -83,7 +91,7 @@ impl DataplaneConfig {
     /// Checks everything that can be checked without the kernel. Errors name the offending
     /// peer or mapping and say what would fix it.
     pub fn validate(&self) -> Result<(), Error> {
-        let bad = |m: String| Err(Error::Config(m));
+        let bad = |m: String| Err(Error(m));
         let mut ids = BTreeMap::new();
         let mut names = BTreeMap::new();
         let mut ifaces = BTreeMap::new();
@@ -198,12 +206,10 @@ impl DataplaneConfig {
 
 fn check_prefix(owner: &str, what: &str, n: Ipv4Network) -> Result<(), Error> {
     if n.prefix() == 0 {
-        return Err(Error::Config(format!(
-            "{owner}: {what} prefix {n} has length 0"
-        )));
+        return Err(Error(format!("{owner}: {what} prefix {n} has length 0")));
     }
     if n.ip() != n.network() {
-        return Err(Error::Config(format!(
+        return Err(Error(format!(
             "{owner}: {what} prefix {n} has host bits set; did you mean {}/{}?",
             n.network(),
             n.prefix()
