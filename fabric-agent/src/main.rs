@@ -2,7 +2,7 @@
 //! configuration, show maps and counters, and reset.
 use std::{
     net::{Ipv4Addr, SocketAddr},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
 };
@@ -212,6 +212,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Datapath(Datapath::Apply { config, pin_dir }) => {
             let cfg = DataplaneConfig::from_file(&config)?;
+            warn_about(&config, &cfg);
             let r = Dataplane::load_and_apply(&pin_dir, &cfg).with_context(|| {
                 format!("applying the data plane (pins in {})", pin_dir.display())
             })?;
@@ -233,6 +234,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Datapath(Datapath::Check { config }) => {
             let cfg = DataplaneConfig::from_file(&config)?;
+            warn_about(&config, &cfg);
             println!(
                 "{}: ok ({} peers, {} external mappings)",
                 config.display(),
@@ -271,4 +273,12 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A configuration that is valid but probably not meant (e.g. peers that may reach no local
+/// pod) still runs; whoever runs it is told on stderr.
+fn warn_about(path: &Path, cfg: &DataplaneConfig) {
+    for w in cfg.warnings() {
+        eprintln!("warning: {}: {w}", path.display());
+    }
 }

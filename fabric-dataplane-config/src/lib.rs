@@ -71,6 +71,30 @@ pub struct ExternalMapping {
     pub internal: Ipv4Network,
 }
 
+/// Something a valid configuration says that is probably not what was meant: it runs as
+/// written, and whoever runs it says so (`check` and at start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    /// Peers but no `local_cidrs`: they may reach only the exposed externals and their own
+    /// tunnel addresses, so every packet to a local pod is refused.
+    NoLocalCidrs { peers: Vec<String> },
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Warning::NoLocalCidrs { peers } => write!(
+                f,
+                "no local_cidrs, so peers ({}) may reach no local pod: the data plane drops \
+                 every packet to one (drop reason dst-refused); set local_cidrs = \
+                 [\"<pod CIDR>\", ...] to this cluster's pod CIDRs (a top-level key, before \
+                 the first [section])",
+                peers.join(", ")
+            ),
+        }
+    }
+}
+
 impl DataplaneConfig {
     pub fn from_toml(text: &str) -> Result<Self, Error> {
         let cfg: Self = toml::from_str(text).map_err(|e| Error(e.to_string()))?;
@@ -202,6 +226,17 @@ impl DataplaneConfig {
         }
         Ok(())
     }
+
+    /// What this configuration runs as written but probably does not mean (usually nothing).
+    pub fn warnings(&self) -> Vec<Warning> {
+        let mut out = Vec::new();
+        if self.local_cidrs.is_empty() && !self.peers.is_empty() {
+            out.push(Warning::NoLocalCidrs {
+                peers: self.peers.iter().map(|p| p.name.clone()).collect(),
+            });
+        }
+        out
+    }
 }
 
 fn check_prefix(owner: &str, what: &str, n: Ipv4Network) -> Result<(), Error> {
@@ -256,6 +291,29 @@ mod tests {
 
     fn err(text: &str) -> String {
         DataplaneConfig::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn peers_without_local_cidrs_are_warned_about() {
+        let c = DataplaneConfig::from_toml(GOOD).unwrap();
+        assert_eq!(c.warnings(), []);
+        let no_local = DataplaneConfig {
+            local_cidrs: Vec::new(),
+            ..c.clone()
+        };
+        let w = no_local.warnings();
+        assert_eq!(
+            w,
+            [Warning::NoLocalCidrs {
+                peers: vec!["cluster-b".into(), "cluster-c".into()]
+            }]
+        );
+        let text = w[0].to_string();
+        for needle in ["(cluster-b, cluster-c)", "dst-refused", "local_cidrs = ["] {
+            assert!(text.contains(needle), "{needle:?} in {text}");
+        }
+        // Nothing to reach and nobody to reach it: nothing is lost.
+        assert_eq!(DataplaneConfig::default().warnings(), []);
     }
 
     #[test]

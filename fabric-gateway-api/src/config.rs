@@ -493,6 +493,14 @@ impl Config {
         ))
     }
 
+    /// What this configuration runs as written but probably does not mean (usually nothing):
+    /// for `fabric-gateway check` and the gateway's log at start and reload.
+    pub fn warnings(&self) -> Vec<fabric_dataplane_config::Warning> {
+        self.dataplane()
+            .map(|(_, dp)| dp.warnings())
+            .unwrap_or_default()
+    }
+
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),

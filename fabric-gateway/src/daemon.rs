@@ -13,7 +13,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use fabric_gateway_api::control::{ControlError, ErrorKind};
 
-use crate::{config::Config, control, device::Gateway};
+use crate::{
+    config::{Config, ConfigError},
+    control,
+    device::Gateway,
+};
 
 /// How often the tunnel devices and the data plane are checked against their configuration.
 const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
@@ -38,7 +42,7 @@ pub async fn run(
     control_dir: PathBuf,
     metrics_addr: Option<SocketAddr>,
 ) -> Result<()> {
-    let cfg = Config::load(&config)?;
+    let cfg = load(&config)?;
     let name = cfg.interface.name.clone();
     // Bind sockets before creating devices so a second instance fails without side effects.
     let uapi_sock = control::bind_socket(&uapi_dir, &format!("{name}.sock"))
@@ -119,8 +123,17 @@ pub async fn run(
     Ok(())
 }
 
+/// Reads the configuration, logging what it runs but probably does not mean.
+fn load(config: &Path) -> Result<Config, ConfigError> {
+    let cfg = Config::load(config)?;
+    for w in cfg.warnings() {
+        tracing::warn!(config = %config.display(), "{w}");
+    }
+    Ok(cfg)
+}
+
 async fn reload(gw: &Arc<Gateway>, config: &Path) -> Result<(), ControlError> {
-    let cfg = Config::load(config).map_err(|e| ControlError::from_error(ErrorKind::Config, &e))?;
+    let cfg = load(config).map_err(|e| ControlError::from_error(ErrorKind::Config, &e))?;
     gw.reload(cfg)
         .await
         .map_err(|e| ControlError::from_error(ErrorKind::Apply, &e))

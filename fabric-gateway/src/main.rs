@@ -108,6 +108,9 @@ fn run() -> Result<()> {
         Cmd::Check { config } => {
             let cfg = Config::load(&config)?;
             PrivateKey::read_file(&cfg.interface.private_key_file)?;
+            for w in cfg.warnings() {
+                eprintln!("warning: {}: {w}", config.display());
+            }
             println!("ok: {} peer(s)", cfg.peers.len());
             Ok(())
         }

@@ -106,6 +106,55 @@ fn genkey_pubkey_and_check() {
 }
 
 #[test]
+fn check_warns_about_data_plane_peers_without_local_cidrs() {
+    let lab = Lab::new("w");
+    let (key, _) = lab.write_key("k");
+    let (_, peer) = lab.write_key("peer");
+    let config = |local: Option<&str>| {
+        let mut c = Config::builder(&key).peer(
+            PeerConfig::builder("b", peer.parse().unwrap())
+                .allowed_ips(net(&["10.244.0.0/16"]))
+                .id(1)
+                .remap(
+                    "10.71.0.0/16".parse().unwrap(),
+                    "10.244.0.0/16".parse().unwrap(),
+                )
+                .build(),
+        );
+        if let Some(l) = local {
+            c = c.local_cidr(l.parse().unwrap());
+        }
+        c.build().unwrap().to_toml().unwrap()
+    };
+    let check = |file: &std::path::Path| {
+        let out = sh(&[BIN, "check", "--config", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 1 peer"));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Valid, so it runs; but every packet to a local pod would be refused: say so, and how.
+    let without = lab.write("without.toml", &config(None));
+    let err = check(&without);
+    for needle in [
+        "warning: ",
+        "without.toml",
+        "no local_cidrs",
+        "peers (b)",
+        "dst-refused",
+        "local_cidrs = [",
+    ] {
+        assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
+    }
+    let with = lab.write("with.toml", &config(Some("10.99.0.0/16")));
+    let err = check(&with);
+    assert!(!err.contains("warning"), "{err}");
+    // Without data-plane peers there is nothing to refuse.
+    let plain = lab.write("plain.toml", &good_config(&lab, &key, 51999));
+    let err = check(&plain);
+    assert!(!err.contains("warning"), "{err}");
+}
+
+#[test]
 fn port_in_use_is_a_clear_error() {
     let lab = Lab::new("p");
     let (key, _) = lab.write_key("k");
