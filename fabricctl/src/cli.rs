@@ -1,7 +1,11 @@
 //! The command line.
-use std::path::PathBuf;
+use std::{ffi::OsString, path::PathBuf};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{
+    Parser, Subcommand, ValueEnum,
+    builder::StyledStr,
+    error::{ContextKind, ContextValue, ErrorKind},
+};
 
 #[derive(Parser)]
 #[command(
@@ -103,6 +107,44 @@ pub enum Cmd {
     /// Peering tokens of this (provider) cluster.
     #[command(subcommand)]
     Token(TokenCmd),
+}
+
+/// What `peer --remote-kubeconfig X` without `--auth-url` meant before the sharing flow.
+const NETWORK_ONLY_TIP: &str = "to connect the networks only, as `peer --remote-kubeconfig` did \
+     before peering shared resources, add `--network-only` (no --auth-url needed); to share \
+     resources, give the provider's authentication service with --auth-url or FABRIC_AUTH_URL";
+
+impl Cli {
+    /// Parses the command line as [`Parser::try_parse_from`] does; a `peer --remote-kubeconfig`
+    /// missing `--auth-url` (the old network peering's command line) gets a tip naming
+    /// `--network-only`.
+    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        Self::try_parse_from(&args).map_err(|mut e| {
+            let missing_auth_url = e.kind() == ErrorKind::MissingRequiredArgument
+                && matches!(
+                    e.get(ContextKind::InvalidArg),
+                    Some(ContextValue::Strings(missing))
+                        if missing.iter().any(|m| m.starts_with("--auth-url"))
+                );
+            // `peer out-of-band` needs --auth-url too, but conflicts with --remote-kubeconfig.
+            let remote_kubeconfig = args.iter().any(|a| {
+                a.to_str()
+                    .is_some_and(|a| a.starts_with("--remote-kubeconfig"))
+            });
+            if missing_auth_url && remote_kubeconfig {
+                e.insert(
+                    ContextKind::Suggested,
+                    ContextValue::StyledStrs(vec![StyledStr::from(NETWORK_ONLY_TIP)]),
+                );
+            }
+            e
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -342,6 +384,43 @@ mod tests {
                 output: Output::Yaml
             }
         ));
+    }
+
+    #[test]
+    fn the_old_network_peering_is_pointed_to_network_only() {
+        if std::env::var_os("FABRIC_AUTH_URL").is_some() {
+            return; // --auth-url is given then
+        }
+        let err = |args: &[&str]| {
+            Cli::parse_args(std::iter::once("fabricctl").chain(args.iter().copied()))
+                .err()
+                .expect("fails")
+                .to_string()
+        };
+        let e = err(&["peer", "--remote-kubeconfig", "b.yaml"]);
+        assert!(e.contains("--auth-url") && e.contains("tip:"), "{e}");
+        assert!(e.contains("add `--network-only`"), "{e}");
+        let e = err(&["peer", "--remote-kubeconfig=b.yaml", "--cpu", "2"]);
+        assert!(e.contains("--network-only"), "{e}");
+        // Another flow missing --auth-url: no network peering to point to.
+        let e = err(&["peer", "out-of-band", "--cluster-id", "p", "--token", "t"]);
+        assert!(
+            e.contains("--auth-url") && !e.contains("--network-only"),
+            "{e}"
+        );
+        // Other mistakes are clap's own.
+        let e = err(&["peer", "--remote-kubeconfig", "b.yaml", "--server", "x"]);
+        assert!(!e.contains("--network-only"), "{e}");
+        assert!(
+            Cli::parse_args([
+                "fabricctl",
+                "peer",
+                "--remote-kubeconfig",
+                "b",
+                "--network-only"
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
-use clap::Parser;
 use kube::{
     Client,
     config::{KubeConfigOptions, Kubeconfig},
@@ -26,7 +25,7 @@ mod unpeer;
 use cli::{Cli, Cmd, GenerateCmd, InfoCmd, NetworkCmd, PeerFlow, TokenCmd};
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
     // Inspecting a host: switch namespace before any thread exists, then stay synchronous.
     let r = if let Cmd::Network(NetworkCmd::Dump {
         pin_dir,
