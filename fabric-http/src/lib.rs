@@ -7,6 +7,8 @@
 //!
 //! Its own crate, without kube, because the gateway serves its metrics with it too and does
 //! not link the Kubernetes client; the node agent and the controllers use the same server.
+//! The HTTPS server of the ports other clusters and API servers reach ([`https`]) is here for
+//! the same reason, behind the feature `tls` so that the gateway does not build rustls.
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -17,6 +19,9 @@ use hyper::{
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{net::TcpListener, sync::Semaphore};
 use tracing::{debug, warn};
+
+#[cfg(feature = "tls")]
+pub mod https;
 
 /// Content type of the Prometheus text format.
 pub const PROMETHEUS: &str = "text/plain; version=0.0.4";

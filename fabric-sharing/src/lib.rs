@@ -3,7 +3,6 @@
 //! ([`identity`]), and the negotiation over that identity ([`negotiation`]): the network
 //! ([`network`]) and resources ([`slices`], decided by the provider's [`policy`]), and its end ([`unpeer`]).
 pub mod auth;
-pub mod https;
 pub mod identity;
 pub mod kit;
 pub mod negotiation;

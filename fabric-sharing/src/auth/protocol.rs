@@ -7,6 +7,7 @@
 //! (`fuzz/fuzz_targets/auth_request.rs`).
 use std::fmt;
 
+use fabric_http::https::is_json;
 use serde::{Deserialize, Serialize};
 
 /// Where the service takes requests (`POST`).
@@ -149,13 +150,6 @@ impl Refusal {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a refusal serializes")
     }
-}
-
-/// Whether `content_type` (a header value) is JSON, parameters (`; charset=utf-8`) aside.
-pub fn is_json(content_type: Option<&str>) -> bool {
-    content_type
-        .and_then(|c| c.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case(CONTENT_TYPE))
 }
 
 /// Reads a request: `content_type` is the header's value, `body` the whole body (the server

@@ -118,7 +118,9 @@ pub async fn run(
     let (cert, key) =
         serving_certificate(&service.client, &service.namespace, tls_secret, tls_hosts).await?;
     let pin = tls::pin_of_pem(&cert)?;
-    let config = Arc::new(tls::server_config(&cert, &key, client_ca)?);
+    let config = Arc::new(
+        fabric_http::https::server_config(&cert, &key, client_ca).map_err(TlsError::from)?,
+    );
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| RunError::Listen(listen, e))?;

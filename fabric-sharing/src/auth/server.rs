@@ -13,7 +13,7 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, header};
 use tokio::net::TcpListener;
 
-use crate::https::{self, BodyError, read_body};
+use fabric_http::https::{self, BodyError, Exchange, is_json, read_body};
 
 use super::protocol::{
     AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, RENEW_PATH, Reason, Refusal,
@@ -31,7 +31,7 @@ pub enum Call {
     },
 }
 
-pub use crate::https::Limits;
+pub use fabric_http::https::Limits;
 
 /// What a request's head allows before its body is read: the route, the content type and
 /// the declared length.
@@ -53,7 +53,7 @@ pub fn check_head(
             format!("use POST {path}"),
         ));
     }
-    if !super::protocol::is_json(content_type) {
+    if !is_json(content_type) {
         return Err(Refusal::new(
             Reason::UnsupportedMediaType,
             format!("send the request as {CONTENT_TYPE}"),
@@ -164,6 +164,7 @@ pub async fn serve<H, F>(
         listener,
         move || tls.clone(),
         limits,
+        Exchange::Once,
         move |req, client_cert| {
             let handler = handler.clone();
             async move { handle(req, client_cert, &*handler, limits).await }

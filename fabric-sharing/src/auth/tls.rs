@@ -1,5 +1,6 @@
 //! TLS of the authentication service: its serving certificate (self-signed unless the admin
-//! provides one) and how a consumer decides to trust it.
+//! provides one; served with `fabric_http::https::server_config`) and how a consumer decides
+//! to trust it.
 //!
 //! The consumer has no CA in common with the provider, so the peer command carries a **pin**:
 //! `sha256:` and the hex SHA-256 of the service's certificate (DER). The consumer accepts the
@@ -9,6 +10,7 @@
 //! as any HTTPS client would. There is no way to connect without one of the two.
 use std::sync::Arc;
 
+use fabric_http::https::{self, provider};
 use rustls::{
     DigitallySignedStruct, SignatureScheme,
     client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
@@ -29,15 +31,10 @@ pub enum TlsError {
     Pem(#[from] rustls::pki_types::pem::Error),
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
-    #[error("the client CA: {0}")]
-    ClientCa(String),
+    #[error(transparent)]
+    Server(#[from] https::TlsError),
     #[error("generating the certificate: {0}")]
     Generate(#[from] rcgen::Error),
-}
-
-/// The crypto of every TLS connection here: ring, as kube's own client uses.
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// The pin of a certificate (DER).
@@ -76,44 +73,6 @@ pub fn self_signed(hosts: &[String]) -> Result<(String, String), TlsError> {
     params.not_after = now + time::Duration::days(3650);
     let cert = params.self_signed(&key)?;
     Ok((cert.pem(), key.serialize_pem()))
-}
-
-/// The server side: serves `cert_pem` (chain) with `key_pem`, HTTP/1.1 only. With
-/// `client_ca` (PEM), a client certificate chaining to it is asked for (renewals) but not
-/// required (first authentication, with a token).
-pub fn server_config(
-    cert_pem: &str,
-    key_pem: &str,
-    client_ca: Option<&str>,
-) -> Result<rustls::ServerConfig, TlsError> {
-    let certs =
-        CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate);
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                roots.add(cert?)?;
-            }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                roots.into(),
-                provider(),
-            )
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| TlsError::ClientCa(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_single_cert(certs, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
 }
 
 /// How a consumer trusts the authentication service.
@@ -254,8 +213,8 @@ mod tests {
         ] {
             assert!(parse_pin(bad).is_err(), "{bad}");
         }
-        server_config(&cert, &key, None).unwrap();
-        server_config(&cert, &key, Some(&cert)).unwrap();
+        https::server_config(&cert, &key, None).unwrap();
+        https::server_config(&cert, &key, Some(&cert)).unwrap();
         client_config(&Trust::Pin(bytes)).unwrap();
         client_config(&Trust::Ca(cert)).unwrap();
         assert!(client_config(&Trust::Ca(String::new())).is_err());

@@ -51,20 +51,25 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use hyper::{server::conn::http1, service::service_fn};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
-use tokio::{net::TcpListener, sync::Semaphore};
-use tracing::{debug, info, warn};
+use fabric_http::https::{self, Exchange};
+use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
 
 use self::access::ClientCa;
 
-/// Connections served at once (each exec or port-forward session holds one).
-const MAX_CONNECTIONS: usize = 256;
-/// How long a connection may take to send its request headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a TLS handshake may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a client may hold of the server: connections served at once (each exec or
+/// port-forward session holds one), and how long its TLS handshake and its request headers
+/// may take. Streams have no deadline past that ([`Exchange::Streams`]), and bodies are
+/// streamed to the provider, not read here.
+fn limits() -> https::Limits {
+    https::Limits {
+        max_connections: 256,
+        handshake_timeout: Duration::from_secs(10),
+        header_timeout: Duration::from_secs(10),
+        ..Default::default()
+    }
+}
 /// How often the client CA is read again (a rotated CA is taken without a restart), and how
 /// soon a missing one is looked for again.
 const CA_RELOAD: Duration = Duration::from_secs(60);
@@ -114,28 +119,27 @@ async fn bind(addr: SocketAddr) -> TcpListener {
     }
 }
 
-/// The serving certificate chain and key.
+/// The serving certificate chain and key (PEM).
 struct Serving {
-    certs: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+    cert: String,
+    key: String,
 }
 
 fn serving(c: &Config) -> Result<Serving> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
     Ok(match &c.cert {
         Some((cert, key)) => Serving {
-            certs: CertificateDer::pem_file_iter(cert)
-                .with_context(|| format!("reading {}", cert.display()))?
-                .collect::<Result<Vec<_>, _>>()
-                .with_context(|| format!("parsing {}", cert.display()))?,
-            key: PrivateKeyDer::from_pem_file(key)
-                .with_context(|| format!("reading {}", key.display()))?,
+            cert: read(cert)?,
+            key: read(key)?,
         },
         None => {
             let ck = rcgen::generate_simple_self_signed(c.sans.clone())
                 .context("generating a self-signed serving certificate")?;
             Serving {
-                certs: vec![ck.cert.der().clone()],
-                key: PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into()),
+                cert: ck.cert.pem(),
+                key: ck.signing_key.serialize_pem(),
             }
         }
     })
@@ -145,35 +149,18 @@ fn serving(c: &Config) -> Result<Serving> {
 /// (PEM) when one is presented. A client without one completes the handshake and is answered
 /// 401, as by a kubelet without anonymous access; one with a certificate the CA did not sign
 /// (or that is not for client authentication) fails the handshake.
-fn tls(serving: &Serving, client_ca: &str) -> Result<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(client_ca.as_bytes()) {
-        roots
-            .add(cert.context("parsing the client CA bundle")?)
-            .context("a CA of the client CA bundle")?;
-    }
-    anyhow::ensure!(
-        !roots.is_empty(),
-        "the client CA bundle holds no certificate"
-    );
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .context("the client certificate verifier")?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS versions")?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(serving.certs.clone(), serving.key.clone_key())
-        .context("serving certificate")?;
-    // Upgrades (exec, port-forward) are HTTP/1.1's.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+fn tls(serving: &Serving, client_ca: &str) -> Result<Arc<rustls::ServerConfig>> {
+    let cas = CertificateDer::pem_slice_iter(client_ca.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .context("parsing the client CA bundle")?;
+    anyhow::ensure!(!cas.is_empty(), "the client CA bundle holds no certificate");
+    let config = https::server_config(&serving.cert, &serving.key, Some(client_ca))
+        .context("the serving certificate and client CA")?;
+    Ok(Arc::new(config))
 }
 
-type Acceptor = Arc<RwLock<tokio_rustls::TlsAcceptor>>;
+/// The TLS configuration new connections get.
+type Current = Arc<RwLock<Arc<rustls::ServerConfig>>>;
 
 /// The client CA as it is now, waiting for it while there is none (nothing is served without
 /// one).
@@ -195,7 +182,7 @@ async fn follow_ca(
     source: ClientCa,
     serving: Serving,
     mut current: String,
-    acceptor: Acceptor,
+    config: Current,
 ) {
     loop {
         tokio::time::sleep(CA_RELOAD).await;
@@ -208,9 +195,8 @@ async fn follow_ca(
             }
         };
         match tls(&serving, &pem) {
-            Ok(config) => {
-                *acceptor.write().expect("not poisoned") =
-                    tokio_rustls::TlsAcceptor::from(Arc::new(config));
+            Ok(new) => {
+                *config.write().expect("not poisoned") = new;
                 info!(client_ca = %source, "client CA changed: taken");
                 current = pem;
             }
@@ -225,15 +211,15 @@ async fn follow_ca(
 pub async fn serve(local: kube::Client, config: Config, listen: Listen) -> Result<()> {
     let serve_cert = serving(&config)?;
     let ca = first_ca(&local, &config.client_ca).await;
-    let acceptor: Acceptor = Arc::new(RwLock::new(tokio_rustls::TlsAcceptor::from(Arc::new(
+    let current: Current = Arc::new(RwLock::new(
         tls(&serve_cert, &ca).with_context(|| format!("client CA {}", config.client_ca))?,
-    ))));
+    ));
     tokio::spawn(follow_ca(
         local.clone(),
         config.client_ca.clone(),
         serve_cert,
         ca,
-        acceptor.clone(),
+        current.clone(),
     ));
     let listener = match listen {
         Listen::At(addr) => bind(addr).await,
@@ -242,49 +228,21 @@ pub async fn serve(local: kube::Client, config: Config, listen: Listen) -> Resul
     let address = listener.local_addr().context("the kubelet API's address")?;
     info!(%address, client_ca = %config.client_ca, "serving the kubelet API");
     let proxy = Arc::new(proxy::Proxy::new(local, &config));
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let permit = slots.clone().acquire_owned().await.expect("never closed");
-        let (tcp, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "accept");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+    https::serve(
+        "kubelet API",
+        listener,
+        move || current.read().expect("not poisoned").clone(),
+        limits(),
+        Exchange::Streams,
+        move |req, cert| {
+            let proxy = proxy.clone();
+            async move {
+                // Verified against the client CA by the handshake; its subject is the user.
+                let client = cert.map(|leaf| authz::user(&leaf));
+                proxy.handle(&client, req).await
             }
-        };
-        let acceptor = acceptor.read().expect("not poisoned").clone();
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake"),
-                Err(_) => return debug!(%peer, "TLS handshake timed out"),
-            };
-            // Verified against the client CA by the handshake; its subject is the user.
-            let client = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|leaf| authz::user(leaf));
-            let client = Arc::new(client);
-            let svc = service_fn(move |req| {
-                let (proxy, client) = (proxy.clone(), client.clone());
-                async move {
-                    Ok::<_, std::convert::Infallible>(proxy.handle(client.as_ref(), req).await)
-                }
-            });
-            if let Err(e) = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades()
-                .await
-            {
-                debug!(%peer, error = %e, "connection");
-            }
-        });
-    }
+        },
+    )
+    .await;
+    Ok(())
 }

@@ -183,7 +183,7 @@ mod tests {
             .unwrap();
         let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
             Arc::new(roots),
-            crate::auth::tls::provider(),
+            fabric_http::https::provider(),
         )
         .build()
         .unwrap();
@@ -192,7 +192,7 @@ mod tests {
         verifier
             .verify_server_cert(&leaf, &[], &name, &[], UnixTime::now())
             .unwrap();
-        crate::auth::tls::server_config(&m.cert, &m.key, None).unwrap();
+        fabric_http::https::server_config(&m.cert, &m.key, None).unwrap();
     }
 
     #[test]

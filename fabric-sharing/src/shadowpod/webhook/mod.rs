@@ -3,7 +3,7 @@
 //! ([`review`]), who and where decided from watch caches of ResourceSlices and consumers'
 //! namespaces, what a consumer's pods use charged on its Tenant (read afresh and written
 //! with its resourceVersion as precondition, again on a conflict), served with
-//! [`crate::https`]'s limits. Every replica serves (the Service spreads the API server's
+//! `fabric_http::https`'s limits. Every replica serves (the Service spreads the API server's
 //! calls) and runs the [`usage`] reconciler; none needs to lead: the Tenant's
 //! resourceVersion orders their writes.
 //!
@@ -57,10 +57,7 @@ use super::{
     admission::{self, Denial, Milli, Verdict},
     quota,
 };
-use crate::{
-    auth::tls::{self, TlsError},
-    https::{self, BodyError, Limits, read_body},
-};
+use fabric_http::https::{self, BodyError, Exchange, Limits, TlsError, read_body};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -448,7 +445,7 @@ where
 }
 
 fn server_config(m: &Material) -> Result<Arc<rustls::ServerConfig>, Error> {
-    Ok(Arc::new(tls::server_config(&m.cert, &m.key, None)?))
+    Ok(Arc::new(https::server_config(&m.cert, &m.key, None)?))
 }
 
 /// Runs the webhook until the task is dropped: fills its caches, makes sure of its
@@ -488,10 +485,17 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         move || current.read().unwrap_or_else(|e| e.into_inner()).clone()
     };
     let limits = s.limits;
-    let serve = https::serve("shadowpod webhook", listener, tls, limits, move |req, _| {
-        let view = view.clone();
-        async move { handle(req, &view, limits).await }
-    });
+    let serve = https::serve(
+        "shadowpod webhook",
+        listener,
+        tls,
+        limits,
+        Exchange::Once,
+        move |req, _| {
+            let view = view.clone();
+            async move { handle(req, &view, limits).await }
+        },
+    );
     let refresh = async {
         loop {
             tokio::time::sleep(s.refresh).await;

@@ -41,7 +41,7 @@ pub fn check_head(
     if method != Method::POST {
         return Err(bad(405, format!("use POST {path_expected}")));
     }
-    if !crate::auth::protocol::is_json(content_type) {
+    if !fabric_http::https::is_json(content_type) {
         return Err(bad(415, "send an AdmissionReview as application/json"));
     }
     if let Some(len) = content_length
