@@ -7,12 +7,15 @@
 //!   per controller, and `Ready`-style conditions.
 //! - [`events`]: Kubernetes Events on the objects a controller reports about.
 //! - [`written`]: our own writes standing in for a watch cache that has not shown them yet.
+//! - [`meta`]: finalizers added and removed safely, deletes where "gone" is fine, how long an
+//!   object has been deleting or alive.
 //!
 //! The metrics/health HTTP server is not here but in `fabric-http`: the gateway serves it
 //! too and must not link kube.
 pub mod election;
 pub mod events;
 pub mod lease;
+pub mod meta;
 pub mod status;
 pub mod written;
 

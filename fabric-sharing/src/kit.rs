@@ -138,103 +138,6 @@ pub async fn set_fc_condition(
     Ok(())
 }
 
-/// How long an object has been deleting (zero when it is not, or its clock is ahead).
-pub fn deleting_for(meta: &kube::api::ObjectMeta, now: Timestamp) -> Duration {
-    meta.deletion_timestamp
-        .as_ref()
-        .and_then(|t| now.duration_since(t.0).try_into().ok())
-        .unwrap_or_default()
-}
-
-/// Adds finalizer `name` to `obj` (a JSON patch that fails when the finalizers changed
-/// meanwhile: the next reconcile tries again with the fresh list).
-pub async fn add_finalizer<K>(api: &Api<K>, obj: &K, name: &str) -> Result<(), Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    use json_patch::{AddOperation, PatchOperation, TestOperation};
-    let current = obj.meta().finalizers.clone().unwrap_or_default();
-    if current.iter().any(|f| f == name) {
-        return Ok(());
-    }
-    let ops = if current.is_empty() {
-        vec![
-            PatchOperation::Test(TestOperation {
-                path: "/metadata/finalizers".try_into().expect("a JSON pointer"),
-                value: serde_json::Value::Null,
-            }),
-            PatchOperation::Add(AddOperation {
-                path: "/metadata/finalizers".try_into().expect("a JSON pointer"),
-                value: serde_json::json!([name]),
-            }),
-        ]
-    } else {
-        vec![
-            PatchOperation::Test(TestOperation {
-                path: "/metadata/finalizers".try_into().expect("a JSON pointer"),
-                value: serde_json::json!(current),
-            }),
-            PatchOperation::Add(AddOperation {
-                path: "/metadata/finalizers/-".try_into().expect("a JSON pointer"),
-                value: serde_json::json!(name),
-            }),
-        ]
-    };
-    api.patch(
-        &obj.meta().name.clone().unwrap_or_default(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(json_patch::Patch(ops)),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Removes finalizer `name` from `obj`; an object already gone is fine.
-pub async fn remove_finalizer<K>(api: &Api<K>, obj: &K, name: &str) -> Result<(), Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    use json_patch::{PatchOperation, RemoveOperation, TestOperation};
-    let current = obj.meta().finalizers.clone().unwrap_or_default();
-    let Some(i) = current.iter().position(|f| f == name) else {
-        return Ok(());
-    };
-    let path = format!("/metadata/finalizers/{i}");
-    let ops = vec![
-        PatchOperation::Test(TestOperation {
-            path: path.as_str().try_into().expect("a JSON pointer"),
-            value: serde_json::json!(name),
-        }),
-        PatchOperation::Remove(RemoveOperation {
-            path: path.as_str().try_into().expect("a JSON pointer"),
-        }),
-    ];
-    match api
-        .patch(
-            &obj.meta().name.clone().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(json_patch::Patch(ops)),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Deletes `name`; already gone is fine.
-pub async fn delete_gone_ok<K>(api: &Api<K>, name: &str) -> Result<(), Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &Default::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// How long a consumer looks again soon (every [`ANSWER_POLL`]) for a provider's first answer
 /// to an object it wrote there, counted from the object's creation.
 pub const ANSWER_WAIT: Duration = Duration::from_secs(30);
@@ -252,14 +155,6 @@ pub fn answer_poll(remote_poll: Duration, waited: Duration) -> Duration {
     }
 }
 
-/// How long ago `meta` was created (zero when unknown or its clock is ahead).
-pub fn age(meta: &kube::api::ObjectMeta, now: Timestamp) -> Duration {
-    meta.creation_timestamp
-        .as_ref()
-        .and_then(|t| now.duration_since(t.0).try_into().ok())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,18 +168,5 @@ mod tests {
         // Never slower than asked for.
         let fast = Duration::from_millis(100);
         assert_eq!(answer_poll(fast, Duration::ZERO), fast);
-    }
-
-    #[test]
-    fn age_counts_from_creation() {
-        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
-        let meta = kube::api::ObjectMeta {
-            creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                "2026-01-01T00:00:00Z".parse().unwrap(),
-            )),
-            ..Default::default()
-        };
-        assert_eq!(age(&meta, now), Duration::from_secs(60));
-        assert_eq!(age(&Default::default(), now), Duration::ZERO);
     }
 }

@@ -34,8 +34,10 @@ use kube::{
 use tracing::{info, warn};
 
 use super::{FINALIZER, READY, Route, consumer_objects, network_ready, route};
+use fabric_kube::meta::age;
+
 use crate::kit::{
-    Ctx, Error, FIELD_MANAGER, Shared, age, answer_poll, remote, remote_client, set_fc_condition,
+    Ctx, Error, FIELD_MANAGER, Shared, answer_poll, remote, remote_client, set_fc_condition,
 };
 
 async fn condition(

@@ -27,9 +27,9 @@ use kube::{
 use tracing::warn;
 
 use super::{FINALIZER, replica, resources_granted, virtual_node};
-use crate::kit::{
-    Ctx, Error, FIELD_MANAGER, age, answer_poll, remote, remote_client, set_fc_condition,
-};
+use fabric_kube::meta::age;
+
+use crate::kit::{Ctx, Error, FIELD_MANAGER, answer_poll, remote, remote_client, set_fc_condition};
 
 struct SliceCtx {
     ctx: Arc<Ctx>,

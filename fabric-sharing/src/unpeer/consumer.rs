@@ -22,9 +22,9 @@ use kube::{
 use tracing::{info, warn};
 
 use super::{ConsumerSide, abandon_remote, forced, pending};
-use crate::kit::{
-    Ctx, Error, Shared, add_finalizer, delete_gone_ok, remote, remote_client, remove_finalizer,
-};
+use fabric_kube::meta::{add_finalizer, delete_gone_ok, remove_finalizer};
+
+use crate::kit::{Ctx, Error, Shared, remote, remote_client};
 
 const FINALIZER: &str = names::finalizer::PEERING;
 

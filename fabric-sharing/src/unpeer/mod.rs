@@ -26,7 +26,9 @@ use fabric_api::names;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
 
-use crate::{kit::deleting_for, network};
+use fabric_kube::meta::deleting_for;
+
+use crate::network;
 
 pub mod consumer;
 pub mod provider;

@@ -32,9 +32,9 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use super::CONTENT_GRACE;
-use crate::kit::{
-    Ctx, Error, Shared, add_finalizer, delete_gone_ok, deleting_for, remove_finalizer,
-};
+use fabric_kube::meta::{add_finalizer, delete_gone_ok, deleting_for, remove_finalizer};
+
+use crate::kit::{Ctx, Error, Shared};
 
 const FINALIZER: &str = names::finalizer::TENANT;
 const WAIT: Duration = Duration::from_millis(500);
@@ -67,7 +67,7 @@ async fn forget(ctx: &Ctx, consumer: &str) -> Result<(), Error> {
     };
     let role = fc.spec.role.without(PeerRole::Consumer);
     if role == PeerRole::Unknown && fc.spec.discovered_by == DiscoveryMethod::Manual {
-        return delete_gone_ok(&fcs, consumer).await;
+        return Ok(delete_gone_ok(&fcs, consumer).await?);
     }
     if role != fc.spec.role && fc.metadata.deletion_timestamp.is_none() {
         let spec = ForeignClusterSpec {
@@ -148,7 +148,7 @@ async fn delete_namespace(ctx: &Ctx, consumer: &str, ns: &str) -> Result<(), Err
                 attempt += 1;
                 tokio::time::sleep(WAIT * (1 << attempt)).await;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 }

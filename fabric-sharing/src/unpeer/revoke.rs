@@ -14,7 +14,9 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use crate::kit::{Error, Shared, add_finalizer, delete_gone_ok, remove_finalizer};
+use fabric_kube::meta::{add_finalizer, delete_gone_ok, remove_finalizer};
+
+use crate::kit::{Error, Shared};
 
 const FINALIZER: &str = names::finalizer::CONSUMER;
 const WAIT: Duration = Duration::from_millis(500);

@@ -46,7 +46,7 @@ use super::{
     objects::{self, APP, APP_LABEL, Settings},
     status,
 };
-use crate::kit::deleting_for;
+use fabric_kube::meta::deleting_for;
 
 pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::VIRTUAL_NODES);
 
