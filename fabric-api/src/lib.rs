@@ -1,7 +1,10 @@
 //! The fabric's Kubernetes API: a module per API group with a submodule per version
 //! (`fabric_api::networking::v1alpha1::Configuration`), the well-known names the components
 //! agree on ([`names`]), and the cluster's identity as `deploy/fabric-cluster.env` declares it
-//! ([`identity`]).
+//! ([`identity`]). Also what every reader of these types needs the same way: Kubernetes
+//! quantities as exact integers ([`quantity`]: the provider's policy, its admission webhook and
+//! the test scheduler all parse them) and the at-most-once terms of a ResourceSlice
+//! ([`offloading::at_most_once`]).
 //!
 //! The CRD YAML under `deploy/crds/` is generated from the types of every group version in
 //! [`GROUPS`] (`cargo xtask codegen`); a test fails when it is stale.
@@ -14,6 +17,7 @@ pub mod identity;
 pub mod names;
 pub mod networking;
 pub mod offloading;
+pub mod quantity;
 
 /// A group version of the API and the CRDs it defines.
 pub struct GroupVersion {

@@ -88,6 +88,14 @@ pub mod annotation {
     /// On every object a mirroring reflector applied in another cluster: a hash of what it
     /// applied, so that a change at home that only removes something is seen there too.
     pub const REFLECTED_HASH: &str = "reflection.fabric.io/hash";
+
+    /// Whether the unpeer of `meta` (being deleted) was forced ([`FORCE_UNPEER`]).
+    pub fn unpeer_forced(meta: &kube::api::ObjectMeta) -> bool {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(FORCE_UNPEER))
+            .is_some_and(|v| v == "true")
+    }
 }
 
 pub mod finalizer {

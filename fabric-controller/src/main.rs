@@ -556,7 +556,7 @@ async fn run() -> Result<()> {
             at_most_once_max_grace,
             renewal,
         } => {
-            let at_most_once = shadowpod::partition::Bounds::new(
+            let at_most_once = fabric_api::offloading::at_most_once::Bounds::new(
                 at_most_once_min_partition,
                 at_most_once_max_grace,
             )

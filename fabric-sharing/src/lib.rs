@@ -8,7 +8,6 @@ pub mod kit;
 pub mod negotiation;
 pub mod network;
 pub mod policy;
-pub mod quantity;
 pub mod shadowpod;
 pub mod slices;
 pub mod tenant;

@@ -26,7 +26,7 @@ pub struct Settings {
     /// This replica, as its Events name it.
     pub instance: Option<String>,
     /// What the provider agrees to of consumers' at-most-once requests.
-    pub at_most_once: crate::shadowpod::partition::Bounds,
+    pub at_most_once: fabric_api::offloading::at_most_once::Bounds,
 }
 
 /// Runs the negotiation controllers and the unpeer ones until their watches end.

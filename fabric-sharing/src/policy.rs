@@ -17,7 +17,7 @@
 //!   `node-type=gpu` when the grant includes a GPU (a resource named `*/gpu`, such as
 //!   `nvidia.com/gpu`), so that workloads can select a virtual node by what it offers.
 //!
-//! Amounts are integers in thousandths of their unit (see [`crate::quantity`]).
+//! Amounts are integers in thousandths of their unit (see [`fabric_api::quantity`]).
 use std::{collections::BTreeMap, fmt};
 
 use fabric_api::{
@@ -25,13 +25,13 @@ use fabric_api::{
         ResourceSliceStatus, Resources, TenantState, slice_condition::ACCEPTED,
     },
     names::label,
+    offloading::at_most_once,
+    quantity::{milli, quantity},
 };
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
     jiff::Timestamp,
 };
-
-use crate::quantity::{milli, quantity};
 
 /// Resource name → thousandths of its unit.
 pub type Amounts = BTreeMap<String, i128>;
@@ -49,7 +49,7 @@ pub struct Settings {
     /// Labels every offer carries.
     pub labels: BTreeMap<String, String>,
     /// What it agrees to of at-most-once requests.
-    pub at_most_once: crate::shadowpod::partition::Bounds,
+    pub at_most_once: at_most_once::Bounds,
 }
 
 impl Settings {
@@ -496,7 +496,7 @@ pub fn decide(
                 labels,
                 verdict,
                 message,
-                at_most_once: crate::shadowpod::partition::agree(
+                at_most_once: at_most_once::agree(
                     s.at_most_once.filter(|_| verdict != Verdict::Refused),
                     &settings.at_most_once,
                 ),

@@ -60,7 +60,7 @@ impl Ask {
                 );
             }
             let milli =
-                fabric_sharing::quantity::milli(&q).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+                fabric_api::quantity::milli(&q).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
             if milli <= 0 {
                 bail!("{name}: ask for more than {q}");
             }

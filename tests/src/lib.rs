@@ -26,7 +26,7 @@ pub mod netns;
 pub mod offload_fixture;
 pub mod peering_stack;
 /// Resource quantities, as the provider's offer policy reads them.
-pub use fabric_sharing::quantity;
+pub use fabric_api::quantity;
 pub mod sched;
 pub mod sharing;
 pub mod testnode;

@@ -1,5 +1,6 @@
 //! API group `offloading.fabric.io`: running this cluster's workloads on its providers (the
 //! virtual nodes that stand for them).
+pub mod at_most_once;
 pub mod v1alpha1;
 
 pub const GROUP: &str = "offloading.fabric.io";

@@ -13,7 +13,7 @@ use fabric_api::{
     core::v1alpha1::{ForeignCluster, condition::NETWORK},
     networking::v1alpha1::{Connection, GatewayClient, GatewayServer, PeeringNetwork},
 };
-use fabric_kube::events::Event as KubeEvent;
+use fabric_kube::{events::Event as KubeEvent, meta::age};
 use fabric_peering::{
     Cluster, Side,
     plan::{Member, params},
@@ -34,8 +34,6 @@ use kube::{
 use tracing::{info, warn};
 
 use super::{FINALIZER, READY, Route, consumer_objects, network_ready, route};
-use fabric_kube::meta::age;
-
 use crate::kit::{
     Ctx, Error, FIELD_MANAGER, Shared, answer_poll, remote, remote_client, set_fc_condition,
 };

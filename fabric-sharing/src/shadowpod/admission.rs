@@ -12,11 +12,10 @@ use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Resources},
     names,
     offloading::v1alpha1::ShadowPodSpec,
+    quantity::{BadQuantity, milli, quantity},
 };
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use kube::ResourceExt;
-
-use crate::quantity::{BadQuantity, milli, quantity};
 
 /// Why a ShadowPod is refused; the message is what the consumer sees.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

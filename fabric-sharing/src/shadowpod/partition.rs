@@ -1,5 +1,5 @@
-//! At-most-once semantics on the provider (opt-in, [`AtMostOnce`]), as pure functions: what
-//! the provider agrees to, how long each consumer's heartbeat has been still by this
+//! At-most-once semantics on the provider (opt-in, [`AtMostOnce`]), as pure functions: (what
+//! the provider agrees to is `fabric_api::offloading::at_most_once`'s) how long each consumer's heartbeat has been still by this
 //! cluster's own monotonic clock, which tenants' pods are to stop, and the status of a
 //! ShadowPod stopped for that. The I/O edge is [`super::fence`]; the ShadowPod controller
 //! does the stopping.
@@ -18,101 +18,17 @@ use std::{
 use fabric_api::{
     authentication::v1alpha1::ResourceSlice,
     names,
-    offloading::v1alpha1::{
-        AtMostOnce, ShadowPodStatus,
-        shadow_pod_condition::{PARTITIONED, POD_CREATED},
+    offloading::{
+        at_most_once::strictest,
+        v1alpha1::{
+            AtMostOnce, ShadowPodStatus,
+            shadow_pod_condition::{PARTITIONED, POD_CREATED},
+        },
     },
 };
 use fabric_kube::status::{condition, with_condition};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-
-/// What the provider accepts of at-most-once requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bounds {
-    /// Off: requests are not agreed to (the pods keep running through partitions).
-    pub enabled: bool,
-    /// A shorter partition time is raised to this: the heartbeat needs a few renewals'
-    /// room, or a slow API server would stop healthy workloads.
-    pub min_partition_seconds: u32,
-    /// A longer grace period is lowered to this.
-    pub max_grace_seconds: u32,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            min_partition_seconds: 5,
-            max_grace_seconds: 30,
-        }
-    }
-}
-
-/// Bounds that cannot be agreed to as given.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum BoundsError {
-    #[error("the shortest partition time must be whole seconds from 1 s to 1 day, not {0:?}")]
-    MinPartition(Duration),
-    #[error("the longest grace period must be whole seconds up to 1 hour, not {0:?}")]
-    MaxGrace(Duration),
-}
-
-impl Bounds {
-    /// On, with `min_partition` and `max_grace` (the ResourceSlice's ranges: a partition
-    /// time of 1 s to 1 day, a grace period of at most 1 hour).
-    pub fn new(min_partition: Duration, max_grace: Duration) -> Result<Self, BoundsError> {
-        let whole = |d: Duration, max: u64| {
-            (d.subsec_nanos() == 0 && d.as_secs() <= max).then_some(d.as_secs() as u32)
-        };
-        let min_partition_seconds = whole(min_partition, AtMostOnce::MAX_PARTITION_SECONDS.into())
-            .filter(|s| *s >= AtMostOnce::MIN_PARTITION_SECONDS)
-            .ok_or(BoundsError::MinPartition(min_partition))?;
-        let max_grace_seconds = whole(max_grace, AtMostOnce::MAX_GRACE_SECONDS.into())
-            .ok_or(BoundsError::MaxGrace(max_grace))?;
-        Ok(Self {
-            enabled: true,
-            min_partition_seconds,
-            max_grace_seconds,
-        })
-    }
-}
-
-/// What the provider agrees to for a slice asking `asked`: the request within its bounds.
-pub fn agree(asked: Option<AtMostOnce>, bounds: &Bounds) -> Option<AtMostOnce> {
-    let a = asked.filter(|_| bounds.enabled)?;
-    Some(AtMostOnce {
-        partition_seconds: a.partition_seconds.max(bounds.min_partition_seconds).max(1),
-        grace_seconds: a.grace_seconds.min(bounds.max_grace_seconds),
-    })
-}
-
-/// Several slices with one provider: the consumer waits for the longest agreed terms, the
-/// provider stops after the shortest, so each side errs on the safe side.
-pub fn strictest<'a>(terms: impl IntoIterator<Item = &'a AtMostOnce>) -> Option<AtMostOnce> {
-    terms.into_iter().fold(None, |acc: Option<AtMostOnce>, t| {
-        Some(match acc {
-            None => *t,
-            Some(a) => AtMostOnce {
-                partition_seconds: a.partition_seconds.min(t.partition_seconds),
-                grace_seconds: a.grace_seconds.min(t.grace_seconds),
-            },
-        })
-    })
-}
-
-/// The longest of several agreed terms (the consumer's side of [`strictest`]).
-pub fn most_patient<'a>(terms: impl IntoIterator<Item = &'a AtMostOnce>) -> Option<AtMostOnce> {
-    terms.into_iter().fold(None, |acc: Option<AtMostOnce>, t| {
-        Some(match acc {
-            None => *t,
-            Some(a) => AtMostOnce {
-                partition_seconds: a.partition_seconds.max(t.partition_seconds),
-                grace_seconds: a.grace_seconds.max(t.grace_seconds),
-            },
-        })
-    })
-}
 
 /// The terms the provider enforces per tenant namespace: the strictest it agreed to in the
 /// status of that namespace's slice replicas.
@@ -326,27 +242,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_provider_agrees_within_its_bounds_or_not_at_all() {
-        let b = Bounds::default();
-        assert_eq!(agree(None, &b), None);
-        assert_eq!(agree(Some(t(60, 10)), &b), Some(t(60, 10)));
-        assert_eq!(agree(Some(t(1, 600)), &b), Some(t(5, 30)));
-        let off = Bounds {
-            enabled: false,
-            ..b
-        };
-        assert_eq!(agree(Some(t(60, 10)), &off), None);
-    }
-
-    #[test]
-    fn each_side_errs_on_the_safe_side_across_slices() {
-        let terms = [t(30, 5), t(10, 20)];
-        assert_eq!(strictest(&terms), Some(t(10, 5)));
-        assert_eq!(most_patient(&terms), Some(t(30, 20)));
-        assert_eq!(strictest(&[]), None);
-    }
-
     fn slice(ns: &str, name: &str, agreed: Option<AtMostOnce>) -> ResourceSlice {
         let mut s = ResourceSlice::new(
             name,
@@ -475,42 +370,5 @@ mod tests {
         assert_eq!(stop_grace(t(10, 3), Some(30)), 3);
         assert_eq!(stop_grace(t(10, 3), None), 3);
         assert_eq!(stop_grace(t(10, 3), Some(-1)), 0);
-    }
-
-    #[test]
-    fn bounds_from_the_command_line() {
-        let secs = Duration::from_secs;
-        let b = Bounds::new(secs(10), secs(5)).unwrap();
-        assert_eq!(
-            (b.enabled, b.min_partition_seconds, b.max_grace_seconds),
-            (true, 10, 5)
-        );
-        assert_eq!(Bounds::new(secs(5), secs(30)), Ok(Bounds::default()));
-        assert_eq!(Bounds::new(secs(1), secs(0)).unwrap().max_grace_seconds, 0);
-        for (p, g) in [
-            (secs(0), secs(30)),
-            (Duration::from_millis(1500), secs(30)),
-            (secs(86_401), secs(30)),
-        ] {
-            assert_eq!(Bounds::new(p, g), Err(BoundsError::MinPartition(p)));
-        }
-        for g in [secs(3601), Duration::from_millis(500)] {
-            assert_eq!(Bounds::new(secs(5), g), Err(BoundsError::MaxGrace(g)));
-        }
-        // What the provider then agrees to.
-        let b = Bounds::new(secs(20), secs(3)).unwrap();
-        assert_eq!(
-            agree(
-                Some(AtMostOnce {
-                    partition_seconds: 10,
-                    grace_seconds: 10
-                }),
-                &b
-            ),
-            Some(AtMostOnce {
-                partition_seconds: 20,
-                grace_seconds: 3
-            })
-        );
     }
 }

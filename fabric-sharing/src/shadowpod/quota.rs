@@ -18,6 +18,7 @@ use std::{collections::BTreeMap, time::Duration};
 use fabric_api::{
     authentication::v1alpha1::{Charge, Resources, TenantStatus},
     offloading::v1alpha1::ShadowPod,
+    quantity::{BadQuantity, milli, quantity},
 };
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::ResourceExt;
@@ -26,7 +27,6 @@ use super::{
     admission::{Denial, Milli, requests, shown},
     decide::terminal,
 };
-use crate::quantity::{BadQuantity, milli, quantity};
 
 fn to_milli(r: &Resources) -> Result<Milli, BadQuantity> {
     r.iter()

@@ -8,15 +8,14 @@
 //! exists.
 use std::collections::BTreeMap;
 
+use fabric_api::quantity::milli;
 use fabric_kube::status::{condition, with_condition};
 use k8s_openapi::{
     api::core::v1::{Container, PodSpec, ResourceRequirements},
-    apimachinery::pkg::api::resource::Quantity,
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Condition},
+    jiff::Timestamp,
 };
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 use serde_json::{Value, json};
-
-use crate::quantity::milli;
 
 /// The condition a home pod carries while a resize is not carried out, as a kubelet sets it
 /// (Kubernetes 1.33 on): reason [`INFEASIBLE`] when the provider refused it.

@@ -10,7 +10,7 @@ use fabric_api::{
     core::v1alpha1::condition::RESOURCES,
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_kube::events::Event as KubeEvent;
+use fabric_kube::{events::Event as KubeEvent, meta::age};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
@@ -27,8 +27,6 @@ use kube::{
 use tracing::warn;
 
 use super::{FINALIZER, replica, resources_granted, virtual_node};
-use fabric_kube::meta::age;
-
 use crate::kit::{Ctx, Error, FIELD_MANAGER, answer_poll, remote, remote_client, set_fc_condition};
 
 struct SliceCtx {

@@ -12,14 +12,15 @@ use std::collections::BTreeMap;
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, ResourceSliceStatus, Resources, slice_condition},
     names::label,
-    offloading::v1alpha1::{VirtualNode, VirtualNodeSpec},
+    offloading::{
+        at_most_once::most_patient,
+        v1alpha1::{VirtualNode, VirtualNodeSpec},
+    },
+    quantity::{milli, quantity},
 };
 use kube::{ResourceExt, api::ObjectMeta};
 
-use crate::{
-    policy::Amounts,
-    quantity::{milli, quantity},
-};
+use crate::policy::Amounts;
 
 pub mod consumer;
 pub mod provider;
@@ -104,7 +105,7 @@ pub fn virtual_node<'a>(
             identity: provider.to_owned(),
             resources,
             labels,
-            at_most_once: crate::shadowpod::partition::most_patient(&terms),
+            at_most_once: most_patient(&terms),
         },
         status: None,
     })

@@ -10,7 +10,10 @@ use fabric_api::{
     names,
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_kube::events::Event as KubeEvent;
+use fabric_kube::{
+    events::Event as KubeEvent,
+    meta::{add_finalizer, delete_gone_ok, remove_finalizer},
+};
 use fabric_peering::{Cluster, Side};
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
@@ -21,9 +24,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::{ConsumerSide, abandon_remote, forced, pending};
-use fabric_kube::meta::{add_finalizer, delete_gone_ok, remove_finalizer};
-
+use super::{ConsumerSide, abandon_remote, pending};
 use crate::kit::{Ctx, Error, Shared, remote, remote_client};
 
 const FINALIZER: &str = names::finalizer::PEERING;
@@ -38,7 +39,7 @@ async fn force<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    if forced(obj.meta()) {
+    if names::annotation::unpeer_forced(obj.meta()) {
         return Ok(());
     }
     let patch = serde_json::json!({"metadata": {"annotations": {
@@ -113,7 +114,7 @@ async fn cleanup(fc: &ForeignCluster, ctx: &Ctx) -> Result<bool, Error> {
         .filter(|s| s.spec.provider_cluster_id == provider)
         .collect();
     for s in &slices {
-        if forced(&fc.metadata) {
+        if names::annotation::unpeer_forced(&fc.metadata) {
             force(&slices_api, s).await?;
         }
         if s.metadata.deletion_timestamp.is_none() {
@@ -122,7 +123,10 @@ async fn cleanup(fc: &ForeignCluster, ctx: &Ctx) -> Result<bool, Error> {
     }
     let vns: Api<VirtualNode> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let vn = vns.get_opt(&provider).await?;
-    if let Some(vn) = vn.as_ref().filter(|_| forced(&fc.metadata)) {
+    if let Some(vn) = vn
+        .as_ref()
+        .filter(|_| names::annotation::unpeer_forced(&fc.metadata))
+    {
         force(&vns, vn).await?;
     }
     // The slice replicator deletes it with the last slice; once none is left, nothing

@@ -23,10 +23,9 @@
 use std::{fmt, time::Duration};
 
 use fabric_api::names;
+use fabric_kube::meta::deleting_for;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
-
-use fabric_kube::meta::deleting_for;
 
 use crate::network;
 
@@ -38,18 +37,11 @@ pub mod revoke;
 /// before it deletes the namespace anyway.
 pub const CONTENT_GRACE: Duration = Duration::from_secs(30);
 
-/// Whether the unpeer of `meta` (being deleted) was forced.
-pub fn forced(meta: &ObjectMeta) -> bool {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(names::annotation::FORCE_UNPEER))
-        .is_some_and(|v| v == "true")
-}
-
 /// Whether a cleanup that cannot reach the provider goes on without it: forced, or deleting
 /// for [`network::REMOTE_GRACE`] already.
 pub fn abandon_remote(meta: &ObjectMeta, now: Timestamp) -> bool {
-    forced(meta) || network::give_up_remote(deleting_for(meta, now), network::REMOTE_GRACE)
+    names::annotation::unpeer_forced(meta)
+        || network::give_up_remote(deleting_for(meta, now), network::REMOTE_GRACE)
 }
 
 /// What a consumer's unpeer of one provider still has on this side.
@@ -171,7 +163,7 @@ mod tests {
         assert!(!abandon_remote(&deleting(1, false), now));
         assert!(abandon_remote(&deleting(1, true), now));
         assert!(abandon_remote(&deleting(31, false), now));
-        assert!(!forced(&ObjectMeta::default()));
+        assert!(!names::annotation::unpeer_forced(&ObjectMeta::default()));
         let left = left_on_provider("c").join("\n");
         assert!(left.contains("fabric-tenant-c"), "{left}");
         assert!(

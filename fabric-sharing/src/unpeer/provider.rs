@@ -13,7 +13,10 @@ use fabric_api::{
     networking::v1alpha1::PeeringNetwork,
     offloading::v1alpha1::ShadowPod,
 };
-use fabric_kube::FieldManager;
+use fabric_kube::{
+    FieldManager,
+    meta::{add_finalizer, delete_gone_ok, deleting_for, remove_finalizer},
+};
 use futures::StreamExt;
 use k8s_openapi::{
     api::{
@@ -32,8 +35,6 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use super::CONTENT_GRACE;
-use fabric_kube::meta::{add_finalizer, delete_gone_ok, deleting_for, remove_finalizer};
-
 use crate::kit::{Ctx, Error, Shared};
 
 const FINALIZER: &str = names::finalizer::TENANT;

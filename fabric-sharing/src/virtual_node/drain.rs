@@ -27,7 +27,7 @@ pub const GRACE: Duration = Duration::from_secs(30);
 /// The drain grace of a VirtualNode (its metadata) being deleted: none when its unpeer is
 /// forced, else `configured`.
 pub fn grace(virtual_node: &ObjectMeta, configured: Duration) -> Duration {
-    if crate::unpeer::forced(virtual_node) {
+    if fabric_api::names::annotation::unpeer_forced(virtual_node) {
         Duration::ZERO
     } else {
         configured

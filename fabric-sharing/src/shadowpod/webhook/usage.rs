@@ -11,6 +11,7 @@ use fabric_api::{
     authentication::v1alpha1::Tenant,
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
+    quantity::BadQuantity,
 };
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Namespace, jiff::Timestamp};
@@ -22,7 +23,7 @@ use kube::{
 use tracing::{debug, info, warn};
 
 use super::USAGE_MANAGER;
-use crate::{quantity::BadQuantity, shadowpod::quota};
+use crate::shadowpod::quota;
 
 /// How often a Tenant is recounted when nothing happens (drift: a ShadowPod changed while
 /// the watch was down).
