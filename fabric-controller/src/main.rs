@@ -23,7 +23,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use fabric_api::names;
 use fabric_controller::{discovery, gateway, ipam, ips};
-use fabric_sharing::{auth, shadowpod, virtual_node};
+use fabric_offloading::{shadowpod, virtual_node};
 use ipnetwork::Ipv4Network;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -313,8 +313,8 @@ struct RenewalArgs {
 }
 
 impl RenewalArgs {
-    fn policy(&self) -> auth::renewal::Policy {
-        auth::renewal::Policy {
+    fn policy(&self) -> fabric_auth::renewal::Policy {
+        fabric_auth::renewal::Policy {
             renew_before: self.renew_before,
             min_interval: self.min_interval,
         }
@@ -490,7 +490,7 @@ async fn run() -> Result<()> {
             .await
         }
         Cmd::Identities { namespace, renewal } => {
-            auth::renewal::run(client, &namespace, renewal.policy()).await;
+            fabric_auth::renewal::run(client, &namespace, renewal.policy()).await;
             Ok(())
         }
         Cmd::Auth {
@@ -515,11 +515,11 @@ async fn run() -> Result<()> {
             );
             let ca_pem = std::fs::read_to_string(&api_server_ca)
                 .with_context(|| format!("reading --api-server-ca {}", api_server_ca.display()))?;
-            let limits = auth::server::Limits {
+            let limits = fabric_auth::server::Limits {
                 request_timeout: sign_timeout + Duration::from_secs(30),
                 ..Default::default()
             };
-            let service = auth::provider::Service {
+            let service = fabric_auth::provider::Service {
                 client,
                 namespace,
                 cluster_id,
@@ -534,7 +534,7 @@ async fn run() -> Result<()> {
                         .with_context(|| format!("reading --client-ca {}", p.display()))
                 })
                 .transpose()?;
-            auth::run::run(
+            fabric_auth::run::run(
                 service,
                 listen,
                 &tls_secret,
@@ -562,7 +562,7 @@ async fn run() -> Result<()> {
             )
             .context("--at-most-once-min-partition / --at-most-once-max-grace")?;
             let identity = identity_or_hostname(identity)?;
-            let settings = fabric_sharing::negotiation::Settings {
+            let settings = fabric_negotiation::Settings {
                 namespace: namespace.clone(),
                 remote_poll,
                 percent: offer_percent,
@@ -582,7 +582,7 @@ async fn run() -> Result<()> {
                     let negotiation = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
                         async move {
-                            fabric_sharing::negotiation::run(client, settings)
+                            fabric_negotiation::run(client, settings)
                                 .await
                                 .context("sharing controllers")
                         }
@@ -600,7 +600,7 @@ async fn run() -> Result<()> {
                     // One active replica: two would both renew, each with a key of its own,
                     // and the Secret would flip between them.
                     let renewals = AbortOnDropHandle::new(tokio::spawn(async move {
-                        auth::renewal::run(client, &namespace, policy).await;
+                        fabric_auth::renewal::run(client, &namespace, policy).await;
                         Ok(())
                     }));
                     let joined = |h: AbortOnDropHandle<Result<()>>| async move {

@@ -10,7 +10,6 @@
 //! the last share, through the API server and straight at both replicas, admit exactly one;
 //! the usage charged on the Tenant converges to what the ShadowPods request (a charge whose
 //! creation never happened lapses, deleted ShadowPods release theirs).
-use fabric_tests::wait::eventually;
 use std::{
     net::TcpListener,
     path::Path,
@@ -27,6 +26,7 @@ use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
     sharing::{admit_tenant, consumer_credentials},
+    wait::eventually,
 };
 use k8s_openapi::api::{
     admissionregistration::v1::ValidatingWebhookConfiguration, core::v1::Secret,
@@ -72,10 +72,8 @@ async fn create(client: &Client, s: &ShadowPod) -> Result<(), String> {
 
 async fn consumer_client(api: &ApiServer, consumer: &str) -> Client {
     let creds = consumer_credentials(api, consumer).unwrap();
-    let kc = fabric_sharing::identity::to_yaml(&fabric_sharing::identity::kubeconfig(
-        "provider", &creds,
-    ));
-    fabric_sharing::identity::client_from_kubeconfig(&kc)
+    let kc = fabric_auth::identity::to_yaml(&fabric_auth::identity::kubeconfig("provider", &creds));
+    fabric_auth::identity::client_from_kubeconfig(&kc)
         .await
         .unwrap()
 }
@@ -266,7 +264,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
             ChildGuard(
                 fabric_tests::die_with_parent(&mut Command::new(BIN))
                     .env("KUBECONFIG", &api.kubeconfig)
-                    .env("RUST_LOG", "info,fabric_sharing=debug")
+                    .env("RUST_LOG", "info,fabric_offloading=debug")
                     .args([
                         "shadowpod-webhook",
                         "--listen",

@@ -3,17 +3,17 @@
 //! `pods/status` as a kubelet does. A forged ShadowPod gets its real pod (owned, labelled, its
 //! status copied back); a pod deleted while running is created again and counted; a finished
 //! pod that goes is never revived; deleting a ShadowPod deletes its pod.
-use fabric_tests::wait::eventually;
 use std::{
     process::{Command, Stdio},
     time::Duration,
 };
 
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
-use fabric_sharing::shadowpod::forge::{Offer, Policy, forge};
+use fabric_offloading::shadowpod::forge::{Offer, Policy, forge};
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
+    wait::eventually,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{
@@ -111,7 +111,7 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
-            &fabric_sharing::tenant::namespace(CONSUMER),
+            &fabric_auth::tenant::namespace(CONSUMER),
         )
         .await
         .unwrap();

@@ -17,9 +17,12 @@ use fabric_api::{
     names,
     offloading::v1alpha1::{AtMostOnce, VirtualNode},
 };
-use fabric_sharing::identity;
+use fabric_auth::identity;
 use k8s_openapi::{
-    api::{coordination::v1::Lease, coordination::v1::LeaseSpec, core::v1::Secret},
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::Secret,
+    },
     apimachinery::pkg::apis::meta::v1::MicroTime,
     jiff::Timestamp,
 };

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use fabric_api::authentication::v1alpha1::Tenant;
+use fabric_auth::identity;
 use fabric_reflector::{Endpoint, Marks};
-use fabric_sharing::identity;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, api::ListParams};
 use tokio::sync::{mpsc, watch};

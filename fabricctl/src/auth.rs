@@ -1,17 +1,17 @@
 //! `fabricctl generate peer-command`, `token rotate` (provider side) and `peer out-of-band`
 //! (consumer side): the authentication part of a peering between organizations, with
-//! `fabric_sharing::auth` doing the work.
+//! `fabric_auth` doing the work.
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 use fabric_api::names;
-use fabric_peering::{Cluster, Side};
-use fabric_sharing::auth::{
+use fabric_auth::{
     consumer::{self, OutOfBand, Step},
     run::published_pin,
     tls::{self, Trust},
     token::{self, PeerCommand},
 };
+use fabric_peering::{Cluster, Side};
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
 use kube::{
     Api, Client,
@@ -79,7 +79,7 @@ async fn mint(
 async fn standing_token(secrets: &Api<Secret>, ns: &str) -> Result<String> {
     let name = names::secret::PEERING_TOKEN;
     let read = |s: &Secret| {
-        fabric_sharing::auth::validate::TokenRecord::from_secret(s)
+        fabric_auth::validate::TokenRecord::from_secret(s)
             .and_then(|r| String::from_utf8(r.token).ok())
     };
     if let Some(s) = secrets.get_opt(name).await.context("reading the token")? {

@@ -425,7 +425,7 @@ mod tests {
 
     #[test]
     fn the_printed_peer_command_parses() {
-        let cmd = fabric_sharing::auth::token::PeerCommand {
+        let cmd = fabric_auth::token::PeerCommand {
             auth_url: "https://192.0.2.1:31443".to_owned(),
             cluster_id: "provider".to_owned(),
             token: "ab".repeat(32),

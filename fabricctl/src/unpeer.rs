@@ -1,7 +1,7 @@
 //! `fabricctl unpeer` of a provider this cluster consumes from: deletes its ForeignCluster
 //! (marked forced with `--force`) and follows the controllers removing everything of the
 //! peering, printing what it waits for; then (with the provider's kubeconfig) waits for the
-//! provider's side to go too. The controllers do the work (`fabric_sharing::unpeer`), so
+//! provider's side to go too. The controllers do the work (`fabric_negotiation::unpeer`), so
 //! `kubectl delete foreigncluster` does the same. What is pending is pure ([`waiting`]).
 use std::{
     collections::BTreeMap,
@@ -15,8 +15,8 @@ use fabric_api::{
     names,
     offloading::v1alpha1::VirtualNode,
 };
+use fabric_negotiation::unpeer::{ConsumerSide, left_on_provider, pending};
 use fabric_peering::{Cluster, Side};
-use fabric_sharing::unpeer::{ConsumerSide, left_on_provider, pending};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, ResourceExt,
@@ -41,15 +41,15 @@ pub fn waiting(l: &Local) -> Vec<(&'static str, String)> {
         virtual_node: l.virtual_node,
         network: finalizers
             .iter()
-            .any(|f| f == fabric_sharing::network::FINALIZER),
+            .any(|f| f == fabric_negotiation::network::FINALIZER),
     };
     let mut out: Vec<(&'static str, String)> = pending(&side)
         .into_iter()
         .map(|p| {
             let what = match p {
-                fabric_sharing::unpeer::Pending::Slices(_) => "resource slices",
-                fabric_sharing::unpeer::Pending::VirtualNode => "virtual node",
-                fabric_sharing::unpeer::Pending::Network => "network",
+                fabric_negotiation::unpeer::Pending::Slices(_) => "resource slices",
+                fabric_negotiation::unpeer::Pending::VirtualNode => "virtual node",
+                fabric_negotiation::unpeer::Pending::Network => "network",
             };
             (what, p.to_string())
         })
@@ -65,7 +65,9 @@ pub fn waiting(l: &Local) -> Vec<(&'static str, String)> {
     if l.foreign_cluster.is_some() {
         let others: Vec<&String> = finalizers
             .iter()
-            .filter(|f| *f != fabric_sharing::network::FINALIZER && *f != names::finalizer::PEERING)
+            .filter(|f| {
+                *f != fabric_negotiation::network::FINALIZER && *f != names::finalizer::PEERING
+            })
             .collect();
         let why = if others.is_empty() {
             "the ForeignCluster (the sharing controllers' finalizers)".to_owned()
@@ -284,7 +286,7 @@ mod tests {
         assert!(waiting(&Local::default()).is_empty());
         let l = Local {
             foreign_cluster: Some(vec![
-                fabric_sharing::network::FINALIZER.to_owned(),
+                fabric_negotiation::network::FINALIZER.to_owned(),
                 names::finalizer::PEERING.to_owned(),
             ]),
             slices: vec!["p".into()],

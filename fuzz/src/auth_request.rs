@@ -1,4 +1,4 @@
-//! A request to the authentication service (`fabric_sharing::auth`): what anyone who reaches
+//! A request to the authentication service (`fabric_auth`): what anyone who reaches
 //! the provider's HTTPS port can send, before any token is checked.
 //!
 //! Input: the request body (of an authentication, and of a renewal). Checked: parsing never panics; a refusal carries a 4xx status
@@ -6,7 +6,7 @@
 //! a CSR within their bounds and serializes back to the same request; the CSR check of an
 //! accepted request never panics either, and refuses with a 400 and a short message.
 
-use fabric_sharing::auth::{
+use fabric_auth::{
     protocol::{
         AuthRequest, CONTENT_TYPE, MAX_CSR, MAX_TOKEN, Reason, Refusal, parse_renew, parse_request,
     },

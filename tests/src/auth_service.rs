@@ -114,7 +114,7 @@ impl AuthService {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let pin = fabric_sharing::auth::run::published_pin(
+        let pin = fabric_auth::run::published_pin(
             &provider.client().await,
             fabric_api::names::DEFAULT_NAMESPACE,
         )

@@ -25,7 +25,6 @@
 //! ([`crate::webhook`]): every ShadowPod is admitted against the consumer's grant (a
 //! ResourceSlice asking room for every burst, granted by the provider's negotiation) and
 //! charged on its Tenant's status.
-use crate::figures::{mib, percentile, rss_kib, secs};
 use std::{
     collections::HashMap,
     path::PathBuf,
@@ -40,7 +39,7 @@ use fabric_api::{
     names,
     offloading::v1alpha1::{ShadowPod, VirtualNode, VirtualNodeSpec},
 };
-use fabric_sharing::virtual_node::objects;
+use fabric_offloading::virtual_node::objects;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::{
@@ -52,8 +51,13 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::{
-    ChildGuard, apimetrics, apiserver::ApiServer, check_interrupt, deployments::Deployments,
-    die_with_parent, locate_bin, sharing,
+    ChildGuard, apimetrics,
+    apiserver::ApiServer,
+    check_interrupt,
+    deployments::Deployments,
+    die_with_parent,
+    figures::{mib, percentile, rss_kib, secs},
+    locate_bin, sharing,
 };
 
 const NS: &str = names::DEFAULT_NAMESPACE;

@@ -18,7 +18,6 @@
 //! virtual kubelets (the real peering plus VirtualNodes of further providers through copies of
 //! the identity) and each controller's resident memory, from /proc. Nothing is asserted about
 //! time.
-use crate::figures::{mib, percentile, rss_kib, secs};
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader},
@@ -48,7 +47,9 @@ use crate::{
     auth_service::AuthService,
     check_interrupt,
     deployments::{self, Deployments},
-    die_with_parent, locate_bin,
+    die_with_parent,
+    figures::{mib, percentile, rss_kib, secs},
+    locate_bin,
     sharing::install_identity,
 };
 
@@ -449,8 +450,8 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
         component_kubeconfig: consumer.kubeconfig.clone(),
         selector: format!(
             "{}={}",
-            fabric_sharing::virtual_node::objects::APP_LABEL,
-            fabric_sharing::virtual_node::objects::APP
+            fabric_offloading::virtual_node::objects::APP_LABEL,
+            fabric_offloading::virtual_node::objects::APP
         ),
         netns: None,
         pod_ip: "127.0.0.1".into(),

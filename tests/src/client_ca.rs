@@ -3,7 +3,9 @@
 //! it there (as delegated authentication does) to let in the API server's kubelet client
 //! certificate, which that CA signed (kubelite's `certs/kubelet-client.crt`).
 use anyhow::{Context as _, Result, ensure};
-use fabric_sharing::virtual_node::objects::{CLIENT_CA_CONFIGMAP, CLIENT_CA_CONFIGMAP_NAMESPACE};
+use fabric_offloading::virtual_node::objects::{
+    CLIENT_CA_CONFIGMAP, CLIENT_CA_CONFIGMAP_NAMESPACE,
+};
 
 use crate::apiserver::ApiServer;
 

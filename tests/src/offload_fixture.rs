@@ -15,7 +15,8 @@ use fabric_api::{
     names,
     offloading::v1alpha1::{VirtualNode, VirtualNodeSpec},
 };
-use fabric_sharing::{identity::Credentials, virtual_node::objects};
+use fabric_auth::identity::Credentials;
+use fabric_offloading::virtual_node::objects;
 use serde_json::{Value, json};
 
 use crate::{
@@ -140,7 +141,7 @@ pub fn set_tunnel(consumer: &ApiServer, state: &str) {
 
 /// The consumer's identity Secret for the provider (what the virtual kubelet reaches it with).
 pub fn set_identity(consumer: &ApiServer, creds: &Credentials) -> Result<()> {
-    let secret = fabric_sharing::identity::secret(NS, PROVIDER, creds);
+    let secret = fabric_auth::identity::secret(NS, PROVIDER, creds);
     apply(consumer, &serde_json::to_value(&secret)?)
 }
 

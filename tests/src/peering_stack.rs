@@ -34,7 +34,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use fabric_sharing::virtual_node::objects;
+use fabric_offloading::virtual_node::objects;
 
 use crate::{
     ChildGuard,

@@ -25,8 +25,8 @@ use fabric_api::{
     identity::{cluster_key, gateway_key},
     names,
 };
+use fabric_auth::identity::Credentials;
 use fabric_kube::FieldManager;
-use fabric_sharing::identity::Credentials;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::{Api, Client, api::ObjectMeta};
 
@@ -184,7 +184,7 @@ pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
     let ns = names::namespace::tenant(consumer);
     FM.apply(
         &Api::<Namespace>::all(provider.clone()),
-        &fabric_sharing::tenant::namespace(consumer),
+        &fabric_auth::tenant::namespace(consumer),
     )
     .await?;
     let mut tenant = Tenant::new(
@@ -200,17 +200,17 @@ pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
         .await?;
     FM.apply(
         &Api::namespaced(provider.clone(), &ns),
-        &fabric_sharing::tenant::role(consumer),
+        &fabric_auth::tenant::role(consumer),
     )
     .await?;
     FM.apply(
         &Api::namespaced(provider.clone(), &ns),
-        &fabric_sharing::tenant::role_binding(consumer),
+        &fabric_auth::tenant::role_binding(consumer),
     )
     .await?;
     FM.apply(
         &Api::namespaced(provider.clone(), &ns),
-        &fabric_sharing::tenant::sharing_binding(consumer, names::DEFAULT_NAMESPACE),
+        &fabric_auth::tenant::sharing_binding(consumer, names::DEFAULT_NAMESPACE),
     )
     .await?;
     FM.apply(
@@ -231,7 +231,7 @@ pub async fn keep_identity(
 ) -> Result<()> {
     FM.apply(
         &Api::<Secret>::namespaced(consumer.clone(), namespace),
-        &fabric_sharing::identity::secret(namespace, provider, credentials),
+        &fabric_auth::identity::secret(namespace, provider, credentials),
     )
     .await?;
     let mut identity = Identity::new(

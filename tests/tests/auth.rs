@@ -10,7 +10,7 @@ use fabric_api::{
     core::v1alpha1::{ForeignCluster, PeerRole, condition},
     names,
 };
-use fabric_sharing::auth::{
+use fabric_auth::{
     consumer::{self, ClientError},
     protocol::{AuthRequest, AuthResponse, Reason},
     tls::{Trust, parse_pin},
@@ -205,7 +205,7 @@ async fn out_of_band_authentication() {
         .get(&names::secret::identity("provider"))
         .await
         .unwrap();
-    let kubeconfig = fabric_sharing::identity::kubeconfig_of(&secret).unwrap();
+    let kubeconfig = fabric_auth::identity::kubeconfig_of(&secret).unwrap();
     assert!(kubeconfig.contains("client-key-data"));
 
     // What the provider made of it.
@@ -231,7 +231,7 @@ async fn out_of_band_authentication() {
     );
 
     // The identity works in its tenant namespace, and nowhere else.
-    let remote = fabric_sharing::identity::remote_client(&c, NS, "provider")
+    let remote = fabric_auth::identity::remote_client(&c, NS, "provider")
         .await
         .unwrap();
     let tenant_ns = "fabric-tenant-consumer";
@@ -434,7 +434,7 @@ async fn again_while_removed(svc: &AuthService, p: &Client, token: &str) {
             tokio::time::sleep(Duration::from_secs(3)).await;
             // The cleanup ends: what it removes goes, then the Tenant.
             Api::<Role>::namespaced(p.clone(), &ns)
-                .delete(fabric_sharing::tenant::ROLE, &Default::default())
+                .delete(fabric_auth::tenant::ROLE, &Default::default())
                 .await
                 .unwrap();
             let at = std::time::Instant::now();
@@ -455,7 +455,7 @@ async fn again_while_removed(svc: &AuthService, p: &Client, token: &str) {
     let t = tenants.get(id).await.unwrap();
     assert!(t.metadata.deletion_timestamp.is_none(), "{t:?}");
     Api::<Role>::namespaced(p.clone(), &ns)
-        .get(fabric_sharing::tenant::ROLE)
+        .get(fabric_auth::tenant::ROLE)
         .await
         .expect("the new tenant's Role");
 }
@@ -469,10 +469,9 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig:
         .unwrap();
     let renewed = consumer::renew(c, NS, "provider").await.unwrap();
     let old =
-        fabric_sharing::identity::parse(&fabric_sharing::identity::kubeconfig_of(&old).unwrap())
-            .unwrap();
+        fabric_auth::identity::parse(&fabric_auth::identity::kubeconfig_of(&old).unwrap()).unwrap();
     assert_ne!(renewed.certificate_pem, old.certificate_pem);
-    let remote = fabric_sharing::identity::remote_client(c, NS, "provider")
+    let remote = fabric_auth::identity::remote_client(c, NS, "provider")
         .await
         .unwrap();
     let tenants = Api::<Tenant>::namespaced(remote, "fabric-tenant-consumer");
@@ -529,7 +528,7 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig:
     assert!(answer.contains("Unauthenticated"), "{answer}");
 
     Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(p.clone(), "fabric-tenant-consumer")
-        .delete(fabric_sharing::tenant::ROLE, &Default::default())
+        .delete(fabric_auth::tenant::ROLE, &Default::default())
         .await
         .unwrap();
     // The API server's RBAC authorizer learns of the deletion through its own watch: access

@@ -578,7 +578,7 @@ fn manifests_apply_with_least_privilege() {
     // which lets them write pods in that namespace and in no other.
     let tenant = "fabric-tenant-alpha";
     api.kubectl_ok(&["create", "namespace", tenant]);
-    let binding = serde_json::to_string(&fabric_sharing::tenant::sharing_binding(
+    let binding = serde_json::to_string(&fabric_auth::tenant::sharing_binding(
         "alpha",
         "fabric-system",
     ))

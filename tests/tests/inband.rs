@@ -9,7 +9,6 @@
 //!    admin credentials (nor the one-time token on the provider);
 //! 4. with the provider's API server stopped, `unpeer --force` finishes within a bound and
 //!    leaves nothing on the consumer.
-use fabric_tests::wait::eventually;
 use std::{
     collections::BTreeMap,
     process::Output,
@@ -25,12 +24,13 @@ use fabric_api::{
     },
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_sharing::negotiation::{Settings, run};
+use fabric_negotiation::{Settings, run};
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     auth_service::AuthService,
     locate_bin,
     sharing::install_identity,
+    wait::eventually,
 };
 use k8s_openapi::api::{
     certificates::v1::CertificateSigningRequest,
@@ -190,12 +190,12 @@ async fn state(c: &Client, p: &Client) -> BTreeMap<String, Value> {
     );
     put(
         "p/Role",
-        get::<Role>(p, Some(&tenant_ns), fabric_sharing::tenant::ROLE).await,
+        get::<Role>(p, Some(&tenant_ns), fabric_auth::tenant::ROLE).await,
         &["/rules"],
     );
     put(
         "p/RoleBinding",
-        get::<RoleBinding>(p, Some(&tenant_ns), fabric_sharing::tenant::ROLE).await,
+        get::<RoleBinding>(p, Some(&tenant_ns), fabric_auth::tenant::ROLE).await,
         &["/subjects", "/roleRef"],
     );
     put(
@@ -289,7 +289,7 @@ async fn nothing_on_provider(p: &Client) -> Result<(), String> {
 /// The peering tokens on the provider with an expiry (minted for one command).
 async fn minted_tokens(p: &Client) -> Vec<String> {
     Api::<Secret>::namespaced(p.clone(), NS)
-        .list(&ListParams::default().labels(&fabric_sharing::auth::token::selector()))
+        .list(&ListParams::default().labels(&fabric_auth::token::selector()))
         .await
         .unwrap()
         .items
@@ -351,7 +351,7 @@ async fn in_band_peer_and_unpeer() {
         return;
     }
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("fabric_sharing=info,kube_runtime=warn")
+        .with_env_filter("fabric_negotiation=info,fabric_auth=info,kube_runtime=warn")
         .with_test_writer()
         .try_init();
     let consumer_api = ApiServer::start_with_auth("inband-c");
@@ -518,7 +518,7 @@ async fn in_band_peer_and_unpeer() {
         || async { nothing_on_provider(&p).await.ok() },
     )
     .await;
-    let as_consumer = fabric_sharing::identity::remote_client(&c, NS, PROVIDER)
+    let as_consumer = fabric_auth::identity::remote_client(&c, NS, PROVIDER)
         .await
         .unwrap();
     let denied = Api::<ResourceSlice>::namespaced(as_consumer, &names::namespace::tenant(CONSUMER))

@@ -4,7 +4,6 @@
 //! both sides run the sharing controllers (in-process, as `fabric-controller sharing` runs
 //! them). No gateways run: the network objects are checked, not the tunnel (the end-to-end
 //! test in sharing_e2e.rs does that).
-use fabric_tests::wait::eventually;
 use std::{collections::BTreeMap, time::Duration};
 
 use fabric_api::{
@@ -18,10 +17,11 @@ use fabric_api::{
     },
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_sharing::negotiation::{Settings, run};
+use fabric_negotiation::{Settings, run};
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     sharing::{admit_tenant, consumer_credentials, install_identity, keep_identity},
+    wait::eventually,
 };
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
@@ -70,7 +70,7 @@ impl Drop for Pair {
 
 async fn pair(tag: &str) -> Pair {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("fabric_sharing=debug,kube_runtime=warn")
+        .with_env_filter("fabric_negotiation=debug,fabric_auth=debug,kube_runtime=warn")
         .with_test_writer()
         .try_init();
     let cs = ApiServer::start_with_auth(&format!("{tag}-c"));
@@ -99,7 +99,7 @@ async fn pair(tag: &str) -> Pair {
     admit_tenant(&p, CONSUMER).await.unwrap();
     let creds = consumer_credentials(&ps, CONSUMER).unwrap();
     keep_identity(&c, NS, PROVIDER, &creds).await.unwrap();
-    let as_consumer = fabric_sharing::identity::remote_client(&c, NS, PROVIDER)
+    let as_consumer = fabric_auth::identity::remote_client(&c, NS, PROVIDER)
         .await
         .unwrap();
     let controllers = [c.clone(), p.clone()]

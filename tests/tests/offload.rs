@@ -22,7 +22,8 @@ use std::{
 };
 
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
-use fabric_sharing::{identity, shadowpod::forge};
+use fabric_auth::identity;
+use fabric_offloading::shadowpod::forge;
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},

@@ -16,7 +16,7 @@ use std::{
 };
 
 use fabric_api::names;
-use fabric_sharing::shadowpod::forge;
+use fabric_offloading::shadowpod::forge;
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},

@@ -23,7 +23,7 @@ use std::{
 };
 
 use fabric_api::{names, offloading::v1alpha1::VirtualNode};
-use fabric_sharing::{shadowpod::forge, virtual_node::objects};
+use fabric_offloading::{shadowpod::forge, virtual_node::objects};
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     clusters::{Cluster, NAMESPACE, PeeredClusters},

@@ -12,7 +12,7 @@ use fabric_api::{
     names,
     networking::v1alpha1::{Configuration, GatewayClient, GatewayServer, PeeringNetwork},
 };
-use fabric_sharing::negotiation::{Settings, run};
+use fabric_negotiation::{Settings, run};
 use fabric_tests::{
     apiserver::require_tools,
     clusters::{Cluster, NAMESPACE, PeeredClusters},

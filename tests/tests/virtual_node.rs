@@ -16,7 +16,7 @@ use std::{
 };
 
 use fabric_api::names;
-use fabric_sharing::{identity, tenant};
+use fabric_auth::{identity, tenant};
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},

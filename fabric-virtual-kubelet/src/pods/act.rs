@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result};
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
 use fabric_kube::events::Event;
-use fabric_reflector::{Cx, Deleted, Marks, Next};
-use fabric_sharing::shadowpod::{
+use fabric_offloading::shadowpod::{
     forge::{self, Offer, Policy},
     resize,
 };
+use fabric_reflector::{Cx, Deleted, Marks, Next};
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,

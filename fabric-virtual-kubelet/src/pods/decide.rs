@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use fabric_api::{names::label, offloading::v1alpha1::ShadowPod};
-use fabric_sharing::shadowpod::resize;
+use fabric_offloading::shadowpod::resize;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::status::{self, OFFLOADED};

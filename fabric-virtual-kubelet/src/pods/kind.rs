@@ -3,8 +3,8 @@
 //! provider, keyed by the home pod they were made for (`spec.home`), named
 //! `<namespace>.<name>`. Its decisions are [`decide`]'s; its writes are [`super::act`]'s.
 use fabric_api::{networking::v1alpha1::Configuration, offloading::v1alpha1::ShadowPod};
+use fabric_offloading::shadowpod::forge;
 use fabric_reflector::{Cx, Key, Kind, Next, Pair, Remote, View};
-use fabric_sharing::shadowpod::forge;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use tokio::sync::watch;

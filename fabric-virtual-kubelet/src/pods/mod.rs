@@ -2,7 +2,7 @@
 //!
 //! Each pod the home scheduler binds to this node becomes a `ShadowPod` in the consumer's
 //! tenant namespace on the provider, created once with this cluster's identity under a
-//! deterministic name ([`fabric_sharing::shadowpod::forge::name`]); the provider's ShadowPod
+//! deterministic name ([`fabric_offloading::shadowpod::forge::name`]); the provider's ShadowPod
 //! controller runs the real pod and copies its status into the ShadowPod, from where it comes
 //! home through `pods/status`, the pod IP translated into this cluster's view of the
 //! provider's pod CIDR.

@@ -6,6 +6,7 @@
 //! manager, so what it computes is every field it owns: the scheduler's `PodScheduled` stays
 //! the scheduler's.
 use fabric_api::offloading::v1alpha1::{ShadowPod, shadow_pod_condition::POD_CREATED};
+use fabric_offloading::shadowpod::resize;
 use k8s_openapi::{
     api::core::v1::{
         ContainerState, ContainerStateTerminated, ContainerStatus, HostIP, PodCondition, PodIP,
@@ -14,8 +15,6 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
 };
-
-use fabric_sharing::shadowpod::resize;
 
 use super::translate::{self, Remap, Untranslatable};
 

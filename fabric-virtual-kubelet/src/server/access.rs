@@ -3,6 +3,13 @@
 //! cluster's API server.
 use std::{path::PathBuf, sync::Mutex, time::Instant};
 
+/// Where the API server publishes its client CA for delegated authentication, as upstream's
+/// kube-apiserver does (aggregated API servers and metrics-server read it there); the
+/// VirtualNode controller grants reading it.
+pub use fabric_offloading::virtual_node::objects::{
+    CLIENT_CA_CONFIGMAP as AUTHENTICATION_CONFIGMAP,
+    CLIENT_CA_CONFIGMAP_NAMESPACE as AUTHENTICATION_CONFIGMAP_NAMESPACE,
+};
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec},
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
@@ -13,14 +20,6 @@ use kube::{Api, api::PostParams};
 use super::{
     authn::{Reviewed, Tokens},
     authz::{Answer, Attributes, Cache, Ttl, User, Verdict, verdict},
-};
-
-/// Where the API server publishes its client CA for delegated authentication, as upstream's
-/// kube-apiserver does (aggregated API servers and metrics-server read it there); the
-/// VirtualNode controller grants reading it.
-pub use fabric_sharing::virtual_node::objects::{
-    CLIENT_CA_CONFIGMAP as AUTHENTICATION_CONFIGMAP,
-    CLIENT_CA_CONFIGMAP_NAMESPACE as AUTHENTICATION_CONFIGMAP_NAMESPACE,
 };
 pub const CLIENT_CA_KEY: &str = "client-ca-file";
 

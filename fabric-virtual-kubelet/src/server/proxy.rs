@@ -3,7 +3,8 @@
 //! namespace, then the provider's `pods/log` (streamed) or the upgrade relay.
 use bytes::Bytes;
 use fabric_api::offloading::v1alpha1::{ShadowPod, VirtualNode};
-use fabric_sharing::{identity, shadowpod::forge};
+use fabric_auth::identity;
+use fabric_offloading::shadowpod::forge;
 use http_body_util::{BodyExt as _, Full, combinators::UnsyncBoxBody};
 use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;

@@ -29,6 +29,7 @@ use fabric_api::{
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
 };
+use fabric_http::https::{self, BodyError, Exchange, Limits, TlsError, read_body};
 use futures::StreamExt;
 use http_body_util::Full;
 use hyper::{Request, Response, body::Incoming, header};
@@ -57,7 +58,6 @@ use super::{
     admission::{self, Denial, Milli, Verdict},
     quota,
 };
-use fabric_http::https::{self, BodyError, Exchange, Limits, TlsError, read_body};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

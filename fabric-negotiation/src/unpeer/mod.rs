@@ -109,7 +109,7 @@ pub fn left_on_provider(consumer: &str) -> Vec<String> {
         format!(
             "tenant namespace {ns}: Tenant {consumer}, Role and RoleBinding {}, the replicas \
              of the PeeringNetwork and ResourceSlices, ShadowPods",
-            crate::tenant::ROLE
+            fabric_auth::tenant::ROLE
         ),
         format!("ForeignCluster {consumer}, its CertificateSigningRequests"),
         format!("the network objects for {consumer} (Configuration, PublicKey, gateway server)"),

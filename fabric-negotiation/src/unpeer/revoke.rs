@@ -7,14 +7,13 @@
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{authentication::v1alpha1::Tenant, core::v1alpha1::ForeignCluster, names};
+use fabric_kube::meta::{add_finalizer, delete_gone_ok, remove_finalizer};
 use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use tracing::{info, warn};
-
-use fabric_kube::meta::{add_finalizer, delete_gone_ok, remove_finalizer};
 
 use crate::kit::{Error, Shared};
 

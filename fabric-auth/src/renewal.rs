@@ -1,6 +1,6 @@
 //! Renewing a consumer's identities before they expire (`fabric-controller identities`): a
 //! controller on the `Identity` objects of this (consumer) cluster that calls
-//! [`super::consumer::renew`] when [`due`] says so. The old certificate keeps working until
+//! [`crate::consumer::renew`] when [`due`] says so. The old certificate keeps working until
 //! it expires, and every user of the identity reads the Secret when it builds a client, so a
 //! renewal interrupts nothing.
 use std::{sync::Arc, time::Duration};
@@ -14,7 +14,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::consumer::{self, ClientError};
+use crate::consumer::{self, ClientError};
 
 /// When to renew.
 #[derive(Clone, Copy, Debug)]

@@ -16,6 +16,7 @@ use fabric_api::{
 use fabric_kube::{
     FieldManager,
     events::{Event, Events},
+    meta::deleting_for,
 };
 use futures::StreamExt;
 use k8s_openapi::{
@@ -46,7 +47,6 @@ use super::{
     objects::{self, APP, APP_LABEL, Settings},
     status,
 };
-use fabric_kube::meta::deleting_for;
 
 pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::VIRTUAL_NODES);
 

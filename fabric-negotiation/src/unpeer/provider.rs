@@ -93,12 +93,12 @@ async fn cleanup(tenant: &Tenant, ctx: &Ctx) -> Result<bool, Error> {
     }
     delete_gone_ok(
         &Api::<RoleBinding>::namespaced(ctx.client.clone(), &ns),
-        crate::tenant::ROLE,
+        fabric_auth::tenant::ROLE,
     )
     .await?;
     delete_gone_ok(
         &Api::<Role>::namespaced(ctx.client.clone(), &ns),
-        crate::tenant::ROLE,
+        fabric_auth::tenant::ROLE,
     )
     .await?;
     let left = delete_all::<PeeringNetwork>(ctx, &ns).await?

@@ -19,7 +19,10 @@ use fabric_kube::{
     status::FieldManager,
 };
 use futures::StreamExt;
-use k8s_openapi::{api::coordination::v1::Lease, api::core::v1::Pod, jiff::Timestamp};
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Pod},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Preconditions},

@@ -1,5 +1,5 @@
 //! The provider side of the authentication service, behind the HTTPS edge
-//! ([`super::server`]): check the request, then create the consumer's tenant area and have its
+//! ([`crate::server`]): check the request, then create the consumer's tenant area and have its
 //! CSR signed through the Kubernetes CSR API.
 //!
 //! Order matters: the token and the CSR are checked before anything is written, so a refused
@@ -30,13 +30,12 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::{
+use crate::{
     protocol::{AuthRequest, AuthResponse, Reason, Refusal, RenewRequest},
     server::Call,
-    token,
+    tenant, token,
     validate::{self, TokenRecord},
 };
-use crate::tenant;
 
 /// The signer that issues client certificates the API server accepts.
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client";

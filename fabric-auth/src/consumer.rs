@@ -23,7 +23,8 @@ use secrecy::SecretString;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::{
+use crate::{
+    identity::{self, Credentials},
     protocol::{
         AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, RENEW_PATH, Reason, Refusal,
         RenewRequest,
@@ -31,7 +32,6 @@ use super::{
     tls::{self, TlsError, Trust},
     validate,
 };
-use crate::identity::{self, Credentials};
 
 const MANAGER: FieldManager = FieldManager(names::field_manager::AUTH);
 /// The whole exchange with the service, signing included.

@@ -1,16 +1,28 @@
-//! The negotiation controllers together, as `fabric-controller sharing` runs them: network
-//! ([`crate::network`]) and resources ([`crate::slices`]), and their end ([`crate::unpeer`]),
-//! each with its consumer and provider half (a cluster can be both).
+//! Negotiation in the sharing layer (consumer → provider peering), see
+//! `shared/design/sharing-layer.md`: over the identity a consumer holds on its provider, the
+//! network ([`network`]: PeeringNetwork, each side's objects from `fabric_peering::plan`) and
+//! resources ([`slices`]: ResourceSlice replication and the VirtualNode of a grant, decided
+//! by the provider's [`policy`], a pure function), and their end ([`unpeer`]); [`kit`] is
+//! what these controllers share. [`run`] runs them together, as `fabric-controller sharing`
+//! does, each with its consumer and provider half (a cluster can be both).
+//!
+//! It builds on `fabric-auth` (the identities it reaches a provider with, the tenant areas it
+//! removes) and on `fabric_api` for what it shares with offloading (the at-most-once terms it
+//! agrees, quantities, the forced-unpeer annotation): offloading runs what is agreed here and
+//! does not depend on it, nor this on offloading.
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use fabric_kube::events::Events;
 use fabric_peering::{Cluster, Side};
 use kube::Client;
 
-use crate::{
-    kit::{Ctx, Error},
-    network, policy, slices, unpeer,
-};
+use crate::kit::{Ctx, Error};
+
+pub mod kit;
+pub mod network;
+pub mod policy;
+pub mod slices;
+pub mod unpeer;
 
 /// How the negotiation controllers run.
 #[derive(Debug, Clone)]

@@ -27,7 +27,7 @@ pub enum Error {
     Identity {
         provider: String,
         #[source]
-        source: crate::identity::Error,
+        source: fabric_auth::identity::Error,
     },
     #[error("no Identity for provider {provider}: this cluster cannot reach it")]
     NoIdentity { provider: String },
@@ -77,7 +77,7 @@ pub async fn remote<T>(
 
 /// A client for provider `provider` from this cluster's Identity Secret.
 pub async fn remote_client(ctx: &Ctx, provider: &str) -> Result<Client, Error> {
-    crate::identity::remote_client(&ctx.client, &ctx.namespace, provider)
+    fabric_auth::identity::remote_client(&ctx.client, &ctx.namespace, provider)
         .await
         .map_err(|source| Error::Identity {
             provider: provider.to_owned(),

@@ -12,7 +12,7 @@ use k8s_openapi::{ByteString, api::core::v1::Secret, jiff::Timestamp};
 use kube::api::ObjectMeta;
 use ring::rand::SecureRandom;
 
-use super::validate::TOKEN_FIELD;
+use crate::validate::TOKEN_FIELD;
 
 /// A new token: 32 random bytes, hex.
 pub fn generate() -> String {
@@ -74,7 +74,7 @@ pub struct PeerCommand {
     pub auth_url: String,
     pub cluster_id: String,
     pub token: String,
-    /// See [`super::tls`]; `None` when the service's certificate is to be verified with a
+    /// See [`crate::tls`]; `None` when the service's certificate is to be verified with a
     /// CA the consumer has.
     pub auth_pin: Option<String>,
 }
@@ -131,7 +131,7 @@ fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::validate::{TokenRecord, check_token};
+    use crate::validate::{TokenRecord, check_token};
 
     #[test]
     fn generated_tokens_are_accepted_until_they_expire() {

@@ -154,7 +154,7 @@ impl Refusal {
 
 /// Reads a request: `content_type` is the header's value, `body` the whole body (the server
 /// has already refused bodies over [`MAX_BODY`]). Checks shape and bounds only; the token and
-/// the CSR are checked by [`super::validate`].
+/// the CSR are checked by [`crate::validate`].
 pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequest, Refusal> {
     if !is_json(content_type) {
         return Err(Refusal::new(

@@ -1,6 +1,6 @@
 //! Running the service (`fabric-controller auth`): the serving certificate from its Secret
-//! (created self-signed when absent), the listener, and [`super::server::serve`] in front of
-//! [`super::provider::Service`].
+//! (created self-signed when absent), the listener, and [`crate::server::serve`] in front of
+//! [`crate::provider::Service`].
 use std::{net::SocketAddr, sync::Arc};
 
 use fabric_api::names;
@@ -11,7 +11,7 @@ use kube::{
 };
 use tracing::info;
 
-use super::{
+use crate::{
     provider::Service,
     server::{self, Limits},
     tls::{self, TlsError},

@@ -11,7 +11,7 @@ use x509_parser::{
     public_key::PublicKey,
 };
 
-use super::protocol::{Reason, Refusal};
+use crate::protocol::{Reason, Refusal};
 
 /// The field of a token Secret holding the token.
 pub const TOKEN_FIELD: &str = "token";

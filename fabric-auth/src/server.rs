@@ -5,17 +5,16 @@
 //! `POST` [`PATH`] and [`RENEW_PATH`] with JSON are served, and at most `max_connections` are
 //! served at once. A client certificate is asked for but not required: a renewal presents
 //! the consumer's current one, verified by rustls against the CA it chains to.
-//! What to answer is the handler's business ([`super::provider::Service::authenticate`]).
+//! What to answer is the handler's business ([`crate::provider::Service::authenticate`]).
 use std::{future::Future, sync::Arc};
 
 use bytes::Bytes;
+use fabric_http::https::{self, BodyError, Exchange, is_json, read_body};
 use http_body_util::Full;
 use hyper::{Method, Request, Response, header};
 use tokio::net::TcpListener;
 
-use fabric_http::https::{self, BodyError, Exchange, is_json, read_body};
-
-use super::protocol::{
+use crate::protocol::{
     AuthRequest, AuthResponse, CONTENT_TYPE, MAX_BODY, PATH, RENEW_PATH, Reason, Refusal,
     RenewRequest, parse_renew, parse_request, too_large,
 };
