@@ -37,7 +37,10 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
+/// `fabric-controller`, built by `cargo build --workspace --bins`.
+fn bin() -> std::path::PathBuf {
+    fabric_tests::locate_bin("fabric-controller").unwrap()
+}
 const T: Duration = Duration::from_secs(30);
 const NS: &str = names::DEFAULT_NAMESPACE;
 
@@ -262,7 +265,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         .map(|(i, port)| {
             let log = std::fs::File::create(dir.join(format!("webhook-{i}.log"))).unwrap();
             ChildGuard(
-                fabric_tests::die_with_parent(&mut Command::new(BIN))
+                fabric_tests::die_with_parent(&mut Command::new(bin()))
                     .env("KUBECONFIG", &api.kubeconfig)
                     .env("RUST_LOG", "info,fabric_offloading=debug")
                     .args([

@@ -22,14 +22,17 @@ use kube::{
 };
 use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
+/// `fabric-controller`, built by `cargo build --workspace --bins`.
+fn bin() -> std::path::PathBuf {
+    fabric_tests::locate_bin("fabric-controller").unwrap()
+}
 const T: Duration = Duration::from_secs(30);
 const CONSUMER: &str = "alpha";
 
 fn start_controller(api: &ApiServer, log: &std::path::Path) -> ChildGuard {
     let log = std::fs::File::create(log).unwrap();
     ChildGuard(
-        fabric_tests::die_with_parent(&mut Command::new(BIN))
+        fabric_tests::die_with_parent(&mut Command::new(bin()))
             .env("KUBECONFIG", &api.kubeconfig)
             .env("RUST_LOG", "info")
             .env("POD_NAME", "sharing-0")
