@@ -1,5 +1,5 @@
 //! The virtual kubelet: one process per `VirtualNode` (run as a Deployment by the VirtualNode
-//! controller of `fabric-sharing`), standing for a provider cluster as a Node of this one.
+//! controller of `fabric-offloading`), standing for a provider cluster as a Node of this one.
 //!
 //! - [`conditions`]: whether the node is Ready (pure, injected clock);
 //! - [`node`]: the Node and its Lease as written (pure);
