@@ -25,16 +25,23 @@ const PIN_PREFIX: &str = "sha256:";
 pub enum TlsError {
     #[error("the pin {0:?} is not sha256: followed by 64 hex digits")]
     BadPin(String),
-    #[error("no certificate in the PEM")]
-    NoCertificate,
-    #[error("the PEM does not parse: {0}")]
-    Pem(#[from] rustls::pki_types::pem::Error),
-    #[error("TLS configuration: {0}")]
-    Rustls(#[from] rustls::Error),
+    /// What the server side can say too: no certificate, a PEM or TLS configuration error.
     #[error(transparent)]
-    Server(#[from] https::TlsError),
+    Tls(#[from] https::TlsError),
     #[error("generating the certificate: {0}")]
     Generate(#[from] rcgen::Error),
+}
+
+impl From<rustls::Error> for TlsError {
+    fn from(e: rustls::Error) -> Self {
+        Self::Tls(e.into())
+    }
+}
+
+impl From<rustls::pki_types::pem::Error> for TlsError {
+    fn from(e: rustls::pki_types::pem::Error) -> Self {
+        Self::Tls(e.into())
+    }
 }
 
 /// The pin of a certificate (DER).
@@ -47,7 +54,7 @@ pub fn pin_of(cert_der: &[u8]) -> String {
 pub fn pin_of_pem(cert_pem: &str) -> Result<String, TlsError> {
     let der = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .next()
-        .ok_or(TlsError::NoCertificate)??;
+        .ok_or(https::TlsError::NoCertificate)??;
     Ok(pin_of(&der))
 }
 
@@ -109,7 +116,7 @@ pub fn client_config_with(
                 roots.add(cert?)?;
             }
             if roots.is_empty() {
-                return Err(TlsError::NoCertificate);
+                return Err(https::TlsError::NoCertificate.into());
             }
             builder.with_root_certificates(roots)
         }
