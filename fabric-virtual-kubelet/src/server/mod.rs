@@ -52,7 +52,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use fabric_http::https::{self, Exchange};
-use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -70,6 +70,7 @@ fn limits() -> https::Limits {
         ..Default::default()
     }
 }
+
 /// How often the client CA is read again (a rotated CA is taken without a restart), and how
 /// soon a missing one is looked for again.
 const CA_RELOAD: Duration = Duration::from_secs(60);
@@ -125,15 +126,21 @@ struct Serving {
     key: String,
 }
 
+/// Read (or made) once at start, where a bad file is reported.
 fn serving(c: &Config) -> Result<Serving> {
     let read = |p: &PathBuf| {
         std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
     };
     Ok(match &c.cert {
-        Some((cert, key)) => Serving {
-            cert: read(cert)?,
-            key: read(key)?,
-        },
+        Some((cert_path, key_path)) => {
+            let (cert, key) = (read(cert_path)?, read(key_path)?);
+            CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("parsing {}", cert_path.display()))?;
+            PrivateKeyDer::from_pem_slice(key.as_bytes())
+                .with_context(|| format!("parsing {}", key_path.display()))?;
+            Serving { cert, key }
+        }
         None => {
             let ck = rcgen::generate_simple_self_signed(c.sans.clone())
                 .context("generating a self-signed serving certificate")?;
