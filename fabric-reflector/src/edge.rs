@@ -15,7 +15,7 @@ use futures::{
     stream::{BoxStream, FuturesUnordered, SelectAll},
 };
 use kube::{
-    Api, Client, Resource as _,
+    Api, Client,
     runtime::{
         WatchStreamExt as _,
         reflector::{self, ObjectRef, Store},
@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 use crate::{
     gate::{Gate, Reachability, RemoteCache},
     key::{Key, Pair},
-    kind::{Endpoint, Kind, Next},
+    kind::{Endpoint, Kind, Next, owned},
     metrics::{KindMetrics, Share},
     queue::{Queue, Retries},
     sync::{self, Snapshot},
@@ -244,7 +244,7 @@ pub(crate) fn orphans<K: Kind>(
     side.store
         .state()
         .iter()
-        .filter(|r| side.endpoint.marks.on(r.meta()))
+        .filter(|r| owned(kind, &side.endpoint.marks, r))
         .filter_map(|r| {
             let k = kind.key_of(pair, r)?;
             let h = home.get(&ObjectRef::new(&k.name).within(&k.namespace));

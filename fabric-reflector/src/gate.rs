@@ -8,8 +8,6 @@
 //! caches have listed and the remote answers.
 use kube::Resource;
 
-use crate::marks::Marks;
-
 /// Whether the remote cluster answers, as whoever runs the reflectors knows it (the virtual
 /// kubelet: its node's Ready condition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,7 +69,7 @@ pub enum Remote<'a, R> {
     Unknown,
     /// Listed, and there is no remote object of that name.
     Absent,
-    /// Ours (it carries our [`Marks`]).
+    /// Ours (it carries our [`crate::Marks`], or its kind adopts it: [`crate::Kind::adopts`]).
     Ours(&'a R),
     /// An object of that name that someone else made: never overwritten or deleted.
     Foreign(&'a R),
@@ -86,12 +84,13 @@ impl<R> Clone for Remote<'_, R> {
 impl<R> Copy for Remote<'_, R> {}
 
 impl<'a, R: Resource> Remote<'a, R> {
-    /// From a lookup in the remote cache (`None`: not listed) and the marks of ours.
-    pub fn of(listed: Option<Option<&'a R>>, marks: Option<&Marks>) -> Self {
-        match (listed, marks) {
+    /// From a lookup in the remote cache (`None`: not listed) and which objects are ours
+    /// (`None`: no remote client; see [`crate::kind::owned`]).
+    pub fn of(listed: Option<Option<&'a R>>, ours: Option<impl Fn(&R) -> bool>) -> Self {
+        match (listed, ours) {
             (None, _) | (_, None) => Remote::Unknown,
             (Some(None), _) => Remote::Absent,
-            (Some(Some(r)), Some(m)) if m.on(r.meta()) => Remote::Ours(r),
+            (Some(Some(r)), Some(ours)) if ours(r) => Remote::Ours(r),
             (Some(Some(r)), _) => Remote::Foreign(r),
         }
     }
@@ -110,6 +109,7 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
 
     use super::*;
+    use crate::marks::Marks;
 
     fn gate(home_listed: bool, remote: RemoteCache, reachability: Reachability) -> Gate {
         Gate {
@@ -141,33 +141,34 @@ mod tests {
     }
 
     #[test]
-    fn a_remote_object_is_ours_only_with_our_marks() {
+    fn a_remote_object_is_ours_only_when_the_kind_says_so() {
         let m = Marks::new("alpha", "beta");
         let mut ours = ConfigMap::default();
         ours.metadata.labels = Some(m.labels());
         let theirs = ConfigMap::default();
+        let by_marks = || Some(|c: &ConfigMap| m.on(&c.metadata));
+        let no_client = None::<fn(&ConfigMap) -> bool>;
         assert!(matches!(
-            Remote::of(Some(Some(&ours)), Some(&m)),
+            Remote::of(Some(Some(&ours)), by_marks()),
             Remote::Ours(_)
         ));
         assert!(matches!(
-            Remote::of(Some(Some(&theirs)), Some(&m)),
+            Remote::of(Some(Some(&theirs)), by_marks()),
             Remote::Foreign(_)
         ));
+        assert!(matches!(Remote::of(Some(None), by_marks()), Remote::Absent));
+        // Not listed, or no client: unknown, whatever the lookup said.
+        assert!(matches!(Remote::of(None, by_marks()), Remote::Unknown));
         assert!(matches!(
-            Remote::<ConfigMap>::of(Some(None), Some(&m)),
-            Remote::Absent
-        ));
-        // Not listed, or no client (hence no marks): unknown, whatever the lookup said.
-        assert!(matches!(
-            Remote::<ConfigMap>::of(None, Some(&m)),
+            Remote::of(Some(Some(&ours)), no_client),
             Remote::Unknown
         ));
+        assert!(Remote::of(Some(Some(&ours)), by_marks()).ours().is_some());
+        assert!(Remote::of(Some(Some(&theirs)), by_marks()).ours().is_none());
+        // An object the kind adopts (made before marks existed) is ours without them.
         assert!(matches!(
-            Remote::of(Some(Some(&ours)), None),
-            Remote::Unknown
+            Remote::of(Some(Some(&theirs)), Some(|_: &ConfigMap| true)),
+            Remote::Ours(_)
         ));
-        assert!(Remote::of(Some(Some(&ours)), Some(&m)).ours().is_some());
-        assert!(Remote::of(Some(Some(&theirs)), Some(&m)).ours().is_none());
     }
 }

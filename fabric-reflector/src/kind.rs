@@ -87,6 +87,15 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// once a fresh read of the home object confirms it (a UID-preconditioned delete).
     fn orphaned(&self, remote: &Self::Remote, home: Option<&Self::Home>) -> bool;
 
+    /// Whether `remote`, which lacks our marks, is ours all the same: made by this cluster
+    /// before reflected objects carried marks (a cluster upgraded with objects in place).
+    /// It is then handled as ours (written, deleted, swept as an orphan), and the kind should
+    /// stamp the marks on it with its next write. Pure. Default: never; a kind that answers
+    /// yes must be sure no one else can have made such an object.
+    fn adopts(&self, _remote: &Self::Remote, _marks: &Marks) -> bool {
+        false
+    }
+
     /// What to do about one home object, from what the edge knows: pure.
     fn decide(&self, view: &View<'_, Self>) -> Self::Step;
 
@@ -198,30 +207,40 @@ impl<K: Kind> Cx<'_, K> {
         self.events
     }
 
-    /// Deletes remote object `obj` if it carries our marks, on the condition that it is
+    /// Whether remote object `obj` is ours ([`owned`]); `false` without a remote client.
+    pub fn ours(&self, obj: &K::Remote) -> bool {
+        self.view.marks.is_some_and(|m| owned(self.kind, m, obj))
+    }
+
+    /// Deletes remote object `obj` if it is ours ([`owned`]), on the condition that it is
     /// still that very object (its UID), with `grace_seconds` if given.
     pub async fn delete_remote(
         &self,
         obj: &K::Remote,
         grace_seconds: Option<u32>,
     ) -> kube::Result<Deleted> {
-        let (Some(api), Some(marks)) = (self.remote_api(), self.view.marks) else {
+        let Some(api) = self.remote_api() else {
             return Ok(Deleted::NotOurs);
         };
-        delete_owned(&api, marks, obj, grace_seconds).await
+        if !self.ours(obj) {
+            return Ok(Deleted::NotOurs);
+        }
+        delete_preconditioned(&api, obj, grace_seconds).await
     }
 }
 
-/// Deletes `obj` through `api` if it carries `marks`, preconditioned on its UID.
-pub(crate) async fn delete_owned<R: Object>(
+/// Whether remote object `obj` is ours: it carries our `marks`, or the kind adopts it
+/// ([`Kind::adopts`]).
+pub fn owned<K: Kind>(kind: &K, marks: &Marks, obj: &K::Remote) -> bool {
+    marks.on(obj.meta()) || kind.adopts(obj, marks)
+}
+
+/// Deletes `obj` (one of ours: the caller checked) through `api`, preconditioned on its UID.
+pub(crate) async fn delete_preconditioned<R: Object>(
     api: &Api<R>,
-    marks: &Marks,
     obj: &R,
     grace_seconds: Option<u32>,
 ) -> kube::Result<Deleted> {
-    if !marks.on(obj.meta()) {
-        return Ok(Deleted::NotOurs);
-    }
     let dp = DeleteParams {
         grace_period_seconds: grace_seconds,
         preconditions: Some(Preconditions {

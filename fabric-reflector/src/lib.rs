@@ -86,7 +86,9 @@
 //!   says so once with a Warning Event on the home object (reason
 //!   [`sync::NOT_OURS`]), never deletes it ([`Cx::delete_remote`] refuses), and a mirror
 //!   never writes it. A home object that carries marks is a reflection itself and is not
-//!   mirrored back: two clusters peered both ways do not loop.
+//!   mirrored back: two clusters peered both ways do not loop. A kind may adopt objects of
+//!   its own made before marks existed ([`Kind::adopts`]: the pod kind adopts the
+//!   ShadowPods an older virtual kubelet made) and stamps the marks on them.
 //! - **Deletes** are conditioned on the UID of the object seen (a replacement of the same
 //!   name is never deleted by mistake); gone already is fine.
 //! - **Orphans.** A remote object of ours whose home object is gone ([`Kind::orphaned`]) is

@@ -10,7 +10,7 @@ use crate::{
     edge::{PairState, RemoteSide},
     gate::{Gate, Remote},
     key::Key,
-    kind::{Cx, Deleted, Kind, Next, View, delete_owned},
+    kind::{Cx, Deleted, Kind, Next, View, delete_preconditioned, owned},
 };
 
 /// What the loop knew when it started a sync.
@@ -32,8 +32,8 @@ pub(crate) async fn sync<K: Kind>(
     let kind = &state.shared.kind;
     let side = snap.remote.as_deref();
     let listed = side.and_then(|s| s.lookup(&kind.remote_name(key)));
-    let marks = side.map(|s| &s.endpoint.marks);
-    let remote = Remote::of(listed.as_ref().map(|o| o.as_deref()), marks);
+    let ours = side.map(|s| |r: &K::Remote| owned(kind, &s.endpoint.marks, r));
+    let remote = Remote::of(listed.as_ref().map(|o| o.as_deref()), ours);
     let cached = state
         .home
         .get(&ObjectRef::new(&key.name).within(&key.namespace));
@@ -64,7 +64,7 @@ pub(crate) async fn sync<K: Kind>(
         home: &home,
         remote,
         reachable: snap.gate.reachable(),
-        marks,
+        marks: side.map(|s| &s.endpoint.marks),
     };
     let step = kind.decide(&view);
     debug!(kind = K::NAME, %key, ?step, "decided");
@@ -97,7 +97,7 @@ async fn delete_orphan<K: Kind>(
         return Ok(Next::Done);
     }
     let name = r.meta().name.clone().unwrap_or_default();
-    match delete_owned(&side.api(), &side.endpoint.marks, r, None).await {
+    match delete_preconditioned(&side.api(), r, None).await {
         Ok(Deleted::Asked) => {
             state.shared.metrics.orphans.inc();
             info!(kind = K::NAME, %key, remote = %name, "gone at home: deleting its remote copy");

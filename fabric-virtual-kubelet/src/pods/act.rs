@@ -144,9 +144,7 @@ async fn carry_out(cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
         Step::Vanished => {
             // Failing the pod cannot be undone: the cache's word is not enough.
             match api.get_opt(&shadow_name).await {
-                Ok(Some(s)) if marks.on(&s.metadata) && decide::owns(&s, pod) => {
-                    Outcome::Shadow(Box::new(s))
-                }
+                Ok(Some(s)) if cx.ours(&s) && decide::owns(&s, pod) => Outcome::Shadow(Box::new(s)),
                 Ok(Some(_)) | Ok(None) => {
                     cx.event(&Event::warning(
                         status::reason::VANISHED,
@@ -314,9 +312,7 @@ async fn create(
         }
         // Created by an earlier run whose listing had not caught up.
         Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(shadow_name).await? {
-            Some(s) if marks.on(&s.metadata) && decide::owns(&s, pod) => {
-                Ok(Outcome::Shadow(Box::new(s)))
-            }
+            Some(s) if cx.ours(&s) && decide::owns(&s, pod) => Ok(Outcome::Shadow(Box::new(s))),
             _ => Ok(Outcome::Nothing),
         },
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {

@@ -112,20 +112,6 @@ pub fn orphaned(shadow: &ShadowPod, home: Option<&Pod>) -> bool {
     shadow.metadata.deletion_timestamp.is_none() && !home.is_some_and(|h| owns(shadow, h))
 }
 
-/// The ShadowPod to delete for a home pod gone from the watch cache: deleted outright (a
-/// grace period of 0, a forced deletion) it never showed as terminating, so no
-/// [`Step::DeleteRemote`] was taken for it, and its ShadowPod would otherwise run on until
-/// the periodic look for orphans. The edge confirms with a fresh read that the pod is gone.
-/// This is the reflection framework's rule for every kind (a key gone from the home cache:
-/// its remote object goes if [`orphaned`] with no home object, while the remote answers);
-/// stated here for pods, with its test.
-pub fn orphan(remote: Remote<'_>, reachable: bool) -> Option<&ShadowPod> {
-    match remote {
-        Remote::Present(s) if reachable && orphaned(s, None) => Some(s),
-        _ => None,
-    }
-}
-
 pub fn decide(pod: &Pod, remote: Remote<'_>, reachable: bool) -> Step {
     let own = match remote {
         Remote::Present(s) if owns(s, pod) => Some(s),
@@ -211,7 +197,7 @@ pub(super) mod tests {
 
     use super::*;
 
-    fn pod() -> Pod {
+    pub fn pod() -> Pod {
         serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "shop", "uid": "u-1",
                          "labels": {"app": "web"}},
@@ -317,15 +303,14 @@ pub(super) mod tests {
 
     #[test]
     fn a_pod_deleted_outright_takes_its_shadow_pod_along() {
+        // Gone from the home cache: its ShadowPod goes (the reflection framework deletes it
+        // only while both caches listed and the provider answers: `Gate::may_delete_orphans`).
         let s = shadow("u-1");
-        assert!(orphan(Remote::Present(&s), true).is_some());
-        // Not while unreachable (the periodic look for orphans catches up), nor twice.
-        assert!(orphan(Remote::Present(&s), false).is_none());
+        assert!(orphaned(&s, None));
+        // Not twice.
         let mut going = s.clone();
         going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
-        assert!(orphan(Remote::Present(&going), true).is_none());
-        assert!(orphan(Remote::Absent, true).is_none());
-        assert!(orphan(Remote::Unknown, true).is_none());
+        assert!(!orphaned(&going, None));
         // The pod read afresh: still there, it keeps its ShadowPod; a new pod of the same
         // name does not.
         assert!(!orphaned(&s, Some(&pod())));

@@ -2,9 +2,11 @@
 //! field selector `spec.nodeName=<node>`) and the ShadowPods of the tenant namespace on the
 //! provider, keyed by the home pod they were made for (`spec.home`), named
 //! `<namespace>.<name>`. Its decisions are [`decide`]'s; its writes are [`super::act`]'s.
-use fabric_api::{networking::v1alpha1::Configuration, offloading::v1alpha1::ShadowPod};
+use fabric_api::{
+    names::label, networking::v1alpha1::Configuration, offloading::v1alpha1::ShadowPod,
+};
 use fabric_offloading::shadowpod::forge;
-use fabric_reflector::{Cx, Key, Kind, Next, Pair, Remote, View};
+use fabric_reflector::{Cx, Key, Kind, Marks, Next, Pair, Remote, View};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use tokio::sync::watch;
@@ -59,8 +61,30 @@ impl Kind for Pods {
         decide::orphaned(s, home)
     }
 
+    /// A ShadowPod made by a virtual kubelet of before the reflection marks: it names this
+    /// cluster as its consumer (label and spec) and carries no reflector's marks. Only this
+    /// cluster's identity can have made it: the provider's webhook admits into the tenant
+    /// namespace only ShadowPods whose `clusterId` is the tenant's.
+    fn adopts(&self, s: &ShadowPod, marks: &Marks) -> bool {
+        let labels = s.metadata.labels.as_ref();
+        s.spec.cluster_id == marks.origin()
+            && labels.and_then(|l| l.get(label::REMOTE_CLUSTER)) == Some(&s.spec.cluster_id)
+            && !labels.is_some_and(|l| l.contains_key(label::REFLECTED_FROM))
+    }
+
     fn decide(&self, view: &View<'_, Self>) -> Step {
-        decide::decide(view.home, remote(view.remote), view.reachable)
+        let step = decide::decide(view.home, remote(view.remote), view.reachable);
+        // An adopted ShadowPod gets our marks with a metadata write once nothing else is due.
+        match (&step, view.remote, view.marks) {
+            (Step::Report, Remote::Ours(s), Some(m))
+                if view.reachable
+                    && s.metadata.deletion_timestamp.is_none()
+                    && !m.on(&s.metadata) =>
+            {
+                Step::UpdateMetadata
+            }
+            _ => step,
+        }
     }
 
     async fn act(&self, cx: &Cx<'_, Self>, step: Step) -> anyhow::Result<Next> {
@@ -70,8 +94,10 @@ impl Kind for Pods {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::pods::decide::tests::shadow;
+    use crate::pods::decide::tests::{pod, shadow};
 
     fn pods() -> Pods {
         Pods {
@@ -107,5 +133,47 @@ mod tests {
             remote(Remote::Ours(&s)),
             decide::Remote::Present(_)
         ));
+    }
+
+    #[test]
+    fn a_shadow_pod_of_before_the_marks_is_adopted_and_then_marked() {
+        let p = pods();
+        let marks = Marks::new("a", "b");
+        let legacy = shadow("u-1");
+        assert!(
+            p.adopts(&legacy, &marks),
+            "made by this cluster before the marks"
+        );
+        // Another cluster's, or one that carries some reflector's marks: not adopted.
+        assert!(!p.adopts(&legacy, &Marks::new("c", "b")));
+        let mut marked_by_another = legacy.clone();
+        Marks::new("c", "b").stamp(marked_by_another.metadata.labels.as_mut().unwrap());
+        assert!(!p.adopts(&marked_by_another, &marks));
+        let mut unlabelled = legacy.clone();
+        unlabelled.metadata.labels = None;
+        assert!(!p.adopts(&unlabelled, &marks));
+
+        // In step with its home pod, it gets our marks; once marked, nothing more is due.
+        let (key, pair, home) = (
+            Key::new("shop", "web"),
+            Pair::everywhere_to_tenant(),
+            Arc::new(pod()),
+        );
+        let view = |remote, reachable| View {
+            key: &key,
+            pair: &pair,
+            home: &home,
+            remote,
+            reachable,
+            marks: Some(&marks),
+        };
+        assert_eq!(
+            p.decide(&view(Remote::Ours(&legacy), true)),
+            Step::UpdateMetadata
+        );
+        assert_eq!(p.decide(&view(Remote::Ours(&legacy), false)), Step::Report);
+        let mut marked = legacy.clone();
+        marks.stamp(marked.metadata.labels.as_mut().unwrap());
+        assert_eq!(p.decide(&view(Remote::Ours(&marked), true)), Step::Report);
     }
 }
