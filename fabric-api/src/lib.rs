@@ -2,9 +2,9 @@
 //! (`fabric_api::networking::v1alpha1::Configuration`), the well-known names the components
 //! agree on ([`names`]), and the cluster's identity as `deploy/fabric-cluster.env` declares it
 //! ([`identity`]). Also what every reader of these types needs the same way: Kubernetes
-//! quantities as exact integers ([`quantity`]: the provider's policy, its admission webhook and
-//! the test scheduler all parse them) and the at-most-once terms of a ResourceSlice
-//! ([`offloading::at_most_once`]).
+//! quantities as exact integers ([`quantity`]), a pod's requests as the scheduler counts them
+//! ([`requests`]: the provider's policy, its admission webhook and the test scheduler all weigh
+//! pods by it) and the at-most-once terms of a ResourceSlice ([`offloading::at_most_once`]).
 //!
 //! The CRD YAML under `deploy/crds/` is generated from the types of every group version in
 //! [`GROUPS`] (`cargo xtask codegen`); a test fails when it is stale.
@@ -18,6 +18,7 @@ pub mod names;
 pub mod networking;
 pub mod offloading;
 pub mod quantity;
+pub mod requests;
 
 /// A group version of the API and the CRDs it defines.
 pub struct GroupVersion {

@@ -1,7 +1,13 @@
 //! Kubernetes resource quantities (`500m`, `2`, `128Mi`, `1G`, `1e3`) as integers in
 //! thousandths of their unit, so that `cpu: 250m` and `memory: 1Ki` are both exact and sums and
 //! percentages are integer arithmetic; and back to quantities for what the provider grants.
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// Amounts of resources by name, each in thousandths of its unit: what a list of quantities
+/// (requests, allocatable, a grant) is once parsed.
+pub type Amounts = BTreeMap<String, i128>;
 
 /// A quantity that is not one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +69,13 @@ pub fn milli(q: &str) -> Result<i128, BadQuantity> {
     Ok(if neg { -v } else { v })
 }
 
+/// Every quantity of `list` parsed; the first that is not one is the error.
+pub fn amounts(list: &BTreeMap<String, Quantity>) -> Result<Amounts, BadQuantity> {
+    list.iter()
+        .map(|(k, q)| Ok((k.clone(), milli(&q.0)?)))
+        .collect()
+}
+
 /// Resources counted in bytes, written with binary suffixes when they divide evenly.
 fn is_bytes(resource: &str) -> bool {
     resource == "memory" || resource == "ephemeral-storage" || resource.starts_with("hugepages-")
@@ -115,6 +128,24 @@ mod tests {
         ] {
             assert!(milli(q).is_err(), "{q}");
         }
+    }
+
+    #[test]
+    fn lists_parse_whole_or_not_at_all() {
+        let q = |s: &str| Quantity(s.into());
+        let list = BTreeMap::from([
+            ("cpu".to_owned(), q("1500m")),
+            ("memory".to_owned(), q("1Ki")),
+        ]);
+        assert_eq!(
+            amounts(&list),
+            Ok(Amounts::from([
+                ("cpu".to_owned(), 1500),
+                ("memory".to_owned(), 1_024_000)
+            ]))
+        );
+        let bad = BTreeMap::from([("cpu".to_owned(), q("1")), ("gpu".to_owned(), q("lots"))]);
+        assert_eq!(amounts(&bad), Err(BadQuantity("lots".into())));
     }
 
     #[test]

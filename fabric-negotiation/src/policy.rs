@@ -27,6 +27,7 @@ use fabric_api::{
     names::label,
     offloading::at_most_once,
     quantity::{milli, quantity},
+    requests,
 };
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
@@ -34,7 +35,7 @@ use k8s_openapi::{
 };
 
 /// Resource name → thousandths of its unit.
-pub type Amounts = BTreeMap<String, i128>;
+pub use fabric_api::quantity::Amounts;
 
 /// The label added when a grant includes a GPU, and its value.
 pub const GPU_LABEL: (&str, &str) = ("node-type", "gpu");
@@ -76,43 +77,13 @@ fn add(into: &mut Amounts, name: &str, v: i128) {
     *into.entry(name.to_owned()).or_default() += v;
 }
 
-/// A pod's effective requests as the scheduler counts them: the sum of its containers', or
-/// the largest init container's when that is more, plus its overhead, plus one `pods`.
-/// Unreadable quantities count as zero (the API server does not store them).
+/// A pod's requests as the scheduler counts them ([`fabric_api::requests`]). The API server
+/// stores no quantity that does not parse; should one not, the pod still takes its `pods`.
 pub fn pod_requests(pod: &Pod) -> Amounts {
-    let mut out = Amounts::new();
     let Some(spec) = &pod.spec else {
-        return out;
+        return Amounts::new();
     };
-    let reqs = |c: &k8s_openapi::api::core::v1::Container| -> Amounts {
-        let mut a = Amounts::new();
-        for (k, q) in c
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .into_iter()
-            .flatten()
-        {
-            add(&mut a, k, milli(&q.0).unwrap_or(0));
-        }
-        a
-    };
-    for c in &spec.containers {
-        for (k, v) in reqs(c) {
-            add(&mut out, &k, v);
-        }
-    }
-    for c in spec.init_containers.iter().flatten() {
-        for (k, v) in reqs(c) {
-            let e = out.entry(k).or_default();
-            *e = (*e).max(v);
-        }
-    }
-    for (k, q) in spec.overhead.iter().flatten() {
-        add(&mut out, k, milli(&q.0).unwrap_or(0));
-    }
-    add(&mut out, "pods", 1000);
-    out
+    requests::pod_requests(spec).unwrap_or_else(|_| Amounts::from([("pods".to_owned(), 1000)]))
 }
 
 /// Whether a pod holds its node's resources: bound, not finished, not offloaded.

@@ -5,8 +5,9 @@
 //! (`fabric-test-scheduler`) feeds it from watches and binds through `pods/binding`.
 use std::collections::{BTreeMap, BTreeSet};
 
+use fabric_api::{quantity::BadQuantity, requests};
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
+    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Taint, Toleration,
 };
 
 use crate::quantity::milli;
@@ -38,7 +39,7 @@ impl Misfit {
 }
 
 /// Resource amounts in thousandths (see [`crate::quantity`]), by resource name.
-pub type Resources = BTreeMap<String, i128>;
+pub type Resources = fabric_api::quantity::Amounts;
 
 /// Is a pod still holding its node's resources (bound and not finished)?
 pub fn holds_resources(p: &Pod) -> bool {
@@ -46,43 +47,11 @@ pub fn holds_resources(p: &Pod) -> bool {
     !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-/// The pod's effective requests: the sum over its containers (limits stand in for missing
-/// requests, as the API server defaults them), at least the largest init container's, plus one
-/// `pods`.
+/// The pod's requests as kube-scheduler counts them ([`fabric_api::requests`]).
 pub fn pod_requests(p: &Pod) -> Result<Resources, Misfit> {
-    let spec = p.spec.as_ref();
-    let of = |c: &k8s_openapi::api::core::v1::Container| -> Result<Resources, Misfit> {
-        let mut r = Resources::new();
-        if let Some(res) = &c.resources {
-            let limits = res.limits.clone().unwrap_or_default();
-            let requests = res.requests.clone().unwrap_or_default();
-            for (k, q) in limits.iter().chain(requests.iter()) {
-                // Requests come last and win over limits.
-                r.insert(
-                    k.clone(),
-                    milli(&q.0).map_err(|_| Misfit::BadQuantity(q.0.clone()))?,
-                );
-            }
-        }
-        Ok(r)
-    };
-    let mut sum = Resources::new();
-    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
-        for (k, v) in of(c)? {
-            *sum.entry(k).or_default() += v;
-        }
-    }
-    for c in spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default()
-    {
-        for (k, v) in of(c)? {
-            let e = sum.entry(k).or_default();
-            *e = (*e).max(v);
-        }
-    }
-    *sum.entry("pods".into()).or_default() += 1000;
-    Ok(sum)
+    let none = PodSpec::default();
+    requests::pod_requests(p.spec.as_ref().unwrap_or(&none))
+        .map_err(|BadQuantity(q)| Misfit::BadQuantity(q))
 }
 
 fn allocatable(n: &Node) -> Result<Resources, Misfit> {
@@ -516,6 +485,33 @@ mod tests {
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
             "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2"}}}]}}));
         assert_eq!(pod_requests(&init).unwrap()["cpu"], 2000);
+    }
+
+    #[test]
+    fn sidecars_overhead_and_pod_level_requests_count_as_kube_scheduler_counts_them() {
+        // Each was left out before: a pod the real scheduler would refuse was bound.
+        let n = node(json!({"status": {"allocatable": {"cpu": "2"}}}));
+        let sidecar = pod(json!({"spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m"}}}],
+            "initContainers": [{"name": "s", "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": "1"}}}]}}));
+        assert_eq!(pod_requests(&sidecar).unwrap()["cpu"], 2500);
+        assert_eq!(
+            misfits(&sidecar, &n, &[]),
+            vec![Misfit::Insufficient("cpu".into())]
+        );
+        let overhead = pod(json!({"spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m"}}}],
+            "overhead": {"cpu": "600m"}}}));
+        assert_eq!(
+            misfits(&overhead, &n, &[]),
+            vec![Misfit::Insufficient("cpu".into())]
+        );
+        let pod_level = pod(json!({"spec": {"resources": {"requests": {"cpu": "3"}}}}));
+        assert_eq!(
+            misfits(&pod_level, &n, &[]),
+            vec![Misfit::Insufficient("cpu".into())]
+        );
     }
 
     #[test]

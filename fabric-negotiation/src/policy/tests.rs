@@ -198,6 +198,33 @@ fn init_containers_and_overhead_count_as_the_scheduler_counts_them() {
 }
 
 #[test]
+fn sidecars_and_pod_level_requests_hold_capacity_as_the_scheduler_counts_them() {
+    // A sidecar runs beside the containers: 1 + 2 held, not max(1, 2) (as counted before,
+    // when the provider offered capacity its scheduler then did not find).
+    let mut p = pod("n1", &[("cpu", "1")]);
+    p.spec.as_mut().unwrap().init_containers = Some(vec![Container {
+        name: "proxy".into(),
+        restart_policy: Some("Always".into()),
+        resources: Some(ResourceRequirements {
+            requests: Some(res(&[("cpu", "2")])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]);
+    let c = cap(&[node("n1", &[("cpu", "10")])], &[p]);
+    assert_eq!(c.used["cpu"], 3000);
+    // Pod-level requests are the pod's, whatever its containers ask.
+    let mut p = pod("n1", &[("cpu", "1")]);
+    p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+        requests: Some(res(&[("cpu", "4")])),
+        ..Default::default()
+    });
+    let c = cap(&[node("n1", &[("cpu", "10")])], &[p]);
+    assert_eq!(c.used["cpu"], 4000);
+    assert_eq!(c.offerable(90)["cpu"], 5400);
+}
+
+#[test]
 fn the_offer_follows_capacity_as_nodes_and_pods_come_and_go() {
     let s = slice("c1", &[("cpu", "20")]);
     let small = cap(&[node("n1", &[("cpu", "10")])], &[]);

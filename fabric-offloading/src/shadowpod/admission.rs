@@ -3,18 +3,18 @@
 //! - a consumer creates ShadowPods only for itself, only in namespaces labelled as its own
 //!   (its tenant namespace, later its twin namespaces);
 //! - the requests of its live ShadowPods stay within what its ResourceSlices were granted;
-//!   finished ones (Succeeded/Failed) release their share. What a request asks for is
+//!   finished ones (Succeeded/Failed) release their share. What a request asks for (its pod's
+//!   requests as the provider's scheduler will count them, [`fabric_api::requests`]) is
 //!   decided here ([`admit_change`]); it is charged against the Tenant's `status.used`
 //!   by [`super::quota`].
-use std::collections::BTreeMap;
-
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Resources},
     names,
     offloading::v1alpha1::ShadowPodSpec,
-    quantity::{BadQuantity, milli, quantity},
+    quantity::{Amounts, BadQuantity, milli, quantity},
+    requests::pod_requests,
 };
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::PodSpec;
 use kube::ResourceExt;
 
 /// Why a ShadowPod is refused; the message is what the consumer sees.
@@ -50,58 +50,6 @@ pub fn consumer_of(user: &str) -> Option<&str> {
     user.strip_prefix(prefix.as_str())
 }
 
-/// A pod's requests as the scheduler counts them, in thousandths: per resource the larger of
-/// the containers' and sidecars' sum and any one init container with the sidecars started
-/// before it; limits stand for missing requests; one `pods`.
-pub fn requests(spec: &PodSpec) -> Result<BTreeMap<String, i128>, BadQuantity> {
-    fn of(c: &Container) -> Result<BTreeMap<String, i128>, BadQuantity> {
-        let mut out = BTreeMap::new();
-        let r = c.resources.as_ref();
-        let limits = r.and_then(|r| r.limits.clone()).unwrap_or_default();
-        let requests = r.and_then(|r| r.requests.clone()).unwrap_or_default();
-        for (k, q) in limits.iter().chain(requests.iter()) {
-            // Requests come second and win.
-            out.insert(k.clone(), milli(&q.0)?);
-        }
-        Ok(out)
-    }
-    let mut total: BTreeMap<String, i128> = BTreeMap::new();
-    for c in &spec.containers {
-        for (k, v) in of(c)? {
-            *total.entry(k).or_default() += v;
-        }
-    }
-    // Sidecars (`restartPolicy: Always`) run beside everything started after them: they add
-    // to the containers' sum, and to each later init container's own.
-    let mut sidecars: BTreeMap<String, i128> = BTreeMap::new();
-    let mut inits: Vec<BTreeMap<String, i128>> = Vec::new();
-    for c in spec.init_containers.iter().flatten() {
-        let own = of(c)?;
-        if super::resize::sidecar(c) {
-            for (k, v) in own {
-                *sidecars.entry(k).or_default() += v;
-            }
-        } else {
-            let mut with = own;
-            for (k, v) in &sidecars {
-                *with.entry(k.clone()).or_default() += v;
-            }
-            inits.push(with);
-        }
-    }
-    for (k, v) in sidecars {
-        *total.entry(k).or_default() += v;
-    }
-    for init in inits {
-        for (k, v) in init {
-            let t = total.entry(k).or_default();
-            *t = (*t).max(v);
-        }
-    }
-    *total.entry("pods".to_owned()).or_default() += 1000;
-    Ok(total)
-}
-
 /// What admission concludes before the grant is looked at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -114,13 +62,10 @@ pub enum Verdict {
     /// for a creation), in thousandths.
     Charge {
         consumer: String,
-        requests: Milli,
-        more: Milli,
+        requests: Amounts,
+        more: Amounts,
     },
 }
-
-/// Requests per resource, in thousandths.
-pub type Milli = BTreeMap<String, i128>;
 
 /// Whether `user` may create (`old` is `None`) or update from `old` a ShadowPod with `spec`
 /// in `namespace` (whose `fabric.io/remote-cluster-id` label is `namespace_owner`), and what
@@ -150,12 +95,12 @@ pub fn admit_change(
             cluster,
         });
     }
-    let requests = requests(&spec.pod.spec)?;
+    let requests = pod_requests(&spec.pod.spec)?;
     let before = match old {
         Some(old) if old.cluster_id == spec.cluster_id => requests_of(&old.pod.spec),
-        _ => Milli::new(),
+        _ => Amounts::new(),
     };
-    let more: Milli = requests
+    let more: Amounts = requests
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
         .filter(|(_, v)| *v > 0)
@@ -172,8 +117,8 @@ pub fn admit_change(
 
 /// The requests an existing object had; one the API server stored is taken as having none
 /// when they do not parse (it cannot have been admitted with them).
-fn requests_of(spec: &PodSpec) -> Milli {
-    requests(spec).unwrap_or_default()
+fn requests_of(spec: &PodSpec) -> Amounts {
+    pod_requests(spec).unwrap_or_default()
 }
 
 /// What `consumer` was granted in total: the sum of the grants in the status of its
@@ -184,7 +129,7 @@ pub fn granted<'a>(
     slices: impl IntoIterator<Item = &'a ResourceSlice>,
 ) -> Result<Resources, BadQuantity> {
     let home = names::namespace::tenant(consumer);
-    let mut total: BTreeMap<String, i128> = BTreeMap::new();
+    let mut total = Amounts::new();
     for s in slices {
         if s.spec.consumer_cluster_id != consumer || s.namespace().as_deref() != Some(&home) {
             continue;
@@ -235,7 +180,7 @@ mod tests {
         }
     }
 
-    fn milli(pairs: &[(&str, i128)]) -> Milli {
+    fn milli(pairs: &[(&str, i128)]) -> Amounts {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
     }
 
@@ -282,7 +227,7 @@ mod tests {
             "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "300m"}}}],
         }))
         .unwrap();
-        let r = requests(&p).unwrap();
+        let r = pod_requests(&p).unwrap();
         assert_eq!((r["cpu"], r["pods"]), (300, 1000));
         // A sidecar adds to the containers, and to the init containers after it.
         let p: PodSpec = serde_json::from_value(json!({
@@ -294,7 +239,7 @@ mod tests {
             ],
         }))
         .unwrap();
-        assert_eq!(requests(&p).unwrap()["cpu"], 450);
+        assert_eq!(pod_requests(&p).unwrap()["cpu"], 450);
         let p: PodSpec = serde_json::from_value(json!({
             "containers": [{"name": "a", "resources": {"requests": {"cpu": "100m"}}}],
             "initContainers": [
@@ -302,17 +247,36 @@ mod tests {
             ],
         }))
         .unwrap();
-        assert_eq!(requests(&p).unwrap()["cpu"], 300);
+        assert_eq!(pod_requests(&p).unwrap()["cpu"], 300);
         let p: PodSpec = serde_json::from_value(json!({"containers": [
             {"name": "a", "resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "1Mi"}}},
             {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
         ]}))
         .unwrap();
-        let r = requests(&p).unwrap();
+        let r = pod_requests(&p).unwrap();
         assert_eq!(r["memory"], 1000 << 20, "requests win over limits");
         assert_eq!(
             r["nvidia.com/gpu"], 1000,
             "limits stand for missing requests"
+        );
+    }
+
+    #[test]
+    fn the_charge_is_what_the_providers_scheduler_will_count() {
+        // The RuntimeClass overhead and pod-level requests take room on the provider's node:
+        // they are charged too (before they were not, and a consumer could run past its
+        // grant through them).
+        let mut s = spec("500m");
+        s.pod.spec.overhead = Some([("cpu".to_owned(), Quantity("250m".into()))].into());
+        s.pod.spec.resources =
+            Some(serde_json::from_value(json!({"requests": {"memory": "1Gi"}})).unwrap());
+        let Ok(Verdict::Charge { requests, .. }) = admit_change(USER, NS, Some("alpha"), &s, None)
+        else {
+            panic!("a consumer's creation is charged");
+        };
+        assert_eq!(
+            requests,
+            milli(&[("cpu", 750), ("memory", 1000 << 30), ("pods", 1000)])
         );
     }
 

@@ -18,23 +18,18 @@ use std::{collections::BTreeMap, time::Duration};
 use fabric_api::{
     authentication::v1alpha1::{Charge, Resources, TenantStatus},
     offloading::v1alpha1::ShadowPod,
-    quantity::{BadQuantity, milli, quantity},
+    quantity::{Amounts, BadQuantity, amounts, quantity},
+    requests::pod_requests,
 };
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::ResourceExt;
 
 use super::{
-    admission::{Denial, Milli, requests, shown},
+    admission::{Denial, shown},
     decide::terminal,
 };
 
-fn to_milli(r: &Resources) -> Result<Milli, BadQuantity> {
-    r.iter()
-        .map(|(k, q)| Ok((k.clone(), milli(&q.0)?)))
-        .collect()
-}
-
-fn to_resources(m: &Milli) -> Resources {
+fn to_resources(m: &Amounts) -> Resources {
     m.iter()
         .filter(|(_, v)| **v != 0)
         .map(|(k, v)| (k.clone(), quantity(k, *v)))
@@ -52,12 +47,12 @@ pub fn charge(
     consumer: &str,
     namespace: &str,
     name: &str,
-    requests: &Milli,
-    more: &Milli,
+    requests: &Amounts,
+    more: &Amounts,
     now: Timestamp,
 ) -> Result<TenantStatus, Denial> {
-    let mut used = to_milli(&status.used)?;
-    let granted = to_milli(granted)?;
+    let mut used = amounts(&status.used)?;
+    let granted = amounts(granted)?;
     for (resource, asked) in more.iter().filter(|(_, v)| **v > 0) {
         let in_use = used.get(resource).copied().unwrap_or(0);
         let limit = granted.get(resource).copied().unwrap_or(0);
@@ -90,8 +85,8 @@ pub fn charge(
 pub struct Ask {
     pub namespace: String,
     pub name: String,
-    pub requests: Milli,
-    pub more: Milli,
+    pub requests: Amounts,
+    pub more: Amounts,
     /// The grant as read when this admission was decided.
     pub granted: Resources,
 }
@@ -145,7 +140,7 @@ pub fn recount<'a>(
 ) -> Result<TenantStatus, BadQuantity> {
     type Key = (String, String);
     // Per ShadowPod: its requests as listed, and whether it still runs.
-    let mut seen: BTreeMap<Key, (Milli, bool)> = BTreeMap::new();
+    let mut seen: BTreeMap<Key, (Amounts, bool)> = BTreeMap::new();
     for s in listed {
         if s.spec.cluster_id != consumer {
             continue;
@@ -153,10 +148,10 @@ pub fn recount<'a>(
         let live = !terminal(s.status.as_ref().and_then(|st| st.phase.as_deref()));
         // A ShadowPod whose requests do not parse was not admitted by this webhook (the
         // provider's admin made it): it counts for nothing rather than stopping the count.
-        let r = requests(&s.spec.pod.spec).unwrap_or_default();
+        let r = pod_requests(&s.spec.pod.spec).unwrap_or_default();
         seen.insert((s.namespace().unwrap_or_default(), s.name_any()), (r, live));
     }
-    let mut counted: BTreeMap<Key, Milli> = seen
+    let mut counted: BTreeMap<Key, Amounts> = seen
         .iter()
         .filter(|(_, (_, live))| *live)
         .map(|(k, (r, _))| (k.clone(), r.clone()))
@@ -164,7 +159,7 @@ pub fn recount<'a>(
     let mut pending = Vec::new();
     for c in &status.pending {
         let key = (c.namespace.clone(), c.name.clone());
-        let asked = to_milli(&c.requests)?;
+        let asked = amounts(&c.requests)?;
         let visible = seen
             .get(&key)
             .is_some_and(|(r, _)| r.iter().filter(|(_, v)| **v != 0).eq(asked.iter()));
@@ -178,7 +173,7 @@ pub fn recount<'a>(
         }
         pending.push(c.clone());
     }
-    let mut used = Milli::new();
+    let mut used = Amounts::new();
     for r in counted.values() {
         for (k, v) in r {
             *used.entry(k.clone()).or_default() += v;

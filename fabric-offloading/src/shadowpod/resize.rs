@@ -8,7 +8,7 @@
 //! exists.
 use std::collections::BTreeMap;
 
-use fabric_api::quantity::milli;
+use fabric_api::{quantity::milli, requests::sidecar};
 use fabric_kube::status::{condition, with_condition};
 use k8s_openapi::{
     api::core::v1::{Container, PodSpec, ResourceRequirements},
@@ -80,12 +80,6 @@ pub fn same_resources(a: Option<&ResourceRequirements>, b: Option<&ResourceRequi
         a.and_then(|r| r.limits.as_ref()),
         b.and_then(|r| r.limits.as_ref()),
     )
-}
-
-/// A sidecar: an init container that keeps running beside the regular ones (`restartPolicy:
-/// Always`), resizable in place as they are.
-pub fn sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 /// Containers whose resources change, by name, with the resources they get.

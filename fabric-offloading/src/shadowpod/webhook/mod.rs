@@ -28,6 +28,7 @@ use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Resources, Tenant},
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
+    quantity::Amounts,
 };
 use fabric_http::https::{self, BodyError, Exchange, Limits, TlsError, read_body};
 use futures::StreamExt;
@@ -55,7 +56,7 @@ use tracing::{debug, info, warn};
 
 use self::certs::{CertError, Material, Plan};
 use super::{
-    admission::{self, Denial, Milli, Verdict},
+    admission::{self, Denial, Verdict},
     quota,
 };
 
@@ -345,8 +346,8 @@ struct Charge<'a> {
     consumer: &'a str,
     namespace: &'a str,
     name: &'a str,
-    requests: &'a Milli,
-    more: &'a Milli,
+    requests: &'a Amounts,
+    more: &'a Amounts,
     granted: &'a Resources,
 }
 
