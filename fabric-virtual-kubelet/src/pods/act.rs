@@ -25,7 +25,6 @@ use super::{
     failures,
     kind::Pods,
     status::{self, Context, Seen},
-    translate::Remap,
 };
 use crate::run::FIELD_MANAGER;
 
@@ -176,11 +175,7 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
         Outcome::ResizeRefused { shadow, message } => Seen::ResizeRefused { shadow, message },
     };
     let readiness = pods.ready.borrow().clone().unwrap_or_default();
-    let remap = pods
-        .config
-        .borrow()
-        .as_ref()
-        .and_then(|c| Remap::of(c).ok());
+    let remap = pods.remap.borrow().clone();
     let ctx = Context {
         reachable: cx.view.reachable,
         unreachable_message: &readiness.message,

@@ -2,9 +2,7 @@
 //! field selector `spec.nodeName=<node>`) and the ShadowPods of the tenant namespace on the
 //! provider, keyed by the home pod they were made for (`spec.home`), named
 //! `<namespace>.<name>`. Its decisions are [`decide`]'s; its writes are [`super::act`]'s.
-use fabric_api::{
-    names::label, networking::v1alpha1::Configuration, offloading::v1alpha1::ShadowPod,
-};
+use fabric_api::{names::label, offloading::v1alpha1::ShadowPod};
 use fabric_offloading::shadowpod::forge;
 use fabric_reflector::{Cx, Key, Kind, Marks, Next, Pair, Remote, View};
 use k8s_openapi::api::core::v1::Pod;
@@ -15,6 +13,7 @@ use super::{
     act,
     decide::{self, Step},
     run::Readiness,
+    translate::{Remap, Untranslatable},
 };
 
 /// The pods bound to one virtual node.
@@ -24,8 +23,9 @@ pub struct Pods {
     pub node_ip: String,
     /// Whether the node is Ready, and why not (for the pods' status).
     pub ready: watch::Receiver<Option<Readiness>>,
-    /// The peer's Configuration: the remap of its pod CIDR.
-    pub config: watch::Receiver<Option<Configuration>>,
+    /// The remap of the peer's pod CIDR, or why there is none, as of the peer's last
+    /// Configuration ([`super::run::follow_remap`]).
+    pub remap: watch::Receiver<Result<Remap, Untranslatable>>,
 }
 
 /// What [`decide`] knows of a pod's ShadowPod, from what the edge knows: one that is not
@@ -104,7 +104,7 @@ mod tests {
             node_name: "fabric-b".into(),
             node_ip: "10.0.0.9".into(),
             ready: watch::channel(None).1,
-            config: watch::channel(None).1,
+            remap: watch::channel(Err(Untranslatable::NoRemap)).1,
         }
     }
 

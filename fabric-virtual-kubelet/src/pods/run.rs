@@ -1,7 +1,7 @@
 //! The pod kind registered on the reflection framework: the home pods bound to this node
 //! reflected into the tenant namespace on the provider (reached through the identity, a new
 //! client whenever the identity Secret changes: [`crate::provider::endpoints`]), resynced
-//! when the node's readiness or the peer's Configuration (the remap of its pod CIDR) changes.
+//! when the node's readiness or the remap of the peer's pod CIDR (its Configuration) changes.
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Result;
@@ -11,8 +11,12 @@ use fabric_reflector::{Metrics, Options, Pair, Reachability, Reflection};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use tokio::sync::watch;
+use tracing::{info, warn};
 
-use super::kind::Pods;
+use super::{
+    kind::Pods,
+    translate::{Remap, Untranslatable},
+};
 
 /// Pods synced at the same time (each a few calls to either API).
 const SYNCS: usize = 32;
@@ -65,6 +69,39 @@ fn follow_reachability(
     rx
 }
 
+/// The remap of every Configuration `config` says, computed once per change of it and sent
+/// when it changes (the pods are looked at again then, not on every status update of the
+/// Configuration). A Configuration that gives none is said in the log once, and in the
+/// status of every pod whose address it leaves out.
+pub(crate) fn follow_remap(
+    mut config: watch::Receiver<Option<Configuration>>,
+) -> watch::Receiver<Result<Remap, Untranslatable>> {
+    let (tx, rx) = watch::channel(Err(Untranslatable::NoRemap));
+    tokio::spawn(async move {
+        loop {
+            let now = Remap::current(config.borrow_and_update().as_ref());
+            tx.send_if_modified(|r| {
+                if *r == now {
+                    return false;
+                }
+                match &now {
+                    Ok(r) => info!(real = %r.real, seen = %r.seen, "the provider's pod CIDR remap"),
+                    Err(e @ Untranslatable::BadConfiguration(_)) => {
+                        warn!(error = %e, "no remap of the provider's pod CIDR")
+                    }
+                    Err(_) => {}
+                }
+                *r = now;
+                true
+            });
+            if config.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Reflects the pods bound to the node until a reflector ends (it does not).
 pub async fn run(
     local: Client,
@@ -83,14 +120,15 @@ pub async fn run(
         names::field_manager::VIRTUAL_KUBELET,
         Some(opts.node_name.clone()),
     );
+    let remap = follow_remap(config);
     let pods = Pods {
         node_name: opts.node_name,
         node_ip: opts.node_ip,
         ready: ready.clone(),
-        config: config.clone(),
+        remap: remap.clone(),
     };
     let options = Options::new(SYNCS, opts.resync)
-        .resync_on(config)
+        .resync_on(remap)
         .resync_on(ready.clone());
     let mut reflection = Reflection::new(
         local,
@@ -119,5 +157,53 @@ mod tests {
         };
         assert_eq!(reachability(&r(true)), Reachability::Reachable);
         assert_eq!(reachability(&r(false)), Reachability::Unreachable);
+    }
+
+    #[tokio::test]
+    async fn the_remap_changes_when_the_configuration_gives_another() {
+        use fabric_api::networking::v1alpha1::{
+            ClusterCidrs, ConfigurationSpec, ConfigurationStatus,
+        };
+
+        let cfg = |seen: &str, generation: i64| {
+            let cidrs = |pod: &str| ClusterCidrs {
+                pod: pod.into(),
+                external: "10.70.0.0/16".into(),
+            };
+            let mut c = Configuration::new(
+                "b",
+                ConfigurationSpec {
+                    cluster_id: "b".into(),
+                    remote: cidrs("10.244.0.0/16"),
+                },
+            );
+            c.status = Some(ConfigurationStatus {
+                remote: Some(cidrs(seen)),
+                observed_generation: Some(generation),
+                ..Default::default()
+            });
+            c
+        };
+        let (tx, config) = watch::channel(None);
+        let mut remap = follow_remap(config);
+        assert_eq!(*remap.borrow_and_update(), Err(Untranslatable::NoRemap));
+        tx.send_replace(Some(cfg("10.71.0.0/16", 1)));
+        remap.changed().await.unwrap();
+        let first = remap.borrow_and_update().clone().unwrap();
+        assert_eq!(first.seen, "10.71.0.0/16".parse().unwrap());
+        // Another status of the same remap is not a change; a malformed one is, and says why.
+        tx.send_replace(Some(cfg("10.71.0.0/16", 2)));
+        // (The test's runtime has one thread: the follower runs while this one yields.)
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!remap.has_changed().unwrap());
+        tx.send_replace(Some(cfg("10.71.0.0/33", 3)));
+        remap.changed().await.unwrap();
+        assert!(matches!(
+            *remap.borrow_and_update(),
+            Err(Untranslatable::BadConfiguration(_))
+        ));
+        assert!(!remap.has_changed().unwrap());
     }
 }

@@ -73,7 +73,8 @@ pub struct Context<'a> {
     pub unreachable_message: &'a str,
     /// Under at-most-once semantics, once the provider has stopped the pods for sure: why.
     pub partitioned: Option<&'a str>,
-    pub remap: Option<&'a Remap>,
+    /// The remap of the provider's pod CIDR, or why there is none.
+    pub remap: Result<&'a Remap, &'a Untranslatable>,
     /// The virtual node's address: hostIP of every offloaded pod.
     pub node_ip: &'a str,
     pub now: Timestamp,
@@ -432,7 +433,7 @@ mod tests {
             reachable,
             unreachable_message: "no answer within 5s",
             partitioned: None,
-            remap,
+            remap: remap.ok_or(&Untranslatable::NoRemap),
             node_ip: "192.0.2.1",
             now: Timestamp::from_second(1000).unwrap(),
         }
@@ -605,6 +606,30 @@ mod tests {
         let s = home_status(None, Seen::Shadow(&sh), &ctx(true, Some(&other))).unwrap();
         assert_eq!(s.pod_ip, None);
         assert!(c(&s, READY).message.as_ref().unwrap().contains("outside"));
+    }
+
+    #[test]
+    fn a_malformed_configuration_is_said_where_the_address_is_missing() {
+        let sh = shadow("Running", true, 0);
+        let bad = Untranslatable::BadConfiguration(translate::BadConfiguration::SizeMismatch {
+            real: "10.244.0.0/16".parse().unwrap(),
+            seen: "10.71.0.0/24".parse().unwrap(),
+        });
+        let s = home_status(
+            None,
+            Seen::Shadow(&sh),
+            &Context {
+                remap: Err(&bad),
+                ..ctx(true, None)
+            },
+        )
+        .unwrap();
+        assert_eq!(s.pod_ip, None);
+        let ready = c(&s, READY);
+        assert_eq!(ready.reason.as_deref(), Some(reason::NO_ADDRESS));
+        let message = ready.message.as_deref().unwrap();
+        assert!(message.contains("Configuration"), "{message}");
+        assert!(!message.contains("not configured yet"), "{message}");
     }
 
     #[test]

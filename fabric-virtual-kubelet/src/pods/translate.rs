@@ -3,6 +3,10 @@
 //! real CIDRs in spec, remapped ones in status). An offloaded pod's IP is reported home
 //! through that remap, so `kubectl get pod -o wide` shows the address the consumer's pods
 //! can use.
+//!
+//! The remap is computed once per change of the Configuration ([`Remap::current`]); a
+//! Configuration that gives none for another reason than a grant still to come is said as
+//! what it is wherever an address is missing, not as "not configured yet".
 use std::net::Ipv4Addr;
 
 use fabric_api::networking::v1alpha1::Configuration;
@@ -20,6 +24,8 @@ pub struct Remap {
 pub enum Untranslatable {
     #[error("the network to the provider is not configured yet (no remapped pod CIDR)")]
     NoRemap,
+    #[error("the peer's Configuration gives no remap of its pod CIDR: {0}")]
+    BadConfiguration(BadConfiguration),
     #[error("{0:?} is not an IPv4 address")]
     NotIpv4(String),
     #[error("{ip} is outside the provider's pod CIDR {real}: it cannot be reached from here")]
@@ -60,6 +66,16 @@ impl Remap {
         Ok(Self { real, seen })
     }
 
+    /// The remap of the peer's Configuration `cfg`, if there is one yet, or why there is
+    /// none: what every address is translated with until the Configuration changes.
+    pub fn current(cfg: Option<&Configuration>) -> Result<Self, Untranslatable> {
+        match cfg.map(Self::of) {
+            None | Some(Err(BadConfiguration::NotGranted)) => Err(Untranslatable::NoRemap),
+            Some(Err(e)) => Err(Untranslatable::BadConfiguration(e)),
+            Some(Ok(r)) => Ok(r),
+        }
+    }
+
     /// `ip` (a provider pod address) as seen here: the remapped network, the same host part.
     pub fn translate(&self, ip: &str) -> Result<Ipv4Addr, Untranslatable> {
         let ip: Ipv4Addr = ip
@@ -76,9 +92,12 @@ impl Remap {
     }
 }
 
-/// `ip` through `remap`, if there is one.
-pub fn to_home(ip: &str, remap: Option<&Remap>) -> Result<Ipv4Addr, Untranslatable> {
-    remap.ok_or(Untranslatable::NoRemap)?.translate(ip)
+/// `ip` through `remap`, if there is one; else why there is none.
+pub fn to_home(
+    ip: &str,
+    remap: Result<&Remap, &Untranslatable>,
+) -> Result<Ipv4Addr, Untranslatable> {
+    remap.map_err(Clone::clone)?.translate(ip)
 }
 
 #[cfg(test)]
@@ -113,7 +132,7 @@ mod tests {
     fn a_remapped_address_keeps_its_host_part() {
         let r = Remap::of(&cfg("10.244.0.0/16", Some("10.71.0.0/16"))).unwrap();
         assert_eq!(
-            to_home("10.244.2.7", Some(&r)),
+            to_home("10.244.2.7", Ok(&r)),
             Ok(Ipv4Addr::new(10, 71, 2, 7))
         );
         let r = Remap::of(&cfg("192.168.16.0/20", Some("10.80.32.0/20"))).unwrap();
@@ -141,7 +160,10 @@ mod tests {
             r.translate("fd00::1"),
             Err(Untranslatable::NotIpv4(_))
         ));
-        assert_eq!(to_home("10.244.0.1", None), Err(Untranslatable::NoRemap));
+        assert_eq!(
+            to_home("10.244.0.1", Err(&Untranslatable::NoRemap)),
+            Err(Untranslatable::NoRemap)
+        );
     }
 
     #[test]
@@ -154,5 +176,34 @@ mod tests {
             Remap::of(&cfg("10.244.0.0/16", Some("10.71.0.0/24"))),
             Err(BadConfiguration::SizeMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn a_malformed_configuration_is_said_as_such_not_as_not_configured_yet() {
+        // No Configuration, or one whose grant is still to come: not configured yet.
+        assert_eq!(Remap::current(None), Err(Untranslatable::NoRemap));
+        let waiting = cfg("10.244.0.0/16", None);
+        assert_eq!(Remap::current(Some(&waiting)), Err(Untranslatable::NoRemap));
+        // A granted CIDR that is not one, or not the real one's size: what is wrong.
+        let bad = cfg("10.244.0.0/16", Some("10.71.0.0/33"));
+        let e = Remap::current(Some(&bad)).unwrap_err();
+        assert!(
+            matches!(&e, Untranslatable::BadConfiguration(BadConfiguration::Cidr(c, _)) if c == "10.71.0.0/33"),
+            "{e:?}"
+        );
+        assert_eq!(to_home("10.244.0.1", Err(&e)), Err(e.clone()));
+        assert!(e.to_string().contains("10.71.0.0/33"), "{e}");
+        let smaller = cfg("10.244.0.0/16", Some("10.71.0.0/24"));
+        assert!(matches!(
+            Remap::current(Some(&smaller)),
+            Err(Untranslatable::BadConfiguration(
+                BadConfiguration::SizeMismatch { .. }
+            ))
+        ));
+        let good = cfg("10.244.0.0/16", Some("10.71.0.0/16"));
+        assert_eq!(
+            Remap::current(Some(&good)).and_then(|r| r.translate("10.244.0.1")),
+            Ok(Ipv4Addr::new(10, 71, 0, 1))
+        );
     }
 }
