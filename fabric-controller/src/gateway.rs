@@ -17,7 +17,7 @@
 //! cluster-network address on the Lease; node agents route to whatever that says.
 use std::{
     collections::BTreeMap,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, SocketAddr},
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
     time::Duration,
@@ -59,7 +59,7 @@ pub struct Opts {
     pub listen_port: u16,
     pub mtu: u16,
     /// `address:port` where peers reach this gateway (after NodePort/LoadBalancer mapping).
-    pub advertise: String,
+    pub advertise: SocketAddr,
     pub interval: Duration,
     /// Where the gateway pins its data-plane maps (its default when unset).
     pub pin_dir: Option<PathBuf>,

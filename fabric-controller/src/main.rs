@@ -476,7 +476,7 @@ async fn run() -> Result<()> {
                     control_dir,
                     listen_port,
                     mtu,
-                    advertise: advertise.to_string(),
+                    advertise,
                     interval,
                     pin_dir: Some(pin_dir),
                     busy_poll_us,

@@ -15,7 +15,7 @@ fn opts() -> Opts {
         control_dir: "/var/run/fabric-gateway".into(),
         listen_port: 51820,
         mtu: 1420,
-        advertise: "192.0.2.10:31820".into(),
+        advertise: "192.0.2.10:31820".parse().unwrap(),
         interval: Duration::from_secs(1),
         pin_dir: None,
         busy_poll_us: 20_000,

@@ -159,15 +159,9 @@ impl Operator {
         &mut self,
         public_key: fabric_gateway_api::PublicKey,
     ) -> anyhow::Result<()> {
-        let public_key = public_key.to_base64();
-        let endpoint = self
-            .o
-            .advertise
-            .parse()
-            .map_err(|e| anyhow::anyhow!("advertised endpoint {}: {e}", self.o.advertise))?;
         let data = GatewayIdentity {
-            public_key,
-            endpoint,
+            public_key: public_key.to_base64(),
+            endpoint: self.o.advertise,
         }
         .to_data();
         if self.written.identity.as_ref() == Some(&data) {

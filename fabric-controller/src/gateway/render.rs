@@ -406,7 +406,7 @@ mod tests {
             control_dir: "/tmp".into(),
             listen_port: 51820,
             mtu: 1420,
-            advertise: "192.0.2.1:51820".into(),
+            advertise: "192.0.2.1:51820".parse().unwrap(),
             interval: Duration::from_secs(1),
             pin_dir: pin_dir.map(PathBuf::from),
             busy_poll_us: 0,
