@@ -41,7 +41,7 @@ pub mod report;
 
 pub use operator::{COUNTER_REFRESH, RESYNC, run};
 pub use render::{
-    ExternalView, PeerView, RenderError, Rendered, Skipped, Subject, config_file, device,
+    ExternalView, PeerView, Peers, RenderError, Rendered, Skipped, Subject, config_file, device,
     externals, peers, render, tunnel_addrs,
 };
 

@@ -33,12 +33,14 @@ fn peer(id: &str, n: u32, dials: bool) -> PeerView {
         peer_id: n,
         // Any valid key: the gateway checks the form, not the owner.
         public_key: "NH3rfiZZU6FZfy+lQ7SynhdEu0C5HCb4f9okbUtNOQ0="
-            .replace('N', if n == 1 { "N" } else { "M" }),
-        endpoint: dials.then(|| format!("192.168.77.{n}:51820")),
-        real_pod: "10.244.0.0/16".into(),
-        real_external: "10.70.0.0/16".into(),
-        seen_pod: format!("10.{}.0.0/16", 63 + n),
-        seen_external: format!("10.{}.0.0/16", 73 + n),
+            .replace('N', if n == 1 { "N" } else { "M" })
+            .parse()
+            .unwrap(),
+        endpoint: dials.then(|| format!("192.168.77.{n}:51820").parse().unwrap()),
+        real_pod: "10.244.0.0/16".parse().unwrap(),
+        real_external: "10.70.0.0/16".parse().unwrap(),
+        seen_pod: format!("10.{}.0.0/16", 63 + n).parse().unwrap(),
+        seen_external: format!("10.{}.0.0/16", 73 + n).parse().unwrap(),
     }
 }
 

@@ -212,12 +212,19 @@ impl Operator {
         let me = self.cluster()?;
         let ips = self.caches.ips.state();
         let exposed = externals(&ips);
-        let rendered = render(&self.o, &me.cluster_id, &[me.pod_cidr], &peers, &exposed);
-        let n = peers.len();
+        let rendered = render(
+            &self.o,
+            &me.cluster_id,
+            &[me.pod_cidr],
+            &peers.views,
+            &exposed,
+        );
+        let n = peers.views.len() + peers.malformed.len();
         let skipped: BTreeMap<Subject, String> = match &rendered {
             Ok(r) => r
                 .skipped
                 .iter()
+                .chain(&peers.malformed)
                 .map(|s| (s.subject.clone(), s.reason.to_string()))
                 .collect(),
             Err(_) => BTreeMap::new(),
@@ -242,10 +249,10 @@ impl Operator {
         };
         let conns: Api<Connection> = Api::namespaced(self.client.clone(), &self.o.namespace);
         let now = Instant::now();
-        for p in &peers {
+        for id in peers.ids() {
             let tunnel = status
                 .as_ref()
-                .and_then(|s| s.peers.iter().find(|x| x.name == p.cluster_id))
+                .and_then(|s| s.peers.iter().find(|x| x.name == id))
                 .map(|g| Tunnel {
                     up: g.up,
                     rtt_seconds: g.probe_rtt_seconds,
@@ -253,33 +260,30 @@ impl Operator {
                     tx_bytes: g.tx_bytes,
                 });
             let mut want = report::connection_status(tunnel);
-            if let Some(why) = skipped.get(&Subject::Peer(p.cluster_id.clone())) {
+            if let Some(why) = skipped.get(&Subject::Peer(id.to_owned())) {
                 want.message = Some(format!("left out of the gateway's configuration: {why}"));
             }
-            let stored = self.caches.conns.find(|c| c.name_any() == p.cluster_id);
+            let stored = self.caches.conns.find(|c| c.name_any() == id);
             let object_ok = stored.as_ref().is_some_and(|c| {
-                c.spec.cluster_id == p.cluster_id
-                    && c.labels().get(label::PEER) == Some(&p.cluster_id)
+                c.spec.cluster_id == id
+                    && c.labels().get(label::PEER).map(String::as_str) == Some(id)
             });
             if !object_ok {
                 let conn = Connection {
                     metadata: ObjectMeta {
-                        name: Some(p.cluster_id.clone()),
-                        labels: Some(BTreeMap::from([(
-                            label::PEER.to_owned(),
-                            p.cluster_id.clone(),
-                        )])),
+                        name: Some(id.to_owned()),
+                        labels: Some(BTreeMap::from([(label::PEER.to_owned(), id.to_owned())])),
                         ..Default::default()
                     },
                     spec: ConnectionSpec {
-                        cluster_id: p.cluster_id.clone(),
+                        cluster_id: id.to_owned(),
                     },
                     status: None,
                 };
                 FIELD_MANAGER.apply(&conns, &conn).await?;
             }
             // What we wrote ourselves is newer than the cache until its watch event arrives.
-            let mine = self.written.conns.get(&p.cluster_id);
+            let mine = self.written.conns.get(id);
             let current = match (mine, stored.as_ref().filter(|_| object_ok)) {
                 (Some((s, _)), Some(_)) => Some(s.clone()),
                 (_, stored) => stored.and_then(|c| c.status.clone()),
@@ -288,18 +292,16 @@ impl Operator {
             if !report::due(current.as_ref(), &want, written_at, now, COUNTER_REFRESH) {
                 continue;
             }
-            FIELD_MANAGER
-                .apply_status(&conns, &p.cluster_id, &want)
-                .await?;
+            FIELD_MANAGER.apply_status(&conns, id, &want).await?;
             let before = current.as_ref().map(|s| s.value);
-            if let Some(ev) = report::transition(&p.cluster_id, before, &want) {
-                self.event_on_peer(&p.cluster_id, &ev).await;
+            if let Some(ev) = report::transition(id, before, &want) {
+                self.event_on_peer(id, &ev).await;
             }
-            self.written.conns.insert(p.cluster_id.clone(), (want, now));
+            self.written.conns.insert(id.to_owned(), (want, now));
         }
         // Connections of peers that are gone.
         for c in self.caches.conns.state() {
-            if !peers.iter().any(|p| p.cluster_id == c.spec.cluster_id) {
+            if !peers.ids().any(|id| id == c.spec.cluster_id) {
                 let _ = conns.delete(&c.name_any(), &Default::default()).await;
                 self.written.conns.remove(&c.name_any());
             }
@@ -311,20 +313,22 @@ impl Operator {
     /// `IP` where it changed, with an Event when one is left out or back in.
     async fn report_accepted(
         &mut self,
-        peers: &[super::PeerView],
+        peers: &super::Peers,
         exposed: &[ExternalView],
         skipped: &BTreeMap<Subject, String>,
     ) -> anyhow::Result<()> {
         let now = k8s_openapi::jiff::Timestamp::now();
-        for p in peers {
-            let subject = Subject::Peer(p.cluster_id.clone());
-            let Some(cfg) = self.caches.configs.find(|c| {
-                c.spec.cluster_id == p.cluster_id && c.metadata.deletion_timestamp.is_none()
-            }) else {
+        for id in peers.ids() {
+            let subject = Subject::Peer(id.to_owned());
+            let Some(cfg) = self
+                .caches
+                .configs
+                .find(|c| c.spec.cluster_id == id && c.metadata.deletion_timestamp.is_none())
+            else {
                 continue;
             };
             let current = self.current(&subject, cfg.status.as_ref().map(|s| &s.conditions));
-            let what = format!("peer {}", p.cluster_id);
+            let what = format!("peer {id}");
             let why = skipped.get(&subject).map(String::as_str);
             let Some((cond, ev)) =
                 report::accepted(&what, why, &current, cfg.metadata.generation, now)

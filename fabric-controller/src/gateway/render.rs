@@ -1,26 +1,98 @@
 //! Rendering, free of I/O: the peers as the API describes them (Configurations with their
 //! grants, PublicKeys, GatewayClients, `IP`s) joined into the gateway's configuration, built
 //! with `fabric-gateway-api`'s builders and validated as the gateway validates it.
-use std::{borrow::Borrow, net::Ipv4Addr};
+use std::{
+    borrow::Borrow,
+    net::{Ipv4Addr, SocketAddr},
+};
 
 use fabric_api::networking::v1alpha1::{Configuration, GatewayClient, IP, PublicKey};
-use fabric_gateway_api::{Config, ConfigError, PeerConfig, config::PeerBuilder};
+use fabric_gateway_api::{Config, ConfigError, PeerConfig, PublicKey as Key, config::PeerBuilder};
 use ipnetwork::Ipv4Network;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Opts;
 
-/// One peer as the gateway needs it, assembled from the API.
+/// One peer as the gateway needs it, assembled from the API and read once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerView {
     pub cluster_id: String,
     pub peer_id: u32,
-    pub public_key: String,
-    pub endpoint: Option<String>,
-    pub real_pod: String,
-    pub real_external: String,
-    pub seen_pod: String,
-    pub seen_external: String,
+    pub public_key: Key,
+    pub endpoint: Option<SocketAddr>,
+    pub real_pod: Ipv4Network,
+    pub real_external: Ipv4Network,
+    pub seen_pod: Ipv4Network,
+    pub seen_external: Ipv4Network,
+}
+
+/// The peers the API describes: those the gateway can be told of, oldest first, and those
+/// it cannot (a value the API server should have refused), with why.
+#[derive(Debug, Default)]
+pub struct Peers {
+    pub views: Vec<PeerView>,
+    pub malformed: Vec<Skipped>,
+}
+
+impl Peers {
+    /// The cluster id of every peer, whether it can run or not.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        let malformed = self.malformed.iter().filter_map(|s| match &s.subject {
+            Subject::Peer(id) => Some(id.as_str()),
+            Subject::Ip(_) => None,
+        });
+        self.views
+            .iter()
+            .map(|p| p.cluster_id.as_str())
+            .chain(malformed)
+    }
+}
+
+/// One peer's view from its Configuration `c` (with its grant `seen`), key and endpoint.
+fn view(
+    c: &Configuration,
+    seen: &fabric_api::networking::v1alpha1::ClusterCidrs,
+    peer_id: u32,
+    key: &str,
+    endpoint: Option<(&str, i32)>,
+) -> Result<PeerView, RenderError> {
+    let peer = &c.spec.cluster_id;
+    let prefix = |field: &'static str, value: &str| {
+        value
+            .parse::<Ipv4Network>()
+            .map_err(|source| RenderError::Prefix {
+                peer: peer.clone(),
+                field,
+                value: value.to_owned(),
+                source,
+            })
+    };
+    let public_key = Key::from_base64(key).map_err(|source| RenderError::Key {
+        peer: peer.clone(),
+        value: key.to_owned(),
+        source,
+    })?;
+    let endpoint = endpoint
+        .map(|(a, port)| {
+            a.parse::<std::net::IpAddr>()
+                .map(|ip| SocketAddr::new(ip, port as u16))
+                .map_err(|source| RenderError::Endpoint {
+                    peer: peer.clone(),
+                    value: format!("{a}:{port}"),
+                    source,
+                })
+        })
+        .transpose()?;
+    Ok(PeerView {
+        cluster_id: peer.clone(),
+        peer_id,
+        public_key,
+        endpoint,
+        real_pod: prefix("real pod CIDR", &c.spec.remote.pod)?,
+        real_external: prefix("real external CIDR", &c.spec.remote.external)?,
+        seen_pod: prefix("granted pod CIDR", &seen.pod)?,
+        seen_external: prefix("granted external CIDR", &seen.external)?,
+    })
 }
 
 /// Joins Configurations (with grants), PublicKeys and GatewayClients by cluster id. Peers
@@ -29,48 +101,46 @@ pub fn peers(
     cfgs: &[impl Borrow<Configuration>],
     keys: &[impl Borrow<PublicKey>],
     clients: &[impl Borrow<GatewayClient>],
-) -> Vec<PeerView> {
+) -> Peers {
     let keys: Vec<&PublicKey> = keys.iter().map(Borrow::borrow).collect();
     let clients: Vec<&GatewayClient> = clients.iter().map(Borrow::borrow).collect();
-    let mut out: Vec<(Option<Time>, PeerView)> =
-        cfgs.iter()
-            .map(Borrow::borrow)
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .filter_map(|c| {
-                let st = c.status.as_ref()?;
-                let seen = st.remote.as_ref()?;
-                let id = c.spec.cluster_id.clone();
-                let key = keys.iter().find(|k| k.spec.cluster_id == id)?;
-                let endpoint = clients
-                    .iter()
-                    .find(|g| g.spec.cluster_id == id)
-                    .and_then(|g| {
-                        let a = g.spec.endpoint.addresses.first()?;
-                        // An IPv6 address needs its brackets to be read back with the port.
-                        Some(match a.parse::<std::net::IpAddr>() {
-                            Ok(ip) => std::net::SocketAddr::new(ip, g.spec.endpoint.port as u16)
-                                .to_string(),
-                            Err(_) => format!("{a}:{}", g.spec.endpoint.port),
-                        })
-                    });
-                Some((
-                    c.metadata.creation_timestamp.clone(),
-                    PeerView {
-                        peer_id: u32::try_from(st.peer_id?).ok()?,
-                        public_key: key.spec.public_key.clone(),
-                        endpoint,
-                        real_pod: c.spec.remote.pod.clone(),
-                        real_external: c.spec.remote.external.clone(),
-                        seen_pod: seen.pod.clone(),
-                        seen_external: seen.external.clone(),
-                        cluster_id: id,
-                    },
-                ))
-            })
-            .collect();
+    let mut out: Vec<(Option<Time>, String, Result<PeerView, RenderError>)> = cfgs
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| {
+            let st = c.status.as_ref()?;
+            let seen = st.remote.as_ref()?;
+            let id = &c.spec.cluster_id;
+            let key = keys.iter().find(|k| k.spec.cluster_id == *id)?;
+            let endpoint = clients
+                .iter()
+                .find(|g| g.spec.cluster_id == *id)
+                .and_then(|g| {
+                    let a = g.spec.endpoint.addresses.first()?;
+                    Some((a.as_str(), g.spec.endpoint.port))
+                });
+            let peer_id = u32::try_from(st.peer_id?).ok()?;
+            Some((
+                c.metadata.creation_timestamp.clone(),
+                id.clone(),
+                view(c, seen, peer_id, &key.spec.public_key, endpoint),
+            ))
+        })
+        .collect();
     // Oldest first: a newcomer that collides with a running peer is the one left out.
-    out.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.cluster_id.cmp(&b.cluster_id)));
-    out.into_iter().map(|(_, p)| p).collect()
+    out.sort_by(|(ta, a, _), (tb, b, _)| ta.cmp(tb).then_with(|| a.cmp(b)));
+    let mut peers = Peers::default();
+    for (_, id, v) in out {
+        match v {
+            Ok(v) => peers.views.push(v),
+            Err(reason) => peers.malformed.push(Skipped {
+                subject: Subject::Peer(id),
+                reason,
+            }),
+        }
+    }
+    peers
 }
 
 /// The /30 that both ends of a tunnel derive from the pair of cluster ids, without talking:
@@ -229,16 +299,7 @@ pub fn render(
         cfg = cfg.dataplane_pin_dir(pins);
     }
     let mut skipped = Vec::new();
-    let mut built = Vec::new();
-    for p in peers {
-        match peer_config(p) {
-            Ok(c) => built.push((p, c)),
-            Err(reason) => skipped.push(Skipped {
-                subject: Subject::Peer(p.cluster_id.clone()),
-                reason,
-            }),
-        }
-    }
+    let built: Vec<(&PeerView, PeerBuilder)> = peers.iter().map(|p| (p, peer_config(p))).collect();
     let mut exposed = Vec::new();
     for e in externals {
         match (host(&e.external), host(&e.internal)) {
@@ -319,45 +380,21 @@ pub fn render(
 }
 
 /// A peer as the gateway runs it, without its probe (which depends on the other peers).
-fn peer_config(p: &PeerView) -> Result<PeerBuilder, RenderError> {
-    let prefix = |field: &'static str, value: &str| {
-        value
-            .parse::<Ipv4Network>()
-            .map_err(|source| RenderError::Prefix {
-                peer: p.cluster_id.clone(),
-                field,
-                value: value.to_owned(),
-                source,
-            })
-    };
-    let real_pod = prefix("real pod CIDR", &p.real_pod)?;
-    let real_external = prefix("real external CIDR", &p.real_external)?;
-    let seen_pod = prefix("granted pod CIDR", &p.seen_pod)?;
-    let seen_external = prefix("granted external CIDR", &p.seen_external)?;
-    let key = fabric_gateway_api::PublicKey::from_base64(&p.public_key).map_err(|source| {
-        RenderError::Key {
-            peer: p.cluster_id.clone(),
-            value: p.public_key.clone(),
-            source,
-        }
-    })?;
-    let mut peer = PeerConfig::builder(&p.cluster_id, key)
+fn peer_config(p: &PeerView) -> PeerBuilder {
+    let (real_pod, real_external) = (p.real_pod, p.real_external);
+    let (seen_pod, seen_external) = (p.seen_pod, p.seen_external);
+    let mut peer = PeerConfig::builder(&p.cluster_id, p.public_key)
         .id(p.peer_id)
         .device(device(&p.cluster_id, p.peer_id))
         .allowed_ips([real_pod, real_external])
         .routes([seen_pod, seen_external])
         .remap(seen_pod, real_pod)
         .remap(seen_external, real_external);
-    if let Some(e) = &p.endpoint {
-        let endpoint = e.parse().map_err(|source| RenderError::Endpoint {
-            peer: p.cluster_id.clone(),
-            value: e.clone(),
-            source,
-        })?;
+    if let Some(endpoint) = p.endpoint {
         // We dial: keep the NAT mapping on the way open.
         peer = peer.endpoint(endpoint).persistent_keepalive(25);
     }
-    Ok(peer)
+    peer
 }
 
 /// An exposed IP's address as a /32.
@@ -422,12 +459,14 @@ mod tests {
         PeerView {
             cluster_id: "b".into(),
             peer_id: 1,
-            public_key: "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=".into(),
+            public_key: "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="
+                .parse()
+                .unwrap(),
             endpoint: None,
-            real_pod: "10.244.0.0/16".into(),
-            real_external: "10.70.0.0/16".into(),
-            seen_pod: "10.64.0.0/16".into(),
-            seen_external: "10.65.0.0/16".into(),
+            real_pod: "10.244.0.0/16".parse().unwrap(),
+            real_external: "10.70.0.0/16".parse().unwrap(),
+            seen_pod: "10.64.0.0/16".parse().unwrap(),
+            seen_external: "10.65.0.0/16".parse().unwrap(),
         }
     }
 
@@ -513,31 +552,23 @@ mod tests {
             let mut p = peer_b();
             p.cluster_id = "x".into();
             p.peer_id = 2;
-            p.public_key = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=".into();
-            p.seen_pod = "10.66.0.0/16".into();
-            p.seen_external = "10.67.0.0/16".into();
+            p.public_key = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
+                .parse()
+                .unwrap();
+            p.seen_pod = "10.66.0.0/16".parse().unwrap();
+            p.seen_external = "10.67.0.0/16".parse().unwrap();
             f(&mut p);
             beside_b(p)
         };
-        // What the API server should have refused.
-        let e = other(|p| p.public_key = "k".into());
-        assert!(matches!(e, RenderError::Key { .. }), "{e}");
-        let e = other(|p| p.seen_pod = "10.66.0.0/33".into());
-        assert!(
-            matches!(&e, RenderError::Prefix { field, .. } if field.contains("pod")),
-            "{e}"
-        );
-        let e = other(|p| p.endpoint = Some("gw.example:51820".into()));
-        assert!(matches!(e, RenderError::Endpoint { .. }), "{e}");
         // Fine alone, not beside b: b's key, b's data-plane id, a view overlapping b's.
         let e = other(|p| p.public_key = peer_b().public_key);
         assert!(e.to_string().contains("used by another peer"), "{e}");
         let e = other(|p| p.peer_id = 1);
         assert!(e.to_string().contains("share id"), "{e}");
-        let e = other(|p| p.seen_pod = "10.64.0.0/16".into());
+        let e = other(|p| p.seen_pod = "10.64.0.0/16".parse().unwrap());
         assert!(e.to_string().contains("overlaps"), "{e}");
         // Its own pod and external CIDRs overlapping.
-        let e = other(|p| p.real_external = "10.244.0.0/16".into());
+        let e = other(|p| p.real_external = "10.244.0.0/16".parse().unwrap());
         assert!(e.to_string().contains("overlap"), "{e}");
         // Two Configurations naming the same peer.
         let e = other(|p| p.cluster_id = "b".into());
@@ -555,15 +586,17 @@ mod tests {
         let mut bad = peer_b();
         bad.cluster_id = twin;
         bad.peer_id = 2;
-        bad.public_key = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=".into();
-        bad.seen_external = "10.67.0.0/16".into();
+        bad.public_key = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
+            .parse()
+            .unwrap();
+        bad.seen_external = "10.67.0.0/16".parse().unwrap();
         // Runs beside b, before it: b goes without a probe.
-        bad.seen_pod = "10.66.0.0/16".into();
+        bad.seen_pod = "10.66.0.0/16".parse().unwrap();
         let r = render(&opts(None), "a", &[], &[bad.clone(), peer_b()], &[]).unwrap();
         assert!(r.skipped.is_empty());
         assert_eq!(r.config.peers[1].probe_address, None);
         // Left out (its view changes the prefix length): b keeps its probe.
-        bad.seen_pod = "10.66.0.0/24".into();
+        bad.seen_pod = "10.66.0.0/24".parse().unwrap();
         let r = render(&opts(None), "a", &[], &[bad, peer_b()], &[]).unwrap();
         assert_eq!(r.skipped.len(), 1);
         assert_eq!(r.config.peers[0].name, "b");
@@ -640,7 +673,7 @@ mod tests {
             "b",
             fabric_api::networking::v1alpha1::PublicKeySpec {
                 cluster_id: "b".into(),
-                public_key: peer_b().public_key,
+                public_key: peer_b().public_key.to_base64(),
             },
         );
         for (a, want) in [
@@ -652,10 +685,43 @@ mod tests {
                 std::slice::from_ref(&key),
                 &[client(a)],
             );
-            assert_eq!(v[0].endpoint.as_deref(), Some(want));
-            let r = render(&opts(None), "a", &[], &v, &[]).unwrap();
+            assert!(v.malformed.is_empty(), "{:?}", v.malformed);
+            assert_eq!(
+                v.views[0].endpoint.map(|e| e.to_string()).as_deref(),
+                Some(want)
+            );
+            let r = render(&opts(None), "a", &[], &v.views, &[]).unwrap();
             assert!(r.skipped.is_empty(), "{:?}", r.skipped);
         }
+        // What the API server should have refused is read once, here: the peer is left out
+        // with why, and the others run.
+        let with = |f: &dyn Fn(&mut Configuration, &mut PublicKey, &mut GatewayClient)| {
+            let (mut c, mut k, mut g) = (cfg.clone(), key.clone(), client("192.0.2.7"));
+            f(&mut c, &mut k, &mut g);
+            let mut good = cfg.clone();
+            good.spec.cluster_id = "good".into();
+            let mut good_key = key.clone();
+            good_key.spec.cluster_id = "good".into();
+            let v = peers(&[good, c], &[good_key, k], &[g]);
+            assert_eq!(v.views.len(), 1);
+            assert_eq!(v.views[0].cluster_id, "good");
+            assert_eq!(v.ids().collect::<Vec<_>>(), ["good", "b"]);
+            let [s] = <[Skipped; 1]>::try_from(v.malformed).unwrap();
+            assert_eq!(s.subject, Subject::Peer("b".into()));
+            s.reason
+        };
+        let e = with(&|_, k, _| k.spec.public_key = "k".into());
+        assert!(matches!(e, RenderError::Key { .. }), "{e}");
+        let e = with(&|c, _, _| {
+            c.status.as_mut().unwrap().remote.as_mut().unwrap().pod = "10.66.0.0/33".into()
+        });
+        assert!(
+            matches!(&e, RenderError::Prefix { field, .. } if field.contains("pod")),
+            "{e}"
+        );
+        let e = with(&|_, _, g| g.spec.endpoint.addresses = vec!["gw.example".into()]);
+        assert!(matches!(e, RenderError::Endpoint { .. }), "{e}");
+        assert!(e.to_string().contains("gw.example:51820"), "{e}");
     }
 
     #[test]
