@@ -146,7 +146,21 @@ pub async fn unpeer(
 }
 
 /// Asks `f` until it yields a value or the deadline passes.
-async fn wait_until<T, F, Fut>(deadline: Instant, what: Wait, mut f: F) -> Result<T, Error>
+async fn wait_until<T, F, Fut>(deadline: Instant, what: Wait, f: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>, Error>>,
+{
+    poll_until(deadline, POLL, what, f).await
+}
+
+/// [`wait_until`], asking every `every`.
+async fn poll_until<T, F, Fut>(
+    deadline: Instant,
+    every: Duration,
+    what: Wait,
+    mut f: F,
+) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, Error>>,
@@ -158,7 +172,7 @@ where
         if Instant::now() > deadline {
             return Err(Error::Timeout(what));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -175,11 +189,16 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
+    // Real time with a short poll: a paused clock (tokio's `test-util`) would give every
+    // test build of the workspace a tokio of other features, and so a second build of
+    // everything above it.
+    const EVERY: Duration = Duration::from_millis(5);
+
+    #[tokio::test]
     async fn waits_until_a_value_comes() {
         let calls = AtomicU32::new(0);
         let deadline = Instant::now() + Duration::from_secs(10);
-        let v = wait_until(deadline, wait(), || async {
+        let v = poll_until(deadline, EVERY, wait(), || async {
             let n = calls.fetch_add(1, Ordering::Relaxed);
             Ok((n == 3).then_some(n))
         })
@@ -188,20 +207,25 @@ mod tests {
         assert_eq!(v, 3);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn gives_up_at_the_deadline_saying_on_what() {
         let t0 = Instant::now();
-        let r: Result<(), _> =
-            wait_until(t0 + Duration::from_secs(2), wait(), || async { Ok(None) }).await;
+        let limit = Duration::from_millis(200);
+        let r: Result<(), _> = poll_until(t0 + limit, EVERY, wait(), || async { Ok(None) }).await;
         match r {
             Err(Error::Timeout(w)) => assert_eq!(w, wait()),
             other => panic!("{other:?}"),
         }
-        assert!(t0.elapsed() >= Duration::from_secs(2));
-        assert!(t0.elapsed() < Duration::from_secs(3));
+        assert!(t0.elapsed() >= limit);
+        // Not much after it (a loaded machine delays a timer by a few polls, not by seconds).
+        assert!(
+            t0.elapsed() < limit + Duration::from_secs(2),
+            "{:?}",
+            t0.elapsed()
+        );
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn an_error_stops_the_wait() {
         let r: Result<(), _> =
             wait_until(Instant::now() + Duration::from_secs(2), wait(), || async {
