@@ -3,41 +3,36 @@
 //! those it finds after a restart).
 use std::{
     path::Path,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use fabric_tests::{
     ChildGuard, Testbed,
     apiserver::{ApiServer, require_tools},
+    process::Bin,
     skip_unless_root,
+    wait::{try_eventually_blocking, until},
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-agent");
 
 fn start_agent(api: &ApiServer, node: &str, log: &Path) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        fabric_tests::die_with_parent(&mut Command::new(BIN))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .env("RUST_LOG", "info")
-            .args([
-                "run",
-                "--namespace",
-                "default",
-                "--gateway",
-                "10.9.0.1",
-                "--interval",
-                "500ms",
-                "--route-netns",
-                node,
-            ])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    Bin::at(BIN)
+        .kubeconfig(&api.kubeconfig)
+        .args([
+            "run",
+            "--namespace",
+            "default",
+            "--gateway",
+            "10.9.0.1",
+            "--interval",
+            "500ms",
+            "--route-netns",
+            node,
+        ])
+        .log(log)
+        .spawn()
+        .unwrap()
 }
 
 /// A Configuration with grants already in its status (as the IPAM controller writes them).
@@ -80,17 +75,15 @@ fn fabric_routes(tb: &Testbed, node: &str) -> Vec<String> {
 fn wait_routes(tb: &Testbed, node: &str, want: &[&str], what: &str) -> Duration {
     let t0 = Instant::now();
     let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
-    loop {
-        let got = fabric_routes(tb, node);
-        if got == want {
-            return t0.elapsed();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{what}: routes {got:?}, want {want:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    let mut got = Vec::new();
+    let waited = try_eventually_blocking(what, Duration::from_secs(10), || {
+        got = fabric_routes(tb, node);
+        (got == want).then_some(())
+    });
+    if let Err(e) = waited {
+        panic!("{e}: routes {got:?}, want {want:?}");
     }
+    t0.elapsed()
 }
 
 #[test]
@@ -148,14 +141,11 @@ fn agent_routes_follow_the_api_and_repair_drift() {
         ],
         "peer d with a grant covering the node",
     );
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(logs.join("a1.log"))
-        .unwrap_or_default()
-        .contains("covers this node's address 10.9.0.2")
-    {
-        assert!(t0.elapsed() < Duration::from_secs(5), "refusal not logged");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until("the refusal logged", Duration::from_secs(5), || {
+        std::fs::read_to_string(logs.join("a1.log"))
+            .unwrap_or_default()
+            .contains("covers this node's address 10.9.0.2")
+    });
     api.kubectl_ok(&["delete", "configuration", "d", "-n", "default"]);
 
     // Someone deletes a route by hand: it is back within seconds.

@@ -20,6 +20,8 @@ use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     auth_service::{AuthService, prepare_cluster},
     locate_bin,
+    process::Bin,
+    wait::{eventually, try_eventually},
 };
 use k8s_openapi::{
     api::{
@@ -486,31 +488,27 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig:
         .status
         .unwrap()
         .renewed_at;
-    let mut cmd = std::process::Command::new(locate_bin("fabric-controller").unwrap());
-    cmd.env("KUBECONFIG", consumer_kubeconfig)
+    let renewer = Bin::new("fabric-controller")
+        .unwrap()
+        .kubeconfig(consumer_kubeconfig)
         .args(["identities", "--renew-before", "2h", "--min-interval", "1s"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let renewer =
-        fabric_tests::ChildGuard(fabric_tests::die_with_parent(&mut cmd).spawn().unwrap());
-    let t0 = std::time::Instant::now();
-    loop {
-        let now = identities
-            .get("provider")
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .renewed_at;
-        if now > before {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no renewal by the controller"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        .spawn()
+        .unwrap();
+    eventually(
+        "a renewal by the controller",
+        Duration::from_secs(30),
+        || async {
+            let now = identities
+                .get("provider")
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .renewed_at;
+            (now > before).then_some(())
+        },
+    )
+    .await;
     drop(renewer);
 
     let csr = consumer::key_and_csr("consumer").unwrap().1;
@@ -533,15 +531,17 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig:
         .unwrap();
     // The API server's RBAC authorizer learns of the deletion through its own watch: access
     // ends within moments of the RoleBinding going, not in the same instant.
-    let t0 = std::time::Instant::now();
-    loop {
-        match tenants.get("consumer").await {
-            Err(kube::Error::Api(e)) if e.code == 403 => break,
-            other if t0.elapsed() > Duration::from_secs(10) => {
-                forbidden(other, "a removed tenant's identity")
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
+    let refused = try_eventually(
+        "the tenant's access gone",
+        Duration::from_secs(10),
+        || async {
+            matches!(tenants.get("consumer").await, Err(kube::Error::Api(e)) if e.code == 403)
+                .then_some(())
+        },
+    )
+    .await;
+    if refused.is_err() {
+        forbidden(tenants.get("consumer").await, "a removed tenant's identity");
     }
     match consumer::renew(c, NS, "provider").await {
         Err(ClientError::Refused(r)) => assert_eq!(r.reason, Reason::Revoked, "{r:?}"),

@@ -1,48 +1,42 @@
 //! Two gateway operators of one cluster against a real API server: exactly one holds the
 //! Lease and points the gateway Service's EndpointSlice at itself, the other stands by; when
 //! the active one dies, the standby takes over and the EndpointSlice follows.
-use std::{
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
+    process::Bin,
+    wait::try_eventually_blocking,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 
 fn operator(api: &ApiServer, pod: &str, ip: &str, dir: &std::path::Path) -> ChildGuard {
     std::fs::create_dir_all(dir).unwrap();
-    ChildGuard(
-        fabric_tests::die_with_parent(&mut Command::new(BIN))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .env("POD_NAME", pod)
-            .args([
-                "gateway",
-                "--advertise",
-                "192.0.2.10:31820",
-                "--interval",
-                "200ms",
-                "--gateway-ip",
-                ip,
-                // No gateway runs here (see below).
-                "--ignore-gateway-health",
-            ])
-            .arg("--config")
-            .arg(dir.join("gateway.toml"))
-            .arg("--key-file")
-            .arg(dir.join("private.key"))
-            .arg("--control-dir")
-            .arg(dir)
-            // No gateway runs here: reloads fail harmlessly, the election is what is tested.
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    Bin::at(BIN)
+        .kubeconfig(&api.kubeconfig)
+        .pod_name(pod)
+        .args([
+            "gateway",
+            "--advertise",
+            "192.0.2.10:31820",
+            "--interval",
+            "200ms",
+            "--gateway-ip",
+            ip,
+            // No gateway runs here (see below).
+            "--ignore-gateway-health",
+        ])
+        .arg("--config")
+        .arg(dir.join("gateway.toml"))
+        .arg("--key-file")
+        .arg(dir.join("private.key"))
+        .arg("--control-dir")
+        .arg(dir)
+        // No gateway runs here: reloads fail harmlessly, the election is what is tested.
+        .spawn()
+        .unwrap()
 }
 
 /// `pod=address` of the gateway Service's endpoints, empty while there is no EndpointSlice.
@@ -60,17 +54,13 @@ fn endpoints(api: &ApiServer) -> String {
 }
 
 fn wait_endpoints(api: &ApiServer, want: &str, what: &str) {
-    let t0 = Instant::now();
-    loop {
-        let got = endpoints(api);
-        if got == want {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "{what}: endpoints {got:?}, want {want:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
+    let mut got = String::new();
+    let waited = try_eventually_blocking(what, Duration::from_secs(15), || {
+        got = endpoints(api);
+        (got == want).then_some(())
+    });
+    if let Err(e) = waited {
+        panic!("{e}: endpoints {got:?}, want {want:?}");
     }
 }
 

@@ -2,7 +2,6 @@
 //! release on delete, and bad objects refused by the schema.
 use std::{
     path::Path,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -13,6 +12,8 @@ use fabric_api::{
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
+    process::Bin,
+    wait::eventually,
 };
 use kube::{Api, api::ListParams};
 
@@ -24,32 +25,26 @@ fn start_controller(api: &ApiServer, log: &Path) -> ChildGuard {
 
 /// One IPAM replica; replicas compete for the Lease fabric-ipam (in `default` here).
 fn start_replica(api: &ApiServer, log: &Path, identity: &str) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        fabric_tests::die_with_parent(&mut Command::new(BIN))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .env("RUST_LOG", "info")
-            .args([
-                "ipam",
-                "--namespace",
-                "default",
-                "--identity",
-                identity,
-                "--pod-cidr",
-                "10.244.0.0/16",
-                "--service-cidr",
-                "10.96.0.0/12",
-                "--external-cidr",
-                "10.70.0.0/16",
-                "--pools",
-                "10.64.0.0/12",
-            ])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    Bin::at(BIN)
+        .kubeconfig(&api.kubeconfig)
+        .args([
+            "ipam",
+            "--namespace",
+            "default",
+            "--identity",
+            identity,
+            "--pod-cidr",
+            "10.244.0.0/16",
+            "--service-cidr",
+            "10.96.0.0/12",
+            "--external-cidr",
+            "10.70.0.0/16",
+            "--pools",
+            "10.64.0.0/12",
+        ])
+        .log(log)
+        .spawn()
+        .unwrap()
 }
 
 fn config_yaml(name: &str, pod: &str, ext: &str) -> String {
@@ -60,20 +55,16 @@ fn config_yaml(name: &str, pod: &str, ext: &str) -> String {
 
 /// Waits until the Configuration's status shows grants, and returns (pod, external, id).
 async fn granted(api: &Api<Configuration>, name: &str) -> (String, String, i32) {
-    let t0 = Instant::now();
-    loop {
-        if let Ok(c) = api.get(name).await
-            && let Some(s) = &c.status
-            && let (Some(r), Some(id)) = (&s.remote, s.peer_id)
-        {
-            return (r.pod.clone(), r.external.clone(), id);
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{name} never got its grants"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        &format!("{name}'s grants"),
+        Duration::from_secs(20),
+        || async {
+            let s = api.get(name).await.ok()?.status?;
+            let (r, id) = (s.remote?, s.peer_id?);
+            Some((r.pod, r.external, id))
+        },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -164,20 +155,15 @@ async fn ipam_grants_persist_and_release() {
         "default",
         "--timeout=20s",
     ]);
-    let t0 = Instant::now();
-    while !nets
-        .list(&ListParams::default().labels(&format!("{}=b", label::CONFIGURATION)))
-        .await
-        .unwrap()
-        .items
-        .is_empty()
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "b's Networks not removed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("b's Networks removed", Duration::from_secs(10), || async {
+        nets.list(&ListParams::default().labels(&format!("{}=b", label::CONFIGURATION)))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     let o = server.kubectl_stdin(
         &["apply", "-f", "-"],
         &config_yaml("e", "10.244.0.0/16", "10.80.0.0/16"),
@@ -232,19 +218,15 @@ async fn ipam_grants_persist_and_release() {
         &config_yaml("h", "11.0.0.0/8", "10.82.0.0/16"),
     );
     assert!(o.status.success());
-    let t0 = Instant::now();
-    loop {
-        let c = cfgs.get("h").await.unwrap();
-        let st = c.status.unwrap_or_default();
-        if let Some(ready) = st.conditions.iter().find(|c| c.type_ == "Ready") {
-            assert_eq!(ready.status, "False");
-            assert!(ready.message.contains("larger than"), "{}", ready.message);
-            assert!(st.remote.is_none());
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "h never refused");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (ready, st) = eventually("h refused", Duration::from_secs(20), || async {
+        let st = cfgs.get("h").await.unwrap().status.unwrap_or_default();
+        let ready = st.conditions.iter().find(|c| c.type_ == "Ready")?.clone();
+        Some((ready, st))
+    })
+    .await;
+    assert_eq!(ready.status, "False");
+    assert!(ready.message.contains("larger than"), "{}", ready.message);
+    assert!(st.remote.is_none());
     // Two controllers and many grants later, x is still nobody's.
     let x = Api::<Configuration>::namespaced(client.clone(), "elsewhere")
         .get("x")

@@ -25,6 +25,7 @@ use fabric_api::{
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
+    process::Bin,
     sharing::{admit_tenant, consumer_credentials},
     wait::eventually,
 };
@@ -37,10 +38,6 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-/// `fabric-controller`, built by `cargo build --workspace --bins`.
-fn bin() -> std::path::PathBuf {
-    fabric_tests::locate_bin("fabric-controller").unwrap()
-}
 const T: Duration = Duration::from_secs(30);
 const NS: &str = names::DEFAULT_NAMESPACE;
 
@@ -263,24 +260,21 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         .iter()
         .enumerate()
         .map(|(i, port)| {
-            let log = std::fs::File::create(dir.join(format!("webhook-{i}.log"))).unwrap();
-            ChildGuard(
-                fabric_tests::die_with_parent(&mut Command::new(bin()))
-                    .env("KUBECONFIG", &api.kubeconfig)
-                    .env("RUST_LOG", "info,fabric_offloading=debug")
-                    .args([
-                        "shadowpod-webhook",
-                        "--listen",
-                        &format!("127.0.0.1:{port}"),
-                        "--pending-ttl",
-                        "5s",
-                    ])
-                    .stdout(log.try_clone().unwrap())
-                    .stderr(log)
-                    .stdin(Stdio::null())
-                    .spawn()
-                    .unwrap(),
-            )
+            // `fabric-controller`, built by `cargo build --workspace --bins`.
+            Bin::new("fabric-controller")
+                .unwrap()
+                .kubeconfig(&api.kubeconfig)
+                .rust_log("info,fabric_offloading=debug")
+                .args([
+                    "shadowpod-webhook",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--pending-ttl",
+                    "5s",
+                ])
+                .log(dir.join(format!("webhook-{i}.log")))
+                .spawn()
+                .unwrap()
         })
         .collect();
 

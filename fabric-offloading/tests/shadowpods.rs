@@ -3,16 +3,14 @@
 //! `pods/status` as a kubelet does. A forged ShadowPod gets its real pod (owned, labelled, its
 //! status copied back); a pod deleted while running is created again and counted; a finished
 //! pod that goes is never revived; deleting a ShadowPod deletes its pod.
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
 use fabric_offloading::shadowpod::forge::{Offer, Policy, forge};
 use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
+    process::Bin,
     wait::eventually,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -22,27 +20,19 @@ use kube::{
 };
 use serde_json::json;
 
-/// `fabric-controller`, built by `cargo build --workspace --bins`.
-fn bin() -> std::path::PathBuf {
-    fabric_tests::locate_bin("fabric-controller").unwrap()
-}
 const T: Duration = Duration::from_secs(30);
 const CONSUMER: &str = "alpha";
 
 fn start_controller(api: &ApiServer, log: &std::path::Path) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        fabric_tests::die_with_parent(&mut Command::new(bin()))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .env("RUST_LOG", "info")
-            .env("POD_NAME", "sharing-0")
-            .arg("sharing")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    // `fabric-controller`, built by `cargo build --workspace --bins`.
+    Bin::new("fabric-controller")
+        .unwrap()
+        .kubeconfig(&api.kubeconfig)
+        .pod_name("sharing-0")
+        .arg("sharing")
+        .log(log)
+        .spawn()
+        .unwrap()
 }
 
 /// A ShadowPod as the consumer's virtual kubelet makes it.

@@ -4,13 +4,14 @@
 use std::{
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{ChildGuard, apiserver::ApiServer, die_with_parent, locate_bin, manifests::Container};
+use crate::{
+    ChildGuard, apiserver::ApiServer, manifests::Container, process::Bin, wait::try_eventually,
+};
 
 /// Creates namespace fabric-system and the `fabric-cluster` ConfigMap naming `cluster_id`,
 /// what `fabricctl` reads to know which cluster it is on.
@@ -81,13 +82,12 @@ impl AuthService {
             .port();
         let (api_url, ca) = api_server_of(&provider.kubeconfig)?;
         let log = fabric_netns::testbed::scratch_dir(&format!("auth-{cluster_id}.log"));
-        let bin = locate_bin("fabric-controller")?;
-        let mut c = match container {
-            Some(container) => container.command(&bin)?,
-            None => Command::new(bin),
+        let bin = match container {
+            Some(container) => Bin::as_container("fabric-controller", container)?,
+            None => Bin::new("fabric-controller")?,
         };
-        c.env("KUBECONFIG", &provider.kubeconfig)
-            .env("RUST_LOG", "info")
+        let mut child = bin
+            .kubeconfig(&provider.kubeconfig)
             .args(["auth", "--cluster-id", cluster_id])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--api-server-url", &api_url])
@@ -98,21 +98,27 @@ impl AuthService {
             // the consumers' certificates, so renewals are verified against it.
             .arg("--client-ca")
             .arg(ca.with_file_name("ca.crt"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?);
-        let mut child = ChildGuard(die_with_parent(&mut c).spawn()?);
-        let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = child.0.try_wait()? {
-                bail!(
-                    "fabric-controller auth exited ({status}): {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                bail!("fabric-controller auth did not listen within 30 s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            .log(&log)
+            .spawn()?;
+        // Listening, or exited (and then why).
+        let exited = try_eventually(
+            "fabric-controller auth listening",
+            Duration::from_secs(30),
+            || {
+                let r = if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    Some(None)
+                } else {
+                    child.0.try_wait().ok().flatten().map(Some)
+                };
+                async move { r }
+            },
+        )
+        .await?;
+        if let Some(status) = exited {
+            bail!(
+                "fabric-controller auth exited ({status}): {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
         }
         let pin = fabric_auth::run::published_pin(
             &provider.client().await,

@@ -12,11 +12,10 @@ use crate::figures::percentile;
 use std::{
     collections::BTreeMap,
     path::Path,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use fabric_api::networking::v1alpha1::{
     ClusterCidrs, Configuration, ConfigurationSpec, ConfigurationStatus,
 };
@@ -26,8 +25,7 @@ use kube::{
 };
 
 use crate::{
-    ChildGuard, Testbed, apiserver::ApiServer, check_interrupt, clusters::PeeredClusters,
-    locate_bin,
+    Testbed, apiserver::ApiServer, check_interrupt, clusters::PeeredClusters, process::Bin,
 };
 
 /// VmRSS in KiB of every process whose command line contains `token`.
@@ -276,24 +274,18 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     tb.ip(&node, &["addr", "add", "10.9.0.2/24", "dev", "eth0"])?;
     let server = ApiServer::start("bench-control");
     server.install_crds();
-    let _agent = ChildGuard(
-        crate::die_with_parent(&mut Command::new(locate_bin("fabric-agent")?))
-            .env("KUBECONFIG", &server.kubeconfig)
-            .args([
-                "run",
-                "--namespace",
-                "default",
-                "--gateway",
-                "10.9.0.1",
-                "--route-netns",
-                &node,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the agent")?,
-    );
+    let _agent = Bin::new("fabric-agent")?
+        .kubeconfig(&server.kubeconfig)
+        .args([
+            "run",
+            "--namespace",
+            "default",
+            "--gateway",
+            "10.9.0.1",
+            "--route-netns",
+            &node,
+        ])
+        .spawn()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

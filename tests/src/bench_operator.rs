@@ -9,13 +9,12 @@
 //! rate.
 use std::{
     collections::BTreeMap,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{ChildGuard, apiserver::ApiServer, check_interrupt, locate_bin};
+use crate::{apiserver::ApiServer, check_interrupt, process::Bin};
 
 /// `apiserver_request_total` by "VERB resource[/subresource]", from the Prometheus text
 /// ([`crate::apimetrics::parse`] with the status codes folded together). Non-resource
@@ -132,30 +131,25 @@ pub fn operator_requests(
     }
     let dir = std::env::temp_dir().join(format!("fabric-bench-operator-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let log = std::fs::File::create(dir.join("operator.log"))?;
-    let operator = ChildGuard(
-        crate::die_with_parent(&mut Command::new(locate_bin("fabric-controller")?))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .env("POD_NAME", "gw-0")
-            // No gateway: the active operator's requests are what is measured.
-            .args([
-                "gateway",
-                "--advertise",
-                "192.0.2.10:31820",
-                "--ignore-gateway-health",
-            ])
-            .arg("--config")
-            .arg(dir.join("gateway.toml"))
-            .arg("--key-file")
-            .arg(dir.join("private.key"))
-            .arg("--control-dir")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting the gateway operator")?,
-    );
+    let operator = Bin::new("fabric-controller")?
+        .kubeconfig(&api.kubeconfig)
+        .pod_name("gw-0")
+        // No gateway: the active operator's requests are what is measured.
+        .args([
+            "gateway",
+            "--advertise",
+            "192.0.2.10:31820",
+            "--ignore-gateway-health",
+        ])
+        .arg("--config")
+        .arg(dir.join("gateway.toml"))
+        .arg("--key-file")
+        .arg(dir.join("private.key"))
+        .arg("--control-dir")
+        .arg(&dir)
+        .log(dir.join("operator.log"))
+        .spawn()
+        .context("starting the gateway operator")?;
     // Settled once every peer has its Connection.
     let t0 = Instant::now();
     loop {

@@ -47,10 +47,11 @@ use crate::{
     auth_service::AuthService,
     check_interrupt,
     deployments::{self, Deployments},
-    die_with_parent,
     figures::{mib, percentile, rss_kib, secs},
     locate_bin,
+    process::Bin,
     sharing::install_identity,
+    wait::until_done,
 };
 
 const NS: &str = names::DEFAULT_NAMESPACE;
@@ -93,18 +94,16 @@ struct Controller {
 
 fn controller(api: &ApiServer, name: &str, args: &[&str], dir: &Path) -> Result<Controller> {
     let log = dir.join(format!("{name}.log"));
-    let file = std::fs::File::create(&log)?;
-    let mut c = Command::new(locate_bin("fabric-controller")?);
-    c.args(args)
-        .env("KUBECONFIG", &api.kubeconfig)
-        .env("RUST_LOG", "info")
-        .env("POD_NAME", name)
-        .stdout(file.try_clone()?)
-        .stderr(file);
+    let child = Bin::new("fabric-controller")?
+        .args(args)
+        .kubeconfig(&api.kubeconfig)
+        .pod_name(name)
+        .log(&log)
+        .spawn()?;
     Ok(Controller {
         name: name.to_owned(),
         log,
-        child: ChildGuard(die_with_parent(&mut c).spawn()?),
+        child,
     })
 }
 
@@ -290,24 +289,6 @@ where
     }
 }
 
-/// Waits (polling) until `f` says done, or fails after `timeout` naming `what`.
-async fn until<F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    let t0 = Instant::now();
-    loop {
-        if f().await.unwrap_or(false) {
-            return Ok(());
-        }
-        if t0.elapsed() > timeout {
-            bail!("{what}: not within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Removes the peering on both sides, as `fabricctl unpeer` does: on the consumer the slice
 /// (its replica and grant go), the virtual node, the ForeignCluster (the network objects of
 /// both sides go) and the identity; on the provider the consumer's ForeignCluster.
@@ -315,7 +296,7 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
     let long = Duration::from_secs(60);
     let slices: Api<ResourceSlice> = Api::namespaced(c.clone(), NS);
     delete(&slices, PROVIDER).await?;
-    until("the ResourceSlice removed", long, || {
+    until_done("the ResourceSlice removed", long, || {
         gone(&slices, PROVIDER)
     })
     .await?;
@@ -324,12 +305,12 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
         if vn.spec.cluster_id == PROVIDER {
             let name = vn.metadata.name.clone().unwrap_or_default();
             delete(&vns, &name).await?;
-            until("the VirtualNode removed", long, || gone(&vns, &name)).await?;
+            until_done("the VirtualNode removed", long, || gone(&vns, &name)).await?;
         }
     }
     let fcs: Api<ForeignCluster> = Api::all(c.clone());
     delete(&fcs, PROVIDER).await?;
-    until("the provider's ForeignCluster removed", long, || {
+    until_done("the provider's ForeignCluster removed", long, || {
         gone(&fcs, PROVIDER)
     })
     .await?;
@@ -347,7 +328,7 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
     delete(&pfcs, CONSUMER).await?;
     let tenant = names::namespace::tenant(CONSUMER);
     let replicas: Api<ResourceSlice> = Api::namespaced(p.clone(), &tenant);
-    until(
+    until_done(
         "the consumer's ForeignCluster and slice replica removed",
         long,
         || async { Ok(gone(&pfcs, CONSUMER).await? && gone(&replicas, PROVIDER).await?) },
@@ -355,7 +336,7 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
     .await?;
     let cfgs: Api<Configuration> = Api::namespaced(c.clone(), NS);
     let pcfgs: Api<Configuration> = Api::namespaced(p.clone(), NS);
-    until("both sides' network objects removed", long, || async {
+    until_done("both sides' network objects removed", long, || async {
         Ok(cfgs.list(&ListParams::default()).await?.items.is_empty()
             && pcfgs.list(&ListParams::default()).await?.items.is_empty())
     })
@@ -513,7 +494,7 @@ fn memory(rt: &tokio::runtime::Runtime, stack: &Stack, total: usize) -> Result<(
             names::label::VIRTUAL_NODE_TYPE
         );
         let t0 = Instant::now();
-        until(
+        until_done(
             &format!("{total} virtual nodes Ready"),
             Duration::from_secs(300),
             || async {

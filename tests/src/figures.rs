@@ -1,5 +1,5 @@
 //! What the benchmarks print their figures with: percentiles of sorted durations, seconds,
-//! and a process's resident memory.
+//! a process's resident memory and CPU time.
 use std::time::Duration;
 
 /// The `p` percentile (0.0-1.0) of `sorted`, which must not be empty.
@@ -26,4 +26,20 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 
 pub fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// CPU time (user and system) of processes, in seconds.
+pub fn cpu_secs(pids: &[i32]) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    pids.iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the command (which may hold spaces), from field 3 on.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64)
+        })
+        .sum::<f64>()
+        / hz
 }

@@ -25,6 +25,8 @@ pub mod manifests;
 pub mod netns;
 pub mod offload_fixture;
 pub mod peering_stack;
+pub mod phase;
+pub mod process;
 /// Resource quantities, as the provider's offer policy reads them.
 pub use fabric_api::quantity;
 pub mod sched;
@@ -37,9 +39,8 @@ pub mod webhook;
 pub mod workloads;
 
 pub use agent::{Agent, peer_counter};
-/// For children a test waits for or kills itself: they die with the test process too.
-pub use fabric_netns::process::die_with_parent;
 pub use netns::{Testbed, is_root};
+pub use process::{ChildGuard, die_with_parent, locate_bin};
 pub use topo::{Addressing, TwoClusters, addr};
 
 /// For tests: returns true (after printing why) when the environment cannot run netns tests.
@@ -51,38 +52,6 @@ pub fn skip_unless_root(test: &str) -> bool {
         "skipping {test}: needs root (network namespaces, eBPF); run `sudo cargo xtask test`"
     );
     true
-}
-
-/// A child process that is killed and reaped when dropped, so a failing test leaves none
-/// behind.
-pub struct ChildGuard(pub std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Finds one of the workspace's binaries (built by `cargo build --workspace --bins`): next to
-/// the running test executable, or in ../target/debug.
-pub fn locate_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
-    let mut tried = Vec::new();
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(2) {
-            tried.push(dir.join(name));
-        }
-    }
-    tried.push(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/debug")
-            .join(name),
-    );
-    tried
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("{name} not found (tried {tried:?}); run `cargo build --workspace --bins` or `cargo xtask test`"))
 }
 
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

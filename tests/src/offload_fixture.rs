@@ -5,12 +5,9 @@
 //! RBAC; the consumer reaches the provider only through a real consumer identity bound to the
 //! tenant Role. Used by the offload, virtual_node and offloaded_streams tests (the latter
 //! with a fixture cluster as the provider).
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use fabric_api::{
     names,
     offloading::v1alpha1::{VirtualNode, VirtualNodeSpec},
@@ -23,7 +20,8 @@ use crate::{
     ChildGuard,
     apiserver::ApiServer,
     deployments::{self, Deployments},
-    die_with_parent, locate_bin, sharing,
+    process::Bin,
+    sharing,
 };
 
 pub const NS: &str = names::DEFAULT_NAMESPACE;
@@ -42,22 +40,6 @@ pub fn apply(api: &ApiServer, obj: &Value) -> Result<()> {
         bail!("apply {obj}: {}", String::from_utf8_lossy(&o.stderr));
     }
     Ok(())
-}
-
-/// One of our binaries against `kubeconfig`, logging to `log`, dying with the test.
-pub fn spawn(bin: &str, args: &[&str], kubeconfig: &Path, log: &Path) -> Result<ChildGuard> {
-    let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    Ok(ChildGuard(
-        die_with_parent(&mut Command::new(locate_bin(bin)?))
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
-            .env("POD_NAME", "controller-0")
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {bin}"))?,
-    ))
 }
 
 /// A fresh scratch directory for a test's logs: `fabt-<pid>-<tag>` under the temp dir.
@@ -196,7 +178,12 @@ pub fn start_virtual_nodes(
     ];
     args.extend(extra);
     let log = dir.join("consumer-controller.log");
-    let controller = spawn("fabric-controller", &args, &consumer.kubeconfig, &log)?;
+    let controller = Bin::new("fabric-controller")?
+        .args(args)
+        .kubeconfig(&consumer.kubeconfig)
+        .pod_name("controller-0")
+        .log(&log)
+        .spawn()?;
     let deployments = Deployments::start(deployments::Options {
         admin_kubeconfig: consumer.kubeconfig.clone(),
         component_kubeconfig: consumer.kubeconfig.clone(),

@@ -2,18 +2,13 @@
 //! server on the host, registered as deploy/ registers it: kubelite calls it through its
 //! Service, resolved by an EndpointSlice to 127.0.0.1 and the port it listens on, verifying
 //! it against the caBundle the webhook writes itself.
-use std::{
-    net::TcpListener,
-    path::Path,
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::{net::TcpListener, path::Path, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 use fabric_api::names;
 use serde_json::json;
 
-use crate::{ChildGuard, apiserver::ApiServer, die_with_parent, locate_bin};
+use crate::{ChildGuard, apiserver::ApiServer, process::Bin, wait::try_eventually_blocking};
 
 /// The ValidatingWebhookConfiguration of deploy/, as `kubectl apply -k deploy/` installs it.
 pub fn deployed_config() -> Result<String> {
@@ -51,24 +46,16 @@ pub fn start(api: &ApiServer, log: &Path) -> Result<ChildGuard> {
             );
         }
     }
-    let file = std::fs::File::create(log)?;
-    let child = ChildGuard(
-        die_with_parent(&mut Command::new(locate_bin("fabric-controller")?))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .env("RUST_LOG", "info")
-            .args([
-                "shadowpod-webhook",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting fabric-controller shadowpod-webhook")?,
-    );
-    let t0 = Instant::now();
-    loop {
+    let child = Bin::new("fabric-controller")?
+        .args([
+            "shadowpod-webhook",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .kubeconfig(&api.kubeconfig)
+        .log(log)
+        .spawn()?;
+    try_eventually_blocking("the webhook's caBundle", Duration::from_secs(30), || {
         let o = api.kubectl(&[
             "get",
             "validatingwebhookconfiguration",
@@ -76,15 +63,13 @@ pub fn start(api: &ApiServer, log: &Path) -> Result<ChildGuard> {
             "-o",
             "jsonpath={.webhooks[0].clientConfig.caBundle}",
         ]);
-        if o.status.success() && !o.stdout.is_empty() {
-            return Ok(child);
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            bail!(
-                "the webhook wrote no caBundle within 30 s:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        (o.status.success() && !o.stdout.is_empty()).then_some(())
+    })
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}; its log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        )
+    })?;
+    Ok(child)
 }

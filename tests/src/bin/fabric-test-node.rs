@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use fabric_tests::testnode::{node, pods, server};
+use fabric_tests::testnode::{node, podnet, pods, server};
 use ipnetwork::Ipv4Network;
 use tracing::info;
 
@@ -183,11 +183,11 @@ async fn run(cli: Cli) -> Result<()> {
         // The pods' processes die with this one; their namespaces would stay until a reaper
         // came by.
         _ = term.recv() => {
-            pods::remove_all();
+            podnet::remove_all();
             Ok(())
         }
         _ = tokio::signal::ctrl_c() => {
-            pods::remove_all();
+            podnet::remove_all();
             Ok(())
         }
     }

@@ -12,9 +12,10 @@
 //!
 //! Pure parts: [`status`] (restart decisions, phase, `PodStatus`), [`logs`] (the CRI log
 //! format and the logs query), [`pick_address`]. I/O: [`node`] (registration, Lease),
-//! [`pods`] (the per-pod workers: network, processes, status), [`server`] (kubelet API).
+//! [`pods`] (the per-pod workers: processes, status), [`podnet`] (their network), [`server`] (kubelet API).
 pub mod logs;
 pub mod node;
+pub mod podnet;
 pub mod pods;
 pub mod server;
 pub mod status;

@@ -5,7 +5,7 @@
 //!
 //! The sharing controllers run in-process in the host namespace against both API servers'
 //! host-side forwarders (see `fabric_tests::sharing`); everything else is the fixture's.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fabric_api::{
     core::v1alpha1::{ForeignCluster, condition},
@@ -18,6 +18,7 @@ use fabric_tests::{
     clusters::{Cluster, NAMESPACE, PeeredClusters},
     sharing::{admit_tenant, consumer_credentials, keep_identity},
     skip_unless_root, traffic,
+    wait::try_eventually,
 };
 use kube::{Api, Client, api::DeleteParams};
 
@@ -37,22 +38,14 @@ fn remote_pod(k: usize) -> String {
     Cluster::pod_ip(k).replacen("10.244.", "10.64.", 1)
 }
 
-fn wait<T, F, Fut>(rt: &tokio::runtime::Runtime, what: &str, cl: &PeeredClusters, mut f: F) -> T
+fn wait<T, F, Fut>(rt: &tokio::runtime::Runtime, what: &str, cl: &PeeredClusters, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = rt.block_on(f()) {
-            return v;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}\n{}",
-            cl.log_tails()
-        );
-        std::thread::sleep(Duration::from_millis(250));
+    match rt.block_on(try_eventually(what, Duration::from_secs(60), f)) {
+        Ok(v) => v,
+        Err(e) => panic!("{e}\n{}", cl.log_tails()),
     }
 }
 

@@ -4,12 +4,13 @@
 //! `--overlay`: every pod pair still talks across, with the overlay devices, entries and
 //! routes put back when someone removes them, components restarted without losing it, and
 //! nothing of the peer left after unpeering.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fabric_tests::{
     apiserver::require_tools,
     clusters::{Cluster, PeeredClusters},
     skip_unless_root, traffic,
+    wait::until,
 };
 
 fn remote_pod(k: usize) -> String {
@@ -31,14 +32,6 @@ fn server_saw(server: &str, client: &str, dst: &str) -> String {
         }
     }
     panic!("TCP from {client} to {dst}: {:#}", last.expect("tried"))
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !ok() {
-        assert!(t0.elapsed() < timeout, "{what} not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -147,7 +140,7 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
     cl.tb
         .ip(&cl.a.gw, &["route", "del", "10.244.2.10/32"])
         .unwrap();
-    wait_for("overlay repair", Duration::from_secs(5), || {
+    until("overlay repair", Duration::from_secs(5), || {
         let fdb = cl
             .tb
             .exec_any(&node, &["bridge", "fdb", "show", "dev", "fabric.vx"])
@@ -214,7 +207,7 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
     .join()
     .unwrap()
     .unwrap();
-    wait_for("the gateway guard's report", Duration::from_secs(5), || {
+    until("the gateway guard's report", Duration::from_secs(5), || {
         std::fs::read_to_string(cl.logs.join("operator1.log"))
             .unwrap_or_default()
             .contains("overlay guard refused")
@@ -307,14 +300,14 @@ fn peering_over_the_overlay_on_a_routed_cluster_network() {
             .id()
             .trim_start_matches(fabric_tests::netns::NETNS_PREFIX)
     );
-    wait_for("overlay guards unpinned", Duration::from_secs(15), || {
+    until("overlay guards unpinned", Duration::from_secs(15), || {
         std::fs::read_dir("/sys/fs/bpf")
             .unwrap()
             .flatten()
             .all(|e| !e.file_name().to_string_lossy().starts_with(&pins))
     });
     for c in [&cl.a, &cl.b] {
-        wait_for(
+        until(
             "peer routes and overlay devices removed",
             Duration::from_secs(15),
             || {

@@ -9,6 +9,7 @@ use fabric_tests::{
     apiserver::require_tools,
     clusters::{Cluster, PeeredClusters},
     skip_unless_root, traffic,
+    wait::try_eventually_blocking,
 };
 
 /// TCP from `client` to `dst`: the client address the server in `server` saw. Tried up to three
@@ -118,8 +119,7 @@ fn peer_two_clusters_with_fabricctl() {
         "apiVersion: networking.fabric.io/v1alpha1\nkind: IP\nmetadata: {name: db, namespace: fabric-system}\nspec: {ip: 192.168.1.5}\n",
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let t0 = std::time::Instant::now();
-    let external = loop {
+    let external = try_eventually_blocking("an address for IP db", Duration::from_secs(10), || {
         let v = cl.a.api.kubectl_ok(&[
             "get",
             "ip",
@@ -129,16 +129,9 @@ fn peer_two_clusters_with_fabricctl() {
             "-o",
             "jsonpath={.status.ip}",
         ]);
-        if !v.trim().is_empty() {
-            break v.trim().to_owned();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "IP db got no address\n{}",
-            cl.log_tails()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        (!v.trim().is_empty()).then(|| v.trim().to_owned())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", cl.log_tails()));
     assert_eq!(external, "10.70.0.1");
     let o = cl.a.api.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -179,26 +172,23 @@ fn peer_two_clusters_with_fabricctl() {
         ("ip", "db-again", "False True left out"),
         ("ip", "db", "True True the gateway runs it"),
     ] {
-        let t0 = std::time::Instant::now();
-        loop {
-            let got = accepted(kind, name);
-            if got.starts_with(want) {
-                break;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "{kind} {name}: {got:?}, want {want:?}\n{}",
-                cl.log_tails()
-            );
-            std::thread::sleep(Duration::from_millis(200));
+        let mut got = String::new();
+        let waited =
+            try_eventually_blocking(&format!("{kind} {name}"), Duration::from_secs(30), || {
+                got = accepted(kind, name);
+                got.starts_with(want).then_some(())
+            });
+        if let Err(e) = waited {
+            panic!("{e}: {got:?}, want {want:?}\n{}", cl.log_tails());
         }
     }
     assert!(accepted("configuration", "cluster-x").contains("is used by another peer"));
     assert!(accepted("configuration", "cluster-y").contains("overlap"));
     assert!(accepted("ip", "db-again").contains("overlap"));
-    let t0 = std::time::Instant::now();
-    loop {
-        let events = cl.a.api.kubectl_ok(&[
+    let (mut missing, mut events) = (Vec::new(), String::new());
+    let waited =
+        try_eventually_blocking("a LeftOut Event on each", Duration::from_secs(30), || {
+            events = cl.a.api.kubectl_ok(&[
             "get",
             "events.events.k8s.io",
             "-n",
@@ -206,22 +196,18 @@ fn peer_two_clusters_with_fabricctl() {
             "-o",
             "jsonpath={range .items[*]}{.regarding.kind}/{.regarding.name} {.reason}{\"\\n\"}{end}",
         ]);
-        let missing: Vec<&str> = [
-            "Configuration/cluster-x",
-            "Configuration/cluster-y",
-            "IP/db-again",
-        ]
-        .into_iter()
-        .filter(|o| !events.lines().any(|l| l == format!("{o} LeftOut")))
-        .collect();
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no LeftOut Event on {missing:?}: {events}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
+            missing = [
+                "Configuration/cluster-x",
+                "Configuration/cluster-y",
+                "IP/db-again",
+            ]
+            .into_iter()
+            .filter(|o| !events.lines().any(|l| l == format!("{o} LeftOut")))
+            .collect();
+            missing.is_empty().then_some(())
+        });
+    if let Err(e) = waited {
+        panic!("{e}: none on {missing:?}: {events}");
     }
 
     let st = cl.fabricctl(&["status"]).unwrap();
@@ -305,22 +291,22 @@ fn peer_two_clusters_with_fabricctl() {
         cl.log_tails()
     );
     for c in [&cl.a, &cl.b] {
-        let t0 = std::time::Instant::now();
-        loop {
-            let routes: String = c
-                .nodes
-                .iter()
-                .map(|n| cl.tb.ip(n, &["route", "show", "proto", "250"]).unwrap())
-                .collect();
-            let links = cl.tb.ip(&c.gw, &["-o", "link", "show"]).unwrap();
-            if routes.trim().is_empty() && !links.contains("fab-") {
-                break;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(15),
-                "left behind: routes {routes:?} links {links}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        let (mut routes, mut links) = (String::new(), String::new());
+        let waited = try_eventually_blocking(
+            "routes and tunnels removed",
+            Duration::from_secs(15),
+            || {
+                routes = c
+                    .nodes
+                    .iter()
+                    .map(|n| cl.tb.ip(n, &["route", "show", "proto", "250"]).unwrap())
+                    .collect();
+                links = cl.tb.ip(&c.gw, &["-o", "link", "show"]).unwrap();
+                (routes.trim().is_empty() && !links.contains("fab-")).then_some(())
+            },
+        );
+        if let Err(e) = waited {
+            panic!("{e}: left behind: routes {routes:?} links {links}");
         }
         for kind in [
             "configurations",

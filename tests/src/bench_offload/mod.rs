@@ -2,7 +2,7 @@
 //! home, against the same burst bound to one of the provider's own nodes, and what the virtual
 //! kubelet weighs with many offloaded pods.
 //!
-//! Two test API servers on the host with RBAC enforced, as `tests/tests/offload.rs`: the
+//! Two test API servers on the host with RBAC enforced, as `tests/tests/api/offload.rs`: the
 //! consumer runs `fabric-controller virtual-nodes` and the virtual kubelet it deploys (as its
 //! ServiceAccount, through [`crate::deployments`]), with graceful pod deletion on; the provider
 //! runs `fabric-controller sharing` (the ShadowPod controller) and one test node in **hollow**
@@ -28,7 +28,6 @@
 use std::{
     collections::HashMap,
     path::PathBuf,
-    process::Command,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -50,14 +49,21 @@ use kube::{
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+mod report;
+mod watch;
+
+use report::{Burst, Deletion};
+use watch::{Stage, Step, first_event, first_seen, provider_stages};
+
 use crate::{
     ChildGuard, apimetrics,
     apiserver::ApiServer,
     check_interrupt,
     deployments::Deployments,
-    die_with_parent,
-    figures::{mib, percentile, rss_kib, secs},
-    locate_bin, sharing,
+    figures::{cpu_secs, mib, percentile, rss_kib, secs},
+    process::Bin,
+    sharing,
+    wait::until_done,
 };
 
 const NS: &str = names::DEFAULT_NAMESPACE;
@@ -108,23 +114,6 @@ fn apply(api: &ApiServer, obj: &Value) -> Result<()> {
         bail!("apply {obj}: {}", String::from_utf8_lossy(&o.stderr));
     }
     Ok(())
-}
-
-fn spawn(
-    bin: &str,
-    args: &[String],
-    kubeconfig: &std::path::Path,
-    log: PathBuf,
-) -> Result<ChildGuard> {
-    let log = std::fs::File::create(log)?;
-    let mut c = Command::new(locate_bin(bin)?);
-    c.args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "info")
-        .env("POD_NAME", "controller-0")
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    Ok(ChildGuard(die_with_parent(&mut c).spawn()?))
 }
 
 struct Stack {
@@ -245,24 +234,6 @@ fn ready(n: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn until<F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    let t0 = Instant::now();
-    loop {
-        check_interrupt()?;
-        if f().await.unwrap_or(false) {
-            return Ok(());
-        }
-        if t0.elapsed() > timeout {
-            bail!("{what}: not within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
     let dir = fabric_netns::testbed::scratch_dir("bench-offload");
     let _ = std::fs::remove_dir_all(&dir);
@@ -276,32 +247,33 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
     let p = rt.block_on(provider.client());
     rt.block_on(sharing::admit_tenant(&p, CONSUMER))?;
     let creds = sharing::consumer_credentials(&provider, CONSUMER)?;
-    let mut children = vec![spawn(
-        "fabric-controller",
-        &["sharing".into()],
-        &provider.kubeconfig,
-        dir.join("provider-sharing.log"),
-    )?];
-    let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    children.push(spawn(
-        "fabric-test-node",
-        &[
-            s(&["--node-name", HOLLOW_NODE, "--node-ip", "127.0.0.1"]),
-            s(&["--kubelet-port", &free_port()?.to_string()]),
-            s(&[
+    let mut children = vec![
+        Bin::new("fabric-controller")?
+            .arg("sharing")
+            .kubeconfig(&provider.kubeconfig)
+            .pod_name("controller-0")
+            .log(dir.join("provider-sharing.log"))
+            .spawn()?,
+    ];
+    children.push(
+        Bin::new("fabric-test-node")?
+            .args(["--node-name", HOLLOW_NODE, "--node-ip", "127.0.0.1"])
+            .args(["--kubelet-port", &free_port()?.to_string()])
+            .args([
                 "--pod-cidr",
                 "10.244.0.0/16",
                 "--hollow",
                 "--max-pods",
                 "5000",
-            ]),
-            s(&["--cpu", "1000", "--memory", "4000Gi"]),
-            s(&["--root-dir", &dir.join("node").display().to_string()]),
-        ]
-        .concat(),
-        &provider.kubeconfig,
-        dir.join("provider-test-node.log"),
-    )?);
+            ])
+            .args(["--cpu", "1000", "--memory", "4000Gi"])
+            .arg("--root-dir")
+            .arg(dir.join("node"))
+            .kubeconfig(&provider.kubeconfig)
+            .pod_name("controller-0")
+            .log(dir.join("provider-test-node.log"))
+            .spawn()?,
+    );
 
     if webhook {
         rt.block_on(grant(&p))
@@ -360,7 +332,7 @@ async fn grant(p: &Client) -> Result<()> {
     );
     slice.metadata.namespace = Some(ns);
     slices.create(&PostParams::default(), &slice).await?;
-    until(
+    until_done(
         "the provider granting the bench's ResourceSlice",
         Duration::from_secs(60),
         || async {
@@ -386,204 +358,6 @@ fn burst_pod(name: &str) -> Result<Pod> {
                              "command": ["fabric-test-pod", "echo", "--port", "8080"] }],
         },
     }))?)
-}
-
-/// What one burst measured.
-struct Burst {
-    /// Per pod, from its binding to Running, sorted.
-    latencies: Vec<Duration>,
-    /// From the first binding to the last pod Running.
-    all: Duration,
-    /// Per stage on the way, from each pod's binding to that stage, sorted.
-    stages: Vec<(&'static str, Vec<Duration>)>,
-    /// CPU seconds each component used meanwhile.
-    cpu: Vec<(&'static str, f64)>,
-}
-
-impl Burst {
-    fn line(&self) -> String {
-        format!(
-            "p50 {}, p99 {}, all {} Running after {}",
-            secs(percentile(&self.latencies, 0.5)),
-            secs(percentile(&self.latencies, 0.99)),
-            self.latencies.len(),
-            secs(self.all)
-        )
-    }
-
-    fn details(&self) -> String {
-        let mut s = String::new();
-        for (label, d) in &self.stages {
-            if !d.is_empty() {
-                s.push_str(&format!(
-                    "          {label:<34} p50 {}, p99 {}\n",
-                    secs(percentile(d, 0.5)),
-                    secs(percentile(d, 0.99))
-                ));
-            }
-        }
-        let cpu: Vec<String> = self
-            .cpu
-            .iter()
-            .map(|(label, s)| format!("{label} {s:.1}"))
-            .collect();
-        s.push_str(&format!(
-            "          CPU seconds meanwhile: {}",
-            cpu.join(", ")
-        ));
-        s
-    }
-}
-
-/// A step on the offloaded pods' way, watched on the provider: when each home pod's
-/// ShadowPod or real pod was first seen in the state that counts.
-struct Stage {
-    label: &'static str,
-    client: Client,
-    /// The home namespace (the provider's objects are named `<namespace>.<name>`).
-    home_ns: String,
-    on: Step,
-}
-
-/// What a [`Stage`] waits for.
-#[derive(Clone, Copy)]
-enum Step {
-    ShadowPodCreated,
-    PodCreated,
-    PodBound,
-    PodRunning,
-    ShadowPodRunning,
-    /// Marked for deletion, or gone.
-    ShadowPodDeleting,
-    PodDeleting,
-    PodGone,
-    ShadowPodGone,
-}
-
-/// The stages `steps` of the provider's objects standing for the home pods of `home_ns`.
-fn provider_stages(stack: &Stack, home_ns: &str, steps: &[(&'static str, Step)]) -> Vec<Stage> {
-    steps
-        .iter()
-        .map(|&(label, on)| Stage {
-            label,
-            client: stack.p.clone(),
-            home_ns: home_ns.to_owned(),
-            on,
-        })
-        .collect()
-}
-
-type Seen = (Arc<Mutex<HashMap<String, Instant>>>, JoinHandle<()>);
-
-impl Stage {
-    async fn start(&self) -> Seen {
-        let tenant = names::namespace::tenant(CONSUMER);
-        let prefix = format!("{}.", self.home_ns);
-        let home = move |name: String| name.strip_prefix(&prefix).map(str::to_owned);
-        let step = self.on;
-        let going = move |m: &ObjectMeta, gone: bool| match step {
-            Step::ShadowPodDeleting | Step::PodDeleting => {
-                Some(gone || m.deletion_timestamp.is_some())
-            }
-            Step::ShadowPodGone | Step::PodGone => Some(gone),
-            _ if gone => Some(false),
-            _ => None,
-        };
-        match step {
-            Step::ShadowPodCreated
-            | Step::ShadowPodRunning
-            | Step::ShadowPodDeleting
-            | Step::ShadowPodGone => {
-                let api: Api<ShadowPod> = Api::namespaced(self.client.clone(), &tenant);
-                first_event(api, move |s: &ShadowPod, gone| {
-                    let phase = s.status.as_ref().and_then(|s| s.phase.as_deref());
-                    let counts = going(&s.metadata, gone).unwrap_or(
-                        matches!(step, Step::ShadowPodCreated) || phase == Some("Running"),
-                    );
-                    counts.then(|| home(s.name_any())).flatten()
-                })
-                .await
-            }
-            _ => {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), &tenant);
-                first_event(api, move |p: &Pod, gone| {
-                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                    let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-                    let counts = going(&p.metadata, gone).unwrap_or(match step {
-                        Step::PodBound => bound,
-                        Step::PodRunning => phase == Some("Running"),
-                        _ => true,
-                    });
-                    counts.then(|| home(p.name_any())).flatten()
-                })
-                .await
-            }
-        }
-    }
-}
-
-/// Watches `api` and records, per key `key_of` gives, when it was first given one; returns
-/// once the watch has listed what exists.
-async fn first_seen<K, F>(api: Api<K>, key_of: F) -> Seen
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    F: Fn(&K) -> Option<String> + Send + 'static,
-{
-    first_event(api, move |o: &K, gone| if gone { None } else { key_of(o) }).await
-}
-
-/// As [`first_seen`], `key_of` also told whether the object was deleted (`true`) or applied.
-async fn first_event<K, F>(api: Api<K>, key_of: F) -> Seen
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    F: Fn(&K, bool) -> Option<String> + Send + 'static,
-{
-    let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-    let task = {
-        let seen = seen.clone();
-        tokio::spawn(async move {
-            let mut synced = Some(synced_tx);
-            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
-            while let Some(ev) = s.next().await {
-                let (obj, gone) = match ev {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => (o, false),
-                    Ok(watcher::Event::Delete(o)) => (o, true),
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                        continue;
-                    }
-                    _ => continue,
-                };
-                if let Some(k) = key_of(&obj, gone) {
-                    seen.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .entry(k)
-                        .or_insert_with(Instant::now);
-                }
-            }
-        })
-    };
-    let _ = synced_rx.await;
-    (seen, task)
-}
-
-/// CPU time (user and system) of processes, in seconds.
-fn cpu_secs(pids: &[i32]) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    pids.iter()
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the command (which may hold spaces), from field 3 on.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64)
-        })
-        .sum::<f64>()
-        / hz
 }
 
 /// Creates `n` pods in `ns` of `client`'s cluster, binds them all to `node` at once, and
@@ -647,7 +421,7 @@ async fn burst(
         .buffer_unordered(CONCURRENCY)
         .try_collect::<()>()
         .await?;
-    let r = until(&format!("{n} pods Running in {ns}"), timeout, || async {
+    let r = until_done(&format!("{n} pods Running in {ns}"), timeout, || async {
         Ok(running.lock().unwrap_or_else(|e| e.into_inner()).len() >= n)
     })
     .await;
@@ -692,52 +466,6 @@ async fn burst(
         stages,
         cpu,
     })
-}
-
-/// What deleting a burst measured.
-struct Deletion {
-    /// From the first delete until every pod (and ShadowPod) is gone.
-    all: Duration,
-    /// Per pod, from its delete at home until it is gone there and, offloaded, its
-    /// ShadowPod on the provider too, sorted.
-    per_pod: Vec<Duration>,
-    /// Per stage on the way, from each pod's delete to that stage, sorted.
-    stages: Vec<(&'static str, Vec<Duration>)>,
-    /// From the first delete until the home pods, the provider's real pods and its
-    /// ShadowPods were each all gone (as listed).
-    empty_after: [Duration; 3],
-}
-
-impl Deletion {
-    fn line(&self) -> String {
-        format!(
-            "per pod p50 {}, p99 {}, all {} gone after {}",
-            secs(percentile(&self.per_pod, 0.5)),
-            secs(percentile(&self.per_pod, 0.99)),
-            self.per_pod.len(),
-            secs(self.all)
-        )
-    }
-
-    fn details(&self) -> String {
-        let [home, real, shadows] = self.empty_after.map(secs);
-        let empty = format!(
-            "          home pods all gone after {home}, real pods {real}, ShadowPods {shadows}\n"
-        );
-        let stages: String = self
-            .stages
-            .iter()
-            .filter(|(_, d)| !d.is_empty())
-            .map(|(label, d)| {
-                format!(
-                    "          {label:<34} p50 {}, p99 {}\n",
-                    secs(percentile(d, 0.5)),
-                    secs(percentile(d, 0.99))
-                )
-            })
-            .collect();
-        empty + &stages
-    }
 }
 
 /// Deletes every pod of `ns` of `client`'s cluster and waits until it, the provider's
@@ -802,7 +530,7 @@ async fn clear(
     let shadows: Api<ShadowPod> = Api::namespaced(stack.p.clone(), &tenant);
     let remote: Api<Pod> = Api::namespaced(stack.p.clone(), &tenant);
     let empty_after: Mutex<[Option<Duration>; 3]> = Mutex::default();
-    let r = until(&format!("the pods of {ns} deleted"), timeout, || async {
+    let r = until_done(&format!("the pods of {ns} deleted"), timeout, || async {
         let one = ListParams::default().limit(1);
         let empty = [
             pods.list(&one).await?.items.is_empty(),
@@ -937,7 +665,7 @@ pub fn run(opts: &Options) -> Result<()> {
     rt.block_on(async {
         let nodes: Api<Node> = Api::all(stack.c.clone());
         let pnodes: Api<Node> = Api::all(stack.p.clone());
-        until(
+        until_done(
             "the virtual node and the hollow node Ready",
             Duration::from_secs(120),
             || async {

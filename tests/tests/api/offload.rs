@@ -29,6 +29,9 @@ use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     deployments::Deployments,
     offload_fixture::{self as fixture, CONSUMER, NODE, NS, PROVIDER},
+    phase::phase_async,
+    process::Bin,
+    wait::try_eventually,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -74,22 +77,15 @@ impl Bed {
         self.within(what, T, f).await
     }
 
-    async fn within<T, F, Fut>(&self, what: &str, limit: Duration, mut f: F) -> T
+    /// [`try_eventually`], failing with the components' logs.
+    async fn within<T, F, Fut>(&self, what: &str, limit: Duration, f: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let t0 = Instant::now();
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            assert!(
-                t0.elapsed() < limit,
-                "{what}: not within {limit:?}\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        match try_eventually(what, limit, f).await {
+            Ok(v) => v,
+            Err(e) => panic!("{e}\n{}", self.logs()),
         }
     }
 
@@ -255,13 +251,14 @@ async fn setup(tag: &str) -> Option<Bed> {
     fabric_tests::auth_service::prepare_cluster(&provider, PROVIDER);
     let p = provider.client().await;
     let creds = fixture::admit_consumer(&provider).await.unwrap();
-    let sharing_controller = fixture::spawn(
-        "fabric-controller",
-        &["sharing"],
-        &provider.kubeconfig,
-        &dir.join("provider-controller.log"),
-    )
-    .unwrap();
+    let sharing_controller = Bin::new("fabric-controller")
+        .unwrap()
+        .arg("sharing")
+        .kubeconfig(&provider.kubeconfig)
+        .pod_name("controller-0")
+        .log(dir.join("provider-controller.log"))
+        .spawn()
+        .unwrap();
     // Its quota: the ShadowPod webhook, and a grant the sharing controller's policy answers
     // (from a Node of the provider) to the slice the consumer's replicator would have made.
     let webhook = fabric_tests::webhook::start(&provider, &dir.join("webhook.log")).unwrap();
@@ -334,19 +331,71 @@ fn cpu_of(spec: &Value) -> Option<&str> {
 
 #[tokio::test]
 async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
-    let Some(bed) = setup("offload").await else {
+    let Some(bed) = phase_async(
+        "the bed: both API servers, the controllers, the webhook",
+        setup("offload"),
+    )
+    .await
+    else {
         return;
     };
+    phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
+    let shadow = phase_async(
+        "web offloaded; the provider's scheduling said at home",
+        web_offloaded(&bed),
+    )
+    .await;
+    phase_async("web's status home", web_status_home(&bed)).await;
+    phase_async(
+        "labels and restarts follow",
+        labels_and_restarts_follow(&bed),
+    )
+    .await;
+    phase_async(
+        "resized in place within the grant, refused beyond it",
+        resized_within_the_grant(&bed),
+    )
+    .await;
+    phase_async("refused by the forge's policy", refused_by_the_policy(&bed)).await;
+    let uid = shadow.metadata.uid;
+    phase_async(
+        "the virtual kubelet killed and restarted",
+        virtual_kubelet_restarted(&bed, &uid),
+    )
+    .await;
+    phase_async(
+        "the provider's API cut and healed",
+        provider_cut_and_healed(&bed, &uid),
+    )
+    .await;
+    phase_async(
+        "a vanished ShadowPod fails its pod",
+        vanished_shadow_pod(&bed),
+    )
+    .await;
+    phase_async("the provider's quota", provider_quota(&bed)).await;
+    phase_async("a container that cannot start", image_pull_failure(&bed)).await;
+    phase_async("deleted at home", deleted_at_home(&bed)).await;
+    phase_async("at-most-once", at_most_once(&bed)).await;
+    let _ = &bed.provider;
+}
+
+/// The virtual kubelet has registered its Node, Ready.
+async fn virtual_node_ready(bed: &Bed) {
     bed.eventually("the virtual node Ready", || async {
         let n = bed.consumer.kubectl(&["get", "node", NODE, "-o", "json"]);
         let n: Value = serde_json::from_slice(&n.stdout).ok()?;
         cond_is(&n, "Ready", "True", None).then_some(())
     })
     .await;
+}
 
+/// Bound to the virtual node: a ShadowPod, then its real pod on the provider; the provider's
+/// scheduler finds no room for it (played): said at home, and told once.
+async fn web_offloaded(bed: &Bed) -> ShadowPod {
+    let web = forge::name(HOME_NS, "web");
     // Bound to the virtual node: a ShadowPod, then its real pod on the provider.
     bed.create_home_pod("web", json!({})).await;
-    let web = forge::name(HOME_NS, "web");
     let shadow = bed
         .eventually("the ShadowPod", || async {
             bed.shadows().get_opt(&web).await.ok()?
@@ -382,7 +431,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     })
     .await;
     bed.provider_runs(&web, "10.244.2.7", 0).await;
+    shadow
+}
 
+/// Status home: Running, Ready, at the remapped address, on the node's address.
+async fn web_status_home(bed: &Bed) {
     // Status home: Running, Ready, at the remapped address, on the node's address.
     let home = bed
         .home_pod_where("web", "web Running and Ready at home", |p| {
@@ -403,7 +456,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         "jsonpath={.status.podIP}",
     ]);
     assert_eq!(ip.trim(), "10.71.2.7");
+}
 
+/// Labels follow; restarts show.
+async fn labels_and_restarts_follow(bed: &Bed) {
+    let web = forge::name(HOME_NS, "web");
     // Labels follow; restarts show.
     bed.consumer
         .kubectl_ok(&["label", "pod", "web", "-n", HOME_NS, "tier=front"]);
@@ -423,11 +480,16 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         p["status"]["containerStatuses"][0]["restartCount"] == 2
     })
     .await;
+}
 
+/// Resized in place within the grant: the ShadowPod, then the real pod, follow; beyond it,
+/// refused at home.
+async fn resized_within_the_grant(bed: &Bed) {
+    let web = forge::name(HOME_NS, "web");
     // Resized in place within the grant: the ShadowPod, then the real pod, follow.
     let granted = bed.granted_cpu_milli().await;
     let within = format!("{}m", granted * 3 / 10);
-    resize_home(&bed, "web", &within);
+    resize_home(bed, "web", &within);
     bed.eventually("the real pod resized", || async {
         let p = bed.remote_pods().get(&web).await.ok()?;
         let spec = serde_json::to_value(p.spec?).ok()?;
@@ -440,7 +502,7 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         Some(within.as_str())
     );
     // Beyond the grant: refused; the pod keeps its size and says so at home.
-    resize_home(&bed, "web", &format!("{}m", granted * 2));
+    resize_home(bed, "web", &format!("{}m", granted * 2));
     let home = bed
         .home_pod_where("web", "the resize refused at home", |p| {
             cond_is(p, "PodResizePending", "True", Some("Infeasible"))
@@ -462,7 +524,7 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     // Back within the grant (smaller: the quota checks below count on the rest): carried
     // out, and the condition goes.
     let small = format!("{}m", granted / 10);
-    resize_home(&bed, "web", &small);
+    resize_home(bed, "web", &small);
     bed.home_pod_where("web", "the resize done", |p| {
         condition(p, "PodResizePending").is_none()
     })
@@ -473,7 +535,10 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         (cpu_of(&spec) == Some(small.as_str())).then_some(())
     })
     .await;
+}
 
+/// Refused by the forge's policy: a condition and an Event at home, nothing remote.
+async fn refused_by_the_policy(bed: &Bed) {
     // Refused by the forge's policy: a condition and an Event at home, nothing remote.
     bed.create_home_pod("root", json!({ "hostNetwork": true }))
         .await;
@@ -495,9 +560,12 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
             .unwrap()
             .is_none()
     );
+}
 
+/// SIGKILLed and restarted: nothing created twice, nothing lost, the pod stays Ready.
+async fn virtual_kubelet_restarted(bed: &Bed, uid: &Option<String>) {
+    let web = forge::name(HOME_NS, "web");
     // SIGKILLed and restarted: nothing created twice, nothing lost, the pod stays Ready.
-    let uid = shadow.metadata.uid.clone();
     let vk = fixture::virtual_kubelet_name();
     bed.deployments.kill(NS, &vk).unwrap();
     let t0 = Instant::now();
@@ -516,11 +584,16 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     }
     assert!(restarted_at.is_some(), "not restarted\n{}", bed.logs());
     assert_eq!(bed.shadow_count().await, 1, "{}", bed.logs());
-    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, uid);
+    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, *uid);
     let home = bed.home().get("web").await.unwrap();
     let home = serde_json::to_value(&home).unwrap();
     assert!(cond_is(&home, "Ready", "True", None), "{home}");
+}
 
+/// The provider's API cut: the node goes NotReady and the pod not Ready at home; nothing is
+/// deleted on the provider. Healed: Ready again, nothing duplicated.
+async fn provider_cut_and_healed(bed: &Bed, uid: &Option<String>) {
+    let web = forge::name(HOME_NS, "web");
     // The provider's API cut: the node goes NotReady and the pod not Ready at home; nothing
     // is deleted on the provider. Healed: Ready again, nothing duplicated.
     let dead = identity::Credentials {
@@ -535,7 +608,7 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         })
         .await;
     assert_eq!(home["status"]["phase"], "Running");
-    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, uid);
+    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, *uid);
     // At-most-once is off (the default): however long the cut (longer than the partition
     // time and the consumer's deadline of the at-most-once phase below, both counted from the
     // last contact, which was before the cut), nothing stops.
@@ -557,8 +630,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     })
     .await;
     assert_eq!(bed.shadow_count().await, 1);
-    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, uid);
+    assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, *uid);
+}
 
+/// A ShadowPod that vanishes on the provider: its pod fails at home, never stays Running.
+async fn vanished_shadow_pod(bed: &Bed) {
     // A ShadowPod that vanishes on the provider: its pod fails at home, never stays Running.
     bed.create_home_pod("job", json!({})).await;
     let job = forge::name(HOME_NS, "job");
@@ -580,7 +656,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         .await;
     assert_eq!(gone["status"]["reason"], "ProviderPodVanished", "{gone}");
     assert!(cond_is(&gone, "Ready", "False", None));
+}
 
+/// The provider's quota: a pod within it runs, one over it is refused visibly at home, a
+/// finished pod's share goes to the next.
+async fn provider_quota(bed: &Bed) {
     // The provider's quota. A pod within what is left runs...
     let granted = bed.granted_cpu_milli().await;
     let share = json!({
@@ -665,7 +745,10 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         home.status.and_then(|s| s.phase).as_deref(),
         Some("Succeeded")
     );
+}
 
+/// A remote container that cannot start: its state comes home, with a Warning Event.
+async fn image_pull_failure(bed: &Bed) {
     // A remote container that cannot start (its image does not pull on the provider): its
     // state comes home, and a Warning Event says so where `kubectl describe pod` shows it.
     bed.create_home_pod("badimage", json!({})).await;
@@ -703,7 +786,12 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         },
     )
     .await;
+}
 
+/// Deleted at home: gracefully through the provider; forced, at once, its ShadowPod following.
+async fn deleted_at_home(bed: &Bed) {
+    let web = forge::name(HOME_NS, "web");
+    let bad = forge::name(HOME_NS, "badimage");
     // Deleted at home: gracefully through the provider, and the home pod goes once the
     // remote one is gone. Forced (no grace period), the home pod is gone at once: its
     // ShadowPod follows on that event, well before the virtual kubelet's periodic collection
@@ -736,9 +824,6 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         )
         .await;
     }
-
-    at_most_once(&bed).await;
-    let _ = &bed.provider;
 }
 
 /// The partition time asked for, and when the consumer fails its pods after its last

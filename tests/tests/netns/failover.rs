@@ -10,6 +10,7 @@ use fabric_tests::{
     apiserver::require_tools,
     clusters::{Cluster, Options, PeeredClusters, Replica},
     skip_unless_root,
+    wait::try_eventually_blocking,
 };
 
 /// How a cluster sees pod `k` of its peer (both IPAMs pick 10.64.0.0/16, keeping host bits).
@@ -39,14 +40,8 @@ fn traffic_back(cl: &PeeredClusters, t0: Instant, pod: &str, dst: &str, what: &s
 
 /// Waits until `what` holds, or fails the test with `msg` and the components' logs.
 fn eventually(cl: &PeeredClusters, timeout: Duration, msg: &str, mut what: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !what() {
-        assert!(
-            t0.elapsed() < timeout,
-            "{msg} (after {timeout:?})\n{}",
-            cl.log_tails()
-        );
-        std::thread::sleep(Duration::from_millis(100));
+    if let Err(e) = try_eventually_blocking(msg, timeout, || what().then_some(())) {
+        panic!("{e}\n{}", cl.log_tails());
     }
 }
 

@@ -2,15 +2,14 @@
 //! it fails once the routes to the gateway or the watch of the API have kept failing for
 //! `--unhealthy-after`, naming what fails, and recovers when they work again. (It used to
 //! answer `ok` whatever happened.)
-use std::{
-    net::TcpListener,
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{net::TcpListener, process::Command, time::Duration};
 
 use fabric_tests::{
-    ChildGuard, Testbed, apiserver::ApiServer, apiserver::require_tools, die_with_parent,
-    locate_bin, skip_unless_root,
+    Testbed,
+    apiserver::{ApiServer, require_tools},
+    process::Bin,
+    skip_unless_root,
+    wait::try_eventually_blocking,
 };
 
 /// (HTTP status, body) of `GET /healthz`; status 0 when nothing answers.
@@ -26,18 +25,18 @@ fn healthz(port: u16) -> (u16, String) {
 }
 
 fn wait_health(port: u16, what: &str, log: &std::path::Path, ok: impl Fn(u16, &str) -> bool) {
-    let t0 = Instant::now();
-    loop {
-        let (code, body) = healthz(port);
-        if ok(code, &body) {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(45),
-            "{what}: /healthz still says {code} {body:?}\nagent log:\n{}",
+    let mut last = (0, String::new());
+    let waited = try_eventually_blocking(what, Duration::from_secs(45), || {
+        last = healthz(port);
+        ok(last.0, &last.1).then_some(())
+    });
+    if let Err(e) = waited {
+        panic!(
+            "{e}: /healthz still says {} {:?}\nagent log:\n{}",
+            last.0,
+            last.1,
             std::fs::read_to_string(log).unwrap_or_default()
         );
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -84,20 +83,17 @@ fn agent_healthz_reports_routes_and_api_watch() {
         .unwrap()
         .port();
     let log = tb.write_file("agent.log", "").unwrap();
-    let out = std::fs::File::create(&log).unwrap();
     // The agent talks to the API from the host namespace and keeps its routes in `node`,
     // where the gateway (10.0.9.1) is not reachable yet: every route write fails.
-    let _agent = ChildGuard(
-        die_with_parent(&mut Command::new(locate_bin("fabric-agent").unwrap()))
-            .env("KUBECONFIG", &api.kubeconfig)
-            .args(["run", "--gateway", "10.0.9.1", "--route-netns", &node])
-            .args(["--interval", "300ms", "--unhealthy-after", "2s"])
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap(),
-    );
+    let _agent = Bin::new("fabric-agent")
+        .unwrap()
+        .kubeconfig(&api.kubeconfig)
+        .args(["run", "--gateway", "10.0.9.1", "--route-netns", &node])
+        .args(["--interval", "300ms", "--unhealthy-after", "2s"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .log(&log)
+        .spawn()
+        .unwrap();
     wait_health(port, "routes failing", &log, |code, body| {
         code == 503 && body.contains("routes to the gateway")
     });

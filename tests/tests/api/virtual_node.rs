@@ -22,6 +22,8 @@ use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     deployments::Deployments,
     offload_fixture::{self as fixture, CONSUMER, NODE, NS, PROVIDER},
+    phase::phase,
+    wait::try_eventually_blocking,
 };
 use serde_json::{Value, json};
 
@@ -49,17 +51,12 @@ impl Bed {
         )
     }
 
+    /// [`try_eventually_blocking`], failing with the components' logs.
     #[track_caller]
-    fn wait<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-        let t0 = Instant::now();
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            if t0.elapsed() > timeout {
-                panic!("{what}: not within {timeout:?}\n{}", self.logs());
-            }
-            std::thread::sleep(Duration::from_millis(250));
+    fn wait<T>(&self, what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+        match try_eventually_blocking(what, timeout, f) {
+            Ok(v) => v,
+            Err(e) => panic!("{e}\n{}", self.logs()),
         }
     }
 
@@ -167,14 +164,47 @@ fn virtual_node(cpu: &str) -> Value {
     }))
 }
 
+/// How long each step may take.
+const TIMEOUT: Duration = Duration::from_secs(40);
+
 #[test]
 fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node() {
-    let Some(bed) = setup("vnode") else { return };
-    let timeout = Duration::from_secs(40);
+    let Some(bed) = phase(
+        "the bed: both API servers and the VirtualNode controller",
+        || setup("vnode"),
+    ) else {
+        return;
+    };
+    phase("the Node registered", || registered(&bed));
+    phase("the VirtualNode and the ForeignCluster say so", || {
+        status_reported(&bed)
+    });
+    phase("the virtual kubelet's own Node and Secret only", || {
+        least_privilege(&bed)
+    });
+    phase(
+        "the Lease renewed; a new grant; the tunnel down and back",
+        || lease_grant_and_tunnel(&bed),
+    );
+    phase("the provider unreachable, and back", || {
+        provider_unreachable(&bed)
+    });
+    phase("the identity revoked, and granted again", || {
+        identity_revoked(&bed)
+    });
+    phase("the virtual kubelet killed: no flap", || {
+        virtual_kubelet_restarted(&bed)
+    });
+    phase("a forced removal", || forced_removal(&bed));
+    phase("a removal that drains", || drained_removal(&bed));
+    let _ = &bed.controller;
+}
+
+/// Registered with the grant, the fabric's labels, the advertised ones and the taint.
+fn registered(bed: &Bed) {
     apply(&bed.consumer, &virtual_node("4"));
 
-    // Registered with the grant, the fabric's labels, the advertised ones and the taint.
-    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+    bed.wait_ready("True", "VirtualKubeletReady", TIMEOUT);
     let node = bed.node().unwrap();
     let labels = &node["metadata"]["labels"];
     assert_eq!(
@@ -217,9 +247,11 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
             .unwrap()
             .starts_with("fabric-virtual-kubelet/")
     );
+}
 
+fn status_reported(bed: &Bed) {
     // The VirtualNode and the ForeignCluster say so.
-    bed.wait("VirtualNode Registered and Ready", timeout, || {
+    bed.wait("VirtualNode Registered and Ready", TIMEOUT, || {
         let vn = get_json(&bed.consumer, &["get", "virtualnode", VN, "-n", NS])?;
         let conds = vn["status"]["conditions"].as_array()?.clone();
         let ok = |t: &str| {
@@ -229,7 +261,7 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
         };
         (ok("Registered") && ok("Ready")).then_some(())
     });
-    bed.wait("ForeignCluster VirtualNodeReady", timeout, || {
+    bed.wait("ForeignCluster VirtualNodeReady", TIMEOUT, || {
         let fc = get_json(&bed.consumer, &["get", "foreigncluster", PROVIDER])?;
         fc["status"]["conditions"]
             .as_array()?
@@ -237,7 +269,9 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
             .any(|c| c["type"] == "VirtualNodeReady" && c["status"] == "True")
             .then_some(())
     });
+}
 
+fn least_privilege(bed: &Bed) {
     // The virtual kubelet's ServiceAccount has its own Node, not another one, nor other
     // Secrets.
     let sa = format!("system:serviceaccount:{NS}:{}", bed.deployments_name());
@@ -258,21 +292,23 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
     ]));
     assert!(!can(&["get", "secrets/fabric-gateway-key", "-n", NS]));
     assert!(!can(&["list", "secrets", "-n", NS]));
+}
 
+fn lease_grant_and_tunnel(bed: &Bed) {
     // The Lease is renewed (every 10 s, as kubelets do): its first renewTime now, checked
     // for a later one after the next steps, which take about that long anyway.
-    let renewed = bed.wait("a node Lease", timeout, || bed.lease_renewed());
+    let renewed = bed.wait("a node Lease", TIMEOUT, || bed.lease_renewed());
     let lease_t0 = Instant::now();
 
     // A new grant shows as the Node's capacity.
     apply(&bed.consumer, &virtual_node("8"));
-    bed.wait("capacity cpu 8", timeout, || {
+    bed.wait("capacity cpu 8", TIMEOUT, || {
         (bed.node()?["status"]["capacity"]["cpu"] == "8").then_some(())
     });
 
     // The tunnel drops: NotReady (TunnelDown), and back.
     bed.set_tunnel("Connecting");
-    bed.wait_ready("False", "TunnelDown", timeout);
+    bed.wait_ready("False", "TunnelDown", TIMEOUT);
     let node = bed.node().unwrap();
     assert!(
         node["status"]["conditions"]
@@ -282,7 +318,7 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
             .any(|c| c["type"] == "NetworkUnavailable" && c["status"] == "True")
     );
     bed.set_tunnel("Connected");
-    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+    bed.wait_ready("True", "VirtualKubeletReady", TIMEOUT);
 
     bed.wait(
         "the Lease renewed",
@@ -291,29 +327,32 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
             .max(Duration::from_secs(5)),
         || bed.lease_renewed().filter(|r| *r != renewed),
     );
+}
 
+fn provider_unreachable(bed: &Bed) {
     // The provider's API cannot be reached: NotReady (ProviderUnreachable), and back.
-    let dead = identity::Credentials {
-        api_server_url: "https://127.0.0.1:9".into(),
-        ..bed.identity.clone()
-    };
+    let dead = bed.unreachable_identity();
     bed.set_identity(&dead);
-    bed.wait_ready("False", "ProviderUnreachable", timeout);
+    bed.wait_ready("False", "ProviderUnreachable", TIMEOUT);
     bed.set_identity(&bed.identity);
-    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+    bed.wait_ready("True", "VirtualKubeletReady", TIMEOUT);
+}
 
+fn identity_revoked(bed: &Bed) {
     // The provider revokes the identity: NotReady (ProviderRefused), and back when it
     // grants it again.
     let tenant_ns = names::namespace::tenant(CONSUMER);
     bed.provider
         .kubectl_ok(&["delete", "rolebinding", tenant::ROLE, "-n", &tenant_ns]);
-    bed.wait_ready("False", "ProviderRefused", timeout);
+    bed.wait_ready("False", "ProviderRefused", TIMEOUT);
     apply(
         &bed.provider,
         &serde_json::to_value(tenant::role_binding(CONSUMER)).unwrap(),
     );
-    bed.wait_ready("True", "VirtualKubeletReady", timeout);
+    bed.wait_ready("True", "VirtualKubeletReady", TIMEOUT);
+}
 
+fn virtual_kubelet_restarted(bed: &Bed) {
     // SIGKILLed, the virtual kubelet is restarted and the Node does not flap.
     let (_, _, since) = bed.ready().unwrap();
     let before = bed.node().unwrap();
@@ -346,23 +385,28 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
     assert_eq!(before["metadata"]["labels"], after["metadata"]["labels"]);
     assert_eq!(before["spec"], after["spec"]);
     assert_eq!(before["metadata"]["uid"], after["metadata"]["uid"]);
+}
 
+fn forced_removal(bed: &Bed) {
     // The provider goes. A forced unpeer (the VirtualNode marked so) does not wait for the
     // pods' deletion through it: they are failed and deleted at once.
-    bed.set_identity(&dead);
-    bed.wait_ready("False", "ProviderUnreachable", timeout);
+    bed.set_identity(&bed.unreachable_identity());
+    bed.wait_ready("False", "ProviderUnreachable", TIMEOUT);
     let took = bed.remove_with_a_pod("forced", true);
     assert!(
         took < DRAIN_GRACE,
         "a forced removal waited {took:?}\n{}",
         bed.logs()
     );
-    bed.wait("the forced VirtualNode gone", timeout, || {
+    bed.wait("the forced VirtualNode gone", TIMEOUT, || {
         get_json(&bed.consumer, &["get", "virtualnode", VN, "-n", NS])
             .is_none()
             .then_some(())
     });
+}
 
+fn drained_removal(bed: &Bed) {
+    let name = bed.deployments_name();
     // Otherwise the drain waits for the grace, then abandons the pods alike; the Node, its
     // Lease and the virtual kubelet go with the VirtualNode.
     apply(&bed.consumer, &virtual_node("8"));
@@ -376,7 +420,7 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
     );
     bed.wait(
         "the VirtualNode, its Node, Lease and Deployment gone",
-        timeout,
+        TIMEOUT,
         || {
             let gone = |args: &[&str]| get_json(&bed.consumer, args).is_none();
             (gone(&["get", "virtualnode", VN, "-n", NS])
@@ -388,13 +432,20 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
             .then_some(())
         },
     );
-    bed.wait("the virtual kubelet stopped", timeout, || {
+    bed.wait("the virtual kubelet stopped", TIMEOUT, || {
         bed.deployments.pid(NS, &name).is_none().then_some(())
     });
-    let _ = &bed.controller;
 }
 
 impl Bed {
+    /// The consumer's identity pointed at an address where no API server answers.
+    fn unreachable_identity(&self) -> identity::Credentials {
+        identity::Credentials {
+            api_server_url: "https://127.0.0.1:9".into(),
+            ..self.identity.clone()
+        }
+    }
+
     /// Binds a pod to the virtual node, deletes the VirtualNode (marked as a forced unpeer
     /// does if `forced`), and waits for the pod to be gone at home after it was failed
     /// `VirtualNodeRemoved`: how long that took from the deletion.

@@ -23,25 +23,15 @@ use fabric_tests::{
     clusters::PeeredClusters,
     die_with_parent,
     offload_fixture::{self as fixture, CONSUMER, NODE, NS, PROVIDER},
+    process::Bin,
     sharing, skip_unless_root,
+    wait::eventually_blocking,
 };
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(40);
 /// The port the `srv` pod's server listens on.
 const SRV_PORT: u16 = 9090;
-
-#[track_caller]
-fn wait<V>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<V>) -> V {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < timeout, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 fn text(o: &Output) -> (String, String) {
     (
@@ -142,16 +132,15 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let consumer = fixture::start_consumer("vkstreams-c", false).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = fixture::scratch_dir(tag).unwrap();
-    let spawn = |bin: &str, args: &[&str], kubeconfig: &Path, log: &Path| {
-        fixture::spawn(bin, args, kubeconfig, log).unwrap()
-    };
     // The provider's ShadowPod controller.
-    let _sharing = spawn(
-        "fabric-controller",
-        &["sharing"],
-        &provider.kubeconfig,
-        &dir.join("provider-controller.log"),
-    );
+    let _sharing = Bin::new("fabric-controller")
+        .unwrap()
+        .arg("sharing")
+        .kubeconfig(&provider.kubeconfig)
+        .pod_name("controller-0")
+        .log(dir.join("provider-controller.log"))
+        .spawn()
+        .unwrap();
     rt.block_on(async {
         let creds = fixture::admit_consumer(provider).await.unwrap();
         let c = consumer.client().await;
@@ -172,9 +161,9 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
         certs.join("kubelet-client.key"),
     ));
     let api_server: Client<'_> = api_server.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-    let _vk = spawn(
-        "fabric-virtual-kubelet",
-        &[
+    let _vk = Bin::new("fabric-virtual-kubelet")
+        .unwrap()
+        .args([
             "--virtual-node",
             PROVIDER,
             "--namespace",
@@ -188,12 +177,14 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
             // Denials are asked again soon: a grant below takes effect within the test.
             "--authorization-webhook-cache-unauthorized-ttl",
             "1s",
-        ],
-        &consumer.kubeconfig,
-        &log_path,
-    );
+        ])
+        .kubeconfig(&consumer.kubeconfig)
+        .pod_name("controller-0")
+        .log(&log_path)
+        .spawn()
+        .unwrap();
     let vk_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    wait("the virtual node registered", T, || {
+    eventually_blocking("the virtual node registered", T, || {
         consumer
             .kubectl(&["get", "node", NODE])
             .status
@@ -259,7 +250,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     eprintln!("pods running on the provider after {:?}", t0.elapsed());
 
     // Logs: all, --tail, --limit-bytes, --timestamps.
-    let ticks = wait("ticks in the log", T, || {
+    let ticks = eventually_blocking("ticks in the log", T, || {
         let o = consumer.kubectl(&["logs", "ticker"]);
         let (out, _) = text(&o);
         (o.status.success() && out.lines().count() >= 4).then_some(out)
@@ -310,7 +301,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
 
     // --previous: the log of the crashed run, once there is one.
     let (_, err) = text(&consumer.kubectl(&["logs", "crasher", "--previous"]));
-    wait("crasher restarted", T, || {
+    eventually_blocking("crasher restarted", T, || {
         let p = cl.b.get_pod(&tenant, &real("crasher")).ok()??;
         (p["status"]["containerStatuses"][0]["restartCount"].as_i64()? >= 1).then_some(())
     });
@@ -370,7 +361,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
 
     // port-forward: bytes both ways, on two connections (kubectl wants the pod Running at
     // home: the pod loop reports it).
-    wait("srv Running at home", T, || {
+    eventually_blocking("srv Running at home", T, || {
         let p: Value =
             serde_json::from_str(&consumer.kubectl_ok(&["get", "pod", "srv", "-o", "json"]))
                 .ok()?;
@@ -597,7 +588,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     );
     assert_eq!(code, 403, "nodes/proxy of another node: {body}");
     grant(NODE);
-    let body = wait("mallory let in once granted", T, || {
+    let body = eventually_blocking("mallory let in once granted", T, || {
         let (code, body) = curl(
             Some((&mallory.0, &mallory.1)),
             port,
@@ -620,7 +611,7 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
                  "subjects": [{ "kind": "ServiceAccount", "name": "scraper",
                                 "namespace": "default" }] }),
     );
-    let body = wait("the ServiceAccount's token let in once granted", T, || {
+    let body = eventually_blocking("the ServiceAccount's token let in once granted", T, || {
         let (code, body) = curl_bearer(&token, port, "GET", "/containerLogs/default/ticker/app");
         (code == 200).then_some(body)
     });

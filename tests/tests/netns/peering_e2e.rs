@@ -29,7 +29,9 @@ use fabric_tests::{
     clusters::{Cluster, NAMESPACE, PeeredClusters},
     locate_bin,
     peering_stack::{ADVERTISED_LABEL as ADVERTISED, PeeringStack},
+    phase::phase,
     skip_unless_root, traffic,
+    wait::try_eventually_blocking,
     workloads::{self, RunningPod},
 };
 use serde_json::{Value, json};
@@ -112,17 +114,12 @@ impl Bed {
         format!("{}{}", self.cl.log_tails(), self.stack.log_tails())
     }
 
+    /// [`try_eventually_blocking`], failing with the components' logs.
     #[track_caller]
-    fn wait<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-        let t0 = Instant::now();
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            if t0.elapsed() > timeout {
-                panic!("{what}: not within {timeout:?}\n{}", self.logs());
-            }
-            std::thread::sleep(Duration::from_millis(250));
+    fn wait<T>(&self, what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+        match try_eventually_blocking(what, timeout, f) {
+            Ok(v) => v,
+            Err(e) => panic!("{e}\n{}", self.logs()),
         }
     }
 
@@ -347,257 +344,288 @@ fn out_of_band_peering_end_to_end() {
     if skip_unless_root(T) || !require_tools(T) {
         return;
     }
-    let t0 = Instant::now();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let cl = PeeredClusters::for_sharing(1, true).unwrap();
-    let stack = rt
-        .block_on(PeeringStack::start(&cl))
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", cl.log_tails()));
-    let mut bed = Bed {
-        cl,
-        stack,
-        gateways: BTreeSet::new(),
-    };
-    eprintln!("fixture up after {:?}", t0.elapsed());
-    let (a_id, b_id) = (bed.cl.a.id.clone(), bed.cl.b.id.clone());
-    let c_id = bed.cl.c.as_ref().unwrap().id.clone();
-
-    // A (consumer) peers with B (provider) with the command B printed.
-    let out = bed.peer(1, 2, &["--cpu", "1", "--memory", "2Gi", "--pods", "20"]);
-    for step in [
-        "✓ authenticated",
-        "✓ asked cluster-b for resources",
-        "✓ network: tunnel up",
-        "✓ resources:",
-        "✓ virtual node:",
-        "Peered with cluster-b",
-    ] {
-        assert!(out.contains(step), "{step:?} missing in:\n{out}");
-    }
-    eprintln!("A peered with B after {:?}", t0.elapsed());
-
-    // The tunnel is up and pods talk.
-    bed.pods_talk(1, 2, 7101);
-
-    // A's virtual node for B: the grant, the labels, the taint; its Lease renews.
-    let node = bed.check_virtual_node(1, &b_id);
-    assert_eq!(node["status"]["capacity"]["cpu"], "1", "what A asked for");
-    let renewed = bed
-        .lease_renew_time(1, &b_id)
-        .expect("the virtual node's Lease");
-
-    // A pod bound to A's virtual node runs on B and answers A's pods at the address A shows
-    // for it (B's pod IP through the CIDR A's IPAM granted for B).
-    let web_b = bed.offloaded_pod_answers(&b_id, "offloaded");
-    eprintln!("pod offloaded to B after {:?}", t0.elapsed());
-
-    // A's virtual kubelet for B SIGKILLed mid-traffic: the pod answers throughout, the
-    // virtual kubelet comes back and resynchronises, nothing is created twice.
-    bed.vk_killed_mid_traffic(2, &web_b);
-    eprintln!("virtual kubelet killed and back after {:?}", t0.elapsed());
-
-    // All of it with the users, groups and capabilities deploy/ gives each container (the
-    // fixtures start them so): the manifests work as written, the sharing layer's too.
-    bed.cl.check_credentials().unwrap();
-    bed.stack.check_credentials().unwrap();
-
-    // `fabricctl info peer` on A: every module up.
-    let o = fabricctl(&bed.cl.a.api, &["info", "peer", &b_id, "-o", "json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let info: Value = serde_json::from_slice(&o.stdout).unwrap();
-    for module in ["authentication", "network", "resources", "virtual_node"] {
-        assert_eq!(info[module]["status"], "True", "{module}: {info:#}");
-    }
-    assert_eq!(info["network_detail"]["tunnel"], "Connected", "{info:#}");
-    assert_eq!(
-        info["virtual_node_detail"]["node"],
-        b_id.as_str(),
-        "{info:#}"
-    );
-
-    // B knows A as an authenticated consumer.
-    let fc = get_json(&bed.cl.b.api, &["get", "foreigncluster", &a_id]).unwrap();
-    assert_eq!(fc["spec"]["role"], "Consumer", "{fc}");
-    assert!(condition_true(&fc, "Authenticated"), "{fc}");
-
-    // Bidirectional: B peers with A the same way (a token from A) while A -> B stays up.
-    let out = bed.peer(2, 1, &["--cpu", "500m", "--memory", "1Gi", "--pods", "10"]);
-    for step in [
-        "✓ authenticated",
-        "✓ network:",
-        "✓ resources:",
-        "✓ virtual node:",
-    ] {
-        assert!(out.contains(step), "{step:?} missing in:\n{out}");
-    }
-    eprintln!("B peered with A after {:?}", t0.elapsed());
-    let node = bed.check_virtual_node(2, &a_id);
-    assert_eq!(
-        node["status"]["capacity"]["cpu"], "500m",
-        "what B asked for"
-    );
-    bed.ready_node(1, &b_id);
-    // One network peering between the two: A dials, B listens, one Configuration each;
-    // the only PeeringNetwork is A's (on B).
-    bed.one_network(1, 2);
-    for (i, peer) in [(1, &b_id), (2, &a_id)] {
-        let fc = get_json(&bed.cluster(i).api, &["get", "foreigncluster", peer]).unwrap();
-        assert_eq!(fc["spec"]["role"], "ConsumerAndProvider", "{fc}");
-    }
-    bed.pods_talk(1, 2, 7102);
-    bed.pods_talk(2, 1, 7103);
-    bed.wait("the node Lease renewed", Duration::from_secs(30), || {
-        bed.lease_renew_time(1, &b_id).filter(|r| *r != renewed)
-    });
-
-    // Three clusters: A peers with C too, and asks for something else.
-    let out = bed.peer(1, 3, &["--cpu", "2", "--memory", "3Gi", "--pods", "30"]);
-    assert!(out.contains("✓ virtual node:"), "{out}");
-    eprintln!("A peered with C after {:?}", t0.elapsed());
-    let node_c = bed.check_virtual_node(1, &c_id);
-    assert_eq!(node_c["status"]["capacity"]["cpu"], "2");
-    let node_b = bed.check_virtual_node(1, &b_id);
-    assert_eq!(node_b["status"]["capacity"]["cpu"], "1");
-    bed.pods_talk(1, 3, 7104);
-
-    // Two providers: a pod on each of A's virtual nodes answers A's pods at the address A
-    // shows for it, the three clusters using the same pod CIDR.
-    let web_c = bed.offloaded_pod_answers(&c_id, "offloaded-c");
-    bed.answer(&web_b.ip)
-        .unwrap_or_else(|e| panic!("B's pod with C's: {e:#}\n{}", bed.logs()));
-    assert_ne!(
-        web_b.ip, web_c.ip,
-        "each provider has its own remapped CIDR in A"
-    );
-    let client = bed.client();
-    let net = |ip: &str| ip.split('.').take(2).collect::<Vec<_>>().join(".");
-    for (p, name) in [(2, "offloaded"), (3, "offloaded-c")] {
-        let (_, real) = bed.remote_of(p, name).expect("the real pod");
-        let ip = real["status"]["podIP"].as_str().unwrap_or_default();
-        assert_eq!(
-            net(ip),
-            net(&client.ip),
-            "cluster {p}'s pods use A's pod CIDR: {real}"
-        );
-    }
-    let (shadow_c, real_c) = bed.remote_of(3, "offloaded-c").unwrap();
-    eprintln!("a pod on each provider answers after {:?}", t0.elapsed());
-
-    // C's API cannot be reached from outside its network (what peers use is cut; its own
-    // components go on): only C's node goes NotReady, with the reason, and it heals.
-    let c_api_ns = bed.cl.c.as_ref().unwrap().api_ns.clone();
-    let cut = "table inet fabric_test_cut {\n chain input { type filter hook input priority 0; \
-               iifname \"lo\" tcp dport 6443 drop; }\n}\n";
-    nft(&bed, &c_api_ns, cut);
-    bed.wait("C's node NotReady", Duration::from_secs(60), || {
-        let n = get_json(&bed.cl.a.api, &["get", "node", &c_id])?;
-        (node_ready(&n)? == ("False".into(), "ProviderUnreachable".into())).then_some(())
-    });
-    let b_ready = node_ready(&get_json(&bed.cl.a.api, &["get", "node", &b_id]).unwrap());
-    assert_eq!(
-        b_ready,
-        Some(("True".into(), "VirtualKubeletReady".into())),
-        "B's node is not affected"
-    );
-    // C's pod: not Ready at home (Services stop sending it traffic), yet still running on C
-    // and answering (the tunnel is not cut); B's pod is not affected.
-    let home_c = bed.wait("C's pod not Ready at home", Duration::from_secs(60), || {
-        let p = bed.cl.a.get_pod("default", "offloaded-c").ok()??;
-        (pod_ready(&p)? == ("False".into(), "ProviderUnreachable".into())).then_some(p)
-    });
-    assert_eq!(home_c["status"]["phase"], "Running", "{home_c}");
-    bed.answer(&web_c.ip)
-        .unwrap_or_else(|e| panic!("C's pod while C's API is cut: {e:#}\n{}", bed.logs()));
-    let home_b = bed.cl.a.get_pod("default", "offloaded").unwrap().unwrap();
-    assert_eq!(
-        pod_ready(&home_b).map(|r| r.0),
-        Some("True".into()),
-        "{home_b}"
-    );
-    nft(&bed, &c_api_ns, "delete table inet fabric_test_cut\n");
-    bed.ready_node(1, &c_id);
-    // Healed: Ready again, the same ShadowPod and real pod, nothing duplicated.
-    bed.wait(
-        "C's pod Ready again at home",
-        Duration::from_secs(60),
+    // The runtime lives as long as the test, as it did before the phases.
+    let (_rt, mut bed, t0, a_id, b_id, c_id) = phase(
+        "the bed: three clusters, each with its sharing layer",
         || {
-            let p = bed.cl.a.get_pod("default", "offloaded-c").ok()??;
-            (pod_ready(&p)?.0 == "True").then_some(())
+            let t0 = Instant::now();
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let cl = PeeredClusters::for_sharing(1, true).unwrap();
+            let stack = rt
+                .block_on(PeeringStack::start(&cl))
+                .unwrap_or_else(|e| panic!("{e:#}\n{}", cl.log_tails()));
+            let bed = Bed {
+                cl,
+                stack,
+                gateways: BTreeSet::new(),
+            };
+            eprintln!("fixture up after {:?}", t0.elapsed());
+            let (a_id, b_id) = (bed.cl.a.id.clone(), bed.cl.b.id.clone());
+            let c_id = bed.cl.c.as_ref().unwrap().id.clone();
+            (rt, bed, t0, a_id, b_id, c_id)
         },
     );
-    let (shadow, real) = bed.remote_of(3, "offloaded-c").unwrap();
-    assert_eq!(shadow["metadata"]["uid"], shadow_c["metadata"]["uid"]);
-    assert_eq!(real["metadata"]["uid"], real_c["metadata"]["uid"]);
-    assert_eq!(
-        shadow["status"]["recreations"].as_u64().unwrap_or_default(),
-        0
-    );
-    assert_eq!(bed.remote_counts(3), (1, 1), "{}", bed.logs());
-    eprintln!("C's node healed after {:?}", t0.elapsed());
 
-    // A unpeers C with `fabricctl unpeer`, a pod still offloaded there: the pod is drained
-    // (deleted through C), and nothing is left of the peering on either side; the network of
-    // A and C goes; A and B stay peered.
-    let real_c_uid = real_c["metadata"]["uid"].as_str().unwrap().to_owned();
-    assert!(Cluster::pod_netns(&real_c_uid).is_some(), "C's pod runs");
-    let c_kubeconfig = bed.cluster(3).api.kubeconfig.display().to_string();
-    let o = fabricctl(
-        &bed.cl.a.api,
-        &[
-            "unpeer",
-            &c_id,
-            "--remote-kubeconfig",
-            &c_kubeconfig,
-            "--timeout-secs",
-            "90",
-        ],
-    );
-    assert!(o.status.success(), "{}\n{}", text(&o), bed.logs());
-    eprintln!("A unpeered C after {:?}", t0.elapsed());
-    let tenant_ns = names::namespace::tenant(&a_id);
-    bed.wait("nothing of A and C left", Duration::from_secs(60), || {
-        let gone = |i: u8, args: &[&str]| get_json(&bed.cluster(i).api, args).is_none();
-        let none_left = |i: u8, kind: &str| {
-            get_json(&bed.cluster(i).api, &["get", kind, "-A"]).is_some_and(|l| {
-                !l["items"].as_array().unwrap().iter().any(|o| {
-                    o["metadata"]["namespace"] == tenant_ns.as_str()
-                        || o["spec"]["nodeName"] == c_id.as_str()
-                        || o["metadata"]["name"] == c_id.as_str()
-                })
-            })
-        };
-        // On A: no node, no home pod bound to it, no VirtualNode, slice, identity,
-        // ForeignCluster, network objects.
-        (gone(1, &["get", "node", &c_id])
-            && gone(1, &["get", "pod", "offloaded-c", "-n", "default"])
-            && none_left(1, "pods")
-            && gone(1, &["get", "virtualnode", &c_id, "-n", NAMESPACE])
-            && gone(1, &["get", "resourceslice", &c_id, "-n", NAMESPACE])
-            && gone(1, &["get", "identity", &c_id, "-n", NAMESPACE])
-            && gone(1, &["get", "foreigncluster", &c_id])
-            && gone(1, &["get", "configuration", &c_id, "-n", NAMESPACE])
-            && gone(1, &["get", "gatewayclient", &c_id, "-n", NAMESPACE])
-            // On C: no tenant namespace, ShadowPod or pod of A's, no ForeignCluster for A,
-            // no network objects.
-            && gone(3, &["get", "namespace", &tenant_ns])
-            && none_left(3, "shadowpods")
-            && none_left(3, "pods")
-            && gone(3, &["get", "foreigncluster", &a_id])
-            && gone(3, &["get", "configuration", &a_id, "-n", NAMESPACE])
-            && gone(3, &["get", "gatewayserver", &a_id, "-n", NAMESPACE]))
-        .then_some(())
+    phase("A peers with B", || {
+        // A (consumer) peers with B (provider) with the command B printed.
+        let out = bed.peer(1, 2, &["--cpu", "1", "--memory", "2Gi", "--pods", "20"]);
+        for step in [
+            "✓ authenticated",
+            "✓ asked cluster-b for resources",
+            "✓ network: tunnel up",
+            "✓ resources:",
+            "✓ virtual node:",
+            "Peered with cluster-b",
+        ] {
+            assert!(out.contains(step), "{step:?} missing in:\n{out}");
+        }
+        eprintln!("A peered with B after {:?}", t0.elapsed());
     });
-    assert!(
-        Cluster::pod_netns(&real_c_uid).is_none(),
-        "C's pod stopped with the unpeer"
+
+    let renewed = phase("pods talk; A's virtual node for B", || {
+        // The tunnel is up and pods talk.
+        bed.pods_talk(1, 2, 7101);
+
+        // A's virtual node for B: the grant, the labels, the taint; its Lease renews.
+        let node = bed.check_virtual_node(1, &b_id);
+        assert_eq!(node["status"]["capacity"]["cpu"], "1", "what A asked for");
+        bed.lease_renew_time(1, &b_id)
+            .expect("the virtual node's Lease")
+    });
+
+    let web_b = phase("a pod offloaded to B answers", || {
+        // A pod bound to A's virtual node runs on B and answers A's pods at the address A shows
+        // for it (B's pod IP through the CIDR A's IPAM granted for B).
+        let web_b = bed.offloaded_pod_answers(&b_id, "offloaded");
+        eprintln!("pod offloaded to B after {:?}", t0.elapsed());
+        web_b
+    });
+
+    phase("A's virtual kubelet killed mid-traffic", || {
+        // A's virtual kubelet for B SIGKILLed mid-traffic: the pod answers throughout, the
+        // virtual kubelet comes back and resynchronises, nothing is created twice.
+        bed.vk_killed_mid_traffic(2, &web_b);
+        eprintln!("virtual kubelet killed and back after {:?}", t0.elapsed());
+    });
+
+    phase(
+        "credentials as deploy/ gives them; fabricctl info peer; B knows A",
+        || {
+            // All of it with the users, groups and capabilities deploy/ gives each container (the
+            // fixtures start them so): the manifests work as written, the sharing layer's too.
+            bed.cl.check_credentials().unwrap();
+            bed.stack.check_credentials().unwrap();
+
+            // `fabricctl info peer` on A: every module up.
+            let o = fabricctl(&bed.cl.a.api, &["info", "peer", &b_id, "-o", "json"]);
+            assert!(o.status.success(), "{}", text(&o));
+            let info: Value = serde_json::from_slice(&o.stdout).unwrap();
+            for module in ["authentication", "network", "resources", "virtual_node"] {
+                assert_eq!(info[module]["status"], "True", "{module}: {info:#}");
+            }
+            assert_eq!(info["network_detail"]["tunnel"], "Connected", "{info:#}");
+            assert_eq!(
+                info["virtual_node_detail"]["node"],
+                b_id.as_str(),
+                "{info:#}"
+            );
+
+            // B knows A as an authenticated consumer.
+            let fc = get_json(&bed.cl.b.api, &["get", "foreigncluster", &a_id]).unwrap();
+            assert_eq!(fc["spec"]["role"], "Consumer", "{fc}");
+            assert!(condition_true(&fc, "Authenticated"), "{fc}");
+        },
     );
-    bed.answer(&web_b.ip)
-        .unwrap_or_else(|e| panic!("B's pod after the unpeer of C: {e:#}\n{}", bed.logs()));
-    bed.one_network(1, 2);
-    bed.ready_node(1, &b_id);
-    bed.ready_node(2, &a_id);
-    bed.pods_talk(1, 2, 7105);
-    eprintln!("done after {:?}", t0.elapsed());
+
+    phase("B peers with A too", || {
+        // Bidirectional: B peers with A the same way (a token from A) while A -> B stays up.
+        let out = bed.peer(2, 1, &["--cpu", "500m", "--memory", "1Gi", "--pods", "10"]);
+        for step in [
+            "✓ authenticated",
+            "✓ network:",
+            "✓ resources:",
+            "✓ virtual node:",
+        ] {
+            assert!(out.contains(step), "{step:?} missing in:\n{out}");
+        }
+        eprintln!("B peered with A after {:?}", t0.elapsed());
+        let node = bed.check_virtual_node(2, &a_id);
+        assert_eq!(
+            node["status"]["capacity"]["cpu"], "500m",
+            "what B asked for"
+        );
+        bed.ready_node(1, &b_id);
+        // One network peering between the two: A dials, B listens, one Configuration each;
+        // the only PeeringNetwork is A's (on B).
+        bed.one_network(1, 2);
+        for (i, peer) in [(1, &b_id), (2, &a_id)] {
+            let fc = get_json(&bed.cluster(i).api, &["get", "foreigncluster", peer]).unwrap();
+            assert_eq!(fc["spec"]["role"], "ConsumerAndProvider", "{fc}");
+        }
+        bed.pods_talk(1, 2, 7102);
+        bed.pods_talk(2, 1, 7103);
+        bed.wait("the node Lease renewed", Duration::from_secs(30), || {
+            bed.lease_renew_time(1, &b_id).filter(|r| *r != renewed)
+        });
+    });
+
+    phase("A peers with C", || {
+        // Three clusters: A peers with C too, and asks for something else.
+        let out = bed.peer(1, 3, &["--cpu", "2", "--memory", "3Gi", "--pods", "30"]);
+        assert!(out.contains("✓ virtual node:"), "{out}");
+        eprintln!("A peered with C after {:?}", t0.elapsed());
+        let node_c = bed.check_virtual_node(1, &c_id);
+        assert_eq!(node_c["status"]["capacity"]["cpu"], "2");
+        let node_b = bed.check_virtual_node(1, &b_id);
+        assert_eq!(node_b["status"]["capacity"]["cpu"], "1");
+        bed.pods_talk(1, 3, 7104);
+    });
+
+    let (web_c, shadow_c, real_c) = phase("a pod on each provider answers", || {
+        // Two providers: a pod on each of A's virtual nodes answers A's pods at the address A
+        // shows for it, the three clusters using the same pod CIDR.
+        let web_c = bed.offloaded_pod_answers(&c_id, "offloaded-c");
+        bed.answer(&web_b.ip)
+            .unwrap_or_else(|e| panic!("B's pod with C's: {e:#}\n{}", bed.logs()));
+        assert_ne!(
+            web_b.ip, web_c.ip,
+            "each provider has its own remapped CIDR in A"
+        );
+        let client = bed.client();
+        let net = |ip: &str| ip.split('.').take(2).collect::<Vec<_>>().join(".");
+        for (p, name) in [(2, "offloaded"), (3, "offloaded-c")] {
+            let (_, real) = bed.remote_of(p, name).expect("the real pod");
+            let ip = real["status"]["podIP"].as_str().unwrap_or_default();
+            assert_eq!(
+                net(ip),
+                net(&client.ip),
+                "cluster {p}'s pods use A's pod CIDR: {real}"
+            );
+        }
+        let (shadow_c, real_c) = bed.remote_of(3, "offloaded-c").unwrap();
+        eprintln!("a pod on each provider answers after {:?}", t0.elapsed());
+        (web_c, shadow_c, real_c)
+    });
+
+    phase("C's API cut and healed", || {
+        // C's API cannot be reached from outside its network (what peers use is cut; its own
+        // components go on): only C's node goes NotReady, with the reason, and it heals.
+        let c_api_ns = bed.cl.c.as_ref().unwrap().api_ns.clone();
+        let cut = "table inet fabric_test_cut {\n chain input { type filter hook input priority 0; \
+                   iifname \"lo\" tcp dport 6443 drop; }\n}\n";
+        nft(&bed, &c_api_ns, cut);
+        bed.wait("C's node NotReady", Duration::from_secs(60), || {
+            let n = get_json(&bed.cl.a.api, &["get", "node", &c_id])?;
+            (node_ready(&n)? == ("False".into(), "ProviderUnreachable".into())).then_some(())
+        });
+        let b_ready = node_ready(&get_json(&bed.cl.a.api, &["get", "node", &b_id]).unwrap());
+        assert_eq!(
+            b_ready,
+            Some(("True".into(), "VirtualKubeletReady".into())),
+            "B's node is not affected"
+        );
+        // C's pod: not Ready at home (Services stop sending it traffic), yet still running on C
+        // and answering (the tunnel is not cut); B's pod is not affected.
+        let home_c = bed.wait("C's pod not Ready at home", Duration::from_secs(60), || {
+            let p = bed.cl.a.get_pod("default", "offloaded-c").ok()??;
+            (pod_ready(&p)? == ("False".into(), "ProviderUnreachable".into())).then_some(p)
+        });
+        assert_eq!(home_c["status"]["phase"], "Running", "{home_c}");
+        bed.answer(&web_c.ip)
+            .unwrap_or_else(|e| panic!("C's pod while C's API is cut: {e:#}\n{}", bed.logs()));
+        let home_b = bed.cl.a.get_pod("default", "offloaded").unwrap().unwrap();
+        assert_eq!(
+            pod_ready(&home_b).map(|r| r.0),
+            Some("True".into()),
+            "{home_b}"
+        );
+        nft(&bed, &c_api_ns, "delete table inet fabric_test_cut\n");
+        bed.ready_node(1, &c_id);
+        // Healed: Ready again, the same ShadowPod and real pod, nothing duplicated.
+        bed.wait(
+            "C's pod Ready again at home",
+            Duration::from_secs(60),
+            || {
+                let p = bed.cl.a.get_pod("default", "offloaded-c").ok()??;
+                (pod_ready(&p)?.0 == "True").then_some(())
+            },
+        );
+        let (shadow, real) = bed.remote_of(3, "offloaded-c").unwrap();
+        assert_eq!(shadow["metadata"]["uid"], shadow_c["metadata"]["uid"]);
+        assert_eq!(real["metadata"]["uid"], real_c["metadata"]["uid"]);
+        assert_eq!(
+            shadow["status"]["recreations"].as_u64().unwrap_or_default(),
+            0
+        );
+        assert_eq!(bed.remote_counts(3), (1, 1), "{}", bed.logs());
+        eprintln!("C's node healed after {:?}", t0.elapsed());
+    });
+
+    phase("A unpeers C; A and B stay peered", || {
+        // A unpeers C with `fabricctl unpeer`, a pod still offloaded there: the pod is drained
+        // (deleted through C), and nothing is left of the peering on either side; the network of
+        // A and C goes; A and B stay peered.
+        let real_c_uid = real_c["metadata"]["uid"].as_str().unwrap().to_owned();
+        assert!(Cluster::pod_netns(&real_c_uid).is_some(), "C's pod runs");
+        let c_kubeconfig = bed.cluster(3).api.kubeconfig.display().to_string();
+        let o = fabricctl(
+            &bed.cl.a.api,
+            &[
+                "unpeer",
+                &c_id,
+                "--remote-kubeconfig",
+                &c_kubeconfig,
+                "--timeout-secs",
+                "90",
+            ],
+        );
+        assert!(o.status.success(), "{}\n{}", text(&o), bed.logs());
+        eprintln!("A unpeered C after {:?}", t0.elapsed());
+        let tenant_ns = names::namespace::tenant(&a_id);
+        bed.wait("nothing of A and C left", Duration::from_secs(60), || {
+            let gone = |i: u8, args: &[&str]| get_json(&bed.cluster(i).api, args).is_none();
+            let none_left = |i: u8, kind: &str| {
+                get_json(&bed.cluster(i).api, &["get", kind, "-A"]).is_some_and(|l| {
+                    !l["items"].as_array().unwrap().iter().any(|o| {
+                        o["metadata"]["namespace"] == tenant_ns.as_str()
+                            || o["spec"]["nodeName"] == c_id.as_str()
+                            || o["metadata"]["name"] == c_id.as_str()
+                    })
+                })
+            };
+            // On A: no node, no home pod bound to it, no VirtualNode, slice, identity,
+            // ForeignCluster, network objects.
+            (gone(1, &["get", "node", &c_id])
+                && gone(1, &["get", "pod", "offloaded-c", "-n", "default"])
+                && none_left(1, "pods")
+                && gone(1, &["get", "virtualnode", &c_id, "-n", NAMESPACE])
+                && gone(1, &["get", "resourceslice", &c_id, "-n", NAMESPACE])
+                && gone(1, &["get", "identity", &c_id, "-n", NAMESPACE])
+                && gone(1, &["get", "foreigncluster", &c_id])
+                && gone(1, &["get", "configuration", &c_id, "-n", NAMESPACE])
+                && gone(1, &["get", "gatewayclient", &c_id, "-n", NAMESPACE])
+                // On C: no tenant namespace, ShadowPod or pod of A's, no ForeignCluster for A,
+                // no network objects.
+                && gone(3, &["get", "namespace", &tenant_ns])
+                && none_left(3, "shadowpods")
+                && none_left(3, "pods")
+                && gone(3, &["get", "foreigncluster", &a_id])
+                && gone(3, &["get", "configuration", &a_id, "-n", NAMESPACE])
+                && gone(3, &["get", "gatewayserver", &a_id, "-n", NAMESPACE]))
+            .then_some(())
+        });
+        assert!(
+            Cluster::pod_netns(&real_c_uid).is_none(),
+            "C's pod stopped with the unpeer"
+        );
+        bed.answer(&web_b.ip)
+            .unwrap_or_else(|e| panic!("B's pod after the unpeer of C: {e:#}\n{}", bed.logs()));
+        bed.one_network(1, 2);
+        bed.ready_node(1, &b_id);
+        bed.ready_node(2, &a_id);
+        bed.pods_talk(1, 2, 7105);
+        eprintln!("done after {:?}", t0.elapsed());
+    });
 }
 
 #[track_caller]

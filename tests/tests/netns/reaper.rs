@@ -112,23 +112,35 @@ fn wait_gone(pids: &[u32], what: &str) {
     }
 }
 
+/// The run to be killed as the test harness names it: its path in this binary's modules.
+fn child_test() -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    format!("{module}::fixture_of_a_run_that_gets_killed")
+}
+
+/// Holds an exclusive lock on a file of this test's until dropped.
+fn serial() -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd as _;
+    let f = std::fs::File::create(std::env::temp_dir().join("fabric-tests-reaper.lock"))?;
+    // SAFETY: plain syscall on a descriptor we own; the lock goes with the file.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("locking the reaper tests' file");
+    }
+    Ok(f)
+}
+
 fn killed_run(test: &str, how: Kill) -> Result<()> {
     if skip_unless_root(test) || !apiserver::require_tools(test) {
         return Ok(());
     }
-    // One at a time: one test's reaper would otherwise reap the other's killed run early.
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One at a time: one test's reaper would otherwise reap the other's killed run early. A
+    // lock on a file, not a mutex: `cargo xtask test` runs each test in a process of its own.
+    let _serial = serial()?;
     let dir = fabric_netns::testbed::scratch_dir(test);
     std::fs::create_dir_all(&dir)?;
     let manifest = dir.join("manifest.json");
     let mut child = Command::new(std::env::current_exe()?)
-        .args([
-            "--exact",
-            "fixture_of_a_run_that_gets_killed",
-            "--ignored",
-            "--nocapture",
-        ])
+        .args(["--exact", &child_test(), "--ignored", "--nocapture"])
         .env(MANIFEST_ENV, &manifest)
         .process_group(0)
         .stdin(Stdio::null())

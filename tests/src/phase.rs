@@ -1,0 +1,81 @@
+//! Scenario tests in named phases: a long end-to-end test builds its bed once and then runs
+//! one named function per phase over it. Each phase says when it starts and how long it took
+//! (stderr: the harness shows it with a failure, `--nocapture` shows it live), and a phase
+//! that panics says which one failed, so the failure is not only a line number in a long
+//! test, and the log shows where a slow test spends its time.
+use std::{future::Future, time::Instant};
+
+/// Runs `f` as the phase `name` (see the module documentation).
+pub fn phase<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    let p = Phase::start(name);
+    let v = f();
+    p.done();
+    v
+}
+
+/// [`phase`] for async code.
+pub async fn phase_async<T>(name: &str, f: impl Future<Output = T>) -> T {
+    let p = Phase::start(name);
+    let v = f.await;
+    p.done();
+    v
+}
+
+/// A running phase: reports its end, or its failure when dropped by a panic.
+struct Phase<'a> {
+    name: &'a str,
+    t0: Instant,
+    done: bool,
+}
+
+impl<'a> Phase<'a> {
+    fn start(name: &'a str) -> Self {
+        eprintln!("=== phase: {name}");
+        Self {
+            name,
+            t0: Instant::now(),
+            done: false,
+        }
+    }
+
+    fn done(mut self) {
+        self.done = true;
+        eprintln!(
+            "=== phase: {} done in {:.1}s",
+            self.name,
+            self.t0.elapsed().as_secs_f64()
+        );
+    }
+}
+
+impl Drop for Phase<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            eprintln!(
+                "=== phase FAILED: {} (after {:.1}s)",
+                self.name,
+                self.t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_phase_returns_what_its_body_returns() {
+        assert_eq!(phase("sync", || 3), 3);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert_eq!(rt.block_on(phase_async("async", async { 4 })), 4);
+    }
+
+    #[test]
+    fn a_panicking_phase_still_panics() {
+        let r = std::panic::catch_unwind(|| phase("boom", || panic!("inside")));
+        assert!(r.is_err());
+    }
+}

@@ -1,0 +1,819 @@
+//! The manifests under deploy/ against a real API server with RBAC enforced: the kustomization
+//! applies (server-side dry run, then for real), and each component's ServiceAccount can do
+//! what its code does and nothing more.
+use std::{
+    path::Path,
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use fabric_tests::{
+    apiserver::{ApiServer, require_tools},
+    phase::phase,
+};
+
+/// The components' namespace.
+const NS: &str = "fabric-system";
+
+fn can_in(api: &ApiServer, who: &str, verb: &str, what: &str, ns: &str) -> bool {
+    let sa = format!("system:serviceaccount:fabric-system:{who}");
+    let o = api.kubectl(&["auth", "can-i", verb, what, "-n", ns, "--as", &sa]);
+    String::from_utf8_lossy(&o.stdout).trim() == "yes"
+}
+
+/// [`can_in`] for each `(who, verb, what, namespace)`, in order. Asked a few at a time: each is
+/// a `kubectl` process and a round trip, and one after the other they were most of this
+/// test's time.
+fn can_all<'a>(
+    api: &ApiServer,
+    checks: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str)>,
+) -> Vec<bool> {
+    let checks: Vec<_> = checks.collect();
+    let answers = Mutex::new(vec![false; checks.len()]);
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(who, verb, what, ns)) = checks.get(i) else {
+                        break;
+                    };
+                    let yes = can_in(api, who, verb, what, ns);
+                    answers.lock().unwrap()[i] = yes;
+                }
+            });
+        }
+    });
+    answers.into_inner().unwrap()
+}
+
+#[test]
+fn manifests_apply_with_least_privilege() {
+    if !require_tools("manifests_apply_with_least_privilege") {
+        return;
+    }
+    let api = ApiServer::start_with_auth("deploy");
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let deploy = deploy.to_str().unwrap();
+    phase(
+        "the manifests applied: a server dry run, then for real",
+        || {
+            // A server-side dry run cannot create objects in a namespace that does not exist yet
+            // (the namespace itself is only dry-run created), as on any cluster.
+            api.kubectl_ok(&["create", "namespace", "fabric-system"]);
+            let out = api.kubectl_ok(&["apply", "--dry-run=server", "-k", deploy]);
+            for kind in [
+                "customresourcedefinition",
+                "clusterrole",
+                "role",
+                "serviceaccount",
+                "deployment",
+                "daemonset",
+                "service",
+                "configmap",
+                "validatingwebhookconfiguration",
+            ] {
+                assert!(
+                    out.contains(&format!("{kind}.")) || out.contains(&format!("{kind}/")),
+                    "{kind} missing from:\n{out}"
+                );
+            }
+            api.kubectl_ok(&["apply", "-k", deploy]);
+            api.kubectl_ok(&[
+                "wait",
+                "--for",
+                "condition=established",
+                "crd",
+                "--all",
+                "--timeout=30s",
+            ]);
+        },
+    );
+
+    phase("what each component may do", || {
+        let allowed = [
+            (
+                "fabric-agent",
+                "watch",
+                "configurations.networking.fabric.io",
+            ),
+            (
+                "fabric-controller",
+                "patch",
+                "configurations.networking.fabric.io/status",
+            ),
+            (
+                "fabric-controller",
+                "update",
+                "configurations.networking.fabric.io",
+            ),
+            (
+                "fabric-controller",
+                "delete",
+                "networks.networking.fabric.io",
+            ),
+            // IPAM's ledger, and no other ConfigMap.
+            (
+                "fabric-controller",
+                "update",
+                "configmaps/fabric-ipam-ledger",
+            ),
+            // Discovery.
+            (
+                "fabric-controller",
+                "patch",
+                "foreignclusters.core.fabric.io",
+            ),
+            (
+                "fabric-controller",
+                "delete",
+                "foreignclusters.core.fabric.io",
+            ),
+            ("fabric-gateway", "get", "secrets/fabric-gateway-key"),
+            (
+                "fabric-gateway",
+                "update",
+                "leases.coordination.k8s.io/fabric-gateway",
+            ),
+            ("fabric-gateway", "create", "leases.coordination.k8s.io"),
+            (
+                "fabric-agent",
+                "watch",
+                "leases.coordination.k8s.io/fabric-gateway",
+            ),
+            (
+                "fabric-agent",
+                "get",
+                "leases.coordination.k8s.io/fabric-gateway",
+            ),
+            (
+                "fabric-gateway",
+                "patch",
+                "connections.networking.fabric.io/status",
+            ),
+            ("fabric-gateway", "watch", "publickeys.networking.fabric.io"),
+            ("fabric-gateway", "watch", "secrets/fabric-gateway-key"),
+            ("fabric-gateway", "watch", "configmaps/fabric-cluster"),
+            ("fabric-gateway", "create", "events.events.k8s.io"),
+            ("fabric-gateway", "list", "nodes"),
+            (
+                "fabric-gateway",
+                "patch",
+                "endpointslices.discovery.k8s.io/fabric-gateway",
+            ),
+            (
+                "fabric-gateway",
+                "patch",
+                "configmaps/fabric-gateway-identity",
+            ),
+            // The authentication service.
+            ("fabric-auth", "list", "secrets"),
+            ("fabric-auth", "create", "namespaces"),
+            (
+                "fabric-auth",
+                "patch",
+                "rolebindings.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-auth",
+                "bind",
+                "roles.rbac.authorization.k8s.io/fabric-consumer",
+            ),
+            ("fabric-auth", "patch", "tenants.authentication.fabric.io"),
+            (
+                "fabric-auth",
+                "patch",
+                "foreignclusters.core.fabric.io/status",
+            ),
+            (
+                "fabric-auth",
+                "create",
+                "certificatesigningrequests.certificates.k8s.io",
+            ),
+            (
+                "fabric-auth",
+                "watch",
+                "certificatesigningrequests.certificates.k8s.io",
+            ),
+            // The negotiation (fabric-controller sharing).
+            (
+                "fabric-sharing",
+                "patch",
+                "peeringnetworks.networking.fabric.io/status",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "resourceslices.authentication.fabric.io/status",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "foreignclusters.core.fabric.io/status",
+            ),
+            ("fabric-sharing", "watch", "pods"),
+            ("fabric-sharing", "get", "secrets"),
+            (
+                "fabric-sharing",
+                "delete",
+                "gatewayservers.networking.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "virtualnodes.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "update",
+                "leases.coordination.k8s.io/fabric-sharing",
+            ),
+            // The renewal of the identities issued by providers (run by the sharing controllers).
+            ("fabric-sharing", "patch", "secrets"),
+            (
+                "fabric-sharing",
+                "patch",
+                "identities.authentication.fabric.io/status",
+            ),
+            // ... which the authentication service binds in each tenant namespace it creates.
+            (
+                "fabric-auth",
+                "bind",
+                "clusterroles.rbac.authorization.k8s.io/fabric-sharing-tenant",
+            ),
+            // The VirtualNode controller's election.
+            (
+                "fabric-virtual-nodes",
+                "update",
+                "leases.coordination.k8s.io/fabric-virtual-nodes",
+            ),
+            // Unpeering: the consumer's Identity and its Secret (named after the provider: RBAC
+            // cannot narrow it further than fabric-system), the provider's tenant area (the
+            // Tenant's finalizer, the consumer's ForeignCluster).
+            ("fabric-sharing", "delete", "secrets"),
+            ("fabric-sharing", "delete", "foreignclusters.core.fabric.io"),
+            (
+                "fabric-sharing",
+                "delete",
+                "identities.authentication.fabric.io",
+            ),
+            ("fabric-sharing", "delete", "namespaces"),
+            (
+                "fabric-sharing",
+                "delete",
+                "rolebindings.rbac.authorization.k8s.io/fabric-consumer",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "tenants.authentication.fabric.io",
+            ),
+            // A consumer revoked: its ForeignCluster deleted on the provider deletes its Tenant.
+            (
+                "fabric-sharing",
+                "delete",
+                "tenants.authentication.fabric.io",
+            ),
+            // The VirtualNode controller holds what it grants the virtual kubelets.
+            (
+                "fabric-virtual-nodes",
+                "patch",
+                "virtualnodes.offloading.fabric.io",
+            ),
+            ("fabric-virtual-nodes", "create", "deployments.apps"),
+            (
+                "fabric-virtual-nodes",
+                "create",
+                "clusterroles.rbac.authorization.k8s.io",
+            ),
+            ("fabric-virtual-nodes", "delete", "nodes"),
+            ("fabric-virtual-nodes", "delete", "pods"),
+            ("fabric-virtual-nodes", "list", "pods"),
+            ("fabric-virtual-nodes", "watch", "secrets"),
+            // ... for the virtual kubelets' API: who may call it, and the API server's client CA.
+            (
+                "fabric-virtual-nodes",
+                "create",
+                "subjectaccessreviews.authorization.k8s.io",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "create",
+                "tokenreviews.authentication.k8s.io",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "get",
+                "connections.networking.fabric.io",
+            ),
+            // The ShadowPod webhook: its caches, the usage on Tenants, its Secret, its
+            // configuration's caBundle.
+            (
+                "fabric-shadowpod-webhook",
+                "watch",
+                "shadowpods.offloading.fabric.io",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "list",
+                "resourceslices.authentication.fabric.io",
+            ),
+            ("fabric-shadowpod-webhook", "watch", "namespaces"),
+            (
+                "fabric-shadowpod-webhook",
+                "watch",
+                "tenants.authentication.fabric.io",
+            ),
+            ("fabric-shadowpod-webhook", "create", "secrets"),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "secrets/fabric-shadowpod-webhook-tls",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "validatingwebhookconfigurations.admissionregistration.k8s.io/fabric-shadowpods",
+            ),
+        ];
+        let answers = can_all(&api, allowed.iter().map(|&(w, v, x)| (w, v, x, NS)));
+        for ((who, verb, what), yes) in allowed.into_iter().zip(answers) {
+            assert!(yes, "{who} should be allowed to {verb} {what}");
+        }
+    });
+
+    phase("and nothing more", || {
+        let denied = [
+            (
+                "fabric-agent",
+                "patch",
+                "configurations.networking.fabric.io",
+            ),
+            ("fabric-agent", "get", "secrets"),
+            ("fabric-virtual-nodes", "create", "secrets"),
+            // Its own election's Lease only.
+            (
+                "fabric-virtual-nodes",
+                "update",
+                "leases.coordination.k8s.io/fabric-gateway",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "delete",
+                "leases.coordination.k8s.io/fabric-virtual-nodes",
+            ),
+            ("fabric-virtual-nodes", "create", "pods"),
+            ("fabric-virtual-nodes", "get", "configmaps"),
+            ("fabric-virtual-nodes", "get", "configmaps/fabric-cluster"),
+            (
+                "fabric-virtual-nodes",
+                "escalate",
+                "roles.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "patch",
+                "foreignclusters.core.fabric.io",
+            ),
+            ("fabric-agent", "create", "pods"),
+            ("fabric-controller", "get", "secrets"),
+            (
+                "fabric-controller",
+                "update",
+                "configmaps/fabric-gateway-identity",
+            ),
+            ("fabric-auth", "delete", "namespaces"),
+            (
+                "fabric-sharing",
+                "delete",
+                "rolebindings.rbac.authorization.k8s.io/admin",
+            ),
+            ("fabric-auth", "delete", "secrets"),
+            ("fabric-auth", "list", "nodes"),
+            ("fabric-auth", "create", "pods"),
+            (
+                "fabric-auth",
+                "create",
+                "clusterroles.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-auth",
+                "bind",
+                "roles.rbac.authorization.k8s.io/admin",
+            ),
+            (
+                "fabric-auth",
+                "escalate",
+                "clusterroles.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-auth",
+                "delete",
+                "certificatesigningrequests.certificates.k8s.io",
+            ),
+            ("fabric-controller", "delete", "nodes"),
+            (
+                "fabric-controller",
+                "update",
+                "leases.coordination.k8s.io/fabric-gateway",
+            ),
+            ("fabric-gateway", "get", "secrets/some-other-secret"),
+            (
+                "fabric-gateway",
+                "delete",
+                "configurations.networking.fabric.io",
+            ),
+            ("fabric-gateway", "list", "secrets"),
+            ("fabric-gateway", "delete", "pods"),
+            // The active replica is published through the Service's EndpointSlice: no pod writes
+            // (a pod patch could replace the agent's image and run code on every node).
+            ("fabric-gateway", "patch", "pods"),
+            ("fabric-gateway", "update", "pods"),
+            (
+                "fabric-gateway",
+                "patch",
+                "endpointslices.discovery.k8s.io/some-other-service",
+            ),
+            ("fabric-gateway", "patch", "nodes"),
+            ("fabric-gateway", "create", "pods"),
+            ("fabric-gateway", "patch", "configmaps/fabric-cluster"),
+            // Only the gateway's own Lease, and the agent only reads it.
+            (
+                "fabric-gateway",
+                "update",
+                "leases.coordination.k8s.io/some-other-lease",
+            ),
+            ("fabric-gateway", "delete", "leases.coordination.k8s.io"),
+            (
+                "fabric-agent",
+                "update",
+                "leases.coordination.k8s.io/fabric-gateway",
+            ),
+            ("fabric-agent", "create", "leases.coordination.k8s.io"),
+            ("fabric-agent", "list", "leases.coordination.k8s.io"),
+            (
+                "fabric-agent",
+                "get",
+                "leases.coordination.k8s.io/some-other-lease",
+            ),
+            ("fabric-sharing", "list", "secrets"),
+            ("fabric-sharing", "patch", "pods"),
+            // Pods only in tenant namespaces, through their RoleBinding (checked below).
+            ("fabric-sharing", "create", "pods"),
+            ("fabric-sharing", "delete", "pods"),
+            (
+                "fabric-auth",
+                "bind",
+                "clusterroles.rbac.authorization.k8s.io/fabric-sharing",
+            ),
+            (
+                "fabric-sharing",
+                "create",
+                "identities.authentication.fabric.io",
+            ),
+            ("fabric-sharing", "patch", "nodes"),
+            (
+                "fabric-sharing",
+                "update",
+                "tenants.authentication.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "delete",
+                "roles.rbac.authorization.k8s.io/admin",
+            ),
+            (
+                "fabric-sharing",
+                "update",
+                "leases.coordination.k8s.io/fabric-ipam",
+            ),
+            ("fabric-shadowpod-webhook", "get", "secrets/fabric-auth-tls"),
+            ("fabric-shadowpod-webhook", "list", "secrets"),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "validatingwebhookconfigurations.admissionregistration.k8s.io/other",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "patch",
+                "shadowpods.offloading.fabric.io",
+            ),
+            ("fabric-shadowpod-webhook", "create", "pods"),
+        ];
+        let answers = can_all(&api, denied.iter().map(|&(w, v, x)| (w, v, x, NS)));
+        for ((who, verb, what), yes) in denied.into_iter().zip(answers) {
+            assert!(!yes, "{who} must not be allowed to {verb} {what}");
+        }
+    });
+
+    phase("nothing of other namespaces", || {
+        // Components that serve fabric-system see nothing of other namespaces: their objects
+        // there (a tenant's, or anyone's with write access to one namespace) are not theirs to
+        // act on, and their Secrets are out of reach.
+        let elsewhere = [
+            (
+                "fabric-agent",
+                "list",
+                "configurations.networking.fabric.io",
+            ),
+            (
+                "fabric-agent",
+                "watch",
+                "configurations.networking.fabric.io",
+            ),
+            ("fabric-agent", "get", "secrets"),
+            ("fabric-agent", "list", "secrets"),
+            (
+                "fabric-agent",
+                "get",
+                "leases.coordination.k8s.io/fabric-gateway",
+            ),
+            (
+                "fabric-controller",
+                "watch",
+                "configurations.networking.fabric.io",
+            ),
+            (
+                "fabric-controller",
+                "patch",
+                "configurations.networking.fabric.io/status",
+            ),
+            ("fabric-controller", "list", "networks.networking.fabric.io"),
+            (
+                "fabric-controller",
+                "create",
+                "networks.networking.fabric.io",
+            ),
+            ("fabric-controller", "watch", "ips.networking.fabric.io"),
+            ("fabric-controller", "get", "secrets"),
+            (
+                "fabric-virtual-nodes",
+                "watch",
+                "virtualnodes.offloading.fabric.io",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "patch",
+                "virtualnodes.offloading.fabric.io",
+            ),
+            ("fabric-virtual-nodes", "create", "deployments.apps"),
+            ("fabric-virtual-nodes", "list", "deployments.apps"),
+            ("fabric-virtual-nodes", "get", "secrets"),
+            (
+                "fabric-virtual-nodes",
+                "create",
+                "leases.coordination.k8s.io",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "update",
+                "leases.coordination.k8s.io/vk-alpha",
+            ),
+            (
+                "fabric-gateway",
+                "list",
+                "configurations.networking.fabric.io",
+            ),
+            ("fabric-gateway", "get", "secrets/fabric-gateway-key"),
+        ];
+        let checks: Vec<_> = ["default", "kube-system", "fabric-tenant-alpha"]
+            .into_iter()
+            .flat_map(|ns| elsewhere.iter().map(move |&(w, v, x)| (w, v, x, ns)))
+            .collect();
+        let answers = can_all(&api, checks.iter().copied());
+        for ((who, verb, what, ns), yes) in checks.into_iter().zip(answers) {
+            assert!(!yes, "{who} must not be allowed to {verb} {what} in {ns}");
+        }
+    });
+
+    phase("the ShadowPod webhook fails closed", || {
+        // The ShadowPod webhook fails closed and only sees consumers' requests.
+        let hook: serde_json::Value = serde_json::from_str(&api.kubectl_ok(&[
+            "get",
+            "validatingwebhookconfiguration",
+            "fabric-shadowpods",
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        let hook = &hook["webhooks"][0];
+        assert_eq!(hook["failurePolicy"], "Fail", "{hook}");
+        assert_eq!(
+            hook["clientConfig"]["service"]["namespace"],
+            "fabric-system"
+        );
+        assert_eq!(
+            hook["clientConfig"]["service"]["path"],
+            fabric_api::names::webhook::SHADOWPODS_PATH
+        );
+        assert!(
+            hook["matchConditions"][0]["expression"]
+                .as_str()
+                .unwrap()
+                .contains(&fabric_api::names::user::consumer("")),
+            "{hook}"
+        );
+    });
+
+    phase("a tenant's RoleBinding for the sharing controllers", || {
+        // A tenant as the authentication service makes it: its own credentials create the
+        // sharing controllers' RoleBinding there (bind, not escalate: it holds no pod writes),
+        // which lets them write pods in that namespace and in no other.
+        let tenant = "fabric-tenant-alpha";
+        api.kubectl_ok(&["create", "namespace", tenant]);
+        let binding = serde_json::to_string(&fabric_auth::tenant::sharing_binding(
+            "alpha",
+            "fabric-system",
+        ))
+        .unwrap();
+        let o = api.kubectl_stdin(
+            &[
+                "create",
+                "-f",
+                "-",
+                "--as",
+                "system:serviceaccount:fabric-system:fabric-auth",
+            ],
+            &binding,
+        );
+        assert!(
+            o.status.success(),
+            "the authentication service cannot bind the sharing controllers in a tenant namespace: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let can_in = |verb: &str, ns: &str| {
+            let o = api.kubectl(&[
+                "auth",
+                "can-i",
+                verb,
+                "pods",
+                "-n",
+                ns,
+                "--as",
+                "system:serviceaccount:fabric-system:fabric-sharing",
+            ]);
+            String::from_utf8_lossy(&o.stdout).trim() == "yes"
+        };
+        for verb in ["create", "delete", "get"] {
+            assert!(
+                can_in(verb, tenant),
+                "fabric-sharing cannot {verb} pods in {tenant}"
+            );
+            for ns in ["default", "kube-system", "fabric-system"] {
+                assert!(!can_in(verb, ns), "fabric-sharing may {verb} pods in {ns}");
+            }
+        }
+    });
+
+    phase("API credentials only where the API is used", || {
+        // API credentials only where the API is used: the gateway container parses what peers
+        // send and gets none; its operator mounts the token.
+        let dep: serde_json::Value = serde_json::from_str(&api.kubectl_ok(&[
+            "get",
+            "deployment",
+            "fabric-gateway",
+            "-n",
+            "fabric-system",
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        let pod = &dep["spec"]["template"]["spec"];
+        assert_eq!(pod["automountServiceAccountToken"], false, "{pod}");
+        let token_mounted = |container: &str| {
+            pod["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == container)
+                .unwrap_or_else(|| panic!("no container {container}"))["volumeMounts"]
+                .as_array()
+                .is_some_and(|m| {
+                    m.iter()
+                        .any(|m| m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
+                })
+        };
+        assert!(
+            !token_mounted("gateway"),
+            "the gateway container has API credentials"
+        );
+        assert!(
+            token_mounted("operator"),
+            "the operator has no API credentials"
+        );
+    });
+
+    phase("the agent's Lease watch", || {
+        // What the agent actually sends to follow the gateway Lease: list and watch narrowed to it
+        // by a field selector, which the API server authorizes as that name. Without the selector
+        // the same request is refused; and the agent reads no Lease in other namespaces.
+        let agent = "system:serviceaccount:fabric-system:fabric-agent";
+        let lease_list = |ns: &str, selector: bool, watch: bool| {
+            let mut args = vec!["get", "leases", "-n", ns, "--as", agent];
+            if selector {
+                args.extend(["--field-selector", "metadata.name=fabric-gateway"]);
+            }
+            if watch {
+                args.extend(["--watch", "--request-timeout=1s"]);
+            }
+            let o = api.kubectl(&args);
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        };
+        let (ok, err) = lease_list("fabric-system", true, false);
+        assert!(ok, "the agent cannot list its Lease by name: {err}");
+        let (_, err) = lease_list("fabric-system", true, true);
+        assert!(
+            !err.contains("forbidden"),
+            "the agent cannot watch its Lease by name: {err}"
+        );
+        for (ns, selector, watch) in [
+            ("fabric-system", false, false),
+            ("fabric-system", false, true),
+            ("kube-system", true, false),
+        ] {
+            let (ok, err) = lease_list(ns, selector, watch);
+            assert!(
+                !ok && err.contains("forbidden"),
+                "the agent may list/watch Leases in {ns} (selector: {selector}, watch: {watch}): {err}"
+            );
+        }
+    });
+
+    phase("the virtual kubelets' client CA and Leases", || {
+        // The client CA the VirtualNode controller lets virtual kubelets read is the API
+        // server's, in kube-system, and no other ConfigMap there.
+        let vnodes = "system:serviceaccount:fabric-system:fabric-virtual-nodes";
+        // The virtual kubelets' node Leases, in kube-node-lease only (the denied tables above:
+        // no other Lease, anywhere else); no listing of the real kubelets' Leases there.
+        for verb in ["create", "get", "update", "patch", "delete"] {
+            assert!(
+                self::can_in(
+                    &api,
+                    "fabric-virtual-nodes",
+                    verb,
+                    "leases.coordination.k8s.io/vk-alpha",
+                    "kube-node-lease"
+                ),
+                "the VirtualNode controller cannot {verb} a virtual kubelet's Lease"
+            );
+        }
+        assert!(!self::can_in(
+            &api,
+            "fabric-virtual-nodes",
+            "list",
+            "leases.coordination.k8s.io",
+            "kube-node-lease"
+        ));
+        let can_cm = |what: &str| {
+            let o = api.kubectl(&[
+                "auth",
+                "can-i",
+                "get",
+                what,
+                "-n",
+                "kube-system",
+                "--as",
+                vnodes,
+            ]);
+            String::from_utf8_lossy(&o.stdout).trim() == "yes"
+        };
+        assert!(can_cm("configmaps/extension-apiserver-authentication"));
+        assert!(!can_cm("configmaps/kubeadm-config"));
+        assert!(!can_cm("configmaps"));
+    });
+
+    phase("removed with kubectl delete -k", || {
+        // Removal: nothing the manifests create carries a finalizer, so `kubectl delete -k`
+        // finishes (waiting for each deletion, as it does by default). The finalizers of the
+        // sharing layer's objects are released by the controllers this removes: peers are
+        // unpeered first (README, "Removing the fabric").
+        let t0 = std::time::Instant::now();
+        // (Deleting the namespace takes its objects along: the later deletes of them find none.)
+        let o = api.kubectl(&[
+            "delete",
+            "-k",
+            deploy,
+            "--timeout=60s",
+            "--ignore-not-found",
+        ]);
+        assert!(
+            o.status.success(),
+            "kubectl delete -k deploy/ failed after {:?}: {}",
+            t0.elapsed(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let left = api.kubectl(&["get", "crd", "-o", "name"]);
+        let left = String::from_utf8_lossy(&left.stdout);
+        assert!(
+            !left.contains("fabric.io"),
+            "CRDs left after kubectl delete -k deploy/: {left}"
+        );
+    });
+}
