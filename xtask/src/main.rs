@@ -22,7 +22,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod setup;
 mod testrun;
+
+use setup::{setup, setup_nightly};
 
 /// Test binaries run side by side: most of the suite's time is end-to-end tests waiting on
 /// servers and timers, not on the CPU, and two of them share a 2-core machine well.
@@ -124,6 +127,11 @@ fn target_dir() -> PathBuf {
 fn cargo() -> Command {
     let mut c = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
+    // A CI run builds everything once from a fresh clone: incremental compilation's caches
+    // (gigabytes under target/debug/incremental) are written for no later build to read.
+    if env::var_os("CI").is_some() && env::var_os("CARGO_INCREMENTAL").is_none() {
+        c.env("CARGO_INCREMENTAL", "0");
+    }
     c
 }
 
@@ -200,286 +208,16 @@ fn output(cmd: &mut Command) -> Result<String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// setup
-
-/// Packages the tests, demo and bench need. `wireguard-tools` goes separately, without
-/// recommends (they pull a kernel image).
-const APT_PACKAGES: &[&str] = &[
-    "iproute2",
-    "iperf3",
-    "bpftool",
-    "nftables",
-    "conntrack",
-    "etcd-server",
-    "xz-utils",
-    "curl",
-    "iputils-ping",
-    "procps",
-    // The DNS server of the discovery test (the binary only: `dnsmasq` would start a service).
-    "dnsmasq-base",
-];
-const APT_NO_RECOMMENDS: &[&str] = &["wireguard-tools"];
-
-fn dpkg_installed(pkg: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", pkg])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout).contains("install ok installed")
-        })
-        .unwrap_or(false)
-}
-
-fn apt_install(pkgs: &[&str], extra: &[&str]) -> Result<()> {
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .args(["install", "-y", "-q"])
-        .args(extra)
-        .args(pkgs))
-    .context("installing system packages")
-}
-
-fn setup_apt() -> Result<()> {
-    if !Path::new("/usr/bin/dpkg-query").exists() {
-        println!(
-            "    (no dpkg: not a Debian-like system; install {APT_PACKAGES:?} and {APT_NO_RECOMMENDS:?} yourself)"
-        );
-        return Ok(());
-    }
-    let missing: Vec<&str> = APT_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| !dpkg_installed(p))
-        .collect();
-    let missing_nr: Vec<&str> = APT_NO_RECOMMENDS
-        .iter()
-        .copied()
-        .filter(|p| !dpkg_installed(p))
-        .collect();
-    if missing.is_empty() && missing_nr.is_empty() {
-        println!("    system packages: all present");
-        return Ok(());
-    }
-    if !is_root() {
-        bail!(
-            "missing packages {:?}; run as root (or `sudo apt-get install {}`)",
-            [&missing[..], &missing_nr[..]].concat(),
-            [&missing[..], &missing_nr[..]].concat().join(" ")
-        );
-    }
-    println!(
-        "    missing: {}",
-        [&missing[..], &missing_nr[..]].concat().join(" ")
-    );
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .args(["update", "-q"]))
-    .context("apt-get update")?;
-    if !missing.is_empty() {
-        apt_install(&missing, &[])?;
-    }
-    if !missing_nr.is_empty() {
-        apt_install(&missing_nr, &["--no-install-recommends"])?;
-    }
-    Ok(())
-}
-
-#[derive(serde::Deserialize)]
-struct ToolchainFile {
-    toolchain: Toolchain,
-}
-
-#[derive(serde::Deserialize)]
-struct Toolchain {
-    channel: String,
-}
-
-/// The dated nightly that builds the eBPF programs (and the fuzz targets), from
-/// `fabric-ebpf/rust-toolchain.toml`, which fabric-dataplane's build script reads too.
-fn pinned_nightly() -> Result<String> {
-    let path = workspace_root().join("fabric-ebpf/rust-toolchain.toml");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let file: ToolchainFile =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    Ok(file.toolchain.channel)
-}
-
-fn sysroot_of(toolchain: &str) -> Result<PathBuf> {
-    output(
-        Command::new("rustc")
-            .arg(format!("+{toolchain}"))
-            .args(["--print", "sysroot"]),
-    )
-    .map(PathBuf::from)
-    .with_context(|| format!("asking the {toolchain} rustc for its sysroot"))
-}
-
-/// The date rustup installed a toolchain's channel manifest for (`date = "YYYY-MM-DD"`).
-fn manifest_date(sysroot: &Path) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Manifest {
-        date: String,
-    }
-    let text = std::fs::read_to_string(sysroot.join("lib/rustlib/multirust-channel-manifest.toml"))
-        .ok()?;
-    toml::from_str::<Manifest>(&text).ok().map(|m| m.date)
-}
-
-/// Makes the pinned nightly available. A floating `nightly` that rustup installed for the very
-/// same date is that toolchain: it is entered under the dated name (rustup refuses
-/// `toolchain link` for official names, so as the directory rustup would have created) instead
-/// of downloading it again.
-fn install_pinned_nightly(pinned: &str) -> Result<()> {
-    let date = pinned.trim_start_matches("nightly-");
-    if let Ok(floating) = sysroot_of("nightly")
-        && manifest_date(&floating).as_deref() == Some(date)
-        && let Some(toolchains) = floating.parent()
-    {
-        let host = output(Command::new("rustc").arg("-vV"))?
-            .lines()
-            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
-            .context("rustc -vV printed no host")?;
-        let dir = toolchains.join(format!("{pinned}-{host}"));
-        std::os::unix::fs::symlink(&floating, &dir)
-            .with_context(|| format!("linking {} -> {}", dir.display(), floating.display()))?;
-        println!(
-            "    {pinned}: the installed nightly of that date ({})",
-            dir.display()
-        );
-        return Ok(());
-    }
-    run(Command::new("rustup").args([
-        "toolchain",
-        "install",
-        pinned,
-        "--profile",
-        "minimal",
-        "--component",
-        "rust-src",
-    ]))
-    .with_context(|| format!("installing the {pinned} toolchain (rustup required)"))
-}
-
-fn setup_nightly() -> Result<(String, PathBuf)> {
-    let pinned = pinned_nightly()?;
-    if !works("rustc", [format!("+{pinned}").as_str(), "--version"]) {
-        install_pinned_nightly(&pinned)?;
-    }
-    let sysroot = sysroot_of(&pinned)?;
-    if sysroot.join("lib/rustlib/src/rust/library").is_dir() {
-        println!("    {pinned} rust-src: present");
-    } else {
-        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", &pinned]))
-            .with_context(|| format!("adding rust-src to {pinned}"))?;
-    }
-    Ok((pinned, sysroot))
-}
-
-fn setup_bpf_linker(sysroot: &Path) -> Result<()> {
-    if works("bpf-linker", ["--version"]) {
-        println!("    bpf-linker: present");
-        return Ok(());
-    }
-    // Build it against rustc's own LLVM, so the bitcode rustc emits and the linker agree.
-    let lib = sysroot.join("lib");
-    let llvm = std::fs::read_dir(&lib)
-        .with_context(|| format!("listing {}", lib.display()))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("libLLVM.so."))
-        .max()
-        .with_context(|| {
-            format!(
-                "no libLLVM.so.* in {} (rustup component llvm-tools?)",
-                lib.display()
-            )
-        })?;
-    let major = llvm
-        .trim_start_matches("libLLVM.so.")
-        .split('.')
-        .next()
-        .unwrap_or("22")
-        .to_owned();
-    let link = lib.join("libLLVM.so");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&llvm, &link)
-        .with_context(|| format!("linking {} -> {llvm}", link.display()))?;
-    println!("    linked {} -> {llvm}", link.display());
-    run(cargo()
-        .env("LLVM_PREFIX", sysroot)
-        .args([
-            "install",
-            "--locked",
-            "bpf-linker",
-            "--version",
-            "^0.13",
-            "--no-default-features",
-            "--features",
-        ])
-        .arg(format!("llvm-{major}")))
-    .context("installing bpf-linker")?;
-    if !works("bpf-linker", ["--version"]) {
-        bail!("bpf-linker installed but not runnable; is ~/.cargo/bin on PATH?");
-    }
-    Ok(())
-}
-
-fn setup_bpffs() -> Result<()> {
-    let fs = Command::new("stat")
-        .args(["-f", "-c", "%T", "/sys/fs/bpf"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
-    if fs == "bpf_fs" {
-        println!("    bpffs: mounted at /sys/fs/bpf");
-        return Ok(());
-    }
-    if !is_root() {
-        println!("    bpffs: not mounted at /sys/fs/bpf (needs root; the agent mounts it itself)");
-        return Ok(());
-    }
-    std::fs::create_dir_all("/sys/fs/bpf").context("creating /sys/fs/bpf")?;
-    run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"])).context("mounting bpffs")
-}
-
-fn setup_boringtun_cli() -> Result<()> {
-    let home_bin = env::var_os("HOME")
-        .map(|h| PathBuf::from(h).join(".cargo/bin/boringtun-cli"))
-        .filter(|p| p.exists());
-    if works("boringtun-cli", ["--version"]) || home_bin.is_some() {
-        println!("    boringtun-cli: present");
-        return Ok(());
-    }
-    run(cargo().args(["install", "boringtun-cli", "--locked", "--version", "^0.7"]))
-        .context("installing boringtun-cli")
-}
-
-fn setup() -> Result<()> {
-    let t = Instant::now();
-    step("setup: system packages");
-    setup_apt()?;
-    step("setup: nightly toolchain and bpf-linker (to build the eBPF programs)");
-    let (_, sysroot) = setup_nightly()?;
-    setup_bpf_linker(&sysroot)?;
-    step("setup: BPF filesystem");
-    setup_bpffs()?;
-    step("setup: boringtun-cli (the other WireGuard implementation for interop tests and benches)");
-    setup_boringtun_cli()?;
-    println!("    setup done in {:.1}s", t.elapsed().as_secs_f64());
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
 // test
 
 fn agent_bin() -> PathBuf {
     target_dir().join("debug").join("fabric-agent")
+}
+
+/// The whole workspace but `fabric-ebpf`, which builds only for the bpf target (the data
+/// plane's build script does that): built for the host it would be compiled for nothing.
+fn workspace_args() -> [String; 3] {
+    ["--workspace", "--exclude", "fabric-ebpf"].map(String::from)
 }
 
 fn build_bins(pkgs: &[&str]) -> Result<()> {
@@ -487,7 +225,7 @@ fn build_bins(pkgs: &[&str]) -> Result<()> {
     // --locked: build exactly what Cargo.lock names (supply chain), never a fresh resolution.
     c.args(["build", "--locked"]);
     if pkgs.is_empty() {
-        c.arg("--workspace");
+        c.args(workspace_args());
     } else {
         for p in pkgs {
             c.args(["-p", p]);
@@ -540,7 +278,7 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         .iter()
         .any(|a| a == "-p" || a == "--package" || a.starts_with("--package="))
     {
-        cargo_args.insert(0, "--workspace".into());
+        cargo_args = workspace_args().into_iter().chain(cargo_args).collect();
     }
     cargo_args.insert(0, "--locked".into());
     let bins = testrun::build(cargo(), &cargo_args)?;
@@ -548,17 +286,23 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         .ok()
         .and_then(|l| l.parse().ok())
         .unwrap_or(DEFAULT_LANES);
-    step(&format!(
-        "test: {} test binaries in {lanes} lanes (FABRIC_TEST_LANES)",
-        bins.len()
-    ));
     let envs = vec![(
         "FABRIC_AGENT_BIN".to_owned(),
         agent_bin().to_string_lossy().into_owned(),
     )];
-    let outcomes = testrun::run(bins, lanes, test_args, &envs);
+    let nbins = bins.len();
+    let jobs = testrun::jobs(bins, test_args, &envs);
+    step(&format!(
+        "test: {nbins} test binaries, {} jobs (integration tests one process each) in {lanes} \
+         lanes (FABRIC_TEST_LANES)",
+        jobs.len()
+    ));
+    let running = Instant::now();
+    let outcomes = testrun::run(jobs, lanes, test_args, &envs);
+    let ran = running.elapsed().as_secs_f64();
     let secs = start.elapsed().as_secs_f64();
     let mut totals = Totals::default();
+    let mut cpu = 0.0;
     println!();
     println!("==> summary (setup + build + test in {secs:.0}s)");
     for o in &outcomes {
@@ -570,15 +314,26 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         totals.failed += parse_count(r, "failed");
         totals.ignored += parse_count(r, "ignored");
         totals.measured += parse_count(r, "measured");
-        totals.filtered += parse_count(r, "out");
+        // A test run alone filters out its binary's others, which run in jobs of their own.
+        if !o.single {
+            totals.filtered += parse_count(r, "out");
+        }
+        let used = o.cpu.map(|c| c.as_secs_f64());
+        cpu += used.unwrap_or_default();
         println!(
-            "    {:<44} {:>6.1}s  {}{}",
+            "    {:<64} {:>6.1}s {:>6} cpu  {}{}",
             o.label,
             o.elapsed.as_secs_f64(),
+            used.map(|c| format!("{c:.1}s")).unwrap_or_default(),
             if o.success { "" } else { "FAILED: " },
             r.trim_start_matches("test result: ")
         );
     }
+    println!(
+        "    ran {} jobs in {ran:.0}s in {lanes} lanes; their processes used {cpu:.0}s of CPU \
+         (not counting the API servers they started)",
+        outcomes.len()
+    );
     let crashed = outcomes.iter().filter(|o| !o.success).count();
     let ok = crashed == 0 && totals.failed == 0;
     // Last line, in cargo test's own format.
@@ -854,31 +609,6 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
-    }
-
-    /// The eBPF programs build with a nightly of a fixed date, not whatever `nightly` is
-    /// newest (supply chain).
-    #[test]
-    fn the_ebpf_nightly_is_pinned_by_date() {
-        let pinned = pinned_nightly().unwrap();
-        let date = pinned
-            .strip_prefix("nightly-")
-            .unwrap_or_else(|| panic!("{pinned}"));
-        let ok = date.len() == 10
-            && date.char_indices().all(|(i, c)| {
-                if i == 4 || i == 7 {
-                    c == '-'
-                } else {
-                    c.is_ascii_digit()
-                }
-            });
-        assert!(ok, "not a dated nightly: {pinned}");
-        let build =
-            std::fs::read_to_string(workspace_root().join("fabric-dataplane/build.rs")).unwrap();
-        assert!(
-            !build.contains("\"nightly\""),
-            "build.rs names the floating nightly"
-        );
     }
 
     #[test]

@@ -1,16 +1,23 @@
-//! `cargo xtask test`'s runner: cargo builds every test binary once, then the binaries run in
+//! `cargo xtask test`'s runner: cargo builds every test binary once, then the tests run in
 //! parallel lanes, longest first.
 //!
 //! Why not plain `cargo test`: it runs one binary after the other, and most of the suite's time
-//! is spent in end-to-end binaries that wait on API servers, tunnels and timers rather than on
-//! the CPU; two of them side by side take little more than one. Each binary's output is kept
+//! is spent in end-to-end tests that wait on API servers, tunnels and timers rather than on the
+//! CPU; several of them side by side take little more than one.
+//!
+//! The unit of work is a [`Job`]: a whole binary for unit tests (a library's or a binary's
+//! harness: milliseconds per test), one test in a process of its own for integration tests
+//! (`BIN --exact NAME`, the names from `BIN --list`). `fabric-tests` keeps its end-to-end tests
+//! in one binary per tier, each scenario a module; run whole, such a binary would be one lane's
+//! work for minutes. A process per test balances the lanes at the grain of a test, and a crash
+//! (an abort, a fixture that hangs in its `Drop`) stays that test's. Each job's output is kept
 //! whole and printed when it ends, in cargo's own format (a `Running` line, then what the
 //! binary printed), so a failure reads as it would under `cargo test`.
 //!
 //! Durations of the last run are kept in `target/xtask-test-durations.tsv` to start the longest
-//! binaries first; a fresh clone (CI) has none, and takes the checked-in baseline
+//! jobs first; a fresh clone (CI) has none, and takes the checked-in baseline
 //! `xtask/test-durations.tsv` instead (without it, ties broken by name started the slowest
-//! binary, `virtual_node`, last, and the suite waited on it alone at the end).
+//! test last, and the suite waited on it alone at the end).
 use std::{
     collections::HashMap,
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -34,11 +41,23 @@ pub struct Binary {
     pub dir: PathBuf,
     pub package: String,
     pub crate_name: String,
-    /// An integration test (`tests/*.rs`) rather than unit tests of a lib or bin.
+    /// An integration test (`tests/*.rs`, `tests/*/main.rs`) rather than unit tests of a lib
+    /// or bin.
     pub integration: bool,
 }
 
-/// What one binary did.
+/// What a lane runs: a whole binary, or one test of it alone.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The binary's label, and for one test its name after a space.
+    pub label: String,
+    pub bin: Arc<Binary>,
+    /// Run only this test (`--exact`).
+    pub test: Option<String>,
+    pub integration: bool,
+}
+
+/// What one job did.
 #[derive(Debug)]
 pub struct Outcome {
     pub label: String,
@@ -46,6 +65,11 @@ pub struct Outcome {
     /// cargo's `test result: ...` line, when the binary got that far.
     pub result: Option<String>,
     pub elapsed: Duration,
+    /// CPU time of the test process and the children it waited for (not of daemons it
+    /// started and left to others, such as the API servers' etcd and kubelite).
+    pub cpu: Option<Duration>,
+    /// One test of a binary run alone: its "filtered out" are the binary's other tests.
+    pub single: bool,
 }
 
 /// Parses one line of `cargo test --no-run --message-format=json`: a test executable, if the
@@ -118,11 +142,71 @@ pub fn build(mut cargo: Command, cargo_args: &[String]) -> Result<Vec<Binary>> {
     Ok(bins)
 }
 
+/// The command that runs `b` as cargo would: in its package's directory, with the variables
+/// cargo sets for a test binary at run time.
+fn command(b: &Binary, envs: &[(String, String)]) -> Command {
+    let mut c = Command::new(&b.exe);
+    c.current_dir(&b.dir)
+        .env("CARGO_MANIFEST_DIR", &b.dir)
+        .env("CARGO_PKG_NAME", &b.package)
+        .env("CARGO_CRATE_NAME", &b.crate_name)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    c
+}
+
+/// The tests of a binary, as `BIN --list --format terse` prints them (`name: test`).
+pub fn parse_list(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The jobs for `bins`: with no test arguments, a job per test of each integration binary and
+/// one per unit-test binary; with test arguments (a filter, `--ignored`, ...), which the
+/// binaries interpret themselves, one job per binary.
+pub fn jobs(bins: Vec<Binary>, test_args: &[String], envs: &[(String, String)]) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for b in bins {
+        let b = Arc::new(b);
+        let whole = Job {
+            label: b.label.clone(),
+            bin: Arc::clone(&b),
+            test: None,
+            integration: b.integration,
+        };
+        if !b.integration || !test_args.is_empty() {
+            jobs.push(whole);
+            continue;
+        }
+        let listed = command(&b, envs)
+            .args(["--list", "--format", "terse"])
+            .stderr(Stdio::inherit())
+            .output();
+        match listed {
+            Ok(o) if o.status.success() => {
+                for name in parse_list(&String::from_utf8_lossy(&o.stdout)) {
+                    jobs.push(Job {
+                        label: format!("{} {name}", b.label),
+                        bin: Arc::clone(&b),
+                        test: Some(name),
+                        integration: true,
+                    });
+                }
+            }
+            // Run whole: its own output says why it cannot list.
+            _ => jobs.push(whole),
+        }
+    }
+    jobs
+}
+
 fn durations_file(target: &Path) -> PathBuf {
     target.join("xtask-test-durations.tsv")
 }
 
-/// The checked-in per-binary times, for binaries this target has not run yet.
+/// The checked-in per-job times, for jobs this target has not run yet.
 const BASELINE: &str = include_str!("../test-durations.tsv");
 
 /// `label<TAB>seconds` lines; `#` comments and anything unparsable skipped.
@@ -165,53 +249,95 @@ fn save_durations(target: &Path, outcomes: &[Outcome]) {
 
 /// Longest first by the last run's durations; unknown ones as if integration tests took a
 /// minute and unit tests nothing, so that a fresh clone still starts the slow ones early.
-pub fn order(mut bins: Vec<Binary>, known: &HashMap<String, f64>) -> Vec<Binary> {
-    let guess = |b: &Binary| {
+pub fn order(mut jobs: Vec<Job>, known: &HashMap<String, f64>) -> Vec<Job> {
+    let guess = |j: &Job| {
         known
-            .get(&b.label)
+            .get(&j.label)
             .copied()
-            .unwrap_or(if b.integration { 60.0 } else { 0.0 })
+            .unwrap_or(if j.integration { 60.0 } else { 0.0 })
     };
-    bins.sort_by(|a, b| guess(b).total_cmp(&guess(a)).then(a.label.cmp(&b.label)));
-    bins
+    jobs.sort_by(|a, b| guess(b).total_cmp(&guess(a)).then(a.label.cmp(&b.label)));
+    jobs
 }
 
-fn run_one(b: &Binary, test_args: &[String], envs: &[(String, String)]) -> (Outcome, Vec<u8>) {
+/// `struct rusage` of Linux on 64-bit targets: the two times, then 14 longs we do not read.
+#[repr(C)]
+#[derive(Default)]
+struct Rusage {
+    utime: [i64; 2],
+    stime: [i64; 2],
+    _rest: [i64; 14],
+}
+
+unsafe extern "C" {
+    fn wait4(pid: i32, status: *mut i32, options: i32, usage: *mut Rusage) -> i32;
+}
+
+/// Waits for `child` as `Child::wait` would, and reports its CPU time too (its own and that of
+/// the children it waited for), which std does not give.
+fn wait_with_cpu(child: std::process::Child) -> (bool, Option<Duration>) {
+    let pid = child.id() as i32;
+    let (mut status, mut ru) = (0, Rusage::default());
+    loop {
+        // SAFETY: `child` is ours and not waited for yet; both pointers are to live locals.
+        let r = unsafe { wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        return (false, None);
+    }
+    let secs = |t: [i64; 2]| Duration::from_secs(t[0] as u64) + Duration::from_micros(t[1] as u64);
+    // Exited normally with status 0.
+    (status == 0, Some(secs(ru.utime) + secs(ru.stime)))
+}
+
+fn run_one(j: &Job, test_args: &[String], envs: &[(String, String)]) -> (Outcome, Vec<u8>) {
     let start = Instant::now();
     let mut out = Vec::new();
+    let b = &j.bin;
     let rel = b
         .exe
         .strip_prefix(super::workspace_root())
         .unwrap_or(&b.exe);
-    let _ = writeln!(out, "     Running {} ({})", b.label, rel.display());
-    let mut c = Command::new(&b.exe);
-    c.args(test_args)
-        .current_dir(&b.dir)
-        .env("CARGO_MANIFEST_DIR", &b.dir)
-        .env("CARGO_PKG_NAME", &b.package)
-        .env("CARGO_CRATE_NAME", &b.crate_name)
-        .envs(envs.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null());
-    let success = match std::io::pipe() {
+    let mut c = command(b, envs);
+    match &j.test {
+        Some(name) => {
+            let _ = writeln!(
+                out,
+                "     Running {} ({} --exact {name})",
+                j.label,
+                rel.display()
+            );
+            c.args(["--exact", name]);
+        }
+        None => {
+            let _ = writeln!(out, "     Running {} ({})", j.label, rel.display());
+            c.args(test_args);
+        }
+    }
+    let (success, cpu) = match std::io::pipe() {
         Ok((mut reader, writer)) => {
             let spawned = writer
                 .try_clone()
                 .and_then(|w| c.stdout(w).stderr(writer).spawn());
             drop(c);
             match spawned {
-                Ok(mut child) => {
+                Ok(child) => {
                     let _ = reader.read_to_end(&mut out);
-                    child.wait().map(|s| s.success()).unwrap_or(false)
+                    wait_with_cpu(child)
                 }
                 Err(e) => {
                     let _ = writeln!(out, "xtask: cannot run {}: {e}", b.exe.display());
-                    false
+                    (false, None)
                 }
             }
         }
         Err(e) => {
             let _ = writeln!(out, "xtask: cannot make a pipe: {e}");
-            false
+            (false, None)
         }
     };
     let result = String::from_utf8_lossy(&out)
@@ -220,24 +346,26 @@ fn run_one(b: &Binary, test_args: &[String], envs: &[(String, String)]) -> (Outc
         .find(|l| l.trim_start().starts_with("test result:"))
         .map(|l| l.trim().to_owned());
     let outcome = Outcome {
-        label: b.label.clone(),
+        label: j.label.clone(),
         success,
         result,
         elapsed: start.elapsed(),
+        cpu,
+        single: j.test.is_some(),
     };
     (outcome, out)
 }
 
-/// Runs `bins` in `lanes` parallel lanes, printing each binary's output whole when it ends.
+/// Runs `jobs` in `lanes` parallel lanes, printing each job's output whole when it ends.
 pub fn run(
-    bins: Vec<Binary>,
+    jobs: Vec<Job>,
     lanes: usize,
     test_args: &[String],
     envs: &[(String, String)],
 ) -> Vec<Outcome> {
     let target = super::target_dir();
     let queue = Arc::new(Mutex::new(
-        order(bins, &load_durations(&target)).into_iter(),
+        order(jobs, &load_durations(&target)).into_iter(),
     ));
     let (tx, rx) = mpsc::channel();
     let workers: Vec<_> = (0..lanes.max(1))
@@ -249,8 +377,8 @@ pub fn run(
             thread::spawn(move || {
                 loop {
                     let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
-                    let Some(b) = next else { break };
-                    if tx.send(run_one(&b, &test_args, &envs)).is_err() {
+                    let Some(j) = next else { break };
+                    if tx.send(run_one(&j, &test_args, &envs)).is_err() {
                         break;
                     }
                 }
@@ -335,29 +463,77 @@ mod tests {
         assert_eq!(parsed, HashMap::from([("a: b.rs".to_owned(), 12.0)]));
     }
 
+    fn job(label: &str, integration: bool) -> Job {
+        Job {
+            label: label.into(),
+            bin: Arc::new(Binary {
+                label: label.into(),
+                exe: PathBuf::new(),
+                dir: PathBuf::new(),
+                package: String::new(),
+                crate_name: String::new(),
+                integration,
+            }),
+            test: None,
+            integration,
+        }
+    }
+
     #[test]
     fn the_longest_known_go_first_then_integration_tests() {
-        let bin = |label: &str, integration| Binary {
-            label: label.into(),
-            exe: PathBuf::new(),
-            dir: PathBuf::new(),
-            package: String::new(),
-            crate_name: String::new(),
-            integration,
-        };
         let known = HashMap::from([("a".to_owned(), 5.0), ("b".to_owned(), 90.0)]);
         let got: Vec<String> = order(
             vec![
-                bin("unit", false),
-                bin("a", true),
-                bin("new", true),
-                bin("b", true),
+                job("unit", false),
+                job("a", true),
+                job("new", true),
+                job("b", true),
             ],
             &known,
         )
         .into_iter()
-        .map(|b| b.label)
+        .map(|j| j.label)
         .collect();
         assert_eq!(got, ["b", "new", "a", "unit"]);
+    }
+
+    #[test]
+    fn a_binary_lists_its_tests_tersely() {
+        let listed = "offload::pods_come_home: test\nreaper::killed: test\nbench_x: benchmark\n\n";
+        assert_eq!(
+            parse_list(listed),
+            ["offload::pods_come_home", "reaper::killed"]
+        );
+        assert!(parse_list("error: no such binary").is_empty());
+    }
+
+    #[test]
+    fn with_test_arguments_binaries_run_whole() {
+        let b = Binary {
+            label: "fabric-tests: tests/api/main.rs".into(),
+            exe: PathBuf::from("/nonexistent/api"),
+            dir: PathBuf::from("/"),
+            package: "fabric-tests".into(),
+            crate_name: "api".into(),
+            integration: true,
+        };
+        // A filter is the binary's to apply: no listing, one job.
+        let got = jobs(vec![b.clone()], &["offload".to_owned()], &[]);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].test.is_none());
+        // One that cannot list its tests runs whole too (its own output says why).
+        let got = jobs(vec![b], &[], &[]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].label, "fabric-tests: tests/api/main.rs");
+    }
+
+    #[test]
+    fn a_child_is_waited_for_with_its_status_and_cpu() {
+        let ok = Command::new("true").spawn().unwrap();
+        let (success, cpu) = wait_with_cpu(ok);
+        assert!(success);
+        assert!(cpu.is_some());
+        let failed = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        assert!(!wait_with_cpu(failed).0);
     }
 }
