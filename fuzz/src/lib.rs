@@ -2,7 +2,7 @@
 //! `check(data)` feeds arbitrary bytes to a parser of the gateway, of `fabric-common`, of
 //! discovery, of the authentication service or of the kubelet API and panics when an invariant breaks, not only when the code under test panics. The libFuzzer
 //! binaries call them (`cargo xtask fuzz TARGET`), and the main workspace's
-//! `tests/tests/fuzz_seeds.rs` replays the committed seeds (`seeds/TARGET/`) through them.
+//! `tests/tests/api/fuzz_seeds.rs` replays the committed seeds (`seeds/TARGET/`) through them.
 
 pub mod auth_request;
 pub mod coalesce;
