@@ -21,7 +21,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fabric_api::{names, offloading::v1alpha1::ShadowPod};
+use fabric_api::{
+    names::{
+        self,
+        label::{REFLECTED_FROM, REFLECTED_TO},
+    },
+    offloading::v1alpha1::ShadowPod,
+};
 use fabric_auth::identity;
 use fabric_offloading::shadowpod::forge;
 use fabric_tests::{
@@ -565,6 +571,14 @@ async fn refused_by_the_policy(bed: &Bed) {
 /// SIGKILLed and restarted: nothing created twice, nothing lost, the pod stays Ready.
 async fn virtual_kubelet_restarted(bed: &Bed, uid: &Option<String>) {
     let web = forge::name(HOME_NS, "web");
+    // Made before reflected objects carried ownership marks, as a virtual kubelet of an older
+    // fabric left it: adopted (marks stamped on the same object), not left alone as someone
+    // else's nor made twice.
+    let unmarked = json!({"metadata": {"labels": {REFLECTED_FROM: null, REFLECTED_TO: null}}});
+    bed.shadows()
+        .patch(&web, &PatchParams::default(), &Patch::Merge(&unmarked))
+        .await
+        .unwrap();
     // SIGKILLed and restarted: nothing created twice, nothing lost, the pod stays Ready.
     let vk = fixture::virtual_kubelet_name();
     bed.deployments.kill(NS, &vk).unwrap();
@@ -583,6 +597,14 @@ async fn virtual_kubelet_restarted(bed: &Bed, uid: &Option<String>) {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(restarted_at.is_some(), "not restarted\n{}", bed.logs());
+    bed.eventually("web's ShadowPod adopted: its marks back", || async {
+        let s = bed.shadows().get_opt(&web).await.ok()??;
+        let labels = s.metadata.labels.unwrap_or_default();
+        (labels.get(REFLECTED_FROM).map(String::as_str) == Some(CONSUMER)
+            && labels.get(REFLECTED_TO).map(String::as_str) == Some(PROVIDER))
+        .then_some(())
+    })
+    .await;
     assert_eq!(bed.shadow_count().await, 1, "{}", bed.logs());
     assert_eq!(bed.shadows().get(&web).await.unwrap().metadata.uid, *uid);
     let home = bed.home().get("web").await.unwrap();
