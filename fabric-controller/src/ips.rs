@@ -12,21 +12,19 @@ use fabric_api::{
     names::finalizer::EXTERNAL_IP as FINALIZER,
     networking::v1alpha1::{IP, IPStatus},
 };
-use futures::StreamExt;
+use fabric_kube::{
+    controller::{Runner, finalized},
+    status::Verdict,
+};
 use ipnetwork::Ipv4Network;
 use kube::{
     Api, Client, ResourceExt,
     api::ListParams,
-    runtime::{
-        Controller,
-        controller::Action,
-        finalizer::{Event, finalizer},
-        watcher,
-    },
+    runtime::{Controller, controller::Action, watcher},
 };
 use tracing::{info, warn};
 
-use crate::ipam::{Error, FIELD_MANAGER, ready, store::Store};
+use crate::ipam::{BACKOFF, Error, FIELD_MANAGER, Ready, ready, store::Store};
 
 pub struct Ctx {
     client: Client,
@@ -57,11 +55,12 @@ async fn apply(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {
             ip: Some(g.to_string()),
             conditions: ready(
                 conditions,
-                true,
-                "Allocated",
-                format!(
-                    "{} is reachable from peers as {} (in their view of this cluster)",
-                    ip.spec.ip, g
+                Verdict::ok(
+                    Ready::Allocated,
+                    format!(
+                        "{} is reachable from peers as {} (in their view of this cluster)",
+                        ip.spec.ip, g
+                    ),
                 ),
                 generation,
             ),
@@ -70,9 +69,7 @@ async fn apply(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {
             ip: None,
             conditions: ready(
                 conditions,
-                false,
-                "ExternalCIDRFull",
-                e.to_string(),
+                Verdict::not(Ready::ExternalCidrFull, e.to_string()),
                 generation,
             ),
         },
@@ -81,32 +78,29 @@ async fn apply(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {
     Ok(Action::requeue(Duration::from_secs(600)))
 }
 
-async fn reconcile(ip: Arc<IP>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let api: Api<IP> = Api::namespaced(ctx.client.clone(), &ip.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, ip, |event| async {
-        match event {
-            Event::Apply(ip) => apply(ip, &ctx).await,
-            Event::Cleanup(ip) => {
-                let k = key(&ip);
-                ctx.ledger
-                    .update(|l| {
-                        l.release_ip(&k);
-                        Ok::<_, std::convert::Infallible>(())
-                    })
-                    .await?
-                    .unwrap_or_else(|never| match never {});
-                info!(ip = %k, "released external address");
-                Ok(Action::await_change())
-            }
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+async fn release(ip: Arc<IP>, ctx: &Ctx) -> Result<Action, Error> {
+    let k = key(&ip);
+    ctx.ledger
+        .update(|l| {
+            l.release_ip(&k);
+            Ok::<_, std::convert::Infallible>(())
+        })
+        .await?
+        .unwrap_or_else(|never| match never {});
+    info!(ip = %k, "released external address");
+    Ok(Action::await_change())
 }
 
-fn error_policy(ip: Arc<IP>, err: &Error, _: Arc<Ctx>) -> Action {
-    warn!(ip = %key(&ip), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+async fn reconcile(ip: Arc<IP>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<IP> = Api::namespaced(ctx.client.clone(), &ip.namespace().unwrap_or_default());
+    finalized(
+        &api,
+        FINALIZER,
+        ip,
+        |ip| apply(ip, &ctx),
+        |ip| release(ip, &ctx),
+    )
+    .await
 }
 
 /// Serves the `IP`s of `namespace` (the fabric's) only.
@@ -145,14 +139,12 @@ pub async fn run(client: Client, namespace: &str, external: Ipv4Network) -> Resu
         external,
         ledger,
     });
-    Controller::new(all, watcher::Config::default())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "IP controller");
-            }
-        })
+    Runner::new("ip", BACKOFF)
+        .run(
+            Controller::new(all, watcher::Config::default()),
+            reconcile,
+            ctx,
+        )
         .await;
     Ok(())
 }

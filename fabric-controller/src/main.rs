@@ -23,8 +23,10 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use fabric_api::names;
 use fabric_controller::{discovery, gateway, ipam, ips};
+use fabric_kube::lease::run_elected;
 use fabric_offloading::{shadowpod, virtual_node};
 use ipnetwork::Ipv4Network;
+use k8s_openapi::api::coordination::v1::Lease;
 use tokio_util::task::AbortOnDropHandle;
 
 #[derive(Parser)]
@@ -338,6 +340,11 @@ fn cidr_or_empty(s: &str) -> Result<Option<Ipv4Network>, String> {
     s.parse().map(Some).map_err(|e| format!("{s:?}: {e}"))
 }
 
+/// Where the elected subcommands' Leases are.
+fn leases(client: &kube::Client, namespace: &str) -> kube::Api<Lease> {
+    kube::Api::namespaced(client.clone(), namespace)
+}
+
 fn identity_or_hostname(identity: Option<String>) -> Result<String> {
     match identity {
         Some(i) => Ok(i),
@@ -430,7 +437,7 @@ async fn run() -> Result<()> {
                 )
                 .map(|_| ())
             };
-            ipam::run_elected(client.clone(), &namespace, election, work).await
+            run_elected(leases(&client, &namespace), election, work).await
         }
         Cmd::Gateway {
             namespace,
@@ -610,7 +617,7 @@ async fn run() -> Result<()> {
                         .map(|_| ())
                 }
             };
-            ipam::run_elected(client.clone(), &namespace, election, work).await
+            run_elected(leases(&client, &namespace), election, work).await
         }
         Cmd::ShadowpodWebhook {
             namespace,
@@ -652,7 +659,7 @@ async fn run() -> Result<()> {
                 virtual_node::controller::run(client.clone(), settings.clone(), drain_grace).await;
                 Ok(())
             };
-            ipam::run_elected(client.clone(), &namespace, election, work).await
+            run_elected(leases(&client, &namespace), election, work).await
         }
     }
 }

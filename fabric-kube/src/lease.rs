@@ -293,16 +293,25 @@ pub enum Led<T> {
     /// This replica stopped leading (another replica took the Lease, or no renewal was
     /// accepted within the renew deadline): the work was dropped.
     Lost,
-    /// Interrupted (SIGINT) before or during the work.
+    /// Stopped (`stop` resolved: SIGTERM or SIGINT) before or during the work.
     Interrupted,
 }
 
 /// Runs `work` only while this replica holds the Lease: waits as a standby until it leads,
 /// drops the work as soon as it stops leading (another holder, or no renewal accepted within
-/// the renew deadline), and releases the Lease when it ends.
+/// the renew deadline), and releases the Lease when it ends. Once `stop` resolves it ends
+/// whatever state it is in: a standby at once; a leader gives its work up to the renew
+/// deadline to finish (still leading meanwhile), then drops it. Either releases the Lease if
+/// it holds it, waiting at most the renew deadline for an API that may be gone.
 /// Work that keeps state (an allocator) should exit on [`Led::Lost`] and restart from the
 /// API, rather than carry on from a copy that another leader may have made stale.
-pub async fn run_while_leading<F: Future>(api: Api<Lease>, e: Election, work: F) -> Led<F::Output> {
+pub async fn run_while_leading<F: Future>(
+    api: Api<Lease>,
+    e: Election,
+    work: F,
+    stop: impl Future<Output = ()>,
+) -> Led<F::Output> {
+    let mut stop = std::pin::pin!(stop);
     let (tx, mut leading) = watch::channel(false);
     let elector = tokio::spawn(elect(api.clone(), e.clone(), tx));
     info!(lease = %e.lease, identity = %e.identity, "waiting to lead");
@@ -316,30 +325,100 @@ pub async fn run_while_leading<F: Future>(api: Api<Lease>, e: Election, work: F)
     };
     let led = tokio::select! {
         led = waited => led,
-        _ = tokio::signal::ctrl_c() => false,
+        () = &mut stop => false,
     };
     if !led {
         elector.abort();
+        // The elector may have taken the Lease just now.
+        release_within(&api, &e).await;
         return Led::Interrupted;
     }
     info!(lease = %e.lease, "leading");
-    let lost = async {
-        loop {
-            if leading.changed().await.is_err() || !*leading.borrow() {
-                return;
+    let mut work = std::pin::pin!(work);
+    let lost = |leading: &mut watch::Receiver<bool>| {
+        let mut leading = leading.clone();
+        async move {
+            loop {
+                if leading.changed().await.is_err() || !*leading.borrow() {
+                    return;
+                }
             }
         }
     };
-    let out = tokio::select! {
-        r = work => Led::Done(r),
-        () = lost => Led::Lost,
-        _ = tokio::signal::ctrl_c() => Led::Interrupted,
+    let mut out = tokio::select! {
+        r = &mut work => Led::Done(r),
+        () = lost(&mut leading) => Led::Lost,
+        () = &mut stop => Led::Interrupted,
     };
-    elector.abort();
-    if let Err(err) = release(&api, &e).await {
-        warn!(error = %err, lease = %e.lease, "releasing the Lease");
+    if matches!(out, Led::Interrupted) {
+        info!(lease = %e.lease, grace = ?e.renew_deadline, "stopping: the work has the renew deadline to finish");
+        out = tokio::select! {
+            r = &mut work => Led::Done(r),
+            () = lost(&mut leading) => Led::Interrupted,
+            () = tokio::time::sleep(e.renew_deadline) => Led::Interrupted,
+        };
     }
+    elector.abort();
+    release_within(&api, &e).await;
     out
+}
+
+/// [`release`], given up after the renew deadline (an API server that went away must not
+/// hold a shutdown up; the Lease then expires on its own).
+async fn release_within(api: &Api<Lease>, e: &Election) {
+    match tokio::time::timeout(e.renew_deadline, release(api, e)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => warn!(error = %err, lease = %e.lease, "releasing the Lease"),
+        Err(_) => warn!(lease = %e.lease, "releasing the Lease: no answer from the API"),
+    }
+}
+
+/// Runs the work `start` makes (controllers, ...) only while this replica holds the Lease
+/// `e.lease`: a standby waits; a leader that stops leading (another holder, or no renewal
+/// accepted within the renew deadline) drops the work and waits again, and starts it afresh
+/// when it leads again, never carrying on from a copy that another leader may have made
+/// stale. Returns the work's result when it ends while leading, or `Ok` after SIGTERM or
+/// SIGINT, whichever state this replica is in then (see [`run_while_leading`]).
+pub async fn run_elected<F, W, T, E>(api: Api<Lease>, e: Election, mut start: F) -> Result<T, E>
+where
+    F: FnMut() -> W,
+    W: Future<Output = Result<T, E>>,
+    T: Default,
+{
+    // One signal handler for the whole run: a signal that comes while the work is being
+    // dropped (leadership lost) still stops the next round.
+    let (stopped_tx, stopped) = watch::channel(false);
+    let signal = tokio::spawn(async move {
+        crate::controller::shutdown_signal().await;
+        info!("signal received: stopping");
+        stopped_tx.send_replace(true);
+    });
+    let _abort = AbortOnDrop(signal);
+    loop {
+        let mut stopped = stopped.clone();
+        let stop = async move {
+            // Sender dropped only with the task: then no signal can come any more.
+            if stopped.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await
+            }
+        };
+        match run_while_leading(api.clone(), e.clone(), start(), stop).await {
+            Led::Done(r) => return r,
+            Led::Interrupted => return Ok(T::default()),
+            Led::Lost => warn!(
+                lease = %e.lease,
+                "stopped leading: the work is dropped until this replica leads again"
+            ),
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]

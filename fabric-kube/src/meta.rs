@@ -1,13 +1,13 @@
 //! Generic helpers over any object's metadata and the API calls every controller makes the
 //! same way: finalizers added and removed with a JSON-patch test (never over a concurrent
-//! change), deletes where "already gone" is fine, and how long an object has been deleting or
-//! alive by an injected clock.
+//! change), "not found is fine" for any call ([`GoneOk`]) and for deletes (UID-preconditioned
+//! or not), and how long an object has been deleting or alive by an injected clock.
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource,
-    api::{ObjectMeta, Patch, PatchParams},
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, Preconditions},
 };
 
 /// How long an object has been deleting (zero when it is not, or its clock is ahead).
@@ -89,16 +89,64 @@ where
             path: path.as_str().try_into().expect("a JSON pointer"),
         }),
     ];
-    match api
-        .patch(
-            &obj.meta().name.clone().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(json_patch::Patch(ops)),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+    api.patch(
+        &obj.meta().name.clone().unwrap_or_default(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(json_patch::Patch(ops)),
+    )
+    .await
+    .gone_ok()?;
+    Ok(())
+}
+
+/// Whether `e` is the API server saying the object (or its kind) is not there.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Whether `e` is a 409 Conflict: a write over a changed version, a create over an existing
+/// name, or a failed precondition.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// "Not found is fine" for the result of any API call.
+pub trait GoneOk<T> {
+    /// `Some(value)`, or None when the object is not there (404); other errors stay errors.
+    fn gone_ok(self) -> kube::Result<Option<T>>;
+}
+
+impl<T> GoneOk<T> for kube::Result<T> {
+    fn gone_ok(self) -> kube::Result<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What a [`delete`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The API accepted the deletion (the object may stay a while, finalizing).
+    Asked,
+    /// Nothing to delete: the object was gone, or (with a UID precondition) the name now
+    /// belongs to another object.
+    Gone,
+}
+
+/// Deletes `name` with `params`; an object already gone is [`Deleted::Gone`], and so is one
+/// whose preconditions (UID) failed: the object they named is gone, even though another of the
+/// same name may be there.
+pub async fn delete<K>(api: &Api<K>, name: &str, params: &DeleteParams) -> kube::Result<Deleted>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
+        Ok(_) => Ok(Deleted::Asked),
+        Err(e) if is_not_found(&e) => Ok(Deleted::Gone),
+        Err(e) if params.preconditions.is_some() && is_conflict(&e) => Ok(Deleted::Gone),
         Err(e) => Err(e),
     }
 }
@@ -108,10 +156,21 @@ pub async fn delete_gone_ok<K>(api: &Api<K>, name: &str) -> kube::Result<()>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    match api.delete(name, &Default::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
+    delete(api, name, &DeleteParams::default())
+        .await
+        .map(|_| ())
+}
+
+/// Delete parameters that only delete the object with `uid` (None: whatever has the name),
+/// within `grace_seconds` (None: the object's own grace period).
+pub fn only_uid(uid: Option<String>, grace_seconds: Option<u32>) -> DeleteParams {
+    DeleteParams {
+        grace_period_seconds: grace_seconds,
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..Default::default()
     }
 }
 

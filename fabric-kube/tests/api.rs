@@ -1,6 +1,7 @@
 //! The kit against a real API server: Lease election between two candidates (annotations
 //! follow the holder, release hands over at once, a holder cut off from the API steps down
-//! before the standby takes over, an unfit holder hands over), and Events on an object.
+//! before the standby takes over, an unfit holder hands over), Events on an object, and
+//! "gone is fine" (404s, UID-preconditioned deletes) as the API server answers it.
 use std::time::{Duration, Instant};
 
 use fabric_kube::{
@@ -8,6 +9,7 @@ use fabric_kube::{
     election::Observed,
     events::{Event, Events},
     lease,
+    meta::{self, Deleted, GoneOk},
 };
 use fabric_tests::apiserver::{ApiServer, require_tools};
 use k8s_openapi::api::{
@@ -15,7 +17,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api,
-    api::{ListParams, ObjectMeta, PostParams},
+    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 
 const IP: &str = "example.io/ip";
@@ -283,17 +285,7 @@ async fn events_land_on_the_object() {
     let client = server.client().await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let cm = cms
-        .create(
-            &PostParams::default(),
-            &ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some("peer".into()),
-                    namespace: Some("default".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
+        .create(&PostParams::default(), &config_map("peer"))
         .await
         .unwrap();
     let events = Events::new(client.clone(), "fabric-kit-test", Some("r-0".into()));
@@ -335,4 +327,74 @@ async fn events_land_on_the_object() {
             ),
         ]
     );
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn gone_is_fine_and_a_uid_precondition_spares_a_successor() {
+    if !require_tools("gone_is_fine_and_a_uid_precondition_spares_a_successor") {
+        return;
+    }
+    let server = ApiServer::start("kit-gone");
+    let cms: Api<ConfigMap> = Api::namespaced(server.client().await, "default");
+    let pp = PostParams::default();
+    // Nothing there: a delete is done, a read or a patch finds nothing.
+    assert_eq!(
+        meta::delete(&cms, "nope", &DeleteParams::default())
+            .await
+            .unwrap(),
+        Deleted::Gone
+    );
+    meta::delete_gone_ok(&cms, "nope").await.unwrap();
+    assert!(cms.get("nope").await.gone_ok().unwrap().is_none());
+    let merge = serde_json::json!({"data": {"k": "v"}});
+    let patched = cms
+        .patch("nope", &PatchParams::default(), &Patch::Merge(&merge))
+        .await
+        .gone_ok()
+        .unwrap();
+    assert!(patched.is_none());
+    // Other refusals stay errors.
+    let invalid = cms.create(&pp, &config_map("Not_A_Name")).await;
+    assert!(invalid.gone_ok().is_err());
+    let first = cms.create(&pp, &config_map("web")).await.unwrap();
+    let again = cms.create(&pp, &config_map("web")).await;
+    assert!(again.as_ref().is_err_and(meta::is_conflict), "{again:?}");
+
+    // The object a UID names was replaced by another of its name: that one is gone (a
+    // failed precondition), and its successor stays.
+    assert_eq!(
+        meta::delete(&cms, "web", &DeleteParams::default())
+            .await
+            .unwrap(),
+        Deleted::Asked
+    );
+    let mut second = cms.create(&pp, &config_map("web")).await.unwrap();
+    let only_first = meta::only_uid(first.metadata.uid.clone(), None);
+    assert_eq!(
+        meta::delete(&cms, "web", &only_first).await.unwrap(),
+        Deleted::Gone
+    );
+    assert!(cms.get_opt("web").await.unwrap().is_some(), "the successor");
+    let only_second = meta::only_uid(second.metadata.uid.clone(), Some(0));
+    assert_eq!(
+        meta::delete(&cms, "web", &only_second).await.unwrap(),
+        Deleted::Asked
+    );
+    assert!(cms.get_opt("web").await.unwrap().is_none());
+    // A finalizer taken off an object already gone: nothing to do.
+    second.metadata.finalizers = Some(vec!["example.io/kept".into()]);
+    meta::remove_finalizer(&cms, &second, "example.io/kept")
+        .await
+        .unwrap();
 }

@@ -21,7 +21,7 @@ use futures::StreamExt as _;
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
-    runtime::{WatchStreamExt as _, reflector, watcher},
+    runtime::watcher,
 };
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -163,10 +163,8 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
     drop(tx);
 
     let api: Api<ForeignCluster> = Api::all(client);
-    let (store, writer) = reflector::store();
-    let mut watch = reflector(writer, watcher(api.clone(), watcher::Config::default()))
-        .default_backoff()
-        .boxed();
+    let (store, watch) = fabric_kube::cache::events(api.clone(), watcher::Config::default());
+    let mut watch = watch.boxed();
     let mut seen = Seen::default();
     let mut synced = false;
     let mut browsing = !browsers.is_empty();

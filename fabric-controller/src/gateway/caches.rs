@@ -3,46 +3,12 @@
 use std::sync::Arc;
 
 use fabric_api::networking::v1alpha1::{Configuration, Connection, GatewayClient, IP, PublicKey};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
     Api, Client,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+    runtime::{reflector, reflector::Store, watcher},
 };
 use tokio::{sync::Notify, task::JoinHandle};
-use tracing::warn;
-
-/// Watches `api` (as `cfg` selects), keeps `writer`'s store current and signals every change.
-pub fn watch<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    writer: Option<reflector::store::Writer<K>>,
-    changed: Arc<Notify>,
-) -> JoinHandle<()>
-where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    tokio::spawn(async move {
-        let events = watcher(api, cfg).default_backoff();
-        let mut s = match writer {
-            Some(w) => events.reflect(w).boxed(),
-            None => events.boxed(),
-        };
-        while let Some(ev) = s.next().await {
-            match ev {
-                Ok(_) => changed.notify_one(),
-                Err(e) => warn!(error = %e, kind = %K::kind(&Default::default()), "watch"),
-            }
-        }
-    })
-}
 
 /// Everything a pass reads, in the operator's namespace.
 pub struct Caches {
@@ -72,8 +38,8 @@ where
         + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store();
-    tasks.push(watch(api, cfg, Some(writer), changed.clone()));
+    let (reader, task) = fabric_kube::cache::notifying(api, cfg, changed.clone());
+    tasks.push(task);
     reader
 }
 

@@ -36,7 +36,7 @@ use tracing::{info, warn};
 
 use super::{
     ExternalView, FIELD_MANAGER, Opts, RenderError, Rendered, Subject,
-    caches::{self, Caches},
+    caches::Caches,
     config_file, control, externals,
     key_file::{self, KeyFile},
     peers, render,
@@ -433,13 +433,12 @@ fn start_overlay(
     let (conn, handle, _) =
         rtnetlink::new_connection().map_err(|e| anyhow::anyhow!("netlink socket: {e}"))?;
     tokio::spawn(conn);
-    let (nodes, writer) = kube::runtime::reflector::store::<Node>();
-    tasks.push(caches::watch(
+    let (nodes, task) = fabric_kube::cache::notifying(
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),
-        Some(writer),
         changed.clone(),
-    ));
+    );
+    tasks.push(task);
     // An empty cache would remove the routes to every node's pods after a restart, so the
     // overlay is only synced once the Nodes have been listed.
     let ready = Arc::new(AtomicBool::new(false));
@@ -507,7 +506,7 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         }
         None => tokio::spawn(lease::elect(leases.clone(), election.clone(), tx)),
     };
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut stop = std::pin::pin!(fabric_kube::controller::shutdown_signal());
     // Every change to what the configuration and the reports are made of triggers a pass at
     // once; the interval pass reads the gateway's own state.
     let changed = Arc::new(Notify::new());
@@ -535,16 +534,10 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
             )?)
         }
     };
-    let stop = async {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    };
     let mut stopped = false;
     tokio::select! {
         r = caches.ready() => r?,
-        () = stop => stopped = true,
+        () = &mut stop => stopped = true,
     }
     let events = Events::new(client.clone(), REPORTER, Some(o.election.identity.clone()));
     let mut op = Operator {
@@ -613,8 +606,7 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
             _ = changed.notified() => {}
             // A takeover is applied at once, not at the next interval.
             Ok(()) = leading.changed() => {}
-            _ = tokio::signal::ctrl_c() => stopped = true,
-            _ = term.recv() => stopped = true,
+            () = &mut stop => stopped = true,
         }
     }
     elector.abort();

@@ -16,24 +16,19 @@ use fabric_api::{
     },
 };
 use fabric_kube::{
-    Election, FieldManager,
-    lease::{Led, run_while_leading},
-    status::with_condition,
+    FieldManager,
+    controller::{Backoff, FinalizerError, Runner, finalized},
+    meta::delete_gone_ok,
+    status::{Verdict, with_condition},
 };
-use futures::StreamExt;
 use ipnetwork::Ipv4Network;
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ListParams, ObjectMeta},
-    runtime::{
-        Controller,
-        controller::Action,
-        finalizer::{Event, finalizer},
-        watcher,
-    },
+    runtime::{Controller, controller::Action, watcher},
 };
-use tracing::{info, warn};
+use tracing::info;
 
 pub mod ledger;
 pub mod store;
@@ -45,8 +40,8 @@ pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::IPAM);
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error(transparent)]
+    Finalizer(#[from] FinalizerError),
     #[error("{0}")]
     Invalid(String),
     #[error("IPAM ledger: {0}")]
@@ -77,27 +72,38 @@ fn key(cfg: &Configuration) -> String {
     format!("{}/{}", cfg.namespace().unwrap_or_default(), cfg.name_any())
 }
 
+fabric_kube::reasons! {
+    /// Why a Configuration or an `IP` is (not) Ready: what IPAM granted.
+    pub enum Ready {
+        Allocated = "Allocated",
+        InvalidSpec = "InvalidSpec",
+        IpamFailed = "IPAMFailed",
+        ExternalCidrFull = "ExternalCIDRFull",
+    }
+}
+
 /// The Ready condition to apply, from `current`: its lastTransitionTime only moves when its
 /// status does, so re-applying an unchanged grant writes nothing new. Only Ready: the others
 /// (the gateway operator's) are their owners' to apply, and applying them here would take
 /// them over.
 pub(crate) fn ready(
     current: &[Condition],
-    ok: bool,
-    reason: &str,
-    message: String,
+    verdict: Verdict<Ready>,
     generation: Option<i64>,
 ) -> Vec<Condition> {
     let mine: Vec<Condition> = current
         .iter()
-        .filter(|c| c.type_ == "Ready")
+        .filter(|c| c.type_ == READY)
         .cloned()
         .collect();
     with_condition(
         &mine,
-        fabric_kube::status::condition("Ready", ok, reason, message, generation, Timestamp::now()),
+        verdict.condition(READY, generation, Timestamp::now()),
     )
 }
+
+/// The condition type IPAM writes.
+pub const READY: &str = "Ready";
 
 async fn patch_status(
     api: &Api<Configuration>,
@@ -193,7 +199,11 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         Ok(w) => w,
         Err(e) => {
             let status = ConfigurationStatus {
-                conditions: ready(conditions, false, "InvalidSpec", e.to_string(), generation),
+                conditions: ready(
+                    conditions,
+                    Verdict::not(Ready::InvalidSpec, e.to_string()),
+                    generation,
+                ),
                 observed_generation: generation,
                 ..Default::default()
             };
@@ -215,7 +225,11 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         Ok(g) => g,
         Err(e) => {
             let status = ConfigurationStatus {
-                conditions: ready(conditions, false, "IPAMFailed", e.to_string(), generation),
+                conditions: ready(
+                    conditions,
+                    Verdict::not(Ready::IpamFailed, e.to_string()),
+                    generation,
+                ),
                 observed_generation: generation,
                 ..Default::default()
             };
@@ -234,9 +248,10 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         observed_generation: generation,
         conditions: ready(
             conditions,
-            true,
-            "Allocated",
-            format!("pod {pod} seen as {gp}, external {ext} seen as {ge}"),
+            Verdict::ok(
+                Ready::Allocated,
+                format!("pod {pod} seen as {gp}, external {ext} seen as {ge}"),
+            ),
             generation,
         ),
     };
@@ -249,14 +264,7 @@ async fn cleanup(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
     let ns = cfg.namespace().unwrap_or_default();
     let nets: Api<Network> = Api::namespaced(ctx.client.clone(), &ns);
     for role in ["pod", "external"] {
-        match nets
-            .delete(&format!("{}-{role}", cfg.name_any()), &Default::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete_gone_ok(&nets, &format!("{}-{role}", cfg.name_any())).await?;
     }
     ctx.ledger
         .update(|l| {
@@ -272,48 +280,18 @@ async fn cleanup(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
 async fn reconcile(cfg: Arc<Configuration>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let api: Api<Configuration> =
         Api::namespaced(ctx.client.clone(), &cfg.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, cfg, |event| async {
-        match event {
-            Event::Apply(c) => apply(c, &ctx).await,
-            Event::Cleanup(c) => cleanup(c, &ctx).await,
-        }
-    })
+    finalized(
+        &api,
+        FINALIZER,
+        cfg,
+        |c| apply(c, &ctx),
+        |c| cleanup(c, &ctx),
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-fn error_policy(cfg: Arc<Configuration>, err: &Error, _: Arc<Ctx>) -> Action {
-    warn!(configuration = %key(&cfg), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
-}
-
-/// Runs the work `start` makes (the IPAM and IP controllers, ...) only while this replica
-/// holds the Lease `election.lease`: a standby waits; a leader that stops leading (another
-/// holder, or no renewal accepted within the renew deadline) drops the work and waits again,
-/// and starts it afresh from the API when it leads again, never carrying on from a copy that
-/// another leader may have made stale.
-pub async fn run_elected<F, W>(
-    client: Client,
-    namespace: &str,
-    election: Election,
-    mut start: F,
-) -> anyhow::Result<()>
-where
-    F: FnMut() -> W,
-    W: std::future::Future<Output = anyhow::Result<()>>,
-{
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client, namespace);
-    loop {
-        match run_while_leading(leases.clone(), election.clone(), start()).await {
-            Led::Done(r) => return r,
-            Led::Interrupted => return Ok(()),
-            Led::Lost => warn!(
-                lease = %election.lease,
-                "stopped leading: the work is dropped until this replica leads again"
-            ),
-        }
-    }
-}
+/// How IPAM's controllers retry: every 5 s at most (a grant waits on nothing slower).
+pub(crate) const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
 
 /// Reconciles the Configurations of the fabric's namespace until the stream ends, granting
 /// through the ledger there.
@@ -325,15 +303,10 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         client,
         settings,
     });
-    Controller::new(cfgs, watcher::Config::default())
-        .owns(nets, watcher::Config::default())
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "controller");
-            }
-        })
+    let controller =
+        Controller::new(cfgs, watcher::Config::default()).owns(nets, watcher::Config::default());
+    Runner::new("ipam", BACKOFF)
+        .run(controller, reconcile, ctx)
         .await;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! (the write carries the resourceVersion it was read at; the API refuses a stale one with
 //! 409, and the change is made again on what is there now).
 use fabric_api::{names::config_map::IPAM_LEDGER, networking::v1alpha1::Configuration};
+use fabric_kube::meta::{is_conflict, is_not_found};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client, ResourceExt,
@@ -77,11 +78,11 @@ impl Store {
                     *last = Some((next, written.resource_version().unwrap_or_default()));
                     return Ok(Ok(out));
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => {
+                Err(e) if is_conflict(&e) => {
                     info!("the IPAM ledger changed since this replica read it; reading it again");
                 }
                 // Deleted under us: made again from the records at the next read.
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -1,0 +1,76 @@
+//! Watch caches: a kube-runtime reflector [`Store`] kept current by a watch that is retried
+//! with kube's default back-off, built the same way wherever a controller or an edge needs
+//! one. The caller drives the returned stream (a controller's `owns_stream`/`watches_stream`,
+//! a `select!` loop), or [`notifying`] drives it on a task of its own.
+use std::{fmt::Debug, hash::Hash, sync::Arc};
+
+use futures::{Stream, StreamExt};
+use kube::{
+    Api, Resource,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tokio::{sync::Notify, task::JoinHandle};
+use tracing::warn;
+
+/// A cache of what `api` holds (as `cfg` selects), and the watch events that fill it.
+pub fn events<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
+    (store, stream)
+}
+
+/// [`events`] as the objects touched (created, changed, or seen in a relist): what a
+/// `Controller` maps to the objects it reconciles.
+pub fn touched<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, events) = events(api, cfg);
+    (store, events.touched_objects())
+}
+
+/// A cache driven on a task of its own that wakes `changed` on every watch event (a failed
+/// watch is logged and retried; the cache keeps what it had meanwhile).
+pub fn notifying<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    changed: Arc<Notify>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, events) = events(api, cfg);
+    let task = tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(_) => changed.notify_one(),
+                Err(e) => warn!(error = %e, kind = %K::kind(&Default::default()), "watch"),
+            }
+        }
+    });
+    (store, task)
+}
