@@ -3,12 +3,16 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use fabric_api::{core::v1alpha1::ForeignCluster, names::field_manager};
-use fabric_kube::{FieldManager, events::Events, status};
+use fabric_kube::{
+    FieldManager,
+    controller::Backoff,
+    events::Events,
+    status::{self, Reason, Verdict},
+};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client, Resource,
     api::{Patch, PatchParams},
-    runtime::finalizer,
 };
 
 /// Everything the sharing controllers write.
@@ -39,8 +43,8 @@ pub enum Error {
     },
     #[error("provider {provider} did not answer within {REMOTE_TIMEOUT:?}")]
     RemoteTimeout { provider: String },
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    #[error(transparent)]
+    Finalizer(#[from] fabric_kube::controller::FinalizerError),
 }
 
 /// The context of every negotiation controller.
@@ -57,6 +61,14 @@ pub struct Ctx {
 }
 
 pub type Shared = Arc<Ctx>;
+
+impl Ctx {
+    /// How the negotiation controllers retry: soon, then at the polling period a provider is
+    /// looked at anyway (a provider out of reach is polled, not backed off from).
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(Duration::from_secs(1), self.remote_poll)
+    }
+}
 
 /// A call to provider `provider`'s API, bounded by [`REMOTE_TIMEOUT`].
 pub async fn remote<T>(
@@ -88,13 +100,11 @@ pub async fn remote_client(ctx: &Ctx, provider: &str) -> Result<Client, Error> {
 /// Sets condition `type_` on ForeignCluster `name`, when it exists and the condition changed.
 /// Only that condition is applied (the conditions are a map by type): the other modules'
 /// stay theirs.
-pub async fn set_fc_condition(
+pub async fn set_fc_condition<R: Reason>(
     client: &Client,
     name: &str,
     type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
+    verdict: &Verdict<R>,
 ) -> Result<(), Error> {
     let api: Api<ForeignCluster> = Api::all(client.clone());
     let Some(fc) = api.get_opt(name).await? else {
@@ -102,20 +112,12 @@ pub async fn set_fc_condition(
     };
     let current = fc.status.map(|s| s.conditions).unwrap_or_default();
     let old = current.iter().find(|c| c.type_ == type_);
-    let status_str = if ok { "True" } else { "False" };
-    if old.is_some_and(|c| c.status == status_str && c.reason == reason && c.message == message) {
+    if old.is_some_and(|c| verdict.says(c)) {
         return Ok(());
     }
     let merged = status::with_condition(
         &current,
-        status::condition(
-            type_,
-            ok,
-            reason,
-            message,
-            fc.metadata.generation,
-            Timestamp::now(),
-        ),
+        verdict.condition(type_, fc.metadata.generation, Timestamp::now()),
     );
     let mine = merged
         .into_iter()

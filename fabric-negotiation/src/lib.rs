@@ -21,6 +21,7 @@ use crate::kit::{Ctx, Error};
 pub mod kit;
 pub mod network;
 pub mod policy;
+pub mod reasons;
 pub mod slices;
 pub mod unpeer;
 

@@ -231,21 +231,12 @@ impl fmt::Display for Shortfall {
     }
 }
 
-/// The provider's answer, as the `Accepted` condition's reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Granted,
-    PartiallyGranted,
-    Refused,
-}
-
-impl Verdict {
-    pub fn reason(self) -> &'static str {
-        match self {
-            Verdict::Granted => "Granted",
-            Verdict::PartiallyGranted => "PartiallyGranted",
-            Verdict::Refused => "Refused",
-        }
+fabric_kube::reasons! {
+    /// The provider's answer, as the `Accepted` condition's reason.
+    pub enum Verdict {
+        Granted = "Granted",
+        PartiallyGranted = "PartiallyGranted",
+        Refused = "Refused",
     }
 }
 
@@ -485,16 +476,14 @@ pub fn status(
     generation: Option<i64>,
     now: Timestamp,
 ) -> ResourceSliceStatus {
+    let accepted = fabric_kube::status::Verdict {
+        ok: offer.verdict != Verdict::Refused,
+        reason: offer.verdict,
+        message: offer.message.clone(),
+    };
     let conditions = fabric_kube::status::with_condition(
         current.map(|s| s.conditions.as_slice()).unwrap_or(&[]),
-        fabric_kube::status::condition(
-            ACCEPTED,
-            offer.verdict != Verdict::Refused,
-            offer.verdict.reason(),
-            offer.message.clone(),
-            generation,
-            now,
-        ),
+        accepted.condition(ACCEPTED, generation, now),
     );
     ResourceSliceStatus {
         granted: offer.granted.clone(),

@@ -10,13 +10,14 @@ use fabric_api::{
         Network, PublicKey,
     },
 };
+use fabric_kube::meta::{delete_gone_ok, is_conflict};
 use k8s_openapi::{
     ByteString, NamespaceResourceScope,
     api::core::v1::{ConfigMap, Secret},
 };
 use kube::{
     Api, Client, Resource,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -122,7 +123,7 @@ impl Cluster {
         match secrets.create(&PostParams::default(), &s).await {
             Ok(_) => Ok(()),
             // Someone else (a second peering, an operator) created it meanwhile: theirs holds.
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) if is_conflict(&e) => Ok(()),
             Err(e) => Err(self
                 .api_error::<Secret>(Action::Creating, secret::GATEWAY_KEY)(
                 e
@@ -212,11 +213,9 @@ impl Cluster {
         K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
         K::DynamicType: Default,
     {
-        match self.api::<K>().delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(self.api_error::<K>(Action::Deleting, name)(e)),
-        }
+        delete_gone_ok(&self.api::<K>(), name)
+            .await
+            .map_err(self.api_error::<K>(Action::Deleting, name))
     }
 
     /// Deletes what this cluster holds about `peer`; IPAM and the gateway then let go of it.

@@ -11,11 +11,12 @@ use fabric_auth::{
     tls::{self, Trust},
     token::{self, PeerCommand},
 };
+use fabric_kube::meta::delete_gone_ok;
 use fabric_peering::{Cluster, Side};
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
 use kube::{
     Api, Client,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{ListParams, PostParams},
 };
 
 /// Prints the command a consumer runs to peer with this cluster.
@@ -105,11 +106,9 @@ pub async fn token_rotate(local: Client, ns: &str) -> Result<()> {
         .context("listing the peering tokens")?;
     for s in &old.items {
         let name = s.metadata.name.clone().unwrap_or_default();
-        match secrets.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e).with_context(|| format!("deleting token Secret {name}")),
-        }
+        delete_gone_ok(&secrets, &name)
+            .await
+            .with_context(|| format!("deleting token Secret {name}"))?;
     }
     let new = token::secret(ns, &token::generate(), None);
     match secrets.create(&PostParams::default(), &new).await {
@@ -212,11 +211,7 @@ pub async fn peer_in_band(
     };
     let authenticated = authenticate(&local, ns, &args, Trust::Pin(tls::parse_pin(&pin)?)).await;
     // One time: used or not, it goes.
-    let revoked = match secrets.delete(&secret, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    };
+    let revoked = delete_gone_ok(&secrets, &secret).await;
     let me = authenticated?;
     match revoked {
         Ok(()) => println!("✓ revoked the one-time token"),

@@ -41,7 +41,7 @@ pub async fn status(c: &Client, ns: &str, output: Output) -> Result<()> {
 /// the fabric is missing there and how to install it.
 fn not_installed(e: kube::Error, what: &str) -> anyhow::Error {
     match &e {
-        kube::Error::Api(s) if s.code == 404 => anyhow::anyhow!(
+        e if fabric_kube::meta::is_not_found(e) => anyhow::anyhow!(
             "the fabric is not installed in this cluster (its API server does not know \
              networking.fabric.io {what}): install it with `kubectl apply -k deploy/`, \
              or point --kubeconfig at a cluster that has it"

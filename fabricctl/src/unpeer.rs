@@ -15,6 +15,7 @@ use fabric_api::{
     names,
     offloading::v1alpha1::VirtualNode,
 };
+use fabric_kube::meta;
 use fabric_negotiation::unpeer::{ConsumerSide, left_on_provider, pending};
 use fabric_peering::{Cluster, Side};
 use k8s_openapi::api::core::v1::Namespace;
@@ -158,10 +159,11 @@ pub async fn unpeer(
             .await
             .with_context(|| format!("marking ForeignCluster {provider} forced"))?;
     }
-    match fcs.delete(&provider, &DeleteParams::default()).await {
-        Ok(_) => println!("✓ deleted ForeignCluster {provider}: the controllers unpeer"),
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e).context(format!("deleting ForeignCluster {provider}")),
+    let deleted = meta::delete(&fcs, &provider, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting ForeignCluster {provider}"))?;
+    if deleted == meta::Deleted::Asked {
+        println!("✓ deleted ForeignCluster {provider}: the controllers unpeer");
     }
     follow(&local, ns, &provider, timeout, force).await?;
     println!("✓ nothing of the peering with {provider} is left on this cluster");

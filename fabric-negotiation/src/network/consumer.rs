@@ -13,23 +13,21 @@ use fabric_api::{
     core::v1alpha1::{ForeignCluster, condition::NETWORK},
     networking::v1alpha1::{Connection, GatewayClient, GatewayServer, PeeringNetwork},
 };
-use fabric_kube::{events::Event as KubeEvent, meta::age};
+use fabric_kube::{
+    controller::{Runner, finalized},
+    events::Event as KubeEvent,
+    meta::{GoneOk, age},
+    status::Verdict,
+};
 use fabric_peering::{
     Cluster, Side,
     plan::{Member, params},
 };
-use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     api::DeleteParams,
-    runtime::{
-        Controller,
-        controller::Action,
-        finalizer::{Event, finalizer},
-        reflector::ObjectRef,
-        watcher,
-    },
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use tracing::{info, warn};
 
@@ -37,15 +35,10 @@ use super::{FINALIZER, READY, Route, consumer_objects, network_ready, route};
 use crate::kit::{
     Ctx, Error, FIELD_MANAGER, Shared, answer_poll, remote, remote_client, set_fc_condition,
 };
+use crate::reasons::Network;
 
-async fn condition(
-    ctx: &Ctx,
-    fc: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-) -> Result<(), Error> {
-    set_fc_condition(&ctx.client, fc, NETWORK, ok, reason, message).await
+async fn condition(ctx: &Ctx, fc: &str, verdict: Verdict<Network>) -> Result<(), Error> {
+    set_fc_condition(&ctx.client, fc, NETWORK, &verdict).await
 }
 
 /// How this cluster reaches `provider` now (read afresh: the decision must not follow a
@@ -64,22 +57,30 @@ async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
     let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let Some(identity) = ids.get_opt(&provider).await? else {
         let msg = format!("no Identity {provider} in {} yet", ctx.namespace);
-        condition(ctx, &provider, false, "NoIdentity", msg).await?;
+        condition(ctx, &provider, Verdict::not(Network::NoIdentity, msg)).await?;
         return Ok(Action::await_change());
     };
     let conns: Api<Connection> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     if current_route(ctx, &provider).await? == Route::OtherWay {
         let conn = conns.get_opt(&provider).await?;
-        let (ok, reason, msg) = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
-        let msg = format!("{msg} (the network {provider} peered with this cluster)");
-        condition(ctx, &provider, ok, reason, msg).await?;
+        let mut ready = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
+        ready.message = format!(
+            "{} (the network {provider} peered with this cluster)",
+            ready.message
+        );
+        condition(ctx, &provider, ready).await?;
         return Ok(Action::requeue(ctx.remote_poll * 10));
     }
     let local = Cluster::read(Side::Local, ctx.client.clone(), &ctx.namespace).await?;
     local.ensure_gateway_key().await?;
     let Some(gateway) = local.gateway_identity().await? else {
         let msg = "this cluster's gateway has not published its key and endpoint yet";
-        condition(ctx, &provider, false, "WaitingForGateway", msg.into()).await?;
+        condition(
+            ctx,
+            &provider,
+            Verdict::not(Network::WaitingForGateway, msg),
+        )
+        .await?;
         return Ok(Action::requeue(ctx.remote_poll));
     };
     let ours = params(Member {
@@ -95,27 +96,29 @@ async fn apply(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
     let waited = age(&stored.metadata, Timestamp::now());
     let status = stored.status.unwrap_or_default();
     let Some(answer) = status.provider else {
-        let (reason, msg) = match status.conditions.iter().find(|c| c.type_ == READY) {
-            Some(c) if c.status == "False" => (c.reason.clone(), c.message.clone()),
-            _ => (
-                "WaitingForProvider".to_owned(),
-                "the provider has not answered yet".to_owned(),
+        // The provider's reason, carried as it wrote it.
+        let waiting = match Verdict::<Network>::find(&status.conditions, READY) {
+            Some(v) if !v.ok => v,
+            _ => Verdict::not(
+                Network::WaitingForProvider,
+                "the provider has not answered yet",
             ),
         };
-        condition(ctx, &provider, false, &reason, msg).await?;
+        condition(ctx, &provider, waiting).await?;
         return Ok(Action::requeue(answer_poll(ctx.remote_poll, waited)));
     };
     let objects = match consumer_objects(&answer, &fc.spec.cluster_id) {
         Ok(o) => o,
         Err(e) => {
-            condition(ctx, &provider, false, "UnusableAnswer", e.to_string()).await?;
+            let unusable = Verdict::not(Network::UnusableAnswer, e.to_string());
+            condition(ctx, &provider, unusable).await?;
             return Ok(Action::requeue(ctx.remote_poll));
         }
     };
     local.apply_peer(&objects, FIELD_MANAGER.0).await?;
     let conn = conns.get_opt(&provider).await?;
-    let (ok, reason, msg) = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
-    condition(ctx, &provider, ok, reason, msg).await?;
+    let ready = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
+    condition(ctx, &provider, ready).await?;
     // The provider's answer may change (a new gateway key or endpoint): look again now and then.
     Ok(Action::requeue(ctx.remote_poll * 10))
 }
@@ -144,14 +147,12 @@ async fn cleanup(fc: Arc<ForeignCluster>, ctx: &Ctx) -> Result<Action, Error> {
             remote_client(ctx, &provider).await?,
             &identity.spec.tenant_namespace,
         );
-        match remote(&provider, api.delete(local.id(), &DeleteParams::default())).await {
-            Ok(_) => Ok(()),
-            Err(Error::Remote {
-                source: kube::Error::Api(e),
-                ..
-            }) if e.code == 404 => Ok(()),
-            Err(e) => Err(e),
-        }
+        let delete = async {
+            api.delete(local.id(), &DeleteParams::default())
+                .await
+                .gone_ok()
+        };
+        remote(&provider, delete).await.map(|_| ())
     };
     if let Err(e) = remote_delete.await {
         if !crate::unpeer::abandon_remote(&fc.metadata, Timestamp::now()) {
@@ -177,19 +178,14 @@ async fn reconcile(fc: Arc<ForeignCluster>, ctx: Shared) -> Result<Action, Error
         return Ok(Action::await_change());
     }
     let api: Api<ForeignCluster> = Api::all(ctx.client.clone());
-    finalizer(&api, FINALIZER, fc, |event| async {
-        match event {
-            Event::Apply(fc) => apply(fc, &ctx).await,
-            Event::Cleanup(fc) => cleanup(fc, &ctx).await,
-        }
-    })
+    finalized(
+        &api,
+        FINALIZER,
+        fc,
+        |fc| apply(fc, &ctx),
+        |fc| cleanup(fc, &ctx),
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-fn error_policy(fc: Arc<ForeignCluster>, err: &Error, ctx: Shared) -> Action {
-    warn!(provider = %fc.name_any(), error = %err, "network negotiation failed; retrying");
-    Action::requeue(ctx.remote_poll)
 }
 
 /// Runs until the watch ends.
@@ -201,7 +197,7 @@ pub async fn run(ctx: Shared) {
     let (gateway, gateway_watch) = super::own_gateway_identity(&ctx);
     let controller = Controller::new(fcs, watcher::Config::default());
     let peers = controller.store();
-    controller
+    let controller = controller
         .watches(ids, watcher::Config::default(), |i| {
             Some(ObjectRef::new(&i.name_any()))
         })
@@ -215,13 +211,8 @@ pub async fn run(ctx: Shared) {
                 .iter()
                 .map(|fc| ObjectRef::from_obj(fc.as_ref()))
                 .collect::<Vec<_>>()
-        })
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "network negotiation (consumer)");
-            }
-        })
+        });
+    Runner::new("network negotiation (consumer)", ctx.backoff())
+        .run(controller, reconcile, ctx)
         .await;
 }

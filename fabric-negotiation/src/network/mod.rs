@@ -17,11 +17,12 @@ use fabric_api::{
         ConnectionState, ConnectionStatus, PeerNetworkParams, PeeringNetwork, PeeringNetworkSpec,
     },
 };
+use fabric_kube::status::Verdict;
 use fabric_peering::plan::{PeerObjects, endpoint_addr, objects_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, api::ObjectMeta, runtime::watcher};
 
-use crate::kit::Ctx;
+use crate::{kit::Ctx, reasons::Network};
 
 pub mod consumer;
 pub mod provider;
@@ -144,34 +145,29 @@ pub fn provider_objects(consumer: &PeerNetworkParams, own_port: u16) -> PeerObje
     objects_for(consumer, None, own_port)
 }
 
-/// The NetworkReady condition (ok, reason, message) from the gateway's `Connection` to the
-/// peer.
-pub fn network_ready(conn: Option<&ConnectionStatus>) -> (bool, &'static str, String) {
+/// The NetworkReady condition from the gateway's `Connection` to the peer.
+pub fn network_ready(conn: Option<&ConnectionStatus>) -> Verdict<Network> {
     match conn {
-        None => (
-            false,
-            "NoTunnel",
-            "the gateway reports no tunnel to the peer yet".to_owned(),
+        None => Verdict::not(
+            Network::NoTunnel,
+            "the gateway reports no tunnel to the peer yet",
         ),
         Some(s) => match s.value {
-            ConnectionState::Connected => (
-                true,
-                "Connected",
+            ConnectionState::Connected => Verdict::ok(
+                Network::Connected,
                 match &s.latency {
                     Some(l) => format!("tunnel up, round trip {l}"),
                     None => "tunnel up".to_owned(),
                 },
             ),
-            ConnectionState::Connecting => (
-                false,
-                "Connecting",
+            ConnectionState::Connecting => Verdict::not(
+                Network::Connecting,
                 s.message
                     .clone()
                     .unwrap_or_else(|| "the gateway is handshaking with the peer".to_owned()),
             ),
-            ConnectionState::Error => (
-                false,
-                "TunnelError",
+            ConnectionState::Error => Verdict::not(
+                Network::TunnelError,
                 s.message
                     .clone()
                     .unwrap_or_else(|| "the gateway reports an error".to_owned()),

@@ -10,36 +10,34 @@ use fabric_api::{
     names,
     networking::v1alpha1::{Connection, PeeringNetwork, PeeringNetworkStatus},
 };
-use fabric_kube::{events::Event as KubeEvent, status};
+use fabric_kube::{
+    controller::{Runner, finalized},
+    events::Event as KubeEvent,
+    status::{self, Verdict},
+};
 use fabric_peering::{
     Cluster, Side,
     plan::{Member, params},
 };
-use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     api::ListParams,
-    runtime::{
-        Controller,
-        controller::Action,
-        finalizer::{Event, finalizer},
-        reflector::ObjectRef,
-        watcher,
-    },
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use tracing::{info, warn};
 
 use super::{FINALIZER, READY, check, network_ready, provider_objects};
-use crate::kit::{Ctx, Error, FIELD_MANAGER, Shared, set_fc_condition};
+use crate::{
+    kit::{Ctx, Error, FIELD_MANAGER, Shared, set_fc_condition},
+    reasons::{Answer, Network},
+};
 
 async fn answer(
     api: &Api<PeeringNetwork>,
     pn: &PeeringNetwork,
     provider: Option<fabric_api::networking::v1alpha1::PeerNetworkParams>,
-    ok: bool,
-    reason: &str,
-    message: String,
+    verdict: Verdict<Answer>,
 ) -> Result<(), Error> {
     let generation = pn.metadata.generation;
     let current = pn
@@ -52,7 +50,7 @@ async fn answer(
         observed_generation: generation,
         conditions: status::with_condition(
             current,
-            status::condition(READY, ok, reason, message, generation, Timestamp::now()),
+            verdict.condition(READY, generation, Timestamp::now()),
         ),
     };
     if pn.status.as_ref() != Some(&st) {
@@ -75,7 +73,7 @@ async fn apply(pn: Arc<PeeringNetwork>, ctx: &Ctx) -> Result<Action, Error> {
                 &KubeEvent::warning("Refused", "Negotiate", note.clone()),
             )
             .await;
-        answer(&api, &pn, None, false, "Refused", note).await?;
+        answer(&api, &pn, None, Verdict::not(Answer::Refused, note)).await?;
         return Ok(Action::await_change());
     }
     let consumer = pn.spec.consumer.cluster_id.clone();
@@ -83,7 +81,13 @@ async fn apply(pn: Arc<PeeringNetwork>, ctx: &Ctx) -> Result<Action, Error> {
     local.ensure_gateway_key().await?;
     let Some(gateway) = local.gateway_identity().await? else {
         let msg = "this cluster's gateway has not published its key and endpoint yet";
-        answer(&api, &pn, None, false, "WaitingForGateway", msg.into()).await?;
+        answer(
+            &api,
+            &pn,
+            None,
+            Verdict::not(Answer::WaitingForGateway, msg),
+        )
+        .await?;
         return Ok(Action::requeue(ctx.remote_poll));
     };
     local
@@ -100,11 +104,11 @@ async fn apply(pn: Arc<PeeringNetwork>, ctx: &Ctx) -> Result<Action, Error> {
         "network objects for {consumer} created; dial {}",
         gateway.endpoint
     );
-    answer(&api, &pn, Some(ours), true, "Answered", msg).await?;
+    answer(&api, &pn, Some(ours), Verdict::ok(Answer::Answered, msg)).await?;
     let conns: Api<Connection> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let conn = conns.get_opt(&consumer).await?;
-    let (ok, reason, msg) = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
-    set_fc_condition(&ctx.client, &consumer, NETWORK, ok, reason, msg).await?;
+    let ready = network_ready(conn.as_ref().and_then(|c| c.status.as_ref()));
+    set_fc_condition(&ctx.client, &consumer, NETWORK, &ready).await?;
     Ok(Action::await_change())
 }
 
@@ -118,15 +122,8 @@ async fn cleanup(pn: Arc<PeeringNetwork>, ctx: &Ctx) -> Result<Action, Error> {
     }
     let local = Cluster::read(Side::Local, ctx.client.clone(), &ctx.namespace).await?;
     local.delete_peer(consumer).await?;
-    set_fc_condition(
-        &ctx.client,
-        consumer,
-        NETWORK,
-        false,
-        "Unpeered",
-        "the consumer removed its PeeringNetwork".into(),
-    )
-    .await?;
+    let unpeered = Verdict::not(Network::Unpeered, "the consumer removed its PeeringNetwork");
+    set_fc_condition(&ctx.client, consumer, NETWORK, &unpeered).await?;
     info!(consumer, "network objects for the consumer removed");
     Ok(Action::await_change())
 }
@@ -134,24 +131,14 @@ async fn cleanup(pn: Arc<PeeringNetwork>, ctx: &Ctx) -> Result<Action, Error> {
 async fn reconcile(pn: Arc<PeeringNetwork>, ctx: Shared) -> Result<Action, Error> {
     let api: Api<PeeringNetwork> =
         Api::namespaced(ctx.client.clone(), &pn.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, pn, |event| async {
-        match event {
-            Event::Apply(pn) => apply(pn, &ctx).await,
-            Event::Cleanup(pn) => cleanup(pn, &ctx).await,
-        }
-    })
+    finalized(
+        &api,
+        FINALIZER,
+        pn,
+        |pn| apply(pn, &ctx),
+        |pn| cleanup(pn, &ctx),
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-fn error_policy(pn: Arc<PeeringNetwork>, err: &Error, ctx: Shared) -> Action {
-    warn!(
-        namespace = %pn.namespace().unwrap_or_default(),
-        peering_network = %pn.name_any(),
-        error = %err,
-        "answering a PeeringNetwork failed; retrying"
-    );
-    Action::requeue(ctx.remote_poll)
 }
 
 /// Runs until the watch ends.
@@ -165,7 +152,7 @@ pub async fn run(ctx: Shared) {
     let (gateway, gateway_watch) = super::own_gateway_identity(&ctx);
     let controller = Controller::new(pns, watcher::Config::default());
     let answered = controller.store();
-    controller
+    let controller = controller
         .watches(
             conns,
             watcher::Config::default(),
@@ -181,13 +168,8 @@ pub async fn run(ctx: Shared) {
                 .iter()
                 .map(|pn| ObjectRef::from_obj(pn.as_ref()))
                 .collect::<Vec<_>>()
-        })
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "network negotiation (provider)");
-            }
-        })
+        });
+    Runner::new("network negotiation (provider)", ctx.backoff())
+        .run(controller, reconcile, ctx)
         .await;
 }

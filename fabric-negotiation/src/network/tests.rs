@@ -4,6 +4,8 @@ use fabric_api::{
 };
 use fabric_peering::plan::GatewayRole;
 
+use fabric_kube::status::Reason;
+
 use super::*;
 
 fn params(id: &str, endpoint: Option<(&str, i32)>) -> PeerNetworkParams {
@@ -94,18 +96,20 @@ fn an_answer_without_endpoint_or_from_another_cluster_is_unusable() {
 
 #[test]
 fn network_readiness_follows_the_connection() {
-    assert_eq!(network_ready(None).1, "NoTunnel");
+    assert_eq!(network_ready(None).reason.as_str(), "NoTunnel");
     let mut s = ConnectionStatus {
         value: ConnectionState::Connected,
         latency: Some("1ms".into()),
         ..Default::default()
     };
-    let (ok, reason, msg) = network_ready(Some(&s));
+    let v = network_ready(Some(&s));
+    let (ok, reason, msg) = (v.ok, v.reason.as_str(), v.message);
     assert!(ok && reason == "Connected" && msg.contains("1ms"));
     s.value = ConnectionState::Error;
     s.message = Some("handshake timed out".into());
+    let v = network_ready(Some(&s));
     assert_eq!(
-        network_ready(Some(&s)),
+        (v.ok, v.reason.as_str(), v.message),
         (false, "TunnelError", "handshake timed out".into())
     );
 }

@@ -10,8 +10,11 @@ use fabric_api::{
     core::v1alpha1::condition::RESOURCES,
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_kube::{events::Event as KubeEvent, meta::age};
-use futures::StreamExt;
+use fabric_kube::{
+    controller::{Runner, finalized},
+    events::Event as KubeEvent,
+    meta::{GoneOk, age},
+};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
@@ -19,12 +22,10 @@ use kube::{
     runtime::{
         Controller,
         controller::Action,
-        finalizer::{Event, finalizer},
         reflector::{ObjectRef, Store},
         watcher,
     },
 };
-use tracing::warn;
 
 use super::{FINALIZER, replica, resources_granted, virtual_node};
 use crate::kit::{Ctx, Error, FIELD_MANAGER, answer_poll, remote, remote_client, set_fc_condition};
@@ -61,14 +62,14 @@ async fn sync_provider(
         Some(vn) => {
             FIELD_MANAGER.apply(&vns, &vn).await?;
         }
-        None => match vns.delete(provider, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        },
+        None => {
+            vns.delete(provider, &DeleteParams::default())
+                .await
+                .gone_ok()?;
+        }
     }
-    let (ok, reason, msg) = resources_granted(mine.iter().map(|s| s.status.as_ref()));
-    set_fc_condition(&ctx.client, provider, RESOURCES, ok, &reason, msg).await
+    let granted = resources_granted(mine.iter().map(|s| s.status.as_ref()));
+    set_fc_condition(&ctx.client, provider, RESOURCES, &granted).await
 }
 
 async fn tenant_api(ctx: &Ctx, provider: &str) -> Result<Api<ResourceSlice>, Error> {
@@ -114,14 +115,8 @@ async fn cleanup(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Err
     let name = slice.name_any();
     let delete = async {
         let api = tenant_api(ctx, &provider).await?;
-        match remote(&provider, api.delete(&name, &DeleteParams::default())).await {
-            Ok(_) => Ok(()),
-            Err(Error::Remote {
-                source: kube::Error::Api(e),
-                ..
-            }) if e.code == 404 => Ok(()),
-            Err(e) => Err(e),
-        }
+        let delete = async { api.delete(&name, &DeleteParams::default()).await.gone_ok() };
+        remote(&provider, delete).await.map(|_| ())
     };
     if let Err(e) = delete.await {
         if !crate::unpeer::abandon_remote(&slice.metadata, Timestamp::now()) {
@@ -141,19 +136,14 @@ async fn cleanup(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Err
 
 async fn reconcile(slice: Arc<ResourceSlice>, sc: Arc<SliceCtx>) -> Result<Action, Error> {
     let api: Api<ResourceSlice> = Api::namespaced(sc.ctx.client.clone(), &sc.ctx.namespace);
-    finalizer(&api, FINALIZER, slice, |event| async {
-        match event {
-            Event::Apply(s) => apply(s, &sc).await,
-            Event::Cleanup(s) => cleanup(s, &sc).await,
-        }
-    })
+    finalized(
+        &api,
+        FINALIZER,
+        slice,
+        |s| apply(s, &sc),
+        |s| cleanup(s, &sc),
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-fn error_policy(slice: Arc<ResourceSlice>, err: &Error, sc: Arc<SliceCtx>) -> Action {
-    warn!(slice = %slice.name_any(), error = %err, "replicating a ResourceSlice failed; retrying");
-    Action::requeue(sc.ctx.remote_poll)
 }
 
 /// Runs until the watch ends.
@@ -167,22 +157,16 @@ pub async fn run(ctx: Arc<Ctx>) {
         slices: store.clone(),
     });
     // A new or renewed identity: the slices for that provider try again at once.
-    controller
-        .watches(ids, watcher::Config::default(), move |i| {
-            let provider = i.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|s| s.spec.provider_cluster_id == provider)
-                .map(|s| ObjectRef::from_obj(s.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, sc)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "resource negotiation (consumer)");
-            }
-        })
+    let controller = controller.watches(ids, watcher::Config::default(), move |i| {
+        let provider = i.name_any();
+        store
+            .state()
+            .into_iter()
+            .filter(|s| s.spec.provider_cluster_id == provider)
+            .map(|s| ObjectRef::from_obj(s.as_ref()))
+            .collect::<Vec<_>>()
+    });
+    Runner::new("resource negotiation (consumer)", ctx.backoff())
+        .run(controller, reconcile, sc)
         .await;
 }

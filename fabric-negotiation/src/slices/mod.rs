@@ -18,9 +18,10 @@ use fabric_api::{
     },
     quantity::{milli, quantity},
 };
+use fabric_kube::status::Verdict;
 use kube::{ResourceExt, api::ObjectMeta};
 
-use crate::policy::Amounts;
+use crate::{policy::Amounts, reasons::ResourcesGranted as Granted};
 
 pub mod consumer;
 pub mod provider;
@@ -111,42 +112,34 @@ pub fn virtual_node<'a>(
     })
 }
 
-/// The ResourcesGranted condition of a peer (ok, reason, message) from the Accepted
-/// conditions of the slices with it: granted when any slice is, else the first answer's
-/// reason, else pending.
+/// The ResourcesGranted condition of a peer from the Accepted conditions of the slices with
+/// it: granted when any slice is, else the first answer's reason, else pending.
 pub fn resources_granted<'a>(
     statuses: impl IntoIterator<Item = Option<&'a ResourceSliceStatus>>,
-) -> (bool, String, String) {
+) -> Verdict<Granted> {
     let mut first = None;
     let mut any = false;
-    let mut best: Option<(String, String)> = None;
+    let mut best: Option<Verdict<Granted>> = None;
     for st in statuses {
         any = true;
-        let Some(c) = st.and_then(|st| {
-            st.conditions
-                .iter()
-                .find(|c| c.type_ == slice_condition::ACCEPTED)
-        }) else {
+        let Some(answer) =
+            st.and_then(|st| Verdict::<Granted>::find(&st.conditions, slice_condition::ACCEPTED))
+        else {
             continue;
         };
-        if c.status == "True" {
+        if answer.ok {
             // Granted beats PartiallyGranted.
-            if best.as_ref().is_none_or(|(r, _)| r != "Granted") {
-                best = Some((c.reason.clone(), c.message.clone()));
+            if best.as_ref().is_none_or(|b| b.reason != Granted::Granted) {
+                best = Some(answer);
             }
         } else if first.is_none() {
-            first = Some((c.reason.clone(), c.message.clone()));
+            first = Some(answer);
         }
     }
     match (best, first, any) {
-        (Some((r, m)), _, _) => (true, r, m),
-        (None, Some((r, m)), _) => (false, r, m),
-        (None, None, true) => (
-            false,
-            "Pending".into(),
-            "the provider has not answered yet".into(),
-        ),
-        (None, None, false) => (false, "NoSlice".into(), "no resources asked for".into()),
+        (Some(v), _, _) | (None, Some(v), _) => v,
+        (None, None, true) => Verdict::not(Granted::Pending, "the provider has not answered yet"),
+        (None, None, false) => Verdict::not(Granted::NoSlice, "no resources asked for"),
     }
 }
 

@@ -13,6 +13,7 @@ use fabric_api::{
     core::v1alpha1::condition::RESOURCES,
     names,
 };
+use fabric_kube::status::Verdict;
 use futures::{Stream, StreamExt};
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
@@ -20,11 +21,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self, Store},
-        watcher,
-    },
+    runtime::{reflector::Store, watcher},
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -34,6 +31,7 @@ use super::resources_granted;
 use crate::{
     kit::{Ctx, Error, FIELD_MANAGER, set_fc_condition},
     policy::{self, Capacity, SliceView, TenantView},
+    reasons,
 };
 
 /// A burst of changes (a node with its pods) is decided once, this long after it starts.
@@ -43,18 +41,15 @@ const SETTLE: Duration = Duration::from_millis(200);
 fn cache<K>(api: Api<K>, changed: Arc<Notify>) -> (Store<K>, impl Stream<Item = ()>)
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .map(move |ev| {
-            if let Err(e) = ev {
-                warn!(error = %e, "watch");
-            }
-            changed.notify_one();
-        });
+    let (store, events) = fabric_kube::cache::events(api, watcher::Config::default());
+    let stream = events.map(move |ev| {
+        if let Err(e) = ev {
+            warn!(error = %e, "watch");
+        }
+        changed.notify_one();
+    });
     (store, stream)
 }
 
@@ -111,7 +106,7 @@ async fn pass(
     ctx: &Ctx,
     settings: &policy::Settings,
     c: &Caches,
-    told: &mut HashMap<String, (bool, String, String)>,
+    told: &mut HashMap<String, Verdict<reasons::ResourcesGranted>>,
 ) -> Result<(), Error> {
     let nodes = c.nodes.state();
     let pods = c.pods.state();
@@ -133,7 +128,7 @@ async fn pass(
             let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &v.key.0);
             match FIELD_MANAGER.apply_status(&api, &v.key.1, &status).await {
                 Ok(()) => info!(
-                    namespace = v.key.0, slice = v.key.1, answer = offer.verdict.reason(),
+                    namespace = v.key.0, slice = v.key.1, answer = %offer.verdict,
                     granted = ?offer.granted, "answered"
                 ),
                 Err(e) => failed = Some(e),
@@ -149,8 +144,7 @@ async fn pass(
     for (consumer, statuses) in per_consumer {
         let cond = resources_granted(statuses.iter().map(Some));
         if told.get(&consumer) != Some(&cond) {
-            let (ok, reason, msg) = cond.clone();
-            set_fc_condition(&ctx.client, &consumer, RESOURCES, ok, &reason, msg).await?;
+            set_fc_condition(&ctx.client, &consumer, RESOURCES, &cond).await?;
             told.insert(consumer, cond);
         }
     }
@@ -160,7 +154,7 @@ async fn pass(
     }
 }
 
-/// Runs until the watches end. `settings.cluster_id` is this cluster's.
+/// Runs until the watches end or SIGTERM/SIGINT. `settings.cluster_id` is this cluster's.
 pub async fn run(ctx: Arc<Ctx>, settings: policy::Settings) {
     let changed = Arc::new(Notify::new());
     let client = ctx.client.clone();
@@ -202,5 +196,7 @@ pub async fn run(ctx: Arc<Ctx>, settings: policy::Settings) {
     tokio::select! {
         () = watches => {}
         () = decide => {}
+        // As the other negotiation controllers, which kube-runtime stops on these signals.
+        () = fabric_kube::controller::shutdown_signal() => {}
     }
 }

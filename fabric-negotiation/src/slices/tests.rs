@@ -4,6 +4,8 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 
+use fabric_kube::status::Reason;
+
 use super::*;
 
 fn res(items: &[(&str, &str)]) -> Resources {
@@ -126,7 +128,10 @@ fn resources_granted_says_the_best_answer() {
     let p = slice("b", "p", &[("cpu", "1")], Some("PartiallyGranted"));
     let r = slice("c", "p", &[], Some("Refused"));
     let n = slice("d", "p", &[], None);
-    let of = |s: &[&ResourceSlice]| resources_granted(s.iter().map(|s| s.status.as_ref()));
+    let of = |s: &[&ResourceSlice]| {
+        let v = resources_granted(s.iter().map(|s| s.status.as_ref()));
+        (v.ok, v.reason.as_str().to_owned(), v.message)
+    };
     assert_eq!(of(&[&p, &g]).1, "Granted");
     assert_eq!(of(&[&r, &p]).1, "PartiallyGranted");
     let (ok, reason, _) = of(&[&r]);

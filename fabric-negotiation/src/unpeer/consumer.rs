@@ -11,11 +11,11 @@ use fabric_api::{
     offloading::v1alpha1::VirtualNode,
 };
 use fabric_kube::{
+    controller::Runner,
     events::Event as KubeEvent,
-    meta::{add_finalizer, delete_gone_ok, remove_finalizer},
+    meta::{GoneOk, add_finalizer, delete_gone_ok, remove_finalizer},
 };
 use fabric_peering::{Cluster, Side};
-use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,
@@ -45,18 +45,14 @@ where
     let patch = serde_json::json!({"metadata": {"annotations": {
         names::annotation::FORCE_UNPEER: "true"
     }}});
-    match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .gone_ok()?;
+    Ok(())
 }
 
 /// Deletes the consumer's Tenant on the provider: the provider's controllers take the tenant
@@ -77,14 +73,11 @@ async fn leave(ctx: &Ctx, fc: &ForeignCluster, provider: &str) -> Result<(), Err
             remote_client(ctx, provider).await?,
             &identity.spec.tenant_namespace,
         );
-        remote(provider, tenants.delete(me.id(), &Default::default())).await
+        let delete = async { tenants.delete(me.id(), &Default::default()).await.gone_ok() };
+        remote(provider, delete).await
     };
     match tell.await {
         Ok(_) => Ok(()),
-        Err(Error::Remote {
-            source: kube::Error::Api(e),
-            ..
-        }) if e.code == 404 => Ok(()),
         Err(e) if abandon_remote(&fc.metadata, Timestamp::now()) => {
             warn!(provider, error = %e, "unpeering without the provider: its tenant area stays there");
             let note = format!(
@@ -187,30 +180,20 @@ async fn reconcile(fc: Arc<ForeignCluster>, ctx: Shared) -> Result<Action, Error
     Ok(Action::requeue(WAIT))
 }
 
-fn error_policy(fc: Arc<ForeignCluster>, err: &Error, ctx: Shared) -> Action {
-    warn!(provider = %fc.name_any(), error = %err, "unpeer failed; retrying");
-    Action::requeue(ctx.remote_poll)
-}
-
 /// Runs until the watch ends.
 pub async fn run(ctx: Shared) {
     let fcs: Api<ForeignCluster> = Api::all(ctx.client.clone());
     let slices: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let vns: Api<VirtualNode> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     // Slices and VirtualNodes going away move a running unpeer on.
-    Controller::new(fcs, watcher::Config::default())
+    let controller = Controller::new(fcs, watcher::Config::default())
         .watches(slices, watcher::Config::default(), |s| {
             Some(ObjectRef::new(&s.spec.provider_cluster_id))
         })
         .watches(vns, watcher::Config::default(), |v| {
             Some(ObjectRef::new(&v.name_any()))
-        })
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "unpeer (consumer)");
-            }
-        })
+        });
+    Runner::new("unpeer (consumer)", ctx.backoff())
+        .run(controller, reconcile, ctx)
         .await;
 }

@@ -15,9 +15,9 @@ use fabric_api::{
 };
 use fabric_kube::{
     FieldManager,
+    controller::Runner,
     meta::{add_finalizer, delete_gone_ok, deleting_for, remove_finalizer},
 };
-use futures::StreamExt;
 use k8s_openapi::{
     api::{
         certificates::v1::CertificateSigningRequest,
@@ -181,11 +181,6 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Shared) -> Result<Action, Error> {
     Ok(Action::requeue(WAIT))
 }
 
-fn error_policy(tenant: Arc<Tenant>, err: &Error, ctx: Shared) -> Action {
-    warn!(tenant = %tenant.name_any(), error = %err, "removing a tenant failed; retrying");
-    Action::requeue(ctx.remote_poll)
-}
-
 /// Runs until the watch ends.
 pub async fn run(ctx: Shared) {
     let tenants: Api<Tenant> = Api::all(ctx.client.clone());
@@ -193,16 +188,12 @@ pub async fn run(ctx: Shared) {
     // A consumer's Tenant is named after it in its tenant namespace; its replicas going away
     // move a running removal on.
     let of = |id: &str| Some(ObjectRef::new(id).within(&names::namespace::tenant(id)));
-    Controller::new(tenants, watcher::Config::default())
-        .watches(pns, watcher::Config::default(), move |p| {
-            of(&p.spec.consumer.cluster_id)
-        })
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "tenant removal (provider)");
-            }
-        })
+    let controller = Controller::new(tenants, watcher::Config::default()).watches(
+        pns,
+        watcher::Config::default(),
+        move |p| of(&p.spec.consumer.cluster_id),
+    );
+    Runner::new("tenant removal (provider)", ctx.backoff())
+        .run(controller, reconcile, ctx)
         .await;
 }

@@ -7,13 +7,15 @@
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{authentication::v1alpha1::Tenant, core::v1alpha1::ForeignCluster, names};
-use fabric_kube::meta::{add_finalizer, delete_gone_ok, remove_finalizer};
-use futures::StreamExt;
+use fabric_kube::{
+    controller::Runner,
+    meta::{add_finalizer, delete_gone_ok, remove_finalizer},
+};
 use kube::{
     Api, ResourceExt,
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::kit::{Error, Shared};
 
@@ -79,27 +81,18 @@ async fn reconcile(fc: Arc<ForeignCluster>, ctx: Shared) -> Result<Action, Error
     Ok(Action::await_change())
 }
 
-fn error_policy(fc: Arc<ForeignCluster>, err: &Error, ctx: Shared) -> Action {
-    warn!(consumer = %fc.name_any(), error = %err, "revoking a consumer failed; retrying");
-    Action::requeue(ctx.remote_poll)
-}
-
 /// Runs until the watch ends.
 pub async fn run(ctx: Shared) {
     let fcs: Api<ForeignCluster> = Api::all(ctx.client.clone());
     let tenants: Api<Tenant> = Api::all(ctx.client.clone());
     // A consumer's Tenant is named after it, as its ForeignCluster is.
-    Controller::new(fcs, watcher::Config::default())
-        .watches(tenants, watcher::Config::default(), |t| {
-            Some(ObjectRef::new(&t.spec.cluster_id))
-        })
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "consumer revocation (provider)");
-            }
-        })
+    let controller = Controller::new(fcs, watcher::Config::default()).watches(
+        tenants,
+        watcher::Config::default(),
+        |t| Some(ObjectRef::new(&t.spec.cluster_id)),
+    );
+    Runner::new("consumer revocation (provider)", ctx.backoff())
+        .run(controller, reconcile, ctx)
         .await;
 }
 
