@@ -6,13 +6,13 @@
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::authentication::v1alpha1::Identity;
-use futures::StreamExt;
+use fabric_kube::controller::{Backoff, Runner};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client, ResourceExt,
     runtime::{Controller, controller::Action, watcher},
 };
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::consumer::{self, ClientError};
 
@@ -95,25 +95,24 @@ async fn reconcile(id: Arc<Identity>, ctx: Arc<Ctx>) -> Result<Action, RenewErro
     Ok(Action::requeue(ctx.policy.min_interval))
 }
 
-fn error_policy(_id: Arc<Identity>, e: &RenewError, _ctx: Arc<Ctx>) -> Action {
-    warn!(error = %e, "identity renewal failed; retrying");
-    Action::requeue(Duration::from_secs(30))
-}
+/// A failed renewal is tried again after 30 s, then less and less often: the certificate has
+/// days left (`renew_before`), and a provider that keeps refusing is not hammered.
+const BACKOFF: Backoff = Backoff::new(Duration::from_secs(30), Duration::from_secs(300));
 
-/// Keeps the identities in `namespace` renewed until the task is dropped.
+/// Keeps the identities in `namespace` renewed until the task is dropped or SIGTERM/SIGINT.
 pub async fn run(client: Client, namespace: &str, policy: Policy) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         namespace: namespace.to_owned(),
         policy,
     });
-    Controller::new(
+    let controller = Controller::new(
         Api::<Identity>::namespaced(client, namespace),
         watcher::Config::default(),
-    )
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| async {})
-    .await;
+    );
+    Runner::new("identity renewal", BACKOFF)
+        .run(controller, reconcile, ctx)
+        .await;
 }
 
 #[cfg(test)]

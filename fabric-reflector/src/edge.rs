@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fabric_kube::{events::Events, written::Writes};
+use fabric_kube::{cache, events::Events, written::Writes};
 use futures::{
     FutureExt as _, Stream, StreamExt as _,
     future::BoxFuture,
@@ -17,8 +17,7 @@ use futures::{
 use kube::{
     Api, Client,
     runtime::{
-        WatchStreamExt as _,
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -206,10 +205,7 @@ fn remote_side<K: Kind>(
 ) -> (Arc<RemoteSide<K>>, Watch, BoxFuture<'static, ()>) {
     let namespace = pair.remote_namespace(&endpoint.client).to_owned();
     let api: Api<K::Remote> = Api::namespaced(endpoint.client.clone(), &namespace);
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, shared.kind.watch_remote()))
-        .default_backoff()
-        .touched_objects();
+    let (store, stream) = cache::touched(api, shared.kind.watch_remote());
     let (kind, p) = (shared.clone(), pair.clone());
     let watch = Watch::drive(
         stream,
@@ -393,10 +389,7 @@ pub(crate) async fn run<K: Kind>(
         Some(ns) => Api::namespaced(shared.home.clone(), ns),
         None => Api::all(shared.home.clone()),
     };
-    let (home, writer) = reflector::store();
-    let home_stream = reflector::reflector(writer, watcher(home_api, shared.kind.watch_home()))
-        .default_backoff()
-        .touched_objects();
+    let (home, home_stream) = cache::touched(home_api, shared.kind.watch_home());
     let p = pair.clone();
     let mut home_watch = Some(Watch::drive(
         home_stream,

@@ -4,14 +4,10 @@ use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use fabric_kube::{
     events::{Event, Events},
+    meta,
     written::Writes,
 };
-use kube::{
-    Api, Client, Resource,
-    api::{DeleteParams, Preconditions},
-    core::NamespaceResourceScope,
-    runtime::watcher,
-};
+use kube::{Api, Client, Resource, core::NamespaceResourceScope, runtime::watcher};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
@@ -241,18 +237,10 @@ pub(crate) async fn delete_preconditioned<R: Object>(
     obj: &R,
     grace_seconds: Option<u32>,
 ) -> kube::Result<Deleted> {
-    let dp = DeleteParams {
-        grace_period_seconds: grace_seconds,
-        preconditions: Some(Preconditions {
-            uid: obj.meta().uid.clone(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
+    let dp = meta::only_uid(obj.meta().uid.clone(), grace_seconds);
     let name = obj.meta().name.clone().unwrap_or_default();
-    match api.delete(&name, &dp).await {
-        Ok(_) => Ok(Deleted::Asked),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(Deleted::Gone),
-        Err(e) => Err(e),
-    }
+    Ok(match meta::delete(api, &name, &dp).await? {
+        meta::Deleted::Asked => Deleted::Asked,
+        meta::Deleted::Gone => Deleted::Gone,
+    })
 }

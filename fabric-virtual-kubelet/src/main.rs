@@ -162,18 +162,15 @@ async fn run_cli() -> Result<()> {
         pod_resync: cli.pod_resync,
         metrics,
     };
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
     // On SIGTERM (a rollout, a drain) the Node and its conditions stay as they are: the next
     // replica carries on from them, and a Node that flapped NotReady on every restart would
     // have its pods evicted. Only the VirtualNode's deletion removes the Node.
     tokio::select! {
         r = run::run(client, opts) => r,
         r = server => r.context("the kubelet API server")?.context("the kubelet API server"),
-        _ = term.recv() => {
-            tracing::info!("SIGTERM: leaving the Node as it is");
+        () = fabric_kube::controller::shutdown_signal() => {
+            tracing::info!("stopping: leaving the Node as it is");
             Ok(())
         }
-        _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }

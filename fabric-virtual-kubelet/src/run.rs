@@ -12,7 +12,7 @@ use fabric_api::{
     networking::v1alpha1::{Connection, ConnectionState},
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_kube::FieldManager;
+use fabric_kube::{FieldManager, meta::GoneOk};
 use futures::{Stream, StreamExt};
 use k8s_openapi::{
     api::{
@@ -187,14 +187,12 @@ impl Heart {
                 self.opts.status_refresh,
             ) {
                 let name = &vn.spec.node_name;
-                match FIELD_MANAGER.apply_status(&self.nodes, name, &status).await {
-                    Err(kube::Error::Api(e)) if e.code == 404 => {
-                        // Deleted under us while the VirtualNode stays: register again.
-                        warn!(node = %name, "the Node was deleted; registering it again");
-                        self.registered = None;
-                        return Ok(());
-                    }
-                    r => r?,
+                let applied = FIELD_MANAGER.apply_status(&self.nodes, name, &status).await;
+                if applied.gone_ok()?.is_none() {
+                    // Deleted under us while the VirtualNode stays: register again.
+                    warn!(node = %name, "the Node was deleted; registering it again");
+                    self.registered = None;
+                    return Ok(());
                 }
                 let ready = status
                     .conditions

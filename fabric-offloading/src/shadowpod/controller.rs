@@ -10,17 +10,21 @@ use fabric_api::{
     names::{field_manager, finalizer as finalizers, label},
     offloading::v1alpha1::{ShadowPod, ShadowPodStatus},
 };
-use fabric_kube::{status::FieldManager, written::Writes};
+use fabric_kube::{
+    cache,
+    controller::{Backoff, FinalizerError, Runner, finalized},
+    status::FieldManager,
+    written::Writes,
+};
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        Controller, WatchStreamExt,
+        Controller,
         controller::Action,
-        finalizer::{Event, finalizer},
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -37,8 +41,8 @@ const STATUS: FieldManager = FieldManager(field_manager::SHADOW_POD);
 pub enum Error {
     #[error(transparent)]
     Kube(#[from] kube::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error(transparent)]
+    Finalizer(#[from] FinalizerError),
     /// The ShadowPod waits for its pod to end before it goes.
     #[error("pod {0} is still terminating")]
     Terminating(String),
@@ -352,26 +356,18 @@ async fn cleanup(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
 async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let api: Api<ShadowPod> =
         Api::namespaced(ctx.client.clone(), &shadow.namespace().unwrap_or_default());
-    finalizer(&api, finalizers::SHADOW_POD, shadow, |event| async {
-        match event {
-            Event::Apply(s) => apply(s, &ctx).await,
-            Event::Cleanup(s) => cleanup(s, &ctx).await,
-        }
-    })
+    finalized(
+        &api,
+        finalizers::SHADOW_POD,
+        shadow,
+        |s| apply(s, &ctx),
+        |s| cleanup(s, &ctx),
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-fn error_policy(shadow: Arc<ShadowPod>, err: &Error, _: Arc<Ctx>) -> Action {
-    if let Error::Finalizer(inner) = err
-        && let kube::runtime::finalizer::Error::CleanupFailed(Error::Terminating(_)) = &**inner
-    {
-        debug!(shadowpod = %key(&shadow), "waiting for the pod to end");
-        return Action::requeue(Duration::from_secs(2));
-    }
-    warn!(shadowpod = %key(&shadow), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
-}
+/// Retries after 1 s, then at most every 5 s.
+const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
 
 /// Runs the controller over every namespace's ShadowPods until a signal stops it.
 pub async fn run(client: Client) -> Result<(), Error> {
@@ -379,37 +375,27 @@ pub async fn run(client: Client) -> Result<(), Error> {
     let pods: Api<Pod> = Api::all(client.clone());
     // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.
     let owned_cfg = watcher::Config::default().labels(label::REMOTE_CLUSTER);
-    let (owned, writer) = reflector::store();
-    let owned_pods = reflector::reflector(writer, watcher::watcher(pods, owned_cfg))
-        .default_backoff()
-        .touched_objects();
+    let (owned, owned_pods) = cache::touched(pods, owned_cfg);
     let (fences, mut silent) = super::fence::spawn(client.clone());
     let events = fabric_kube::events::Events::new(client.clone(), field_manager::SHADOW_POD, None);
     // A consumer turned silent: every ShadowPod is looked at again (those of others are left
     // as they are), which is rare enough not to need a finer trigger.
     let silent = futures::stream::poll_fn(move |cx| silent.poll_recv(cx)).map(|_ns| ());
-    Controller::new(shadows, watcher::Config::default())
+    let controller = Controller::new(shadows, watcher::Config::default())
         .owns_stream(owned_pods)
-        .reconcile_all_on(silent)
-        .shutdown_on_signal()
-        .run(
-            reconcile,
-            error_policy,
-            Arc::new(Ctx {
-                client,
-                owned,
-                fences,
-                events,
-                resize_served: tokio::sync::OnceCell::new(),
-                written: Default::default(),
-            }),
-        )
-        .for_each(|r| async move {
-            match r {
-                Ok((o, _)) => debug!(shadowpod = %o, "reconciled"),
-                Err(e) => debug!(error = %e, "ShadowPod controller"),
-            }
-        })
+        .reconcile_all_on(silent);
+    let ctx = Arc::new(Ctx {
+        client,
+        owned,
+        fences,
+        events,
+        resize_served: tokio::sync::OnceCell::new(),
+        written: Default::default(),
+    });
+    Runner::new("shadowpods", BACKOFF)
+        // The pod is ending: its ShadowPod goes once it has.
+        .waits(|e| matches!(e, Error::Terminating(_)).then_some(Duration::from_secs(2)))
+        .run(controller, reconcile, ctx)
         .await;
     Ok(())
 }

@@ -5,9 +5,27 @@ use fabric_api::{
     names::label,
     offloading::v1alpha1::{ShadowPod, ShadowPodStatus, shadow_pod_condition::POD_CREATED},
 };
-use fabric_kube::status::{condition, with_condition};
+use fabric_kube::status::{Verdict, with_condition};
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+fabric_kube::reasons! {
+    /// Why a ShadowPod's PodCreated condition says what it does.
+    pub enum PodCreated {
+        Created = "Created",
+        /// The pod had vanished before it finished and was made again.
+        Recreated = "Recreated",
+        /// The pod ended and is never revived.
+        Finished = "Finished",
+        /// Stopped by the at-most-once semantics, never run again (fabric-api's
+        /// `shadow_pod_condition::PARTITIONED`).
+        Partitioned = "Partitioned",
+    } else {
+        /// The pod could not be created: the API server's reason (`Invalid`, `Forbidden`,
+        /// `QuotaExceeded`).
+        Refused(String),
+    }
+}
 
 /// What to do about a ShadowPod.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,23 +98,23 @@ pub fn mirrored(
 ) -> ShadowPodStatus {
     let s = pod.status.clone().unwrap_or_default();
     let recreations = prev.recreations + u32::from(created_again);
-    let (reason, message) = if terminal(s.phase.as_deref()) {
-        (
-            "Finished",
+    let created = if terminal(s.phase.as_deref()) {
+        Verdict::ok(
+            PodCreated::Finished,
             format!(
                 "the pod ended ({}) and is not run again",
                 s.phase.as_deref().unwrap_or_default()
             ),
         )
     } else if recreations > 0 {
-        (
-            "Recreated",
+        Verdict::ok(
+            PodCreated::Recreated,
             format!(
                 "the pod vanished before it finished and was created again {recreations} time(s)"
             ),
         )
     } else {
-        ("Created", "the pod exists on the provider".to_owned())
+        Verdict::ok(PodCreated::Created, "the pod exists on the provider")
     };
     ShadowPodStatus {
         observed_generation: generation,
@@ -113,7 +131,7 @@ pub fn mirrored(
         recreations,
         conditions: with_condition(
             &prev.conditions,
-            condition(POD_CREATED, true, reason, message, generation, now),
+            created.condition(POD_CREATED, generation, now),
         ),
     }
 }
@@ -223,7 +241,11 @@ pub fn refused(
         observed_generation: generation,
         conditions: with_condition(
             &prev.conditions,
-            condition(POD_CREATED, false, reason, message, generation, now),
+            Verdict::not(PodCreated::Refused(reason.to_owned()), message).condition(
+                POD_CREATED,
+                generation,
+                now,
+            ),
         ),
         ..prev.clone()
     }

@@ -15,7 +15,9 @@ use fabric_api::{
     offloading::v1alpha1::{AtMostOnce, ShadowPod, shadow_pod_condition::PARTITIONED},
 };
 use fabric_kube::{
+    cache,
     events::{Event, Events},
+    meta,
     status::FieldManager,
 };
 use futures::StreamExt;
@@ -25,8 +27,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, Preconditions},
-    runtime::{WatchStreamExt, reflector, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -93,15 +94,10 @@ async fn follow(client: Client, fences: Fences, tx: mpsc::UnboundedSender<String
         watcher::Config::default().fields(&format!("metadata.name={}", names::lease::CONSUMER)),
     )
     .default_backoff();
-    let (slices, writer) = reflector::store();
-    let slice_events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<ResourceSlice>::all(client),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff();
+    let (slices, slice_events) = cache::events(
+        Api::<ResourceSlice>::all(client),
+        watcher::Config::default(),
+    );
     let mut heartbeats = std::pin::pin!(heartbeats);
     let mut slice_events = std::pin::pin!(slice_events);
     // Leases seen in a (re)list: those not in it are gone.
@@ -176,19 +172,9 @@ async fn follow(client: Client, fences: Fences, tx: mpsc::UnboundedSender<String
 }
 
 async fn delete(pods: &Api<Pod>, p: &Pod, grace: u32) -> kube::Result<()> {
-    let dp = DeleteParams {
-        grace_period_seconds: Some(grace),
-        preconditions: Some(Preconditions {
-            uid: p.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match pods.delete(&p.name_any(), &dp).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
+    let only_this = meta::only_uid(p.metadata.uid.clone(), Some(grace));
+    meta::delete(pods, &p.name_any(), &only_this).await?;
+    Ok(())
 }
 
 /// At-most-once, before the controller decides anything else about `shadow` (read afresh)

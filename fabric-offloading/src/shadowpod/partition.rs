@@ -26,7 +26,9 @@ use fabric_api::{
         },
     },
 };
-use fabric_kube::status::{condition, with_condition};
+use fabric_kube::status::{self, with_condition};
+
+use super::decide::PodCreated;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -169,10 +171,8 @@ pub fn verdicts(
 
 /// Whether a ShadowPod was stopped for a partition (for good: its pod is never made again).
 pub fn partitioned(status: &ShadowPodStatus) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == POD_CREATED && c.reason == PARTITIONED)
+    status::Verdict::<PodCreated>::find(&status.conditions, POD_CREATED)
+        .is_some_and(|v| v.reason == PodCreated::Partitioned)
 }
 
 /// The status of a ShadowPod whose pod is stopped because its consumer has been silent for
@@ -210,7 +210,11 @@ pub fn stopped(
         pod_conditions,
         conditions: with_condition(
             &prev.conditions,
-            condition(POD_CREATED, false, PARTITIONED, message, generation, now),
+            status::Verdict::not(PodCreated::Partitioned, message).condition(
+                POD_CREATED,
+                generation,
+                now,
+            ),
         ),
         ..prev.clone()
     }
@@ -370,5 +374,11 @@ mod tests {
         assert_eq!(stop_grace(t(10, 3), Some(30)), 3);
         assert_eq!(stop_grace(t(10, 3), None), 3);
         assert_eq!(stop_grace(t(10, 3), Some(-1)), 0);
+    }
+
+    #[test]
+    fn the_partitioned_reason_is_the_apis() {
+        use fabric_kube::status::Reason;
+        assert_eq!(PodCreated::Partitioned.as_str(), PARTITIONED);
     }
 }

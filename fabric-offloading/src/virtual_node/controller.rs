@@ -15,10 +15,10 @@ use fabric_api::{
 };
 use fabric_kube::{
     FieldManager,
+    controller::{Backoff, FinalizerError, Runner, finalized},
     events::{Event, Events},
-    meta::deleting_for,
+    meta::{self, GoneOk, deleting_for},
 };
-use futures::StreamExt;
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -30,14 +30,8 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, ListParams, ObjectMeta, Preconditions},
-    runtime::{
-        Controller,
-        controller::Action,
-        finalizer::{Event as Finalized, finalizer},
-        reflector::ObjectRef,
-        watcher,
-    },
+    api::{ListParams, ObjectMeta},
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::{info, warn};
@@ -54,25 +48,12 @@ pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::VIRTUAL_NODE
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error(transparent)]
+    Finalizer(#[from] FinalizerError),
     /// Not a failure: the finalizer stays while pods are still bound to the node (a cleanup
     /// that returns Ok has its finalizer removed).
     #[error("{0} pod(s) still bound to the node, being deleted")]
     Draining(usize),
-}
-
-impl Error {
-    fn draining(&self) -> bool {
-        match self {
-            Error::Draining(_) => true,
-            Error::Finalizer(e) => matches!(
-                e.as_ref(),
-                kube::runtime::finalizer::Error::CleanupFailed(Error::Draining(_))
-            ),
-            _ => false,
-        }
-    }
 }
 
 pub struct Ctx {
@@ -94,19 +75,8 @@ async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    delete_with(api, name, &DeleteParams::default()).await
-}
-
-/// Deletes `name`; gone already, or replaced (a failed uid precondition), is fine.
-async fn delete_with<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> Result<(), Error>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, dp).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    meta::delete_gone_ok(api, name).await?;
+    Ok(())
 }
 
 async fn apply<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
@@ -336,27 +306,20 @@ async fn drain(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
             Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
         let name = pod.name_any();
         let key = format!("{}/{name}", pod.namespace().unwrap_or_default());
-        let only_this = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
+        let only_this = meta::only_uid(pod.metadata.uid.clone(), None);
         match drain::step(pod, waited, grace) {
             drain::Step::Wait => continue,
             drain::Step::Delete => {
                 info!(pod = %key, node = %node, "draining the virtual node: deleting the pod");
-                delete_with(&pods, &name, &only_this).await?;
+                meta::delete(&pods, &name, &only_this).await?;
             }
             drain::Step::Abandon { fail } => {
                 warn!(pod = %key, node = %node, "not deleted through the provider in time: failed and deleted");
                 if fail {
                     let status = drain::failed_status(node, Timestamp::now());
-                    match FIELD_MANAGER.apply_status(&pods, &name, status).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(e)) if e.code == 404 => continue,
-                        Err(e) => return Err(e.into()),
+                    let applied = FIELD_MANAGER.apply_status(&pods, &name, status).await;
+                    if applied.gone_ok()?.is_none() {
+                        continue;
                     }
                     let ev = Event::warning(
                         drain::REASON,
@@ -365,11 +328,8 @@ async fn drain(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
                     );
                     ctx.events.publish(pod, &ev).await;
                 }
-                let now = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..only_this
-                };
-                delete_with(&pods, &name, &now).await?;
+                let now = meta::only_uid(pod.metadata.uid.clone(), Some(0));
+                meta::delete(&pods, &name, &now).await?;
             }
         }
     }
@@ -379,24 +339,18 @@ async fn drain(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
 async fn reconcile(vn: Arc<VirtualNode>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let api: Api<VirtualNode> =
         Api::namespaced(ctx.client.clone(), &vn.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, vn, |event| async {
-        match event {
-            Finalized::Apply(v) => reconcile_apply(v, &ctx).await,
-            Finalized::Cleanup(v) => reconcile_cleanup(v, &ctx).await,
-        }
-    })
+    finalized(
+        &api,
+        FINALIZER,
+        vn,
+        |v| reconcile_apply(v, &ctx),
+        |v| reconcile_cleanup(v, &ctx),
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-fn error_policy(vn: Arc<VirtualNode>, err: &Error, _: Arc<Ctx>) -> Action {
-    if err.draining() {
-        info!(virtual_node = %key(&vn), "{err}");
-        return Action::requeue(Duration::from_secs(1));
-    }
-    warn!(virtual_node = %key(&vn), error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
-}
+/// Retries after 1 s, then at most every 5 s.
+const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
 
 /// Reconciles the VirtualNodes of the fabric's namespace (where the sharing controllers
 /// create them, and where the virtual kubelets run) until interrupted; a VirtualNode anywhere
@@ -416,7 +370,7 @@ pub async fn run(client: Client, settings: Settings, drain_grace: Duration) {
     let controller = Controller::new(vns, watcher::Config::default());
     let store = controller.store();
     let virtual_nodes = format!("{}={}", label::NODE_TYPE, label::VIRTUAL_NODE_TYPE);
-    controller
+    let controller = controller
         .owns(
             deployments,
             watcher::Config::default().labels(&format!("{APP_LABEL}={APP}")),
@@ -435,13 +389,10 @@ pub async fn run(client: Client, settings: Settings, drain_grace: Duration) {
                     .map(|vn| ObjectRef::from_obj(vn.as_ref()))
                     .collect::<Vec<_>>()
             },
-        )
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!(error = %e, "virtual node controller");
-            }
-        })
+        );
+    Runner::new("virtual nodes", BACKOFF)
+        // A drain is a wait, not a failure: looked at every second.
+        .waits(|e| matches!(e, Error::Draining(_)).then_some(Duration::from_secs(1)))
+        .run(controller, reconcile, ctx)
         .await;
 }

@@ -5,19 +5,34 @@ use fabric_api::{
     names::label,
     offloading::v1alpha1::{VirtualNode, condition},
 };
-use fabric_kube::status::{condition as cond, with_condition};
+use fabric_kube::status::{Reason, Verdict, with_condition};
 use k8s_openapi::{
     api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp,
 };
 
-pub mod reason {
-    pub const REGISTERED: &str = "NodeRegistered";
-    /// No Node yet: the virtual kubelet has not started or not registered.
-    pub const WAITING: &str = "WaitingForVirtualKubelet";
-    /// A Node of that name exists and is not this provider's virtual node: it is left alone.
-    pub const NAME_TAKEN: &str = "NodeNameTaken";
-    /// The Node has no Ready condition yet.
-    pub const NO_READY_CONDITION: &str = "NodeStatusUnknown";
+fabric_kube::reasons! {
+    /// Why a VirtualNode is (not) Registered.
+    pub enum Registered {
+        Registered = "NodeRegistered",
+        /// No Node yet: the virtual kubelet has not started or not registered.
+        Waiting = "WaitingForVirtualKubelet",
+        /// A Node of that name exists and is not this provider's virtual node: it is left
+        /// alone.
+        NameTaken = "NodeNameTaken",
+    }
+}
+
+fabric_kube::reasons! {
+    /// Why a VirtualNode (and its ForeignCluster's VirtualNodeReady) is (not) Ready.
+    pub enum Ready {
+        /// No Node yet: the virtual kubelet has not started or not registered.
+        Waiting = "WaitingForVirtualKubelet",
+        /// The Node has no Ready condition yet.
+        NoReadyCondition = "NodeStatusUnknown",
+    } else {
+        /// The Node's own Ready reason (the virtual kubelet's), carried as it wrote it.
+        Node(String),
+    }
 }
 
 /// Whether `node` is the virtual node of `vn` (and not someone else's Node of that name).
@@ -28,15 +43,11 @@ pub fn is_ours(vn: &VirtualNode, node: &Node) -> bool {
         && get(label::REMOTE_CLUSTER) == Some(vn.spec.cluster_id.as_str())
 }
 
-/// The Ready verdict: (ok, reason, message).
-fn ready(vn: &VirtualNode, node: Option<&Node>) -> (bool, String, String) {
+/// The Ready verdict.
+fn ready(vn: &VirtualNode, node: Option<&Node>) -> Verdict<Ready> {
     let name = &vn.spec.node_name;
     let Some(node) = node.filter(|n| is_ours(vn, n)) else {
-        return (
-            false,
-            reason::WAITING.to_owned(),
-            format!("Node {name} is not registered"),
-        );
+        return Verdict::not(Ready::Waiting, format!("Node {name} is not registered"));
     };
     let ready = node
         .status
@@ -44,22 +55,23 @@ fn ready(vn: &VirtualNode, node: Option<&Node>) -> (bool, String, String) {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
     match ready {
-        None => (
-            false,
-            reason::NO_READY_CONDITION.to_owned(),
+        None => Verdict::not(
+            Ready::NoReadyCondition,
             format!("Node {name} reports no Ready condition yet"),
         ),
-        Some(r) => (
-            r.status == "True",
-            r.reason
-                .clone()
+        Some(r) => Verdict {
+            ok: r.status == "True",
+            reason: r
+                .reason
+                .as_deref()
                 .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| reason::NO_READY_CONDITION.to_owned()),
-            format!(
+                .and_then(Ready::parse)
+                .unwrap_or(Ready::NoReadyCondition),
+            message: format!(
                 "Node {name}: {}",
                 r.message.as_deref().unwrap_or("no message")
             ),
-        ),
+        },
     }
 }
 
@@ -73,39 +85,29 @@ pub fn conditions(
     let generation = vn.metadata.generation;
     let name = &vn.spec.node_name;
     let registered = match node {
-        Some(n) if is_ours(vn, n) => cond(
-            condition::REGISTERED,
-            true,
-            reason::REGISTERED,
+        Some(n) if is_ours(vn, n) => Verdict::ok(
+            Registered::Registered,
             format!("Node {name} is registered by its virtual kubelet"),
-            generation,
-            now,
         ),
-        Some(_) => cond(
-            condition::REGISTERED,
-            false,
-            reason::NAME_TAKEN,
+        Some(_) => Verdict::not(
+            Registered::NameTaken,
             format!(
                 "a Node {name} exists that is not the virtual node of {}; it is left alone",
                 vn.spec.cluster_id
             ),
-            generation,
-            now,
         ),
-        None => cond(
-            condition::REGISTERED,
-            false,
-            reason::WAITING,
+        None => Verdict::not(
+            Registered::Waiting,
             format!("Node {name} is not registered yet"),
-            generation,
-            now,
         ),
     };
-    let (ok, why, message) = ready(vn, node);
-    let out = with_condition(current, registered);
+    let out = with_condition(
+        current,
+        registered.condition(condition::REGISTERED, generation, now),
+    );
     with_condition(
         &out,
-        cond(condition::READY, ok, &why, message, generation, now),
+        ready(vn, node).condition(condition::READY, generation, now),
     )
 }
 
@@ -116,38 +118,28 @@ pub fn foreign_cluster_condition(
     vn_conditions: &[Condition],
     now: Timestamp,
 ) -> Vec<Condition> {
-    let ready = vn_conditions.iter().find(|c| c.type_ == condition::READY);
-    let (ok, why, message) = match ready {
-        Some(r) => (r.status == "True", r.reason.clone(), r.message.clone()),
-        None => (
-            false,
-            reason::WAITING.to_owned(),
+    let ready = Verdict::<Ready>::find(vn_conditions, condition::READY).unwrap_or_else(|| {
+        Verdict::not(
+            Ready::Waiting,
             format!("Node {} is not registered", vn.spec.node_name),
-        ),
-    };
+        )
+    });
     let previous: Vec<Condition> = current
         .iter()
         .filter(|c| c.type_ == FC_VIRTUAL_NODE)
         .cloned()
         .collect();
-    with_condition(
-        &previous,
-        cond(FC_VIRTUAL_NODE, ok, &why, message, None, now),
-    )
+    with_condition(&previous, ready.condition(FC_VIRTUAL_NODE, None, now))
 }
 
 /// Whether Ready changed between two sets of conditions (an Event is due): Some(new status).
 pub fn ready_transition(before: &[Condition], after: &[Condition]) -> Option<(bool, String)> {
-    let find = |c: &[Condition]| {
-        c.iter()
-            .find(|c| c.type_ == condition::READY)
-            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-    };
+    let find = |c: &[Condition]| Verdict::<Ready>::find(c, condition::READY);
     let (b, a) = (find(before), find(after)?);
-    if b.as_ref().map(|b| (&b.0, &b.1)) == Some((&a.0, &a.1)) {
+    if b.as_ref().map(|b| (b.ok, &b.reason)) == Some((a.ok, &a.reason)) {
         return None;
     }
-    Some((a.0 == "True", a.2))
+    Some((a.ok, a.message))
 }
 
 #[cfg(test)]
@@ -211,11 +203,17 @@ mod tests {
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let v = vn();
         let c = conditions(&v, &[], None, now);
-        assert_eq!(get(&c, condition::REGISTERED), ("False", reason::WAITING));
-        assert_eq!(get(&c, condition::READY), ("False", reason::WAITING));
+        assert_eq!(
+            get(&c, condition::REGISTERED),
+            ("False", "WaitingForVirtualKubelet")
+        );
+        assert_eq!(
+            get(&c, condition::READY),
+            ("False", "WaitingForVirtualKubelet")
+        );
         let n = node("cluster-b", Some(("False", "TunnelDown")));
         let c = conditions(&v, &c, Some(&n), now);
-        assert_eq!(get(&c, condition::REGISTERED), ("True", reason::REGISTERED));
+        assert_eq!(get(&c, condition::REGISTERED), ("True", "NodeRegistered"));
         assert_eq!(get(&c, condition::READY), ("False", "TunnelDown"));
         let n = node("cluster-b", Some(("True", "VirtualKubeletReady")));
         let ready = conditions(&v, &c, Some(&n), now);
@@ -243,10 +241,7 @@ mod tests {
         let other = node("cluster-c", Some(("True", "KubeletReady")));
         assert!(!is_ours(&v, &other));
         let c = conditions(&v, &[], Some(&other), now);
-        assert_eq!(
-            get(&c, condition::REGISTERED),
-            ("False", reason::NAME_TAKEN)
-        );
+        assert_eq!(get(&c, condition::REGISTERED), ("False", "NodeNameTaken"));
         assert_eq!(get(&c, condition::READY).0, "False");
     }
 }

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
-use fabric_kube::events::Event;
+use fabric_kube::{
+    events::Event,
+    meta::{self, GoneOk},
+};
 use fabric_offloading::shadowpod::{
     forge::{self, Offer, Policy},
     resize,
@@ -15,7 +18,7 @@ use fabric_reflector::{Cx, Deleted, Marks, Next};
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions},
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -123,20 +126,12 @@ async fn carry_out(cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
             Outcome::Nothing
         }
         Step::FinishDeletion => {
-            let dp = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: pod.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match cx.home_api().delete(&pod.name_any(), &dp).await {
-                Ok(_) => {
-                    info!(pod = %key(pod), "deleted: nothing runs for it on the provider")
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => return Err(e).context("completing the pod's deletion"),
+            let dp = meta::only_uid(pod.metadata.uid.clone(), Some(0));
+            let deleted = meta::delete(&cx.home_api(), &pod.name_any(), &dp)
+                .await
+                .context("completing the pod's deletion")?;
+            if deleted == meta::Deleted::Asked {
+                info!(pod = %key(pod), "deleted: nothing runs for it on the provider")
             }
             Outcome::Gone
         }
@@ -190,11 +185,12 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
     if pod.status.as_ref().map(status::ours) == Some(want.clone()) {
         return;
     }
-    match FIELD_MANAGER
+    let written = FIELD_MANAGER
         .apply_status_at(&cx.home_api(), &pod.name_any(), None, &want)
         .await
-    {
-        Ok(after) => {
+        .gone_ok();
+    match written {
+        Ok(Some(after)) => {
             debug!(pod = %key(pod), "status home");
             cx.wrote_home(after);
             for f in failures::new_failures(pod.status.as_ref(), &want) {
@@ -202,7 +198,7 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
                     .await;
             }
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Ok(None) => {}
         Err(e) => warn!(pod = %key(pod), error = %e, "writing the pod status"),
     }
 }

@@ -6,7 +6,8 @@
 //! manager, so what it computes is every field it owns: the scheduler's `PodScheduled` stays
 //! the scheduler's.
 use fabric_api::offloading::v1alpha1::{ShadowPod, shadow_pod_condition::POD_CREATED};
-use fabric_offloading::shadowpod::resize;
+use fabric_kube::status::{Reason, Verdict};
+use fabric_offloading::shadowpod::{decide::PodCreated, resize};
 use k8s_openapi::{
     api::core::v1::{
         ContainerState, ContainerStateTerminated, ContainerStatus, HostIP, PodCondition, PodIP,
@@ -227,15 +228,15 @@ pub fn home_status(
             {
                 put(&mut conds, prev_conds, c.clone(), ctx.now);
             }
-            let created = st.conditions.iter().find(|c| c.type_ == POD_CREATED);
+            let created = Verdict::<PodCreated>::find(&st.conditions, POD_CREATED);
             let offloaded = match created {
                 Some(c) => cond(
                     OFFLOADED,
-                    c.status == "True",
-                    &c.reason,
+                    c.ok,
+                    c.reason.as_str(),
                     match st.recreations {
                         0 => c.message.clone(),
-                        n if c.reason == "Recreated" => {
+                        n if c.reason == PodCreated::Recreated => {
                             format!("the provider re-created the pod {n} time(s) after it vanished")
                         }
                         n => format!("{} (re-created {n} time(s))", c.message),

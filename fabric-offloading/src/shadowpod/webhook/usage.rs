@@ -13,14 +13,18 @@ use fabric_api::{
     offloading::v1alpha1::ShadowPod,
     quantity::BadQuantity,
 };
-use futures::StreamExt;
 use k8s_openapi::{api::core::v1::Namespace, jiff::Timestamp};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, PostParams},
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
-use tracing::{debug, info, warn};
+use tracing::info;
+
+use fabric_kube::{
+    controller::{Backoff, Runner},
+    meta::is_conflict,
+};
 
 use super::USAGE_MANAGER;
 use crate::shadowpod::quota;
@@ -93,34 +97,29 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     })
 }
 
-fn error_policy(tenant: Arc<Tenant>, err: &Error, _: Arc<Ctx>) -> Action {
-    match err {
-        // A charge came in between: count again at once.
-        Error::Kube(kube::Error::Api(e)) if e.code == 409 => {
-            debug!(tenant = %tenant.name_any(), "recount conflicted; again");
-            Action::requeue(Duration::from_millis(50))
-        }
-        _ => {
-            warn!(tenant = %tenant.name_any(), error = %err, "recounting the usage failed; retrying");
-            Action::requeue(Duration::from_secs(5))
-        }
-    }
-}
-
 /// Runs the reconciler until the task is dropped.
 pub async fn run(client: Client, ttl: Duration) {
     let tenants: Api<Tenant> = Api::all(client.clone());
     let shadows: Api<ShadowPod> = Api::all(client.clone());
-    Controller::new(tenants, watcher::Config::default())
-        .watches(shadows, watcher::Config::default(), |s: ShadowPod| {
+    let controller = Controller::new(tenants, watcher::Config::default()).watches(
+        shadows,
+        watcher::Config::default(),
+        |s: ShadowPod| {
             let consumer = s.spec.cluster_id.clone();
             Some(ObjectRef::<Tenant>::new(&consumer).within(&names::namespace::tenant(&consumer)))
-        })
-        .run(reconcile, error_policy, Arc::new(Ctx { client, ttl }))
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                debug!(error = %e, "usage reconciler");
-            }
-        })
-        .await;
+        },
+    );
+    Runner::new(
+        "usage",
+        Backoff::new(Duration::from_secs(1), Duration::from_secs(5)),
+    )
+    // A charge came in between: count again at once.
+    .waits(|e| match e {
+        Error::Kube(k) if is_conflict(k) => Some(Duration::from_millis(50)),
+        _ => None,
+    })
+    // The webhook's process ends with SIGTERM's default: no handler here.
+    .until_dropped()
+    .run(controller, reconcile, Arc::new(Ctx { client, ttl }))
+    .await;
 }
