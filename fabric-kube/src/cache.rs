@@ -1,7 +1,7 @@
 //! Watch caches: a kube-runtime reflector [`Store`] kept current by a watch that is retried
 //! with kube's default back-off, built the same way wherever a controller or an edge needs
 //! one. The caller drives the returned stream (a controller's `owns_stream`/`watches_stream`,
-//! a `select!` loop), or [`notifying`] drives it on a task of its own.
+//! a `select!` loop), or [`notifying`] and [`lean`] drive it on a task of their own.
 use std::{fmt::Debug, hash::Hash, sync::Arc};
 
 use futures::{Stream, StreamExt};
@@ -72,5 +72,26 @@ where
             }
         }
     });
+    (store, task)
+}
+
+/// A cache of objects without their managedFields (most of a large object, and nothing a
+/// decision reads), driven on a task of its own; `what` names it in the logs of a failed
+/// watch (retried; the cache keeps what it had meanwhile).
+pub fn lean<K>(api: Api<K>, cfg: watcher::Config, what: &'static str) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher::watcher(api, cfg)
+        .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .reflect(writer);
+    let task = tokio::spawn(events.for_each(move |ev| async move {
+        if let Err(e) = ev {
+            warn!(error = %e, "{what} cache: watch failed; retrying");
+        }
+    }));
     (store, task)
 }

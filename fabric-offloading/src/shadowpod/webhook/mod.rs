@@ -31,7 +31,6 @@ use fabric_api::{
     quantity::Amounts,
 };
 use fabric_http::https::{self, BodyError, Exchange, Limits, TlsError, read_body};
-use futures::StreamExt;
 use http_body_util::Full;
 use hyper::{Request, Response, body::Incoming, header};
 use k8s_openapi::{
@@ -47,8 +46,7 @@ use kube::{
     api::{ObjectMeta, PostParams},
     core::admission::{AdmissionRequest, Operation},
     runtime::{
-        WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -425,19 +423,8 @@ where
         + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
-        .reflect(writer)
-        .applied_objects();
-    // A watch error is retried with backoff (the cache keeps what it had meanwhile); ending
-    // the stream on the first one would leave the decisions on a cache frozen for good.
-    tokio::spawn(stream.for_each(move |r| async move {
-        if let Err(e) = r {
-            warn!(error = %e, "{what} cache: watch failed; retrying");
-        }
-    }));
+    // The task is left to run with the webhook: the decisions read the cache until it exits.
+    let (reader, _task) = fabric_kube::cache::lean(api, config, what);
     reader
         .wait_until_ready()
         .await
