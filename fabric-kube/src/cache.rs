@@ -14,7 +14,10 @@ use kube::{
     },
 };
 use serde::de::DeserializeOwned;
-use tokio::{sync::Notify, task::JoinHandle};
+use tokio::{
+    sync::{Notify, watch},
+    task::JoinHandle,
+};
 use tracing::warn;
 
 /// A cache of what `api` holds (as `cfg` selects), and the watch events that fill it.
@@ -94,4 +97,41 @@ where
         }
     }));
     (store, task)
+}
+
+/// The latest state of one named object, kept by a watch (retrying with backoff on errors).
+/// The channel's first value (None) is a placeholder: the first change is what the API
+/// said.
+pub fn follow<K>(api: Api<K>, name: &str) -> watch::Receiver<Option<K>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (tx, rx) = watch::channel(None);
+    let stream = watcher::watch_object(api, name).default_backoff();
+    let what = format!("{}/{name}", K::kind(&()));
+    tokio::spawn(forward(stream, tx, what));
+    rx
+}
+
+async fn forward<K, S>(stream: S, tx: watch::Sender<Option<K>>, what: String)
+where
+    S: Stream<Item = Result<Option<K>, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(obj) => {
+                if tx.send(obj).is_err() {
+                    return;
+                }
+            }
+            Err(e) => warn!(error = %e, object = %what, "watch"),
+        }
+    }
 }

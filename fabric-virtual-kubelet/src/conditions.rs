@@ -281,6 +281,16 @@ pub fn same_state(a: &[NodeCondition], b: &[NodeCondition]) -> bool {
     a == b
 }
 
+/// Whether the node is Ready (the provider and the tunnel answer), and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Readiness {
+    pub ready: bool,
+    pub message: String,
+    /// Under at-most-once semantics, once the provider has stopped the pods for sure: why
+    /// they are Failed here ([`crate::heartbeat::declared`]).
+    pub partitioned: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

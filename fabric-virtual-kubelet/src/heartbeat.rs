@@ -30,7 +30,7 @@ use kube::{Api, api::ObjectMeta};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::run::FIELD_MANAGER;
+use crate::FIELD_MANAGER;
 
 /// What this side knows: the terms, and when (its monotonic clock) a renewal last succeeded
 /// under them.

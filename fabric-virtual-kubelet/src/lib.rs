@@ -16,3 +16,8 @@ pub mod pods;
 pub mod provider;
 pub mod run;
 pub mod server;
+
+/// The one field manager of everything the virtual kubelet writes (its Node, Lease and the
+/// status of its pods).
+pub const FIELD_MANAGER: fabric_kube::FieldManager =
+    fabric_kube::FieldManager(fabric_api::names::field_manager::VIRTUAL_KUBELET);

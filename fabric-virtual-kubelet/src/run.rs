@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use fabric_api::{
-    names::{self, field_manager},
+    names,
     networking::v1alpha1::{Connection, ConnectionState},
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_kube::{FieldManager, meta::GoneOk};
-use futures::{Stream, StreamExt};
+use fabric_kube::{cache::follow, meta::GoneOk};
 use k8s_openapi::{
     api::{
         coordination::v1::Lease,
@@ -21,21 +20,17 @@ use k8s_openapi::{
     },
     jiff::Timestamp,
 };
-use kube::{
-    Api, Client,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, Client};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use crate::{
+    FIELD_MANAGER,
     conditions::{self, Observed, Policy, Tunnel},
     heartbeat,
     node::{self, Settings},
     pods, provider,
 };
-
-pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::VIRTUAL_KUBELET);
 
 #[derive(Debug, Clone)]
 pub struct Opts {
@@ -58,43 +53,6 @@ pub struct Opts {
     pub pod_resync: Duration,
     /// The reflectors' metrics (served by the kubelet API).
     pub metrics: std::sync::Arc<fabric_reflector::Metrics>,
-}
-
-/// The latest state of one named object, kept by a watch (retrying with backoff on errors).
-/// The channel's first value (None) is a placeholder: the first change is what the API
-/// said.
-pub(crate) fn follow<K>(api: Api<K>, name: &str) -> watch::Receiver<Option<K>>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (tx, rx) = watch::channel(None);
-    let stream = watcher::watch_object(api, name).default_backoff();
-    let what = format!("{}/{name}", K::kind(&()));
-    tokio::spawn(forward(stream, tx, what));
-    rx
-}
-
-async fn forward<K, S>(stream: S, tx: watch::Sender<Option<K>>, what: String)
-where
-    S: Stream<Item = Result<Option<K>, watcher::Error>>,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(obj) => {
-                if tx.send(obj).is_err() {
-                    return;
-                }
-            }
-            Err(e) => warn!(error = %e, object = %what, "watch"),
-        }
-    }
 }
 
 /// Whether the node status must be written: it says something new, or the last write is
@@ -328,7 +286,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
             .as_ref()
             .and_then(|(s, _)| s.conditions.as_ref())
             .and_then(|c| c.iter().find(|c| c.type_ == conditions::READY))
-            .map(|c| pods::run::Readiness {
+            .map(|c| conditions::Readiness {
                 ready: c.status == "True",
                 message: c.message.clone().unwrap_or_default(),
                 partitioned: heartbeat::declared(&heartbeat_rx.borrow(), std::time::Instant::now()),

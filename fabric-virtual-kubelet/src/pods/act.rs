@@ -29,7 +29,7 @@ use super::{
     kind::Pods,
     status::{self, Context, Seen},
 };
-use crate::run::FIELD_MANAGER;
+use crate::FIELD_MANAGER;
 
 /// What carrying out a step saw of the provider, for the status.
 enum Outcome {

@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+use crate::conditions::Readiness;
+
 use super::{
     act,
     decide::{self, Step},
-    run::Readiness,
     translate::{Remap, Untranslatable},
 };
 

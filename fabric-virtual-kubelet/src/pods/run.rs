@@ -13,6 +13,8 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::conditions::Readiness;
+
 use super::{
     kind::Pods,
     translate::{Remap, Untranslatable},
@@ -20,16 +22,6 @@ use super::{
 
 /// Pods synced at the same time (each a few calls to either API).
 const SYNCS: usize = 32;
-
-/// Whether the node is Ready (the provider and the tunnel answer), and why not.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Readiness {
-    pub ready: bool,
-    pub message: String,
-    /// Under at-most-once semantics, once the provider has stopped the pods for sure: why
-    /// they are Failed here ([`crate::heartbeat::declared`]).
-    pub partitioned: Option<String>,
-}
 
 #[derive(Debug, Clone)]
 pub struct Opts {
@@ -111,7 +103,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
 ) -> Result<()> {
     let endpoints = crate::provider::endpoints(secret, opts.provider_id.clone());
-    let config = crate::run::follow(
+    let config = fabric_kube::cache::follow(
         Api::<Configuration>::namespaced(local.clone(), &opts.fabric_namespace),
         &opts.provider_id,
     );
