@@ -8,6 +8,7 @@
 //! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
 //! - `bench peering`, `bench offload`: build, time the sharing layer on two API servers.
 //! - `codegen`: regenerate deploy/crds from the Rust API types.
+//! - `deny`: the supply-chain check (cargo-deny: advisories, licenses, bans, sources).
 //! - `fuzz`: run one of the fuzz targets in fuzz/ (cargo-fuzz, nightly) from its seeds.
 //!
 //! Kept dependency-light on purpose (anyhow, ctrlc, serde_json): it is compiled before anything else.
@@ -22,6 +23,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod deny;
 mod setup;
 mod testrun;
 
@@ -41,7 +43,7 @@ tasks:
   test [ARGS] [-- TEST-ARGS]
                     setup, build all binaries and test binaries (ARGS select them as for
                     `cargo test`), run the test binaries in FABRIC_TEST_LANES parallel lanes
-                    (default 2), TEST-ARGS passed to each (e.g. a test name filter)
+                    (default 3), TEST-ARGS passed to each (e.g. a test name filter)
   demo              setup, build, run the two-cluster demo (network namespaces, needs root)
   bench datapath    setup, build, benchmark plain forwarding vs eBPF remap vs nftables NAT
                     (extra args are passed to fabric-bench, e.g. `-- --quick`)
@@ -57,6 +59,8 @@ tasks:
                     offloaded pods deleted with that grace period; `-- --release`: the
                     bench's binaries built and run in release mode)
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
+  deny [CHECKS]     cargo-deny with deny.toml: RustSec advisories (offline from
+                    ../shared/advisory-db when present), licenses, bans, sources
   fuzz --list       list the fuzz targets (fuzz/, built by cargo-fuzz on the nightly toolchain)
   fuzz TARGET [--time SECONDS] [-- LIBFUZZER-ARGS]
                     fuzz one target from its seeds for SECONDS (default 60); installs
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("demo") => demo(&args[1..]),
         Some("codegen") => codegen(),
+        Some("deny") => deny::deny(&args[1..]).map(|()| ExitCode::SUCCESS),
         Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("datapath") => bench_datapath(&args[2..]),
