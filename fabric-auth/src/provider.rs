@@ -245,20 +245,38 @@ impl Service {
     }
 
     /// Waits until a Tenant of `consumer` that is being removed (an unpeer whose cleanup still
-    /// runs here) is gone: provisioning over it would be undone by that cleanup, which deletes
-    /// the Role, the bindings and the namespace after us, and the consumer would be left with
-    /// an identity that is refused everything (seen on a re-peer right after an unpeer).
+    /// runs here) is gone, and its ForeignCluster being deleted too: provisioning over either
+    /// would be undone, and the consumer left with an identity that is refused everything
+    /// (seen on a re-peer right after an unpeer). The Tenant's cleanup deletes the Role, the
+    /// bindings and the namespace after us; a ForeignCluster still being deleted (its
+    /// revocation finalizer not yet off once the old Tenant is gone) reads as the admin
+    /// revoking the consumer, and the new Tenant would be deleted with it; a Terminating
+    /// namespace refuses the new Role.
     async fn previous_tenant_gone(&self, consumer: &str) -> Result<(), Refusal> {
         let tenants =
             Api::<Tenant>::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
         let deadline = tokio::time::Instant::now() + PREVIOUS_TENANT_WAIT;
+        let fcs = Api::<ForeignCluster>::all(self.client.clone());
+        let namespaces = Api::<Namespace>::all(self.client.clone());
+        let ns = names::namespace::tenant(consumer);
         loop {
-            let removing = tenants
+            let tenant_removing = tenants
                 .get_opt(consumer)
                 .await
                 .map_err(|e| internal("reading the tenant", e))?
                 .is_some_and(|t| t.metadata.deletion_timestamp.is_some());
-            if !removing {
+            let peer_removing = fcs
+                .get_opt(consumer)
+                .await
+                .map_err(|e| internal("reading the ForeignCluster", e))?
+                .is_some_and(|fc| fc.metadata.deletion_timestamp.is_some());
+            // Terminating: nothing can be created in it until it is gone.
+            let namespace_removing = namespaces
+                .get_opt(&ns)
+                .await
+                .map_err(|e| internal("reading the tenant namespace", e))?
+                .is_some_and(|n| n.metadata.deletion_timestamp.is_some());
+            if !tenant_removing && !peer_removing && !namespace_removing {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {

@@ -183,8 +183,10 @@ impl Drop for Sharing {
     }
 }
 
+/// The sharing layer's Lease holder (empty: released), or what kubectl said while there is no
+/// Lease yet (the first replica creates it once it has started).
 fn sharing_holder(api: &ApiServer) -> String {
-    api.kubectl_ok(&[
+    let o = api.kubectl(&[
         "get",
         "lease",
         fabric_api::names::lease::SHARING,
@@ -192,7 +194,12 @@ fn sharing_holder(api: &ApiServer) -> String {
         "fabric-system",
         "-o",
         "jsonpath={.spec.holderIdentity}",
-    ])
+    ]);
+    if o.status.success() {
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    } else {
+        format!("(no Lease: {})", String::from_utf8_lossy(&o.stderr).trim())
+    }
 }
 
 /// Sends SIGTERM to `replica` and waits for it to exit, at most `bound`; it must exit with
