@@ -391,6 +391,7 @@ async fn out_of_band_authentication() {
 
     garbage(&svc, &p, &fresh).await;
     again_while_removed(&svc, &p, &fresh).await;
+    again_while_revoked(&svc, &p, &fresh).await;
 
     // A server that is not the pinned one is refused before anything is sent.
     let other_pin = format!("sha256:{}", "ab".repeat(32));
@@ -460,6 +461,47 @@ async fn again_while_removed(svc: &AuthService, p: &Client, token: &str) {
         .get(fabric_auth::tenant::ROLE)
         .await
         .expect("the new tenant's Role");
+}
+
+/// A consumer that peers again while its ForeignCluster here is still being deleted (the
+/// previous Tenant gone, the revocation finalizer not yet off) gets its tenant once the
+/// ForeignCluster is gone: made before, the new Tenant would read as revoked with it and be
+/// removed.
+async fn again_while_revoked(svc: &AuthService, p: &Client, token: &str) {
+    let id = "again-revoked";
+    request(svc, id, token).await.unwrap();
+    let fcs: Api<ForeignCluster> = Api::all(p.clone());
+    let hold = serde_json::json!({ "metadata": { "finalizers": ["test.fabric.io/hold"] } });
+    fcs.patch(id, &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap();
+    fcs.delete(id, &Default::default()).await.unwrap();
+    let tenants: Api<Tenant> = Api::namespaced(p.clone(), &names::namespace::tenant(id));
+    tenants.delete(id, &Default::default()).await.unwrap();
+    let (answered, released) = tokio::join!(
+        async {
+            let r = request(svc, id, token).await;
+            (r, std::time::Instant::now())
+        },
+        async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let at = std::time::Instant::now();
+            let free = serde_json::json!({ "metadata": { "finalizers": null } });
+            fcs.patch(id, &PatchParams::default(), &Patch::Merge(&free))
+                .await
+                .unwrap();
+            at
+        }
+    );
+    let (answer, at) = answered;
+    answer.unwrap();
+    assert!(
+        at > released,
+        "answered while the previous ForeignCluster was still being deleted"
+    );
+    let fc = fcs.get(id).await.unwrap();
+    assert!(fc.metadata.deletion_timestamp.is_none(), "{fc:?}");
+    tenants.get(id).await.expect("the new Tenant");
 }
 
 /// The consumer renews with its current certificate; without one, or once its tenant is
