@@ -3,8 +3,10 @@
 //! it through its Service and an EndpointSlice pointing at 127.0.0.1, verifying it against the
 //! caBundle the webhook wrote itself. Consumers' identities are client certificates as their
 //! authentication service would have them signed. A ShadowPod outside the consumer's tenant
-//! namespace, for another consumer, or over the grant is refused with a clear message; within
-//! the grant it is admitted; a finished one releases its share; the provider's admin is not
+//! namespace, for another consumer, or over the grant is refused with a clear message; so is
+//! one whose pod breaks the provider's policy (the consumer's own credentials writing it
+//! directly: `nodeName`, privileged, `hostPID`, a `hostPath: /`), created or updated, the
+//! refusal naming the field; within the grant a plain pod is admitted; a finished one releases its share; the provider's admin is not
 //! limited; garbage gets a 400. Two replicas run behind the Service (a round-robin proxy
 //! spreads the API server's connections over them, as a Service does): creations racing for
 //! the last share, through the API server and straight at both replicas, admit exactly one;
@@ -358,6 +360,81 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         ),
         "{e}"
     );
+    // The provider decides what runs on it: the consumer's own identity writing a ShadowPod
+    // straight to the API server (no virtual kubelet, no forge) to be root on a node.
+    let mut attack = shadow("root", &alpha_ns, "alpha", "100m");
+    attack.spec.pod.spec = serde_json::from_value(json!({
+        "nodeName": "control-plane-0",
+        "hostPID": true,
+        "containers": [{"name": "main", "image": "echo",
+                        "securityContext": {"privileged": true},
+                        "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
+        "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+    }))
+    .unwrap();
+    let e = create(&alpha, &attack).await.unwrap_err();
+    assert!(
+        e.contains("spec.pod.spec.nodeName: the provider's scheduler places tenants' pods")
+            && e.contains("(403)"),
+        "{e}"
+    );
+    // Each part alone is refused too, naming its field.
+    let parts = [
+        (
+            "hostPID",
+            "spec.pod.spec.hostPID: sharing the host's namespaces",
+        ),
+        (
+            "privileged",
+            "spec.pod.spec.containers[0].securityContext.privileged",
+        ),
+        (
+            "hostPath",
+            "spec.pod.spec.volumes[0].hostPath: hostPath volumes are not allowed",
+        ),
+    ];
+    for (part, field) in parts {
+        let mut one = shadow("root", &alpha_ns, "alpha", "100m");
+        let spec = &mut one.spec.pod.spec;
+        match part {
+            "hostPID" => spec.host_pid = Some(true),
+            "privileged" => {
+                spec.containers[0].security_context =
+                    attack.spec.pod.spec.containers[0].security_context.clone()
+            }
+            _ => spec.volumes = attack.spec.pod.spec.volumes.clone(),
+        }
+        let e = create(&alpha, &one).await.unwrap_err();
+        assert!(e.contains(field), "{part}: {e}");
+    }
+    // An admitted plain pod made privileged by an UPDATE: refused, the pod left as it was.
+    let alpha_shadows = Api::<ShadowPod>::namespaced(alpha.clone(), &alpha_ns);
+    let mut web = alpha_shadows.get("web").await.unwrap();
+    web.spec.pod.spec.containers[0].security_context =
+        Some(serde_json::from_value(json!({"privileged": true})).unwrap());
+    let e = alpha_shadows
+        .replace("web", &PostParams::default(), &web)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "spec.pod.spec.containers[0].securityContext.privileged: privileged containers are \
+             not allowed"
+        ),
+        "{e}"
+    );
+    let stored = alpha_shadows.get("web").await.unwrap();
+    assert_eq!(stored.spec.pod.spec.containers[0].security_context, None);
+    // An update that leaves the pod alone still goes through.
+    alpha_shadows
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pod": {"labels": {"tier": "web"}}}})),
+        )
+        .await
+        .unwrap();
+
     // The provider's admin is not limited (the webhook does not even see its requests).
     create(&admin, &shadow("admin-made", "default", "gamma", "8"))
         .await

@@ -2,7 +2,9 @@
 //! API server. There is no kubelet here: the test plays it, writing the pods' status through
 //! `pods/status` as a kubelet does. A forged ShadowPod gets its real pod (owned, labelled, its
 //! status copied back); a pod deleted while running is created again and counted; a finished
-//! pod that goes is never revived; deleting a ShadowPod deletes its pod.
+//! pod that goes is never revived; deleting a ShadowPod deletes its pod. A ShadowPod whose pod
+//! breaks the provider's policy, stored past the webhook (none runs here, as before one is
+//! installed), never becomes a pod: its status says why, until its pod is made to comply.
 use std::time::Duration;
 
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
@@ -182,4 +184,48 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         (pod.is_none() && shadow.is_none()).then_some(())
     })
     .await;
+
+    // Stored past the webhook with a pod that would own the node: never made, and said.
+    let mut root = shadow("root");
+    root.spec.pod.spec.host_pid = Some(true);
+    root.spec.pod.spec.containers[0].security_context =
+        Some(serde_json::from_value(json!({"privileged": true})).unwrap());
+    shadows.create(&PostParams::default(), &root).await.unwrap();
+    let st = status_where(&shadows, "root", "the refusal said", |s| {
+        s.conditions.iter().any(|c| c.reason == "Disallowed")
+    })
+    .await;
+    let c = &st.conditions[0];
+    assert_eq!(c.status, "False");
+    assert!(
+        c.message.starts_with("spec.pod.spec.hostPID: "),
+        "{}",
+        c.message
+    );
+    assert_eq!(st.pod_uid, None);
+    assert!(pods.get_opt("root").await.unwrap().is_none());
+    // Made once its pod complies (the hostPID gone, privileged still there: not yet).
+    shadows
+        .patch(
+            "root",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pod": {"spec": {"hostPID": null}}}})),
+        )
+        .await
+        .unwrap();
+    let st = status_where(&shadows, "root", "the next refusal said", |s| {
+        s.conditions
+            .iter()
+            .any(|c| c.message.contains("privileged"))
+    })
+    .await;
+    assert_eq!(st.pod_uid, None);
+    assert!(pods.get_opt("root").await.unwrap().is_none());
+    let mut fixed = shadows.get("root").await.unwrap();
+    fixed.spec.pod.spec.containers[0].security_context = None;
+    shadows
+        .replace("root", &PostParams::default(), &fixed)
+        .await
+        .unwrap();
+    pod_with_uid_other_than(&pods, "root", None).await;
 }

@@ -6,7 +6,9 @@
 //!   finished ones (Succeeded/Failed) release their share. What a request asks for (its pod's
 //!   requests as the provider's scheduler will count them, [`fabric_api::requests`]) is
 //!   decided here ([`admit_change`]); it is charged against the Tenant's `status.used`
-//!   by [`super::quota`].
+//!   by [`super::quota`];
+//! - every ShadowPod's pod, whoever writes it, keeps to the provider's [`policy`] when it is
+//!   created or its pod changes ([`conforms`]).
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Resources},
     names,
@@ -16,6 +18,8 @@ use fabric_api::{
 };
 use k8s_openapi::api::core::v1::PodSpec;
 use kube::ResourceExt;
+
+use super::policy::{self, Level, Refusal};
 
 /// Why a ShadowPod is refused; the message is what the consumer sees.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -42,6 +46,28 @@ pub enum Denial {
     Unaccounted { cluster: String, error: String },
     #[error(transparent)]
     BadQuantity(#[from] BadQuantity),
+    /// The pod breaks the provider's policy: the field (under the ShadowPod's `spec.pod`)
+    /// and the rule.
+    #[error("spec.pod.{0}")]
+    Policy(#[from] Refusal),
+}
+
+/// Whether the pod of a ShadowPod created (`old` is `None`) or updated from `old` keeps to
+/// the provider's policy at `level`. An update that leaves the pod's spec (or annotations)
+/// as they were does not judge them again, so that a ShadowPod stored before the policy tightened can still be relabelled,
+/// have its finalizer removed and go away; its pod is refused by the controller instead.
+pub fn conforms(
+    spec: &ShadowPodSpec,
+    old: Option<&ShadowPodSpec>,
+    level: Level,
+) -> Result<(), Denial> {
+    if old.is_none_or(|o| o.pod.spec != spec.pod.spec) {
+        policy::check(&spec.pod.spec, level)?;
+    }
+    if old.is_none_or(|o| o.pod.annotations != spec.pod.annotations) {
+        policy::check_annotations(&spec.pod.annotations, level)?;
+    }
+    Ok(())
 }
 
 /// The consumer cluster id a user name stands for, if it is a consumer's.
@@ -303,6 +329,49 @@ mod tests {
         );
         let e = admit_change(USER, NS, Some("alpha"), &spec("lots"), None).unwrap_err();
         assert!(matches!(e, Denial::BadQuantity(_)), "{e}");
+    }
+
+    #[test]
+    fn a_pod_is_judged_when_created_and_whenever_it_changes() {
+        let plain = spec("100m");
+        let mut privileged = spec("100m");
+        privileged.pod.spec.containers[0].security_context =
+            Some(serde_json::from_value(json!({"privileged": true})).unwrap());
+        let level = Level::Baseline;
+        assert_eq!(conforms(&plain, None, level), Ok(()));
+        let e = conforms(&privileged, None, level).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.pod.spec.containers[0].securityContext.privileged: privileged containers are \
+             not allowed (provider policy baseline)"
+        );
+        assert!(
+            matches!(
+                conforms(&privileged, Some(&plain), level),
+                Err(Denial::Policy(_))
+            ),
+            "an update that makes the pod privileged"
+        );
+        let mut relabelled = privileged.clone();
+        relabelled.pod.labels = [("tier".to_owned(), "web".to_owned())].into();
+        assert_eq!(
+            conforms(&relabelled, Some(&privileged), level),
+            Ok(()),
+            "an update leaving a stored pod as it was"
+        );
+        assert_eq!(conforms(&plain, Some(&privileged), level), Ok(()), "a fix");
+        let mut unconfined = plain.clone();
+        unconfined.pod.annotations = [(
+            format!("{}main", policy::APPARMOR_ANNOTATION),
+            "unconfined".to_owned(),
+        )]
+        .into();
+        let e = conforms(&unconfined, Some(&plain), level).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("spec.pod.annotations[container.apparmor.security.beta"),
+            "{e}"
+        );
     }
 
     fn slice(ns: &str, consumer: &str, cpu: &str) -> ResourceSlice {

@@ -32,6 +32,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide::{self, Cached, Decision},
+    policy::Level,
     resize,
 };
 
@@ -58,6 +59,8 @@ struct Ctx {
     resize_served: tokio::sync::OnceCell<bool>,
     /// Our last status writes per ShadowPod (by [`key`]) until the watch cache shows them.
     written: Writes<String, ShadowPod>,
+    /// What the provider lets tenants' pods do: a pod breaking it is never made.
+    level: Level,
 }
 
 impl Ctx {
@@ -208,6 +211,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         seen.as_deref(),
         stopping,
         resizing,
+        ctx.level,
         Timestamp::now(),
     ) {
         Cached::Settled => return Ok(Action::await_change()),
@@ -251,8 +255,13 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     if fenced.await? {
         return Ok(Action::await_change());
     }
-    let status: ShadowPodStatus = match decide::decide(&shadow, pod.as_ref()) {
+    let status: ShadowPodStatus = match decide::decide(&shadow, pod.as_ref(), ctx.level) {
         Decision::Finished => return Ok(Action::await_change()),
+        // Made once the ShadowPod's pod is changed to keep to the policy (its watch event).
+        Decision::Disallowed(refusal) => {
+            warn!(shadowpod = %key(&shadow), %refusal, "pod disallowed by the provider's policy");
+            decide::disallowed(&prev, &refusal, generation, Timestamp::now())
+        }
         Decision::Foreign => decide::foreign(&prev, generation, Timestamp::now()),
         Decision::Mirror => {
             let pod = pod.expect("Mirror has a pod");
@@ -342,7 +351,7 @@ async fn cleanup(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     ctx.written.forget(&key(&shadow));
     match get_pod(&pods, &name).await? {
-        Some(pod) if decide::decide(&shadow, Some(&pod)) == Decision::Mirror => {
+        Some(pod) if decide::owned_by(&pod, &shadow) => {
             if pod.metadata.deletion_timestamp.is_none() {
                 pods.delete(&name, &DeleteParams::default()).await?;
                 info!(shadowpod = %key(&shadow), "deleting the pod");
@@ -391,6 +400,7 @@ pub async fn run(client: Client) -> Result<(), Error> {
         events,
         resize_served: tokio::sync::OnceCell::new(),
         written: Default::default(),
+        level: Level::default(),
     });
     Runner::new("shadowpods", BACKOFF)
         // The pod is ending: its ShadowPod goes once it has.

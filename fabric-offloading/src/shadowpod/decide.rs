@@ -1,13 +1,19 @@
 //! What the provider's ShadowPod controller does, as pure functions of the ShadowPod and the
-//! real pod it sees: create the pod (again, if it vanished before finishing), never revive
-//! one that finished, and copy the pod's status.
+//! real pod it sees: create the pod (again, if it vanished before finishing) only from a
+//! pod that keeps to the provider's [`super::policy`], never revive one that finished, and
+//! copy the pod's status.
 use fabric_api::{
     names::label,
     offloading::v1alpha1::{ShadowPod, ShadowPodStatus, shadow_pod_condition::POD_CREATED},
 };
 use fabric_kube::status::{Verdict, with_condition};
-use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use k8s_openapi::{
+    api::core::v1::{Pod, PodSpec},
+    jiff::Timestamp,
+};
 use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+use super::policy::{self, Level, Refusal};
 
 fabric_kube::reasons! {
     /// Why a ShadowPod's PodCreated condition says what it does.
@@ -20,6 +26,9 @@ fabric_kube::reasons! {
         /// Stopped by the at-most-once semantics, never run again (fabric-api's
         /// `shadow_pod_condition::PARTITIONED`).
         Partitioned = "Partitioned",
+        /// The pod breaks the provider's policy: not made (the message names field and
+        /// rule) until the ShadowPod's pod is changed to keep to it.
+        Disallowed = "Disallowed",
     } else {
         /// The pod could not be created: the API server's reason (`Invalid`, `Forbidden`,
         /// `QuotaExceeded`).
@@ -38,6 +47,10 @@ pub enum Decision {
     Mirror,
     /// A pod of that name exists but is not this ShadowPod's: leave it alone and say so.
     Foreign,
+    /// There is no real pod and the ShadowPod's pod breaks the provider's policy (it got in
+    /// past the webhook: before it was installed, or written by someone it does not judge):
+    /// it is not made, and the status says why.
+    Disallowed(Refusal),
 }
 
 /// A pod phase after which the pod never runs again.
@@ -45,19 +58,31 @@ pub fn terminal(phase: Option<&str>) -> bool {
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-pub fn decide(shadow: &ShadowPod, pod: Option<&Pod>) -> Decision {
+/// What to do about `shadow` with its real pod `pod`; a pod is only made from a spec that
+/// keeps to policy `level`.
+pub fn decide(shadow: &ShadowPod, pod: Option<&Pod>, level: Level) -> Decision {
     let status = shadow.status.clone().unwrap_or_default();
     match pod {
         Some(pod) if owned_by(pod, shadow) => Decision::Mirror,
         Some(_) => Decision::Foreign,
         None if terminal(status.phase.as_deref()) => Decision::Finished,
-        None => Decision::Create {
-            again: status.pod_uid.is_some(),
+        None => match allowed(shadow, level) {
+            Err(refusal) => Decision::Disallowed(refusal),
+            Ok(()) => Decision::Create {
+                again: status.pod_uid.is_some(),
+            },
         },
     }
 }
 
-fn owned_by(pod: &Pod, shadow: &ShadowPod) -> bool {
+/// Whether the provider's policy at `level` lets `shadow`'s pod be made.
+fn allowed(shadow: &ShadowPod, level: Level) -> Result<(), Refusal> {
+    policy::check(&shadow.spec.pod.spec, level)?;
+    policy::check_annotations(&shadow.spec.pod.annotations, level)
+}
+
+/// Whether `pod` is `shadow`'s own real pod.
+pub fn owned_by(pod: &Pod, shadow: &ShadowPod) -> bool {
     let uid = shadow.meta().uid.as_deref();
     pod.owner_references()
         .iter()
@@ -82,7 +107,12 @@ pub fn real_pod(shadow: &ShadowPod) -> Pod {
             owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
-        spec: Some(shadow.spec.pod.spec.clone()),
+        spec: Some(PodSpec {
+            // The provider issues no tokens to tenants' pods: forced rather than refused,
+            // since leaving it out means true.
+            automount_service_account_token: Some(false),
+            ..shadow.spec.pod.spec.clone()
+        }),
         status: None,
     }
 }
@@ -165,6 +195,7 @@ pub fn from_cache(
     pod: Option<&Pod>,
     stopping: bool,
     resize: bool,
+    level: Level,
     now: Timestamp,
 ) -> Cached {
     let prev = shadow.status.clone().unwrap_or_default();
@@ -177,17 +208,17 @@ pub fn from_cache(
     }
     let Some(pod) = pod else {
         // A pod that existed once (it may have finished, its re-creation is counted) is
-        // only made again on a fresh read.
-        return if prev.pod_uid.is_none() && !terminal(prev.phase.as_deref()) {
+        // only made again on a fresh read; one the policy refuses is said there.
+        return if prev.pod_uid.is_none()
+            && !terminal(prev.phase.as_deref())
+            && allowed(shadow, level).is_ok()
+        {
             Cached::Create
         } else {
             Cached::Fresh
         };
     };
-    if decide(shadow, Some(pod)) != Decision::Mirror
-        || resize
-        || metadata_patch(shadow, pod).is_some()
-    {
+    if !owned_by(pod, shadow) || resize || metadata_patch(shadow, pod).is_some() {
         return Cached::Fresh;
     }
     let status = mirrored(&prev, pod, false, shadow.metadata.generation, now);
@@ -237,18 +268,42 @@ pub fn refused(
     generation: Option<i64>,
     now: Timestamp,
 ) -> ShadowPodStatus {
+    not_created(
+        prev,
+        PodCreated::Refused(reason.to_owned()),
+        message,
+        generation,
+        now,
+    )
+}
+
+/// `prev` with its PodCreated condition false for `reason`.
+fn not_created(
+    prev: &ShadowPodStatus,
+    reason: PodCreated,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ShadowPodStatus {
     ShadowPodStatus {
         observed_generation: generation,
         conditions: with_condition(
             &prev.conditions,
-            Verdict::not(PodCreated::Refused(reason.to_owned()), message).condition(
-                POD_CREATED,
-                generation,
-                now,
-            ),
+            Verdict::not(reason, message).condition(POD_CREATED, generation, now),
         ),
         ..prev.clone()
     }
+}
+
+/// The status of a ShadowPod whose pod breaks the provider's policy: not made, and why.
+pub fn disallowed(
+    prev: &ShadowPodStatus,
+    refusal: &Refusal,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ShadowPodStatus {
+    let message = format!("spec.pod.{refusal}");
+    not_created(prev, PodCreated::Disallowed, message, generation, now)
 }
 
 /// The status of a ShadowPod whose name is taken by a pod it does not own.
@@ -313,7 +368,10 @@ mod tests {
     #[test]
     fn a_new_shadowpod_gets_its_pod_owned_and_labelled() {
         let s = shadow(None);
-        assert_eq!(decide(&s, None), Decision::Create { again: false });
+        assert_eq!(
+            decide(&s, None, Level::Baseline),
+            Decision::Create { again: false }
+        );
         let p = real_pod(&s);
         assert_eq!(p.metadata.name.as_deref(), Some("web"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("fabric-tenant-alpha"));
@@ -332,7 +390,7 @@ mod tests {
     fn status_is_copied_from_the_pod() {
         let s = shadow(None);
         let p = pod_of(&s, "pod-1", "Running");
-        assert_eq!(decide(&s, Some(&p)), Decision::Mirror);
+        assert_eq!(decide(&s, Some(&p), Level::Baseline), Decision::Mirror);
         let st = mirrored(&ShadowPodStatus::default(), &p, false, Some(1), now());
         assert_eq!(st.phase.as_deref(), Some("Running"));
         assert_eq!(st.pod_ip.as_deref(), Some("10.0.0.7"));
@@ -354,7 +412,10 @@ mod tests {
             now(),
         );
         let s = shadow(Some(first.clone()));
-        assert_eq!(decide(&s, None), Decision::Create { again: true });
+        assert_eq!(
+            decide(&s, None, Level::Baseline),
+            Decision::Create { again: true }
+        );
         let again = mirrored(&first, &pod_of(&s, "pod-2", "Pending"), true, None, now());
         assert_eq!(again.recreations, 1);
         assert_eq!(again.pod_uid.as_deref(), Some("pod-2"));
@@ -372,8 +433,50 @@ mod tests {
                 now(),
             );
             assert_eq!(done.conditions[0].reason, "Finished");
-            assert_eq!(decide(&shadow(Some(done)), None), Decision::Finished);
+            assert_eq!(
+                decide(&shadow(Some(done)), None, Level::Baseline),
+                Decision::Finished
+            );
         }
+    }
+
+    #[test]
+    fn a_pod_is_made_only_from_a_spec_the_policy_allows() {
+        // Stored past the webhook (before it was installed, or by a user it does not see).
+        let mut s = shadow(None);
+        s.metadata.resource_version = Some("1".into());
+        s.spec.pod.spec = serde_json::from_value(json!({
+            "hostPID": true,
+            "containers": [{"name": "main", "image": "echo"}],
+        }))
+        .unwrap();
+        let Decision::Disallowed(refusal) = decide(&s, None, Level::Baseline) else {
+            panic!("a hostPID pod is made");
+        };
+        assert_eq!(refusal.field, "spec.hostPID");
+        assert_eq!(
+            from_cache(&s, None, false, false, Level::Baseline, now()),
+            Cached::Fresh,
+            "never made from the cache either"
+        );
+        let st = disallowed(&ShadowPodStatus::default(), &refusal, Some(1), now());
+        assert_eq!(st.pod_uid, None);
+        assert_eq!(st.conditions[0].status, "False");
+        assert_eq!(st.conditions[0].reason, "Disallowed");
+        assert_eq!(
+            st.conditions[0].message,
+            "spec.pod.spec.hostPID: sharing the host's namespaces is not allowed (provider \
+             policy baseline)"
+        );
+        // Made again once the pod keeps to it; the token is never mounted.
+        s.spec.pod.spec.host_pid = None;
+        s.spec.pod.spec.automount_service_account_token = Some(true);
+        assert_eq!(
+            decide(&s, None, Level::Baseline),
+            Decision::Create { again: false }
+        );
+        let pod = real_pod(&s).spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
     }
 
     #[test]
@@ -381,7 +484,7 @@ mod tests {
         let s = shadow(None);
         let mut p = pod_of(&s, "pod-1", "Running");
         p.metadata.owner_references = None;
-        assert_eq!(decide(&s, Some(&p)), Decision::Foreign);
+        assert_eq!(decide(&s, Some(&p), Level::Baseline), Decision::Foreign);
         let st = foreign(&ShadowPodStatus::default(), None, now());
         assert_eq!(st.conditions[0].status, "False");
     }
@@ -408,8 +511,14 @@ mod tests {
         let mut s = shadow(None);
         s.metadata.resource_version = Some("7".into());
         // No pod yet and none ever made: the first one is made from the cache.
-        assert_eq!(from_cache(&s, None, false, false, now()), Cached::Create);
-        assert_eq!(from_cache(&s, None, true, false, now()), Cached::Fresh);
+        assert_eq!(
+            from_cache(&s, None, false, false, Level::Baseline, now()),
+            Cached::Create
+        );
+        assert_eq!(
+            from_cache(&s, None, true, false, Level::Baseline, now()),
+            Cached::Fresh
+        );
         let p = pod_of(&s, "pod-1", "Running");
         // No pod where one was made (vanished, or finished: counted or never revived) or
         // where it finished: decided on a fresh read.
@@ -422,16 +531,23 @@ mod tests {
                 None,
                 now(),
             ));
-            assert_eq!(from_cache(&had, None, false, false, now()), Cached::Fresh);
+            assert_eq!(
+                from_cache(&had, None, false, false, Level::Baseline, now()),
+                Cached::Fresh
+            );
             had.status.as_mut().unwrap().pod_uid = None;
             let expect = if phase == "Running" {
                 Cached::Create
             } else {
                 Cached::Fresh
             };
-            assert_eq!(from_cache(&had, None, false, false, now()), expect);
+            assert_eq!(
+                from_cache(&had, None, false, false, Level::Baseline, now()),
+                expect
+            );
         }
-        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, now()) else {
+        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, Level::Baseline, now())
+        else {
             panic!("an owned pod's status is mirrored from the cache");
         };
         assert_eq!(
@@ -441,18 +557,25 @@ mod tests {
         // Once written (and echoed back), nothing more.
         s.status = Some(*st);
         assert_eq!(
-            from_cache(&s, Some(&p), false, false, now()),
+            from_cache(&s, Some(&p), false, false, Level::Baseline, now()),
             Cached::Settled
         );
         // A re-creation counted stays counted: a later mirror keeps the count.
         s.status.as_mut().unwrap().recreations = 2;
-        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, now()) else {
+        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, Level::Baseline, now())
+        else {
             panic!("the reason changes with the count");
         };
         assert_eq!(st.recreations, 2);
         // Stopping, resizing, labels to carry, a foreign pod, a deletion: fresh.
-        assert_eq!(from_cache(&s, Some(&p), true, false, now()), Cached::Fresh);
-        assert_eq!(from_cache(&s, Some(&p), false, true, now()), Cached::Fresh);
+        assert_eq!(
+            from_cache(&s, Some(&p), true, false, Level::Baseline, now()),
+            Cached::Fresh
+        );
+        assert_eq!(
+            from_cache(&s, Some(&p), false, true, Level::Baseline, now()),
+            Cached::Fresh
+        );
         let mut relabelled = s.clone();
         relabelled
             .spec
@@ -460,27 +583,27 @@ mod tests {
             .labels
             .insert("tier".into(), "front".into());
         assert_eq!(
-            from_cache(&relabelled, Some(&p), false, false, now()),
+            from_cache(&relabelled, Some(&p), false, false, Level::Baseline, now()),
             Cached::Fresh
         );
         let mut foreign_pod = p.clone();
         foreign_pod.metadata.owner_references = None;
         assert_eq!(
-            from_cache(&s, Some(&foreign_pod), false, false, now()),
+            from_cache(&s, Some(&foreign_pod), false, false, Level::Baseline, now()),
             Cached::Fresh
         );
         let mut going = s.clone();
         going.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
         assert_eq!(
-            from_cache(&going, Some(&p), false, false, now()),
+            from_cache(&going, Some(&p), false, false, Level::Baseline, now()),
             Cached::Fresh
         );
         // Without a resourceVersion the write could not be conditioned.
         let mut unversioned = s.clone();
         unversioned.metadata.resource_version = None;
         assert_eq!(
-            from_cache(&unversioned, Some(&p), false, false, now()),
+            from_cache(&unversioned, Some(&p), false, false, Level::Baseline, now()),
             Cached::Fresh
         );
     }

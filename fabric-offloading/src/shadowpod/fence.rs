@@ -193,7 +193,7 @@ pub async fn enforce(
 ) -> kube::Result<bool> {
     let prev = shadow.status.clone().unwrap_or_default();
     let name = shadow.name_any();
-    let own = pod.filter(|p| decide::decide(shadow, Some(p)) == decide::Decision::Mirror);
+    let own = pod.filter(|p| decide::owned_by(p, shadow));
     if partition::partitioned(&prev) {
         // Late already: no grace left to give.
         if let Some(p) = own.filter(|p| p.metadata.deletion_timestamp.is_none()) {

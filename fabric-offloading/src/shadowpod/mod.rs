@@ -13,6 +13,7 @@ pub mod decide;
 pub mod fence;
 pub mod forge;
 pub mod partition;
+pub mod policy;
 pub mod quota;
 pub mod resize;
 pub mod webhook;

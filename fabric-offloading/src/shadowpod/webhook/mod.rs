@@ -1,5 +1,5 @@
 //! The provider's validating webhook on ShadowPods (`fabric-controller shadowpod-webhook`),
-//! the HTTPS edge of [`super::admission`] and [`super::quota`]: AdmissionReviews in
+//! the HTTPS edge of [`super::admission`], [`super::policy`] and [`super::quota`]: AdmissionReviews in
 //! ([`review`]), who and where decided from watch caches of ResourceSlices and consumers'
 //! namespaces, what a consumer's pods use charged on its Tenant (read afresh and written
 //! with its resourceVersion as precondition, again on a conflict), served with
@@ -55,6 +55,7 @@ use tracing::{debug, info, warn};
 use self::certs::{CertError, Material, Plan};
 use super::{
     admission::{self, Denial, Verdict},
+    policy::Level,
     quota,
 };
 
@@ -97,6 +98,8 @@ pub struct Settings {
     /// webhook's `timeoutSeconds`).
     pub charge_budget: Duration,
     pub limits: Limits,
+    /// What the provider lets tenants' pods do ([`super::policy`]).
+    pub level: Level,
 }
 
 impl Settings {
@@ -116,6 +119,7 @@ impl Settings {
                 request_timeout: Duration::from_secs(10),
                 ..Limits::default()
             },
+            level: Level::default(),
         }
     }
 }
@@ -248,6 +252,8 @@ struct View {
     slices: Store<ResourceSlice>,
     namespaces: Store<Namespace>,
     charger: charges::Charger,
+    /// What the provider lets tenants' pods do.
+    level: Level,
 }
 
 /// The field manager of the charges on Tenants' status.
@@ -277,6 +283,7 @@ impl View {
             Operation::Update => req.old_object.as_ref().map(|o| &o.spec),
             _ => None,
         };
+        admission::conforms(&shadow.spec, old, self.level)?;
         let Verdict::Charge {
             consumer,
             requests,
@@ -455,6 +462,7 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         )
         .await?,
         charger: charges::Charger::new(client.clone(), s.charge_budget),
+        level: s.level,
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.

@@ -1,0 +1,439 @@
+//! What the provider lets a consumer's pod do on its nodes, as a pure function of the pod's
+//! spec: the provider's own guard, run by its ShadowPod webhook on every change of a
+//! ShadowPod's pod and again by its controller before it makes the real pod (the consumer's
+//! [`super::forge`] check is early feedback at home, never the guard).
+//!
+//! [`Level::Baseline`] is the Pod Security Standards *baseline* profile, field by field as
+//! upstream's `k8s.io/pod-security-admission` checks it (host namespaces, privileged,
+//! capabilities, hostPath, hostPort, AppArmor, SELinux, `/proc` mount, seccomp, sysctls,
+//! Windows hostProcess), narrowed where a tenant's pod must not reach the provider itself:
+//! volumes only of the types on [`VOLUME_TYPES`] (no `serviceAccountToken` projection: the
+//! provider issues no tokens to tenants), and no scheduling of its own (`nodeName`,
+//! `priorityClassName`, `priority`, `runtimeClassName` and a service account other than
+//! `default` are the provider's to set; `automountServiceAccountToken` is not refused but
+//! forced to false on the real pod, [`super::decide::real_pod`]). A refusal names the field
+//! (its path in the pod) and the rule.
+use std::{collections::BTreeMap, fmt};
+
+use k8s_openapi::api::core::v1::{ContainerPort, PodSpec, SecurityContext, Volume};
+
+/// How much a provider lets tenants' pods do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Level {
+    /// Pod Security Standards baseline, plus the provider's scheduling and volume rules.
+    #[default]
+    Baseline,
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Level::Baseline => "baseline",
+        })
+    }
+}
+
+/// The capabilities baseline lets a container add (upstream's `capabilities_allowed_1_0`).
+pub const BASELINE_CAPABILITIES: [&str; 13] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// The namespaced sysctls baseline allows (upstream's safe list, up to Kubernetes 1.32).
+pub const SAFE_SYSCTLS: [&str; 12] = [
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+];
+
+/// The SELinux types baseline allows besides none.
+pub const SELINUX_TYPES: [&str; 4] = [
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// The volume types a tenant's pod may use; `projected` only of [`PROJECTED_SOURCES`].
+pub const VOLUME_TYPES: [&str; 5] = [
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "emptyDir",
+    "projected",
+];
+
+/// What a projected volume may gather.
+pub const PROJECTED_SOURCES: [&str; 3] = ["configMap", "secret", "downwardAPI"];
+
+/// The rule a field breaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rule {
+    HostNamespace,
+    Privileged,
+    Capability(String),
+    HostPath,
+    HostPort(i32),
+    AppArmor(String),
+    SeLinuxType(String),
+    SeLinuxUserRole,
+    ProcMount(String),
+    Seccomp,
+    Sysctl(String),
+    HostProcess,
+    VolumeType(String),
+    Projection(String),
+    NodeName,
+    Priority,
+    RuntimeClass,
+    ServiceAccount,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::HostNamespace => f.write_str("sharing the host's namespaces is not allowed"),
+            Rule::Privileged => f.write_str("privileged containers are not allowed"),
+            Rule::Capability(c) => write!(
+                f,
+                "capability {c:?} is not allowed (only {})",
+                BASELINE_CAPABILITIES.join(", ")
+            ),
+            Rule::HostPath => f.write_str("hostPath volumes are not allowed"),
+            Rule::HostPort(p) => write!(f, "host port {p} is not allowed"),
+            Rule::AppArmor(t) => write!(f, "AppArmor profile {t:?} is not allowed"),
+            Rule::SeLinuxType(t) => write!(
+                f,
+                "SELinux type {t:?} is not allowed (only {})",
+                SELINUX_TYPES.join(", ")
+            ),
+            Rule::SeLinuxUserRole => f.write_str("setting an SELinux user or role is not allowed"),
+            Rule::ProcMount(m) => write!(f, "procMount {m:?} is not allowed (only Default)"),
+            Rule::Seccomp => f.write_str("seccomp profile Unconfined is not allowed"),
+            Rule::Sysctl(s) => write!(f, "sysctl {s:?} is not on the safe list"),
+            Rule::HostProcess => f.write_str("Windows host processes are not allowed"),
+            Rule::VolumeType(t) => write!(
+                f,
+                "{t} volumes are not allowed (only {})",
+                VOLUME_TYPES.join(", ")
+            ),
+            Rule::Projection(t) => write!(
+                f,
+                "projected {t} sources are not allowed (only {})",
+                PROJECTED_SOURCES.join(", ")
+            ),
+            Rule::NodeName => f.write_str("the provider's scheduler places tenants' pods"),
+            Rule::Priority => f.write_str("the provider sets the priority of tenants' pods"),
+            Rule::RuntimeClass => {
+                f.write_str("the provider sets the runtime class of tenants' pods")
+            }
+            Rule::ServiceAccount => {
+                f.write_str("the provider gives tenants' pods no service account")
+            }
+        }
+    }
+}
+
+/// Why the provider does not run a pod: the field (its path in the pod template, as under a
+/// ShadowPod's `spec.pod`: `spec.containers[0].securityContext.privileged`,
+/// `annotations[…]`) and the rule it breaks.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {rule} (provider policy {level})")]
+pub struct Refusal {
+    pub field: String,
+    pub rule: Rule,
+    pub level: Level,
+}
+
+/// The first field of `spec` that `level` does not allow, if any.
+pub fn check(spec: &PodSpec, level: Level) -> Result<(), Refusal> {
+    let refuse = |field: String, rule: Rule| Refusal { field, rule, level };
+    let at = |field: &str, rule: Rule| refuse(format!("spec.{field}"), rule);
+    let on = |flag: Option<bool>| flag == Some(true);
+    match level {
+        Level::Baseline => {}
+    }
+
+    // Scheduling and identity: the provider's.
+    if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
+        return Err(at("nodeName", Rule::NodeName));
+    }
+    if spec
+        .priority_class_name
+        .as_deref()
+        .is_some_and(|n| !n.is_empty())
+    {
+        return Err(at("priorityClassName", Rule::Priority));
+    }
+    if spec.priority.is_some() {
+        return Err(at("priority", Rule::Priority));
+    }
+    if spec
+        .runtime_class_name
+        .as_deref()
+        .is_some_and(|n| !n.is_empty())
+    {
+        return Err(at("runtimeClassName", Rule::RuntimeClass));
+    }
+    let named = |n: Option<&str>| n.is_some_and(|n| !n.is_empty() && n != "default");
+    if named(spec.service_account_name.as_deref()) {
+        return Err(at("serviceAccountName", Rule::ServiceAccount));
+    }
+    #[allow(deprecated)]
+    if named(spec.service_account.as_deref()) {
+        return Err(at("serviceAccount", Rule::ServiceAccount));
+    }
+
+    // Host namespaces.
+    for (field, flag) in [
+        ("hostNetwork", spec.host_network),
+        ("hostPID", spec.host_pid),
+        ("hostIPC", spec.host_ipc),
+    ] {
+        if on(flag) {
+            return Err(at(field, Rule::HostNamespace));
+        }
+    }
+
+    // The pod's security context.
+    if let Some(sc) = &spec.security_context {
+        let field = |f: &str| format!("securityContext.{f}");
+        if on(sc.windows_options.as_ref().and_then(|w| w.host_process)) {
+            return Err(at(&field("windowsOptions.hostProcess"), Rule::HostProcess));
+        }
+        if let Some(t) = sc.app_armor_profile.as_ref().map(|p| &p.type_)
+            && !apparmor_allowed(t)
+        {
+            return Err(at(
+                &field("appArmorProfile.type"),
+                Rule::AppArmor(t.clone()),
+            ));
+        }
+        if let Some(r) = selinux(sc.se_linux_options.as_ref()) {
+            return Err(at(&field(&r.0), r.1));
+        }
+        if sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()) == Some("Unconfined") {
+            return Err(at(&field("seccompProfile.type"), Rule::Seccomp));
+        }
+        for (i, s) in sc.sysctls.iter().flatten().enumerate() {
+            if !SAFE_SYSCTLS.contains(&s.name.as_str()) {
+                return Err(at(
+                    &field(&format!("sysctls[{i}].name")),
+                    Rule::Sysctl(s.name.clone()),
+                ));
+            }
+        }
+    }
+
+    // Every container, of each kind.
+    let containers = spec.containers.iter().enumerate().map(|(i, c)| {
+        (
+            "containers",
+            i,
+            c.security_context.as_ref(),
+            c.ports.as_deref(),
+        )
+    });
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                "initContainers",
+                i,
+                c.security_context.as_ref(),
+                c.ports.as_deref(),
+            )
+        });
+    let ephemeral = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                "ephemeralContainers",
+                i,
+                c.security_context.as_ref(),
+                c.ports.as_deref(),
+            )
+        });
+    for (kind, i, sc, ports) in containers.chain(init).chain(ephemeral) {
+        let path = |f: &str| format!("{kind}[{i}].{f}");
+        if let Some((f, rule)) = container(sc, ports.unwrap_or_default()) {
+            return Err(at(&path(&f), rule));
+        }
+    }
+
+    // Volumes.
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if let Some((f, rule)) = volume(v) {
+            return Err(at(&format!("volumes[{i}]{f}"), rule));
+        }
+    }
+    Ok(())
+}
+
+/// The annotations' prefix of a container's AppArmor profile (the field's older form, still
+/// applied by the API server and the kubelet).
+pub const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// The first of a pod's annotations that `level` does not allow, if any: an AppArmor profile
+/// other than `runtime/default` or `localhost/*`.
+pub fn check_annotations(
+    annotations: &BTreeMap<String, String>,
+    level: Level,
+) -> Result<(), Refusal> {
+    match level {
+        Level::Baseline => {}
+    }
+    for (k, v) in annotations {
+        if k.starts_with(APPARMOR_ANNOTATION)
+            && !(v.is_empty() || v == "runtime/default" || v.starts_with("localhost/"))
+        {
+            return Err(Refusal {
+                field: format!("annotations[{k}]"),
+                rule: Rule::AppArmor(v.clone()),
+                level,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn apparmor_allowed(t: &str) -> bool {
+    matches!(t, "RuntimeDefault" | "Localhost")
+}
+
+/// What an SELinux option breaks: its field below the security context, and the rule.
+fn selinux(o: Option<&k8s_openapi::api::core::v1::SELinuxOptions>) -> Option<(String, Rule)> {
+    let o = o?;
+    if let Some(t) = o.type_.as_deref()
+        && !t.is_empty()
+        && !SELINUX_TYPES.contains(&t)
+    {
+        return Some((
+            "seLinuxOptions.type".into(),
+            Rule::SeLinuxType(t.to_owned()),
+        ));
+    }
+    for (f, v) in [("user", &o.user), ("role", &o.role)] {
+        if v.as_deref().is_some_and(|v| !v.is_empty()) {
+            return Some((format!("seLinuxOptions.{f}"), Rule::SeLinuxUserRole));
+        }
+    }
+    None
+}
+
+/// What a container breaks: its field below the container, and the rule.
+fn container(sc: Option<&SecurityContext>, ports: &[ContainerPort]) -> Option<(String, Rule)> {
+    for (j, p) in ports.iter().enumerate() {
+        if let Some(h) = p.host_port.filter(|h| *h != 0) {
+            return Some((format!("ports[{j}].hostPort"), Rule::HostPort(h)));
+        }
+    }
+    let sc = sc?;
+    let field = |f: &str| format!("securityContext.{f}");
+    if sc.privileged == Some(true) {
+        return Some((field("privileged"), Rule::Privileged));
+    }
+    if sc.windows_options.as_ref().and_then(|w| w.host_process) == Some(true) {
+        return Some((field("windowsOptions.hostProcess"), Rule::HostProcess));
+    }
+    for (k, c) in sc
+        .capabilities
+        .iter()
+        .flat_map(|c| c.add.iter().flatten())
+        .enumerate()
+    {
+        if !BASELINE_CAPABILITIES.contains(&c.as_str()) {
+            return Some((
+                field(&format!("capabilities.add[{k}]")),
+                Rule::Capability(c.clone()),
+            ));
+        }
+    }
+    if let Some(m) = sc.proc_mount.as_deref()
+        && m != "Default"
+    {
+        return Some((field("procMount"), Rule::ProcMount(m.to_owned())));
+    }
+    if let Some(t) = sc.app_armor_profile.as_ref().map(|p| &p.type_)
+        && !apparmor_allowed(t)
+    {
+        return Some((field("appArmorProfile.type"), Rule::AppArmor(t.clone())));
+    }
+    if let Some((f, rule)) = selinux(sc.se_linux_options.as_ref()) {
+        return Some((field(&f), rule));
+    }
+    if sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()) == Some("Unconfined") {
+        return Some((field("seccompProfile.type"), Rule::Seccomp));
+    }
+    None
+}
+
+/// The types a volume (or a projection) is of: its fields besides its name, as the API
+/// names them, so that a type added to Kubernetes later is refused until allowed here.
+fn types_of<T: serde::Serialize>(v: &T) -> Vec<String> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .filter(|(k, v)| k != "name" && !v.is_null())
+            .map(|(k, _)| k)
+            .collect(),
+        // A volume always serializes to an object; anything else is refused as unknown.
+        _ => vec!["unknown".to_owned()],
+    }
+}
+
+/// What a volume breaks: its field below `volumes[i]`, and the rule.
+fn volume(v: &Volume) -> Option<(String, Rule)> {
+    if v.host_path.is_some() {
+        return Some((".hostPath".into(), Rule::HostPath));
+    }
+    if let Some(t) = types_of(v)
+        .into_iter()
+        .find(|t| !VOLUME_TYPES.contains(&t.as_str()))
+    {
+        return Some((format!(".{t}"), Rule::VolumeType(t)));
+    }
+    for (k, s) in v
+        .projected
+        .iter()
+        .flat_map(|p| p.sources.iter().flatten())
+        .enumerate()
+    {
+        if let Some(t) = types_of(s)
+            .into_iter()
+            .find(|t| !PROJECTED_SOURCES.contains(&t.as_str()))
+        {
+            return Some((format!(".projected.sources[{k}].{t}"), Rule::Projection(t)));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;
