@@ -3,7 +3,8 @@
 //! trigger and the store it reads, so a reconcile sees at least the pod change that caused
 //! it). Nothing here talks to the consumer: its pods keep running, and vanished ones are
 //! re-created, while the consumer is unreachable. A change of the ShadowPod's container
-//! resources resizes the real pod in place ([`super::resize`]).
+//! resources resizes the real pod in place ([`super::resize`]). A pod is only made from a
+//! ShadowPod whose pod keeps to the provider's [`super::policy`].
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{

@@ -1,7 +1,8 @@
 //! Offloaded pods (issue 11, provider side): the ShadowPod a consumer's pod becomes
 //! ([`forge`], called by the consumer's virtual kubelet) and the provider's controller that
-//! runs its real pod ([`decide`], [`controller`]); what its admission webhook admits
-//! ([`admission`]) and the webhook itself ([`webhook`]); the opt-in at-most-once semantics
+//! runs its real pod ([`decide`], [`controller`]); what the provider lets a tenant's pod do
+//! ([`policy`], judged by the webhook and again by the controller); what its admission
+//! webhook admits ([`admission`]) and the webhook itself ([`webhook`]); the opt-in at-most-once semantics
 //! that stop a silent consumer's pods ([`partition`], pure, and [`fence`]).
 //!
 //! The real pod lives in the ShadowPod's own namespace, under the same name: the tenant
