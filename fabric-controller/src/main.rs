@@ -244,11 +244,16 @@ enum Cmd {
         /// a consumer asking for more gets this. Whole seconds, at most 1 hour.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         at_most_once_max_grace: Duration,
+        /// As a provider, what tenants' pods may do (`baseline` or `restricted`, Pod Security
+        /// Standards plus the provider's scheduling and volume rules): a ShadowPod whose pod
+        /// breaks it gets no pod. The same as the ShadowPod webhook's.
+        #[arg(long, default_value = "baseline")]
+        pod_security: shadowpod::policy::Level,
         #[command(flatten)]
         renewal: RenewalArgs,
     },
     /// Serve the validating webhook on ShadowPods: a consumer creates them only for itself, in
-    /// its own namespaces, within what it was granted (charged on its Tenant's status, which
+    /// its own namespaces, with pods the provider's policy allows, within what it was granted (charged on its Tenant's status, which
     /// every replica also recounts from the ShadowPods). Keeps its CA and serving certificate in
     /// a Secret and the CA in the ValidatingWebhookConfiguration's caBundle.
     ShadowpodWebhook {
@@ -273,6 +278,11 @@ enum Cmd {
         /// seen (a creation refused after admission releases its share then).
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         pending_ttl: Duration,
+        /// What tenants' pods may do (`baseline` or `restricted`): a ShadowPod whose pod breaks
+        /// it is refused, on creation and on every change of its pod. The same as the
+        /// sharing controller's.
+        #[arg(long, default_value = "baseline")]
+        pod_security: shadowpod::policy::Level,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -561,6 +571,7 @@ async fn run() -> Result<()> {
             remote_poll,
             at_most_once_min_partition,
             at_most_once_max_grace,
+            pod_security,
             renewal,
         } => {
             let at_most_once = fabric_api::offloading::at_most_once::Bounds::new(
@@ -599,7 +610,7 @@ async fn run() -> Result<()> {
                     let shadowpods = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
                         async move {
-                            shadowpod::controller::run(client)
+                            shadowpod::controller::run(client, pod_security)
                                 .await
                                 .context("ShadowPod controller")
                         }
@@ -627,12 +638,14 @@ async fn run() -> Result<()> {
             config,
             refresh,
             pending_ttl,
+            pod_security,
         } => {
             let settings = shadowpod::webhook::Settings {
                 tls_secret,
                 config,
                 refresh,
                 pending_ttl,
+                level: pod_security,
                 ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
             };
             shadowpod::webhook::run(client, settings)

@@ -380,7 +380,9 @@ async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Erro
 const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
 
 /// Runs the controller over every namespace's ShadowPods until a signal stops it.
-pub async fn run(client: Client) -> Result<(), Error> {
+/// Runs the controller; `level`: what the provider lets tenants' pods do (the webhook's
+/// `level` too).
+pub async fn run(client: Client, level: Level) -> Result<(), Error> {
     let shadows: Api<ShadowPod> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.
@@ -401,7 +403,7 @@ pub async fn run(client: Client) -> Result<(), Error> {
         events,
         resize_served: tokio::sync::OnceCell::new(),
         written: Default::default(),
-        level: Level::default(),
+        level,
     });
     Runner::new("shadowpods", BACKOFF)
         // The pod is ending: its ShadowPod goes once it has.

@@ -21,15 +21,34 @@ use k8s_openapi::api::core::v1::{ContainerPort, PodSpec, SecurityContext, Volume
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Level {
     /// Pod Security Standards baseline, plus the provider's scheduling and volume rules.
+    /// The default.
     #[default]
     Baseline,
+    /// Pod Security Standards restricted on top: no privilege escalation, non-root, a
+    /// seccomp profile, every capability dropped but NET_BIND_SERVICE.
+    Restricted,
 }
 
 impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Level::Baseline => "baseline",
+            Level::Restricted => "restricted",
         })
+    }
+}
+
+impl std::str::FromStr for Level {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "baseline" => Ok(Level::Baseline),
+            "restricted" => Ok(Level::Restricted),
+            other => Err(format!(
+                "{other:?} is not a pod security level (baseline, restricted)"
+            )),
+        }
     }
 }
 
@@ -107,6 +126,10 @@ pub enum Rule {
     Priority,
     RuntimeClass,
     ServiceAccount,
+    PrivilegeEscalation,
+    RunAsRoot,
+    SeccompRequired,
+    DropAll,
 }
 
 impl fmt::Display for Rule {
@@ -150,6 +173,12 @@ impl fmt::Display for Rule {
             Rule::ServiceAccount => {
                 f.write_str("the provider gives tenants' pods no service account")
             }
+            Rule::PrivilegeEscalation => f.write_str("must be false"),
+            Rule::RunAsRoot => f.write_str("containers must run as a non-root user"),
+            Rule::SeccompRequired => {
+                f.write_str("must be RuntimeDefault or Localhost (here or on the pod)")
+            }
+            Rule::DropAll => f.write_str("must drop ALL"),
         }
     }
 }
@@ -170,10 +199,6 @@ pub fn check(spec: &PodSpec, level: Level) -> Result<(), Refusal> {
     let refuse = |field: String, rule: Rule| Refusal { field, rule, level };
     let at = |field: &str, rule: Rule| refuse(format!("spec.{field}"), rule);
     let on = |flag: Option<bool>| flag == Some(true);
-    match level {
-        Level::Baseline => {}
-    }
-
     // Scheduling and identity: the provider's.
     if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
         return Err(at("nodeName", Rule::NodeName));
@@ -246,44 +271,10 @@ pub fn check(spec: &PodSpec, level: Level) -> Result<(), Refusal> {
     }
 
     // Every container, of each kind.
-    let containers = spec.containers.iter().enumerate().map(|(i, c)| {
-        (
-            "containers",
-            i,
-            c.security_context.as_ref(),
-            c.ports.as_deref(),
-        )
-    });
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| {
-            (
-                "initContainers",
-                i,
-                c.security_context.as_ref(),
-                c.ports.as_deref(),
-            )
-        });
-    let ephemeral = spec
-        .ephemeral_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| {
-            (
-                "ephemeralContainers",
-                i,
-                c.security_context.as_ref(),
-                c.ports.as_deref(),
-            )
-        });
-    for (kind, i, sc, ports) in containers.chain(init).chain(ephemeral) {
-        let path = |f: &str| format!("{kind}[{i}].{f}");
-        if let Some((f, rule)) = container(sc, ports.unwrap_or_default()) {
-            return Err(at(&path(&f), rule));
+    let all = containers(spec);
+    for c in &all {
+        if let Some((f, rule)) = container(c.security, c.ports) {
+            return Err(at(&format!("{}.{f}", c.path), rule));
         }
     }
 
@@ -293,7 +284,123 @@ pub fn check(spec: &PodSpec, level: Level) -> Result<(), Refusal> {
             return Err(at(&format!("volumes[{i}]{f}"), rule));
         }
     }
+    if level == Level::Restricted
+        && let Some((f, rule)) = restricted(spec, &all)
+    {
+        return Err(at(&f, rule));
+    }
     Ok(())
+}
+
+/// A container of any kind, as the policy sees it.
+struct Seen<'a> {
+    /// Its path under `spec`: `containers[0]`, `initContainers[1]`, `ephemeralContainers[0]`.
+    path: String,
+    security: Option<&'a SecurityContext>,
+    ports: &'a [ContainerPort],
+}
+
+fn containers(spec: &PodSpec) -> Vec<Seen<'_>> {
+    fn seen<'a>(
+        kind: &str,
+        i: usize,
+        security: Option<&'a SecurityContext>,
+        ports: Option<&'a Vec<ContainerPort>>,
+    ) -> Seen<'a> {
+        Seen {
+            path: format!("{kind}[{i}]"),
+            security,
+            ports: ports.map(Vec::as_slice).unwrap_or_default(),
+        }
+    }
+    let main = spec.containers.iter().enumerate().map(|(i, c)| {
+        seen(
+            "containers",
+            i,
+            c.security_context.as_ref(),
+            c.ports.as_ref(),
+        )
+    });
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| {
+            seen(
+                "initContainers",
+                i,
+                c.security_context.as_ref(),
+                c.ports.as_ref(),
+            )
+        });
+    let ephemeral = spec.ephemeral_containers.iter().flatten().enumerate();
+    let ephemeral = ephemeral.map(|(i, c)| {
+        seen(
+            "ephemeralContainers",
+            i,
+            c.security_context.as_ref(),
+            c.ports.as_ref(),
+        )
+    });
+    main.chain(init).chain(ephemeral).collect()
+}
+
+/// What `restricted` adds to baseline (upstream's restricted checks): no privilege
+/// escalation, non-root, a seccomp profile, every capability dropped but NET_BIND_SERVICE.
+fn restricted(spec: &PodSpec, all: &[Seen<'_>]) -> Option<(String, Rule)> {
+    let pod = spec.security_context.as_ref();
+    let pod_non_root = pod.and_then(|p| p.run_as_non_root);
+    if pod_non_root == Some(false) {
+        return Some(("securityContext.runAsNonRoot".into(), Rule::RunAsRoot));
+    }
+    if pod.and_then(|p| p.run_as_user) == Some(0) {
+        return Some(("securityContext.runAsUser".into(), Rule::RunAsRoot));
+    }
+    let pod_seccomp = pod
+        .and_then(|p| p.seccomp_profile.as_ref())
+        .is_some_and(|p| seccomp_confined(&p.type_));
+    for c in all {
+        let sc = c.security;
+        let field = |f: &str| format!("{}.securityContext.{f}", c.path);
+        if sc.and_then(|s| s.allow_privilege_escalation) != Some(false) {
+            return Some((field("allowPrivilegeEscalation"), Rule::PrivilegeEscalation));
+        }
+        match sc.and_then(|s| s.run_as_non_root) {
+            Some(false) => return Some((field("runAsNonRoot"), Rule::RunAsRoot)),
+            None if pod_non_root != Some(true) => {
+                return Some((field("runAsNonRoot"), Rule::RunAsRoot));
+            }
+            _ => {}
+        }
+        if sc.and_then(|s| s.run_as_user) == Some(0) {
+            return Some((field("runAsUser"), Rule::RunAsRoot));
+        }
+        let own_seccomp = sc.and_then(|s| s.seccomp_profile.as_ref());
+        if !pod_seccomp && !own_seccomp.is_some_and(|p| seccomp_confined(&p.type_)) {
+            return Some((field("seccompProfile.type"), Rule::SeccompRequired));
+        }
+        let caps = sc.and_then(|s| s.capabilities.as_ref());
+        if !caps
+            .and_then(|c| c.drop.as_ref())
+            .is_some_and(|d| d.iter().any(|d| d == "ALL"))
+        {
+            return Some((field("capabilities.drop"), Rule::DropAll));
+        }
+        for (k, add) in caps.iter().flat_map(|c| c.add.iter().flatten()).enumerate() {
+            if add != "NET_BIND_SERVICE" {
+                return Some((
+                    field(&format!("capabilities.add[{k}]")),
+                    Rule::Capability(add.clone()),
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn seccomp_confined(t: &str) -> bool {
+    matches!(t, "RuntimeDefault" | "Localhost")
 }
 
 /// The annotations' prefix of a container's AppArmor profile (the field's older form, still
@@ -306,9 +413,6 @@ pub fn check_annotations(
     annotations: &BTreeMap<String, String>,
     level: Level,
 ) -> Result<(), Refusal> {
-    match level {
-        Level::Baseline => {}
-    }
     for (k, v) in annotations {
         if k.starts_with(APPARMOR_ANNOTATION)
             && !(v.is_empty() || v == "runtime/default" || v.starts_with("localhost/"))

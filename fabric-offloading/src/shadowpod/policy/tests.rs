@@ -439,3 +439,106 @@ fn apparmor_annotations_are_judged_as_the_field() {
         })
     );
 }
+
+#[test]
+fn restricted_adds_non_root_no_escalation_seccomp_and_drop_all() {
+    let good_container = json!({"name": "main", "image": "echo", "securityContext": {
+        "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+    }});
+    let good = json!({
+        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [good_container],
+    });
+    let with = |patch: Value| {
+        let mut p = good.clone();
+        merge(&mut p, patch);
+        pod(p)
+    };
+    let container = |sc: Value| {
+        let mut c = good_container.clone();
+        merge(&mut c, json!({"securityContext": sc}));
+        with(json!({"containers": [c]}))
+    };
+    let refused = |spec: PodSpec| check(&spec, Level::Restricted).map_err(|r| (r.field, r.rule));
+    let at = |f: &str, rule: Rule| Err((format!("spec.{f}"), rule));
+    let c0 = |f: &str| format!("containers[0].securityContext.{f}");
+    assert_eq!(refused(pod(good.clone())), Ok(()));
+    assert_eq!(check(&pod(json!({})), Level::Baseline), Ok(()));
+    assert_eq!(
+        refused(pod(json!({}))),
+        at(&c0("allowPrivilegeEscalation"), Rule::PrivilegeEscalation),
+        "a plain pod is baseline, not restricted"
+    );
+    assert_eq!(
+        refused(container(json!({"allowPrivilegeEscalation": true}))),
+        at(&c0("allowPrivilegeEscalation"), Rule::PrivilegeEscalation)
+    );
+    assert_eq!(
+        refused(with(json!({"securityContext": {"runAsNonRoot": false}}))),
+        at("securityContext.runAsNonRoot", Rule::RunAsRoot)
+    );
+    assert_eq!(
+        refused(with(json!({"securityContext": {"runAsNonRoot": null}}))),
+        at(&c0("runAsNonRoot"), Rule::RunAsRoot),
+        "non-root said nowhere"
+    );
+    let mut own = container(json!({"runAsNonRoot": true}));
+    own.security_context.as_mut().unwrap().run_as_non_root = None;
+    assert_eq!(
+        refused(own),
+        Ok(()),
+        "non-root said by the container itself"
+    );
+    assert_eq!(
+        refused(container(json!({"runAsUser": 0}))),
+        at(&c0("runAsUser"), Rule::RunAsRoot)
+    );
+    assert_eq!(
+        refused(with(json!({"securityContext": {"runAsUser": 0}}))),
+        at("securityContext.runAsUser", Rule::RunAsRoot)
+    );
+    assert_eq!(
+        refused(with(json!({"securityContext": {"seccompProfile": null}}))),
+        at(&c0("seccompProfile.type"), Rule::SeccompRequired)
+    );
+    assert_eq!(
+        refused(with(
+            json!({"securityContext": {"seccompProfile": null}, "containers": [{
+            "name": "main", "image": "echo", "securityContext": {
+                "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"},
+            }}]})
+        )),
+        Ok(()),
+        "the container's own profile"
+    );
+    assert_eq!(
+        refused(container(json!({"capabilities": {"drop": ["NET_RAW"]}}))),
+        at(&c0("capabilities.drop"), Rule::DropAll)
+    );
+    assert_eq!(
+        refused(container(
+            json!({"capabilities": {"add": ["NET_BIND_SERVICE"]}})
+        )),
+        Ok(())
+    );
+    assert_eq!(
+        refused(container(json!({"capabilities": {"add": ["CHOWN"]}}))),
+        at(&c0("capabilities.add[0]"), Rule::Capability("CHOWN".into())),
+        "allowed by baseline, not by restricted"
+    );
+    assert_eq!(
+        refused(with(
+            json!({"initContainers": [{"name": "i", "image": "echo"}]})
+        )),
+        at(
+            "initContainers[0].securityContext.allowPrivilegeEscalation",
+            Rule::PrivilegeEscalation
+        )
+    );
+    // Baseline's refusals stand in restricted.
+    assert_eq!(
+        refused(with(json!({"hostPID": true}))),
+        at("hostPID", Rule::HostNamespace)
+    );
+}
