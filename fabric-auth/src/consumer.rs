@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fabric_api::{
     authentication::v1alpha1::{Identity, IdentitySpec},
-    core::v1alpha1::{DiscoveryMethod, ForeignCluster, ForeignClusterSpec, PeerRole, condition},
+    core::v1alpha1::{ForeignCluster, ForeignClusterSpec, PeerRole, condition},
     names,
 };
 use fabric_kube::{FieldManager, status};
@@ -375,15 +375,12 @@ pub async fn store(
     let fcs = Api::<ForeignCluster>::all(local.clone());
     let existing = fcs.get_opt(provider).await?;
     let spec = ForeignClusterSpec {
-        cluster_id: provider.clone(),
-        discovered_by: existing
-            .as_ref()
-            .map_or(DiscoveryMethod::Manual, |f| f.spec.discovered_by),
-        role: existing
-            .as_ref()
-            .map_or(PeerRole::Unknown, |f| f.spec.role)
-            .with(PeerRole::Provider),
         auth_url: Some(command.auth_url.clone()),
+        ..ForeignClusterSpec::playing(
+            existing.as_ref().map(|f| &f.spec),
+            provider,
+            PeerRole::Provider,
+        )
     };
     MANAGER
         .apply(&fcs, &ForeignCluster::new(provider, spec))

@@ -152,10 +152,12 @@ impl Refusal {
     }
 }
 
-/// Reads a request: `content_type` is the header's value, `body` the whole body (the server
-/// has already refused bodies over [`MAX_BODY`]). Checks shape and bounds only; the token and
-/// the CSR are checked by [`crate::validate`].
-pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequest, Refusal> {
+/// A JSON body of a bounded size, read as a `what` (its name in the refusal).
+fn read_json<T: serde::de::DeserializeOwned>(
+    content_type: Option<&str>,
+    body: &[u8],
+    what: &str,
+) -> Result<T, Refusal> {
     if !is_json(content_type) {
         return Err(Refusal::new(
             Reason::UnsupportedMediaType,
@@ -165,15 +167,22 @@ pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequ
     if body.len() > MAX_BODY {
         return Err(too_large());
     }
-    let req: AuthRequest = serde_json::from_slice(body).map_err(|e| {
+    serde_json::from_slice(body).map_err(|e| {
         Refusal::new(
             Reason::MalformedRequest,
             format!(
-                "the request is not a valid authentication request: {}",
+                "the request is not a valid {what}: {}",
                 printable(&e.to_string())
             ),
         )
-    })?;
+    })
+}
+
+/// Reads a request: `content_type` is the header's value, `body` the whole body (the server
+/// has already refused bodies over [`MAX_BODY`]). Checks shape and bounds only; the token and
+/// the CSR are checked by [`crate::validate`].
+pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequest, Refusal> {
+    let req: AuthRequest = read_json(content_type, body, "authentication request")?;
     if !fabric_api::identity::is_dns_label(&req.cluster_id) {
         return Err(Refusal::new(
             Reason::InvalidClusterId,
@@ -197,24 +206,7 @@ pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequ
 
 /// Reads a renewal request (same rules as [`parse_request`]).
 pub fn parse_renew(content_type: Option<&str>, body: &[u8]) -> Result<RenewRequest, Refusal> {
-    if !is_json(content_type) {
-        return Err(Refusal::new(
-            Reason::UnsupportedMediaType,
-            format!("send the request as {CONTENT_TYPE}"),
-        ));
-    }
-    if body.len() > MAX_BODY {
-        return Err(too_large());
-    }
-    let req: RenewRequest = serde_json::from_slice(body).map_err(|e| {
-        Refusal::new(
-            Reason::MalformedRequest,
-            format!(
-                "the request is not a valid renewal request: {}",
-                printable(&e.to_string())
-            ),
-        )
-    })?;
+    let req: RenewRequest = read_json(content_type, body, "renewal request")?;
     if req.csr_pem.len() > MAX_CSR {
         return Err(Refusal::new(
             Reason::InvalidCsr,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fabric_api::{
     authentication::v1alpha1::Tenant,
-    core::v1alpha1::{DiscoveryMethod, ForeignCluster, ForeignClusterSpec, PeerRole, condition},
+    core::v1alpha1::{ForeignCluster, ForeignClusterSpec, PeerRole, condition},
     names,
 };
 use fabric_kube::{FieldManager, status};
@@ -340,17 +340,11 @@ impl Service {
 
         let fcs = Api::<ForeignCluster>::all(c.clone());
         let existing = fcs.get_opt(consumer).await?;
-        let spec = ForeignClusterSpec {
-            cluster_id: consumer.to_owned(),
-            discovered_by: existing
-                .as_ref()
-                .map_or(DiscoveryMethod::Manual, |f| f.spec.discovered_by),
-            role: existing
-                .as_ref()
-                .map_or(PeerRole::Unknown, |f| f.spec.role)
-                .with(PeerRole::Consumer),
-            auth_url: existing.as_ref().and_then(|f| f.spec.auth_url.clone()),
-        };
+        let spec = ForeignClusterSpec::playing(
+            existing.as_ref().map(|f| &f.spec),
+            consumer,
+            PeerRole::Consumer,
+        );
         MANAGER
             .apply(&fcs, &ForeignCluster::new(consumer, spec))
             .await?;

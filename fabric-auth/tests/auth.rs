@@ -428,31 +428,23 @@ async fn again_while_removed(svc: &AuthService, p: &Client, token: &str) {
         .await
         .unwrap();
     tenants.delete(id, &Default::default()).await.unwrap();
-    let (answered, released) = tokio::join!(
-        async {
-            let r = request(svc, id, token).await;
-            (r, std::time::Instant::now())
-        },
-        async {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            // The cleanup ends: what it removes goes, then the Tenant.
-            Api::<Role>::namespaced(p.clone(), &ns)
-                .delete(fabric_auth::tenant::ROLE, &Default::default())
-                .await
-                .unwrap();
-            let at = std::time::Instant::now();
-            let free = serde_json::json!({ "metadata": { "finalizers": null } });
-            tenants
-                .patch(id, &PatchParams::default(), &Patch::Merge(&free))
-                .await
-                .unwrap();
-            at
-        }
-    );
-    let (answer, at) = answered;
-    answer.unwrap();
+    let (answered, released) = answer_while(svc, id, token, async {
+        // The cleanup ends: what it removes goes, then the Tenant.
+        Api::<Role>::namespaced(p.clone(), &ns)
+            .delete(fabric_auth::tenant::ROLE, &Default::default())
+            .await
+            .unwrap();
+        let at = std::time::Instant::now();
+        let free = serde_json::json!({ "metadata": { "finalizers": null } });
+        tenants
+            .patch(id, &PatchParams::default(), &Patch::Merge(&free))
+            .await
+            .unwrap();
+        at
+    })
+    .await;
     assert!(
-        at > released,
+        answered > released,
         "answered before the previous tenant was gone"
     );
     let t = tenants.get(id).await.unwrap();
@@ -461,6 +453,27 @@ async fn again_while_removed(svc: &AuthService, p: &Client, token: &str) {
         .get(fabric_auth::tenant::ROLE)
         .await
         .expect("the new tenant's Role");
+}
+
+/// `id` asks again with `token` while `release` (run after 3 s) lets what held it go: when the
+/// (successful) answer came, and when `release` let go.
+async fn answer_while(
+    svc: &AuthService,
+    id: &str,
+    token: &str,
+    release: impl std::future::Future<Output = std::time::Instant>,
+) -> (std::time::Instant, std::time::Instant) {
+    let (answered, released) = tokio::join!(
+        async {
+            request(svc, id, token).await.unwrap();
+            std::time::Instant::now()
+        },
+        async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            release.await
+        }
+    );
+    (answered, released)
 }
 
 /// A consumer that peers again while its ForeignCluster here is still being deleted (the
@@ -478,25 +491,17 @@ async fn again_while_revoked(svc: &AuthService, p: &Client, token: &str) {
     fcs.delete(id, &Default::default()).await.unwrap();
     let tenants: Api<Tenant> = Api::namespaced(p.clone(), &names::namespace::tenant(id));
     tenants.delete(id, &Default::default()).await.unwrap();
-    let (answered, released) = tokio::join!(
-        async {
-            let r = request(svc, id, token).await;
-            (r, std::time::Instant::now())
-        },
-        async {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let at = std::time::Instant::now();
-            let free = serde_json::json!({ "metadata": { "finalizers": null } });
-            fcs.patch(id, &PatchParams::default(), &Patch::Merge(&free))
-                .await
-                .unwrap();
-            at
-        }
-    );
-    let (answer, at) = answered;
-    answer.unwrap();
+    let (answered, released) = answer_while(svc, id, token, async {
+        let at = std::time::Instant::now();
+        let free = serde_json::json!({ "metadata": { "finalizers": null } });
+        fcs.patch(id, &PatchParams::default(), &Patch::Merge(&free))
+            .await
+            .unwrap();
+        at
+    })
+    .await;
     assert!(
-        at > released,
+        answered > released,
         "answered while the previous ForeignCluster was still being deleted"
     );
     let fc = fcs.get(id).await.unwrap();

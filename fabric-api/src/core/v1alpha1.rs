@@ -128,6 +128,24 @@ pub struct ForeignClusterSpec {
     pub auth_url: Option<String>,
 }
 
+impl ForeignClusterSpec {
+    /// The spec of `cluster_id`'s ForeignCluster once the peer also plays `role` here, what
+    /// `existing` says kept: how it was found (manually when there is none), its other roles,
+    /// its authentication service.
+    pub fn playing(
+        existing: Option<&ForeignClusterSpec>,
+        cluster_id: &str,
+        role: PeerRole,
+    ) -> Self {
+        Self {
+            cluster_id: cluster_id.to_owned(),
+            discovered_by: existing.map_or(DiscoveryMethod::Manual, |s| s.discovered_by),
+            role: existing.map_or(PeerRole::Unknown, |s| s.role).with(role),
+            auth_url: existing.and_then(|s| s.auth_url.clone()),
+        }
+    }
+}
+
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ForeignClusterStatus {
@@ -153,7 +171,26 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 
 #[cfg(test)]
 mod tests {
-    use super::PeerRole::*;
+    use super::{DiscoveryMethod, ForeignClusterSpec, PeerRole::*};
+
+    #[test]
+    fn a_new_role_keeps_what_the_foreign_cluster_said() {
+        let fresh = ForeignClusterSpec::playing(None, "b", Consumer);
+        assert_eq!(fresh.cluster_id, "b");
+        assert_eq!(fresh.discovered_by, DiscoveryMethod::Manual);
+        assert_eq!(fresh.role, Consumer);
+        assert_eq!(fresh.auth_url, None);
+        let found = ForeignClusterSpec {
+            discovered_by: DiscoveryMethod::Lan,
+            role: Provider,
+            auth_url: Some("https://b.example:8443".into()),
+            ..fresh
+        };
+        let both = ForeignClusterSpec::playing(Some(&found), "b", Consumer);
+        assert_eq!(both.discovered_by, DiscoveryMethod::Lan);
+        assert_eq!(both.role, ConsumerAndProvider);
+        assert_eq!(both.auth_url, found.auth_url);
+    }
 
     #[test]
     fn roles_combine() {
