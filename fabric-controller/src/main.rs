@@ -244,11 +244,10 @@ enum Cmd {
         /// a consumer asking for more gets this. Whole seconds, at most 1 hour.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         at_most_once_max_grace: Duration,
-        /// As a provider, what tenants' pods may do (`baseline` or `restricted`, Pod Security
-        /// Standards plus the provider's scheduling and volume rules): a ShadowPod whose pod
+        /// As a provider, what tenants' pods may do and where they run: a ShadowPod whose pod
         /// breaks it gets no pod. The same as the ShadowPod webhook's.
-        #[arg(long, default_value = "baseline")]
-        pod_security: shadowpod::policy::Level,
+        #[command(flatten)]
+        tenant_pods: TenantPodArgs,
         #[command(flatten)]
         renewal: RenewalArgs,
     },
@@ -278,11 +277,11 @@ enum Cmd {
         /// seen (a creation refused after admission releases its share then).
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         pending_ttl: Duration,
-        /// What tenants' pods may do (`baseline` or `restricted`): a ShadowPod whose pod breaks
-        /// it is refused, on creation and on every change of its pod. The same as the
-        /// sharing controller's.
-        #[arg(long, default_value = "baseline")]
-        pod_security: shadowpod::policy::Level,
+        /// What tenants' pods may do and where they run: a ShadowPod whose pod breaks it is
+        /// refused, on creation and on every change of its pod. The same as the sharing
+        /// controller's.
+        #[command(flatten)]
+        tenant_pods: TenantPodArgs,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -329,6 +328,46 @@ impl RenewalArgs {
         fabric_auth::renewal::Policy {
             renew_before: self.renew_before,
             min_interval: self.min_interval,
+        }
+    }
+}
+
+/// What the provider lets tenants' pods do and where they run (the README's "What a
+/// provider admin controls"); the sharing controller and the ShadowPod webhook take the same.
+#[derive(clap::Args)]
+struct TenantPodArgs {
+    /// Pod Security Standards level of tenants' pods, with the provider's volume and
+    /// scheduling rules: `baseline` or `restricted`.
+    #[arg(long, default_value = "baseline")]
+    pod_security: shadowpod::policy::Level,
+    /// A node selector entry every tenant's pod gets (`KEY=VALUE`, repeatable): the nodes
+    /// lent to tenants. A tenant's pod may select nothing else.
+    #[arg(long = "tenant-node-selector", value_name = "KEY=VALUE", value_parser = key_value)]
+    node_selector: Vec<(String, String)>,
+    /// A taint every tenant's pod tolerates (`KEY=VALUE:EFFECT` or `KEY:EFFECT`, repeatable):
+    /// the taints of the lent nodes. A tenant's pod may tolerate nothing else (but the API
+    /// server's not-ready/unreachable defaults).
+    #[arg(long = "tenant-toleration", value_name = "KEY[=VALUE]:EFFECT", value_parser = shadowpod::policy::parse_toleration)]
+    tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// The PriorityClass of every tenant's pod (none by default; a tenant's pod may name no
+    /// other).
+    #[arg(long = "tenant-priority-class", value_name = "NAME")]
+    priority_class: Option<String>,
+    /// A RuntimeClass tenants' pods may name (repeatable; none by default).
+    #[arg(long = "tenant-runtime-class", value_name = "NAME")]
+    runtime_classes: Vec<String>,
+}
+
+impl TenantPodArgs {
+    fn rules(&self) -> shadowpod::policy::Rules {
+        shadowpod::policy::Rules {
+            level: self.pod_security,
+            placement: shadowpod::policy::Placement {
+                node_selector: self.node_selector.iter().cloned().collect(),
+                tolerations: self.tolerations.clone(),
+                priority_class: self.priority_class.clone(),
+                runtime_classes: self.runtime_classes.iter().cloned().collect(),
+            },
         }
     }
 }
@@ -571,9 +610,10 @@ async fn run() -> Result<()> {
             remote_poll,
             at_most_once_min_partition,
             at_most_once_max_grace,
-            pod_security,
+            tenant_pods,
             renewal,
         } => {
+            let rules = tenant_pods.rules();
             let at_most_once = fabric_api::offloading::at_most_once::Bounds::new(
                 at_most_once_min_partition,
                 at_most_once_max_grace,
@@ -596,6 +636,7 @@ async fn run() -> Result<()> {
             let work = || {
                 let (client, settings) = (client.clone(), settings.clone());
                 let (namespace, policy) = (namespace.clone(), renewal.policy());
+                let rules = rules.clone();
                 async move {
                     let negotiation = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
@@ -610,7 +651,7 @@ async fn run() -> Result<()> {
                     let shadowpods = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
                         async move {
-                            shadowpod::controller::run(client, pod_security)
+                            shadowpod::controller::run(client, rules)
                                 .await
                                 .context("ShadowPod controller")
                         }
@@ -638,14 +679,14 @@ async fn run() -> Result<()> {
             config,
             refresh,
             pending_ttl,
-            pod_security,
+            tenant_pods,
         } => {
             let settings = shadowpod::webhook::Settings {
                 tls_secret,
                 config,
                 refresh,
                 pending_ttl,
-                level: pod_security,
+                rules: tenant_pods.rules(),
                 ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
             };
             shadowpod::webhook::run(client, settings)

@@ -407,6 +407,48 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         let e = create(&alpha, &one).await.unwrap_err();
         assert!(e.contains(field), "{part}: {e}");
     }
+    // Where it runs is the provider's too: beside the control plane by a toleration of its
+    // taint, on one node by a selector or an affinity, over the provider's own pods by a
+    // priority class.
+    let placed = [
+        (
+            json!({"tolerations": [{"key": "node-role.kubernetes.io/control-plane",
+                                    "operator": "Exists", "effect": "NoSchedule"}]}),
+            "spec.pod.spec.tolerations[0]: the provider chooses which taints tenants' pods tolerate",
+        ),
+        (
+            json!({"tolerations": [{"operator": "Exists"}]}),
+            "spec.pod.spec.tolerations[0]: ",
+        ),
+        (
+            json!({"nodeSelector": {"kubernetes.io/hostname": "control-plane-0"}}),
+            "spec.pod.spec.nodeSelector[\"kubernetes.io/hostname\"]: the provider chooses the nodes",
+        ),
+        (
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name",
+                 "operator": "In", "values": ["control-plane-0"]}]}]}}}}),
+            "spec.pod.spec.affinity.nodeAffinity: ",
+        ),
+        (
+            json!({"priorityClassName": "system-node-critical"}),
+            "spec.pod.spec.priorityClassName: the provider sets the priority",
+        ),
+        (
+            json!({"schedulerName": "my-scheduler"}),
+            "spec.pod.spec.schedulerName: ",
+        ),
+    ];
+    for (extra, field) in placed {
+        let mut one = shadow("placed", &alpha_ns, "alpha", "100m");
+        let mut spec = serde_json::to_value(&one.spec.pod.spec).unwrap();
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        one.spec.pod.spec = serde_json::from_value(spec).unwrap();
+        let e = create(&alpha, &one).await.unwrap_err();
+        assert!(e.contains(field) && e.contains("(403)"), "{extra}: {e}");
+    }
     // An admitted plain pod made privileged by an UPDATE: refused, the pod left as it was.
     let alpha_shadows = Api::<ShadowPod>::namespaced(alpha.clone(), &alpha_ns);
     let mut web = alpha_shadows.get("web").await.unwrap();

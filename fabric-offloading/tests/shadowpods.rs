@@ -31,7 +31,16 @@ fn start_controller(api: &ApiServer, log: &std::path::Path) -> ChildGuard {
         .unwrap()
         .kubeconfig(&api.kubeconfig)
         .pod_name("sharing-0")
-        .arg("sharing")
+        .args([
+            "sharing",
+            // The provider admin lends its nodes of one pool, tainted for tenants.
+            "--tenant-node-selector",
+            "pool=tenants",
+            "--tenant-toleration",
+            "dedicated=tenants:NoSchedule",
+            "--tenant-priority-class",
+            "tenant-pods",
+        ])
         .log(log)
         .spawn()
         .unwrap()
@@ -129,6 +138,17 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
     let spec = pod.spec.clone().unwrap();
     assert_eq!(spec.automount_service_account_token, Some(false));
     assert_eq!(spec.node_name, None);
+    // Placed where the provider admin lends nodes, though the consumer said nothing of it.
+    assert_eq!(
+        spec.node_selector,
+        Some([("pool".to_owned(), "tenants".to_owned())].into())
+    );
+    let tolerations = spec.tolerations.clone().unwrap_or_default();
+    assert_eq!(
+        (tolerations.len(), tolerations[0].key.as_deref()),
+        (1, Some("dedicated"))
+    );
+    assert_eq!(spec.priority_class_name.as_deref(), Some("tenant-pods"));
     kubelet_reports(&pods, "web", "Running", 1).await;
     let st = status_where(&shadows, "web", "Running copied", |s| {
         s.phase.as_deref() == Some("Running")
@@ -221,8 +241,33 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
     .await;
     assert_eq!(st.pod_uid, None);
     assert!(pods.get_opt("root").await.unwrap().is_none());
+    // Scheduled beside the provider's control plane: never made either.
+    shadows
+        .patch(
+            "root",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pod": {"spec": {"tolerations": [
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                 "effect": "NoSchedule"}]}}}})),
+        )
+        .await
+        .unwrap();
     let mut fixed = shadows.get("root").await.unwrap();
     fixed.spec.pod.spec.containers[0].security_context = None;
+    shadows
+        .replace("root", &PostParams::default(), &fixed)
+        .await
+        .unwrap();
+    let st = status_where(&shadows, "root", "the toleration refused", |s| {
+        s.conditions
+            .iter()
+            .any(|c| c.message.starts_with("spec.pod.spec.tolerations[0]: "))
+    })
+    .await;
+    assert_eq!(st.pod_uid, None);
+    assert!(pods.get_opt("root").await.unwrap().is_none());
+    let mut fixed = shadows.get("root").await.unwrap();
+    fixed.spec.pod.spec.tolerations = None;
     shadows
         .replace("root", &PostParams::default(), &fixed)
         .await

@@ -19,7 +19,7 @@ use fabric_api::{
 use k8s_openapi::api::core::v1::PodSpec;
 use kube::ResourceExt;
 
-use super::policy::{self, Level, Refusal};
+use super::policy::{self, Refusal, Rules};
 
 /// Why a ShadowPod is refused; the message is what the consumer sees.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -53,19 +53,19 @@ pub enum Denial {
 }
 
 /// Whether the pod of a ShadowPod created (`old` is `None`) or updated from `old` keeps to
-/// the provider's policy at `level`. An update that leaves the pod's spec (or annotations)
+/// the provider's `rules`. An update that leaves the pod's spec (or annotations)
 /// as they were does not judge them again, so that a ShadowPod stored before the policy tightened can still be relabelled,
 /// have its finalizer removed and go away; its pod is refused by the controller instead.
 pub fn conforms(
     spec: &ShadowPodSpec,
     old: Option<&ShadowPodSpec>,
-    level: Level,
+    rules: &Rules,
 ) -> Result<(), Denial> {
     if old.is_none_or(|o| o.pod.spec != spec.pod.spec) {
-        policy::check(&spec.pod.spec, level)?;
+        policy::check(&spec.pod.spec, rules)?;
     }
     if old.is_none_or(|o| o.pod.annotations != spec.pod.annotations) {
-        policy::check_annotations(&spec.pod.annotations, level)?;
+        policy::check_annotations(&spec.pod.annotations, rules.level)?;
     }
     Ok(())
 }
@@ -337,7 +337,7 @@ mod tests {
         let mut privileged = spec("100m");
         privileged.pod.spec.containers[0].security_context =
             Some(serde_json::from_value(json!({"privileged": true})).unwrap());
-        let level = Level::Baseline;
+        let level = &Rules::default();
         assert_eq!(conforms(&plain, None, level), Ok(()));
         let e = conforms(&privileged, None, level).unwrap_err();
         assert_eq!(

@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide::{self, Cached, Decision},
-    policy::Level,
+    policy::Rules,
     resize,
 };
 
@@ -60,8 +60,9 @@ struct Ctx {
     resize_served: tokio::sync::OnceCell<bool>,
     /// Our last status writes per ShadowPod (by [`key`]) until the watch cache shows them.
     written: Writes<String, ShadowPod>,
-    /// What the provider lets tenants' pods do: a pod breaking it is never made.
-    level: Level,
+    /// What the provider lets tenants' pods do and where they run: a pod breaking it is
+    /// never made.
+    rules: Rules,
 }
 
 impl Ctx {
@@ -115,7 +116,10 @@ async fn create_first(
     let prev = cached.status.clone().unwrap_or_default();
     let generation = cached.metadata.generation;
     let status = match pods
-        .create(&PostParams::default(), &decide::real_pod(cached))
+        .create(
+            &PostParams::default(),
+            &decide::real_pod(cached, &ctx.rules.placement),
+        )
         .await
     {
         Ok(pod) => {
@@ -212,7 +216,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         seen.as_deref(),
         stopping,
         resizing,
-        ctx.level,
+        &ctx.rules,
         Timestamp::now(),
     ) {
         Cached::Settled => return Ok(Action::await_change()),
@@ -256,7 +260,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     if fenced.await? {
         return Ok(Action::await_change());
     }
-    let status: ShadowPodStatus = match decide::decide(&shadow, pod.as_ref(), ctx.level) {
+    let status: ShadowPodStatus = match decide::decide(&shadow, pod.as_ref(), &ctx.rules) {
         Decision::Finished => return Ok(Action::await_change()),
         // Made once the ShadowPod's pod is changed to keep to the policy (its watch event).
         Decision::Disallowed(refusal) => {
@@ -303,7 +307,10 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         }
         Decision::Create { again } => {
             match pods
-                .create(&PostParams::default(), &decide::real_pod(&shadow))
+                .create(
+                    &PostParams::default(),
+                    &decide::real_pod(&shadow, &ctx.rules.placement),
+                )
                 .await
             {
                 Ok(pod) => {
@@ -380,9 +387,8 @@ async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Erro
 const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
 
 /// Runs the controller over every namespace's ShadowPods until a signal stops it.
-/// Runs the controller; `level`: what the provider lets tenants' pods do (the webhook's
-/// `level` too).
-pub async fn run(client: Client, level: Level) -> Result<(), Error> {
+/// `rules`: what the provider lets tenants' pods do and where they run (the webhook's too).
+pub async fn run(client: Client, rules: Rules) -> Result<(), Error> {
     let shadows: Api<ShadowPod> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.
@@ -403,7 +409,7 @@ pub async fn run(client: Client, level: Level) -> Result<(), Error> {
         events,
         resize_served: tokio::sync::OnceCell::new(),
         written: Default::default(),
-        level,
+        rules,
     });
     Runner::new("shadowpods", BACKOFF)
         // The pod is ending: its ShadowPod goes once it has.

@@ -13,7 +13,7 @@ use k8s_openapi::{
 };
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
-use super::policy::{self, Level, Refusal};
+use super::policy::{self, Placement, Refusal, Rules};
 
 fabric_kube::reasons! {
     /// Why a ShadowPod's PodCreated condition says what it does.
@@ -59,14 +59,14 @@ pub fn terminal(phase: Option<&str>) -> bool {
 }
 
 /// What to do about `shadow` with its real pod `pod`; a pod is only made from a spec that
-/// keeps to policy `level`.
-pub fn decide(shadow: &ShadowPod, pod: Option<&Pod>, level: Level) -> Decision {
+/// keeps to the provider's `rules`.
+pub fn decide(shadow: &ShadowPod, pod: Option<&Pod>, rules: &Rules) -> Decision {
     let status = shadow.status.clone().unwrap_or_default();
     match pod {
         Some(pod) if owned_by(pod, shadow) => Decision::Mirror,
         Some(_) => Decision::Foreign,
         None if terminal(status.phase.as_deref()) => Decision::Finished,
-        None => match allowed(shadow, level) {
+        None => match allowed(shadow, rules) {
             Err(refusal) => Decision::Disallowed(refusal),
             Ok(()) => Decision::Create {
                 again: status.pod_uid.is_some(),
@@ -75,10 +75,10 @@ pub fn decide(shadow: &ShadowPod, pod: Option<&Pod>, level: Level) -> Decision {
     }
 }
 
-/// Whether the provider's policy at `level` lets `shadow`'s pod be made.
-fn allowed(shadow: &ShadowPod, level: Level) -> Result<(), Refusal> {
-    policy::check(&shadow.spec.pod.spec, level)?;
-    policy::check_annotations(&shadow.spec.pod.annotations, level)
+/// Whether the provider's `rules` let `shadow`'s pod be made.
+fn allowed(shadow: &ShadowPod, rules: &Rules) -> Result<(), Refusal> {
+    policy::check(&shadow.spec.pod.spec, rules)?;
+    policy::check_annotations(&shadow.spec.pod.annotations, rules.level)
 }
 
 /// Whether `pod` is `shadow`'s own real pod.
@@ -90,13 +90,21 @@ pub fn owned_by(pod: &Pod, shadow: &ShadowPod) -> bool {
 }
 
 /// The real pod of `shadow`: same name and namespace, owned (and, where a garbage collector
-/// runs, deleted with it) by the ShadowPod, labelled with the consumer.
-pub fn real_pod(shadow: &ShadowPod) -> Pod {
+/// runs, deleted with it) by the ShadowPod, labelled with the consumer, placed where the
+/// provider admin's `placement` says.
+pub fn real_pod(shadow: &ShadowPod, placement: &Placement) -> Pod {
     let mut labels = shadow.spec.pod.labels.clone();
     labels.insert(
         label::REMOTE_CLUSTER.to_owned(),
         shadow.spec.cluster_id.clone(),
     );
+    let mut spec = PodSpec {
+        // The provider issues no tokens to tenants' pods: forced rather than refused,
+        // since leaving it out means true.
+        automount_service_account_token: Some(false),
+        ..shadow.spec.pod.spec.clone()
+    };
+    placement.apply(&mut spec);
     Pod {
         metadata: ObjectMeta {
             name: shadow.meta().name.clone(),
@@ -107,12 +115,7 @@ pub fn real_pod(shadow: &ShadowPod) -> Pod {
             owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
-        spec: Some(PodSpec {
-            // The provider issues no tokens to tenants' pods: forced rather than refused,
-            // since leaving it out means true.
-            automount_service_account_token: Some(false),
-            ..shadow.spec.pod.spec.clone()
-        }),
+        spec: Some(spec),
         status: None,
     }
 }
@@ -195,7 +198,7 @@ pub fn from_cache(
     pod: Option<&Pod>,
     stopping: bool,
     resize: bool,
-    level: Level,
+    rules: &Rules,
     now: Timestamp,
 ) -> Cached {
     let prev = shadow.status.clone().unwrap_or_default();
@@ -211,7 +214,7 @@ pub fn from_cache(
         // only made again on a fresh read; one the policy refuses is said there.
         return if prev.pod_uid.is_none()
             && !terminal(prev.phase.as_deref())
-            && allowed(shadow, level).is_ok()
+            && allowed(shadow, rules).is_ok()
         {
             Cached::Create
         } else {
@@ -234,7 +237,7 @@ pub fn from_cache(
 /// template no longer has are removed; annotations are only set, since the provider's own
 /// admission may add some of its own.
 pub fn metadata_patch(shadow: &ShadowPod, pod: &Pod) -> Option<serde_json::Value> {
-    let want = real_pod(shadow).metadata;
+    let want = real_pod(shadow, &Placement::default()).metadata;
     let want_labels = want.labels.unwrap_or_default();
     let want_annotations = want.annotations.unwrap_or_default();
     let have_labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -351,7 +354,7 @@ mod tests {
     }
 
     fn pod_of(shadow: &ShadowPod, uid: &str, phase: &str) -> Pod {
-        let mut p = real_pod(shadow);
+        let mut p = real_pod(shadow, &Placement::default());
         p.metadata.uid = Some(uid.into());
         p.status = Some(
             serde_json::from_value(json!({
@@ -369,10 +372,10 @@ mod tests {
     fn a_new_shadowpod_gets_its_pod_owned_and_labelled() {
         let s = shadow(None);
         assert_eq!(
-            decide(&s, None, Level::Baseline),
+            decide(&s, None, &Rules::default()),
             Decision::Create { again: false }
         );
-        let p = real_pod(&s);
+        let p = real_pod(&s, &Placement::default());
         assert_eq!(p.metadata.name.as_deref(), Some("web"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("fabric-tenant-alpha"));
         let labels = p.metadata.labels.unwrap();
@@ -390,7 +393,7 @@ mod tests {
     fn status_is_copied_from_the_pod() {
         let s = shadow(None);
         let p = pod_of(&s, "pod-1", "Running");
-        assert_eq!(decide(&s, Some(&p), Level::Baseline), Decision::Mirror);
+        assert_eq!(decide(&s, Some(&p), &Rules::default()), Decision::Mirror);
         let st = mirrored(&ShadowPodStatus::default(), &p, false, Some(1), now());
         assert_eq!(st.phase.as_deref(), Some("Running"));
         assert_eq!(st.pod_ip.as_deref(), Some("10.0.0.7"));
@@ -413,7 +416,7 @@ mod tests {
         );
         let s = shadow(Some(first.clone()));
         assert_eq!(
-            decide(&s, None, Level::Baseline),
+            decide(&s, None, &Rules::default()),
             Decision::Create { again: true }
         );
         let again = mirrored(&first, &pod_of(&s, "pod-2", "Pending"), true, None, now());
@@ -434,7 +437,7 @@ mod tests {
             );
             assert_eq!(done.conditions[0].reason, "Finished");
             assert_eq!(
-                decide(&shadow(Some(done)), None, Level::Baseline),
+                decide(&shadow(Some(done)), None, &Rules::default()),
                 Decision::Finished
             );
         }
@@ -450,12 +453,12 @@ mod tests {
             "containers": [{"name": "main", "image": "echo"}],
         }))
         .unwrap();
-        let Decision::Disallowed(refusal) = decide(&s, None, Level::Baseline) else {
+        let Decision::Disallowed(refusal) = decide(&s, None, &Rules::default()) else {
             panic!("a hostPID pod is made");
         };
         assert_eq!(refusal.field, "spec.hostPID");
         assert_eq!(
-            from_cache(&s, None, false, false, Level::Baseline, now()),
+            from_cache(&s, None, false, false, &Rules::default(), now()),
             Cached::Fresh,
             "never made from the cache either"
         );
@@ -472,10 +475,10 @@ mod tests {
         s.spec.pod.spec.host_pid = None;
         s.spec.pod.spec.automount_service_account_token = Some(true);
         assert_eq!(
-            decide(&s, None, Level::Baseline),
+            decide(&s, None, &Rules::default()),
             Decision::Create { again: false }
         );
-        let pod = real_pod(&s).spec.unwrap();
+        let pod = real_pod(&s, &Placement::default()).spec.unwrap();
         assert_eq!(pod.automount_service_account_token, Some(false));
     }
 
@@ -484,7 +487,7 @@ mod tests {
         let s = shadow(None);
         let mut p = pod_of(&s, "pod-1", "Running");
         p.metadata.owner_references = None;
-        assert_eq!(decide(&s, Some(&p), Level::Baseline), Decision::Foreign);
+        assert_eq!(decide(&s, Some(&p), &Rules::default()), Decision::Foreign);
         let st = foreign(&ShadowPodStatus::default(), None, now());
         assert_eq!(st.conditions[0].status, "False");
     }
@@ -512,11 +515,11 @@ mod tests {
         s.metadata.resource_version = Some("7".into());
         // No pod yet and none ever made: the first one is made from the cache.
         assert_eq!(
-            from_cache(&s, None, false, false, Level::Baseline, now()),
+            from_cache(&s, None, false, false, &Rules::default(), now()),
             Cached::Create
         );
         assert_eq!(
-            from_cache(&s, None, true, false, Level::Baseline, now()),
+            from_cache(&s, None, true, false, &Rules::default(), now()),
             Cached::Fresh
         );
         let p = pod_of(&s, "pod-1", "Running");
@@ -532,7 +535,7 @@ mod tests {
                 now(),
             ));
             assert_eq!(
-                from_cache(&had, None, false, false, Level::Baseline, now()),
+                from_cache(&had, None, false, false, &Rules::default(), now()),
                 Cached::Fresh
             );
             had.status.as_mut().unwrap().pod_uid = None;
@@ -542,11 +545,11 @@ mod tests {
                 Cached::Fresh
             };
             assert_eq!(
-                from_cache(&had, None, false, false, Level::Baseline, now()),
+                from_cache(&had, None, false, false, &Rules::default(), now()),
                 expect
             );
         }
-        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, Level::Baseline, now())
+        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, &Rules::default(), now())
         else {
             panic!("an owned pod's status is mirrored from the cache");
         };
@@ -557,23 +560,23 @@ mod tests {
         // Once written (and echoed back), nothing more.
         s.status = Some(*st);
         assert_eq!(
-            from_cache(&s, Some(&p), false, false, Level::Baseline, now()),
+            from_cache(&s, Some(&p), false, false, &Rules::default(), now()),
             Cached::Settled
         );
         // A re-creation counted stays counted: a later mirror keeps the count.
         s.status.as_mut().unwrap().recreations = 2;
-        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, Level::Baseline, now())
+        let Cached::Write(st) = from_cache(&s, Some(&p), false, false, &Rules::default(), now())
         else {
             panic!("the reason changes with the count");
         };
         assert_eq!(st.recreations, 2);
         // Stopping, resizing, labels to carry, a foreign pod, a deletion: fresh.
         assert_eq!(
-            from_cache(&s, Some(&p), true, false, Level::Baseline, now()),
+            from_cache(&s, Some(&p), true, false, &Rules::default(), now()),
             Cached::Fresh
         );
         assert_eq!(
-            from_cache(&s, Some(&p), false, true, Level::Baseline, now()),
+            from_cache(&s, Some(&p), false, true, &Rules::default(), now()),
             Cached::Fresh
         );
         let mut relabelled = s.clone();
@@ -583,27 +586,48 @@ mod tests {
             .labels
             .insert("tier".into(), "front".into());
         assert_eq!(
-            from_cache(&relabelled, Some(&p), false, false, Level::Baseline, now()),
+            from_cache(
+                &relabelled,
+                Some(&p),
+                false,
+                false,
+                &Rules::default(),
+                now()
+            ),
             Cached::Fresh
         );
         let mut foreign_pod = p.clone();
         foreign_pod.metadata.owner_references = None;
         assert_eq!(
-            from_cache(&s, Some(&foreign_pod), false, false, Level::Baseline, now()),
+            from_cache(
+                &s,
+                Some(&foreign_pod),
+                false,
+                false,
+                &Rules::default(),
+                now()
+            ),
             Cached::Fresh
         );
         let mut going = s.clone();
         going.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
         assert_eq!(
-            from_cache(&going, Some(&p), false, false, Level::Baseline, now()),
+            from_cache(&going, Some(&p), false, false, &Rules::default(), now()),
             Cached::Fresh
         );
         // Without a resourceVersion the write could not be conditioned.
         let mut unversioned = s.clone();
         unversioned.metadata.resource_version = None;
         assert_eq!(
-            from_cache(&unversioned, Some(&p), false, false, Level::Baseline, now()),
+            from_cache(
+                &unversioned,
+                Some(&p),
+                false,
+                false,
+                &Rules::default(),
+                now()
+            ),
             Cached::Fresh
         );
     }

@@ -8,14 +8,18 @@
 //! capabilities, hostPath, hostPort, AppArmor, SELinux, `/proc` mount, seccomp, sysctls,
 //! Windows hostProcess), narrowed where a tenant's pod must not reach the provider itself:
 //! volumes only of the types on [`VOLUME_TYPES`] (no `serviceAccountToken` projection: the
-//! provider issues no tokens to tenants), and no scheduling of its own (`nodeName`,
-//! `priorityClassName`, `priority`, `runtimeClassName` and a service account other than
-//! `default` are the provider's to set; `automountServiceAccountToken` is not refused but
-//! forced to false on the real pod, [`super::decide::real_pod`]). A refusal names the field
-//! (its path in the pod) and the rule.
+//! provider issues no tokens to tenants), and no scheduling of its own (`nodeName` and a
+//! service account other than `default` are refused; node selectors, affinity, tolerations,
+//! priority, runtime class and scheduler only as the admin's [`Placement`] allows;
+//! `automountServiceAccountToken` is not refused but forced to false on the real pod,
+//! [`super::decide::real_pod`]). A refusal names the field (its path in the pod) and the
+//! rule.
 use std::{collections::BTreeMap, fmt};
 
 use k8s_openapi::api::core::v1::{ContainerPort, PodSpec, SecurityContext, Volume};
+
+mod placement;
+pub use placement::{DEFAULT_SCHEDULER, DEFAULT_TOLERATIONS, Placement, parse_toleration};
 
 /// How much a provider lets tenants' pods do.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -125,6 +129,10 @@ pub enum Rule {
     NodeName,
     Priority,
     RuntimeClass,
+    Scheduler,
+    NodeSelector,
+    OtherNamespaces,
+    Toleration,
     ServiceAccount,
     PrivilegeEscalation,
     RunAsRoot,
@@ -167,8 +175,14 @@ impl fmt::Display for Rule {
             ),
             Rule::NodeName => f.write_str("the provider's scheduler places tenants' pods"),
             Rule::Priority => f.write_str("the provider sets the priority of tenants' pods"),
-            Rule::RuntimeClass => {
-                f.write_str("the provider sets the runtime class of tenants' pods")
+            Rule::RuntimeClass => f.write_str("this runtime class is not lent to tenants"),
+            Rule::Scheduler => f.write_str("the provider's default scheduler places tenants' pods"),
+            Rule::NodeSelector => f.write_str("the provider chooses the nodes of tenants' pods"),
+            Rule::OtherNamespaces => {
+                f.write_str("terms may only match pods of the pod's own namespace")
+            }
+            Rule::Toleration => {
+                f.write_str("the provider chooses which taints tenants' pods tolerate")
             }
             Rule::ServiceAccount => {
                 f.write_str("the provider gives tenants' pods no service account")
@@ -194,8 +208,25 @@ pub struct Refusal {
     pub level: Level,
 }
 
-/// The first field of `spec` that `level` does not allow, if any.
-pub fn check(spec: &PodSpec, level: Level) -> Result<(), Refusal> {
+/// What the provider admin sets for tenants' pods: how much they may do, where they run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rules {
+    pub level: Level,
+    pub placement: Placement,
+}
+
+impl From<Level> for Rules {
+    fn from(level: Level) -> Self {
+        Rules {
+            level,
+            placement: Placement::default(),
+        }
+    }
+}
+
+/// The first field of `spec` that `rules` do not allow, if any.
+pub fn check(spec: &PodSpec, rules: &Rules) -> Result<(), Refusal> {
+    let level = rules.level;
     let refuse = |field: String, rule: Rule| Refusal { field, rule, level };
     let at = |field: &str, rule: Rule| refuse(format!("spec.{field}"), rule);
     let on = |flag: Option<bool>| flag == Some(true);
@@ -203,22 +234,8 @@ pub fn check(spec: &PodSpec, level: Level) -> Result<(), Refusal> {
     if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
         return Err(at("nodeName", Rule::NodeName));
     }
-    if spec
-        .priority_class_name
-        .as_deref()
-        .is_some_and(|n| !n.is_empty())
-    {
-        return Err(at("priorityClassName", Rule::Priority));
-    }
-    if spec.priority.is_some() {
-        return Err(at("priority", Rule::Priority));
-    }
-    if spec
-        .runtime_class_name
-        .as_deref()
-        .is_some_and(|n| !n.is_empty())
-    {
-        return Err(at("runtimeClassName", Rule::RuntimeClass));
+    if let Some((field, rule)) = rules.placement.check(spec) {
+        return Err(at(&field, rule));
     }
     let named = |n: Option<&str>| n.is_some_and(|n| !n.is_empty() && n != "default");
     if named(spec.service_account_name.as_deref()) {

@@ -32,7 +32,7 @@ fn with_sc(sc: Value) -> Value {
 /// that rule.
 fn table(cases: Vec<(Value, Option<(&str, Rule)>)>) {
     for (extra, want) in cases {
-        let got = check(&pod(extra.clone()), Level::Baseline);
+        let got = check(&pod(extra.clone()), &Rules::default());
         match want {
             None => assert_eq!(got, Ok(()), "{extra}"),
             Some((field, rule)) => assert_eq!(
@@ -50,8 +50,12 @@ fn table(cases: Vec<(Value, Option<(&str, Rule)>)>) {
 
 #[test]
 fn a_plain_pod_passes_and_a_refusal_names_field_and_rule() {
-    assert_eq!(check(&pod(json!({})), Level::Baseline), Ok(()));
-    let e = check(&pod(with_sc(json!({"privileged": true}))), Level::Baseline).unwrap_err();
+    assert_eq!(check(&pod(json!({})), &Rules::default()), Ok(()));
+    let e = check(
+        &pod(with_sc(json!({"privileged": true}))),
+        &Rules::default(),
+    )
+    .unwrap_err();
     assert_eq!(
         e.to_string(),
         "spec.containers[0].securityContext.privileged: privileged containers are not allowed \
@@ -398,7 +402,7 @@ fn the_first_refusal_is_the_one_reported_and_any_refusal_is_one() {
         "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
     });
     assert_eq!(
-        check(&pod(attack.clone()), Level::Baseline)
+        check(&pod(attack.clone()), &Rules::default())
             .unwrap_err()
             .field,
         "spec.nodeName"
@@ -407,7 +411,7 @@ fn the_first_refusal_is_the_one_reported_and_any_refusal_is_one() {
         let mut rest = attack.clone();
         rest.as_object_mut().unwrap().remove(drop);
         assert!(
-            check(&pod(rest.clone()), Level::Baseline).is_err(),
+            check(&pod(rest.clone()), &Rules::default()).is_err(),
             "{rest}"
         );
     }
@@ -459,11 +463,13 @@ fn restricted_adds_non_root_no_escalation_seccomp_and_drop_all() {
         merge(&mut c, json!({"securityContext": sc}));
         with(json!({"containers": [c]}))
     };
-    let refused = |spec: PodSpec| check(&spec, Level::Restricted).map_err(|r| (r.field, r.rule));
+    let refused = |spec: PodSpec| {
+        check(&spec, &Rules::from(Level::Restricted)).map_err(|r| (r.field, r.rule))
+    };
     let at = |f: &str, rule: Rule| Err((format!("spec.{f}"), rule));
     let c0 = |f: &str| format!("containers[0].securityContext.{f}");
     assert_eq!(refused(pod(good.clone())), Ok(()));
-    assert_eq!(check(&pod(json!({})), Level::Baseline), Ok(()));
+    assert_eq!(check(&pod(json!({})), &Rules::default()), Ok(()));
     assert_eq!(
         refused(pod(json!({}))),
         at(&c0("allowPrivilegeEscalation"), Rule::PrivilegeEscalation),

@@ -55,7 +55,7 @@ use tracing::{debug, info, warn};
 use self::certs::{CertError, Material, Plan};
 use super::{
     admission::{self, Denial, Verdict},
-    policy::Level,
+    policy::Rules,
     quota,
 };
 
@@ -98,8 +98,8 @@ pub struct Settings {
     /// webhook's `timeoutSeconds`).
     pub charge_budget: Duration,
     pub limits: Limits,
-    /// What the provider lets tenants' pods do ([`super::policy`]).
-    pub level: Level,
+    /// What the provider lets tenants' pods do and where they run ([`super::policy`]).
+    pub rules: Rules,
 }
 
 impl Settings {
@@ -119,7 +119,7 @@ impl Settings {
                 request_timeout: Duration::from_secs(10),
                 ..Limits::default()
             },
-            level: Level::default(),
+            rules: Rules::default(),
         }
     }
 }
@@ -252,8 +252,8 @@ struct View {
     slices: Store<ResourceSlice>,
     namespaces: Store<Namespace>,
     charger: charges::Charger,
-    /// What the provider lets tenants' pods do.
-    level: Level,
+    /// What the provider lets tenants' pods do and where they run.
+    rules: Rules,
 }
 
 /// The field manager of the charges on Tenants' status.
@@ -283,7 +283,7 @@ impl View {
             Operation::Update => req.old_object.as_ref().map(|o| &o.spec),
             _ => None,
         };
-        admission::conforms(&shadow.spec, old, self.level)?;
+        admission::conforms(&shadow.spec, old, &self.rules)?;
         let Verdict::Charge {
             consumer,
             requests,
@@ -462,7 +462,7 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         )
         .await?,
         charger: charges::Charger::new(client.clone(), s.charge_budget),
-        level: s.level,
+        rules: s.rules.clone(),
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.
