@@ -81,6 +81,14 @@ fn is_bytes(resource: &str) -> bool {
     resource == "memory" || resource == "ephemeral-storage" || resource.starts_with("hugepages-")
 }
 
+/// `a` as quantities, the resources at zero left out.
+pub fn quantities(a: &Amounts) -> BTreeMap<String, Quantity> {
+    a.iter()
+        .filter(|(_, v)| **v != 0)
+        .map(|(k, v)| (k.clone(), quantity(k, *v)))
+        .collect()
+}
+
 /// `milli` thousandths of `resource` as a quantity: `250m`, `4`, `8Gi`.
 pub fn quantity(resource: &str, milli: i128) -> Quantity {
     if milli % 1000 != 0 {

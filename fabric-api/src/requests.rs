@@ -19,12 +19,12 @@
 //! and a pod-level limit without a pod-level request stands for it unless the containers ask
 //! for that resource (then their sum does).
 //!
-//! Not counted: what the kubelet reports of a pod being resized in place (the scheduler takes
-//! the larger of spec and status while a resize is in flight) and DRA claims.
+//! [`held`] adds what the kubelet reports of a pod being resized in place (the scheduler
+//! takes the larger of spec and status while a resize is in flight). Not counted: DRA claims.
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::core::v1::{Container, PodSpec},
+    api::core::v1::{Container, ContainerStatus, Pod, PodSpec},
     apimachinery::pkg::api::resource::Quantity,
 };
 
@@ -134,6 +134,39 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, BadQuantity> {
     }
     *out.entry("pods".to_owned()).or_default() += ONE_POD;
     Ok(out)
+}
+
+/// What `pod` holds of its node: [`pod_requests`] with each container's requests the
+/// larger of its spec's and those its status reports (`allocatedResources`, and
+/// `resources.requests`, which the kubelet reports once actuated), as upstream's
+/// `PodRequests` with `UseStatusResources` counts a pod being resized.
+pub fn held(pod: &Pod) -> Result<Amounts, BadQuantity> {
+    let mut spec = pod.spec.clone().unwrap_or_default();
+    let status = pod.status.clone().unwrap_or_default();
+    fn widen(c: &mut Container, reported: &[ContainerStatus]) -> Result<(), BadQuantity> {
+        let Some(st) = reported.iter().find(|s| s.name == c.name) else {
+            return Ok(());
+        };
+        let mut want = container(c)?;
+        if let Some(a) = &st.allocated_resources {
+            max(&mut want, &amounts(a)?);
+        }
+        if let Some(r) = st.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+            max(&mut want, &amounts(r)?);
+        }
+        let resources = c.resources.get_or_insert_with(Default::default);
+        resources.requests = Some(crate::quantity::quantities(&want));
+        Ok(())
+    }
+    let main = status.container_statuses.unwrap_or_default();
+    for c in &mut spec.containers {
+        widen(c, &main)?;
+    }
+    let init = status.init_container_statuses.unwrap_or_default();
+    for c in spec.init_containers.iter_mut().flatten() {
+        widen(c, &init)?;
+    }
+    pod_requests(&spec)
 }
 
 #[cfg(test)]
@@ -386,5 +419,44 @@ mod tests {
                 "{s}"
             );
         }
+    }
+
+    #[test]
+    fn a_pod_being_resized_holds_the_larger_of_spec_and_what_it_reports() {
+        let pod = |status: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({
+                "spec": {"containers": [c(json!({"cpu": "100m", "memory": "64Mi"}), json!({}))]},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let mem = 64 * (1 << 20) * 1000;
+        // Nothing reported: the spec.
+        assert_eq!(
+            held(&pod(json!({}))),
+            Ok(amounts(&[("cpu", 100), ("memory", mem)]))
+        );
+        // Shrunk in the spec, the kubelet still holding 1 CPU: 1 CPU.
+        let reported = json!({"containerStatuses": [{"name": "c", "image": "", "imageID": "",
+            "ready": true, "restartCount": 0, "allocatedResources": {"cpu": "1"},
+            "resources": {"requests": {"cpu": "500m"}}}]});
+        assert_eq!(
+            held(&pod(reported)),
+            Ok(amounts(&[("cpu", 1000), ("memory", mem)]))
+        );
+        // Once it reports the shrink: the spec again.
+        let done = json!({"containerStatuses": [{"name": "c", "image": "", "imageID": "",
+            "ready": true, "restartCount": 0, "allocatedResources": {"cpu": "100m"}}]});
+        assert_eq!(
+            held(&pod(done)),
+            Ok(amounts(&[("cpu", 100), ("memory", mem)]))
+        );
+        // Another container's status counts for nothing.
+        let other = json!({"containerStatuses": [{"name": "gone", "image": "", "imageID": "",
+            "ready": true, "restartCount": 0, "allocatedResources": {"cpu": "4"}}]});
+        assert_eq!(
+            held(&pod(other)),
+            Ok(amounts(&[("cpu", 100), ("memory", mem)]))
+        );
     }
 }

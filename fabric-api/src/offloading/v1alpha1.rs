@@ -229,6 +229,12 @@ pub struct ShadowPodStatus {
     /// How many times the real pod was created again after it vanished while not finished.
     #[serde(default)]
     pub recreations: u32,
+    /// What the real pod holds of its node as last seen ([`crate::requests::held`]): the
+    /// larger of its spec's requests and what its containers report while a resize is in
+    /// flight. The tenant is charged the larger of this and the ShadowPod's own requests, so
+    /// that shrinking a ShadowPod frees its share only once the pod has shrunk.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reserved: Resources,
     /// See [`shadow_pod_condition`].
     #[serde(default)]
     pub conditions: Vec<Condition>,

@@ -12,14 +12,16 @@
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Resources},
     names,
-    offloading::v1alpha1::ShadowPodSpec,
+    offloading::v1alpha1::{ShadowPod, ShadowPodSpec},
     quantity::{Amounts, BadQuantity, milli, quantity},
     requests::pod_requests,
 };
-use k8s_openapi::api::core::v1::PodSpec;
 use kube::ResourceExt;
 
-use super::policy::{self, Refusal, Rules};
+use super::{
+    policy::{self, Refusal, Rules},
+    resize,
+};
 
 /// Why a ShadowPod is refused; the message is what the consumer sees.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -44,6 +46,11 @@ pub enum Denial {
     /// tries again, as after any refusal.
     #[error("the usage of consumer {cluster:?} could not be charged now ({error}); try again")]
     Unaccounted { cluster: String, error: String },
+    /// An update of a pod that exists the provider cannot carry to it.
+    #[error(
+        "spec.pod.spec.{0}: the pod runs and only the resources of its containers and sidecars change in place; delete the ShadowPod and create it again"
+    )]
+    NotCarried(String),
     #[error(transparent)]
     BadQuantity(#[from] BadQuantity),
     /// The pod breaks the provider's policy: the field (under the ShadowPod's `spec.pod`)
@@ -96,14 +103,17 @@ pub enum Verdict {
 /// Whether `user` may create (`old` is `None`) or update from `old` a ShadowPod with `spec`
 /// in `namespace` (whose `fabric.io/remote-cluster-id` label is `namespace_owner`), and what
 /// is left to charge against the consumer's grant. Users that are not consumers (the
-/// provider's admins) are not limited. An update asking for no more than before is not
-/// measured again, so a label change (or a shrink) still goes through after the grant shrank.
+/// provider's admins) are not limited. An update asking for no more than the ShadowPod is
+/// charged ([`super::quota::charged`]: its real pod's hold included) is not measured again,
+/// so a label change (or a shrink) still goes through after the grant shrank. An update of
+/// a ShadowPod whose pod exists must be one the controller can carry to that pod
+/// ([`resize::not_carried`]), or the pod would keep what the ShadowPod no longer says.
 pub fn admit_change(
     user: &str,
     namespace: &str,
     namespace_owner: Option<&str>,
     spec: &ShadowPodSpec,
-    old: Option<&ShadowPodSpec>,
+    old: Option<&ShadowPod>,
 ) -> Result<Verdict, Denial> {
     let Some(consumer) = consumer_of(user) else {
         return Ok(Verdict::Unlimited);
@@ -121,9 +131,15 @@ pub fn admit_change(
             cluster,
         });
     }
+    if let Some(old) = old
+        && old.status.as_ref().is_some_and(|s| s.pod_uid.is_some())
+        && let Some(field) = resize::not_carried(&spec.pod.spec, &old.spec.pod.spec)
+    {
+        return Err(Denial::NotCarried(field));
+    }
     let requests = pod_requests(&spec.pod.spec)?;
     let before = match old {
-        Some(old) if old.cluster_id == spec.cluster_id => requests_of(&old.pod.spec),
+        Some(old) if old.spec.cluster_id == spec.cluster_id => super::quota::charged(old),
         _ => Amounts::new(),
     };
     let more: Amounts = requests
@@ -139,12 +155,6 @@ pub fn admit_change(
         requests,
         more,
     })
-}
-
-/// The requests an existing object had; one the API server stored is taken as having none
-/// when they do not parse (it cannot have been admitted with them).
-fn requests_of(spec: &PodSpec) -> Amounts {
-    pod_requests(spec).unwrap_or_default()
 }
 
 /// What `consumer` was granted in total: the sum of the grants in the status of its
@@ -187,6 +197,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use serde_json::json;
 
+    use k8s_openapi::api::core::v1::PodSpec;
+
     use super::*;
 
     const NS: &str = "fabric-tenant-alpha";
@@ -224,7 +236,7 @@ mod tests {
 
     #[test]
     fn an_update_is_charged_with_what_it_adds_only() {
-        let old = spec("500m");
+        let old = ShadowPod::new("web", spec("500m"));
         let mut relabelled = spec("500m");
         relabelled.pod.labels = [("tier".to_owned(), "web".to_owned())].into();
         let change = |new: &ShadowPodSpec| admit_change(USER, NS, Some("alpha"), new, Some(&old));
@@ -241,6 +253,82 @@ mod tests {
         let mut other = spec("500m");
         other.cluster_id = "beta".into();
         assert!(matches!(change(&other), Err(Denial::OtherConsumer { .. })));
+    }
+
+    /// A ShadowPod of 500m whose real pod exists and holds `held` CPU.
+    fn running(held: &str) -> ShadowPod {
+        let mut s = ShadowPod::new("web", spec("500m"));
+        s.status = Some(fabric_api::offloading::v1alpha1::ShadowPodStatus {
+            pod_uid: Some("pod-1".into()),
+            reserved: [(
+                "cpu".to_owned(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(held.into()),
+            )]
+            .into(),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn what_the_running_pod_still_holds_is_not_charged_twice() {
+        // Shrunk to 200m, the pod still holding 1 CPU: growing back to 800m adds nothing.
+        let mut shrunk = running("1");
+        shrunk.spec = spec("200m");
+        let change =
+            |new: &ShadowPodSpec| admit_change(USER, NS, Some("alpha"), new, Some(&shrunk));
+        assert_eq!(change(&spec("800m")), Ok(Verdict::Within));
+        assert_eq!(
+            change(&spec("1500m")),
+            Ok(Verdict::Charge {
+                consumer: "alpha".into(),
+                requests: milli(&[("cpu", 1500), ("pods", 1000)]),
+                more: milli(&[("cpu", 500)]),
+            })
+        );
+    }
+
+    #[test]
+    fn a_change_the_running_pod_cannot_take_is_refused_by_field() {
+        let pod = running("500m");
+        let change = |f: &dyn Fn(&mut ShadowPodSpec)| {
+            let mut new = pod.spec.clone();
+            f(&mut new);
+            admit_change(USER, NS, Some("alpha"), &new, Some(&pod))
+        };
+        // Resources of a container: carried (a resize).
+        assert_eq!(
+            change(&|s| s.pod.spec = spec("100m").pod.spec),
+            Ok(Verdict::Within)
+        );
+        let renamed = change(&|s| {
+            s.pod.spec.containers[0].name = "b".into();
+            s.pod.spec.containers[0].resources = None;
+        });
+        assert_eq!(
+            renamed,
+            Err(Denial::NotCarried("containers[0].name".into()))
+        );
+        assert_eq!(
+            renamed.unwrap_err().to_string(),
+            "spec.pod.spec.containers[0].name: the pod runs and only the resources of its \
+             containers and sidecars change in place; delete the ShadowPod and create it again"
+        );
+        let init = change(&|s| {
+            s.pod.spec.init_containers = Some(vec![
+                serde_json::from_value(json!({"name": "setup", "image": "x"})).unwrap(),
+            ])
+        });
+        assert_eq!(init, Err(Denial::NotCarried("initContainers".into())));
+        // Before the pod exists, the same change is the controller's to make.
+        let mut unmade = pod.clone();
+        unmade.status = None;
+        let mut new = pod.spec.clone();
+        new.pod.spec.containers[0].name = "b".into();
+        assert_eq!(
+            admit_change(USER, NS, Some("alpha"), &new, Some(&unmade)),
+            Ok(Verdict::Within)
+        );
     }
 
     #[test]

@@ -162,6 +162,11 @@ pub fn mirrored(
         container_statuses: s.container_statuses.unwrap_or_default(),
         init_container_statuses: s.init_container_statuses.unwrap_or_default(),
         recreations,
+        // A pod the API server stored has quantities that parse; should one not, the last
+        // figure stands rather than none.
+        reserved: fabric_api::requests::held(pod)
+            .map(|r| fabric_api::quantity::quantities(&r))
+            .unwrap_or_else(|_| prev.reserved.clone()),
         conditions: with_condition(
             &prev.conditions,
             created.condition(POD_CREATED, generation, now),

@@ -18,7 +18,7 @@ use std::{collections::BTreeMap, time::Duration};
 use fabric_api::{
     authentication::v1alpha1::{Charge, Resources, TenantStatus},
     offloading::v1alpha1::ShadowPod,
-    quantity::{Amounts, BadQuantity, amounts, quantity},
+    quantity::{Amounts, BadQuantity, amounts, quantities},
     requests::pod_requests,
 };
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -28,13 +28,6 @@ use super::{
     admission::{Denial, shown},
     decide::terminal,
 };
-
-fn to_resources(m: &Amounts) -> Resources {
-    m.iter()
-        .filter(|(_, v)| **v != 0)
-        .map(|(k, v)| (k.clone(), quantity(k, *v)))
-        .collect()
-}
 
 /// Charges a ShadowPod `namespace`/`name` of `consumer` that asks for `more` than it had
 /// (all of `requests` for a creation) against what was `granted`, given the Tenant's
@@ -70,12 +63,12 @@ pub fn charge(
         *used.entry(resource.clone()).or_default() += asked;
     }
     let mut out = status.clone();
-    out.used = to_resources(&used);
+    out.used = quantities(&used);
     out.pending.push(Charge {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
         at: Time(now),
-        requests: to_resources(requests),
+        requests: quantities(requests),
     });
     Ok(out)
 }
@@ -139,8 +132,8 @@ pub fn recount<'a>(
     ttl: Duration,
 ) -> Result<TenantStatus, BadQuantity> {
     type Key = (String, String);
-    // Per ShadowPod: its requests as listed, and whether it still runs.
-    let mut seen: BTreeMap<Key, (Amounts, bool)> = BTreeMap::new();
+    // Per ShadowPod: its requests as listed, what it is charged, and whether it still runs.
+    let mut seen: BTreeMap<Key, (Amounts, Amounts, bool)> = BTreeMap::new();
     for s in listed {
         if s.spec.cluster_id != consumer {
             continue;
@@ -149,12 +142,15 @@ pub fn recount<'a>(
         // A ShadowPod whose requests do not parse was not admitted by this webhook (the
         // provider's admin made it): it counts for nothing rather than stopping the count.
         let r = pod_requests(&s.spec.pod.spec).unwrap_or_default();
-        seen.insert((s.namespace().unwrap_or_default(), s.name_any()), (r, live));
+        seen.insert(
+            (s.namespace().unwrap_or_default(), s.name_any()),
+            (r, charged(s), live),
+        );
     }
     let mut counted: BTreeMap<Key, Amounts> = seen
         .iter()
-        .filter(|(_, (_, live))| *live)
-        .map(|(k, (r, _))| (k.clone(), r.clone()))
+        .filter(|(_, (_, _, live))| *live)
+        .map(|(k, (_, c, _))| (k.clone(), c.clone()))
         .collect();
     let mut pending = Vec::new();
     for c in &status.pending {
@@ -162,7 +158,7 @@ pub fn recount<'a>(
         let asked = amounts(&c.requests)?;
         let visible = seen
             .get(&key)
-            .is_some_and(|(r, _)| r.iter().filter(|(_, v)| **v != 0).eq(asked.iter()));
+            .is_some_and(|(r, _, _)| r.iter().filter(|(_, v)| **v != 0).eq(asked.iter()));
         if visible || expired(c, now, ttl) {
             continue;
         }
@@ -180,10 +176,30 @@ pub fn recount<'a>(
         }
     }
     Ok(TenantStatus {
-        used: to_resources(&used),
+        used: quantities(&used),
         pending,
         ..status.clone()
     })
+}
+
+/// What a ShadowPod is charged while it lives: per resource the larger of what its pod asks
+/// for and what its real pod was last seen to hold (`status.reserved`, written by the
+/// provider's controller; the consumer cannot write status). A shrink thus frees its share
+/// only once the real pod has shrunk, and a change the pod never took (a resize the API
+/// server refused) frees nothing. Quantities that do not parse count as none (the ShadowPod
+/// cannot have been admitted by this webhook with them).
+pub fn charged(s: &ShadowPod) -> Amounts {
+    let mut out = pod_requests(&s.spec.pod.spec).unwrap_or_default();
+    let held = s
+        .status
+        .as_ref()
+        .and_then(|st| amounts(&st.reserved).ok())
+        .unwrap_or_default();
+    for (k, v) in held {
+        let e = out.entry(k).or_default();
+        *e = (*e).max(v);
+    }
+    out
 }
 
 /// When the first pending charge stops counting, if any: the reconciler looks again then.
@@ -262,7 +278,7 @@ mod tests {
         cpu: &str,
         now: Timestamp,
     ) -> Result<TenantStatus, Denial> {
-        let old = old.map(spec);
+        let old = old.map(|cpu| ShadowPod::new(name, spec(cpu)));
         match admission::admit_change(USER, NS, Some("alpha"), &spec(cpu), old.as_ref())? {
             Verdict::Charge {
                 consumer,

@@ -151,6 +151,43 @@ pub fn resized(want: &PodSpec, have: &PodSpec) -> Option<Resized> {
     })
 }
 
+/// The first field of `new` that differs from `old` beyond what [`patch`] carries to a
+/// running pod (the resources of its regular containers and sidecars), as its path under
+/// the pod's spec (`containers[0].name`, `initContainers`): a change the provider cannot
+/// make to the pod that runs.
+pub fn not_carried(new: &PodSpec, old: &PodSpec) -> Option<String> {
+    let mut back = new.clone();
+    if let Some(r) = resized(old, new) {
+        back.containers = r.containers;
+        if r.init_containers.is_some() {
+            back.init_containers = r.init_containers;
+        }
+    }
+    if back == *old {
+        return None;
+    }
+    let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
+        (serde_json::to_value(&back), serde_json::to_value(old))
+    else {
+        return Some(String::new());
+    };
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let key = keys.into_iter().find(|k| a.get(*k) != b.get(*k))?;
+    // Within a list of containers, the first one that differs and how.
+    if let (Some(Value::Array(x)), Some(Value::Array(y))) = (a.get(key), b.get(key))
+        && let Some(i) = (0..x.len().max(y.len())).find(|i| x.get(*i) != y.get(*i))
+    {
+        if let (Some(Value::Object(c)), Some(Value::Object(d))) = (x.get(i), y.get(i)) {
+            let fields: std::collections::BTreeSet<&String> = c.keys().chain(d.keys()).collect();
+            if let Some(f) = fields.into_iter().find(|f| c.get(*f) != d.get(*f)) {
+                return Some(format!("{key}[{i}].{f}"));
+            }
+        }
+        return Some(format!("{key}[{i}]"));
+    }
+    Some(key.clone())
+}
+
 /// The strategic merge patch (containers merged by name) that brings a pod running `have`
 /// to `want`'s container and sidecar resources, if any differ: for the `resize`
 /// subresource, or the pod itself where that is not served.

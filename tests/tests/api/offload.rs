@@ -380,6 +380,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     )
     .await;
     phase_async("the provider's quota", provider_quota(&bed)).await;
+    phase_async(
+        "the consumer's identity cannot shrink its way past the quota",
+        quota_holds_while_pods_hold(&bed),
+    )
+    .await;
     phase_async("a container that cannot start", image_pull_failure(&bed)).await;
     phase_async("deleted at home", deleted_at_home(&bed)).await;
     phase_async("at-most-once", at_most_once(&bed)).await;
@@ -767,6 +772,158 @@ async fn provider_quota(bed: &Bed) {
         home.status.and_then(|s| s.phase).as_deref(),
         Some("Succeeded")
     );
+}
+
+/// The consumer's own identity, writing ShadowPods straight to the provider (no virtual
+/// kubelet, no forge), cannot free the share a running pod still holds: a change the pod
+/// cannot take (a renamed container) is refused, and a shrink frees its share only once the
+/// provider's kubelet reports the pod shrunk.
+async fn quota_holds_while_pods_hold(bed: &Bed) {
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+    let attacker = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+    let ns = names::namespace::tenant(CONSUMER);
+    let theirs: Api<ShadowPod> = Api::namespaced(attacker, &ns);
+    let tenant = || async {
+        let o = bed
+            .provider
+            .kubectl(&["get", "tenant", CONSUMER, "-n", &ns, "-o", "json"]);
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()["status"].clone()
+    };
+    // No labels: no virtual kubelet takes it for one of its own.
+    let shadow = |name: &str, cpu: String| -> ShadowPod {
+        serde_json::from_value(json!({
+            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "clusterId": CONSUMER,
+                "home": {"namespace": HOME_NS, "name": name, "uid": format!("home-{name}")},
+                "pod": {"spec": {"containers": [{"name": "main", "image": "echo",
+                    "resources": {"requests": {"cpu": cpu}}}]}},
+            },
+        }))
+        .unwrap()
+    };
+    let milli_of = |v: &Value| fabric_tests::quantity::milli(v.as_str().unwrap_or("0")).unwrap();
+    // All the CPU left of the grant, taken by one pod that runs.
+    let granted = bed.granted_cpu_milli().await;
+    let free = bed
+        .eventually("a settled usage", || async {
+            let st = tenant().await;
+            let pending = st["pending"].as_array().is_some_and(|p| !p.is_empty());
+            (!pending).then(|| granted - milli_of(&st["used"]["cpu"]))
+        })
+        .await;
+    // Room for one more tiny pod, to see the usage recounted below.
+    assert!(free > 20, "{free}m left");
+    let all = format!("{}m", free - 10);
+    bed.eventually("hoard admitted", || async {
+        theirs
+            .create(&Default::default(), &shadow("hoard", all.clone()))
+            .await
+            .ok()
+    })
+    .await;
+    bed.eventually("hoard's real pod", || async {
+        bed.remote_pods().get_opt("hoard").await.ok()?
+    })
+    .await;
+    let kubelet_holds = |cpu: String| async move {
+        let status = json!({"status": {"phase": "Running",
+            "containerStatuses": [{"name": "main", "image": "echo", "imageID": "", "ready": true,
+                "restartCount": 0, "allocatedResources": {"cpu": cpu},
+                "state": {"running": {"startedAt": "2026-11-26T12:00:01Z"}}}]}});
+        bed.remote_pods()
+            .patch_status("hoard", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    };
+    kubelet_holds(all.clone()).await;
+
+    // A renamed container the running pod cannot take: refused, nothing freed.
+    let renamed = json!({"spec": {"pod": {"spec": {"containers": [
+        {"name": "other", "image": "echo", "resources": {"requests": {"cpu": "1m"}}}]}}}});
+    let e = theirs
+        .patch("hoard", &PatchParams::default(), &Patch::Merge(renamed))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("spec.pod.spec.containers[0].name: the pod runs"),
+        "{e}"
+    );
+
+    // Shrunk to 1m: admitted and carried to the real pod, whose kubelet still holds all.
+    theirs
+        .patch(
+            "hoard",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pod": {"spec": {"containers": [
+                {"name": "main", "image": "echo", "resources": {"requests": {"cpu": "1m"}}}]}}}})),
+        )
+        .await
+        .unwrap();
+    bed.eventually("the real pod resized, the hold recorded", || async {
+        let pod = bed.remote_pods().get("hoard").await.ok()?;
+        let spec = serde_json::to_value(pod.spec?).ok()?;
+        let s = bed.shadows().get("hoard").await.ok()?;
+        let held = s.status?.reserved.get("cpu").map(|q| q.0.clone())?;
+        let held = fabric_tests::quantity::milli(&held).ok()?;
+        (cpu_of(&spec) == Some("1m") && held == free - 10).then_some(())
+    })
+    .await;
+    // Once the usage is recounted after the shrink (a later creation's pending charge
+    // cleared), what is free is still nothing.
+    bed.eventually("probe admitted", || async {
+        theirs
+            .create(&Default::default(), &shadow("probe", "1m".into()))
+            .await
+            .ok()
+    })
+    .await;
+    bed.eventually("the usage recounted", || async {
+        let st = tenant().await;
+        st["pending"]
+            .as_array()
+            .is_none_or(|p| p.is_empty())
+            .then_some(())
+    })
+    .await;
+    let e = theirs
+        .create(
+            &Default::default(),
+            &shadow("more", format!("{}m", free / 2)),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("granted to consumer"), "{e}");
+
+    // The kubelet reports the shrink: the share is free again.
+    kubelet_holds("1m".into()).await;
+    bed.eventually("more admitted once the pod has shrunk", || async {
+        theirs
+            .create(
+                &Default::default(),
+                &shadow("more", format!("{}m", free / 2)),
+            )
+            .await
+            .ok()
+    })
+    .await;
+    for name in ["hoard", "probe", "more"] {
+        bed.shadows()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    bed.eventually("the hoard gone", || async {
+        let left = bed.shadows().list(&ListParams::default()).await.ok()?;
+        (!left.items.iter().any(|s| {
+            ["hoard", "probe", "more"].contains(&s.metadata.name.as_deref().unwrap_or_default())
+        }))
+        .then_some(())
+    })
+    .await;
 }
 
 /// A remote container that cannot start: its state comes home, with a Warning Event.

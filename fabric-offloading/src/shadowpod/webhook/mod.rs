@@ -280,10 +280,10 @@ impl View {
             .get(&ObjectRef::new(&namespace))
             .and_then(|n| n.labels().get(label::REMOTE_CLUSTER).cloned());
         let old = match req.operation {
-            Operation::Update => req.old_object.as_ref().map(|o| &o.spec),
+            Operation::Update => req.old_object.as_ref(),
             _ => None,
         };
-        admission::conforms(&shadow.spec, old, &self.rules)?;
+        admission::conforms(&shadow.spec, old.map(|o| &o.spec), &self.rules)?;
         let Verdict::Charge {
             consumer,
             requests,
