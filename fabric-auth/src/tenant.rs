@@ -32,12 +32,27 @@ fn labels(consumer: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// Pod Security admission's labels on every tenant namespace: defense in depth where the
+/// provider's API server enforces Pod Security Standards. `baseline`, the least the
+/// provider's own policy (`fabric_offloading::shadowpod::policy`, which is stricter at each
+/// level and is the guard) allows, so the label never refuses a pod the policy admits.
+pub const POD_SECURITY_LABELS: [(&str, &str); 2] = [
+    ("pod-security.kubernetes.io/enforce", "baseline"),
+    ("pod-security.kubernetes.io/enforce-version", "latest"),
+];
+
 /// The tenant namespace of `consumer`.
 pub fn namespace(consumer: &str) -> Namespace {
+    let mut labels = labels(consumer);
+    labels.extend(
+        POD_SECURITY_LABELS
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     Namespace {
         metadata: ObjectMeta {
             name: Some(names::namespace::tenant(consumer)),
-            labels: Some(labels(consumer)),
+            labels: Some(labels),
             ..Default::default()
         },
         ..Default::default()
@@ -170,6 +185,13 @@ pub fn sharing_binding(consumer: &str, fabric_namespace: &str) -> RoleBinding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_namespace_enforces_baseline_pod_security_where_the_api_server_does() {
+        let labels = namespace("alpha").metadata.labels.unwrap();
+        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "baseline");
+        assert_eq!(labels[label::REMOTE_CLUSTER], "alpha");
+    }
 
     #[test]
     fn the_binding_names_only_the_consumer_in_its_namespace() {

@@ -193,6 +193,7 @@ pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
             cluster_id: consumer.to_owned(),
             state: TenantState::Active,
             caps: Default::default(),
+            pod_security: None,
         },
     );
     tenant.metadata.namespace = Some(ns.clone());

@@ -44,6 +44,51 @@ pub enum TenantState {
     Drained,
 }
 
+/// How much a provider lets a tenant's pods do: a Pod Security Standards level, with the
+/// provider's own volume and scheduling rules (`fabric_offloading::shadowpod::policy`).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum PodSecurity {
+    /// Pod Security Standards baseline. The default.
+    #[default]
+    Baseline,
+    /// Pod Security Standards restricted on top: no privilege escalation, non-root, a seccomp
+    /// profile, every capability dropped but NET_BIND_SERVICE.
+    Restricted,
+}
+
+impl PodSecurity {
+    /// Its name, as in a flag, the Tenant's spec and a `pod-security.kubernetes.io` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodSecurity::Baseline => "baseline",
+            PodSecurity::Restricted => "restricted",
+        }
+    }
+}
+
+impl std::fmt::Display for PodSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PodSecurity {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "baseline" => Ok(PodSecurity::Baseline),
+            "restricted" => Ok(PodSecurity::Restricted),
+            other => Err(format!(
+                "{other:?} is not a pod security level (baseline, restricted)"
+            )),
+        }
+    }
+}
+
 /// A consumer, as this (provider) cluster knows it.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -74,6 +119,10 @@ pub struct TenantSpec {
     /// capped at 0 is refused. Absent resources are bounded only by the cluster's policy.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub caps: Resources,
+    /// What this tenant's pods may do, when the provider admin sets it for this tenant alone:
+    /// otherwise the level the provider's controllers were started with (`--pod-security`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security: Option<PodSecurity>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

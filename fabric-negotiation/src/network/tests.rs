@@ -30,6 +30,7 @@ fn tenant(id: &str) -> Tenant {
             cluster_id: id.into(),
             state: TenantState::Active,
             caps: Default::default(),
+            pod_security: None,
         },
     )
 }

@@ -8,7 +8,8 @@
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
-    names::{field_manager, finalizer as finalizers, label},
+    authentication::v1alpha1::Tenant,
+    names::{self, field_manager, finalizer as finalizers, label},
     offloading::v1alpha1::{ShadowPod, ShadowPodStatus},
 };
 use fabric_kube::{
@@ -61,11 +62,22 @@ struct Ctx {
     /// Our last status writes per ShadowPod (by [`key`]) until the watch cache shows them.
     written: Writes<String, ShadowPod>,
     /// What the provider lets tenants' pods do and where they run: a pod breaking it is
-    /// never made.
+    /// never made. A Tenant may have a level of its own ([`Self::rules_for`]).
     rules: Rules,
+    tenants: Store<Tenant>,
 }
 
 impl Ctx {
+    /// The rules for `shadow`'s pod: its tenant's level, if the admin gave it one.
+    fn rules_for(&self, shadow: &ShadowPod) -> Rules {
+        let consumer = &shadow.spec.cluster_id;
+        let level = self
+            .tenants
+            .get(&ObjectRef::new(consumer).within(&names::namespace::tenant(consumer)))
+            .and_then(|t| t.spec.pod_security);
+        self.rules.for_tenant(level)
+    }
+
     /// Writes `status` conditioned on the version of `copy` and remembers the write;
     /// `false`: the stored ShadowPod has moved on from that copy (409).
     async fn write_over(
@@ -216,7 +228,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         seen.as_deref(),
         stopping,
         resizing,
-        &ctx.rules,
+        &ctx.rules_for(&cached),
         Timestamp::now(),
     ) {
         Cached::Settled => return Ok(Action::await_change()),
@@ -260,7 +272,11 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     if fenced.await? {
         return Ok(Action::await_change());
     }
-    let status: ShadowPodStatus = match decide::decide(&shadow, pod.as_ref(), &ctx.rules) {
+    let status: ShadowPodStatus = match decide::decide(
+        &shadow,
+        pod.as_ref(),
+        &ctx.rules_for(&shadow),
+    ) {
         Decision::Finished => return Ok(Action::await_change()),
         // Made once the ShadowPod's pod is changed to keep to the policy (its watch event).
         Decision::Disallowed(refusal) => {
@@ -402,6 +418,15 @@ pub async fn run(client: Client, rules: Rules) -> Result<(), Error> {
     let controller = Controller::new(shadows, watcher::Config::default())
         .owns_stream(owned_pods)
         .reconcile_all_on(silent);
+    // Read before any pod is made: a tenant's own level must never be missed for the default.
+    let (tenants, _tenants_task) = cache::lean(
+        Api::<Tenant>::all(client.clone()),
+        watcher::Config::default(),
+        "Tenant",
+    );
+    if tenants.wait_until_ready().await.is_err() {
+        return Ok(());
+    }
     let ctx = Arc::new(Ctx {
         client,
         owned,
@@ -410,6 +435,7 @@ pub async fn run(client: Client, rules: Rules) -> Result<(), Error> {
         resize_served: tokio::sync::OnceCell::new(),
         written: Default::default(),
         rules,
+        tenants,
     });
     Runner::new("shadowpods", BACKOFF)
         // The pod is ending: its ShadowPod goes once it has.

@@ -21,40 +21,8 @@ use k8s_openapi::api::core::v1::{ContainerPort, PodSpec, SecurityContext, Volume
 mod placement;
 pub use placement::{DEFAULT_SCHEDULER, DEFAULT_TOLERATIONS, Placement, parse_toleration};
 
-/// How much a provider lets tenants' pods do.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Level {
-    /// Pod Security Standards baseline, plus the provider's scheduling and volume rules.
-    /// The default.
-    #[default]
-    Baseline,
-    /// Pod Security Standards restricted on top: no privilege escalation, non-root, a
-    /// seccomp profile, every capability dropped but NET_BIND_SERVICE.
-    Restricted,
-}
-
-impl fmt::Display for Level {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Level::Baseline => "baseline",
-            Level::Restricted => "restricted",
-        })
-    }
-}
-
-impl std::str::FromStr for Level {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "baseline" => Ok(Level::Baseline),
-            "restricted" => Ok(Level::Restricted),
-            other => Err(format!(
-                "{other:?} is not a pod security level (baseline, restricted)"
-            )),
-        }
-    }
-}
+/// How much a provider lets tenants' pods do ([`PodSecurity`] of the Tenant API).
+pub use fabric_api::authentication::v1alpha1::PodSecurity as Level;
 
 /// The capabilities baseline lets a container add (upstream's `capabilities_allowed_1_0`).
 pub const BASELINE_CAPABILITIES: [&str; 13] = [
@@ -213,6 +181,16 @@ pub struct Refusal {
 pub struct Rules {
     pub level: Level,
     pub placement: Placement,
+}
+
+impl Rules {
+    /// These rules with the level a tenant was given, if any.
+    pub fn for_tenant(&self, level: Option<Level>) -> Rules {
+        Rules {
+            level: level.unwrap_or(self.level),
+            placement: self.placement.clone(),
+        }
+    }
 }
 
 impl From<Level> for Rules {

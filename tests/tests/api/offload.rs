@@ -385,6 +385,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
         quota_holds_while_pods_hold(&bed),
     )
     .await;
+    phase_async(
+        "a tenant held to restricted by the provider's admin",
+        a_tenant_held_to_restricted(&bed),
+    )
+    .await;
     phase_async("a container that cannot start", image_pull_failure(&bed)).await;
     phase_async("deleted at home", deleted_at_home(&bed)).await;
     phase_async("at-most-once", at_most_once(&bed)).await;
@@ -924,6 +929,97 @@ async fn quota_holds_while_pods_hold(bed: &Bed) {
         .then_some(())
     })
     .await;
+}
+
+/// The provider's admin holds this tenant to `restricted` (its Tenant's `podSecurity`, which
+/// the consumer can read but not write): a pod baseline allows is refused to the consumer's
+/// own identity by the webhook, and never made by the controller even when stored past the
+/// webhook (by the admin, whom the webhook does not see).
+async fn a_tenant_held_to_restricted(bed: &Bed) {
+    let ns = names::namespace::tenant(CONSUMER);
+    let set = |level: Value| {
+        bed.provider.kubectl_ok(&[
+            "patch",
+            "tenant",
+            CONSUMER,
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &json!({"spec": {"podSecurity": level}}).to_string(),
+        ]);
+    };
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+    let attacker = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+    let theirs: Api<ShadowPod> = Api::namespaced(attacker, &ns);
+    // The consumer cannot lower it.
+    let e = Api::<fabric_api::authentication::v1alpha1::Tenant>::namespaced(
+        theirs.clone().into_client(),
+        &ns,
+    )
+    .patch(
+        CONSUMER,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"podSecurity": "baseline"}})),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("forbidden"), "{e}");
+    set(json!("restricted"));
+    // Root, as baseline allows and restricted does not.
+    let root = |name: &str| -> ShadowPod {
+        serde_json::from_value(json!({
+            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "clusterId": CONSUMER,
+                "home": {"namespace": HOME_NS, "name": name, "uid": format!("home-{name}")},
+                "pod": {"spec": {"containers": [{"name": "main", "image": "echo",
+                    "resources": {"requests": {"cpu": "1m"}}}]}},
+            },
+        }))
+        .unwrap()
+    };
+    let e = bed
+        .eventually("the webhook holds the tenant to restricted", || async {
+            match theirs.create(&Default::default(), &root("rooted")).await {
+                Err(kube::Error::Api(e)) if e.message.contains("restricted") => Some(e.message),
+                Err(_) => None,
+                Ok(_) => panic!("a root pod admitted for a restricted tenant"),
+            }
+        })
+        .await;
+    assert!(
+        e.contains("spec.pod.spec.containers[0]") && e.contains("(provider policy restricted)"),
+        "{e}"
+    );
+    bed.shadows()
+        .create(&Default::default(), &root("admin-rooted"))
+        .await
+        .unwrap();
+    let s = bed
+        .eventually("the controller refuses it too", || async {
+            let s = bed.shadows().get("admin-rooted").await.ok()?;
+            let st = s.status?;
+            st.conditions
+                .iter()
+                .find(|c| c.reason == "Disallowed")
+                .map(|c| c.message.clone())
+        })
+        .await;
+    assert!(s.contains("(provider policy restricted)"), "{s}");
+    assert!(
+        bed.remote_pods()
+            .get_opt("admin-rooted")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    bed.shadows()
+        .delete("admin-rooted", &DeleteParams::default())
+        .await
+        .unwrap();
+    set(Value::Null);
 }
 
 /// A remote container that cannot start: its state comes home, with a Warning Event.

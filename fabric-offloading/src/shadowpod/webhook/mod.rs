@@ -252,8 +252,10 @@ struct View {
     slices: Store<ResourceSlice>,
     namespaces: Store<Namespace>,
     charger: charges::Charger,
-    /// What the provider lets tenants' pods do and where they run.
+    /// What the provider lets tenants' pods do and where they run (a Tenant may have a level
+    /// of its own).
     rules: Rules,
+    tenants: Store<Tenant>,
 }
 
 /// The field manager of the charges on Tenants' status.
@@ -283,7 +285,15 @@ impl View {
             Operation::Update => req.old_object.as_ref(),
             _ => None,
         };
-        admission::conforms(&shadow.spec, old.map(|o| &o.spec), &self.rules)?;
+        // The level of the tenant the ShadowPod names; one naming another tenant than its
+        // writer's is refused below whatever its pod.
+        let consumer = &shadow.spec.cluster_id;
+        let level = self
+            .tenants
+            .get(&ObjectRef::new(consumer).within(&names::namespace::tenant(consumer)))
+            .and_then(|t| t.spec.pod_security);
+        let rules = self.rules.for_tenant(level);
+        admission::conforms(&shadow.spec, old.map(|o| &o.spec), &rules)?;
         let Verdict::Charge {
             consumer,
             requests,
@@ -459,6 +469,12 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
             "Namespace",
             Api::all(client.clone()),
             watcher::Config::default().labels(label::REMOTE_CLUSTER),
+        )
+        .await?,
+        tenants: cache(
+            "Tenant",
+            Api::all(client.clone()),
+            watcher::Config::default(),
         )
         .await?,
         charger: charges::Charger::new(client.clone(), s.charge_budget),
