@@ -86,8 +86,14 @@ impl AuthService {
             Some(container) => Bin::as_container("fabric-controller", container)?,
             None => Bin::new("fabric-controller")?,
         };
+        // As its pod: the token of its ServiceAccount, with the rights deploy/ gives it.
+        let kubeconfig = crate::rights::component_kubeconfig(
+            provider,
+            "fabric-auth",
+            fabric_netns::testbed::scratch_dir(&format!("auth-{cluster_id}.kubeconfig")),
+        )?;
         let mut child = bin
-            .kubeconfig(&provider.kubeconfig)
+            .kubeconfig(&kubeconfig)
             .args(["auth", "--cluster-id", cluster_id])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--api-server-url", &api_url])

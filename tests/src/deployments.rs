@@ -325,39 +325,14 @@ fn terminate(child: &mut Child) {
 
 /// The component kubeconfig with the ServiceAccount's token as its only credential.
 fn service_account_kubeconfig(opts: &Options, t: &Template) -> Result<PathBuf> {
-    let token = kubectl(
-        &opts.admin_kubeconfig,
-        &[
-            "create",
-            "token",
-            &t.service_account,
-            "-n",
-            &t.namespace,
-            "--duration=24h",
-        ],
-    )?;
-    let token = String::from_utf8(token)?.trim().to_owned();
-    let text = std::fs::read_to_string(&opts.component_kubeconfig)?;
-    // kubelite's start script writes the user as one flow mapping on one line.
-    let mut found = false;
-    let out: Vec<String> = text
-        .lines()
-        .map(|l| {
-            if l.trim_start().starts_with("user: {") {
-                found = true;
-                format!("  user: {{token: \"{token}\"}}")
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect();
-    anyhow::ensure!(
-        found,
-        "{} has no `user:` line",
-        opts.component_kubeconfig.display()
-    );
     let path = opts.dir.join(format!("{}.kubeconfig", t.key));
-    std::fs::write(&path, out.join("\n") + "\n")?;
+    crate::rights::token_kubeconfig(
+        &opts.admin_kubeconfig,
+        &opts.component_kubeconfig,
+        &t.namespace,
+        &t.service_account,
+        &path,
+    )?;
     Ok(path)
 }
 

@@ -29,6 +29,7 @@ pub mod phase;
 pub mod process;
 /// Resource quantities, as the provider's offer policy reads them.
 pub use fabric_api::quantity;
+pub mod rights;
 pub mod sched;
 pub mod sharing;
 pub mod testnode;

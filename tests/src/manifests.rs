@@ -149,6 +149,11 @@ impl Manifests {
     /// Renders [`Manifests::dir`] (kustomize, then JSON through the API server's discovery: a
     /// client-side dry run, which needs a server to map the kinds).
     pub fn render(api: &ApiServer) -> Result<Self> {
+        Self::from_objects(Self::rendered(api)?)
+    }
+
+    /// Every object of [`Manifests::dir`], as [`Manifests::render`] renders them.
+    pub fn rendered(api: &ApiServer) -> Result<Vec<Value>> {
         let deploy = Self::dir();
         let o = Command::new("kubectl")
             .env("KUBECONFIG", &api.kubeconfig)
@@ -162,11 +167,10 @@ impl Manifests {
             deploy.display(),
             String::from_utf8_lossy(&o.stderr)
         );
-        let objects = serde_json::Deserializer::from_slice(&o.stdout)
+        serde_json::Deserializer::from_slice(&o.stdout)
             .into_iter::<Value>()
             .collect::<Result<Vec<_>, _>>()
-            .context("parsing the rendered manifests")?;
-        Self::from_objects(objects)
+            .context("parsing the rendered manifests")
     }
 
     /// The Deployments and DaemonSets among `objects` (the rest is not run by a container).

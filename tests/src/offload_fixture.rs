@@ -178,9 +178,15 @@ pub fn start_virtual_nodes(
     ];
     args.extend(extra);
     let log = dir.join("consumer-controller.log");
+    // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
+    let kubeconfig = crate::rights::component_kubeconfig(
+        consumer,
+        "fabric-virtual-nodes",
+        dir.join("virtual-nodes.kubeconfig"),
+    )?;
     let controller = Bin::new("fabric-controller")?
         .args(args)
-        .kubeconfig(&consumer.kubeconfig)
+        .kubeconfig(&kubeconfig)
         .pod_name("controller-0")
         .log(&log)
         .spawn()?;

@@ -13,8 +13,8 @@
 //!
 //! | process (cluster X)          | runs in         | X's API server                    | a peer's API server                    |
 //! |------------------------------|-----------------|-----------------------------------|----------------------------------------|
-//! | `auth`                       | host namespace  | admin kubeconfig, host forwarder  | —                                      |
-//! | `sharing`, `virtual-nodes`   | host namespace  | admin kubeconfig, host forwarder  | X's identity on it: the forwarder URL the peer's `auth` handed out, X's client certificate |
+//! | `auth`                       | host namespace  | its ServiceAccount token, host forwarder | —                               |
+//! | `sharing`, `virtual-nodes`   | host namespace  | its ServiceAccount token, host forwarder | X's identity on it: the forwarder URL the peer's `auth` handed out, X's client certificate |
 //! | virtual kubelet (Deployment) | host namespace  | its ServiceAccount token, host forwarder | the identity Secret (as above) |
 //! | `fabricctl` (the test)       | host namespace  | admin kubeconfig, host forwarder  | only the authentication service        |
 //!
@@ -81,9 +81,10 @@ impl Member {
         // The virtual kubelets serve their kubelet API to the API server's client certificate.
         cluster.api.publish_client_ca()?;
         let mut procs = Vec::new();
-        for (name, container, args) in [
+        for (name, service_account, container, args) in [
             (
                 "sharing",
+                "fabric-sharing",
                 &containers.sharing,
                 vec![
                     "sharing".to_owned(),
@@ -98,6 +99,7 @@ impl Member {
             ),
             (
                 "virtual-nodes",
+                "fabric-virtual-nodes",
                 &containers.virtual_nodes,
                 vec![
                     "virtual-nodes".to_owned(),
@@ -110,9 +112,15 @@ impl Member {
             ),
         ] {
             let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+            // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
+            let own = crate::rights::component_kubeconfig(
+                &cluster.api,
+                service_account,
+                dir.join(format!("{name}.kubeconfig")),
+            )?;
             let child = die_with_parent(&mut container.command(&locate_bin("fabric-controller")?)?)
                 .args(&args)
-                .env("KUBECONFIG", &kubeconfig)
+                .env("KUBECONFIG", &own)
                 .env("RUST_LOG", "info")
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)

@@ -46,13 +46,19 @@ pub fn start(api: &ApiServer, log: &Path) -> Result<ChildGuard> {
             );
         }
     }
+    // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
+    let kubeconfig = crate::rights::component_kubeconfig(
+        api,
+        "fabric-shadowpod-webhook",
+        log.with_extension("kubeconfig"),
+    )?;
     let child = Bin::new("fabric-controller")?
         .args([
             "shadowpod-webhook",
             "--listen",
             &format!("127.0.0.1:{port}"),
         ])
-        .kubeconfig(&api.kubeconfig)
+        .kubeconfig(&kubeconfig)
         .log(log)
         .spawn()?;
     try_eventually_blocking("the webhook's caBundle", Duration::from_secs(30), || {

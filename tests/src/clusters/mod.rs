@@ -290,8 +290,9 @@ impl PeeredClusters {
     }
 
     /// Clusters for the sharing layer: API servers with RBAC, client certificates and
-    /// ServiceAccount tokens enforced (kubelite's `KUBELITE_AUTH=1`; every fixture component
-    /// still uses the admin kubeconfig), one gateway replica each, and with `third` a cluster
+    /// ServiceAccount tokens enforced (kubelite's `KUBELITE_AUTH=1`; the network components
+    /// here use the admin kubeconfig, the sharing layer's its ServiceAccounts' tokens), one
+    /// gateway replica each, and with `third` a cluster
     /// C besides A and B. Nothing of the sharing layer runs yet: see
     /// [`crate::peering_stack::PeeringStack`].
     pub fn for_sharing(nodes: usize, third: bool) -> Result<Self> {

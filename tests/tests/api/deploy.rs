@@ -231,6 +231,30 @@ fn manifests_apply_with_least_privilege() {
                 "update",
                 "leases.coordination.k8s.io/fabric-sharing",
             ),
+            // Server-side apply of objects that do not exist yet (a provider's VirtualNode, a
+            // peer's network objects) is a create; the gateway's identity is watched by name.
+            (
+                "fabric-sharing",
+                "create",
+                "virtualnodes.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "create",
+                "configurations.networking.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "watch",
+                "configmaps/fabric-gateway-identity",
+            ),
+            ("fabric-sharing", "get", "configmaps/fabric-cluster"),
+            // ... and what it grants each virtual kubelet: its Configuration, by name.
+            (
+                "fabric-virtual-nodes",
+                "watch",
+                "configurations.networking.fabric.io",
+            ),
             // The renewal of the identities issued by providers (run by the sharing controllers).
             ("fabric-sharing", "patch", "secrets"),
             (
@@ -460,6 +484,10 @@ fn manifests_apply_with_least_privilege() {
                 "leases.coordination.k8s.io/some-other-lease",
             ),
             ("fabric-sharing", "list", "secrets"),
+            // The cluster's and the gateway's identity only, not the IPAM's ledger.
+            ("fabric-sharing", "list", "configmaps"),
+            ("fabric-sharing", "update", "configmaps/fabric-ipam-ledger"),
+            ("fabric-sharing", "get", "configmaps/some-other-configmap"),
             ("fabric-sharing", "patch", "pods"),
             // Pods only in tenant namespaces, through their RoleBinding (checked below).
             ("fabric-sharing", "create", "pods"),

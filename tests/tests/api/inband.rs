@@ -28,7 +28,7 @@ use fabric_negotiation::{Settings, run};
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     auth_service::AuthService,
-    locate_bin,
+    locate_bin, rights,
     sharing::install_identity,
     wait::eventually,
 };
@@ -395,7 +395,9 @@ async fn in_band_peer_and_unpeer() {
         return;
     }
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("fabric_negotiation=info,fabric_auth=info,kube_runtime=warn")
+        .with_env_filter(
+            "fabric_negotiation=info,fabric_auth=info,fabric_kube=warn,kube_runtime=warn",
+        )
         .with_test_writer()
         .try_init();
     let consumer_api = ApiServer::start_with_auth("inband-c");
@@ -413,7 +415,19 @@ async fn in_band_peer_and_unpeer() {
         .unwrap();
     add_node(&p).await;
     let svc = AuthService::start(&provider_api, PROVIDER).await.unwrap();
-    let ctl = [controllers(c.clone()), controllers(p.clone())];
+    // The sharing controllers as their pods run them: each cluster's fabric-sharing
+    // ServiceAccount, with the rights deploy/ gives it.
+    let mut own = Vec::new();
+    for api in [&consumer_api, &provider_api] {
+        let out = api.kubeconfig.with_file_name("fabric-sharing.kubeconfig");
+        own.push(
+            rights::component_client(api, "fabric-sharing", out)
+                .await
+                .unwrap(),
+        );
+    }
+    let (own_p, own_c) = (own.pop().unwrap(), own.pop().unwrap());
+    let ctl = [controllers(own_c), controllers(own_p)];
     let provider_kubeconfig = provider_api.kubeconfig.to_str().unwrap().to_owned();
 
     // 1. Out of band, with the command the provider's admin prints.

@@ -37,6 +37,7 @@ use fabric_tests::{
     offload_fixture::{self as fixture, CONSUMER, NODE, NS, PROVIDER},
     phase::phase_async,
     process::Bin,
+    rights,
     wait::try_eventually,
 };
 use k8s_openapi::api::core::v1::Pod;
@@ -257,10 +258,14 @@ async fn setup(tag: &str) -> Option<Bed> {
     fabric_tests::auth_service::prepare_cluster(&provider, PROVIDER);
     let p = provider.client().await;
     let creds = fixture::admit_consumer(&provider).await.unwrap();
+    // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
+    let sharing_kubeconfig =
+        rights::component_kubeconfig(&provider, "fabric-sharing", dir.join("sharing.kubeconfig"))
+            .unwrap();
     let sharing_controller = Bin::new("fabric-controller")
         .unwrap()
         .arg("sharing")
-        .kubeconfig(&provider.kubeconfig)
+        .kubeconfig(&sharing_kubeconfig)
         .pod_name("controller-0")
         .log(dir.join("provider-controller.log"))
         .spawn()
