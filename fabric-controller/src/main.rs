@@ -23,7 +23,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use fabric_api::names;
 use fabric_controller::{discovery, gateway, ipam, ips};
-use fabric_kube::lease::run_elected;
+use fabric_kube::{client_ca::ClientCa, lease::run_elected};
 use fabric_offloading::{shadowpod, virtual_node};
 use ipnetwork::Ipv4Network;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -200,9 +200,10 @@ enum Cmd {
         /// --tls-hosts when absent. Consumers pin it (`fabricctl generate peer-command`).
         #[arg(long, default_value = names::secret::AUTH_TLS)]
         tls_secret: String,
-        /// The CA (PEM file) consumers' client certificates chain to (the cluster's client CA,
-        /// e.g. `client-ca-file` of ConfigMap kube-system/extension-apiserver-authentication):
-        /// consumers renew their certificates with them. Without it, renewals are refused.
+        /// The CA (PEM file) consumers' client certificates chain to: consumers renew their
+        /// certificates with them. Default: the cluster's client CA, `client-ca-file` of
+        /// ConfigMap kube-system/extension-apiserver-authentication (as the API server
+        /// publishes it), read at start.
         #[arg(long, env = "FABRIC_CLIENT_CA")]
         client_ca: Option<PathBuf>,
         /// Names and addresses of the self-signed serving certificate, comma separated.
@@ -584,18 +585,18 @@ async fn run() -> Result<()> {
                 certificate_ttl,
                 sign_timeout,
             };
-            let client_ca = client_ca
-                .map(|p| {
-                    std::fs::read_to_string(&p)
-                        .with_context(|| format!("reading --client-ca {}", p.display()))
-                })
-                .transpose()?;
+            let source = client_ca.map_or(ClientCa::Cluster, ClientCa::File);
+            let client_ca = fabric_kube::client_ca::read(&service.client, &source)
+                .await
+                .with_context(|| {
+                    format!("the client CA consumers renew with ({source}); set --client-ca")
+                })?;
             fabric_auth::run::run(
                 service,
                 listen,
                 &tls_secret,
                 &tls_hosts,
-                client_ca.as_deref(),
+                Some(&client_ca),
                 limits,
             )
             .await

@@ -17,6 +17,7 @@
 //! The metrics/health HTTP server is not here but in `fabric-http`: the gateway serves it
 //! too and must not link kube.
 pub mod cache;
+pub mod client_ca;
 pub mod controller;
 pub mod election;
 pub mod events;

@@ -86,6 +86,9 @@ impl AuthService {
             Some(container) => Bin::as_container("fabric-controller", container)?,
             None => Bin::new("fabric-controller")?,
         };
+        // The cluster CA, which signs the consumers' certificates, where the API server
+        // publishes it: the service verifies renewals against it, as deploy/ runs it.
+        provider.publish_client_ca()?;
         // As its pod: the token of its ServiceAccount, with the rights deploy/ gives it.
         let kubeconfig = crate::rights::component_kubeconfig(
             provider,
@@ -100,10 +103,6 @@ impl AuthService {
             .arg("--api-server-ca")
             .arg(&ca)
             .args(["--tls-hosts", "127.0.0.1", "--certificate-ttl", "1h"])
-            // The cluster CA next to the serving certificate (kubelite's run dir): it signs
-            // the consumers' certificates, so renewals are verified against it.
-            .arg("--client-ca")
-            .arg(ca.with_file_name("ca.crt"))
             .log(&log)
             .spawn()?;
         // Listening, or exited (and then why).

@@ -36,8 +36,9 @@ pub const VIRTUAL_NODE_NAMESPACE_LABEL: &str = "offloading.fabric.io/virtual-nod
 pub const KUBELET_PORT: u16 = 10250;
 /// Where the API server publishes its client CA (`client-ca-file`), as kube-apiserver does:
 /// the virtual kubelet lets in the client certificates it signed (the API server's own).
-pub const CLIENT_CA_CONFIGMAP_NAMESPACE: &str = "kube-system";
-pub const CLIENT_CA_CONFIGMAP: &str = "extension-apiserver-authentication";
+pub use fabric_kube::client_ca::{
+    CONFIGMAP as CLIENT_CA_CONFIGMAP, NAMESPACE as CLIENT_CA_CONFIGMAP_NAMESPACE,
+};
 
 /// Where the controller's output goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

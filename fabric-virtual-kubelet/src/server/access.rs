@@ -1,19 +1,14 @@
 //! The edges of who may call the kubelet API ([`super::authn`] and [`super::authz`] decide):
 //! where the client CA comes from, and the TokenReviews and SubjectAccessReviews asked of this
 //! cluster's API server.
-use std::{path::PathBuf, sync::Mutex, time::Instant};
+use std::{sync::Mutex, time::Instant};
 
-/// Where the API server publishes its client CA for delegated authentication, as upstream's
-/// kube-apiserver does (aggregated API servers and metrics-server read it there); the
-/// VirtualNode controller grants reading it.
-pub use fabric_offloading::virtual_node::objects::{
-    CLIENT_CA_CONFIGMAP as AUTHENTICATION_CONFIGMAP,
-    CLIENT_CA_CONFIGMAP_NAMESPACE as AUTHENTICATION_CONFIGMAP_NAMESPACE,
-};
+/// The client CA: a file, or the one the API server publishes (the VirtualNode controller
+/// grants reading it).
+pub use fabric_kube::client_ca::{CaError, ClientCa, read as client_ca};
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec},
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
-    core::v1::ConfigMap,
 };
 use kube::{Api, api::PostParams};
 
@@ -21,57 +16,6 @@ use super::{
     authn::{Reviewed, Tokens},
     authz::{Answer, Attributes, Cache, Ttl, User, Verdict, verdict},
 };
-pub const CLIENT_CA_KEY: &str = "client-ca-file";
-
-/// The CA bundle the API server's kubelet client certificate chains to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientCa {
-    /// A PEM file (`--client-ca-file`, e.g. mounted from a ConfigMap or Secret).
-    File(PathBuf),
-    /// `client-ca-file` of ConfigMap kube-system/extension-apiserver-authentication: the
-    /// CA of the API server's `--client-ca-file`, which in kubeadm and most distributions
-    /// also signs its `--kubelet-client-certificate`.
-    Cluster,
-}
-
-impl std::fmt::Display for ClientCa {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientCa::File(p) => write!(f, "{}", p.display()),
-            ClientCa::Cluster => write!(
-                f,
-                "{CLIENT_CA_KEY} of ConfigMap \
-                 {AUTHENTICATION_CONFIGMAP_NAMESPACE}/{AUTHENTICATION_CONFIGMAP}"
-            ),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CaError {
-    #[error("reading {0}: {1}")]
-    File(PathBuf, std::io::Error),
-    #[error("reading the client CA ConfigMap: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("{0} is not there")]
-    Missing(ClientCa),
-}
-
-/// The client CA bundle (PEM) as it is now.
-pub async fn client_ca(local: &kube::Client, source: &ClientCa) -> Result<String, CaError> {
-    match source {
-        ClientCa::File(p) => std::fs::read_to_string(p).map_err(|e| CaError::File(p.clone(), e)),
-        ClientCa::Cluster => {
-            let cm =
-                Api::<ConfigMap>::namespaced(local.clone(), AUTHENTICATION_CONFIGMAP_NAMESPACE)
-                    .get_opt(AUTHENTICATION_CONFIGMAP)
-                    .await?;
-            cm.and_then(|cm| cm.data?.remove(CLIENT_CA_KEY))
-                .filter(|pem| !pem.trim().is_empty())
-                .ok_or(CaError::Missing(ClientCa::Cluster))
-        }
-    }
-}
 
 /// Asks this cluster's API server whether a user may do what a request stands for
 /// (SubjectAccessReview), keeping answers for their [`Ttl`].

@@ -255,6 +255,30 @@ fn manifests_apply_with_least_privilege() {
                 "watch",
                 "configurations.networking.fabric.io",
             ),
+            // Server-side apply of objects that do not exist yet (a provider's VirtualNode, a
+            // peer's network objects) is a create; the gateway's identity is watched by name.
+            (
+                "fabric-sharing",
+                "create",
+                "virtualnodes.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "create",
+                "configurations.networking.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "watch",
+                "configmaps/fabric-gateway-identity",
+            ),
+            ("fabric-sharing", "get", "configmaps/fabric-cluster"),
+            // ... and what it grants each virtual kubelet: its Configuration, by name.
+            (
+                "fabric-virtual-nodes",
+                "watch",
+                "configurations.networking.fabric.io",
+            ),
             // The renewal of the identities issued by providers (run by the sharing controllers).
             ("fabric-sharing", "patch", "secrets"),
             (
@@ -484,6 +508,10 @@ fn manifests_apply_with_least_privilege() {
                 "leases.coordination.k8s.io/some-other-lease",
             ),
             ("fabric-sharing", "list", "secrets"),
+            // The cluster's and the gateway's identity only, not the IPAM's ledger.
+            ("fabric-sharing", "list", "configmaps"),
+            ("fabric-sharing", "update", "configmaps/fabric-ipam-ledger"),
+            ("fabric-sharing", "get", "configmaps/some-other-configmap"),
             // The cluster's and the gateway's identity only, not the IPAM's ledger.
             ("fabric-sharing", "list", "configmaps"),
             ("fabric-sharing", "update", "configmaps/fabric-ipam-ledger"),
@@ -815,6 +843,18 @@ fn manifests_apply_with_least_privilege() {
         assert!(can_cm("configmaps/extension-apiserver-authentication"));
         assert!(!can_cm("configmaps/kubeadm-config"));
         assert!(!can_cm("configmaps"));
+        // The authentication service verifies renewals against the same client CA.
+        for (what, yes) in [
+            ("configmaps/extension-apiserver-authentication", true),
+            ("configmaps/kubeadm-config", false),
+            ("configmaps", false),
+        ] {
+            assert_eq!(
+                self::can_in(&api, "fabric-auth", "get", what, "kube-system"),
+                yes,
+                "fabric-auth get {what} in kube-system"
+            );
+        }
     });
 
     phase("removed with kubectl delete -k", || {
