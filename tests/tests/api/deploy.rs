@@ -50,6 +50,81 @@ fn can_all<'a>(
     answers.into_inner().unwrap()
 }
 
+/// A kubeconfig that is component `who`'s ServiceAccount and nothing else: the attacker's
+/// own credentials when that component is compromised (a token, as its pod holds one).
+fn token_of(api: &ApiServer, who: &str) -> std::path::PathBuf {
+    let out = api.kubeconfig.with_file_name(format!("{who}.kubeconfig"));
+    fabric_tests::rights::token_kubeconfig(&api.kubeconfig, &api.kubeconfig, NS, who, &out)
+        .unwrap();
+    out
+}
+
+/// `kubectl` with kubeconfig `kc` (and `input` on stdin, if any): whether it succeeded, and
+/// what it said.
+fn kubectl_with(kc: &Path, args: &[&str], input: Option<&str>) -> (bool, String) {
+    use std::io::Write as _;
+    let mut c = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", kc)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = c.stdin.take().unwrap();
+    stdin
+        .write_all(input.unwrap_or_default().as_bytes())
+        .unwrap();
+    drop(stdin);
+    let o = c.wait_with_output().unwrap();
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+/// `obj` applied with kubeconfig `kc`, as the components write (server-side apply: the
+/// name is in the request, which `escalate` and `bind` on named Roles need).
+fn apply_with(kc: &Path, obj: &serde_json::Value) -> (bool, String) {
+    kubectl_with(
+        kc,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&obj.to_string()),
+    )
+}
+
+/// Attacks made with a compromised component's own credentials: each must be refused. All
+/// are tried, and those that succeeded are listed at once.
+#[derive(Default)]
+struct Attacks(Vec<String>);
+
+impl Attacks {
+    /// `what` must have been refused (403, or a policy's denial).
+    fn refused(&mut self, what: &str, (ok, out): (bool, String)) {
+        if ok {
+            self.0.push(format!("{what} was allowed: {}", out.trim()));
+        } else if !(out.contains("forbidden") || out.contains("denied")) {
+            self.0
+                .push(format!("{what} failed, but not as refused: {}", out.trim()));
+        }
+    }
+
+    #[track_caller]
+    fn check(self) {
+        assert!(self.0.is_empty(), "\n{}", self.0.join("\n"));
+    }
+}
+
+/// Asserts that `what` succeeded.
+#[track_caller]
+fn allowed(what: &str, (ok, out): (bool, String)) {
+    assert!(ok, "{what} was refused: {out}");
+}
+
 #[test]
 fn manifests_apply_with_least_privilege() {
     if !require_tools("manifests_apply_with_least_privilege") {
@@ -230,30 +305,6 @@ fn manifests_apply_with_least_privilege() {
                 "fabric-sharing",
                 "update",
                 "leases.coordination.k8s.io/fabric-sharing",
-            ),
-            // Server-side apply of objects that do not exist yet (a provider's VirtualNode, a
-            // peer's network objects) is a create; the gateway's identity is watched by name.
-            (
-                "fabric-sharing",
-                "create",
-                "virtualnodes.offloading.fabric.io",
-            ),
-            (
-                "fabric-sharing",
-                "create",
-                "configurations.networking.fabric.io",
-            ),
-            (
-                "fabric-sharing",
-                "watch",
-                "configmaps/fabric-gateway-identity",
-            ),
-            ("fabric-sharing", "get", "configmaps/fabric-cluster"),
-            // ... and what it grants each virtual kubelet: its Configuration, by name.
-            (
-                "fabric-virtual-nodes",
-                "watch",
-                "configurations.networking.fabric.io",
             ),
             // Server-side apply of objects that do not exist yet (a provider's VirtualNode, a
             // peer's network objects) is a create; the gateway's identity is watched by name.
@@ -512,10 +563,6 @@ fn manifests_apply_with_least_privilege() {
             ("fabric-sharing", "list", "configmaps"),
             ("fabric-sharing", "update", "configmaps/fabric-ipam-ledger"),
             ("fabric-sharing", "get", "configmaps/some-other-configmap"),
-            // The cluster's and the gateway's identity only, not the IPAM's ledger.
-            ("fabric-sharing", "list", "configmaps"),
-            ("fabric-sharing", "update", "configmaps/fabric-ipam-ledger"),
-            ("fabric-sharing", "get", "configmaps/some-other-configmap"),
             ("fabric-sharing", "patch", "pods"),
             // Pods only in tenant namespaces, through their RoleBinding (checked below).
             ("fabric-sharing", "create", "pods"),
@@ -680,7 +727,9 @@ fn manifests_apply_with_least_privilege() {
         // sharing controllers' RoleBinding there (bind, not escalate: it holds no pod writes),
         // which lets them write pods in that namespace and in no other.
         let tenant = "fabric-tenant-alpha";
-        api.kubectl_ok(&["create", "namespace", tenant]);
+        let namespace = serde_json::to_string(&fabric_auth::tenant::namespace("alpha")).unwrap();
+        let o = api.kubectl_stdin(&["create", "-f", "-"], &namespace);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let binding = serde_json::to_string(&fabric_auth::tenant::sharing_binding(
             "alpha",
             "fabric-system",
@@ -856,6 +905,222 @@ fn manifests_apply_with_least_privilege() {
             );
         }
     });
+
+    phase(
+        "the authentication service is confined to tenant areas",
+        || {
+            let mut attacks = Attacks::default();
+            // What a compromised authentication service (it faces the internet) does with its own
+            // token. RBAC cannot narrow these by name prefix or content; the ValidatingAdmission-
+            // Policies of deploy/base/auth.yaml do.
+            let auth = token_of(&api, "fabric-auth");
+            // What it makes for a consumer, it still makes.
+            let beta = "beta";
+            let tenant_ns = fabric_api::names::namespace::tenant(beta);
+            for obj in [
+                serde_json::to_value(fabric_auth::tenant::namespace(beta)).unwrap(),
+                serde_json::to_value(fabric_auth::tenant::role(beta)).unwrap(),
+                serde_json::to_value(fabric_auth::tenant::role_binding(beta)).unwrap(),
+                serde_json::to_value(fabric_auth::tenant::sharing_binding(beta, NS)).unwrap(),
+            ] {
+                allowed(
+                    &format!("creating a tenant's {}", obj["kind"]),
+                    apply_with(&auth, &obj),
+                );
+            }
+            // Relabelling a namespace that is not a tenant's (e.g. to lift its Pod Security).
+            attacks.refused(
+                "the authentication service relabelling kube-system",
+                kubectl_with(
+                    &auth,
+                    &[
+                        "label",
+                        "namespace",
+                        "kube-system",
+                        "pod-security.kubernetes.io/enforce=privileged",
+                    ],
+                    None,
+                ),
+            );
+            // The consumer's Role with more than a consumer gets (it may escalate that Role).
+            let mut wide = serde_json::to_value(fabric_auth::tenant::role(beta)).unwrap();
+            wide["metadata"]["namespace"] = tenant_ns.clone().into();
+            wide["rules"] = serde_json::json!([{ "apiGroups": [""], "resources": ["secrets", "pods"],
+                                             "verbs": ["get", "list", "create"] }]);
+            attacks.refused(
+                "the authentication service widening a tenant's Role",
+                apply_with(&auth, &wide),
+            );
+            // The same Role, outside tenant namespaces.
+            let mut elsewhere = serde_json::to_value(fabric_auth::tenant::role(beta)).unwrap();
+            elsewhere["metadata"]["namespace"] = "default".into();
+            attacks.refused(
+                "the authentication service writing a Role in default",
+                apply_with(&auth, &elsewhere),
+            );
+            // Pod writes for the sharing controllers outside tenant namespaces.
+            let mut pods =
+                serde_json::to_value(fabric_auth::tenant::sharing_binding(beta, NS)).unwrap();
+            pods["metadata"]["namespace"] = "kube-system".into();
+            attacks.refused(
+                "the authentication service binding fabric-sharing-tenant in kube-system",
+                apply_with(&auth, &pods),
+            );
+            // The consumer's Role bound to someone else.
+            let mut other = serde_json::to_value(fabric_auth::tenant::role_binding(beta)).unwrap();
+            other["metadata"]["name"] = "mallory".into();
+            other["subjects"][0]["name"] = "mallory".into();
+            attacks.refused(
+                "the authentication service binding a tenant's Role to another user",
+                apply_with(&auth, &other),
+            );
+            // A client CSR someone else asked for (any subject but system:masters would be
+            // signed): not the service's to approve.
+            let csr = std::process::Command::new("openssl")
+                .args([
+                    "req",
+                    "-new",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-keyout",
+                    "/dev/null",
+                    "-subj",
+                    "/CN=mallory/O=system:nodes",
+                ])
+                .output()
+                .unwrap();
+            assert!(csr.status.success());
+            api.kubectl_stdin(
+                &["create", "-f", "-"],
+                &serde_json::json!({
+                    "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                    "metadata": { "name": "fabric-consumer-mallory" },
+                    "spec": { "request": base64::Engine::encode(
+                                  &base64::engine::general_purpose::STANDARD, &csr.stdout),
+                              "signerName": "kubernetes.io/kube-apiserver-client",
+                              "usages": ["digital signature", "client auth"] },
+                })
+                .to_string(),
+            );
+            attacks.refused(
+                "the authentication service approving a CSR it did not ask for",
+                kubectl_with(
+                    &auth,
+                    &["certificate", "approve", "fabric-consumer-mallory"],
+                    None,
+                ),
+            );
+            attacks.check();
+        },
+    );
+
+    phase("a virtual kubelet writes only its own node's pods", || {
+        let mut attacks = Attacks::default();
+        // A virtual kubelet as the VirtualNode controller sets it up (its ServiceAccount and
+        // ClusterRole: pod status cluster-wide, as RBAC cannot narrow it to a node), with
+        // its own token: the pods of another node are out of its reach (deploy/'s
+        // ValidatingAdmissionPolicy checks spec.nodeName against the Node it may write).
+        use fabric_api::offloading::v1alpha1::{VirtualNode, VirtualNodeSpec};
+        use fabric_offloading::virtual_node::objects;
+        let mut vn = VirtualNode::new(
+            "prov",
+            VirtualNodeSpec {
+                cluster_id: "prov".into(),
+                node_name: "fabric-prov".into(),
+                identity: "prov".into(),
+                resources: Default::default(),
+                labels: Default::default(),
+                at_most_once: None,
+            },
+        );
+        vn.metadata.namespace = Some(NS.into());
+        for obj in [
+            serde_json::to_value(objects::service_account(&vn)).unwrap(),
+            serde_json::to_value(objects::cluster_role(&vn)).unwrap(),
+            serde_json::to_value(objects::cluster_role_binding(&vn)).unwrap(),
+        ] {
+            let o = api.kubectl_stdin(&["create", "-f", "-"], &obj.to_string());
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        for (pod, node) in [("offloaded", "fabric-prov"), ("local", "node0")] {
+            let obj = serde_json::json!({ "apiVersion": "v1", "kind": "Pod",
+                "metadata": { "name": pod, "namespace": "default" },
+                "spec": { "nodeName": node, "containers": [{ "name": "c", "image": "i" }] } });
+            let o = api.kubectl_stdin(&["create", "-f", "-"], &obj.to_string());
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        let vk = api.kubeconfig.with_file_name("vk.kubeconfig");
+        fabric_tests::rights::token_kubeconfig(
+            &api.kubeconfig,
+            &api.kubeconfig,
+            NS,
+            &objects::name(&vn),
+            &vk,
+        )
+        .unwrap();
+        let status = |pod: &str| {
+            kubectl_with(
+                &vk,
+                &[
+                    "patch",
+                    "pod",
+                    pod,
+                    "-n",
+                    "default",
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    r#"{"status":{"phase":"Failed","reason":"Evicted"}}"#,
+                ],
+                None,
+            )
+        };
+        allowed("a virtual kubelet reporting its pod", status("offloaded"));
+        attacks.refused(
+            "a virtual kubelet failing a pod of another node",
+            status("local"),
+        );
+        attacks.check();
+    });
+
+    phase(
+        "the VirtualNode controller writes only its virtual kubelets' RBAC",
+        || {
+            let mut attacks = Attacks::default();
+            // With its own token: another component's binding or ServiceAccount is not its to
+            // change, even where RBAC lets it (it holds what fabric-gateway's ClusterRole grants).
+            let vnodes = token_of(&api, "fabric-virtual-nodes");
+            attacks.refused(
+                "the VirtualNode controller deleting fabric-controller's ClusterRoleBinding",
+                kubectl_with(
+                    &vnodes,
+                    &["delete", "clusterrolebinding", "fabric-controller"],
+                    None,
+                ),
+            );
+            attacks.refused(
+            "the VirtualNode controller adding a subject to fabric-gateway's ClusterRoleBinding",
+            kubectl_with(
+                &vnodes,
+                &["patch", "clusterrolebinding", "fabric-gateway", "--type=json", "-p",
+                  r#"[{"op":"add","path":"/subjects/-","value":{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"mallory"}}]"#],
+                None,
+            ),
+        );
+            attacks.refused(
+                "the VirtualNode controller creating a ServiceAccount in kube-system",
+                kubectl_with(
+                    &vnodes,
+                    &["create", "serviceaccount", "mallory", "-n", "kube-system"],
+                    None,
+                ),
+            );
+            attacks.check();
+        },
+    );
 
     phase("removed with kubectl delete -k", || {
         // Removal: nothing the manifests create carries a finalizer, so `kubectl delete -k`
