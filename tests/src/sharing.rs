@@ -77,22 +77,7 @@ pub fn mint_client_cert(api: &ApiServer, user: &str, group: &str) -> Result<(Str
         dir.join("ext"),
     );
     std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")?;
-    let subj = format!("/CN={user}/O={group}");
-    openssl(&[
-        "req",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        &p(&key),
-        "-subj",
-        &subj,
-        "-out",
-        &p(&csr),
-    ])?;
+    client_csr(user, group, &key, &csr)?;
     openssl(&[
         "x509",
         "-req",
@@ -118,6 +103,25 @@ pub fn mint_client_cert(api: &ApiServer, user: &str, group: &str) -> Result<(Str
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
+}
+
+/// A new key (to `key`) and a PKCS#10 request (PEM, to `csr`) for user `user` in `group`.
+pub fn client_csr(user: &str, group: &str, key: &Path, csr: &Path) -> Result<()> {
+    openssl(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        &p(key),
+        "-subj",
+        &format!("/CN={user}/O={group}"),
+        "-out",
+        &p(csr),
+    ])
 }
 
 fn p(path: &Path) -> String {

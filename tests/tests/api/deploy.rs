@@ -976,30 +976,22 @@ fn manifests_apply_with_least_privilege() {
             );
             // A client CSR someone else asked for (any subject but system:masters would be
             // signed): not the service's to approve.
-            let csr = std::process::Command::new("openssl")
-                .args([
-                    "req",
-                    "-new",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1",
-                    "-nodes",
-                    "-keyout",
-                    "/dev/null",
-                    "-subj",
-                    "/CN=mallory/O=system:nodes",
-                ])
-                .output()
-                .unwrap();
-            assert!(csr.status.success());
+            let csr = api.kubeconfig.with_file_name("mallory.csr");
+            fabric_tests::sharing::client_csr(
+                "mallory",
+                "system:nodes",
+                &api.kubeconfig.with_file_name("mallory.key"),
+                &csr,
+            )
+            .unwrap();
+            let csr = std::fs::read(&csr).unwrap();
             api.kubectl_stdin(
                 &["create", "-f", "-"],
                 &serde_json::json!({
                     "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
                     "metadata": { "name": "fabric-consumer-mallory" },
                     "spec": { "request": base64::Engine::encode(
-                                  &base64::engine::general_purpose::STANDARD, &csr.stdout),
+                                  &base64::engine::general_purpose::STANDARD, &csr),
                               "signerName": "kubernetes.io/kube-apiserver-client",
                               "usages": ["digital signature", "client auth"] },
                 })
