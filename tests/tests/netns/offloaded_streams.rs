@@ -132,11 +132,17 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let consumer = fixture::start_consumer("vkstreams-c", false).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = fixture::scratch_dir(tag).unwrap();
-    // The provider's ShadowPod controller.
+    // The provider's ShadowPod controller, with its ServiceAccount's rights from deploy/.
+    let sharing_kubeconfig = fabric_tests::rights::component_kubeconfig(
+        provider,
+        "fabric-sharing",
+        dir.join("sharing.kubeconfig"),
+    )
+    .unwrap();
     let _sharing = Bin::new("fabric-controller")
         .unwrap()
         .arg("sharing")
-        .kubeconfig(&provider.kubeconfig)
+        .kubeconfig(&sharing_kubeconfig)
         .pod_name("controller-0")
         .log(dir.join("provider-controller.log"))
         .spawn()
