@@ -49,6 +49,17 @@ pub mod user {
     }
 }
 
+/// Nodes the fabric registers.
+pub mod node {
+    /// The consumer's virtual node for provider `cluster_id`: `fabric-<id>` (shortened with
+    /// a hash past 63 characters). Never the bare id: a provider picks its own id, and a
+    /// Node named after it could be one of the consumer's real Nodes, whose pods unpeering
+    /// would drain. A consumer keeps the `fabric-` prefix out of its own Nodes' names.
+    pub fn virtual_node(provider_cluster_id: &str) -> String {
+        super::namespace::bounded(&format!("fabric-{provider_cluster_id}"))
+    }
+}
+
 /// Namespaces the sharing layer creates.
 pub mod namespace {
     /// The tenant namespace of consumer `cluster_id` on a provider (cluster ids are DNS labels

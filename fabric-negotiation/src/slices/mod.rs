@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, ResourceSliceStatus, Resources, slice_condition},
-    names::label,
+    names::{self, label},
     offloading::{
         at_most_once::most_patient,
         v1alpha1::{VirtualNode, VirtualNodeSpec},
@@ -102,7 +102,7 @@ pub fn virtual_node<'a>(
         },
         spec: VirtualNodeSpec {
             cluster_id: provider.to_owned(),
-            node_name: provider.to_owned(),
+            node_name: names::node::virtual_node(provider),
             identity: provider.to_owned(),
             resources,
             labels,

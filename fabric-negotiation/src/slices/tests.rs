@@ -80,7 +80,7 @@ fn the_virtual_node_sums_the_accepted_grants_of_its_provider() {
     ];
     let vn = virtual_node("prov", "fabric-system", &slices).unwrap();
     assert_eq!(vn.metadata.name.as_deref(), Some("prov"));
-    assert_eq!(vn.spec.node_name, "prov");
+    assert_eq!(vn.spec.node_name, "fabric-prov");
     assert_eq!(vn.spec.identity, "prov");
     assert_eq!(
         vn.spec.resources,

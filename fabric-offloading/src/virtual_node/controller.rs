@@ -87,9 +87,8 @@ where
     Ok(())
 }
 
-/// The VirtualNode's Node if it exists and is its own (a Node of that name registered by
-/// anything else is never touched).
-async fn our_node(ctx: &Ctx, vn: &VirtualNode) -> Result<Option<Node>, Error> {
+/// The Node of the VirtualNode's name, whoever registered it (see [`status::is_ours`]).
+async fn node_named(ctx: &Ctx, vn: &VirtualNode) -> Result<Option<Node>, Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     Ok(nodes.get_opt(&vn.spec.node_name).await?)
 }
@@ -201,7 +200,7 @@ async fn apply_objects(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
 async fn reconcile_apply(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Error> {
     let ns = vn.namespace().unwrap_or_default();
     let c = &ctx.client;
-    let node = our_node(ctx, &vn).await?;
+    let node = node_named(ctx, &vn).await?;
     let taken = node.as_ref().is_some_and(|n| !status::is_ours(&vn, n));
     if !taken {
         apply_objects(ctx, &vn).await?;
@@ -240,9 +239,11 @@ async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Er
     let ns = vn.namespace().unwrap_or_default();
     let c = &ctx.client;
     let name = objects::name(&vn);
-    let node = our_node(ctx, &vn)
-        .await?
-        .filter(|n| status::is_ours(&vn, n));
+    let named = node_named(ctx, &vn).await?;
+    // A Node of that name that is not this VirtualNode's (a real one, or another's) is left
+    // alone, and so are the pods bound to it: they were never this virtual node's.
+    let taken = named.as_ref().is_some_and(|n| !status::is_ours(&vn, n));
+    let node = named.filter(|n| status::is_ours(&vn, n));
     let nodes: Api<Node> = Api::all(c.clone());
     if node.is_some() {
         // Cordoned first, so nothing new lands there while it goes.
@@ -260,7 +261,11 @@ async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Er
         apply(&nodes, &cordon).await?;
     }
     // Drained while the virtual kubelet runs, so that it deletes the pods' ShadowPods.
-    drain(ctx, &vn).await?;
+    if taken {
+        warn!(virtual_node = %key(&vn), node = %vn.spec.node_name, "a Node of that name is not this virtual node: not drained");
+    } else {
+        drain(ctx, &vn).await?;
+    }
     // The virtual kubelet next, so that it stops writing the Node (it also stops on seeing
     // the VirtualNode being deleted).
     delete(&Api::<Deployment>::namespaced(c.clone(), &ns), &name).await?;

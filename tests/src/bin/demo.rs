@@ -222,7 +222,10 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         &format!("the virtual node {b_id} Ready"),
         Duration::from_secs(60),
         || {
-            let n = get_json(&d.cl.a.api, &["get", "node", &b_id])?;
+            let n = get_json(
+                &d.cl.a.api,
+                &["get", "node", &names::node::virtual_node(&b_id)],
+            )?;
             n["status"]["conditions"]
                 .as_array()?
                 .iter()

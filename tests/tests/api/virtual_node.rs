@@ -659,3 +659,102 @@ impl Bed {
         apply(&self.consumer, &serde_json::to_value(&secret).unwrap());
     }
 }
+
+/// Issue 19 §4: a provider whose cluster id is the name of one of the consumer's real Nodes
+/// gets a virtual node that cannot be that Node, and removing its VirtualNode (as unpeering
+/// does) leaves the real Node and the pods bound to it alone. The VirtualNode is the one the
+/// consumer's negotiation makes from the provider's accepted slice; then, as an older release
+/// or a hand-written one may have named it, one whose `nodeName` is the real Node itself.
+#[test]
+fn a_provider_named_like_a_real_node_never_touches_it() {
+    let Some(bed) = phase("the bed", || setup("vnreal")) else {
+        return;
+    };
+    // The consumer's own Node, named as the provider's cluster id, running a pod.
+    apply(
+        &bed.consumer,
+        &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": PROVIDER } }),
+    );
+    apply(
+        &bed.consumer,
+        &json!({ "apiVersion": "v1", "kind": "Pod",
+                 "metadata": { "name": "infra", "namespace": NS },
+                 "spec": { "nodeName": PROVIDER,
+                           "containers": [{ "name": "main", "image": "echo" }] } }),
+    );
+    let untouched = |what: &str| {
+        let node = get_json(&bed.consumer, &["get", "node", PROVIDER])
+            .unwrap_or_else(|| panic!("{what}: the real Node {PROVIDER} is gone\n{}", bed.logs()));
+        assert!(
+            node["spec"]["unschedulable"].is_null(),
+            "{what}: the real Node was cordoned: {node}"
+        );
+        let pod = get_json(&bed.consumer, &["get", "pod", "infra", "-n", NS])
+            .unwrap_or_else(|| panic!("{what}: the real Node's pod was deleted\n{}", bed.logs()));
+        assert!(
+            pod["metadata"]["deletionTimestamp"].is_null() && pod["status"]["phase"] != "Failed",
+            "{what}: the real Node's pod is being removed: {pod}\n{}",
+            bed.logs()
+        );
+    };
+    let removed = |what: &str| {
+        bed.consumer
+            .kubectl_ok(&["delete", "virtualnode", VN, "-n", NS, "--wait=false"]);
+        bed.wait(&format!("{what}: the VirtualNode gone"), TIMEOUT, || {
+            get_json(&bed.consumer, &["get", "virtualnode", VN, "-n", NS])
+                .is_none()
+                .then_some(())
+        });
+        // Past the drain grace, where a drain abandons what it could not delete.
+        std::thread::sleep(DRAIN_GRACE + Duration::from_secs(2));
+        untouched(what);
+    };
+
+    phase("a VirtualNode naming the real Node", || {
+        apply(
+            &bed.consumer,
+            &fixture::virtual_node(json!({ "nodeName": PROVIDER })),
+        );
+        bed.wait("NodeNameTaken", TIMEOUT, || {
+            let vn = get_json(&bed.consumer, &["get", "virtualnode", VN, "-n", NS])?;
+            vn["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Registered" && c["reason"] == "NodeNameTaken")
+                .then_some(())
+        });
+        untouched("refused");
+        removed("removed");
+    });
+    phase("the negotiation's VirtualNode for the provider", || {
+        let slice = accepted_slice();
+        let vn = fabric_negotiation::slices::virtual_node(PROVIDER, NS, [&slice]).unwrap();
+        assert_ne!(
+            vn.spec.node_name, PROVIDER,
+            "the virtual node is the real Node"
+        );
+        apply(&bed.consumer, &serde_json::to_value(&vn).unwrap());
+        let name = vn.spec.node_name.clone();
+        bed.wait("its own Node registered", TIMEOUT, || {
+            let n = get_json(&bed.consumer, &["get", "node", &name])?;
+            (n["metadata"]["labels"][names::label::REMOTE_CLUSTER] == PROVIDER).then_some(())
+        });
+        untouched("registered");
+        removed("unpeered");
+    });
+}
+
+/// The provider's accepted answer to the consumer's slice, as its status reads once the
+/// consumer's negotiation has copied it home.
+fn accepted_slice() -> fabric_api::authentication::v1alpha1::ResourceSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
+        "metadata": { "name": "s1", "namespace": NS },
+        "spec": { "consumerClusterId": CONSUMER, "providerClusterId": PROVIDER,
+                  "resources": { "cpu": "4", "memory": "8Gi", "pods": "110" } },
+        "status": { "granted": { "cpu": "4", "memory": "8Gi", "pods": "110" },
+                    "conditions": [{ "type": "Accepted", "status": "True", "reason": "Granted",
+                                     "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }] }
+    }))
+    .unwrap()
+}

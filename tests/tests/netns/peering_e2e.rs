@@ -207,7 +207,7 @@ impl Bed {
     fn offloaded_pod_answers(&self, provider: &str, name: &str) -> RunningPod {
         let a = &self.cl.a;
         let mut pod = workloads::echo_pod(name);
-        pod["spec"]["nodeName"] = json!(provider);
+        pod["spec"]["nodeName"] = json!(names::node::virtual_node(provider));
         pod["spec"]["tolerations"] =
             json!([{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }]);
         a.create_pod(&pod).unwrap();
@@ -289,7 +289,8 @@ impl Bed {
             &format!("virtual node {provider} Ready on cluster {c}"),
             Duration::from_secs(60),
             || {
-                let n = get_json(&self.cluster(c).api, &["get", "node", provider])?;
+                let node = names::node::virtual_node(provider);
+                let n = get_json(&self.cluster(c).api, &["get", "node", &node])?;
                 (node_ready(&n)? == ("True".into(), "VirtualKubeletReady".into())).then_some(n)
             },
         )
@@ -364,6 +365,11 @@ fn out_of_band_peering_end_to_end() {
             let c_id = bed.cl.c.as_ref().unwrap().id.clone();
             (rt, bed, t0, a_id, b_id, c_id)
         },
+    );
+    // A's virtual nodes for B and C.
+    let (vnode_b, vnode_c) = (
+        names::node::virtual_node(&b_id),
+        names::node::virtual_node(&c_id),
     );
 
     phase("A peers with B", || {
@@ -515,10 +521,10 @@ fn out_of_band_peering_end_to_end() {
                    iifname \"lo\" tcp dport 6443 drop; }\n}\n";
         nft(&bed, &c_api_ns, cut);
         bed.wait("C's node NotReady", Duration::from_secs(60), || {
-            let n = get_json(&bed.cl.a.api, &["get", "node", &c_id])?;
+            let n = get_json(&bed.cl.a.api, &["get", "node", &vnode_c])?;
             (node_ready(&n)? == ("False".into(), "ProviderUnreachable".into())).then_some(())
         });
-        let b_ready = node_ready(&get_json(&bed.cl.a.api, &["get", "node", &b_id]).unwrap());
+        let b_ready = node_ready(&get_json(&bed.cl.a.api, &["get", "node", &vnode_b]).unwrap());
         assert_eq!(
             b_ready,
             Some(("True".into(), "VirtualKubeletReady".into())),
@@ -588,14 +594,14 @@ fn out_of_band_peering_end_to_end() {
                 get_json(&bed.cluster(i).api, &["get", kind, "-A"]).is_some_and(|l| {
                     !l["items"].as_array().unwrap().iter().any(|o| {
                         o["metadata"]["namespace"] == tenant_ns.as_str()
-                            || o["spec"]["nodeName"] == c_id.as_str()
+                            || o["spec"]["nodeName"] == vnode_c.as_str()
                             || o["metadata"]["name"] == c_id.as_str()
                     })
                 })
             };
             // On A: no node, no home pod bound to it, no VirtualNode, slice, identity,
             // ForeignCluster, network objects.
-            (gone(1, &["get", "node", &c_id])
+            (gone(1, &["get", "node", &vnode_c])
                 && gone(1, &["get", "pod", "offloaded-c", "-n", "default"])
                 && none_left(1, "pods")
                 && gone(1, &["get", "virtualnode", &c_id, "-n", NAMESPACE])
