@@ -119,6 +119,10 @@ pub mod finalizer {
     pub const VIRTUAL_NODE: &str = "offloading.fabric.io/virtual-node";
     /// On ShadowPods (provider): the real pod is deleted, gracefully, before they go.
     pub const SHADOW_POD: &str = "offloading.fabric.io/shadowpod";
+    /// On a ShadowPod's real pod (provider): the pod goes only once the ShadowPod's status
+    /// has recorded how it ended, so that a pod that finished is never run again, even when
+    /// it was removed while the controller was down.
+    pub const REAL_POD: &str = "offloading.fabric.io/status-recorded";
     /// On a consumer's ForeignClusters of providers: unpeering removes the slices, the
     /// virtual node, the network (their own finalizers), then tells the provider (deletes
     /// its Tenant there) and drops the Identity before it goes.

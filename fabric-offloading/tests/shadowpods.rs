@@ -274,3 +274,95 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         .unwrap();
     pod_with_uid_other_than(&pods, "root", None).await;
 }
+
+/// Writes a finished pod's status as a kubelet would: the container exited 0.
+async fn kubelet_reports_done(pods: &Api<Pod>, name: &str) {
+    let status = json!({"status": {
+        "phase": "Succeeded",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+        "containerStatuses": [{"name": "main", "image": "echo", "imageID": "", "ready": false,
+                               "restartCount": 0,
+                               "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                   "startedAt": "2026-11-26T12:00:01Z",
+                                   "finishedAt": "2026-11-26T12:00:02Z"}}}],
+    }});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// Issue 19 §3: a pod that finished while the controller was down, whose real pod was then
+/// removed (as the provider's terminated-pod collector or an admin does) before the controller
+/// came back, is never run again: its completion is recorded before the pod can go.
+#[tokio::test]
+async fn a_pod_finished_and_removed_while_the_controller_is_down_never_runs_again() {
+    if !require_tools("finished_pod_removed_while_controller_down") {
+        return;
+    }
+    let api = ApiServer::start("shadowpods-down");
+    api.install_crds();
+    fabric_tests::auth_service::prepare_cluster(&api, "provider");
+    let dir = std::env::temp_dir().join(format!("fabric-shadowpods-down-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let controller = start_controller(&api, &dir.join("controller-1.log"));
+    let client: Client = api.client().await;
+    let ns = names::namespace::tenant(CONSUMER);
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &fabric_auth::tenant::namespace(CONSUMER),
+        )
+        .await
+        .unwrap();
+    let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    shadows
+        .create(&PostParams::default(), &shadow("job"))
+        .await
+        .unwrap();
+    let first = pod_with_uid_other_than(&pods, "job", None).await;
+    kubelet_reports(&pods, "job", "Running", 0).await;
+    status_where(&shadows, "job", "Running copied", |s| {
+        s.phase.as_deref() == Some("Running")
+    })
+    .await;
+
+    // Down: the pod finishes, and its real pod is removed.
+    drop(controller);
+    kubelet_reports_done(&pods, "job").await;
+    pods.delete("job", &DeleteParams::default()).await.unwrap();
+
+    // Back: the completion is seen, the pod is gone, and none is made again.
+    let _controller = start_controller(&api, &dir.join("controller-2.log"));
+    let st = status_where(&shadows, "job", "Succeeded recorded", |s| {
+        s.phase.as_deref() == Some("Succeeded") || s.recreations > 0
+    })
+    .await;
+    assert_eq!(
+        (st.phase.as_deref(), st.recreations),
+        (Some("Succeeded"), 0),
+        "the finished pod was made again: {st:?}"
+    );
+    eventually("the finished pod gone", T, || async {
+        pods.get_opt("job").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = pods.get_opt("job").await.unwrap();
+    assert!(
+        now.is_none(),
+        "a finished pod runs again (the first was {:?}): {now:?}",
+        first.metadata.uid
+    );
+    assert_eq!(
+        shadows
+            .get("job")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .phase
+            .as_deref(),
+        Some("Succeeded")
+    );
+}

@@ -2,7 +2,9 @@
 //! ShadowPods and of the pods they own (one reflector of owned pods is both the controller's
 //! trigger and the store it reads, so a reconcile sees at least the pod change that caused
 //! it). Nothing here talks to the consumer: its pods keep running, and vanished ones are
-//! re-created, while the consumer is unreachable. A change of the ShadowPod's container
+//! re-created, while the consumer is unreachable. A real pod carries the controller's
+//! finalizer until its end is written in the ShadowPod's status, so that one that finished
+//! is never made again, even if it was removed while the controller was down. A change of the ShadowPod's container
 //! resources resizes the real pod in place ([`super::resize`]). A pod is only made from a
 //! ShadowPod whose pod keeps to the provider's [`super::policy`].
 use std::{sync::Arc, time::Duration};
@@ -193,6 +195,26 @@ async fn resize_pod(
     Ok(())
 }
 
+/// Adds (`hold`) or removes the controller's finalizer on `pod` ([`decide::finalizer_patch`]);
+/// a pod changed meanwhile (409) or gone is left to its next event.
+pub(super) async fn hold_pod(pods: &Api<Pod>, pod: &Pod, hold: bool) -> kube::Result<()> {
+    let Some(patch) = decide::finalizer_patch(pod, hold) else {
+        return Ok(());
+    };
+    match pods
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn key(s: &ShadowPod) -> String {
     format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any())
 }
@@ -319,6 +341,20 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
             let now = Timestamp::now();
             let mut st = decide::mirrored(&prev, &seen, false, generation, now);
             st.conditions = resize::pending(&st.conditions, refusal, generation, now);
+            if pod.metadata.deletion_timestamp.is_none() {
+                // A pod made by an earlier release gets the finalizer.
+                hold_pod(&pods, &pod, true).await?;
+            } else if decide::held(&pod) {
+                // Going: let go once its end is written (below), else on the cache's
+                // next copy of it.
+                write_status(ctx, &shadows, &shadow, &st).await?;
+                if decide::recorded(&st, &pod) {
+                    hold_pod(&pods, &pod, false).await?;
+                    debug!(shadowpod = %key(&shadow), "the pod's end recorded; let go");
+                    return Ok(Action::await_change());
+                }
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
             st
         }
         Decision::Create { again } => {
@@ -355,16 +391,26 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
             }
         }
     };
-    if shadow.status.as_ref() != Some(&status) {
-        // Not conditioned: decided on a fresh read, and a pod just made must be counted
-        // whatever else (labels) changed meanwhile.
+    write_status(ctx, &shadows, &shadow, &status).await?;
+    Ok(Action::await_change())
+}
+
+/// Writes `status` decided on a fresh read of `shadow`, if it differs. Not conditioned: a
+/// pod just made must be counted whatever else (labels) changed meanwhile.
+async fn write_status(
+    ctx: &Ctx,
+    shadows: &Api<ShadowPod>,
+    shadow: &ShadowPod,
+    status: &ShadowPodStatus,
+) -> Result<(), Error> {
+    if shadow.status.as_ref() != Some(status) {
         let after = STATUS
-            .apply_status_at(&shadows, &name, None, &status)
+            .apply_status_at(shadows, &shadow.name_any(), None, status)
             .await?;
         ctx.written
-            .wrote(k, shadow.metadata.resource_version.clone(), after);
+            .wrote(key(shadow), shadow.metadata.resource_version.clone(), after);
     }
-    Ok(Action::await_change())
+    Ok(())
 }
 
 /// Deletes the pod gracefully and keeps the ShadowPod until the pod is gone, so that the
@@ -379,6 +425,10 @@ async fn cleanup(shadow: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
             if pod.metadata.deletion_timestamp.is_none() {
                 pods.delete(&name, &DeleteParams::default()).await?;
                 info!(shadowpod = %key(&shadow), "deleting the pod");
+            } else {
+                // Nothing left to record: the ShadowPod goes too. The pod still ends
+                // gracefully (the finalizer never held its containers).
+                hold_pod(&pods, &pod, false).await?;
             }
             Err(Error::Terminating(key(&shadow)))
         }

@@ -1,9 +1,10 @@
 //! What the provider's ShadowPod controller does, as pure functions of the ShadowPod and the
 //! real pod it sees: create the pod (again, if it vanished before finishing) only from a
 //! pod that keeps to the provider's [`super::policy`], never revive one that finished, and
-//! copy the pod's status.
+//! copy the pod's status. How a pod ended is recorded in the ShadowPod's status before the
+//! pod may go (a finalizer on it: [`held`], [`recorded`]), never inferred from its absence.
 use fabric_api::{
-    names::label,
+    names::{finalizer, label},
     offloading::v1alpha1::{ShadowPod, ShadowPodStatus, shadow_pod_condition::POD_CREATED},
 };
 use fabric_kube::status::{Verdict, with_condition};
@@ -89,9 +90,45 @@ pub fn owned_by(pod: &Pod, shadow: &ShadowPod) -> bool {
         .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
 }
 
+/// Whether `pod` carries the controller's finalizer ([`finalizer::REAL_POD`]).
+pub fn held(pod: &Pod) -> bool {
+    pod.finalizers().iter().any(|f| f == finalizer::REAL_POD)
+}
+
+/// The merge patch that adds ([`held`] wanted) or removes the controller's finalizer on
+/// `pod`, keeping the others, conditioned on the pod's resourceVersion (a 409 when another
+/// writer changed them meanwhile); None when there is nothing to change.
+pub fn finalizer_patch(pod: &Pod, hold: bool) -> Option<serde_json::Value> {
+    if held(pod) == hold {
+        return None;
+    }
+    let mut finalizers: Vec<&String> = pod
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer::REAL_POD)
+        .collect();
+    let ours = finalizer::REAL_POD.to_owned();
+    if hold {
+        finalizers.push(&ours);
+    }
+    Some(serde_json::json!({ "metadata": {
+        "resourceVersion": pod.metadata.resource_version,
+        "finalizers": finalizers,
+    } }))
+}
+
+/// Whether the controller may let `pod`, being deleted, go: `status` (the ShadowPod's, as
+/// written) records it as it is now, so that a pod that finished is known to have finished
+/// once it is gone ([`decide`] never makes it again).
+pub fn recorded(status: &ShadowPodStatus, pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    status.pod_uid == pod.metadata.uid && status.phase.as_deref() == phase
+}
+
 /// The real pod of `shadow`: same name and namespace, owned (and, where a garbage collector
 /// runs, deleted with it) by the ShadowPod, labelled with the consumer, placed where the
-/// provider admin's `placement` says.
+/// provider admin's `placement` says, held by the controller's finalizer until its end is
+/// recorded ([`recorded`]).
 pub fn real_pod(shadow: &ShadowPod, placement: &Placement) -> Pod {
     let mut labels = shadow.spec.pod.labels.clone();
     labels.insert(
@@ -113,6 +150,7 @@ pub fn real_pod(shadow: &ShadowPod, placement: &Placement) -> Pod {
             annotations: (!shadow.spec.pod.annotations.is_empty())
                 .then(|| shadow.spec.pod.annotations.clone()),
             owner_references: shadow.controller_owner_ref(&()).map(|o| vec![o]),
+            finalizers: Some(vec![finalizer::REAL_POD.to_owned()]),
             ..Default::default()
         },
         spec: Some(spec),
@@ -226,7 +264,14 @@ pub fn from_cache(
             Cached::Fresh
         };
     };
-    if !owned_by(pod, shadow) || resize || metadata_patch(shadow, pod).is_some() {
+    // A pod being deleted is let go, and one without the finalizer (made by an earlier
+    // release) gets it, on a fresh read.
+    if !owned_by(pod, shadow)
+        || resize
+        || metadata_patch(shadow, pod).is_some()
+        || pod.metadata.deletion_timestamp.is_some()
+        || !held(pod)
+    {
         return Cached::Fresh;
     }
     let status = mirrored(&prev, pod, false, shadow.metadata.generation, now);
@@ -392,6 +437,48 @@ mod tests {
             ("shadow-uid", Some(true))
         );
         assert_eq!(owner.kind, "ShadowPod");
+    }
+
+    #[test]
+    fn a_pod_goes_only_once_its_end_is_recorded() {
+        let s = shadow(None);
+        let mut p = pod_of(&s, "pod-1", "Succeeded");
+        assert!(held(&p), "made with the finalizer");
+        p.metadata.finalizers = Some(vec!["other/one".into(), finalizer::REAL_POD.into()]);
+        p.metadata.resource_version = Some("7".into());
+        // Not recorded while the status says Running, or another pod's.
+        let running = mirrored(
+            &ShadowPodStatus::default(),
+            &pod_of(&s, "pod-1", "Running"),
+            false,
+            None,
+            now(),
+        );
+        assert!(!recorded(&running, &p));
+        let other = mirrored(
+            &ShadowPodStatus::default(),
+            &pod_of(&s, "pod-0", "Succeeded"),
+            false,
+            None,
+            now(),
+        );
+        assert!(!recorded(&other, &p));
+        let done = mirrored(&ShadowPodStatus::default(), &p, false, None, now());
+        assert!(recorded(&done, &p));
+        // Let go: the others' finalizers kept, over the version read.
+        assert_eq!(
+            finalizer_patch(&p, false),
+            Some(json!({"metadata": {"resourceVersion": "7", "finalizers": ["other/one"]}}))
+        );
+        assert_eq!(finalizer_patch(&p, true), None);
+        p.metadata.finalizers = None;
+        assert_eq!(
+            finalizer_patch(&p, true),
+            Some(
+                json!({"metadata": {"resourceVersion": "7", "finalizers": [finalizer::REAL_POD]}})
+            )
+        );
+        assert_eq!(finalizer_patch(&p, false), None);
     }
 
     #[test]

@@ -195,9 +195,11 @@ pub async fn enforce(
     let name = shadow.name_any();
     let own = pod.filter(|p| decide::owned_by(p, shadow));
     if partition::partitioned(&prev) {
-        // Late already: no grace left to give.
-        if let Some(p) = own.filter(|p| p.metadata.deletion_timestamp.is_none()) {
-            delete(pods, p, 0).await?;
+        // Late already: no grace left to give. The status says how it ended: the pod may go.
+        match own {
+            Some(p) if p.metadata.deletion_timestamp.is_none() => delete(pods, p, 0).await?,
+            Some(p) => super::controller::hold_pod(pods, p, false).await?,
+            None => {}
         }
         return Ok(true);
     }
