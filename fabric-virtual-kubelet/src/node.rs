@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use fabric_api::{
     names::{label, taint},
-    offloading::v1alpha1::VirtualNode,
+    offloading::{node_labels, v1alpha1::VirtualNode},
 };
 use k8s_openapi::{
     api::{
@@ -40,8 +40,10 @@ pub struct Settings {
 /// The Node's metadata and spec: name, labels, the virtual-node taint.
 pub fn node(vn: &VirtualNode) -> Node {
     let name = &vn.spec.node_name;
-    // The provider's labels first: the fabric's own cannot be overridden by an advertised one.
-    let mut labels = vn.spec.labels.clone();
+    // The provider's labels first, those it may set only: the fabric's own cannot be
+    // overridden by an advertised one, nor the consumer's reserved ones set (the VirtualNode
+    // controller says which were refused).
+    let (mut labels, _refused) = node_labels::split(&vn.spec.labels);
     labels.extend([
         (
             label::NODE_TYPE.to_owned(),
@@ -164,8 +166,14 @@ mod tests {
                 ]),
                 labels: BTreeMap::from([
                     ("node-type".to_owned(), "gpu".to_owned()),
-                    // An advertised label cannot disguise the node.
+                    // An advertised label cannot disguise the node, nor attract the
+                    // consumer's infrastructure pods.
                     (label::NODE_TYPE.to_owned(), "real".to_owned()),
+                    (
+                        "node-role.kubernetes.io/control-plane".to_owned(),
+                        String::new(),
+                    ),
+                    ("topology.kubernetes.io/zone".to_owned(), "z1".to_owned()),
                 ]),
                 at_most_once: None,
             },
@@ -180,6 +188,8 @@ mod tests {
         assert_eq!(labels[label::REMOTE_CLUSTER], "cluster-b");
         assert_eq!(labels[HOSTNAME_LABEL], "fabric-cluster-b");
         assert_eq!(labels["node-type"], "gpu");
+        assert_eq!(labels["topology.kubernetes.io/zone"], "z1");
+        assert!(!labels.contains_key("node-role.kubernetes.io/control-plane"));
         let taints = n.spec.unwrap().taints.unwrap();
         assert_eq!(taints.len(), 1);
         assert_eq!(

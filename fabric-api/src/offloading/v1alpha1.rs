@@ -24,6 +24,9 @@ pub mod condition {
     pub const REGISTERED: &str = "Registered";
     /// Its Node is Ready: the provider's API and the tunnel answer.
     pub const READY: &str = "Ready";
+    /// Every label the provider advertises is on its Node (false: some are refused, see
+    /// [`crate::offloading::node_labels`]).
+    pub const LABELS_ACCEPTED: &str = "LabelsAccepted";
 }
 
 /// A provider as a node of this cluster.
@@ -66,7 +69,8 @@ pub struct VirtualNodeSpec {
     pub identity: String,
     /// Capacity and allocatable of the Node: what the provider granted.
     pub resources: Resources,
-    /// Labels of the Node besides the fabric's own (the provider's advertised labels).
+    /// Labels of the Node besides the fabric's own (the provider's advertised labels); those
+    /// a provider may not set ([`crate::offloading::node_labels`]) never reach the Node.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
     pub labels: BTreeMap<String, String>,

@@ -230,6 +230,11 @@ async fn reconcile_apply(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Erro
         };
         ctx.events.publish(vn.as_ref(), &ev).await;
     }
+    if let Some(message) = status::labels_refused(&current, &conditions) {
+        warn!(virtual_node = %key(&vn), %message, "advertised labels refused");
+        let ev = Event::warning(status::LABELS_REFUSED, "Reconcile", message);
+        ctx.events.publish(vn.as_ref(), &ev).await;
+    }
     set_foreign_cluster(ctx, &vn, Some(&conditions)).await;
     // Node changes wake this up; the requeue only guards against a missed watch event.
     Ok(Action::requeue(Duration::from_secs(300)))

@@ -1,9 +1,13 @@
-//! A VirtualNode's conditions (Registered, Ready) and its ForeignCluster's VirtualNodeReady,
-//! from the Node its virtual kubelet registered (pure, injected clock).
+//! A VirtualNode's conditions (Registered, Ready, LabelsAccepted) and its ForeignCluster's
+//! VirtualNodeReady, from the Node its virtual kubelet registered and the labels the provider
+//! advertises (pure, injected clock).
 use fabric_api::{
     core::v1alpha1::condition::VIRTUAL_NODE as FC_VIRTUAL_NODE,
     names::label,
-    offloading::v1alpha1::{VirtualNode, condition},
+    offloading::{
+        node_labels,
+        v1alpha1::{VirtualNode, condition},
+    },
 };
 use fabric_kube::status::{Reason, Verdict, with_condition};
 use k8s_openapi::{
@@ -32,6 +36,54 @@ fabric_kube::reasons! {
     } else {
         /// The Node's own Ready reason (the virtual kubelet's), carried as it wrote it.
         Node(String),
+    }
+}
+
+fabric_kube::reasons! {
+    /// Whether the labels the provider advertises are all on the Node.
+    pub enum Labels {
+        Accepted = "LabelsAccepted",
+        /// Some are under prefixes a provider may not set: left off the Node.
+        Refused = "LabelsRefused",
+    }
+}
+
+/// The reason of the Event that says labels were refused ([`Labels::Refused`]'s).
+pub const LABELS_REFUSED: &str = "LabelsRefused";
+
+/// How many refused keys a message names; the rest are counted.
+const NAMED: usize = 8;
+
+/// The LabelsAccepted verdict: which advertised labels the Node goes without.
+fn labels(vn: &VirtualNode) -> Verdict<Labels> {
+    let (_, refused) = node_labels::split(&vn.spec.labels);
+    if refused.is_empty() {
+        return Verdict::ok(
+            Labels::Accepted,
+            "every label the provider advertises is on the Node",
+        );
+    }
+    let mut named = refused[..refused.len().min(NAMED)].join(", ");
+    if refused.len() > NAMED {
+        named.push_str(&format!(" and {} more", refused.len() - NAMED));
+    }
+    Verdict::not(
+        Labels::Refused,
+        format!(
+            "labels the provider may not set are left off the Node: {named} (reserved: {}; allowed of them: {})",
+            node_labels::RESERVED_DOMAINS.join(", "),
+            node_labels::ALLOWED.join(", ")
+        ),
+    )
+}
+
+/// Whether labels were refused now and not before (an Event is due): the message.
+pub fn labels_refused(before: &[Condition], after: &[Condition]) -> Option<String> {
+    let find = |c: &[Condition]| Verdict::<Labels>::find(c, condition::LABELS_ACCEPTED);
+    let a = find(after).filter(|a| !a.ok)?;
+    match find(before) {
+        Some(b) if !b.ok && b.message == a.message => None,
+        _ => Some(a.message),
     }
 }
 
@@ -105,9 +157,13 @@ pub fn conditions(
         current,
         registered.condition(condition::REGISTERED, generation, now),
     );
-    with_condition(
+    let out = with_condition(
         &out,
         ready(vn, node).condition(condition::READY, generation, now),
+    );
+    with_condition(
+        &out,
+        labels(vn).condition(condition::LABELS_ACCEPTED, generation, now),
     )
 }
 
@@ -196,6 +252,32 @@ mod tests {
     fn get<'a>(c: &'a [Condition], t: &str) -> (&'a str, &'a str) {
         let c = c.iter().find(|c| c.type_ == t).unwrap();
         (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn refused_labels_are_said_once() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut v = vn();
+        let c = conditions(&v, &[], None, now);
+        assert_eq!(
+            get(&c, condition::LABELS_ACCEPTED),
+            ("True", "LabelsAccepted")
+        );
+        assert_eq!(labels_refused(&[], &c), None);
+        v.spec
+            .labels
+            .extend((0..10).map(|i| (format!("node-role.kubernetes.io/r{i}"), String::new())));
+        let refused = conditions(&v, &c, None, now);
+        assert_eq!(
+            get(&refused, condition::LABELS_ACCEPTED),
+            ("False", "LabelsRefused")
+        );
+        let said = labels_refused(&c, &refused).unwrap();
+        assert!(said.contains("node-role.kubernetes.io/r0"), "{said}");
+        assert!(said.contains("and 2 more"), "{said}");
+        assert_eq!(labels_refused(&refused, &refused), None, "said once");
+        let again = conditions(&v, &refused, None, now);
+        assert_eq!(labels_refused(&refused, &again), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! abandon path: its pods end Failed (`VirtualNodeRemoved`) and deleted, after the drain grace
 //! or at once when the unpeer is forced.
 use std::{
+    collections::BTreeMap,
     path::PathBuf,
     process::Command,
     time::{Duration, Instant},
@@ -662,11 +663,12 @@ impl Bed {
 
 /// Issue 19 §4: a provider whose cluster id is the name of one of the consumer's real Nodes
 /// gets a virtual node that cannot be that Node, and removing its VirtualNode (as unpeering
-/// does) leaves the real Node and the pods bound to it alone. The VirtualNode is the one the
+/// does) leaves the real Node and the pods bound to it alone; the labels it advertises under
+/// the reserved prefixes never reach its virtual node, and the refusal is said. The VirtualNode is the one the
 /// consumer's negotiation makes from the provider's accepted slice; then, as an older release
 /// or a hand-written one may have named it, one whose `nodeName` is the real Node itself.
 #[test]
-fn a_provider_named_like_a_real_node_never_touches_it() {
+fn a_provider_named_or_labelled_like_the_consumers_nodes_cannot_touch_them() {
     let Some(bed) = phase("the bed", || setup("vnreal")) else {
         return;
     };
@@ -740,9 +742,63 @@ fn a_provider_named_like_a_real_node_never_touches_it() {
             (n["metadata"]["labels"][names::label::REMOTE_CLUSTER] == PROVIDER).then_some(())
         });
         untouched("registered");
+        // Its advertised labels: only the allowed ones on the Node; the refusal said on the
+        // VirtualNode and in an Event.
+        let n = get_json(&bed.consumer, &["get", "node", &name]).unwrap();
+        let labels = &n["metadata"]["labels"];
+        for (k, v) in &ADVERTISED[..6] {
+            assert!(
+                labels.get(k).is_none_or(|have| have != v),
+                "the provider set {k}={v} on the virtual node: {labels}"
+            );
+        }
+        assert_eq!(
+            labels[names::label::NODE_TYPE],
+            names::label::VIRTUAL_NODE_TYPE
+        );
+        for (k, v) in &ADVERTISED[6..] {
+            assert_eq!(labels[k], *v, "{labels}");
+        }
+        bed.wait("LabelsAccepted False, naming them", TIMEOUT, || {
+            let vn = get_json(&bed.consumer, &["get", "virtualnode", VN, "-n", NS])?;
+            let c = vn["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "LabelsAccepted")?
+                .clone();
+            (c["status"] == "False"
+                && c["reason"] == "LabelsRefused"
+                && c["message"]
+                    .as_str()?
+                    .contains("node-role.kubernetes.io/control-plane"))
+            .then_some(())
+        });
+        bed.wait("a LabelsRefused Event", TIMEOUT, || {
+            let events = get_json(&bed.consumer, &["get", "events.events.k8s.io", "-n", NS])?;
+            let refused: Vec<_> = events["items"]
+                .as_array()?
+                .iter()
+                .filter(|e| e["reason"] == "LabelsRefused" && e["regarding"]["name"] == VN)
+                .collect();
+            (refused.len() == 1).then_some(())
+        });
         removed("unpeered");
     });
 }
+
+/// The labels the provider advertises: to attract the consumer's infrastructure pods (or
+/// pass for its own node), all but the last three are refused.
+const ADVERTISED: [(&str, &str); 9] = [
+    ("node-role.kubernetes.io/control-plane", ""),
+    ("node.kubernetes.io/instance-type", "m5.metal"),
+    ("kubernetes.io/os", "linux"),
+    ("kubelet.kubernetes.io/role", "infra"),
+    ("k8s.io/cloud", "x"),
+    ("fabric.io/type", "real"),
+    ("topology.kubernetes.io/zone", "z1"),
+    ("topology.kubernetes.io/region", "r1"),
+    ("node-type", "gpu"),
+];
 
 /// The provider's accepted answer to the consumer's slice, as its status reads once the
 /// consumer's negotiation has copied it home.
@@ -753,6 +809,7 @@ fn accepted_slice() -> fabric_api::authentication::v1alpha1::ResourceSlice {
         "spec": { "consumerClusterId": CONSUMER, "providerClusterId": PROVIDER,
                   "resources": { "cpu": "4", "memory": "8Gi", "pods": "110" } },
         "status": { "granted": { "cpu": "4", "memory": "8Gi", "pods": "110" },
+                    "nodeLabels": ADVERTISED.iter().map(|(k, v)| (*k, *v)).collect::<BTreeMap<_, _>>(),
                     "conditions": [{ "type": "Accepted", "status": "True", "reason": "Granted",
                                      "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }] }
     }))
