@@ -283,6 +283,15 @@ enum Cmd {
         /// controller's.
         #[command(flatten)]
         tenant_pods: TenantPodArgs,
+        /// The CA (PEM file) of the client certificate the API server presents to webhooks
+        /// (its AdmissionConfiguration's kubeconfig): only callers with a certificate from it
+        /// are served.
+        #[arg(long)]
+        client_ca: PathBuf,
+        /// The CommonName of that certificate (repeat for several): another certificate from
+        /// the same CA (a consumer's, when it is the cluster's CA) is refused.
+        #[arg(long = "client-name", default_value = "kube-apiserver")]
+        client_names: Vec<String>,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -681,13 +690,21 @@ async fn run() -> Result<()> {
             refresh,
             pending_ttl,
             tenant_pods,
+            client_ca,
+            client_names,
         } => {
+            let ca = std::fs::read_to_string(&client_ca)
+                .with_context(|| format!("reading --client-ca {}", client_ca.display()))?;
             let settings = shadowpod::webhook::Settings {
                 tls_secret,
                 config,
                 refresh,
                 pending_ttl,
                 rules: tenant_pods.rules(),
+                callers: Some(shadowpod::webhook::Callers {
+                    ca,
+                    names: client_names,
+                }),
                 ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
             };
             shadowpod::webhook::run(client, settings)

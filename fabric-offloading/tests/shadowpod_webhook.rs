@@ -7,14 +7,16 @@
 //! one whose pod breaks the provider's policy (the consumer's own credentials writing it
 //! directly: `nodeName`, privileged, `hostPID`, a `hostPath: /`), created or updated, the
 //! refusal naming the field; within the grant a plain pod is admitted; a finished one releases its share; the provider's admin is not
-//! limited; garbage gets a 400. Two replicas run behind the Service (a round-robin proxy
+//! limited; garbage gets a 400. Only the API server may call it (its client certificate, as
+//! its AdmissionConfiguration presents it): a raw client without one, or with another name's
+//! or another CA's, is refused before any decision. Two replicas run behind the Service (a round-robin proxy
 //! spreads the API server's connections over them, as a Service does): creations racing for
 //! the last share, through the API server and straight at both replicas, admit exactly one;
 //! the usage charged on the Tenant converges to what the ShadowPods request (a charge whose
 //! creation never happened lapses, deleted ShadowPods release theirs).
 use std::{
     net::TcpListener,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
 };
@@ -30,6 +32,7 @@ use fabric_tests::{
     process::Bin,
     sharing::{admit_tenant, consumer_credentials},
     wait::eventually,
+    webhook::Caller,
 };
 use k8s_openapi::api::{
     admissionregistration::v1::ValidatingWebhookConfiguration, core::v1::Secret,
@@ -137,15 +140,26 @@ fn review_of(cluster: &str, name: &str, cpu: &str) -> Value {
     })
 }
 
-/// curl's HTTP status for POSTing `body` to the webhook by its Service name, trusting `ca`.
-fn post(dir: &Path, port: u16, ca: &str, body: &[u8]) -> String {
+/// curl's HTTP status for POSTing `body` to the webhook by its Service name, trusting `ca`,
+/// presenting `client` (certificate and key files) if any: `000` when TLS fails.
+fn post(
+    dir: &Path,
+    port: u16,
+    ca: &str,
+    client: Option<(PathBuf, PathBuf)>,
+    body: &[u8],
+) -> String {
     let ca_file = dir.join("ca.crt");
     std::fs::write(&ca_file, ca).unwrap();
     let body_file = dir.join("body");
     std::fs::write(&body_file, body).unwrap();
     let host = format!("{}.{NS}.svc", names::webhook::SHADOWPODS_SERVICE);
-    let o = Command::new("curl")
-        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+    let mut curl = Command::new("curl");
+    if let Some((cert, key)) = client {
+        curl.arg("--cert").arg(cert).arg("--key").arg(key);
+    }
+    let o = curl
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
         .arg(&ca_file)
         .args(["--resolve", &format!("{host}:{port}:127.0.0.1")])
         .args(["-H", "Content-Type: application/json", "--data-binary"])
@@ -160,8 +174,9 @@ fn post(dir: &Path, port: u16, ca: &str, body: &[u8]) -> String {
 }
 
 /// Whether the webhook at `port` admits each of `bodies` (AdmissionReviews), all posted at
-/// once, each by its own curl.
-fn post_all(dir: &Path, ca: &str, bodies: &[(u16, Value)]) -> Vec<bool> {
+/// once, each by its own curl presenting the API server's certificate.
+fn post_all(dir: &Path, ca: &str, caller: &Caller, bodies: &[(u16, Value)]) -> Vec<bool> {
+    let (cert, key) = caller.cert_and_key();
     let ca_file = dir.join("ca.crt");
     std::fs::write(&ca_file, ca).unwrap();
     let host = format!("{}.{NS}.svc", names::webhook::SHADOWPODS_SERVICE);
@@ -172,6 +187,10 @@ fn post_all(dir: &Path, ca: &str, bodies: &[(u16, Value)]) -> Vec<bool> {
             let body_file = dir.join(format!("race-{i}"));
             std::fs::write(&body_file, body.to_string()).unwrap();
             Command::new("curl")
+                .arg("--cert")
+                .arg(&cert)
+                .arg("--key")
+                .arg(&key)
                 .args(["-sS", "--cacert"])
                 .arg(&ca_file)
                 .args(["--resolve", &format!("{host}:{port}:127.0.0.1")])
@@ -227,11 +246,13 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     if !require_tools("the_webhook_keeps_consumers_in_their_namespaces_and_grants") {
         return;
     }
-    let api = ApiServer::start_with_auth("webhook");
-    api.install_crds();
-    let admin = api.client().await;
     let dir = std::env::temp_dir().join(format!("fabric-webhook-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // The API server presents its client certificate to the webhook.
+    let caller = Caller::new(&dir.join("caller")).unwrap();
+    let api = ApiServer::start_with_auth_args("webhook", &caller.kubelite_args());
+    api.install_crds();
+    let admin = api.client().await;
     api.kubectl_ok(&["create", "namespace", NS]);
 
     // Two replicas of the webhook on 127.0.0.1, reached as the Service of deploy/ through an
@@ -273,6 +294,8 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
                     &format!("127.0.0.1:{port}"),
                     "--pending-ttl",
                     "5s",
+                    "--client-ca",
+                    &caller.ca().display().to_string(),
                 ])
                 .log(dir.join(format!("webhook-{i}.log")))
                 .spawn()
@@ -499,10 +522,42 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     })
     .await;
 
-    // Garbage: 400, and an oversized body 413 before it is read; a real review answered.
+    // Only the API server may send reviews: straight at a replica, a review admitting alpha
+    // (within its grant, were it charged) gets a bare 401 without a client certificate, 403
+    // with one from the same CA for another name (a consumer's), and no TLS at all with one
+    // from another CA; none is charged.
     let port = replicas[0];
-    assert_eq!(post(&dir, port, &ca, b"garbage"), "400");
-    assert_eq!(post(&dir, port, &ca, &vec![b' '; 5 << 20]), "413");
+    let used = used_cpu(&admin, "alpha").await;
+    let within = review_of("alpha", "sneaked", "1m").to_string();
+    assert_eq!(post(&dir, port, &ca, None, within.as_bytes()), "401");
+    assert_eq!(
+        post(&dir, port, &ca, Some(caller.stranger()), within.as_bytes()),
+        "403"
+    );
+    let other_ca = Caller::new(&dir.join("other-ca")).unwrap();
+    assert_eq!(
+        post(
+            &dir,
+            port,
+            &ca,
+            Some(other_ca.cert_and_key()),
+            within.as_bytes()
+        ),
+        "000"
+    );
+    assert_eq!(
+        used_cpu(&admin, "alpha").await,
+        used,
+        "a refused caller's review was charged"
+    );
+
+    // Garbage: 400, and an oversized body 413 before it is read; a real review answered.
+    let api_server = || Some(caller.cert_and_key());
+    assert_eq!(post(&dir, port, &ca, api_server(), b"garbage"), "400");
+    assert_eq!(
+        post(&dir, port, &ca, api_server(), &vec![b' '; 5 << 20]),
+        "413"
+    );
     let review = json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
@@ -513,7 +568,10 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
             "object": shadow("x", "default", "alpha", "1"),
         },
     });
-    assert_eq!(post(&dir, port, &ca, review.to_string().as_bytes()), "200");
+    assert_eq!(
+        post(&dir, port, &ca, api_server(), review.to_string().as_bytes()),
+        "200"
+    );
 
     // Exact across replicas: delta has half of its CPU in use, and creations of the other
     // half race through both replicas at once.
@@ -546,7 +604,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
             )
         })
         .collect();
-    let admitted = post_all(&dir, &ca, &reviews);
+    let admitted = post_all(&dir, &ca, &caller, &reviews);
     assert_eq!(
         admitted.iter().filter(|a| **a).count(),
         1,

@@ -1,8 +1,13 @@
 //! The provider's ShadowPod webhook (`fabric-controller shadowpod-webhook`) for a test API
 //! server on the host, registered as deploy/ registers it: kubelite calls it through its
 //! Service, resolved by an EndpointSlice to 127.0.0.1 and the port it listens on, verifying
-//! it against the caBundle the webhook writes itself.
-use std::{net::TcpListener, path::Path, time::Duration};
+//! it against the caBundle the webhook writes itself, and presents the client certificate
+//! the webhook requires of it ([`Caller`]).
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result, bail};
 use fabric_api::names;
@@ -20,10 +25,103 @@ pub fn deployed_config() -> Result<String> {
         .context("deploy/ registers no ValidatingWebhookConfiguration")
 }
 
-/// Starts the webhook for `api` in namespace [`names::DEFAULT_NAMESPACE`] (which must
-/// exist), logging to `log`; returns once it has put its CA into the configuration's
-/// caBundle. The process dies with the returned guard.
-pub fn start(api: &ApiServer, log: &Path) -> Result<ChildGuard> {
+/// The API server as the webhook's caller: a CA, a client certificate it signed for
+/// [`CALLER_NAME`], and the AdmissionConfiguration that makes kubelite present it to the
+/// webhook's Service (`KUBELITE_ARGS`, see kubelite's README), as a provider's admin
+/// configures kube-apiserver.
+pub struct Caller {
+    pub dir: PathBuf,
+}
+
+/// The CommonName of the API server's certificate (the webhook's `--client-name` default).
+pub const CALLER_NAME: &str = "kube-apiserver";
+
+impl Caller {
+    /// Writes the CA, the certificate and the configuration into `dir`.
+    pub fn new(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let ca_key = rcgen::KeyPair::generate()?;
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "webhook-callers-ca");
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let caller = Self {
+            dir: dir.to_owned(),
+        };
+        std::fs::write(caller.ca(), ca_cert.pem())?;
+        for (name, cn) in [
+            ("caller", CALLER_NAME),
+            ("stranger", "fabric.io:consumer:alpha"),
+        ] {
+            let key = rcgen::KeyPair::generate()?;
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, cn);
+            params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+            let cert = params.signed_by(&key, &issuer)?;
+            std::fs::write(dir.join(format!("{name}.crt")), cert.pem())?;
+            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem())?;
+        }
+        let host = format!(
+            "{}.{}.svc:443",
+            names::webhook::SHADOWPODS_SERVICE,
+            names::DEFAULT_NAMESPACE
+        );
+        let kubeconfig = json!({
+            "apiVersion": "v1", "kind": "Config",
+            "users": [{ "name": host, "user": {
+                "client-certificate": dir.join("caller.crt"),
+                "client-key": dir.join("caller.key"),
+            } }],
+        });
+        std::fs::write(dir.join("webhook-kubeconfig"), kubeconfig.to_string())?;
+        let webhook = json!({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": dir.join("webhook-kubeconfig"),
+        });
+        let admission = json!({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [
+                { "name": "ValidatingAdmissionWebhook", "configuration": webhook },
+                { "name": "MutatingAdmissionWebhook", "configuration": webhook },
+            ],
+        });
+        std::fs::write(dir.join("admission.json"), admission.to_string())?;
+        Ok(caller)
+    }
+
+    /// kubelite's arguments that make it present the certificate.
+    pub fn kubelite_args(&self) -> String {
+        format!(
+            "--admission-control-config-file={}",
+            self.dir.join("admission.json").display()
+        )
+    }
+
+    /// The CA the webhook trusts (`--client-ca`).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The API server's certificate and key, as curl's `--cert`/`--key` take them.
+    pub fn cert_and_key(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("caller.crt"), self.dir.join("caller.key"))
+    }
+
+    /// A certificate from the same CA for another name (a consumer's), and its key.
+    pub fn stranger(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("stranger.crt"), self.dir.join("stranger.key"))
+    }
+}
+
+/// Starts the webhook for `api` (started with `caller`'s [`Caller::kubelite_args`]) in
+/// namespace [`names::DEFAULT_NAMESPACE`] (which must exist), logging to `log`; returns once
+/// it has put its CA into the configuration's caBundle. The process dies with the returned
+/// guard.
+pub fn start(api: &ApiServer, caller: &Caller, log: &Path) -> Result<ChildGuard> {
     let ns = names::DEFAULT_NAMESPACE;
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let service = names::webhook::SHADOWPODS_SERVICE;
@@ -57,6 +155,8 @@ pub fn start(api: &ApiServer, log: &Path) -> Result<ChildGuard> {
             "shadowpod-webhook",
             "--listen",
             &format!("127.0.0.1:{port}"),
+            "--client-ca",
+            &caller.ca().display().to_string(),
         ])
         .kubeconfig(&kubeconfig)
         .log(log)

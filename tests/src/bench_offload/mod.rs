@@ -241,7 +241,9 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
 
     // The provider: the consumer's tenant and identity, the ShadowPod controller, a hollow
     // node with room for every burst.
-    let provider = ApiServer::start_with_auth("bench-offload-p");
+    // The API server presents its client certificate to the webhook, as the webhook requires.
+    let caller = crate::webhook::Caller::new(&dir.join("webhook-caller"))?;
+    let provider = ApiServer::start_with_auth_args("bench-offload-p", &caller.kubelite_args());
     provider.install_crds();
     crate::auth_service::prepare_cluster(&provider, PROVIDER);
     let p = rt.block_on(provider.client());
@@ -280,6 +282,7 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
             .with_context(|| format!("logs in {}", dir.display()))?;
         children.push(crate::webhook::start(
             &provider,
+            &caller,
             &dir.join("provider-webhook.log"),
         )?);
     }

@@ -253,7 +253,9 @@ async fn setup(tag: &str) -> Option<Bed> {
 
     // The provider: what its authentication service made for the consumer, and its
     // ShadowPod controller.
-    let provider = ApiServer::start_with_auth(&format!("{tag}-p"));
+    // The API server presents its client certificate to the webhook, as the webhook requires.
+    let caller = fabric_tests::webhook::Caller::new(&dir.join("webhook-caller")).unwrap();
+    let provider = ApiServer::start_with_auth_args(&format!("{tag}-p"), &caller.kubelite_args());
     provider.install_crds();
     fabric_tests::auth_service::prepare_cluster(&provider, PROVIDER);
     let p = provider.client().await;
@@ -272,7 +274,8 @@ async fn setup(tag: &str) -> Option<Bed> {
         .unwrap();
     // Its quota: the ShadowPod webhook, and a grant the sharing controller's policy answers
     // (from a Node of the provider) to the slice the consumer's replicator would have made.
-    let webhook = fabric_tests::webhook::start(&provider, &dir.join("webhook.log")).unwrap();
+    let webhook =
+        fabric_tests::webhook::start(&provider, &caller, &dir.join("webhook.log")).unwrap();
     apply(
         &provider,
         &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1" } }),

@@ -7,6 +7,17 @@
 //! calls) and runs the [`usage`] reconciler; none needs to lead: the Tenant's
 //! resourceVersion orders their writes.
 //!
+//! Only the API server may call it: its client certificate, from the CA and with a
+//! CommonName the provider's admin configures (`--client-ca`, `--client-name`; the API
+//! server presents it as its AdmissionConfiguration says), is checked before a byte of the
+//! body is read; anyone else gets a bare 401/403.
+//!
+//! Memory: a review's body is read whole, at most [`review::MAX_BODY`] (4 MiB), on at most
+//! [`MAX_CONNECTIONS`] (8) connections at once (more wait in the listen backlog): bodies hold
+//! 8 × 4 MiB = 32 MiB at most, a quarter of deploy/'s 128 MiB limit, leaving 96 MiB for what
+//! they parse into (the ShadowPod and its old version, each at most the API server's 1.5 MiB
+//! object limit as JSON), the caches (ResourceSlices, tenant namespaces) and the runtime.
+//!
 //! Its certificates ([`certs`]) live in Secret [`names::secret::SHADOWPOD_WEBHOOK_TLS`]: the
 //! first replica creates a CA and a serving certificate for the Service's name, every replica
 //! copies the CA into the ValidatingWebhookConfiguration's `caBundle` and re-reads the Secret
@@ -100,6 +111,19 @@ pub struct Settings {
     pub limits: Limits,
     /// What the provider lets tenants' pods do and where they run ([`super::policy`]).
     pub rules: Rules,
+    /// Who may call: the CA (PEM) of the API server's client certificate for webhooks and
+    /// the CommonNames it may carry ([`review::check_caller`]). None: anyone (tests of the
+    /// decisions only; the command requires it).
+    pub callers: Option<Callers>,
+}
+
+/// The API server as a caller of the webhook.
+#[derive(Clone, Debug)]
+pub struct Callers {
+    /// PEM of the CA that signs the API server's client certificate.
+    pub ca: String,
+    /// CommonNames of that certificate.
+    pub names: Vec<String>,
 }
 
 impl Settings {
@@ -117,12 +141,17 @@ impl Settings {
             limits: Limits {
                 // The API server gives a webhook `timeoutSeconds` (5 s in deploy/) in all.
                 request_timeout: Duration::from_secs(10),
+                max_connections: MAX_CONNECTIONS,
                 ..Limits::default()
             },
             rules: Rules::default(),
+            callers: None,
         }
     }
 }
+
+/// Reviews read at once: see the module's memory bound.
+pub const MAX_CONNECTIONS: usize = 8;
 
 const FIELDS: [&str; 4] = ["ca.crt", "ca.key", "tls.crt", "tls.key"];
 
@@ -377,7 +406,19 @@ fn plain(status: u16, message: String) -> Response<Full<Bytes>> {
     resp
 }
 
-async fn handle(req: Request<Incoming>, view: &View, limits: Limits) -> Response<Full<Bytes>> {
+async fn handle(
+    req: Request<Incoming>,
+    cert: Option<Vec<u8>>,
+    view: &View,
+    limits: Limits,
+    callers: Option<&[String]>,
+) -> Response<Full<Bytes>> {
+    if let Some(names) = callers
+        && let Err(e) = review::check_caller(cert.as_deref(), names)
+    {
+        debug!(error = %e, "shadowpod webhook: caller refused");
+        return plain(e.status, e.message);
+    }
     let h = |name| {
         req.headers()
             .get(name)
@@ -449,8 +490,12 @@ where
     Ok(reader)
 }
 
-fn server_config(m: &Material) -> Result<Arc<rustls::ServerConfig>, Error> {
-    Ok(Arc::new(https::server_config(&m.cert, &m.key, None)?))
+fn server_config(
+    m: &Material,
+    callers: Option<&Callers>,
+) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let client_ca = callers.map(|c| c.ca.as_str());
+    Ok(Arc::new(https::server_config(&m.cert, &m.key, client_ca)?))
 }
 
 /// Runs the webhook until the task is dropped: fills its caches, makes sure of its
@@ -487,7 +532,7 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
     if !publish_ca(&client, &s.config, &material.ca_cert).await? {
         warn!(config = %s.config, "no ValidatingWebhookConfiguration yet; caBundle set when it appears");
     }
-    let current = Arc::new(RwLock::new(server_config(&material)?));
+    let current = Arc::new(RwLock::new(server_config(&material, s.callers.as_ref())?));
     let listener = tokio::net::TcpListener::bind(s.listen)
         .await
         .map_err(|e| Error::Listen(s.listen, e))?;
@@ -497,15 +542,20 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         move || current.read().unwrap_or_else(|e| e.into_inner()).clone()
     };
     let limits = s.limits;
+    let callers: Option<Arc<[String]>> = s.callers.as_ref().map(|c| c.names.clone().into());
+    if callers.is_none() {
+        warn!("no --client-ca: anyone who reaches the webhook may send it reviews");
+    }
     let serve = https::serve(
         "shadowpod webhook",
         listener,
         tls,
         limits,
         Exchange::Once,
-        move |req, _| {
+        move |req, cert| {
             let view = view.clone();
-            async move { handle(req, &view, limits).await }
+            let callers = callers.clone();
+            async move { handle(req, cert, &view, limits, callers.as_deref()).await }
         },
     );
     let refresh = async {
@@ -515,7 +565,8 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
                 let m = ensure_material(&client, &s).await?;
                 publish_ca(&client, &s.config, &m.ca_cert).await?;
                 if m != material {
-                    *current.write().unwrap_or_else(|e| e.into_inner()) = server_config(&m)?;
+                    *current.write().unwrap_or_else(|e| e.into_inner()) =
+                        server_config(&m, s.callers.as_ref())?;
                     info!("serving the renewed certificate");
                     material = m;
                 }

@@ -27,6 +27,28 @@ fn bad(status: u16, message: impl Into<String>) -> BadRequest {
     }
 }
 
+/// Who may send reviews: the API server, known by its client certificate (chained to the
+/// webhook's `--client-ca` by the TLS handshake) and by the certificate's CommonName, so that
+/// another holder of a certificate from the same CA (a consumer's, when that CA is the
+/// cluster's) is refused too. Checked before anything else, with no detail in the answer.
+pub fn check_caller(cert_der: Option<&[u8]>, names: &[String]) -> Result<(), BadRequest> {
+    use x509_parser::prelude::{FromDer as _, X509Certificate};
+    let Some(der) = cert_der else {
+        return Err(bad(401, "a client certificate is required"));
+    };
+    let allowed = X509Certificate::from_der(der).is_ok_and(|(_, c)| {
+        c.subject()
+            .iter_common_name()
+            .filter_map(|cn| cn.as_str().ok())
+            .any(|cn| names.iter().any(|n| n == cn))
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(bad(403, "only the API server may send reviews"))
+    }
+}
+
 /// What a request's head allows before its body is read.
 pub fn check_head(
     method: &Method,
@@ -115,6 +137,30 @@ mod tests {
                 "dryRun": false,
             },
         })
+    }
+
+    #[test]
+    fn only_the_named_api_server_may_call() {
+        let cert = |cn: &str| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, cn);
+            params.self_signed(&key).unwrap().der().to_vec()
+        };
+        let names = ["kube-apiserver".to_owned()];
+        assert_eq!(check_caller(None, &names).unwrap_err().status, 401);
+        let consumer = cert("fabric.io:consumer:alpha");
+        assert_eq!(
+            check_caller(Some(&consumer), &names).unwrap_err().status,
+            403
+        );
+        assert_eq!(
+            check_caller(Some(b"garbage"), &names).unwrap_err().status,
+            403
+        );
+        assert_eq!(check_caller(Some(&cert("kube-apiserver")), &names), Ok(()));
     }
 
     fn shadow() -> Value {
