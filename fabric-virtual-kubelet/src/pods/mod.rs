@@ -9,6 +9,7 @@
 //!
 //! - [`decide`]: what to do about one pod (create, update labels, delete, finish a deletion,
 //!   report a vanished pod, wait), pure;
+//! - [`bounds`]: what the provider wrote in a ShadowPod's status, bounded in size, pure;
 //! - [`status`]: the home pod's status (phase, conditions, containers, addresses, the
 //!   `offloading.fabric.io/Offloaded` condition), pure;
 //! - [`translate`]: provider pod IPs through the remapped pod CIDR, pure;
@@ -31,6 +32,7 @@
 //! vanished ShadowPod is confirmed by a fresh read before its pod is failed, and a restarted
 //! process waits for the provider's listing before it creates anything.
 pub mod act;
+pub mod bounds;
 pub mod decide;
 pub mod failures;
 pub mod kind;

@@ -1,6 +1,7 @@
 //! The status a home pod shows for its offloaded copy, as a pure function of the ShadowPod's
-//! status (the provider's pod, copied there by the provider's controller), whether the
-//! provider answers, the remap of its pod addresses and the virtual node's address.
+//! status (the provider's pod, copied there by the provider's controller; bounded first by
+//! [`super::bounds`]), whether the provider answers, the remap of its pod addresses and the
+//! virtual node's address.
 //!
 //! The home status is written with server-side apply under the virtual kubelet's field
 //! manager, so what it computes is every field it owns: the scheduler's `PodScheduled` stays
@@ -17,7 +18,10 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 
-use super::translate::{self, Remap, Untranslatable};
+use super::{
+    bounds,
+    translate::{self, Remap, Untranslatable},
+};
 
 /// The home pod's condition about its offloading: True once the ShadowPod exists (reason the
 /// provider's: `Created`, `Recreated` with the count in the message, `Finished`), False while
@@ -193,7 +197,8 @@ pub fn home_status(
             s
         }
         Seen::Shadow(shadow) | Seen::ResizeRefused { shadow, .. } => {
-            let st = shadow.status.clone().unwrap_or_default();
+            // The provider's word, bounded before anything of it is used.
+            let st = bounds::provider_status(shadow.status.clone().unwrap_or_default());
             let mut s = PodStatus {
                 phase: Some(st.phase.clone().unwrap_or_else(|| "Pending".into())),
                 reason: st.reason.clone(),
@@ -592,6 +597,43 @@ mod tests {
         // Back: Ready as the provider says.
         let s = home_status(Some(&before), Seen::Shadow(&sh), &ctx(true, Some(&r))).unwrap();
         assert_eq!(c(&s, READY).status, "True");
+    }
+
+    /// Issue 19 §4: what a provider writes into a ShadowPod's status (with its own
+    /// credentials, anything the schema lets through) comes home bounded per field and in
+    /// all, truncated with a marker, its phase one of Kubernetes'.
+    #[test]
+    fn a_providers_status_comes_home_bounded() {
+        let big = "x".repeat(16 << 10);
+        let mut sh = shadow("Running", true, 0);
+        let hostile: ShadowPodStatus = serde_json::from_value(serde_json::json!({
+            "phase": format!("Running{big}"),
+            "reason": big, "message": big,
+            "podIP": "10.244.2.7",
+            "podConditions": (0..200).map(|i| serde_json::json!({
+                "type": format!("T{i}{}", &big[..1000]), "status": "True",
+                "reason": big, "message": big,
+            })).collect::<Vec<_>>(),
+            "containerStatuses": (0..200).map(|i| serde_json::json!({
+                "name": format!("c{i}"), "image": big, "imageID": big, "containerID": big,
+                "ready": true, "restartCount": 1,
+                "state": {"waiting": {"reason": big, "message": big}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": big, "message": big}},
+            })).collect::<Vec<_>>(),
+            "conditions": [{"type": POD_CREATED, "status": "True", "reason": "Created",
+                            "message": big, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        }))
+        .unwrap();
+        sh.status = Some(hostile);
+        let s = home_status(None, Seen::Shadow(&sh), &ctx(true, Some(&remap()))).unwrap();
+        let size = serde_json::to_vec(&s).unwrap().len();
+        assert!(size <= bounds::TOTAL, "{size} bytes came home");
+        assert_eq!(s.phase.as_deref(), Some("Unknown"));
+        let message = s.message.as_deref().unwrap();
+        assert!(message.len() <= bounds::MESSAGE && message.ends_with(bounds::MARKER));
+        let offloaded = c(&s, OFFLOADED).message.as_deref().unwrap();
+        assert!(offloaded.len() <= bounds::MESSAGE && offloaded.ends_with(bounds::MARKER));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.71.2.7"));
     }
 
     #[test]
