@@ -99,17 +99,14 @@ async fn pod_with_uid_other_than(pods: &Api<Pod>, name: &str, old: Option<&str>)
     .await
 }
 
-#[tokio::test]
-async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
-    if !require_tools("shadowpods_run_are_recreated_never_revived_and_deleted") {
-        return;
-    }
-    let api = ApiServer::start("shadowpods");
+/// An API server with the fabric's CRDs and the consumer's tenant namespace, a scratch
+/// directory for logs, and the ShadowPods and pods of that namespace.
+async fn bed(tag: &str) -> (ApiServer, std::path::PathBuf, Api<ShadowPod>, Api<Pod>) {
+    let api = ApiServer::start(tag);
     api.install_crds();
     fabric_tests::auth_service::prepare_cluster(&api, "provider");
-    let dir = std::env::temp_dir().join(format!("fabric-shadowpods-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("fabric-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let _controller = start_controller(&api, &dir.join("controller.log"));
     let client: Client = api.client().await;
     let ns = names::namespace::tenant(CONSUMER);
     Api::<Namespace>::all(client.clone())
@@ -119,8 +116,18 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         )
         .await
         .unwrap();
-    let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let shadows = Api::namespaced(client.clone(), &ns);
+    let pods = Api::namespaced(client, &ns);
+    (api, dir, shadows, pods)
+}
+
+#[tokio::test]
+async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
+    if !require_tools("shadowpods_run_are_recreated_never_revived_and_deleted") {
+        return;
+    }
+    let (api, dir, shadows, pods) = bed("shadowpods").await;
+    let _controller = start_controller(&api, &dir.join("controller.log"));
 
     // Created, owned, forged, status copied.
     let created = shadows
@@ -299,23 +306,8 @@ async fn a_pod_finished_and_removed_while_the_controller_is_down_never_runs_agai
     if !require_tools("finished_pod_removed_while_controller_down") {
         return;
     }
-    let api = ApiServer::start("shadowpods-down");
-    api.install_crds();
-    fabric_tests::auth_service::prepare_cluster(&api, "provider");
-    let dir = std::env::temp_dir().join(format!("fabric-shadowpods-down-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let (api, dir, shadows, pods) = bed("shadowpods-down").await;
     let controller = start_controller(&api, &dir.join("controller-1.log"));
-    let client: Client = api.client().await;
-    let ns = names::namespace::tenant(CONSUMER);
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &fabric_auth::tenant::namespace(CONSUMER),
-        )
-        .await
-        .unwrap();
-    let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     shadows
         .create(&PostParams::default(), &shadow("job"))
         .await
