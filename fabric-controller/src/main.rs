@@ -292,6 +292,11 @@ enum Cmd {
         /// the same CA (a consumer's, when it is the cluster's CA) is refused.
         #[arg(long = "client-name", default_value = "kube-apiserver")]
         client_names: Vec<String>,
+        /// How many ShadowPods, running or finished, a tenant may have: a creation past it is
+        /// refused (finished ones go with their pods at home, or when the consumer deletes
+        /// them).
+        #[arg(long, default_value_t = shadowpod::webhook::DEFAULT_MAX_SHADOW_PODS)]
+        max_shadowpods_per_tenant: u32,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -692,6 +697,7 @@ async fn run() -> Result<()> {
             tenant_pods,
             client_ca,
             client_names,
+            max_shadowpods_per_tenant,
         } => {
             let ca = std::fs::read_to_string(&client_ca)
                 .with_context(|| format!("reading --client-ca {}", client_ca.display()))?;
@@ -705,6 +711,7 @@ async fn run() -> Result<()> {
                     ca,
                     names: client_names,
                 }),
+                max_shadow_pods: max_shadowpods_per_tenant,
                 ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
             };
             shadowpod::webhook::run(client, settings)

@@ -294,6 +294,10 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
                     &format!("127.0.0.1:{port}"),
                     "--pending-ttl",
                     "5s",
+                    // Three ShadowPods per tenant at most: what one consumer puts into the
+                    // provider's store is bounded, finished ones included.
+                    "--max-shadowpods-per-tenant",
+                    "3",
                     "--client-ca",
                     &caller.ca().display().to_string(),
                 ])
@@ -350,10 +354,15 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     .await;
 
     // Over the grant: refused at once, with the numbers (the creation just admitted counts
-    // even before the webhook's cache shows it).
-    let e = create(&alpha, &shadow("db", &alpha_ns, "alpha", "500m"))
-        .await
-        .unwrap_err();
+    // even before the webhook's cache shows it). Once the other replica's cache shows the
+    // grant too: until then it measures against none, refusing all the same.
+    let e = eventually("both replicas see the grant", T, || async {
+        let e = create(&alpha, &shadow("db", &alpha_ns, "alpha", "500m"))
+            .await
+            .unwrap_err();
+        (!e.contains(" 0 granted")).then_some(e)
+    })
+    .await;
     assert!(
         e.contains(
             "cpu: 500m requested, 600m in use by live ShadowPods, 1 granted to consumer \"alpha\""
@@ -657,6 +666,60 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         .unwrap();
     eventually("deleted ShadowPods' share released", T, || async {
         used_cpu(&admin, "delta").await.is_none().then_some(())
+    })
+    .await;
+
+    // Bounded in number: omega's finished ShadowPods release their share of the grant but
+    // stay objects in the provider's store, so a fourth is refused until one goes.
+    admit_tenant(&admin, "omega").await.unwrap();
+    grant(&admin, "omega").await;
+    let omega_ns = names::namespace::tenant("omega");
+    let omega = consumer_client(&api, "omega").await;
+    let omega_shadows = Api::<ShadowPod>::namespaced(admin.clone(), &omega_ns);
+    for i in 0..3 {
+        let name = format!("o{i}");
+        eventually(&format!("{name} admitted"), T, || async {
+            create(&omega, &shadow(&name, &omega_ns, "omega", "1m"))
+                .await
+                .inspect_err(|e| eprintln!("not yet: {e}"))
+                .ok()
+        })
+        .await;
+        omega_shadows
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+            )
+            .await
+            .unwrap();
+    }
+    eventually("omega's usage recounted", T, || async {
+        let t = Api::<Tenant>::namespaced(admin.clone(), &omega_ns)
+            .get("omega")
+            .await
+            .ok()?;
+        let st = t.status?;
+        (st.pending.is_empty() && st.shadow_pods == 3).then_some(())
+    })
+    .await;
+    let e = create(&omega, &shadow("o3", &omega_ns, "omega", "1m"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("consumer \"omega\" has 3 ShadowPods here, as many as a tenant may have")
+            && e.contains("(403)"),
+        "{e}"
+    );
+    omega_shadows
+        .delete("o0", &Default::default())
+        .await
+        .unwrap();
+    eventually("o3 admitted once a finished one went", T, || async {
+        create(&omega, &shadow("o3", &omega_ns, "omega", "1m"))
+            .await
+            .inspect_err(|e| eprintln!("not yet: {e}"))
+            .ok()
     })
     .await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -148,6 +148,10 @@ pub struct TenantStatus {
     /// `used` until it sees them, or for a while only, should their creation have failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<Charge>,
+    /// How many ShadowPods the tenant had (running or finished) at the last recount: with
+    /// the pending charges, what the webhook bounds a creation by.
+    #[serde(default)]
+    pub shadow_pods: u32,
 }
 
 /// A ShadowPod creation or resize admitted against a tenant's grant.

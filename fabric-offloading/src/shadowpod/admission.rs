@@ -40,6 +40,10 @@ pub enum Denial {
         used: String,
         granted: String,
     },
+    #[error(
+        "consumer {cluster:?} has {max} ShadowPods here, as many as a tenant may have: delete finished ones"
+    )]
+    TooMany { cluster: String, max: u32 },
     #[error("consumer {cluster:?} has no Tenant here")]
     NoTenant { cluster: String },
     /// The charge could not be written (the API server busy or unreachable): the consumer

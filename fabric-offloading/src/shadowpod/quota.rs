@@ -29,21 +29,34 @@ use super::{
     decide::terminal,
 };
 
-/// Charges a ShadowPod `namespace`/`name` of `consumer` that asks for `more` than it had
-/// (all of `requests` for a creation) against what was `granted`, given the Tenant's
-/// `status` as last read: the status to write (with the charge in `used` and `pending`),
-/// or why it goes past the grant.
-#[allow(clippy::too_many_arguments)]
+/// Charges `ask` (a ShadowPod of `consumer` that asks for `more` than it had, all of its
+/// `requests` for a creation) against what was `granted`, given the Tenant's `status` as
+/// last read: the status to write (with the charge in `used` and `pending`), or why it goes
+/// past the grant, or, for a creation, past the number of ShadowPods a tenant may have
+/// (those counted at the last recount and those charged since).
 pub fn charge(
     status: &TenantStatus,
-    granted: &Resources,
     consumer: &str,
-    namespace: &str,
-    name: &str,
-    requests: &Amounts,
-    more: &Amounts,
+    ask: &Ask,
     now: Timestamp,
 ) -> Result<TenantStatus, Denial> {
+    let Ask {
+        namespace,
+        name,
+        requests,
+        more,
+        granted,
+        limit,
+    } = ask;
+    if let Some(max) = *limit {
+        let objects = u64::from(status.shadow_pods) + status.pending.len() as u64;
+        if objects >= u64::from(max) {
+            return Err(Denial::TooMany {
+                cluster: consumer.to_owned(),
+                max,
+            });
+        }
+    }
     let mut used = amounts(&status.used)?;
     let granted = amounts(granted)?;
     for (resource, asked) in more.iter().filter(|(_, v)| **v > 0) {
@@ -82,6 +95,8 @@ pub struct Ask {
     pub more: Amounts,
     /// The grant as read when this admission was decided.
     pub granted: Resources,
+    /// For a creation: how many ShadowPods the tenant may have in all.
+    pub limit: Option<u32>,
 }
 
 /// Charges `asks` in order on `status`, as [`charge`] one after the other: each admitted one
@@ -97,16 +112,7 @@ pub fn charge_batch(
     let verdicts = asks
         .iter()
         .map(|a| {
-            let next = charge(
-                &out,
-                &a.granted,
-                consumer,
-                &a.namespace,
-                &a.name,
-                &a.requests,
-                &a.more,
-                now,
-            )?;
+            let next = charge(&out, consumer, a, now)?;
             out = next;
             Ok(())
         })
@@ -178,6 +184,7 @@ pub fn recount<'a>(
     Ok(TenantStatus {
         used: quantities(&used),
         pending,
+        shadow_pods: u32::try_from(seen.len()).unwrap_or(u32::MAX),
         ..status.clone()
     })
 }
@@ -286,12 +293,15 @@ mod tests {
                 more,
             } => charge(
                 status,
-                &granted(),
                 &consumer,
-                NS,
-                name,
-                &requests,
-                &more,
+                &Ask {
+                    namespace: NS.into(),
+                    name: name.into(),
+                    requests,
+                    more,
+                    granted: granted(),
+                    limit: None,
+                },
                 now,
             ),
             Verdict::Within | Verdict::Unlimited => Ok(status.clone()),
@@ -310,6 +320,7 @@ mod tests {
                 requests,
                 more,
                 granted: granted(),
+                limit: Some(3),
             },
             v => panic!("{v:?}"),
         }
@@ -332,6 +343,46 @@ mod tests {
         let one = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
         assert!(create(&one, "b", "600m", t(0)).is_err());
         assert_eq!(create(&one, "c", "400m", t(0)).unwrap(), s);
+    }
+
+    #[test]
+    fn a_tenant_has_so_many_shadowpods_at_most_finished_ones_included() {
+        // Two counted at the last recount; `ask` allows three in all.
+        let counted = TenantStatus {
+            shadow_pods: 2,
+            ..Default::default()
+        };
+        let s = charge(&counted, "alpha", &ask("a", "1m"), t(0)).unwrap();
+        let e = charge(&s, "alpha", &ask("b", "1m"), t(0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "consumer \"alpha\" has 3 ShadowPods here, as many as a tenant may have: delete \
+             finished ones"
+        );
+        // A resize is not a new object.
+        let resize = Ask {
+            limit: None,
+            ..ask("a", "2m")
+        };
+        assert!(charge(&s, "alpha", &resize, t(0)).is_ok());
+        // The recount counts every listed ShadowPod of the consumer, finished ones too.
+        let mut done = ShadowPod::new("done", spec("1m"));
+        done.metadata.namespace = Some(NS.into());
+        done.status = Some(fabric_api::offloading::v1alpha1::ShadowPodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        let mut live = ShadowPod::new("live", spec("1m"));
+        live.metadata.namespace = Some(NS.into());
+        let r = recount(
+            &TenantStatus::default(),
+            "alpha",
+            [&done, &live],
+            t(0),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_eq!((r.shadow_pods, cpu(&r)), (2, Some("1m")));
     }
 
     #[test]
@@ -370,17 +421,15 @@ mod tests {
         else {
             panic!("a creation is charged")
         };
-        let e = charge(
-            &TenantStatus::default(),
-            &granted(),
-            "alpha",
-            NS,
-            "g",
-            &requests,
-            &more,
-            t(0),
-        )
-        .unwrap_err();
+        let ask = Ask {
+            namespace: NS.into(),
+            name: "g".into(),
+            requests,
+            more,
+            granted: granted(),
+            limit: None,
+        };
+        let e = charge(&TenantStatus::default(), "alpha", &ask, t(0)).unwrap_err();
         assert!(
             matches!(e, Denial::OverQuota { ref resource, .. } if resource == "nvidia.com/gpu"),
             "{e}"

@@ -36,10 +36,9 @@ use std::{
 
 use bytes::Bytes;
 use fabric_api::{
-    authentication::v1alpha1::{ResourceSlice, Resources, Tenant},
+    authentication::v1alpha1::{ResourceSlice, Tenant},
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
-    quantity::Amounts,
 };
 use fabric_http::https::{self, BodyError, Exchange, Limits, TlsError, read_body};
 use http_body_util::Full;
@@ -115,6 +114,9 @@ pub struct Settings {
     /// the CommonNames it may carry ([`review::check_caller`]). None: anyone (tests of the
     /// decisions only; the command requires it).
     pub callers: Option<Callers>,
+    /// How many ShadowPods, running or finished, a tenant may have: what one consumer can
+    /// put into the provider's store.
+    pub max_shadow_pods: u32,
 }
 
 /// The API server as a caller of the webhook.
@@ -146,6 +148,7 @@ impl Settings {
             },
             rules: Rules::default(),
             callers: None,
+            max_shadow_pods: DEFAULT_MAX_SHADOW_PODS,
         }
     }
 }
@@ -285,7 +288,13 @@ struct View {
     /// of its own).
     rules: Rules,
     tenants: Store<Tenant>,
+    /// How many ShadowPods (running or finished) a tenant may have.
+    max_shadow_pods: u32,
 }
+
+/// How many ShadowPods a tenant may have unless the admin says otherwise: ten times the
+/// pods a node runs by default, a few tens of MB of the provider's store.
+pub const DEFAULT_MAX_SHADOW_PODS: u32 = 5000;
 
 /// The field manager of the charges on Tenants' status.
 const USAGE_MANAGER: &str = "fabric-shadowpod-webhook";
@@ -332,67 +341,47 @@ impl View {
             return Ok(());
         };
         let granted = admission::granted(&consumer, self.slices.state().iter().map(|s| &**s))?;
-        let charge = Charge {
-            consumer: &consumer,
-            namespace: &namespace,
-            name: &name,
-            requests: &requests,
-            more: &more,
-            granted: &granted,
+        let ask = quota::Ask {
+            namespace,
+            name,
+            requests,
+            more,
+            granted,
+            // Every new ShadowPod is an object more in the provider's store, whatever it asks.
+            limit: old.is_none().then_some(self.max_shadow_pods),
         };
-        self.charge(&charge, req.dry_run).await
+        self.charge(&consumer, ask, req.dry_run).await
     }
 
     /// Charges `c` on the consumer's Tenant, batched with the other admissions of the moment
     /// for that consumer ([`charges::Charger`]); a dry run is decided on a fresh read of the
     /// Tenant and writes nothing.
-    async fn charge(&self, c: &Charge<'_>, dry_run: bool) -> Result<(), Denial> {
+    async fn charge(&self, consumer: &str, ask: quota::Ask, dry_run: bool) -> Result<(), Denial> {
         if !dry_run {
-            let ask = quota::Ask {
-                namespace: c.namespace.to_owned(),
-                name: c.name.to_owned(),
-                requests: c.requests.clone(),
-                more: c.more.clone(),
-                granted: c.granted.clone(),
-            };
-            return self.charger.charge(c.consumer, ask).await;
+            return self.charger.charge(consumer, ask).await;
         }
         let tenants: Api<Tenant> =
-            Api::namespaced(self.client.clone(), &names::namespace::tenant(c.consumer));
+            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
         let Some(tenant) = tenants
-            .get_opt(c.consumer)
+            .get_opt(consumer)
             .await
             .map_err(|e| Denial::Unaccounted {
-                cluster: c.consumer.to_owned(),
+                cluster: consumer.to_owned(),
                 error: e.to_string(),
             })?
         else {
             return Err(Denial::NoTenant {
-                cluster: c.consumer.to_owned(),
+                cluster: consumer.to_owned(),
             });
         };
         quota::charge(
             &tenant.status.unwrap_or_default(),
-            c.granted,
-            c.consumer,
-            c.namespace,
-            c.name,
-            c.requests,
-            c.more,
+            consumer,
+            &ask,
             Timestamp::now(),
         )?;
         Ok(())
     }
-}
-
-/// One charge to write: what [`Verdict::Charge`] says, with the grant it is measured against.
-struct Charge<'a> {
-    consumer: &'a str,
-    namespace: &'a str,
-    name: &'a str,
-    requests: &'a Amounts,
-    more: &'a Amounts,
-    granted: &'a Resources,
 }
 
 fn plain(status: u16, message: String) -> Response<Full<Bytes>> {
@@ -524,6 +513,7 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         .await?,
         charger: charges::Charger::new(client.clone(), s.charge_budget),
         rules: s.rules.clone(),
+        max_shadow_pods: s.max_shadow_pods,
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.
