@@ -90,6 +90,15 @@ pub mod annotation {
     /// On peering token Secrets: when the token stops being accepted (RFC 3339); absent:
     /// until rotated.
     pub const TOKEN_EXPIRES_AT: &str = "fabric.io/expires-at";
+    /// On a one-time peering token Secret: the one consumer cluster id it may be used for,
+    /// named when it was minted or written at its first use.
+    pub const TOKEN_CLUSTER_ID: &str = "fabric.io/token-cluster-id";
+    /// On a one-time peering token Secret once used: the digest of the CSR it was used with
+    /// (that same request, retried after a lost answer, is answered again; no other is).
+    pub const TOKEN_USED_BY: &str = "fabric.io/token-used-by";
+    /// On a Tenant: the digest of the CSR of the peering that created it, so that only that
+    /// request, retried, is answered again while the Tenant exists.
+    pub const PEERING_REQUEST: &str = "fabric.io/peering-request";
     /// On a consumer's `Identity`: the pin (`sha256:<hex>`) of the provider's authentication
     /// service, as the peer command gave it; renewals verify the service with it.
     pub const AUTH_PIN: &str = "fabric.io/auth-pin";

@@ -274,6 +274,7 @@ pub async fn authenticate(
             cluster_id: consumer.to_owned(),
             token: command.token.expose_secret().to_owned(),
             csr_pem,
+            provider_cluster_id: Some(command.provider_id.clone()),
         },
     )
     .await?;

@@ -37,6 +37,11 @@ pub struct AuthRequest {
     pub token: String,
     /// A PKCS#10 certificate signing request (PEM) for a key the consumer keeps.
     pub csr_pem: String,
+    /// The provider the consumer means to peer with (its peer command's `--cluster-id`): a
+    /// request meant for another provider is refused before anything is written. Absent in
+    /// requests of clients that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_cluster_id: Option<String>,
 }
 
 impl fmt::Debug for AuthRequest {
@@ -44,6 +49,7 @@ impl fmt::Debug for AuthRequest {
         // Never the token: requests end up in logs and error messages.
         f.debug_struct("AuthRequest")
             .field("cluster_id", &self.cluster_id)
+            .field("provider_cluster_id", &self.provider_cluster_id)
             .field("csr_pem", &format_args!("{} bytes", self.csr_pem.len()))
             .finish_non_exhaustive()
     }
@@ -88,6 +94,21 @@ pub enum Reason {
     ExpiredToken,
     /// The consumer's cluster id is this provider's own (409).
     SameCluster,
+    /// The request names another provider than this one (400).
+    WrongProvider,
+    /// The cluster id already has a tenant here: it renews with its certificate, or peers
+    /// again once the provider admin removed the tenant (409).
+    AlreadyPeered,
+    /// The cluster id is taken here by something the authentication service did not create
+    /// for a consumer: a peer this cluster consumes from, a namespace of someone else (409).
+    IdTaken,
+    /// A one-time token that was used already (401).
+    TokenUsed,
+    /// A token issued for another cluster id (401).
+    TokenBound,
+    /// An object the service would write under a name of its own exists with content the
+    /// service did not write (409).
+    Conflict,
     /// A renewal without a valid client certificate of a consumer (401).
     Unauthenticated,
     /// A renewal by a consumer whose tenant was removed (403).
@@ -111,13 +132,20 @@ pub enum Reason {
 impl Reason {
     pub fn status(self) -> u16 {
         match self {
-            Reason::MalformedRequest | Reason::InvalidClusterId | Reason::InvalidCsr => 400,
-            Reason::InvalidToken | Reason::ExpiredToken | Reason::Unauthenticated => 401,
+            Reason::MalformedRequest
+            | Reason::InvalidClusterId
+            | Reason::InvalidCsr
+            | Reason::WrongProvider => 400,
+            Reason::InvalidToken
+            | Reason::ExpiredToken
+            | Reason::Unauthenticated
+            | Reason::TokenUsed
+            | Reason::TokenBound => 401,
             Reason::Revoked => 403,
             Reason::NotFound => 404,
             Reason::MethodNotAllowed => 405,
             Reason::Timeout => 408,
-            Reason::SameCluster => 409,
+            Reason::SameCluster | Reason::AlreadyPeered | Reason::IdTaken | Reason::Conflict => 409,
             Reason::PayloadTooLarge => 413,
             Reason::UnsupportedMediaType => 415,
             Reason::Internal => 500,
@@ -199,6 +227,14 @@ pub fn parse_request(content_type: Option<&str>, body: &[u8]) -> Result<AuthRequ
         return Err(Refusal::new(
             Reason::InvalidCsr,
             format!("the CSR is larger than {MAX_CSR} bytes"),
+        ));
+    }
+    if let Some(p) = &req.provider_cluster_id
+        && !fabric_api::identity::is_dns_label(p)
+    {
+        return Err(Refusal::new(
+            Reason::WrongProvider,
+            "providerClusterId must be a DNS label (the peer command's --cluster-id)",
         ));
     }
     Ok(req)

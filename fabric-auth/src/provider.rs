@@ -2,10 +2,16 @@
 //! ([`crate::server`]): check the request, then create the consumer's tenant area and have its
 //! CSR signed through the Kubernetes CSR API.
 //!
-//! Order matters: the token and the CSR are checked before anything is written, so a refused
-//! request creates nothing. Every write is a server-side apply or a create-or-get under a name
-//! derived from the request, so a consumer that retries the same request (lost answer,
-//! timeout) gets the same certificate and nothing twice.
+//! Order matters: everything that can be checked is checked before anything is written, so a
+//! refused request creates nothing: the token (first, so that a caller without one learns
+//! nothing else), the provider the request is meant for, the CSR, what a one-time token may
+//! still be used for, and what this provider already holds under the cluster id (a tenant is
+//! never re-issued to a token holder; ids of its own providers and namespaces of others are
+//! refused). A one-time token's use is then recorded on it before the tenant is made. Every
+//! write is a server-side apply or a create-or-get under a name derived from the request, so
+//! a consumer that retries the same request (lost answer, timeout) gets the same certificate
+//! and nothing twice; a CSR found under that name is approved only if it is the very request
+//! the service writes.
 use std::time::Duration;
 
 use fabric_api::{
@@ -34,7 +40,7 @@ use crate::{
     protocol::{AuthRequest, AuthResponse, Reason, Refusal, RenewRequest},
     server::Call,
     tenant, token,
-    validate::{self, TokenRecord},
+    validate::{self, Holdings, TokenRecord, TokenUse},
 };
 
 /// The signer that issues client certificates the API server accepts.
@@ -119,6 +125,27 @@ pub fn csr_outcome(csr: &CertificateSigningRequest) -> Option<Result<String, Str
     Some(String::from_utf8(cert.0.clone()).map_err(|_| "the certificate is not PEM".to_owned()))
 }
 
+/// Whether `existing` asks exactly what `ours` (made by [`csr_object`]) asks: the request
+/// bytes, signer, usages, validity, and the consumer it is labelled for.
+pub fn same_request(
+    existing: &CertificateSigningRequest,
+    ours: &CertificateSigningRequest,
+) -> bool {
+    let label = |c: &CertificateSigningRequest| {
+        c.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(names::label::REMOTE_CLUSTER))
+            .cloned()
+    };
+    let (a, b) = (&existing.spec, &ours.spec);
+    a.request == b.request
+        && a.signer_name == b.signer_name
+        && a.usages == b.usages
+        && a.expiration_seconds == b.expiration_seconds
+        && label(existing) == label(ours)
+}
+
 fn approved(csr: &CertificateSigningRequest) -> bool {
     csr.status
         .as_ref()
@@ -133,6 +160,34 @@ impl Service {
     /// Answers one request; see the module's doc for the order of things.
     pub async fn authenticate(&self, req: &AuthRequest) -> Result<AuthResponse, Refusal> {
         let consumer = &req.cluster_id;
+        let secrets = self.token_secrets().await.map_err(|e| {
+            warn!(error = %e, "reading the peering tokens");
+            // Nothing of the API's error to a caller not yet authenticated.
+            Refusal::new(
+                Reason::Internal,
+                "the provider failed while reading its peering tokens; retrying later is safe",
+            )
+        })?;
+        let tokens: Vec<_> = secrets
+            .iter()
+            .filter_map(TokenRecord::from_secret)
+            .collect();
+        let token =
+            validate::check_token(&req.token, &tokens, Timestamp::now()).inspect_err(|r| {
+                info!(consumer = %consumer, reason = ?r.reason, "refused a token");
+            })?;
+        if let Some(named) = &req.provider_cluster_id
+            && *named != self.cluster_id
+        {
+            return Err(Refusal::new(
+                Reason::WrongProvider,
+                format!(
+                    "this is the authentication service of cluster {}, not {named}: check the \
+                     peer command's --cluster-id",
+                    self.cluster_id
+                ),
+            ));
+        }
         if *consumer == self.cluster_id {
             return Err(Refusal::new(
                 Reason::SameCluster,
@@ -141,21 +196,24 @@ impl Service {
                 ),
             ));
         }
-        let tokens = self
-            .tokens()
-            .await
-            .map_err(|e| internal("reading the peering tokens", e))?;
-        let token =
-            validate::check_token(&req.token, &tokens, Timestamp::now()).inspect_err(|r| {
-                info!(consumer = %consumer, reason = ?r.reason, "refused a token");
-            })?;
         validate::check_csr(&req.csr_pem, consumer).inspect_err(|r| {
             info!(consumer = %consumer, why = %r.message, "refused a CSR");
         })?;
+        let request = validate::request_digest(&req.csr_pem);
+        let token_use = validate::check_use(token, consumer, &request).inspect_err(|r| {
+            info!(consumer = %consumer, token = %token.name, reason = ?r.reason, "refused a token's use");
+        })?;
+        let held = self.previous_tenant_gone(consumer).await?;
+        let bound = token.cluster_id.as_deref() == Some(consumer.as_str());
+        validate::check_id(consumer, &held, &request, bound).inspect_err(|r| {
+            info!(consumer = %consumer, reason = ?r.reason, "refused a cluster id");
+        })?;
+        if token_use == TokenUse::First {
+            self.use_token(&secrets, token, consumer, &request).await?;
+        }
         info!(consumer = %consumer, token = %token.name, "consumer authenticated; provisioning its tenant");
 
-        self.previous_tenant_gone(consumer).await?;
-        self.provision(consumer)
+        self.provision(consumer, &request)
             .await
             .map_err(|e| internal("creating the tenant", e))?;
         let certificate_pem = self.sign(consumer, &req.csr_pem).await?;
@@ -170,6 +228,46 @@ impl Service {
             tenant_namespace: names::namespace::tenant(consumer),
             provider_cluster_id: self.cluster_id.clone(),
         })
+    }
+
+    /// Records the one use of one-time token `token` (for `consumer`'s request `request`) on
+    /// its Secret, conditionally on the version read: of two requests racing with one
+    /// token, one wins.
+    async fn use_token(
+        &self,
+        secrets: &[Secret],
+        token: &TokenRecord,
+        consumer: &str,
+        request: &str,
+    ) -> Result<(), Refusal> {
+        let Some(secret) = secrets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(token.name.as_str()))
+        else {
+            return Err(internal("recording the token's use", "its Secret is gone"));
+        };
+        let mut used = secret.clone();
+        let annotations = used.metadata.annotations.get_or_insert_default();
+        annotations.insert(
+            names::annotation::TOKEN_CLUSTER_ID.to_owned(),
+            consumer.to_owned(),
+        );
+        annotations.insert(
+            names::annotation::TOKEN_USED_BY.to_owned(),
+            request.to_owned(),
+        );
+        match Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
+            .replace(&token.name, &PostParams::default(), &used)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Err(Refusal::new(
+                Reason::TokenUsed,
+                "this one-time token was used by another request at the same time: ask the \
+                 provider admin for a new peer command",
+            )),
+            Err(e) => Err(internal("recording the token's use", e)),
+        }
     }
 
     /// Answers a call of the HTTPS edge.
@@ -233,15 +331,13 @@ impl Service {
         })
     }
 
-    async fn tokens(&self) -> kube::Result<Vec<TokenRecord>> {
-        let secrets = Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
-            .list(&ListParams::default().labels(&token::selector()))
-            .await?;
-        Ok(secrets
-            .items
-            .iter()
-            .filter_map(TokenRecord::from_secret)
-            .collect())
+    async fn token_secrets(&self) -> kube::Result<Vec<Secret>> {
+        Ok(
+            Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
+                .list(&ListParams::default().labels(&token::selector()))
+                .await?
+                .items,
+        )
     }
 
     /// Waits until a Tenant of `consumer` that is being removed (an unpeer whose cleanup still
@@ -251,8 +347,8 @@ impl Service {
     /// bindings and the namespace after us; a ForeignCluster still being deleted (its
     /// revocation finalizer not yet off once the old Tenant is gone) reads as the admin
     /// revoking the consumer, and the new Tenant would be deleted with it; a Terminating
-    /// namespace refuses the new Role.
-    async fn previous_tenant_gone(&self, consumer: &str) -> Result<(), Refusal> {
+    /// namespace refuses the new Role. Then: what the provider holds under `consumer`.
+    async fn previous_tenant_gone(&self, consumer: &str) -> Result<Holdings, Refusal> {
         let tenants =
             Api::<Tenant>::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
         let deadline = tokio::time::Instant::now() + PREVIOUS_TENANT_WAIT;
@@ -260,24 +356,39 @@ impl Service {
         let namespaces = Api::<Namespace>::all(self.client.clone());
         let ns = names::namespace::tenant(consumer);
         loop {
-            let tenant_removing = tenants
+            let tenant = tenants
                 .get_opt(consumer)
                 .await
-                .map_err(|e| internal("reading the tenant", e))?
+                .map_err(|e| internal("reading the tenant", e))?;
+            let tenant_removing = tenant
+                .as_ref()
                 .is_some_and(|t| t.metadata.deletion_timestamp.is_some());
-            let peer_removing = fcs
+            let peer = fcs
                 .get_opt(consumer)
                 .await
-                .map_err(|e| internal("reading the ForeignCluster", e))?
+                .map_err(|e| internal("reading the ForeignCluster", e))?;
+            let peer_removing = peer
+                .as_ref()
                 .is_some_and(|fc| fc.metadata.deletion_timestamp.is_some());
             // Terminating: nothing can be created in it until it is gone.
-            let namespace_removing = namespaces
+            let namespace = namespaces
                 .get_opt(&ns)
                 .await
-                .map_err(|e| internal("reading the tenant namespace", e))?
+                .map_err(|e| internal("reading the tenant namespace", e))?;
+            let namespace_removing = namespace
+                .as_ref()
                 .is_some_and(|n| n.metadata.deletion_timestamp.is_some());
             if !tenant_removing && !peer_removing && !namespace_removing {
-                return Ok(());
+                return Ok(Holdings {
+                    tenant: tenant.map(|t| {
+                        t.metadata
+                            .annotations
+                            .and_then(|a| a.get(names::annotation::PEERING_REQUEST).cloned())
+                    }),
+                    peer_role: peer.map(|p| p.spec.role),
+                    namespace_ours: namespace
+                        .map(|n| validate::namespace_is_ours(n.metadata.labels.as_ref(), consumer)),
+                });
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(internal(
@@ -291,8 +402,9 @@ impl Service {
     }
 
     /// The tenant namespace, its Role and RoleBinding, the sharing controllers' RoleBinding
-    /// there (they run the consumer's pods), the Tenant and the consumer's ForeignCluster.
-    async fn provision(&self, consumer: &str) -> kube::Result<()> {
+    /// there (they run the consumer's pods), the Tenant (marked with the `request` that made
+    /// it) and the consumer's ForeignCluster.
+    async fn provision(&self, consumer: &str, request: &str) -> kube::Result<()> {
         let c = &self.client;
         let ns = names::namespace::tenant(consumer);
         MANAGER
@@ -327,6 +439,7 @@ impl Service {
                 "name": consumer,
                 "namespace": ns,
                 "labels": { names::label::REMOTE_CLUSTER: consumer },
+                "annotations": { names::annotation::PEERING_REQUEST: request },
             },
             "spec": { "clusterId": consumer },
         });
@@ -358,10 +471,26 @@ impl Service {
         let name = obj.metadata.name.clone().unwrap_or_default();
         let csr = match api.create(&PostParams::default(), &obj).await {
             Ok(c) => c,
-            Err(kube::Error::Api(e)) if e.code == 409 => api
-                .get(&name)
-                .await
-                .map_err(|e| internal("reading the CSR", e))?,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = api
+                    .get(&name)
+                    .await
+                    .map_err(|e| internal("reading the CSR", e))?;
+                // Anyone allowed to create CSRs could have made one under this name: only
+                // the very request this service writes is approved.
+                if !same_request(&existing, &obj) {
+                    warn!(consumer = %consumer, csr = %name, "a CSR under the service's name holds another request; not approving it");
+                    return Err(Refusal::new(
+                        Reason::Conflict,
+                        format!(
+                            "CertificateSigningRequest {name} exists on the provider with content \
+                             its authentication service did not write: the provider admin \
+                             should find out who created it and delete it"
+                        ),
+                    ));
+                }
+                existing
+            }
             Err(e) => return Err(internal("creating the CSR", e)),
         };
         if let Some(outcome) = csr_outcome(&csr) {
@@ -454,6 +583,25 @@ mod tests {
         assert_eq!(o.spec.expiration_seconds, Some(600));
         assert_eq!(o.spec.signer_name, SIGNER);
         assert!(!o.spec.usages.unwrap().iter().any(|u| u == "server auth"));
+    }
+
+    #[test]
+    fn only_the_request_the_service_writes_is_the_same() {
+        let ttl = Duration::from_secs(3600);
+        let ours = csr_object("a", "x", ttl);
+        assert!(same_request(&ours, &ours.clone()));
+        let changed: [fn(&mut CertificateSigningRequest); 5] = [
+            |c| c.spec.request = ByteString(b"y".to_vec()),
+            |c| c.spec.signer_name = "kubernetes.io/kubelet-serving".to_owned(),
+            |c| c.spec.usages = Some(vec!["client auth".to_owned(), "server auth".to_owned()]),
+            |c| c.spec.expiration_seconds = Some(864_000),
+            |c| c.metadata.labels = None,
+        ];
+        for change in changed {
+            let mut planted = ours.clone();
+            change(&mut planted);
+            assert!(!same_request(&planted, &ours), "{planted:?}");
+        }
     }
 
     #[test]

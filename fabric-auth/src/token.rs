@@ -1,10 +1,13 @@
 //! Peering tokens on a provider and the peer command that carries one to a consumer.
 //!
-//! The standing token lives in Secret [`names::secret::PEERING_TOKEN`]; `fabricctl generate
-//! peer-command --ttl D` adds a token of its own with an expiry (annotation
-//! [`names::annotation::TOKEN_EXPIRES_AT`]); `fabricctl token rotate` deletes them all and
-//! creates a new standing one, so every token handed out before is refused from then on. The
-//! service accepts any Secret labelled [`names::label::PEERING_TOKEN`] in its namespace.
+//! The standing token lives in Secret [`names::secret::PEERING_TOKEN`] and expires after
+//! [`STANDING_TTL`] (`fabricctl generate peer-command` makes a new one then); `fabricctl
+//! generate peer-command --ttl D` adds a one-time token of its own with an expiry (annotation
+//! [`names::annotation::TOKEN_EXPIRES_AT`]), bound to one consumer cluster id when minted
+//! with `--consumer-id` ([`bind`]) or else by its first use; `fabricctl token rotate`
+//! deletes them all and creates a new standing one, so every token handed out before is
+//! refused from then on. The service accepts any Secret labelled
+//! [`names::label::PEERING_TOKEN`] in its namespace.
 use std::collections::BTreeMap;
 
 use fabric_api::names;
@@ -13,6 +16,10 @@ use kube::api::ObjectMeta;
 use ring::rand::SecureRandom;
 
 use crate::validate::TOKEN_FIELD;
+
+/// How long a standing token is accepted: any number of consumers may peer with it, so a
+/// leaked one must not stay good for ever.
+pub const STANDING_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// A new token: 32 random bytes, hex.
 pub fn generate() -> String {
@@ -23,12 +30,18 @@ pub fn generate() -> String {
     hex::encode(bytes)
 }
 
-/// The token Secret (in `namespace`): the standing one when `expires_at` is `None`, else one
-/// named after the token's digest, expiring then.
-pub fn secret(namespace: &str, token: &str, expires_at: Option<Timestamp>) -> Secret {
-    let name = match expires_at {
-        None => names::secret::PEERING_TOKEN.to_owned(),
-        Some(_) => {
+/// The token Secret (in `namespace`): the standing one when `one_time` is false, else one
+/// named after the token's digest; expiring at `expires_at` (none: an admin's own standing
+/// token, until rotated).
+pub fn secret(
+    namespace: &str,
+    token: &str,
+    one_time: bool,
+    expires_at: Option<Timestamp>,
+) -> Secret {
+    let name = match one_time {
+        false => names::secret::PEERING_TOKEN.to_owned(),
+        true => {
             let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
             format!(
                 "{}-{}",
@@ -60,6 +73,15 @@ pub fn secret(namespace: &str, token: &str, expires_at: Option<Timestamp>) -> Se
         )])),
         ..Default::default()
     }
+}
+
+/// `secret` (a one-time token's) usable for consumer `cluster_id` only.
+pub fn bind(mut secret: Secret, cluster_id: &str) -> Secret {
+    secret.metadata.annotations.get_or_insert_default().insert(
+        names::annotation::TOKEN_CLUSTER_ID.to_owned(),
+        cluster_id.to_owned(),
+    );
+    secret
 }
 
 /// The label selector of token Secrets.
@@ -140,12 +162,12 @@ mod tests {
         assert_ne!(t, generate());
         let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let later = now + std::time::Duration::from_secs(60);
-        let standing = secret("fabric-system", &t, None);
+        let standing = secret("fabric-system", &t, false, Some(later));
         assert_eq!(
             standing.metadata.name.as_deref(),
             Some("fabric-peering-token")
         );
-        let short = secret("fabric-system", &generate(), Some(later));
+        let short = bind(secret("fabric-system", &generate(), true, Some(later)), "c");
         assert!(
             short
                 .metadata
@@ -154,15 +176,21 @@ mod tests {
                 .starts_with("fabric-peering-token-")
         );
         let records: Vec<_> = [
-            secret("fabric-system", &t, None),
-            secret("x", "u", Some(later)),
+            secret("fabric-system", &t, false, Some(later)),
+            bind(secret("x", "u", true, Some(later)), "c"),
         ]
         .iter()
         .filter_map(TokenRecord::from_secret)
         .collect();
-        check_token(&t, &records, now).unwrap();
-        check_token("u", &records, now).unwrap();
+        assert!(check_token(&t, &records, now).unwrap().standing);
+        let one_time = check_token("u", &records, now).unwrap();
+        assert!(!one_time.standing);
+        assert_eq!(one_time.cluster_id.as_deref(), Some("c"));
         assert!(check_token("u", &records, later).is_err());
+        assert!(
+            check_token(&t, &records, later).is_err(),
+            "the standing one expires too"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The checks of a request that need no API server: the token against the cluster's peering
-//! tokens, and the CSR against the name the consumer may have. Pure: the caller loads the
-//! token Secrets and passes the clock.
-use fabric_api::names;
+//! tokens (and what a one-time token was used for), the CSR against the name the consumer
+//! may have, and the cluster id against what the provider already holds under it. Pure: the
+//! caller loads the token Secrets and what it holds, and passes the clock.
+use fabric_api::{core::v1alpha1::PeerRole, names};
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
 use subtle::ConstantTimeEq;
 use x509_parser::{
@@ -25,6 +26,13 @@ pub struct TokenRecord {
     pub token: Vec<u8>,
     /// After this instant the token is refused; `None`: until rotated.
     pub expires_at: Option<Timestamp>,
+    /// The cluster's standing token (Secret [`names::secret::PEERING_TOKEN`]); every other
+    /// one is one-time.
+    pub standing: bool,
+    /// The one cluster id a one-time token may be used for.
+    pub cluster_id: Option<String>,
+    /// The [`request_digest`] of the request a one-time token was used with.
+    pub used_by: Option<String>,
 }
 
 impl std::fmt::Debug for TokenRecord {
@@ -32,6 +40,9 @@ impl std::fmt::Debug for TokenRecord {
         f.debug_struct("TokenRecord")
             .field("name", &self.name)
             .field("expires_at", &self.expires_at)
+            .field("standing", &self.standing)
+            .field("cluster_id", &self.cluster_id)
+            .field("used_by", &self.used_by)
             .finish_non_exhaustive()
     }
 }
@@ -44,19 +55,26 @@ impl TokenRecord {
         if token.is_empty() {
             return None;
         }
-        let expires_at = match secret
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(names::annotation::TOKEN_EXPIRES_AT))
-        {
+        let annotation = |key| {
+            secret
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .cloned()
+        };
+        let expires_at = match annotation(names::annotation::TOKEN_EXPIRES_AT) {
             Some(t) => Some(t.parse().ok()?),
             None => None,
         };
+        let name = secret.metadata.name.clone().unwrap_or_default();
         Some(Self {
-            name: secret.metadata.name.clone().unwrap_or_default(),
+            standing: name == names::secret::PEERING_TOKEN,
+            name,
             token,
             expires_at,
+            cluster_id: annotation(names::annotation::TOKEN_CLUSTER_ID),
+            used_by: annotation(names::annotation::TOKEN_USED_BY),
         })
     }
 }
@@ -95,6 +113,127 @@ pub fn check_token<'r>(
             _ => Ok(r),
         },
     }
+}
+
+/// A request's fingerprint, as the service records it: the digest of its CSR (a retry of
+/// the same request sends the same CSR; another key makes another CSR).
+pub fn request_digest(csr_pem: &str) -> String {
+    hex::encode(&digest(csr_pem.as_bytes()).as_ref()[..16])
+}
+
+/// How a (valid, unexpired) token may serve a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenUse {
+    /// The standing token: any number of ids, until it expires or is rotated.
+    Standing,
+    /// A one-time token's one use: the service records it on the token before it writes
+    /// anything else.
+    First,
+    /// The request that was a one-time token's one use, sent again (its answer was lost).
+    Retry,
+}
+
+/// Whether `record` may serve a request of `cluster_id` whose [`request_digest`] is
+/// `request`: a one-time token serves one id (the one it was minted for, else the first that
+/// used it) and one request.
+pub fn check_use(
+    record: &TokenRecord,
+    cluster_id: &str,
+    request: &str,
+) -> Result<TokenUse, Refusal> {
+    if record.standing {
+        return Ok(TokenUse::Standing);
+    }
+    if record
+        .cluster_id
+        .as_deref()
+        .is_some_and(|b| b != cluster_id)
+    {
+        return Err(Refusal::new(
+            Reason::TokenBound,
+            "this token was issued for another cluster id: ask the provider admin for a peer \
+             command of your own",
+        ));
+    }
+    match &record.used_by {
+        None => Ok(TokenUse::First),
+        Some(u) if u == request => Ok(TokenUse::Retry),
+        Some(_) => Err(Refusal::new(
+            Reason::TokenUsed,
+            "this one-time token was used already: ask the provider admin for a new peer command",
+        )),
+    }
+}
+
+/// What the provider holds under a cluster id, as far as a peering request is concerned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holdings {
+    /// Its Tenant, when there is one not being removed, with the [`request_digest`] of the
+    /// request that created it.
+    pub tenant: Option<Option<String>>,
+    /// The role of its ForeignCluster, when there is one.
+    pub peer_role: Option<PeerRole>,
+    /// Its tenant namespace, when it exists: whether the service created it (its labels).
+    pub namespace_ours: Option<bool>,
+}
+
+/// Whether a request with [`request_digest`] `request` may create the tenant of `id` given
+/// what the provider holds under that id. A tenant there is renewed only by its current
+/// certificate (`/v1/renew`), never re-issued to whoever holds a token, except for the very
+/// request that created it, retried. An id that is a provider of this cluster, or whose tenant
+/// namespace someone else made, is refused, unless (for a provider) the token was minted
+/// for that id (`bound`): the provider admin then meant it, as for clusters peered both ways.
+pub fn check_id(id: &str, held: &Holdings, request: &str, bound: bool) -> Result<(), Refusal> {
+    if let Some(made_by) = &held.tenant {
+        if made_by.as_deref() == Some(request) {
+            return Ok(());
+        }
+        return Err(Refusal::new(
+            Reason::AlreadyPeered,
+            format!(
+                "cluster {id} already has a tenant on this provider: its identity is renewed with \
+                 its current certificate, never re-issued; to peer it again, the provider admin \
+                 removes the tenant first (kubectl delete tenant {id} -n {})",
+                names::namespace::tenant(id)
+            ),
+        ));
+    }
+    if held.namespace_ours == Some(false) {
+        return Err(Refusal::new(
+            Reason::IdTaken,
+            format!(
+                "namespace {} exists here and was not made by the authentication service: \
+                 cluster id {id} cannot peer with this provider",
+                names::namespace::tenant(id)
+            ),
+        ));
+    }
+    let provider = matches!(
+        held.peer_role,
+        Some(PeerRole::Provider | PeerRole::ConsumerAndProvider)
+    );
+    if provider && !bound {
+        return Err(Refusal::new(
+            Reason::IdTaken,
+            format!(
+                "cluster {id} is a provider of this cluster: it peers as a consumer only with a \
+                 token minted for it (`fabricctl generate peer-command --consumer-id {id}`, or \
+                 `fabricctl peer` in band)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the labels of an existing tenant namespace of `id` are those the service gives it.
+pub fn namespace_is_ours(
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+    id: &str,
+) -> bool {
+    labels.is_some_and(|l| {
+        l.get(names::label::TENANT_NAMESPACE).map(String::as_str) == Some("true")
+            && l.get(names::label::REMOTE_CLUSTER).map(String::as_str) == Some(id)
+    })
 }
 
 /// Key types and sizes the service signs: what Kubernetes' API server accepts for client
@@ -373,6 +512,118 @@ mod tests {
         assert_eq!(consumer_of(&cert(&admin)), None);
         assert_eq!(consumer_of(&cert(&good_dn("Not_A_Label"))), None);
         assert_eq!(consumer_of(b"garbage"), None);
+    }
+
+    fn one_time(cluster_id: Option<&str>, used_by: Option<&str>) -> TokenRecord {
+        TokenRecord {
+            name: "fabric-peering-token-abc".to_owned(),
+            token: b"t".to_vec(),
+            expires_at: None,
+            standing: false,
+            cluster_id: cluster_id.map(str::to_owned),
+            used_by: used_by.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_one_time_token_serves_one_request_of_one_id() {
+        let standing = TokenRecord {
+            standing: true,
+            ..one_time(None, None)
+        };
+        assert_eq!(check_use(&standing, "a", "r1"), Ok(TokenUse::Standing));
+        assert_eq!(
+            check_use(&one_time(None, None), "a", "r1"),
+            Ok(TokenUse::First)
+        );
+        let named = one_time(Some("a"), None);
+        assert_eq!(check_use(&named, "a", "r1"), Ok(TokenUse::First));
+        assert_eq!(
+            check_use(&named, "b", "r1").unwrap_err().reason,
+            Reason::TokenBound
+        );
+        let used = one_time(Some("a"), Some("r1"));
+        assert_eq!(check_use(&used, "a", "r1"), Ok(TokenUse::Retry));
+        assert_eq!(
+            check_use(&used, "a", "r2").unwrap_err().reason,
+            Reason::TokenUsed
+        );
+        assert_eq!(
+            check_use(&used, "b", "r1").unwrap_err().reason,
+            Reason::TokenBound
+        );
+    }
+
+    #[test]
+    fn an_id_held_here_is_refused_to_a_token_holder() {
+        let free = Holdings::default();
+        check_id("a", &free, "r1", false).unwrap();
+        let tenant = Holdings {
+            tenant: Some(Some("r1".to_owned())),
+            namespace_ours: Some(true),
+            peer_role: Some(PeerRole::Consumer),
+        };
+        check_id("a", &tenant, "r1", false).expect("the same request, retried");
+        for bound in [false, true] {
+            let e = check_id("a", &tenant, "r2", bound).unwrap_err();
+            assert_eq!(e.reason, Reason::AlreadyPeered);
+            assert!(
+                e.message.contains("kubectl delete tenant a"),
+                "{}",
+                e.message
+            );
+        }
+        let unmarked = Holdings {
+            tenant: Some(None),
+            ..Default::default()
+        };
+        assert_eq!(
+            check_id("a", &unmarked, "r1", false).unwrap_err().reason,
+            Reason::AlreadyPeered
+        );
+        let foreign_ns = Holdings {
+            namespace_ours: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(
+            check_id("a", &foreign_ns, "r1", true).unwrap_err().reason,
+            Reason::IdTaken
+        );
+        for role in [PeerRole::Provider, PeerRole::ConsumerAndProvider] {
+            let provider = Holdings {
+                peer_role: Some(role),
+                ..Default::default()
+            };
+            let e = check_id("a", &provider, "r1", false).unwrap_err();
+            assert_eq!(e.reason, Reason::IdTaken);
+            assert!(e.message.contains("--consumer-id a"), "{}", e.message);
+            check_id("a", &provider, "r1", true).expect("a token minted for it");
+        }
+        for role in [PeerRole::Unknown, PeerRole::Consumer] {
+            let known = Holdings {
+                peer_role: Some(role),
+                namespace_ours: Some(true),
+                ..Default::default()
+            };
+            check_id("a", &known, "r1", false).unwrap();
+        }
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let ours = labels(&[
+            (names::label::TENANT_NAMESPACE, "true"),
+            (names::label::REMOTE_CLUSTER, "a"),
+        ]);
+        assert!(namespace_is_ours(Some(&ours), "a"));
+        assert!(!namespace_is_ours(Some(&ours), "b"));
+        assert!(!namespace_is_ours(
+            Some(&labels(&[(names::label::REMOTE_CLUSTER, "a")])),
+            "a"
+        ));
+        assert!(!namespace_is_ours(None, "a"));
     }
 
     #[test]

@@ -93,6 +93,7 @@ async fn send(
         cluster_id: id.to_owned(),
         token: token.to_owned(),
         csr_pem,
+        provider_cluster_id: None,
     };
     consumer::send(&svc.url, &trust, &req).await
 }
@@ -361,6 +362,7 @@ async fn out_of_band_authentication() {
             &token::secret(
                 NS,
                 &expired,
+                true,
                 Some(Timestamp::now() - Duration::from_secs(1)),
             ),
         )
@@ -402,6 +404,7 @@ async fn out_of_band_authentication() {
             cluster_id: "pinned".to_owned(),
             token: fresh.clone(),
             csr_pem: consumer::key_and_csr("pinned").unwrap().1,
+            provider_cluster_id: None,
         },
     )
     .await;

@@ -19,17 +19,28 @@ use kube::{
     api::{ListParams, PostParams},
 };
 
-/// Prints the command a consumer runs to peer with this cluster.
+/// Prints the command a consumer runs to peer with this cluster: with the standing token,
+/// or with a one-time token of its own when `ttl` or `consumer_id` is given.
 pub async fn generate_peer_command(
     local: Client,
     ns: &str,
     auth_url: &str,
     ttl: Option<Duration>,
+    consumer_id: Option<&str>,
 ) -> Result<()> {
     anyhow::ensure!(
         auth_url.starts_with("https://"),
         "--auth-url must be the https:// URL where consumers reach this cluster's authentication service"
     );
+    if ttl.is_some_and(|t| t.is_zero()) {
+        bail!("--ttl must be longer than 0s: a token that expires at once is no token");
+    }
+    if let Some(id) = consumer_id {
+        anyhow::ensure!(
+            fabric_api::identity::is_dns_label(id),
+            "--consumer-id {id:?} is not a cluster id (a DNS label)"
+        );
+    }
     let cluster = Cluster::read(Side::Local, local.clone(), ns).await?;
     let pin = published_pin(&local, ns).await?.with_context(|| {
         format!(
@@ -40,13 +51,21 @@ pub async fn generate_peer_command(
         )
     })?;
     let secrets = Api::<Secret>::namespaced(local, ns);
-    let token = match ttl {
-        Some(ttl) => {
-            let (t, expires, _) = mint(&secrets, ns, ttl).await?;
-            eprintln!("The token expires at {expires}.");
+    let token = match (ttl, consumer_id) {
+        (None, None) => standing_token(&secrets, ns).await?,
+        (ttl, id) => {
+            let ttl = ttl.unwrap_or(BOUND_TOKEN_TTL);
+            let (t, expires, _) = mint(&secrets, ns, ttl, id).await?;
+            match id {
+                Some(id) => {
+                    eprintln!("The token is for cluster {id} only, once; it expires at {expires}.")
+                }
+                None => eprintln!(
+                    "The token is for one cluster, once (the first that uses it); it expires at {expires}."
+                ),
+            }
             t
         }
-        None => standing_token(&secrets, ns).await?,
     };
     let cmd = PeerCommand {
         auth_url: auth_url.to_owned(),
@@ -59,15 +78,23 @@ pub async fn generate_peer_command(
     Ok(())
 }
 
-/// A new token of its own, expiring after `ttl`: the token, its expiry and its Secret's name.
+/// How long a token minted for a named consumer without `--ttl` is valid.
+const BOUND_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// A new one-time token, expiring after `ttl`, for consumer `cluster_id` only when given:
+/// the token, its expiry and its Secret's name.
 async fn mint(
     secrets: &Api<Secret>,
     ns: &str,
     ttl: Duration,
+    cluster_id: Option<&str>,
 ) -> Result<(String, Timestamp, String)> {
     let t = token::generate();
     let expires = Timestamp::now() + ttl;
-    let secret = token::secret(ns, &t, Some(expires));
+    let mut secret = token::secret(ns, &t, true, Some(expires));
+    if let Some(id) = cluster_id {
+        secret = token::bind(secret, id);
+    }
     let name = secret.metadata.name.clone().unwrap_or_default();
     secrets
         .create(&PostParams::default(), &secret)
@@ -76,25 +103,53 @@ async fn mint(
     Ok((t, expires, name))
 }
 
-/// The standing token, created on first use.
+/// The standing token, created on first use and again once it expired.
 async fn standing_token(secrets: &Api<Secret>, ns: &str) -> Result<String> {
     let name = names::secret::PEERING_TOKEN;
-    let read = |s: &Secret| {
-        fabric_auth::validate::TokenRecord::from_secret(s)
-            .and_then(|r| String::from_utf8(r.token).ok())
-    };
-    if let Some(s) = secrets.get_opt(name).await.context("reading the token")? {
-        return read(&s).with_context(|| {
+    let current = secrets.get_opt(name).await.context("reading the token")?;
+    if let Some(s) = &current {
+        let record = fabric_auth::validate::TokenRecord::from_secret(s).with_context(|| {
             format!("Secret {ns}/{name} holds no token: run `fabricctl token rotate`")
-        });
+        })?;
+        if record.expires_at.is_none_or(|at| at > Timestamp::now()) {
+            return String::from_utf8(record.token).context("the stored token");
+        }
+        // Expired: a new one replaces it (conditionally: a concurrent replacement wins).
+        let mut new = standing_secret(ns);
+        new.metadata.resource_version = s.metadata.resource_version.clone();
+        match secrets.replace(name, &PostParams::default(), &new).await {
+            Ok(_) => {
+                eprintln!("The standing token had expired: this command carries a new one.");
+                return read_token(&new);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return read_token(&secrets.get(name).await?);
+            }
+            Err(e) => return Err(e).context("replacing the expired token"),
+        }
     }
-    let new = token::secret(ns, &token::generate(), None);
+    let new = standing_secret(ns);
     let stored = match secrets.create(&PostParams::default(), &new).await {
         Ok(s) => s,
         Err(kube::Error::Api(e)) if e.code == 409 => secrets.get(name).await?,
         Err(e) => return Err(e).context("storing the token"),
     };
-    read(&stored).context("the stored token")
+    read_token(&stored)
+}
+
+fn standing_secret(ns: &str) -> Secret {
+    token::secret(
+        ns,
+        &token::generate(),
+        false,
+        Some(Timestamp::now() + token::STANDING_TTL),
+    )
+}
+
+fn read_token(s: &Secret) -> Result<String> {
+    fabric_auth::validate::TokenRecord::from_secret(s)
+        .and_then(|r| String::from_utf8(r.token).ok())
+        .context("the stored token")
 }
 
 /// Revokes every peering token and creates a new standing one.
@@ -110,7 +165,7 @@ pub async fn token_rotate(local: Client, ns: &str) -> Result<()> {
             .await
             .with_context(|| format!("deleting token Secret {name}"))?;
     }
-    let new = token::secret(ns, &token::generate(), None);
+    let new = standing_secret(ns);
     match secrets.create(&PostParams::default(), &new).await {
         Ok(_) => {}
         // A concurrent rotation made one already: that one stands.
@@ -184,6 +239,7 @@ pub async fn peer_in_band(
          authentication service"
     );
     let resources = ask.resources()?;
+    let me = Cluster::read(Side::Local, local.clone(), ns).await?;
     let remote = Cluster::read(Side::Remote, provider.clone(), ns).await?;
     let pin = published_pin(&provider, ns).await?.with_context(|| {
         format!(
@@ -193,12 +249,13 @@ pub async fn peer_in_band(
         )
     })?;
     let secrets = Api::<Secret>::namespaced(provider, ns);
-    let (token, expires, secret) = mint(&secrets, ns, IN_BAND_TOKEN_TTL)
+    let (token, expires, secret) = mint(&secrets, ns, IN_BAND_TOKEN_TTL, Some(me.id()))
         .await
         .context("minting a token on the provider")?;
     println!(
-        "✓ minted a one-time token on {} (Secret {ns}/{secret}, expires at {expires})",
-        remote.id()
+        "✓ minted a one-time token on {} for {} (Secret {ns}/{secret}, expires at {expires})",
+        remote.id(),
+        me.id()
     );
     let args = OutOfBandArgs {
         auth_url,

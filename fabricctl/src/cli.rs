@@ -221,10 +221,16 @@ pub enum GenerateCmd {
         /// Service's external address).
         #[arg(long, env = "FABRIC_AUTH_URL")]
         auth_url: String,
-        /// Give the command its own token that expires after this long (e.g. `1h`, `7d`);
-        /// default: the cluster's standing token, valid until `fabricctl token rotate`.
+        /// Give the command a one-time token of its own that expires after this long (e.g.
+        /// `1h`, `7d`); default: the cluster's standing token (any number of consumers, for
+        /// 7 days, or until `fabricctl token rotate`).
         #[arg(long, value_parser = humantime::parse_duration)]
         ttl: Option<std::time::Duration>,
+        /// Only the consumer with this cluster id may use the command (a one-time token,
+        /// valid for --ttl, default 1 day). Without it, a one-time token is bound to the
+        /// first cluster id that uses it.
+        #[arg(long)]
+        consumer_id: Option<String>,
     },
 }
 
@@ -477,7 +483,7 @@ mod tests {
         ])
         .unwrap();
         assert!(
-            matches!(cli.cmd, Cmd::Generate(GenerateCmd::PeerCommand { ttl: Some(t), .. }) if t.as_secs() == 3600)
+            matches!(cli.cmd, Cmd::Generate(GenerateCmd::PeerCommand { ttl: Some(t), consumer_id: None, .. }) if t.as_secs() == 3600)
         );
         assert!(matches!(
             Cli::try_parse_from(["fabricctl", "token", "rotate"])

@@ -131,9 +131,11 @@ async fn run(cli: Cli) -> Result<()> {
             output,
         } => info::info_peer(&local, ns, id.as_deref(), output).await,
         Cmd::Network(_) => unreachable!("handled before the runtime starts"),
-        Cmd::Generate(GenerateCmd::PeerCommand { auth_url, ttl }) => {
-            auth::generate_peer_command(local, ns, &auth_url, ttl).await
-        }
+        Cmd::Generate(GenerateCmd::PeerCommand {
+            auth_url,
+            ttl,
+            consumer_id,
+        }) => auth::generate_peer_command(local, ns, &auth_url, ttl, consumer_id.as_deref()).await,
         Cmd::Token(TokenCmd::Rotate) => auth::token_rotate(local, ns).await,
     }
 }

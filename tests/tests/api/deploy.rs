@@ -246,6 +246,8 @@ fn manifests_apply_with_least_privilege() {
             ),
             // The authentication service.
             ("fabric-auth", "list", "secrets"),
+            // A one-time token's use, recorded on its Secret.
+            ("fabric-auth", "update", "secrets"),
             ("fabric-auth", "create", "namespaces"),
             (
                 "fabric-auth",

@@ -123,14 +123,14 @@ impl Bed {
         }
     }
 
-    /// The words of the command `fabricctl generate peer-command` prints on provider `p`.
-    fn peer_command(&self, p: u8) -> Vec<String> {
+    /// The words of the command `fabricctl generate peer-command` (with `extra`) prints on
+    /// provider `p`.
+    fn peer_command(&self, p: u8, extra: &[&str]) -> Vec<String> {
         let provider = self.cluster(p);
         let svc = &self.stack.member(&provider.id).auth;
-        let o = fabricctl(
-            &provider.api,
-            &["generate", "peer-command", "--auth-url", &svc.url],
-        );
+        let mut args = vec!["generate", "peer-command", "--auth-url", &svc.url];
+        args.extend(extra);
+        let o = fabricctl(&provider.api, &args);
         assert!(o.status.success(), "{}", text(&o));
         let line = String::from_utf8(o.stdout).unwrap();
         let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
@@ -139,9 +139,18 @@ impl Bed {
     }
 
     /// Consumer `c` runs provider `p`'s peer command (plus `ask`) through fabricctl; the
-    /// gateways not running yet start meanwhile. Returns what it printed.
+    /// gateways not running yet start meanwhile. Returns what it printed. A consumer that is
+    /// already a provider of `p` gets a command minted for its id (`--consumer-id`): `p`
+    /// refuses that id to the standing token.
     fn peer(&mut self, c: u8, p: u8, ask: &[&str]) -> String {
-        let words = self.peer_command(p);
+        let c_id = self.cluster(c).id.clone();
+        let provider_of_p = get_json(&self.cluster(p).api, &["get", "foreigncluster", &c_id])
+            .is_some_and(|fc| fc["spec"]["role"] == "Provider");
+        let words = if provider_of_p {
+            self.peer_command(p, &["--consumer-id", &c_id])
+        } else {
+            self.peer_command(p, &[])
+        };
         let kubeconfig = self.cluster(c).api.kubeconfig.clone();
         let mut args: Vec<String> = words[1..].to_vec();
         args.extend(ask.iter().map(|s| (*s).to_owned()));
