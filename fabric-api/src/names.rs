@@ -47,6 +47,17 @@ pub mod user {
     pub fn consumer(cluster_id: &str) -> String {
         format!("fabric.io:consumer:{cluster_id}")
     }
+
+    /// The group of one peering of consumer `cluster_id` (`nonce` picked by the consumer
+    /// when it peers, kept across renewals): the tenant's RoleBinding binds this group and
+    /// nothing else, so a certificate of an earlier peering of the same id (revoked: nothing
+    /// revokes a certificate itself) is bound to nothing after a re-peer.
+    pub fn peering(cluster_id: &str, nonce: &str) -> String {
+        format!("{PEERING_PREFIX}{cluster_id}:{nonce}")
+    }
+
+    /// What every [`peering`] group starts with.
+    pub const PEERING_PREFIX: &str = "fabric.io:peering:";
 }
 
 /// Nodes the fabric registers.

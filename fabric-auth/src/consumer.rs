@@ -103,8 +103,24 @@ impl ClientError {
     }
 }
 
-/// A key pair and a CSR for it naming `consumer` in the consumers' group.
+/// A key pair and a CSR for it naming `consumer` in the consumers' group and in the group of
+/// a new peering (a fresh random nonce).
 pub fn key_and_csr(consumer: &str) -> Result<(rcgen::KeyPair, String), rcgen::Error> {
+    let mut nonce = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+        .map_err(|_| rcgen::Error::RingUnspecified)?;
+    key_and_csr_in(
+        consumer,
+        &names::user::peering(consumer, &hex::encode(nonce)),
+    )
+}
+
+/// A key pair and a CSR for it naming `consumer` in the consumers' group and in peering group
+/// `peering` (a renewal keeps its peering's).
+pub fn key_and_csr_in(
+    consumer: &str,
+    peering: &str,
+) -> Result<(rcgen::KeyPair, String), rcgen::Error> {
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -115,6 +131,10 @@ pub fn key_and_csr(consumer: &str) -> Result<(rcgen::KeyPair, String), rcgen::Er
         rcgen::DnType::OrganizationName,
         names::user::CONSUMERS_GROUP,
     );
+    // rcgen keeps one value per attribute type: the second group under O's OID.
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 10]), peering);
     let csr = params.serialize_request(&key)?.pem()?;
     Ok((key, csr))
 }
@@ -435,7 +455,9 @@ pub async fn renew(
         .and_then(|k| identity::parse(&k).map_err(|_| ClientError::NoIdentity))?;
     let consumer =
         validate::consumer_of_pem(&current.certificate_pem).ok_or(ClientError::NoIdentity)?;
-    let (key, csr_pem) = key_and_csr(&consumer)?;
+    let peering = validate::peering_of_pem(&current.certificate_pem, &consumer)
+        .ok_or(ClientError::NoIdentity)?;
+    let (key, csr_pem) = key_and_csr_in(&consumer, &peering)?;
     let config = {
         use secrecy::ExposeSecret;
         tls::client_config_with(

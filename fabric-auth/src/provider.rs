@@ -196,7 +196,7 @@ impl Service {
                 ),
             ));
         }
-        validate::check_csr(&req.csr_pem, consumer).inspect_err(|r| {
+        let peering = validate::check_csr(&req.csr_pem, consumer).inspect_err(|r| {
             info!(consumer = %consumer, why = %r.message, "refused a CSR");
         })?;
         let request = validate::request_digest(&req.csr_pem);
@@ -213,7 +213,7 @@ impl Service {
         }
         info!(consumer = %consumer, token = %token.name, "consumer authenticated; provisioning its tenant");
 
-        self.provision(consumer, &request)
+        self.provision(consumer, &request, &peering)
             .await
             .map_err(|e| internal("creating the tenant", e))?;
         let certificate_pem = self.sign(consumer, &req.csr_pem).await?;
@@ -307,15 +307,30 @@ impl Service {
             .get_opt(tenant::ROLE)
             .await
             .map_err(|e| internal("reading the tenant's RoleBinding", e))?;
-        if tenant.is_none() || binding.is_none() {
+        // The certificate's peering must be the one the tenant's binding names: a
+        // certificate of an earlier, revoked peering of the same id renews nothing.
+        let peering = client_cert.and_then(|c| validate::peering_of(c, &consumer));
+        let bound = binding.as_ref().is_some_and(|b| {
+            b.subjects
+                .iter()
+                .flatten()
+                .any(|s| s.kind == "Group" && Some(s.name.as_str()) == peering.as_deref())
+        });
+        if tenant.is_none() || !bound {
             return Err(Refusal::new(
                 Reason::Revoked,
                 format!(
-                    "the provider removed tenant {consumer}: ask its admin for a new peer command"
+                    "the provider removed tenant {consumer} (or this certificate's peering): ask \
+                     its admin for a new peer command"
                 ),
             ));
         }
-        validate::check_csr(&req.csr_pem, &consumer)?;
+        if validate::check_csr(&req.csr_pem, &consumer)? != peering.unwrap_or_default() {
+            return Err(Refusal::new(
+                Reason::InvalidCsr,
+                "a renewal's CSR names the peering group of the certificate it renews",
+            ));
+        }
         info!(consumer = %consumer, "renewing the consumer's certificate");
         let certificate_pem = self.sign(&consumer, &req.csr_pem).await?;
         let expiry = validate::certificate_expiry(&certificate_pem);
@@ -403,8 +418,9 @@ impl Service {
 
     /// The tenant namespace, its Role and RoleBinding, the sharing controllers' RoleBinding
     /// there (they run the consumer's pods), the Tenant (marked with the `request` that made
-    /// it) and the consumer's ForeignCluster.
-    async fn provision(&self, consumer: &str, request: &str) -> kube::Result<()> {
+    /// it) and the consumer's ForeignCluster. The consumer's RoleBinding binds `peering`, the
+    /// group of this peering's certificates only.
+    async fn provision(&self, consumer: &str, request: &str, peering: &str) -> kube::Result<()> {
         let c = &self.client;
         let ns = names::namespace::tenant(consumer);
         MANAGER
@@ -422,7 +438,7 @@ impl Service {
         MANAGER
             .apply(
                 &Api::<RoleBinding>::namespaced(c.clone(), &ns),
-                &tenant::role_binding(consumer),
+                &tenant::role_binding(consumer, peering),
             )
             .await?;
         MANAGER

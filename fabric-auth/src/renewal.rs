@@ -29,7 +29,7 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            renew_before: Duration::from_secs(7 * 24 * 3600),
+            renew_before: Duration::from_secs(8 * 3600),
             min_interval: Duration::from_secs(3600),
         }
     }
@@ -96,7 +96,7 @@ async fn reconcile(id: Arc<Identity>, ctx: Arc<Ctx>) -> Result<Action, RenewErro
 }
 
 /// A failed renewal is tried again after 30 s, then less and less often: the certificate has
-/// days left (`renew_before`), and a provider that keeps refusing is not hammered.
+/// hours left (`renew_before`), and a provider that keeps refusing is not hammered.
 const BACKOFF: Backoff = Backoff::new(Duration::from_secs(30), Duration::from_secs(300));
 
 /// Keeps the identities in `namespace` renewed until the task is dropped or SIGTERM/SIGINT.

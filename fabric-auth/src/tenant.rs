@@ -1,9 +1,10 @@
 //! A consumer's area on its provider: the tenant namespace and what the consumer's identity
 //! may do there. Pure: the authentication service creates these objects, tests check them.
 //!
-//! The consumer's certificate names user [`names::user::consumer`] in group
-//! [`names::user::CONSUMERS_GROUP`]; the only permissions it gets are the Role below, bound
-//! in its own tenant namespace. Nothing cluster-wide, no Secrets, no Nodes, no pods but the
+//! The consumer's certificate names user [`names::user::consumer`] in groups
+//! [`names::user::CONSUMERS_GROUP`] and [`names::user::peering`] (this peering's); the only
+//! permissions it gets are the Role below, bound to that peering's group in its own tenant
+//! namespace. Nothing cluster-wide, no Secrets, no Nodes, no pods but the
 //! logs and streams of those its ShadowPods run, no Lease but its heartbeat: removing the
 //! RoleBinding (or the namespace) revokes everything.
 use std::collections::BTreeMap;
@@ -134,8 +135,9 @@ pub fn role(consumer: &str) -> Role {
     }
 }
 
-/// Binds [`role`] to the consumer's user in its tenant namespace.
-pub fn role_binding(consumer: &str) -> RoleBinding {
+/// Binds [`role`] to the consumer's current peering (group [`names::user::peering`]) in its
+/// tenant namespace.
+pub fn role_binding(consumer: &str, peering: &str) -> RoleBinding {
     RoleBinding {
         metadata: ObjectMeta {
             name: Some(ROLE.to_owned()),
@@ -149,9 +151,9 @@ pub fn role_binding(consumer: &str) -> RoleBinding {
             name: ROLE.to_owned(),
         },
         subjects: Some(vec![Subject {
-            kind: "User".to_owned(),
+            kind: "Group".to_owned(),
             api_group: Some("rbac.authorization.k8s.io".to_owned()),
-            name: names::user::consumer(consumer),
+            name: peering.to_owned(),
             namespace: None,
         }]),
     }
@@ -195,11 +197,12 @@ mod tests {
 
     #[test]
     fn the_binding_names_only_the_consumer_in_its_namespace() {
-        let b = role_binding("alpha");
+        let b = role_binding("alpha", &names::user::peering("alpha", "n1"));
         assert_eq!(b.metadata.namespace.as_deref(), Some("fabric-tenant-alpha"));
         let subjects = b.subjects.unwrap();
         assert_eq!(subjects.len(), 1);
-        assert_eq!(subjects[0].name, "fabric.io:consumer:alpha");
+        assert_eq!(subjects[0].kind, "Group");
+        assert_eq!(subjects[0].name, "fabric.io:peering:alpha:n1");
         assert_eq!(b.role_ref.kind, "Role", "never a ClusterRole");
     }
 

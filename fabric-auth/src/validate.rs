@@ -266,9 +266,10 @@ fn check_key(csr: &X509CertificationRequest<'_>) -> Result<(), String> {
 
 /// Checks that `pem` is one PKCS#10 request, signed by its own key (so the consumer holds
 /// it), for user [`names::user::consumer`]`(consumer)` in group
-/// [`names::user::CONSUMERS_GROUP`] and nothing else, with an accepted key and no subject
-/// alternative names (the client signer would copy them into the certificate).
-pub fn check_csr(pem: &str, consumer: &str) -> Result<(), Refusal> {
+/// [`names::user::CONSUMERS_GROUP`] and one group [`names::user::peering`]`(consumer, nonce)`
+/// and nothing else, with an accepted key and no subject alternative names (the client signer
+/// would copy them into the certificate). Returns that peering group.
+pub fn check_csr(pem: &str, consumer: &str) -> Result<String, Refusal> {
     let bad = |why: String| Refusal::new(Reason::InvalidCsr, format!("the CSR {why}"));
     let (rest, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
         .map_err(|_| bad("is not PEM".to_owned()))?;
@@ -307,13 +308,22 @@ pub fn check_csr(pem: &str, consumer: &str) -> Result<(), Refusal> {
         .iter_organization()
         .map(|a| a.as_str().unwrap_or(""))
         .collect();
-    if orgs != [names::user::CONSUMERS_GROUP] {
-        return Err(bad(format!(
-            "must name O={} and no other group (it names {orgs:?})",
-            names::user::CONSUMERS_GROUP
-        )));
+    let wanted = || {
+        format!(
+            "must name O={} and one O={} and no other group (it names {orgs:?})",
+            names::user::CONSUMERS_GROUP,
+            names::user::peering(consumer, "<nonce>")
+        )
+    };
+    let peering = match orgs[..] {
+        [a, b] if a == names::user::CONSUMERS_GROUP => b,
+        [a, b] if b == names::user::CONSUMERS_GROUP => a,
+        _ => return Err(bad(wanted())),
+    };
+    if peering_nonce(peering, consumer).is_none() {
+        return Err(bad(wanted()));
     }
-    if subject.iter_attributes().count() != 2 {
+    if subject.iter_attributes().count() != 3 {
         return Err(bad("has subject attributes other than CN and O".to_owned()));
     }
     if let Some(mut exts) = csr.requested_extensions()
@@ -321,7 +331,40 @@ pub fn check_csr(pem: &str, consumer: &str) -> Result<(), Refusal> {
     {
         return Err(bad("asks for subject alternative names".to_owned()));
     }
-    Ok(())
+    Ok(peering.to_owned())
+}
+
+/// The nonce of `group` when it is a [`names::user::peering`] group of `consumer` (a nonce of
+/// 1 to 64 lowercase letters, digits and '-').
+fn peering_nonce<'g>(group: &'g str, consumer: &str) -> Option<&'g str> {
+    let (id, nonce) = group
+        .strip_prefix(names::user::PEERING_PREFIX)?
+        .split_once(':')?;
+    let ok = id == consumer
+        && (1..=64).contains(&nonce.len())
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ok.then_some(nonce)
+}
+
+/// The [`names::user::peering`] group of consumer `consumer` that client certificate
+/// `cert_der` (already verified against the client CA) carries, if exactly one.
+pub fn peering_of(cert_der: &[u8], consumer: &str) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
+    let mut groups = cert
+        .subject()
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .filter(|g| peering_nonce(g, consumer).is_some());
+    let group = groups.next()?;
+    groups.next().is_none().then(|| group.to_owned())
+}
+
+/// [`peering_of`] the first certificate of a PEM.
+pub fn peering_of_pem(pem: &str, consumer: &str) -> Option<String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    peering_of(&pem.contents, consumer)
 }
 
 /// When the first certificate in `pem` expires.
@@ -376,6 +419,11 @@ mod tests {
         params.serialize_request(key).unwrap().pem().unwrap()
     }
 
+    /// rcgen keeps one value per attribute type: a second O under its OID.
+    fn second_o() -> DnType {
+        DnType::CustomDnType(vec![2, 5, 4, 10])
+    }
+
     fn good_dn(id: &str) -> Vec<(DnType, String)> {
         vec![
             (DnType::CommonName, names::user::consumer(id)),
@@ -383,6 +431,7 @@ mod tests {
                 DnType::OrganizationName,
                 names::user::CONSUMERS_GROUP.to_owned(),
             ),
+            (second_o(), names::user::peering(id, "n1")),
         ]
     }
 
@@ -394,7 +443,10 @@ mod tests {
     #[test]
     fn the_consumers_own_request_passes() {
         let key = KeyPair::generate().unwrap();
-        check_csr(&csr(&good_dn("alpha"), &key), "alpha").unwrap();
+        assert_eq!(
+            check_csr(&csr(&good_dn("alpha"), &key), "alpha").unwrap(),
+            "fabric.io:peering:alpha:n1"
+        );
         let ed = KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
         check_csr(&csr(&good_dn("alpha"), &ed), "alpha").unwrap();
         let p384 = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
@@ -420,6 +472,18 @@ mod tests {
         extra.push((DnType::OrganizationalUnitName, "x".to_owned()));
         refuse(csr(&extra, &key), "other than CN and O");
         refuse(csr(&good_dn("alpha")[..1], &key), "no other group");
+        refuse(csr(&good_dn("alpha")[..2], &key), "no other group");
+        for peering in [
+            names::user::peering("beta", "n1"),
+            names::user::peering("alpha", ""),
+            names::user::peering("alpha", "N1"),
+            names::user::peering("alpha", &"n".repeat(65)),
+            "fabric.io:peering:alpha".to_owned(),
+        ] {
+            let mut other = good_dn("alpha");
+            other[2].1 = peering;
+            refuse(csr(&other, &key), "no other group");
+        }
         let dn: Vec<_> = good_dn("alpha");
         let dn: Vec<_> = dn.iter().map(|(t, v)| (t.clone(), v.as_str())).collect();
         refuse(
@@ -512,6 +576,12 @@ mod tests {
         assert_eq!(consumer_of(&cert(&admin)), None);
         assert_eq!(consumer_of(&cert(&good_dn("Not_A_Label"))), None);
         assert_eq!(consumer_of(b"garbage"), None);
+        assert_eq!(
+            peering_of(&cert(&good_dn("alpha")), "alpha").as_deref(),
+            Some("fabric.io:peering:alpha:n1")
+        );
+        assert_eq!(peering_of(&cert(&good_dn("alpha")), "beta"), None);
+        assert_eq!(peering_of(&cert(&good_dn("alpha")[..2]), "alpha"), None);
     }
 
     fn one_time(cluster_id: Option<&str>, used_by: Option<&str>) -> TokenRecord {

@@ -21,6 +21,7 @@ use fabric_tests::{
     auth_service::{AuthService, prepare_cluster},
     locate_bin,
     sharing::{api_endpoint, mint_client_cert},
+    wait::eventually,
 };
 use k8s_openapi::api::{certificates::v1::CertificateSigningRequest, core::v1::Namespace};
 use kube::{
@@ -336,19 +337,7 @@ async fn a_planted_csr_is_not_approved(
         assert!(o.status.success(), "{}", text(&o));
     }
     let (cert, key) = mint_client_cert(&provider, "csr-maker", "testers").unwrap();
-    let (url, ca) = api_endpoint(&provider).unwrap();
-    let creds = fabric_auth::identity::Credentials {
-        api_server_url: url,
-        ca_pem: ca,
-        certificate_pem: cert,
-        key_pem: key.into(),
-        namespace: "default".to_owned(),
-    };
-    let kubeconfig = fabric_auth::identity::kubeconfig("provider", &creds);
-    let maker =
-        fabric_auth::identity::client_from_kubeconfig(&fabric_auth::identity::to_yaml(&kubeconfig))
-            .await
-            .unwrap();
+    let maker = client_as(&provider, cert, key).await;
 
     // What the attacker will send the service, and what it plants under the derived name:
     // a request for the victim's user name, with the attacker's key.
@@ -389,6 +378,96 @@ async fn a_planted_csr_is_not_approved(
     assert!(
         answer.status != 200 || issued_to.as_deref() == Some("planter"),
         "certificate for {issued_to:?}"
+    );
+}
+
+/// A client of `provider` with certificate `cert` and key `key` (PEM).
+async fn client_as(provider: &ApiServer, cert: String, key: String) -> Client {
+    let (url, ca) = api_endpoint(provider).unwrap();
+    let creds = fabric_auth::identity::Credentials {
+        api_server_url: url,
+        ca_pem: ca,
+        certificate_pem: cert,
+        key_pem: key.into(),
+        namespace: "default".to_owned(),
+    };
+    let kubeconfig = fabric_auth::identity::kubeconfig("provider", &creds);
+    fabric_auth::identity::client_from_kubeconfig(&fabric_auth::identity::to_yaml(&kubeconfig))
+        .await
+        .unwrap()
+}
+
+/// Peers `id` with `token` through the service: a client with the issued identity.
+async fn peer_as(a: &Attacker, provider: &ApiServer, id: &str, token: &str) -> Client {
+    let (key, csr) = consumer::key_and_csr(id).unwrap();
+    let answer = a.authenticate(id, token, &csr).await;
+    ok(&format!("{id} peers"), &answer);
+    let cert = answer.certificate().unwrap().to_owned();
+    client_as(provider, cert, key.serialize_pem()).await
+}
+
+/// Whether `client` may read Tenant `id` in its tenant namespace (false: 403).
+async fn reads_its_tenant(client: &Client, id: &str) -> bool {
+    match Api::<Tenant>::namespaced(client.clone(), &names::namespace::tenant(id))
+        .get(id)
+        .await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 403 => false,
+        Err(e) => panic!("reading Tenant {id}: {e}"),
+    }
+}
+
+/// A consumer revoked by the provider's admin keeps its old certificate (nothing revokes a
+/// certificate); once the same id peers again (a new key, maybe a new owner), that old
+/// certificate must not regain access.
+async fn revocation_is_real(a: Attacker, p: Client, provider: Arc<ApiServer>, token: String) {
+    let id = "phoenix";
+    let old = peer_as(&a, &provider, id, &token).await;
+    assert!(reads_its_tenant(&old, id).await);
+
+    // What the provider's tenant cleanup removes when the admin deletes the Tenant.
+    let ns = names::namespace::tenant(id);
+    let rb = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(p.clone(), &ns);
+    rb.delete(fabric_auth::tenant::ROLE, &Default::default())
+        .await
+        .unwrap();
+    Api::<Tenant>::namespaced(p.clone(), &ns)
+        .delete(id, &Default::default())
+        .await
+        .unwrap();
+    Api::<ForeignCluster>::all(p.clone())
+        .delete(id, &Default::default())
+        .await
+        .unwrap();
+    Api::<Namespace>::all(p.clone())
+        .delete(&ns, &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the revoked tenant gone",
+        Duration::from_secs(30),
+        || async {
+            let gone = Api::<Namespace>::all(p.clone())
+                .get_opt(&ns)
+                .await
+                .unwrap()
+                .is_none();
+            (gone && !reads_its_tenant(&old, id).await).then_some(())
+        },
+    )
+    .await;
+
+    let new = peer_as(&a, &provider, id, &token).await;
+    eventually(
+        "the new identity works",
+        Duration::from_secs(10),
+        || async { reads_its_tenant(&new, id).await.then_some(()) },
+    )
+    .await;
+    assert!(
+        !reads_its_tenant(&old, id).await,
+        "the certificate of the revoked peering reads the new tenant"
     );
 }
 
@@ -474,6 +553,12 @@ async fn an_identity_belongs_to_one_consumer() {
         &mut failures,
         "a planted CSR is not approved",
         a_planted_csr_is_not_approved(a.clone(), p.clone(), provider.clone(), standing.clone()),
+    )
+    .await;
+    check(
+        &mut failures,
+        "revocation is real",
+        revocation_is_real(a.clone(), p.clone(), provider.clone(), standing.clone()),
     )
     .await;
     assert!(

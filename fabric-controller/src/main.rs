@@ -190,8 +190,9 @@ enum Cmd {
             default_value = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
         )]
         api_server_ca: PathBuf,
-        /// Validity of the certificates issued to consumers.
-        #[arg(long, env = "FABRIC_AUTH_CERTIFICATE_TTL", default_value = "30d", value_parser = humantime::parse_duration)]
+        /// Validity of the certificates issued to consumers: short, since nothing revokes a
+        /// certificate (consumers renew them well before, `--renew-before`).
+        #[arg(long, env = "FABRIC_AUTH_CERTIFICATE_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
         certificate_ttl: Duration,
         /// How long to wait for the cluster's CSR signer.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -330,8 +331,9 @@ enum Cmd {
 /// When the identities this cluster holds on providers are renewed.
 #[derive(clap::Args)]
 struct RenewalArgs {
-    /// Renew once less than this is left of a certificate's validity.
-    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+    /// Renew once less than this is left of a certificate's validity (providers issue
+    /// 24-hour certificates by default: renewed after 16 hours, with 8 to retry).
+    #[arg(long, default_value = "8h", value_parser = humantime::parse_duration)]
     renew_before: Duration,
     /// Never renew one identity more often than this.
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]

@@ -2,7 +2,7 @@
 //! service, and the objects each side holds about the other.
 //!
 //! [`consumer_credentials`] mints the consumer's client certificate (user
-//! `names::user::consumer(C)`, group `names::user::CONSUMERS_GROUP`) with the provider's CA key
+//! `names::user::consumer(C)`, groups `names::user::CONSUMERS_GROUP` and [`peering_group`]) with the provider's CA key
 //! from its run dir, as the provider's CSR signer would sign it; [`peer_as_consumer`] creates
 //! what the authentication service creates on the provider (tenant namespace, `Tenant`, the
 //! consumer's Role and RoleBinding, a ForeignCluster) and what `peer out-of-band` keeps on the
@@ -68,6 +68,15 @@ pub fn api_endpoint(api: &ApiServer) -> Result<(String, String)> {
 
 /// A client certificate and key (PEM) for `user` in `group`, signed by the CA of `api`.
 pub fn mint_client_cert(api: &ApiServer, user: &str, group: &str) -> Result<(String, String)> {
+    mint_client_cert_in(api, user, &[group])
+}
+
+/// A client certificate and key (PEM) for `user` in `groups`, signed by the CA of `api`.
+pub fn mint_client_cert_in(
+    api: &ApiServer,
+    user: &str,
+    groups: &[&str],
+) -> Result<(String, String)> {
     let certs = run_dir(api)?.join("certs");
     let dir = tempdir(&format!("mint-{}", std::process::id()))?;
     let (key, csr, crt, ext) = (
@@ -77,7 +86,7 @@ pub fn mint_client_cert(api: &ApiServer, user: &str, group: &str) -> Result<(Str
         dir.join("ext"),
     );
     std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")?;
-    client_csr(user, group, &key, &csr)?;
+    client_csr_in(user, groups, &key, &csr)?;
     openssl(&[
         "x509",
         "-req",
@@ -107,6 +116,14 @@ pub fn mint_client_cert(api: &ApiServer, user: &str, group: &str) -> Result<(Str
 
 /// A new key (to `key`) and a PKCS#10 request (PEM, to `csr`) for user `user` in `group`.
 pub fn client_csr(user: &str, group: &str, key: &Path, csr: &Path) -> Result<()> {
+    client_csr_in(user, &[group], key, csr)
+}
+
+/// [`client_csr`] for `user` in `groups`.
+pub fn client_csr_in(user: &str, groups: &[&str], key: &Path, csr: &Path) -> Result<()> {
+    let subj = std::iter::once(format!("/CN={user}"))
+        .chain(groups.iter().map(|g| format!("/O={g}")))
+        .collect::<String>();
     openssl(&[
         "req",
         "-new",
@@ -118,7 +135,7 @@ pub fn client_csr(user: &str, group: &str, key: &Path, csr: &Path) -> Result<()>
         "-keyout",
         &p(key),
         "-subj",
-        &format!("/CN={user}/O={group}"),
+        &subj,
         "-out",
         &p(csr),
     ])
@@ -155,10 +172,10 @@ fn openssl(args: &[&str]) -> Result<()> {
 /// would hand out.
 pub fn consumer_credentials(provider: &ApiServer, consumer: &str) -> Result<Credentials> {
     let (url, ca) = api_endpoint(provider)?;
-    let (cert, key) = mint_client_cert(
+    let (cert, key) = mint_client_cert_in(
         provider,
         &names::user::consumer(consumer),
-        names::user::CONSUMERS_GROUP,
+        &[names::user::CONSUMERS_GROUP, &peering_group(consumer)],
     )?;
     Ok(Credentials {
         api_server_url: url,
@@ -167,6 +184,12 @@ pub fn consumer_credentials(provider: &ApiServer, consumer: &str) -> Result<Cred
         key_pem: key.into(),
         namespace: names::namespace::tenant(consumer),
     })
+}
+
+/// The peering group of the fixtures' consumer `consumer` (in [`consumer_credentials`] and
+/// bound by [`admit_tenant`]).
+pub fn peering_group(consumer: &str) -> String {
+    names::user::peering(consumer, "fixture")
 }
 
 fn foreign_cluster(id: &str, role: PeerRole) -> ForeignCluster {
@@ -210,7 +233,7 @@ pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
     .await?;
     FM.apply(
         &Api::namespaced(provider.clone(), &ns),
-        &fabric_auth::tenant::role_binding(consumer),
+        &fabric_auth::tenant::role_binding(consumer, &peering_group(consumer)),
     )
     .await?;
     FM.apply(

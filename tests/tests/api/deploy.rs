@@ -922,7 +922,11 @@ fn manifests_apply_with_least_privilege() {
             for obj in [
                 serde_json::to_value(fabric_auth::tenant::namespace(beta)).unwrap(),
                 serde_json::to_value(fabric_auth::tenant::role(beta)).unwrap(),
-                serde_json::to_value(fabric_auth::tenant::role_binding(beta)).unwrap(),
+                serde_json::to_value(fabric_auth::tenant::role_binding(
+                    beta,
+                    &fabric_api::names::user::peering(beta, "n1"),
+                ))
+                .unwrap(),
                 serde_json::to_value(fabric_auth::tenant::sharing_binding(beta, NS)).unwrap(),
             ] {
                 allowed(
@@ -969,12 +973,23 @@ fn manifests_apply_with_least_privilege() {
                 apply_with(&auth, &pods),
             );
             // The consumer's Role bound to someone else.
-            let mut other = serde_json::to_value(fabric_auth::tenant::role_binding(beta)).unwrap();
+            let peering = fabric_api::names::user::peering(beta, "n1");
+            let mut other =
+                serde_json::to_value(fabric_auth::tenant::role_binding(beta, &peering)).unwrap();
             other["metadata"]["name"] = "mallory".into();
             other["subjects"][0]["name"] = "mallory".into();
             attacks.refused(
                 "the authentication service binding a tenant's Role to another user",
                 apply_with(&auth, &other),
+            );
+            // ... or to another consumer's peering.
+            let mut alpha =
+                serde_json::to_value(fabric_auth::tenant::role_binding(beta, &peering)).unwrap();
+            alpha["metadata"]["namespace"] = tenant_ns.clone().into();
+            alpha["subjects"][0]["name"] = fabric_api::names::user::peering("alpha", "n1").into();
+            attacks.refused(
+                "the authentication service binding a tenant's Role to another consumer's peering",
+                apply_with(&auth, &alpha),
             );
             // A client CSR someone else asked for (any subject but system:masters would be
             // signed): not the service's to approve.

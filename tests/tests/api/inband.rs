@@ -196,7 +196,8 @@ async fn state(c: &Client, p: &Client) -> BTreeMap<String, Value> {
     put(
         "p/RoleBinding",
         get::<RoleBinding>(p, Some(&tenant_ns), fabric_auth::tenant::ROLE).await,
-        &["/subjects", "/roleRef"],
+        // The subject is the peering's own group: a new one each time.
+        &["/subjects/0/kind", "/roleRef"],
     );
     put(
         "p/PeeringNetwork",

@@ -348,7 +348,11 @@ fn identity_revoked(bed: &Bed) {
     bed.wait_ready("False", "ProviderRefused", TIMEOUT);
     apply(
         &bed.provider,
-        &serde_json::to_value(tenant::role_binding(CONSUMER)).unwrap(),
+        &serde_json::to_value(tenant::role_binding(
+            CONSUMER,
+            &fabric_tests::sharing::peering_group(CONSUMER),
+        ))
+        .unwrap(),
     );
     bed.wait_ready("True", "VirtualKubeletReady", TIMEOUT);
 }
