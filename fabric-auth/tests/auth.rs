@@ -18,8 +18,7 @@ use fabric_auth::{
 };
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
-    auth_service::{AuthService, prepare_cluster},
-    locate_bin,
+    auth_service::{AuthService, nothing_made_for, prepare_cluster},
     process::Bin,
     wait::{eventually, try_eventually},
 };
@@ -33,27 +32,18 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = names::DEFAULT_NAMESPACE;
 
 fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
-    std::process::Command::new(locate_bin("fabricctl").unwrap())
-        .env("KUBECONFIG", &api.kubeconfig)
-        .env_remove("FABRIC_PEERING_TOKEN")
-        .args(args)
-        .output()
-        .unwrap()
+    fabric_tests::process::fabricctl(&api.kubeconfig, args)
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    fabric_tests::process::output_text(o)
 }
 
 /// The arguments of the peer command `generate peer-command` printed.
@@ -110,15 +100,7 @@ fn refused(r: Result<AuthResponse, ClientError>, reason: Reason) -> String {
 
 /// Nothing of consumer `id` exists on the provider.
 async fn nothing_for(p: &Client, id: &str) {
-    let tenant_ns = names::namespace::tenant(id);
-    assert!(
-        Api::<Namespace>::all(p.clone())
-            .get_opt(&tenant_ns)
-            .await
-            .unwrap()
-            .is_none(),
-        "namespace {tenant_ns}"
-    );
+    nothing_made_for(p, id, false).await;
     assert!(
         Api::<ForeignCluster>::all(p.clone())
             .get_opt(id)
@@ -127,11 +109,6 @@ async fn nothing_for(p: &Client, id: &str) {
             .is_none(),
         "ForeignCluster {id}"
     );
-    let csrs = Api::<CertificateSigningRequest>::all(p.clone())
-        .list(&ListParams::default().labels(&format!("{}={id}", names::label::REMOTE_CLUSTER)))
-        .await
-        .unwrap();
-    assert!(csrs.items.is_empty(), "CSRs for {id}");
 }
 
 fn forbidden<T: std::fmt::Debug>(r: kube::Result<T>, what: &str) {
@@ -600,19 +577,7 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig:
 }
 
 async fn read_answer(s: &mut (impl AsyncReadExt + Unpin)) -> (u16, String) {
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    fabric_tests::auth_service::read_answer(s, Duration::from_secs(20)).await
 }
 
 fn post(len: usize) -> String {

@@ -18,8 +18,7 @@ use fabric_auth::{
 };
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
-    auth_service::{AuthService, prepare_cluster},
-    locate_bin,
+    auth_service::{AuthService, nothing_made_for, prepare_cluster, read_answer},
     sharing::{api_endpoint, mint_client_cert},
     wait::eventually,
 };
@@ -29,24 +28,14 @@ use kube::{
     api::{ListParams, PostParams},
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
-    std::process::Command::new(locate_bin("fabricctl").unwrap())
-        .env("KUBECONFIG", &api.kubeconfig)
-        .env_remove("FABRIC_PEERING_TOKEN")
-        .env_remove("FABRIC_AUTH_URL")
-        .args(args)
-        .output()
-        .unwrap()
+    fabric_tests::process::fabricctl(&api.kubeconfig, args)
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    fabric_tests::process::output_text(o)
 }
 
 /// The peer command `generate peer-command` prints with `extra`, as words after `fabricctl`.
@@ -123,19 +112,8 @@ impl Attacker {
         conn.stream.write_all(head.as_bytes()).await.unwrap();
         conn.stream.write_all(&body).await.unwrap();
         conn.stream.flush().await.unwrap();
-        let mut out = Vec::new();
-        let _ =
-            tokio::time::timeout(Duration::from_secs(60), conn.stream.read_to_end(&mut out)).await;
-        let text = String::from_utf8_lossy(&out).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .and_then(|(_, b)| serde_json::from_str(b).ok())
-            .unwrap_or(Value::Null);
+        let (status, body) = read_answer(&mut conn.stream, Duration::from_secs(60)).await;
+        let body = serde_json::from_str(&body).unwrap_or(Value::Null);
         Answer { status, body }
     }
 
@@ -165,35 +143,6 @@ fn refused(what: &str, answer: &Answer, status: u16, reason: &str) {
 
 fn ok(what: &str, answer: &Answer) {
     assert_eq!(answer.status, 200, "{what}: {answer}");
-}
-
-/// Nothing of consumer `id` on the provider: no Tenant, no ForeignCluster, no tenant
-/// namespace (unless `namespace_was_there`), no CSR.
-async fn nothing_for(p: &Client, id: &str, namespace_was_there: bool) {
-    let ns = names::namespace::tenant(id);
-    if !namespace_was_there {
-        assert!(
-            Api::<Namespace>::all(p.clone())
-                .get_opt(&ns)
-                .await
-                .unwrap()
-                .is_none(),
-            "namespace {ns} was created"
-        );
-    }
-    assert!(
-        Api::<Tenant>::namespaced(p.clone(), &ns)
-            .get_opt(id)
-            .await
-            .unwrap()
-            .is_none(),
-        "Tenant {id} was created"
-    );
-    let csrs = Api::<CertificateSigningRequest>::all(p.clone())
-        .list(&ListParams::default().labels(&format!("{}={id}", names::label::REMOTE_CLUSTER)))
-        .await
-        .unwrap();
-    assert!(csrs.items.is_empty(), "a CSR for {id} was created");
 }
 
 /// A token holder cannot take over a consumer that already has a tenant here; the consumer
@@ -234,7 +183,7 @@ async fn no_ids_of_others(a: Attacker, p: Client, token: String) {
         fcs.get("upstream").await.unwrap().spec.role,
         PeerRole::Provider
     );
-    nothing_for(&p, "upstream", false).await;
+    nothing_made_for(&p, "upstream", false).await;
 
     let squat: Namespace = serde_json::from_value(
         json!({ "metadata": { "name": names::namespace::tenant("squat") } }),
@@ -246,7 +195,7 @@ async fn no_ids_of_others(a: Attacker, p: Client, token: String) {
         .unwrap();
     let r = a.claim("squat", &token).await;
     refused("a namespace the service did not create", &r, 409, "IdTaken");
-    nothing_for(&p, "squat", true).await;
+    nothing_made_for(&p, "squat", true).await;
     assert!(fcs.get_opt("squat").await.unwrap().is_none());
 }
 
@@ -295,7 +244,7 @@ async fn wrong_provider_creates_nothing(
     let o = fabricctl(&consumer_api, &args);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("elsewhere"), "{}", text(&o));
-    nothing_for(&p, "wrongly", false).await;
+    nothing_made_for(&p, "wrongly", false).await;
     assert!(
         Api::<ForeignCluster>::all(p)
             .get_opt("wrongly")

@@ -53,6 +53,51 @@ pub fn api_server_of(kubeconfig: &Path) -> Result<(String, PathBuf)> {
     ))
 }
 
+/// Asserts that the provider (client `p`) made nothing for consumer `id`: no Tenant, no CSR,
+/// and no tenant namespace unless `namespace_was_there` (the test made it itself).
+pub async fn nothing_made_for(p: &kube::Client, id: &str, namespace_was_there: bool) {
+    use fabric_api::{authentication::v1alpha1::Tenant, names};
+    use k8s_openapi::api::{certificates::v1::CertificateSigningRequest, core::v1::Namespace};
+    use kube::{Api, api::ListParams};
+    let ns = names::namespace::tenant(id);
+    if !namespace_was_there {
+        let namespace = Api::<Namespace>::all(p.clone()).get_opt(&ns).await.unwrap();
+        assert!(namespace.is_none(), "namespace {ns} was created");
+    }
+    let tenant = Api::<Tenant>::namespaced(p.clone(), &ns)
+        .get_opt(id)
+        .await
+        .unwrap();
+    assert!(tenant.is_none(), "Tenant {id} was created");
+    let csrs = Api::<CertificateSigningRequest>::all(p.clone())
+        .list(&ListParams::default().labels(&format!("{}={id}", names::label::REMOTE_CLUSTER)))
+        .await
+        .unwrap();
+    assert!(csrs.items.is_empty(), "a CSR for {id} was created");
+}
+
+/// An HTTP/1.1 answer read to the end of the stream (the service closes each connection),
+/// waiting at most `timeout`: its status (0 when none came) and body.
+pub async fn read_answer(
+    s: &mut (impl tokio::io::AsyncRead + Unpin),
+    timeout: Duration,
+) -> (u16, String) {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(timeout, s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
 /// A running authentication service.
 pub struct AuthService {
     /// `https://127.0.0.1:PORT`

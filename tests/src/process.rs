@@ -1,11 +1,11 @@
 //! Starting the fabric's binaries in tests: one builder for "run `fabric-controller sharing`
 //! against this API server, logging there, as this pod, dying with the test" ([`Bin`]), the
 //! guard that kills and reaps a child when the test ends ([`ChildGuard`]), and where the
-//! binaries are found ([`locate_bin`]).
+//! binaries are found ([`locate_bin`]), and `fabricctl` run to its end ([`fabricctl`]).
 use std::{
     ffi::OsStr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command, Output, Stdio},
 };
 
 use anyhow::{Context as _, Result};
@@ -29,6 +29,27 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `fabricctl ARGS` against the API server of `kubeconfig`, run to its end, with none of the
+/// environment variables that would stand in for flags the test leaves out.
+pub fn fabricctl(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new(locate_bin("fabricctl").expect("fabricctl is built"))
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("FABRIC_PEERING_TOKEN")
+        .env_remove("FABRIC_AUTH_URL")
+        .args(args)
+        .output()
+        .expect("fabricctl runs")
+}
+
+/// What a process printed, stdout then stderr.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// Finds one of the workspace's binaries (built by `cargo build --workspace --bins`): next to

@@ -28,7 +28,7 @@ use fabric_negotiation::{Settings, run};
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     auth_service::AuthService,
-    locate_bin, rights,
+    rights,
     sharing::install_identity,
     wait::eventually,
 };
@@ -50,21 +50,11 @@ const KEY_C: &str = "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCA=";
 const KEY_P: &str = "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPA=";
 
 fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
-    std::process::Command::new(locate_bin("fabricctl").unwrap())
-        .env("KUBECONFIG", &api.kubeconfig)
-        .env_remove("FABRIC_PEERING_TOKEN")
-        .env_remove("FABRIC_AUTH_URL")
-        .args(args)
-        .output()
-        .unwrap()
+    fabric_tests::process::fabricctl(&api.kubeconfig, args)
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    fabric_tests::process::output_text(o)
 }
 
 fn settings() -> Settings {
