@@ -12,7 +12,7 @@
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Resources},
     names,
-    offloading::v1alpha1::{ShadowPod, ShadowPodSpec},
+    offloading::v1alpha1::{ShadowPod, ShadowPodSpec, shadow_pod_condition},
     quantity::{Amounts, BadQuantity, milli, quantity},
     requests::pod_requests,
 };
@@ -136,7 +136,7 @@ pub fn admit_change(
         });
     }
     if let Some(old) = old
-        && old.status.as_ref().is_some_and(|s| s.pod_uid.is_some())
+        && !never_made(old)
         && let Some(field) = resize::not_carried(&spec.pod.spec, &old.spec.pod.spec)
     {
         return Err(Denial::NotCarried(field));
@@ -158,6 +158,23 @@ pub fn admit_change(
         consumer: cluster,
         requests,
         more,
+    })
+}
+
+/// Whether `shadow`'s status says its pod was never made: refused by the provider's policy,
+/// none made since. Anything else (no status yet, or a pod made) may have a pod running, as
+/// the status is written after the pod is made.
+fn never_made(shadow: &ShadowPod) -> bool {
+    shadow.status.as_ref().is_some_and(|s| {
+        s.pod_uid.is_none()
+            && s.conditions.iter().any(|c| {
+                c.type_ == shadow_pod_condition::POD_CREATED
+                    && c.status == "False"
+                    && c.reason
+                        == fabric_kube::status::Reason::as_str(
+                            &super::decide::PodCreated::Disallowed,
+                        )
+            })
     })
 }
 
@@ -324,9 +341,31 @@ mod tests {
             ])
         });
         assert_eq!(init, Err(Denial::NotCarried("initContainers".into())));
-        // Before the pod exists, the same change is the controller's to make.
+        // Before its status says anything, a pod may run already (the status is written
+        // after the pod is made): refused too.
+        let mut unknown = pod.clone();
+        unknown.status = None;
+        let mut renamed = pod.spec.clone();
+        renamed.pod.spec.containers[0].name = "b".into();
+        assert!(matches!(
+            admit_change(USER, NS, Some("alpha"), &renamed, Some(&unknown)),
+            Err(Denial::NotCarried(_))
+        ));
+        // A pod the policy refused was never made: any change is the controller's to judge.
         let mut unmade = pod.clone();
-        unmade.status = None;
+        unmade.status = Some(fabric_api::offloading::v1alpha1::ShadowPodStatus {
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: shadow_pod_condition::POD_CREATED.into(),
+                status: "False".into(),
+                reason: "Disallowed".into(),
+                message: "spec.pod.spec.hostPID: …".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
         let mut new = pod.spec.clone();
         new.pod.spec.containers[0].name = "b".into();
         assert_eq!(

@@ -118,6 +118,14 @@ impl Bed {
         Api::namespaced(self.p.clone(), &names::namespace::tenant(CONSUMER))
     }
 
+    /// The tenant namespace's ShadowPods as the consumer's own identity writes them, straight
+    /// to the provider (no virtual kubelet, no forge): the attacker's view.
+    async fn consumer_shadows(&self) -> Api<ShadowPod> {
+        let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &self.identity));
+        let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+        Api::namespaced(client, &names::namespace::tenant(CONSUMER))
+    }
+
     async fn home_pod_where(&self, name: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
         self.eventually(what, || async {
             let p = self.home().get_opt(name).await.ok()??;
@@ -337,6 +345,22 @@ fn resize_home(bed: &Bed, name: &str, cpu: &str) {
         "-p",
         &patch.to_string(),
     ]);
+}
+
+/// A ShadowPod as a consumer can write one by hand, asking for `cpu`; no labels, so no
+/// virtual kubelet takes it for one of its own.
+fn raw_shadow(name: &str, cpu: &str) -> ShadowPod {
+    serde_json::from_value(json!({
+        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+        "metadata": {"name": name, "namespace": names::namespace::tenant(CONSUMER)},
+        "spec": {
+            "clusterId": CONSUMER,
+            "home": {"namespace": HOME_NS, "name": name, "uid": format!("home-{name}")},
+            "pod": {"spec": {"containers": [{"name": "main", "image": "echo",
+                "resources": {"requests": {"cpu": cpu}}}]}},
+        },
+    }))
+    .unwrap()
 }
 
 fn cpu_of(spec: &Value) -> Option<&str> {
@@ -792,30 +816,15 @@ async fn provider_quota(bed: &Bed) {
 /// cannot take (a renamed container) is refused, and a shrink frees its share only once the
 /// provider's kubelet reports the pod shrunk.
 async fn quota_holds_while_pods_hold(bed: &Bed) {
-    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
-    let attacker = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
     let ns = names::namespace::tenant(CONSUMER);
-    let theirs: Api<ShadowPod> = Api::namespaced(attacker, &ns);
+    let theirs = bed.consumer_shadows().await;
     let tenant = || async {
         let o = bed
             .provider
             .kubectl(&["get", "tenant", CONSUMER, "-n", &ns, "-o", "json"]);
         serde_json::from_slice::<Value>(&o.stdout).unwrap()["status"].clone()
     };
-    // No labels: no virtual kubelet takes it for one of its own.
-    let shadow = |name: &str, cpu: String| -> ShadowPod {
-        serde_json::from_value(json!({
-            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "clusterId": CONSUMER,
-                "home": {"namespace": HOME_NS, "name": name, "uid": format!("home-{name}")},
-                "pod": {"spec": {"containers": [{"name": "main", "image": "echo",
-                    "resources": {"requests": {"cpu": cpu}}}]}},
-            },
-        }))
-        .unwrap()
-    };
+    let shadow = |name: &str, cpu: String| raw_shadow(name, &cpu);
     let milli_of = |v: &Value| fabric_tests::quantity::milli(v.as_str().unwrap_or("0")).unwrap();
     // All the CPU left of the grant, taken by one pod that runs.
     let granted = bed.granted_cpu_milli().await;
@@ -957,9 +966,7 @@ async fn a_tenant_held_to_restricted(bed: &Bed) {
             &json!({"spec": {"podSecurity": level}}).to_string(),
         ]);
     };
-    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
-    let attacker = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
-    let theirs: Api<ShadowPod> = Api::namespaced(attacker, &ns);
+    let theirs = bed.consumer_shadows().await;
     // The consumer cannot lower it.
     let e = Api::<fabric_api::authentication::v1alpha1::Tenant>::namespaced(
         theirs.clone().into_client(),
@@ -975,19 +982,7 @@ async fn a_tenant_held_to_restricted(bed: &Bed) {
     assert!(e.to_string().contains("forbidden"), "{e}");
     set(json!("restricted"));
     // Root, as baseline allows and restricted does not.
-    let root = |name: &str| -> ShadowPod {
-        serde_json::from_value(json!({
-            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "clusterId": CONSUMER,
-                "home": {"namespace": HOME_NS, "name": name, "uid": format!("home-{name}")},
-                "pod": {"spec": {"containers": [{"name": "main", "image": "echo",
-                    "resources": {"requests": {"cpu": "1m"}}}]}},
-            },
-        }))
-        .unwrap()
-    };
+    let root = |name: &str| raw_shadow(name, "1m");
     let e = bed
         .eventually("the webhook holds the tenant to restricted", || async {
             match theirs.create(&Default::default(), &root("rooted")).await {

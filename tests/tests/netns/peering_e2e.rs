@@ -338,10 +338,12 @@ impl Bed {
         node
     }
 
-    fn lease_renew_time(&self, c: u8, node: &str) -> Option<String> {
+    /// When the Lease of `provider`'s virtual node on cluster `c` was last renewed.
+    fn lease_renew_time(&self, c: u8, provider: &str) -> Option<String> {
+        let node = names::node::virtual_node(provider);
         get_json(
             &self.cluster(c).api,
-            &["get", "lease", node, "-n", "kube-node-lease"],
+            &["get", "lease", &node, "-n", "kube-node-lease"],
         )?["spec"]["renewTime"]
             .as_str()
             .map(str::to_owned)
@@ -441,7 +443,7 @@ fn out_of_band_peering_end_to_end() {
             assert_eq!(info["network_detail"]["tunnel"], "Connected", "{info:#}");
             assert_eq!(
                 info["virtual_node_detail"]["node"],
-                b_id.as_str(),
+                names::node::virtual_node(&b_id),
                 "{info:#}"
             );
 
