@@ -240,14 +240,7 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         )
         .await
         .unwrap();
-    let st = status_where(&shadows, "root", "the next refusal said", |s| {
-        s.conditions
-            .iter()
-            .any(|c| c.message.contains("privileged"))
-    })
-    .await;
-    assert_eq!(st.pod_uid, None);
-    assert!(pods.get_opt("root").await.unwrap().is_none());
+    refused_unmade(&shadows, &pods, "the next refusal said", "privileged").await;
     // Scheduled beside the provider's control plane: never made either.
     shadows
         .patch(
@@ -265,14 +258,13 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         .replace("root", &PostParams::default(), &fixed)
         .await
         .unwrap();
-    let st = status_where(&shadows, "root", "the toleration refused", |s| {
-        s.conditions
-            .iter()
-            .any(|c| c.message.starts_with("spec.pod.spec.tolerations[0]: "))
-    })
+    refused_unmade(
+        &shadows,
+        &pods,
+        "the toleration refused",
+        "spec.pod.spec.tolerations[0]: ",
+    )
     .await;
-    assert_eq!(st.pod_uid, None);
-    assert!(pods.get_opt("root").await.unwrap().is_none());
     let mut fixed = shadows.get("root").await.unwrap();
     fixed.spec.pod.spec.tolerations = None;
     shadows
@@ -280,6 +272,17 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         .await
         .unwrap();
     pod_with_uid_other_than(&pods, "root", None).await;
+}
+
+/// Waits until ShadowPod `root`'s refusal names `field` (its message contains it), and checks
+/// that no pod was made for it.
+async fn refused_unmade(shadows: &Api<ShadowPod>, pods: &Api<Pod>, what: &str, field: &str) {
+    let st = status_where(shadows, "root", what, |s| {
+        s.conditions.iter().any(|c| c.message.contains(field))
+    })
+    .await;
+    assert_eq!(st.pod_uid, None);
+    assert!(pods.get_opt("root").await.unwrap().is_none());
 }
 
 /// Writes a finished pod's status as a kubelet would: the container exited 0.
