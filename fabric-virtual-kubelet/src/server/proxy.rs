@@ -46,6 +46,18 @@ fn text(code: StatusCode, msg: impl Into<String>) -> Response<Body> {
         .expect("a valid response")
 }
 
+/// 401 to a client that did not authenticate, and its connection closed: it gets one request
+/// per handshake, so that it cannot hold a connection slot (nor make this process ask for a
+/// TokenReview again and again) by sending requests on a kept-alive connection.
+fn unauthorized() -> Response<Body> {
+    let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized");
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
 fn metrics(m: &fabric_reflector::Metrics) -> Response<Body> {
     Response::builder()
         .status(StatusCode::OK)
@@ -160,7 +172,7 @@ impl Proxy {
             Some(Ok(u)) => u,
             Some(Err(e)) => {
                 info!(%method, %path, error = %e, "kubelet API: unauthorized");
-                return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+                return unauthorized();
             }
             None => match self.token_user(&req).await {
                 Ok(u) => {
@@ -169,7 +181,7 @@ impl Proxy {
                 }
                 Err(why) => {
                     debug!(%method, %path, why, "kubelet API: unauthorized");
-                    return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+                    return unauthorized();
                 }
             },
         };

@@ -118,6 +118,36 @@ fn curl_with<'a>(
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
+/// Two GETs of `path` in one curl run (which keeps a connection alive when the server lets
+/// it), as `extra` (a certificate or a header) says: each one's status and whether it needed a
+/// new connection.
+fn twice_on_one_connection(extra: &[&std::ffi::OsStr], port: u16, path: &str) -> Vec<(u16, u32)> {
+    let url = format!("https://127.0.0.1:{port}{path}");
+    let o = Command::new("curl")
+        .args([
+            "-sk",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-o",
+            "/dev/null",
+            "-w",
+        ])
+        .arg("%{http_code} %{num_connects}\n")
+        .args(extra)
+        .args([&url, &url])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (code, connects) = l.split_once(' ')?;
+            Some((code.parse().ok()?, connects.parse().ok()?))
+        })
+        .collect()
+}
+
 #[test]
 fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     let tag = "offloaded_streams";
@@ -547,6 +577,31 @@ fn logs_exec_attach_and_port_forward_on_offloaded_pods() {
     assert!(
         body.contains("user=system:serviceaccount:default:scraper"),
         "{body}"
+    );
+    // A client that did not authenticate gets one request per connection: it cannot keep one
+    // (a slot of the server's) open by sending request after request, each costing a
+    // TokenReview. The API server's own connection stays alive.
+    let bearer = std::ffi::OsString::from("Authorization: Bearer not-a-token");
+    for extra in [vec![], vec![std::ffi::OsStr::new("-H"), bearer.as_os_str()]] {
+        assert_eq!(
+            twice_on_one_connection(&extra, port, "/containerLogs/default/ticker/app"),
+            [(401, 1), (401, 1)],
+            "an unauthenticated client kept its connection ({extra:?})"
+        );
+    }
+    let (cert, key) = api_server.expect("the API server's kubelet client certificate");
+    assert_eq!(
+        twice_on_one_connection(
+            &[
+                "--cert".as_ref(),
+                cert.as_os_str(),
+                "--key".as_ref(),
+                key.as_os_str()
+            ],
+            port,
+            "/metrics"
+        ),
+        [(200, 1), (200, 0)]
     );
     // The metrics are the node's `metrics` subresource, which mallory has not either.
     let (code, body) = curl(Some((&mallory.0, &mallory.1)), port, "GET", "/metrics");
