@@ -284,6 +284,10 @@ impl Manifests {
             })
             .collect::<Result<_>>()?;
         Ok(Container {
+            service_account: pod
+                .service_account_name
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
             name: format!("{workload}/{container}"),
             uid,
             gid,
@@ -318,6 +322,8 @@ pub struct Container {
     pub bounding: BTreeSet<String>,
     pub no_new_privs: bool,
     pub mounts: Vec<Mount>,
+    /// The pod's ServiceAccount (in fabric-system): the only Kubernetes rights it holds.
+    pub service_account: String,
 }
 
 impl Container {

@@ -20,8 +20,8 @@
 //!
 //! The host forwarders are the loopback ends of [`crate::apiserver::ApiServer::start_in_netns`]
 //! (their certificates name 127.0.0.1). The network components of each cluster (IPAM, gateway
-//! operators, agents, test nodes) stay where [`crate::clusters`] runs them, inside the cluster
-//! network with the admin in-cluster kubeconfig. The virtual kubelet's Node address is
+//! operators, agents) stay where [`crate::clusters`] runs them, inside the cluster network with
+//! their own ServiceAccounts' tokens (the test nodes there with the admin's). The virtual kubelet's Node address is
 //! 127.0.0.1, its pod address here, and its port a free one (`--virtual-kubelet-port 0`:
 //! every cluster's virtual kubelets share the host's loopback), which the API server reaches
 //! from its namespace through [`HostKubelets`]; its kubelet API lets in the API server's

@@ -9,7 +9,6 @@ impl PeeredClusters {
         replicas_b: usize,
         overlay: bool,
         lb: bool,
-        rbac: bool,
         third: bool,
     ) -> Result<Self> {
         anyhow::ensure!(
@@ -32,7 +31,6 @@ impl PeeredClusters {
             nodes,
             replicas_a,
             overlay,
-            rbac,
             &logs,
         )?;
         let b = Self::cluster(
@@ -43,7 +41,6 @@ impl PeeredClusters {
             nodes,
             replicas_b,
             overlay,
-            rbac,
             &logs,
         )?;
         let c = if third {
@@ -55,7 +52,6 @@ impl PeeredClusters {
                 nodes,
                 1,
                 overlay,
-                rbac,
                 &logs,
             )?)
         } else {
@@ -87,7 +83,25 @@ impl PeeredClusters {
                     c.replicas.clone(),
                 )
             };
+            // The stand-ins for the scheduler and the kubelets are the cluster's, not the
+            // fabric's: they hold the admin's credentials. Each fabric component holds a token
+            // of its own ServiceAccount, with the rights deploy/ gives it, and nothing else.
             let env = vec![("KUBECONFIG".to_owned(), kc)];
+            crate::rights::install(&me.cluster_ref(which).api)?;
+            let own = |me: &Self, c: &Container| -> Result<Vec<(String, String)>> {
+                let api = &me.cluster_ref(which).api;
+                let out = me
+                    .logs
+                    .join(format!("{}-{i}.kubeconfig", c.service_account));
+                crate::rights::token_kubeconfig(
+                    &api.kubeconfig,
+                    &api.in_cluster_kubeconfig,
+                    NAMESPACE,
+                    &c.service_account,
+                    &out,
+                )?;
+                Ok(vec![("KUBECONFIG".to_owned(), out.display().to_string())])
+            };
             // The controller Deployment's pod: any namespace on the cluster network will do.
             let ipam = me.containers.ipam.clone();
             me.spawn_as(
@@ -106,7 +120,7 @@ impl PeeredClusters {
                     "--pools".into(),
                     POOL.into(),
                 ],
-                env.clone(),
+                own(&me, &ipam)?,
             )?;
             me.spawn(
                 &format!("scheduler{i}"),
@@ -159,7 +173,8 @@ impl PeeredClusters {
                 } else {
                     format!("{}:51820", rep.underlay_ip)
                 };
-                let mut env = env.clone();
+                let operator = me.containers.operator.clone();
+                let mut env = own(&me, &operator)?;
                 if behind_lb {
                     // The replica's pod, which its operator labels active or standby for the
                     // Service's selector.
@@ -181,7 +196,6 @@ impl PeeredClusters {
                     ]);
                     env.push(("POD_NAME".into(), rep.identity.clone()));
                 }
-                let operator = me.containers.operator.clone();
                 me.spawn_as(
                     &rep.operator,
                     &rep.ns,
@@ -248,7 +262,8 @@ impl PeeredClusters {
                     ]);
                 }
                 let agent = me.containers.agent.clone();
-                me.spawn_as(&format!("agent{i}-{k}"), node, &agent, argv, env.clone())?;
+                let env = own(&me, &agent)?;
+                me.spawn_as(&format!("agent{i}-{k}"), node, &agent, argv, env)?;
             }
         }
         Ok(me)
@@ -277,7 +292,6 @@ impl PeeredClusters {
         nodes: usize,
         replicas: usize,
         overlay: bool,
-        rbac: bool,
         logs: &Path,
     ) -> Result<Cluster> {
         // The cluster network: a bridge of its own, so that gateway replicas come and go on it
@@ -294,7 +308,7 @@ impl PeeredClusters {
             &["addr", "add", &format!("{api_ip}/24"), "dev", "lan"],
         )?;
         let api =
-            ApiServer::start_in_netns_with(&format!("{id}-{}", tb.id()), &api_ns, &api_ip, rbac)?;
+            ApiServer::start_in_netns_with(&format!("{id}-{}", tb.id()), &api_ns, &api_ip, true)?;
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
         api.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
         api.kubectl_ok(&["create", "namespace", NAMESPACE]);

@@ -7,9 +7,12 @@
 //! The tests and `fabricctl` (host namespace) reach both API servers through forwarders on the
 //! host loopback. Both clusters use pod CIDR 10.244.0.0/16 and the same pod addresses.
 //!
-//! [`PeeredClusters::for_sharing`] builds the same clusters with RBAC and client
-//! certificates enforced by their API servers, optionally with a third cluster C (index 3) built
-//! by the same code, for the sharing layer (see [`crate::peering_stack`]).
+//! The API servers enforce RBAC, client certificates and ServiceAccount tokens, and every
+//! fabric component holds a token of its own ServiceAccount with the rights `deploy/` gives it
+//! ([`crate::rights`]), nothing else; the scheduler and kubelet stand-ins and the tests are the
+//! cluster's admin. [`PeeredClusters::for_sharing`] builds the same clusters, optionally with a
+//! third cluster C (index 3) built by the same code, for the sharing layer (see
+//! [`crate::peering_stack`]).
 //!
 //! Addresses in cluster i (1, 2, or 3 for C): gateway replica r 10.0.i.(1+r) on the cluster bridge, node
 //! k 10.0.i.(10+k), API server 10.0.i.100, pod k 10.244.(k+1).10 behind node k; every gateway
@@ -289,14 +292,11 @@ impl PeeredClusters {
         )
     }
 
-    /// Clusters for the sharing layer: API servers with RBAC, client certificates and
-    /// ServiceAccount tokens enforced (kubelite's `KUBELITE_AUTH=1`; the network components
-    /// here use the admin kubeconfig, the sharing layer's its ServiceAccounts' tokens), one
-    /// gateway replica each, and with `third` a cluster
+    /// Clusters for the sharing layer: one gateway replica each, and with `third` a cluster
     /// C besides A and B. Nothing of the sharing layer runs yet: see
     /// [`crate::peering_stack::PeeringStack`].
     pub fn for_sharing(nodes: usize, third: bool) -> Result<Self> {
-        Self::build_with(nodes, 1, 1, false, false, true, third)
+        Self::build_with(nodes, 1, 1, false, false, third)
     }
 
     fn build(
@@ -306,7 +306,7 @@ impl PeeredClusters {
         overlay: bool,
         lb: bool,
     ) -> Result<Self> {
-        Self::build_with(nodes, replicas_a, replicas_b, overlay, lb, false, false)
+        Self::build_with(nodes, replicas_a, replicas_b, overlay, lb, false)
     }
 
     fn cluster_ref(&self, i: u8) -> &Cluster {
