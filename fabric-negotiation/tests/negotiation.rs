@@ -20,6 +20,7 @@ use fabric_api::{
 use fabric_negotiation::{Settings, run};
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
+    rights,
     sharing::{admit_tenant, consumer_credentials, install_identity, keep_identity},
     wait::eventually,
 };
@@ -102,7 +103,18 @@ async fn pair(tag: &str) -> Pair {
     let as_consumer = fabric_auth::identity::remote_client(&c, NS, PROVIDER)
         .await
         .unwrap();
-    let controllers = [c.clone(), p.clone()]
+    // Each cluster's controllers as `fabric-controller sharing` runs them: a token of its
+    // ServiceAccount, with the rights deploy/ gives it.
+    let mut own = Vec::new();
+    for api in [&cs, &ps] {
+        let path = api.kubeconfig.with_file_name("sharing.kubeconfig");
+        own.push(
+            rights::component_client(api, "fabric-sharing", path)
+                .await
+                .unwrap(),
+        );
+    }
+    let controllers = own
         .into_iter()
         .map(|client| {
             tokio::spawn(async move {
