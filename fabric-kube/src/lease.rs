@@ -111,7 +111,7 @@ pub async fn contend_fit(
         e.annotate(&mut lease.metadata, true);
         return match api.create(&PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(ref e) if crate::meta::is_conflict(e) => Ok(false),
             Err(err) => Err(err),
         };
     };
@@ -160,7 +160,7 @@ pub async fn contend_fit(
             Ok(true)
         }
         // Someone else wrote first (took it, or renewed just now): theirs.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(ref e) if crate::meta::is_conflict(e) => Ok(false),
         Err(err) => Err(err),
     }
 }

@@ -116,7 +116,7 @@ impl Store {
                     return Ok((ledger, cm.resource_version().unwrap_or_default()));
                 }
                 // Another replica made it first: read theirs.
-                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(ref e) if is_conflict(e) => continue,
                 Err(e) => return Err(e.into()),
             }
         }

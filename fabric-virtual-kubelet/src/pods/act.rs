@@ -234,7 +234,7 @@ async fn resize(
             Ok(Outcome::Shadow(Box::new(updated)))
         }
         // Changed meanwhile: decided again on the next version.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Outcome::Shadow(s)),
+        Err(ref e) if meta::is_conflict(e) => Ok(Outcome::Shadow(s)),
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
             let message = format!("the provider refused the resize: {}", e.message);
             warn!(pod = %key(pod), code = e.code, error = %e.message, "resize refused");
@@ -302,7 +302,7 @@ async fn create(
             Ok(Outcome::Shadow(Box::new(s)))
         }
         // Created by an earlier run whose listing had not caught up.
-        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(shadow_name).await? {
+        Err(ref e) if meta::is_conflict(e) => match api.get_opt(shadow_name).await? {
             Some(s) if cx.ours(&s) && decide::owns(&s, pod) => Ok(Outcome::Shadow(Box::new(s))),
             _ => Ok(Outcome::Nothing),
         },
