@@ -3,9 +3,10 @@
 //!
 //! Two test API servers with RBAC and client certificates enforced (`KUBELITE_AUTH=1`), a
 //! consumer and a provider, each running the sharing stack as processes of this workspace's
-//! binaries, with admin kubeconfigs on the host: on the provider the authentication service
-//! (`fabric-controller auth`) and `fabric-controller sharing`; on the consumer `fabric-controller
-//! sharing` and `fabric-controller virtual-nodes`, whose virtual kubelet Deployments the
+//! binaries, each with a token of its own ServiceAccount and the rights deploy/ gives it: on
+//! the provider the authentication service (`fabric-controller auth`) and `fabric-controller
+//! sharing`; on the consumer `fabric-controller sharing` and `fabric-controller
+//! virtual-nodes`, whose virtual kubelet Deployments the
 //! [`crate::deployments`] stand-in runs as processes (as their ServiceAccount). No network
 //! fixture: each cluster's gateway identity is published as its operator would, and a stand-in
 //! operator reports a Connection `Connected` as soon as a peer's Configuration exists (the
@@ -50,7 +51,7 @@ use crate::{
     figures::{mib, percentile, rss_kib, secs},
     locate_bin,
     process::Bin,
-    sharing::install_identity,
+    sharing::{PurgeProbe, install_identity},
     wait::until_done,
 };
 
@@ -92,11 +93,24 @@ struct Controller {
     child: ChildGuard,
 }
 
-fn controller(api: &ApiServer, name: &str, args: &[&str], dir: &Path) -> Result<Controller> {
+/// `fabric-controller ARGS` as its pod runs it: a token of `service_account` (fabric-system)
+/// with the rights deploy/ gives it.
+fn controller(
+    api: &ApiServer,
+    name: &str,
+    service_account: &str,
+    args: &[&str],
+    dir: &Path,
+) -> Result<Controller> {
     let log = dir.join(format!("{name}.log"));
+    let own = crate::rights::component_kubeconfig(
+        api,
+        service_account,
+        dir.join(format!("{name}.kubeconfig")),
+    )?;
     let child = Bin::new("fabric-controller")?
         .args(args)
-        .kubeconfig(&api.kubeconfig)
+        .kubeconfig(&own)
         .pod_name(name)
         .log(&log)
         .spawn()?;
@@ -320,10 +334,10 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
         &names::secret::identity(PROVIDER),
     )
     .await?;
-    // The tenant (namespace, RBAC, Tenant) stays on the provider, and the next run's
-    // authentication applies it again unchanged: kubelite, the test API server, removes a
-    // namespace's contents behind its RBAC cache, and a tenant made again with the same names
-    // is then refused now and then. What the consumer left there goes with it.
+    // The provider's admin revokes the consumer (its Tenant, RBAC and namespace go with its
+    // ForeignCluster); the next run peers afresh once the test API server's late purge of the
+    // namespace has passed (see `PurgeProbe`).
+    let probe = PurgeProbe::plant(p, CONSUMER).await?;
     let pfcs: Api<ForeignCluster> = Api::all(p.clone());
     delete(&pfcs, CONSUMER).await?;
     let tenant = names::namespace::tenant(CONSUMER);
@@ -334,6 +348,7 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
         || async { Ok(gone(&pfcs, CONSUMER).await? && gone(&replicas, PROVIDER).await?) },
     )
     .await?;
+    probe.purged(p).await?;
     let cfgs: Api<Configuration> = Api::namespaced(c.clone(), NS);
     let pcfgs: Api<Configuration> = Api::namespaced(p.clone(), NS);
     until_done("both sides' network objects removed", long, || async {
@@ -410,11 +425,24 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
     // The virtual kubelets serve their kubelet API, as deployed.
     consumer.publish_client_ca()?;
     let controllers = vec![
-        controller(&provider, "provider-sharing", &["sharing"], &dir)?,
-        controller(&consumer, "consumer-sharing", &["sharing"], &dir)?,
+        controller(
+            &provider,
+            "provider-sharing",
+            "fabric-sharing",
+            &["sharing"],
+            &dir,
+        )?,
+        controller(
+            &consumer,
+            "consumer-sharing",
+            "fabric-sharing",
+            &["sharing"],
+            &dir,
+        )?,
         controller(
             &consumer,
             "consumer-virtual-nodes",
+            "fabric-virtual-nodes",
             &[
                 "virtual-nodes",
                 "--virtual-kubelet-image",

@@ -347,3 +347,57 @@ pub async fn install_identity(
     }
     Ok(())
 }
+
+/// kubelite deletes a namespace at once and its content after (a stand-in for the namespace
+/// controller, which on a real cluster empties a Terminating namespace before it goes, and
+/// refuses its re-creation meanwhile): a tenant namespace provisioned again in that window (a
+/// re-peer right after an unpeer) would lose its new Role, bindings and Tenant to that late
+/// purge. An Identity (nothing on the provider acts on one) planted in the tenant namespace is
+/// purged after the Tenants and the RBAC objects (discovery order: the Identity is the last of
+/// their group), so once it is gone, or being deleted, nothing provisioned afterwards is at
+/// risk. Tests that re-peer at once plant one before unpeering and wait for it after.
+pub struct PurgeProbe {
+    namespace: String,
+    name: String,
+}
+
+impl PurgeProbe {
+    /// Plants the probe in `consumer`'s tenant namespace on the provider (`p`, an admin).
+    pub async fn plant(p: &Client, consumer: &str) -> Result<Self> {
+        let namespace = names::namespace::tenant(consumer);
+        let name = "purge-probe".to_owned();
+        let probe: Identity = serde_json::from_value(serde_json::json!({
+            "apiVersion": "authentication.fabric.io/v1alpha1",
+            "kind": "Identity",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterId": "probe",
+                "apiServerUrl": "https://127.0.0.1:9",
+                "authUrl": "https://127.0.0.1:9",
+                "tenantNamespace": namespace,
+                "secretName": "probe",
+            },
+        }))?;
+        Api::<Identity>::namespaced(p.clone(), &namespace)
+            .create(&kube::api::PostParams::default(), &probe)
+            .await
+            .with_context(|| format!("planting the purge probe in {namespace}"))?;
+        Ok(Self { namespace, name })
+    }
+
+    /// Waits until the tenant namespace's late purge has passed the probe.
+    pub async fn purged(&self, p: &Client) -> Result<()> {
+        let api = Api::<Identity>::namespaced(p.clone(), &self.namespace);
+        crate::wait::until_done(
+            "the deleted tenant namespace's content purged",
+            std::time::Duration::from_secs(20),
+            || async {
+                Ok(api
+                    .get_opt(&self.name)
+                    .await?
+                    .is_none_or(|i| i.metadata.deletion_timestamp.is_some()))
+            },
+        )
+        .await
+    }
+}

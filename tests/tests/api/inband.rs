@@ -29,7 +29,7 @@ use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     auth_service::AuthService,
     rights,
-    sharing::install_identity,
+    sharing::{PurgeProbe, install_identity},
     wait::eventually,
 };
 use k8s_openapi::api::{
@@ -277,50 +277,6 @@ async fn nothing_on_provider(p: &Client) -> Result<(), String> {
     Ok(())
 }
 
-/// kubelite deletes a namespace at once and its content after (a stand-in for the namespace
-/// controller, which on a real cluster empties a Terminating namespace before it goes): a
-/// tenant namespace provisioned again in that window (a re-peer right after an unpeer) would
-/// lose its new Role, bindings and Tenant to that late purge. An Identity (nothing on the
-/// provider acts on one) planted in the tenant namespace is purged after the Tenants
-/// (discovery order: the Identity is the last of their group), so once it is gone, or being
-/// deleted, nothing provisioned afterwards is at risk.
-async fn plant_purge_probe(p: &Client) -> String {
-    let ns = names::namespace::tenant(CONSUMER);
-    let name = "purge-probe".to_owned();
-    let probe: Identity = serde_json::from_value(json!({
-        "apiVersion": "authentication.fabric.io/v1alpha1",
-        "kind": "Identity",
-        "metadata": {"name": name},
-        "spec": {
-            "clusterId": "probe",
-            "apiServerUrl": "https://127.0.0.1:9",
-            "authUrl": "https://127.0.0.1:9",
-            "tenantNamespace": ns,
-            "secretName": "probe",
-        },
-    }))
-    .unwrap();
-    Api::<Identity>::namespaced(p.clone(), &ns)
-        .create(&PostParams::default(), &probe)
-        .await
-        .unwrap();
-    name
-}
-
-async fn purged(p: &Client, probe: &str) {
-    let api = Api::<Identity>::namespaced(p.clone(), &names::namespace::tenant(CONSUMER));
-    eventually(
-        "the deleted tenant namespace's content purged",
-        Duration::from_secs(20),
-        || async {
-            let left = api.get_opt(probe).await.ok()?;
-            left.is_none_or(|i| i.metadata.deletion_timestamp.is_some())
-                .then_some(())
-        },
-    )
-    .await;
-}
-
 /// The peering tokens on the provider with an expiry (minted for one command).
 async fn minted_tokens(p: &Client) -> Vec<String> {
     Api::<Secret>::namespaced(p.clone(), NS)
@@ -454,7 +410,7 @@ async fn in_band_peer_and_unpeer() {
     }
 
     // 2. Unpeer with the provider reachable: nothing is left on either side.
-    let probe = plant_purge_probe(&p).await;
+    let probe = PurgeProbe::plant(&p, CONSUMER).await.unwrap();
     let o = fabricctl(
         &consumer_api,
         &["unpeer", "--remote-kubeconfig", &provider_kubeconfig],
@@ -471,7 +427,7 @@ async fn in_band_peer_and_unpeer() {
     }
     nothing_on_consumer(&c).await.unwrap();
     nothing_on_provider(&p).await.unwrap();
-    purged(&p, &probe).await;
+    probe.purged(&p).await.unwrap();
 
     // 3. In band: the same steps, the same end state. A bad --at-most-once is refused
     // before anything is done.
