@@ -137,6 +137,18 @@ impl ApiServer {
         cluster_ip: &str,
         auth: bool,
     ) -> anyhow::Result<Self> {
+        Self::start_in_netns_with_args(tag, netns, cluster_ip, auth, "")
+    }
+
+    /// [`ApiServer::start_in_netns_with`], with further kubelite arguments (`KUBELITE_ARGS`),
+    /// such as a webhook caller's [`crate::webhook::Caller::kubelite_args`].
+    pub fn start_in_netns_with_args(
+        tag: &str,
+        netns: &str,
+        cluster_ip: &str,
+        auth: bool,
+        args: &str,
+    ) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let dir = run_dir(tag);
         let mut c = Command::new("ip");
@@ -147,7 +159,7 @@ impl ApiServer {
             // pod deletions as kubelets do, so deletion is graceful as in a real cluster.
             .env(
                 "KUBELITE_ARGS",
-                "--bind-address=0.0.0.0 --graceful-pod-deletion",
+                format!("--bind-address=0.0.0.0 --graceful-pod-deletion {args}"),
             );
         let mut server = Self::run_start_script(c, dir.clone(), NETNS_API_PORT);
         let fwd = Forwarder::start(netns, NETNS_API_PORT).context("starting the API forwarder")?;

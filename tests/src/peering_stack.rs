@@ -5,6 +5,9 @@
 //! - the authentication service (`fabric-controller auth`), which a consumer's `fabricctl peer
 //!   out-of-band` reaches on the host loopback (see [`crate::auth_service`]);
 //! - `fabric-controller sharing` (network and resource negotiation, ShadowPods);
+//! - `fabric-controller shadowpod-webhook`, in a namespace of its own on the cluster network,
+//!   registered as deploy/ registers it and called by the API server with the client
+//!   certificate it requires ([`crate::webhook`]);
 //! - `fabric-controller virtual-nodes`, and the [`crate::deployments`] stand-in, which runs
 //!   the virtual kubelet Deployment that controller creates as a process, with a token of the
 //!   Deployment's ServiceAccount (so RBAC applies to it as to a pod).
@@ -15,6 +18,7 @@
 //! |------------------------------|-----------------|-----------------------------------|----------------------------------------|
 //! | `auth`                       | host namespace  | its ServiceAccount token, host forwarder | —                               |
 //! | `sharing`, `virtual-nodes`   | host namespace  | its ServiceAccount token, host forwarder | X's identity on it: the forwarder URL the peer's `auth` handed out, X's client certificate |
+//! | `shadowpod-webhook`          | its own, on the cluster network | its ServiceAccount token, in-cluster | — (the API server calls it) |
 //! | virtual kubelet (Deployment) | host namespace  | its ServiceAccount token, host forwarder | the identity Secret (as above) |
 //! | `fabricctl` (the test)       | host namespace  | admin kubeconfig, host forwarder  | only the authentication service        |
 //!
@@ -50,6 +54,9 @@ use crate::{
 /// The virtual kubelet's image as the VirtualNode controller is configured with (the
 /// Deployment stand-in runs the workspace's binary of the container's command instead).
 pub const VIRTUAL_KUBELET_IMAGE: &str = "fabric-virtual-kubelet:test";
+
+/// Where the ShadowPod webhook listens (deploy/'s container port).
+const WEBHOOK_PORT: u16 = 9443;
 
 /// A label every offer of cluster X advertises (`--advertise-label`), with value X: the
 /// consumer's virtual node for X carries it.
@@ -128,6 +135,46 @@ impl Member {
                 .spawn()
                 .with_context(|| format!("starting fabric-controller {name}"))?;
             procs.push((name.to_owned(), ChildGuard(child), container.clone()));
+        }
+        // The provider's ShadowPod webhook, in its pod's namespace on the cluster network,
+        // called by the API server with the client certificate it requires.
+        {
+            let site = &cluster.webhook;
+            let listen = format!("{}:{WEBHOOK_PORT}", site.ip);
+            crate::webhook::register(&cluster.api, &site.ip, WEBHOOK_PORT)?;
+            let own = dir.join("shadowpod-webhook.kubeconfig");
+            crate::rights::token_kubeconfig(
+                &cluster.api.kubeconfig,
+                &cluster.api.in_cluster_kubeconfig,
+                fabric_api::names::DEFAULT_NAMESPACE,
+                &containers.webhook.service_account,
+                &own,
+            )?;
+            let log_path = dir.join("shadowpod-webhook.log");
+            let log = std::fs::File::create(&log_path)?;
+            let argv: Vec<String> = containers
+                .webhook
+                .enter(&site.ns, &dir.join("shadowpod-webhook.mnt"))?
+                .into_iter()
+                .chain([locate_bin("fabric-controller")?.display().to_string()])
+                .chain(crate::webhook::args(&listen, &site.caller))
+                .collect();
+            let child = die_with_parent(&mut std::process::Command::new(&argv[0]))
+                .args(&argv[1..])
+                .env("KUBECONFIG", &own)
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .context("starting the ShadowPod webhook")?;
+            procs.push((
+                "shadowpod-webhook".to_owned(),
+                ChildGuard(child),
+                containers.webhook.clone(),
+            ));
+            crate::webhook::wait_ready(&cluster.api, &log_path)
+                .with_context(|| format!("the ShadowPod webhook of {}", cluster.id))?;
         }
         let deployments = Deployments::start(deployments::Options {
             admin_kubeconfig: kubeconfig.clone(),

@@ -117,13 +117,11 @@ impl Caller {
     }
 }
 
-/// Starts the webhook for `api` (started with `caller`'s [`Caller::kubelite_args`]) in
-/// namespace [`names::DEFAULT_NAMESPACE`] (which must exist), logging to `log`; returns once
-/// it has put its CA into the configuration's caBundle. The process dies with the returned
-/// guard.
-pub fn start(api: &ApiServer, caller: &Caller, log: &Path) -> Result<ChildGuard> {
+/// Registers the webhook on `api` as deploy/ does, its Service resolved by an EndpointSlice
+/// to `address:port` (where its pod listens), in namespace [`names::DEFAULT_NAMESPACE`]
+/// (which must exist).
+pub fn register(api: &ApiServer, address: &str, port: u16) -> Result<()> {
     let ns = names::DEFAULT_NAMESPACE;
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let service = names::webhook::SHADOWPODS_SERVICE;
     let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": service, "namespace": ns},
@@ -132,7 +130,7 @@ pub fn start(api: &ApiServer, caller: &Caller, log: &Path) -> Result<ChildGuard>
          "metadata": {"name": service, "namespace": ns,
                       "labels": {"kubernetes.io/service-name": service}},
          "addressType": "IPv4",
-         "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+         "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
          "ports": [{"name": "https", "port": port, "protocol": "TCP"}]},
     ]});
     for doc in [objects.to_string(), deployed_config()?] {
@@ -144,23 +142,24 @@ pub fn start(api: &ApiServer, caller: &Caller, log: &Path) -> Result<ChildGuard>
             );
         }
     }
-    // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
-    let kubeconfig = crate::rights::component_kubeconfig(
-        api,
-        "fabric-shadowpod-webhook",
-        log.with_extension("kubeconfig"),
-    )?;
-    let child = Bin::new("fabric-controller")?
-        .args([
-            "shadowpod-webhook",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--client-ca",
-            &caller.ca().display().to_string(),
-        ])
-        .kubeconfig(&kubeconfig)
-        .log(log)
-        .spawn()?;
+    Ok(())
+}
+
+/// The webhook's arguments (after the binary): listening on `listen`, letting in the API
+/// server's certificate of `caller`.
+pub fn args(listen: &str, caller: &Caller) -> Vec<String> {
+    vec![
+        "shadowpod-webhook".to_owned(),
+        "--listen".to_owned(),
+        listen.to_owned(),
+        "--client-ca".to_owned(),
+        caller.ca().display().to_string(),
+    ]
+}
+
+/// Waits until the webhook (logging to `log`) has put its CA into the configuration's
+/// caBundle: from then on the API server calls it.
+pub fn wait_ready(api: &ApiServer, log: &Path) -> Result<()> {
     try_eventually_blocking("the webhook's caBundle", Duration::from_secs(30), || {
         let o = api.kubectl(&[
             "get",
@@ -176,6 +175,26 @@ pub fn start(api: &ApiServer, caller: &Caller, log: &Path) -> Result<ChildGuard>
             "{e}; its log:\n{}",
             std::fs::read_to_string(log).unwrap_or_default()
         )
-    })?;
+    })
+}
+
+/// Starts the webhook for `api` (started with `caller`'s [`Caller::kubelite_args`]) on the
+/// host loopback, registered by [`register`], logging to `log`; returns once it has put its CA
+/// into the configuration's caBundle. The process dies with the returned guard.
+pub fn start(api: &ApiServer, caller: &Caller, log: &Path) -> Result<ChildGuard> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    register(api, "127.0.0.1", port)?;
+    // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
+    let kubeconfig = crate::rights::component_kubeconfig(
+        api,
+        "fabric-shadowpod-webhook",
+        log.with_extension("kubeconfig"),
+    )?;
+    let child = Bin::new("fabric-controller")?
+        .args(args(&format!("127.0.0.1:{port}"), caller))
+        .kubeconfig(&kubeconfig)
+        .log(log)
+        .spawn()?;
+    wait_ready(api, log)?;
     Ok(child)
 }

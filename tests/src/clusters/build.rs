@@ -307,8 +307,24 @@ impl PeeredClusters {
             &api_ns,
             &["addr", "add", &format!("{api_ip}/24"), "dev", "lan"],
         )?;
-        let api =
-            ApiServer::start_in_netns_with(&format!("{id}-{}", tb.id()), &api_ns, &api_ip, true)?;
+        // The API server presents a client certificate to the ShadowPod webhook, as a
+        // provider's admin configures kube-apiserver for deploy/'s webhook.
+        let caller = crate::webhook::Caller::new(&logs.join(id).join("webhook-caller"))?;
+        let api = ApiServer::start_in_netns_with_args(
+            &format!("{id}-{}", tb.id()),
+            &api_ns,
+            &api_ip,
+            true,
+            &caller.kubelite_args(),
+        )?;
+        let hook_ns = tb.add_netns(&format!("hook{i}"))?;
+        let hook_ip = format!("10.0.{i}.50");
+        tb.veth(&hook_ns, "lan", &lan, "hook")?;
+        tb.ip(&lan, &["link", "set", "hook", "master", "br0"])?;
+        tb.ip(
+            &hook_ns,
+            &["addr", "add", &format!("{hook_ip}/24"), "dev", "lan"],
+        )?;
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
         api.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
         api.kubectl_ok(&["create", "namespace", NAMESPACE]);
@@ -581,6 +597,11 @@ impl PeeredClusters {
             nodes: node_ns,
             pods: pod_ns,
             dir,
+            webhook: WebhookSite {
+                ns: hook_ns,
+                ip: hook_ip,
+                caller,
+            },
         })
     }
 }

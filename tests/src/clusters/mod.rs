@@ -83,6 +83,17 @@ pub struct Cluster {
     pub nodes: Vec<String>,
     pub pods: Vec<String>,
     pub dir: PathBuf,
+    /// Where the provider's ShadowPod webhook runs, and the API server's credentials towards
+    /// it (its admission configuration).
+    pub webhook: WebhookSite,
+}
+
+/// A namespace on the cluster network for the ShadowPod webhook's pod (the sharing layer
+/// starts the webhook there: [`crate::peering_stack`]), and the API server as its caller.
+pub struct WebhookSite {
+    pub ns: String,
+    pub ip: String,
+    pub caller: crate::webhook::Caller,
 }
 
 impl Cluster {
@@ -176,6 +187,7 @@ pub struct Containers {
     pub auth: Container,
     pub sharing: Container,
     pub virtual_nodes: Container,
+    pub webhook: Container,
 }
 
 impl Containers {
@@ -189,6 +201,7 @@ impl Containers {
             auth: m.container("fabric-auth", "auth")?,
             sharing: m.container("fabric-sharing", "sharing")?,
             virtual_nodes: m.container("fabric-virtual-nodes", "controller")?,
+            webhook: m.container("fabric-shadowpod-webhook", "webhook")?,
         };
         // One directory per replica stands for the emptyDirs of the gateway pod (its
         // configuration, key file, control and UAPI sockets): both containers mount them all.

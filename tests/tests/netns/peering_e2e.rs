@@ -292,6 +292,79 @@ impl Bed {
         (count("shadowpods"), count("pods"))
     }
 
+    /// A's own identity on provider `p` (its kubeconfig, from the identity Secret on A)
+    /// writing a ShadowPod straight to `p`'s API server, no virtual kubelet in between, whose
+    /// pod would be root on a node of `p`: the provider's webhook, deployed as deploy/ deploys
+    /// it, refuses it naming the field, and nothing is made.
+    fn provider_refuses_a_root_pod(&self, p: u8) {
+        let (a, provider) = (&self.cl.a, self.cluster(p));
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+            get_json(
+                &a.api,
+                &[
+                    "get",
+                    "secret",
+                    &names::secret::identity(&provider.id),
+                    "-n",
+                    NAMESPACE,
+                ],
+            )
+            .expect("A's identity Secret for the provider"),
+        )
+        .unwrap();
+        let kubeconfig = self
+            .cl
+            .logs
+            .join(format!("a-on-{}.kubeconfig", provider.id));
+        std::fs::write(
+            &kubeconfig,
+            fabric_auth::identity::kubeconfig_of(&secret).expect("a kubeconfig in it"),
+        )
+        .unwrap();
+        let ns = names::namespace::tenant(&a.id);
+        let attack = json!({
+            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+            "metadata": {"name": "root", "namespace": ns},
+            "spec": {
+                "clusterId": a.id,
+                "home": {"namespace": "default", "name": "root", "uid": "home-root"},
+                "pod": {"spec": {
+                    "hostPID": true,
+                    "containers": [{"name": "main", "image": "echo",
+                                    "securityContext": {"privileged": true},
+                                    "resources": {"requests": {"cpu": "10m"}}}],
+                }},
+            },
+        });
+        let o = std::process::Command::new("kubectl")
+            .env("KUBECONFIG", &kubeconfig)
+            .args(["create", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write as _;
+                c.stdin
+                    .take()
+                    .unwrap()
+                    .write_all(attack.to_string().as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        let err = text(&o);
+        assert!(!o.status.success(), "a root ShadowPod admitted: {err}");
+        assert!(
+            err.contains("admission webhook")
+                && err.contains("spec.pod.spec.hostPID: sharing the host's namespaces"),
+            "{err}"
+        );
+        assert!(
+            get_json(&provider.api, &["get", "shadowpod", "root", "-n", &ns]).is_none(),
+            "nothing made"
+        );
+    }
+
     /// The virtual node of `provider` on cluster `c`, once it is Ready.
     fn ready_node(&self, c: u8, provider: &str) -> Value {
         self.wait(
@@ -416,6 +489,10 @@ fn out_of_band_peering_end_to_end() {
         let web_b = bed.offloaded_pod_answers(&b_id, "offloaded");
         eprintln!("pod offloaded to B after {:?}", t0.elapsed());
         web_b
+    });
+
+    phase("B's webhook refuses what A may not run there", || {
+        bed.provider_refuses_a_root_pod(2);
     });
 
     phase("A's virtual kubelet killed mid-traffic", || {
