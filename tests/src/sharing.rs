@@ -401,3 +401,68 @@ impl PurgeProbe {
         .await
     }
 }
+
+/// The kubeconfig of the identity `consumer` (an admin's view of it) holds on provider
+/// `provider_id` (from its identity Secret in fabric-system), written to `out`: what the
+/// consumer itself can do on its provider, for tests that attack the provider with it.
+pub fn identity_kubeconfig(consumer: &ApiServer, provider_id: &str, out: &Path) -> Result<()> {
+    let o = consumer.kubectl(&[
+        "get",
+        "secret",
+        &names::secret::identity(provider_id),
+        "-n",
+        names::DEFAULT_NAMESPACE,
+        "-o",
+        "json",
+    ]);
+    anyhow::ensure!(
+        o.status.success(),
+        "the identity Secret for {provider_id}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let secret: Secret = serde_json::from_slice(&o.stdout)?;
+    let text = fabric_auth::identity::kubeconfig_of(&secret)
+        .with_context(|| format!("no kubeconfig in the identity Secret for {provider_id}"))?;
+    std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))
+}
+
+/// A ShadowPod whose pod would be root on a node of its provider (host PID namespace, a
+/// privileged container), written by consumer `consumer_id` for a home pod of its own: what a
+/// provider's policy must refuse.
+pub fn root_shadowpod(consumer_id: &str, name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+        "metadata": {"name": name, "namespace": names::namespace::tenant(consumer_id)},
+        "spec": {
+            "clusterId": consumer_id,
+            "home": {"namespace": "default", "name": name, "uid": format!("home-{name}")},
+            "pod": {"spec": {
+                "hostPID": true,
+                "containers": [{"name": "main", "image": "echo",
+                                "securityContext": {"privileged": true},
+                                "resources": {"requests": {"cpu": "10m"}}}],
+            }},
+        },
+    })
+}
+
+/// `kubectl create -f -` of `object` with `kubeconfig`.
+pub fn kubectl_create(
+    kubeconfig: &Path,
+    object: &serde_json::Value,
+) -> Result<std::process::Output> {
+    use std::io::Write as _;
+    let mut c = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(["create", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running kubectl")?;
+    c.stdin
+        .take()
+        .context("kubectl's stdin")?
+        .write_all(object.to_string().as_bytes())?;
+    Ok(c.wait_with_output()?)
+}

@@ -20,7 +20,7 @@ use fabric_tests::{
     clusters::{Cluster, NAMESPACE, POD_CIDR, PeeredClusters},
     die_with_parent, install_interrupt_handler, is_root, locate_bin,
     peering_stack::{ADVERTISED_LABEL, PeeringStack},
-    traffic,
+    sharing, traffic,
     workloads::{ECHO_PORT, echo_pod},
 };
 use serde_json::{Value, json};
@@ -379,6 +379,23 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         "  (A shows the pod as {}: B's pod CIDR as A sees it)",
         echo.ip
     );
+
+    title("Cluster B decides what runs on it: A's own identity writing a root pod straight to B");
+    let kubeconfig = d.cl.logs.join("a-on-b.kubeconfig");
+    sharing::identity_kubeconfig(&d.cl.a.api, &b_id, &kubeconfig)?;
+    println!(
+        "  kubectl create (as A's identity on B) a ShadowPod with hostPID and a privileged container:"
+    );
+    let o = sharing::kubectl_create(&kubeconfig, &sharing::root_shadowpod(&a_id, "root"))?;
+    if o.status.success() {
+        bail!("cluster B admitted a root pod from A's identity");
+    }
+    indent(String::from_utf8_lossy(&o.stderr).trim());
+    println!("  (B's ShadowPod webhook holds every tenant to B's policy: Pod Security baseline by");
+    println!(
+        "   default, B's scheduling, B's quota; A's own check at home is only early feedback.)"
+    );
+    check_interrupt()?;
 
     title("fabricctl status (cluster A)");
     show(fabricctl(&d.cl.a.api, &["status"]));

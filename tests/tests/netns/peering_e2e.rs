@@ -30,7 +30,7 @@ use fabric_tests::{
     locate_bin,
     peering_stack::{ADVERTISED_LABEL as ADVERTISED, PeeringStack},
     phase::phase,
-    skip_unless_root, traffic,
+    sharing, skip_unless_root, traffic,
     wait::try_eventually_blocking,
     workloads::{self, RunningPod},
 };
@@ -298,60 +298,14 @@ impl Bed {
     /// it, refuses it naming the field, and nothing is made.
     fn provider_refuses_a_root_pod(&self, p: u8) {
         let (a, provider) = (&self.cl.a, self.cluster(p));
-        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
-            get_json(
-                &a.api,
-                &[
-                    "get",
-                    "secret",
-                    &names::secret::identity(&provider.id),
-                    "-n",
-                    NAMESPACE,
-                ],
-            )
-            .expect("A's identity Secret for the provider"),
-        )
-        .unwrap();
         let kubeconfig = self
             .cl
             .logs
             .join(format!("a-on-{}.kubeconfig", provider.id));
-        std::fs::write(
-            &kubeconfig,
-            fabric_auth::identity::kubeconfig_of(&secret).expect("a kubeconfig in it"),
-        )
-        .unwrap();
+        sharing::identity_kubeconfig(&a.api, &provider.id, &kubeconfig).unwrap();
         let ns = names::namespace::tenant(&a.id);
-        let attack = json!({
-            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
-            "metadata": {"name": "root", "namespace": ns},
-            "spec": {
-                "clusterId": a.id,
-                "home": {"namespace": "default", "name": "root", "uid": "home-root"},
-                "pod": {"spec": {
-                    "hostPID": true,
-                    "containers": [{"name": "main", "image": "echo",
-                                    "securityContext": {"privileged": true},
-                                    "resources": {"requests": {"cpu": "10m"}}}],
-                }},
-            },
-        });
-        let o = std::process::Command::new("kubectl")
-            .env("KUBECONFIG", &kubeconfig)
-            .args(["create", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write as _;
-                c.stdin
-                    .take()
-                    .unwrap()
-                    .write_all(attack.to_string().as_bytes())?;
-                c.wait_with_output()
-            })
-            .unwrap();
+        let o =
+            sharing::kubectl_create(&kubeconfig, &sharing::root_shadowpod(&a.id, "root")).unwrap();
         let err = text(&o);
         assert!(!o.status.success(), "a root ShadowPod admitted: {err}");
         assert!(
