@@ -21,6 +21,10 @@
 //!
 //! [`held`] adds what the kubelet reports of a pod being resized in place (the scheduler
 //! takes the larger of spec and status while a resize is in flight). Not counted: DRA claims.
+//!
+//! [`with_defaults`] gives containers that ask for nothing of a resource the provider's
+//! default request, as a LimitRange's `defaultRequest` would: what the provider's pods
+//! carry and what its webhook charges, so that no pod runs for free.
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
@@ -134,6 +138,59 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, BadQuantity> {
     }
     *out.entry("pods".to_owned()).or_default() += ONE_POD;
     Ok(out)
+}
+
+/// Requests a provider gives containers that ask for none of a resource, by resource (a
+/// LimitRange's `defaultRequest`).
+pub type Defaults = BTreeMap<String, Quantity>;
+
+/// `spec` as the API server's LimitRanger admission leaves it with `defaults` as a
+/// LimitRange's `defaultRequest`: every container, init containers and sidecars included,
+/// that neither requests nor limits a resource of `defaults` requests the default. A limit
+/// already stands for the request (the API server's defaulting, before admission), so a
+/// container with one keeps it. A resource the pod-level `spec.resources` sets is left
+/// alone: the pod's request for it is that already, and containers asking for more than it
+/// would make the pod invalid.
+pub fn with_defaults(spec: &PodSpec, defaults: &Defaults) -> PodSpec {
+    let mut out = spec.clone();
+    if defaults.is_empty() {
+        return out;
+    }
+    let pod_set = |k: &str| {
+        pod_level(k)
+            && spec.resources.as_ref().is_some_and(|r| {
+                [&r.requests, &r.limits]
+                    .into_iter()
+                    .any(|l| l.as_ref().is_some_and(|l| l.contains_key(k)))
+            })
+    };
+    let fill = |c: &mut Container| {
+        let r = c.resources.get_or_insert_with(Default::default);
+        let given = |k: &str| {
+            [&r.requests, &r.limits]
+                .into_iter()
+                .any(|l| l.as_ref().is_some_and(|l| l.contains_key(k)))
+        };
+        let missing: Vec<(&String, &Quantity)> = defaults
+            .iter()
+            .filter(|(k, _)| !given(k) && !pod_set(k))
+            .collect();
+        if !missing.is_empty() {
+            let requests = r.requests.get_or_insert_with(Default::default);
+            for (k, q) in missing {
+                requests.insert(k.clone(), q.clone());
+            }
+        }
+        if c.resources
+            .as_ref()
+            .is_some_and(|r| *r == Default::default())
+        {
+            c.resources = None;
+        }
+    };
+    out.containers.iter_mut().for_each(&fill);
+    out.init_containers.iter_mut().flatten().for_each(&fill);
+    out
 }
 
 /// What `pod` holds of its node: [`pod_requests`] with each container's requests the
@@ -458,5 +515,99 @@ mod tests {
             held(&pod(other)),
             Ok(amounts(&[("cpu", 100), ("memory", mem)]))
         );
+    }
+
+    fn defaults() -> Defaults {
+        [("cpu", "100m"), ("memory", "128Mi")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))
+            .collect()
+    }
+
+    const MI128: i128 = (128 << 20) * 1000;
+
+    #[test]
+    fn a_container_that_asks_for_nothing_gets_the_default_requests() {
+        let s = with_defaults(&spec(json!({"containers": [{"name": "c"}]})), &defaults());
+        assert_eq!(
+            s.containers[0].resources.as_ref().unwrap().requests,
+            Some(defaults())
+        );
+        assert_eq!(
+            pod_requests(&s),
+            Ok(amounts(&[("cpu", 100), ("memory", MI128)]))
+        );
+        // Init containers and sidecars too, each counted as the scheduler counts it:
+        // max(init 100m, sidecar 100m + container 100m) = 200m.
+        let s = with_defaults(
+            &spec(
+                json!({"initContainers": [{"name": "i"}, {"name": "s", "restartPolicy": "Always"}],
+                "containers": [{"name": "c"}]}),
+            ),
+            &defaults(),
+        );
+        assert_eq!(
+            pod_requests(&s),
+            Ok(amounts(&[("cpu", 200), ("memory", 2 * MI128)]))
+        );
+        // No defaults: nothing changes.
+        let bare = spec(json!({"containers": [{"name": "c"}]}));
+        assert_eq!(with_defaults(&bare, &Defaults::new()), bare);
+    }
+
+    #[test]
+    fn what_a_container_asks_or_limits_is_kept() {
+        // A request stays; only the resource it does not name is defaulted.
+        let s = with_defaults(
+            &spec(json!({"containers": [c(json!({"cpu": "2"}), json!({}))]})),
+            &defaults(),
+        );
+        assert_eq!(
+            pod_requests(&s),
+            Ok(amounts(&[("cpu", 2000), ("memory", MI128)]))
+        );
+        // A limit stands for the request, as the API server defaults it, even below the
+        // default.
+        let s = with_defaults(
+            &spec(json!({"containers": [c(json!({}), json!({"cpu": "50m", "memory": "1Gi"}))]})),
+            &defaults(),
+        );
+        assert_eq!(
+            pod_requests(&s),
+            Ok(amounts(&[("cpu", 50), ("memory", (1 << 30) * 1000)]))
+        );
+        let requests = s.containers[0].resources.as_ref().unwrap().requests.clone();
+        assert!(requests.unwrap_or_default().is_empty());
+    }
+
+    #[test]
+    fn pod_level_resources_are_not_defaulted_over() {
+        // Pod-level cpu is the pod's cpu request: its containers get no cpu default (which
+        // could go past it, an invalid pod), memory still.
+        for pod_level in [
+            json!({"requests": {"cpu": "30m"}}),
+            json!({"limits": {"cpu": "30m"}}),
+        ] {
+            let s = with_defaults(
+                &spec(
+                    json!({"resources": pod_level, "containers": [{"name": "a"}, {"name": "b"}]}),
+                ),
+                &defaults(),
+            );
+            assert_eq!(
+                pod_requests(&s),
+                Ok(amounts(&[("cpu", 30), ("memory", 2 * MI128)])),
+                "{pod_level}"
+            );
+            assert!(s.containers.iter().all(|c| {
+                !c.resources
+                    .as_ref()
+                    .unwrap()
+                    .requests
+                    .as_ref()
+                    .unwrap()
+                    .contains_key("cpu")
+            }));
+        }
     }
 }

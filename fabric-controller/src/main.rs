@@ -26,7 +26,7 @@ use fabric_controller::{discovery, gateway, ipam, ips};
 use fabric_kube::{client_ca::ClientCa, lease::run_elected};
 use fabric_offloading::{shadowpod, virtual_node};
 use ipnetwork::Ipv4Network;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::api::resource::Quantity};
 use tokio_util::task::AbortOnDropHandle;
 
 #[derive(Parser)]
@@ -373,6 +373,29 @@ struct TenantPodArgs {
     /// A RuntimeClass tenants' pods may name (repeatable; none by default).
     #[arg(long = "tenant-runtime-class", value_name = "NAME")]
     runtime_classes: Vec<String>,
+    /// The request a tenant's container gets for a resource it neither requests nor limits
+    /// (`RESOURCE=QUANTITY`, repeatable; any given replaces the defaults), as a LimitRange's
+    /// `defaultRequest`: its real pod carries it and its tenant is charged it, so no pod runs
+    /// for free. `RESOURCE=0` gives none.
+    #[arg(
+        long = "tenant-default-request",
+        value_name = "RESOURCE=QUANTITY",
+        value_parser = default_request,
+        default_values = ["cpu=100m", "memory=128Mi"]
+    )]
+    default_requests: Vec<(String, Quantity)>,
+}
+
+/// `RESOURCE=QUANTITY`, the quantity one the API server takes and not negative; `pods` is
+/// not a container's.
+fn default_request(s: &str) -> Result<(String, Quantity), String> {
+    let (k, v) = key_value(s)?;
+    match fabric_api::quantity::milli(&v) {
+        _ if k == "pods" => Err("pods is not a container's resource".to_owned()),
+        Ok(m) if m >= 0 => Ok((k, Quantity(v))),
+        Ok(_) => Err(format!("{v:?} is negative")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl TenantPodArgs {
@@ -385,6 +408,7 @@ impl TenantPodArgs {
                 priority_class: self.priority_class.clone(),
                 runtime_classes: self.runtime_classes.iter().cloned().collect(),
             },
+            default_requests: self.default_requests.iter().cloned().collect(),
         }
     }
 }

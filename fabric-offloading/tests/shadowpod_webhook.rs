@@ -216,7 +216,7 @@ fn post_all(dir: &Path, ca: &str, caller: &Caller, bodies: &[(u16, Value)]) -> V
         .collect()
 }
 
-/// Grants `consumer` 1 CPU and 10 pods through a ResourceSlice in its tenant namespace.
+/// Grants `consumer` 1 CPU, 1 GiB and 10 pods through a ResourceSlice in its tenant namespace.
 async fn grant(admin: &Client, consumer: &str) {
     let ns = names::namespace::tenant(consumer);
     let slices = Api::<ResourceSlice>::namespaced(admin.clone(), &ns);
@@ -235,7 +235,9 @@ async fn grant(admin: &Client, consumer: &str) {
         .patch_status(
             consumer,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"granted": {"cpu": "1", "pods": "10"}}})),
+            &Patch::Merge(
+                json!({"status": {"granted": {"cpu": "1", "memory": "1Gi", "pods": "10"}}}),
+            ),
         )
         .await
         .unwrap();
@@ -721,6 +723,68 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
             .inspect_err(|e| eprintln!("not yet: {e}"))
             .ok()
     })
+    .await;
+
+    // Every pod is charged: a container that asks for nothing is charged the provider's
+    // default requests (100m CPU, 128Mi by default), as its real pod gets them, so a consumer
+    // granted 1 CPU cannot run request-less pods without end. zeta fills its grant but 50m,
+    // then its own identity writes a ShadowPod with no requests at all straight to the API
+    // server.
+    admit_tenant(&admin, "zeta").await.unwrap();
+    grant(&admin, "zeta").await;
+    let zeta_ns = names::namespace::tenant("zeta");
+    let zeta = consumer_client(&api, "zeta").await;
+    eventually("zeta's first ShadowPod admitted", T, || async {
+        create(&zeta, &shadow("big", &zeta_ns, "zeta", "950m"))
+            .await
+            .inspect_err(|e| eprintln!("not yet: {e}"))
+            .ok()
+    })
+    .await;
+    let mut free = shadow("free", &zeta_ns, "zeta", "0");
+    free.spec.pod.spec.containers[0].resources = None;
+    let e = create(&zeta, &free)
+        .await
+        .expect_err("a request-less pod ran for free");
+    assert!(
+        e.contains(
+            "cpu: 100m requested, 950m in use by live ShadowPods, 1 granted to consumer \"zeta\""
+        ) && e.contains("(403)"),
+        "{e}"
+    );
+    // Pod-level requests stand for the pod's: charged as they are, the containers' defaults
+    // only for what they leave out (memory here).
+    let zeta_shadows = Api::<ShadowPod>::namespaced(admin.clone(), &zeta_ns);
+    zeta_shadows
+        .delete("big", &Default::default())
+        .await
+        .unwrap();
+    let mut pod_level = free.clone();
+    pod_level.metadata.name = Some("pod-level".into());
+    pod_level.spec.pod.spec.resources =
+        Some(serde_json::from_value(json!({"requests": {"cpu": "300m"}})).unwrap());
+    eventually("big's share released, pod-level admitted", T, || async {
+        create(&zeta, &pod_level)
+            .await
+            .inspect_err(|e| eprintln!("not yet: {e}"))
+            .ok()
+    })
+    .await;
+    eventually(
+        "zeta charged the pod-level CPU and the default memory",
+        T,
+        || async {
+            let t = Api::<Tenant>::namespaced(admin.clone(), &zeta_ns)
+                .get("zeta")
+                .await
+                .ok()?;
+            let st = t.status?;
+            (st.pending.is_empty()
+                && st.used.get("cpu")?.0 == "300m"
+                && st.used.get("memory")?.0 == "128Mi")
+                .then_some(())
+        },
+    )
     .await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,7 +15,10 @@ use fabric_tests::{
     process::Bin,
     wait::eventually,
 };
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::{
+    api::core::v1::{Namespace, Pod},
+    apimachinery::pkg::api::resource::Quantity,
+};
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -156,11 +159,38 @@ async fn shadowpods_run_are_recreated_never_revived_and_deleted() {
         (1, Some("dedicated"))
     );
     assert_eq!(spec.priority_class_name.as_deref(), Some("tenant-pods"));
+    // Its container asks for nothing: it gets the provider's default requests (what the
+    // tenant is charged), so the provider's scheduler counts it too.
+    let requests = spec.containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.clone());
+    assert_eq!(
+        requests,
+        Some(
+            [
+                ("cpu".to_owned(), Quantity("100m".into())),
+                ("memory".to_owned(), Quantity("128Mi".into())),
+            ]
+            .into()
+        ),
+        "a request-less pod runs for free"
+    );
     kubelet_reports(&pods, "web", "Running", 1).await;
     let st = status_where(&shadows, "web", "Running copied", |s| {
         s.phase.as_deref() == Some("Running")
     })
     .await;
+    // The defaults are not a resize the consumer asked for: none is tried, none pending.
+    assert!(
+        st.conditions.iter().all(|c| c.type_ != "PodResizePending"),
+        "{:?}",
+        st.conditions
+    );
+    assert_eq!(
+        pods.get("web").await.unwrap().spec.unwrap().containers[0].resources,
+        spec.containers[0].resources
+    );
     assert_eq!(st.pod_ip.as_deref(), Some("10.244.1.7"));
     assert_eq!(st.container_statuses[0].restart_count, 1);
     assert_eq!(st.pod_conditions[0].type_, "Ready");

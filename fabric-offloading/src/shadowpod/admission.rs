@@ -14,7 +14,7 @@ use fabric_api::{
     names,
     offloading::v1alpha1::{ShadowPod, ShadowPodSpec, shadow_pod_condition},
     quantity::{Amounts, BadQuantity, milli, quantity},
-    requests::pod_requests,
+    requests::{Defaults, pod_requests, with_defaults},
 };
 use kube::ResourceExt;
 
@@ -112,12 +112,15 @@ pub enum Verdict {
 /// so a label change (or a shrink) still goes through after the grant shrank. An update of
 /// a ShadowPod whose pod exists must be one the controller can carry to that pod
 /// ([`resize::not_carried`]), or the pod would keep what the ShadowPod no longer says.
+/// Containers asking for nothing of a resource are charged the provider's `defaults`, as
+/// their real pod gets them ([`requested`]).
 pub fn admit_change(
     user: &str,
     namespace: &str,
     namespace_owner: Option<&str>,
     spec: &ShadowPodSpec,
     old: Option<&ShadowPod>,
+    defaults: &Defaults,
 ) -> Result<Verdict, Denial> {
     let Some(consumer) = consumer_of(user) else {
         return Ok(Verdict::Unlimited);
@@ -141,9 +144,9 @@ pub fn admit_change(
     {
         return Err(Denial::NotCarried(field));
     }
-    let requests = pod_requests(&spec.pod.spec)?;
+    let requests = requested(spec, defaults)?;
     let before = match old {
-        Some(old) if old.spec.cluster_id == spec.cluster_id => super::quota::charged(old),
+        Some(old) if old.spec.cluster_id == spec.cluster_id => super::quota::charged(old, defaults),
         _ => Amounts::new(),
     };
     let more: Amounts = requests
@@ -159,6 +162,13 @@ pub fn admit_change(
         requests,
         more,
     })
+}
+
+/// What the pod of a ShadowPod with `spec` requests of the provider's nodes once the
+/// provider's `defaults` fill in what its containers leave out: what its real pod gets
+/// ([`super::decide::wanted`]) and what it is charged.
+pub fn requested(spec: &ShadowPodSpec, defaults: &Defaults) -> Result<Amounts, BadQuantity> {
+    pod_requests(&with_defaults(&spec.pod.spec, defaults))
 }
 
 /// Whether `shadow`'s status says its pod was never made: refused by the provider's policy,
@@ -246,7 +256,14 @@ mod tests {
     #[test]
     fn a_creation_is_charged_with_all_its_requests() {
         assert_eq!(
-            admit_change(USER, NS, Some("alpha"), &spec("500m"), None),
+            admit_change(
+                USER,
+                NS,
+                Some("alpha"),
+                &spec("500m"),
+                None,
+                &Defaults::new()
+            ),
             Ok(Verdict::Charge {
                 consumer: "alpha".into(),
                 requests: milli(&[("cpu", 500), ("pods", 1000)]),
@@ -256,11 +273,54 @@ mod tests {
     }
 
     #[test]
+    fn a_container_asking_for_nothing_is_charged_the_providers_defaults() {
+        let defaults: Defaults = [
+            ("cpu".to_owned(), Quantity("100m".into())),
+            ("memory".to_owned(), Quantity("128Mi".into())),
+        ]
+        .into();
+        let mut bare = spec("0");
+        bare.pod.spec.containers[0].resources = None;
+        let mem = (128 << 20) * 1000;
+        let all = milli(&[("cpu", 100), ("memory", mem), ("pods", 1000)]);
+        assert_eq!(
+            admit_change(USER, NS, Some("alpha"), &bare, None, &defaults),
+            Ok(Verdict::Charge {
+                consumer: "alpha".into(),
+                requests: all.clone(),
+                more: all,
+            })
+        );
+        // Its default charged already: relabelling it adds nothing; asking for more CPU adds
+        // that over the default.
+        let old = ShadowPod::new("web", bare.clone());
+        let mut relabelled = bare.clone();
+        relabelled.pod.labels = [("tier".to_owned(), "web".to_owned())].into();
+        assert_eq!(
+            admit_change(USER, NS, Some("alpha"), &relabelled, Some(&old), &defaults),
+            Ok(Verdict::Within)
+        );
+        let Ok(Verdict::Charge { more, .. }) = admit_change(
+            USER,
+            NS,
+            Some("alpha"),
+            &spec("300m"),
+            Some(&old),
+            &defaults,
+        ) else {
+            panic!("a grown pod is charged");
+        };
+        assert_eq!(more, milli(&[("cpu", 200)]));
+    }
+
+    #[test]
     fn an_update_is_charged_with_what_it_adds_only() {
         let old = ShadowPod::new("web", spec("500m"));
         let mut relabelled = spec("500m");
         relabelled.pod.labels = [("tier".to_owned(), "web".to_owned())].into();
-        let change = |new: &ShadowPodSpec| admit_change(USER, NS, Some("alpha"), new, Some(&old));
+        let change = |new: &ShadowPodSpec| {
+            admit_change(USER, NS, Some("alpha"), new, Some(&old), &Defaults::new())
+        };
         assert_eq!(change(&relabelled), Ok(Verdict::Within));
         assert_eq!(change(&spec("200m")), Ok(Verdict::Within), "a shrink");
         assert_eq!(
@@ -296,8 +356,16 @@ mod tests {
         // Shrunk to 200m, the pod still holding 1 CPU: growing back to 800m adds nothing.
         let mut shrunk = running("1");
         shrunk.spec = spec("200m");
-        let change =
-            |new: &ShadowPodSpec| admit_change(USER, NS, Some("alpha"), new, Some(&shrunk));
+        let change = |new: &ShadowPodSpec| {
+            admit_change(
+                USER,
+                NS,
+                Some("alpha"),
+                new,
+                Some(&shrunk),
+                &Defaults::new(),
+            )
+        };
         assert_eq!(change(&spec("800m")), Ok(Verdict::Within));
         assert_eq!(
             change(&spec("1500m")),
@@ -315,7 +383,7 @@ mod tests {
         let change = |f: &dyn Fn(&mut ShadowPodSpec)| {
             let mut new = pod.spec.clone();
             f(&mut new);
-            admit_change(USER, NS, Some("alpha"), &new, Some(&pod))
+            admit_change(USER, NS, Some("alpha"), &new, Some(&pod), &Defaults::new())
         };
         // Resources of a container: carried (a resize).
         assert_eq!(
@@ -348,7 +416,14 @@ mod tests {
         let mut renamed = pod.spec.clone();
         renamed.pod.spec.containers[0].name = "b".into();
         assert!(matches!(
-            admit_change(USER, NS, Some("alpha"), &renamed, Some(&unknown)),
+            admit_change(
+                USER,
+                NS,
+                Some("alpha"),
+                &renamed,
+                Some(&unknown),
+                &Defaults::new()
+            ),
             Err(Denial::NotCarried(_))
         ));
         // A pod the policy refused was never made: any change is the controller's to judge.
@@ -369,7 +444,14 @@ mod tests {
         let mut new = pod.spec.clone();
         new.pod.spec.containers[0].name = "b".into();
         assert_eq!(
-            admit_change(USER, NS, Some("alpha"), &new, Some(&unmade)),
+            admit_change(
+                USER,
+                NS,
+                Some("alpha"),
+                &new,
+                Some(&unmade),
+                &Defaults::new()
+            ),
             Ok(Verdict::Within)
         );
     }
@@ -427,7 +509,8 @@ mod tests {
         s.pod.spec.overhead = Some([("cpu".to_owned(), Quantity("250m".into()))].into());
         s.pod.spec.resources =
             Some(serde_json::from_value(json!({"requests": {"memory": "1Gi"}})).unwrap());
-        let Ok(Verdict::Charge { requests, .. }) = admit_change(USER, NS, Some("alpha"), &s, None)
+        let Ok(Verdict::Charge { requests, .. }) =
+            admit_change(USER, NS, Some("alpha"), &s, None, &Defaults::new())
         else {
             panic!("a consumer's creation is charged");
         };
@@ -439,7 +522,8 @@ mod tests {
 
     #[test]
     fn a_consumer_stays_in_its_own_namespaces_and_name() {
-        let e = admit_change(USER, "default", None, &spec("1"), None).unwrap_err();
+        let e =
+            admit_change(USER, "default", None, &spec("1"), None, &Defaults::new()).unwrap_err();
         assert_eq!(
             e.to_string(),
             "namespace \"default\" does not belong to consumer \"alpha\""
@@ -450,15 +534,31 @@ mod tests {
             Some("alpha"),
             &spec("1"),
             None,
+            &Defaults::new(),
         )
         .unwrap_err();
         assert!(matches!(e, Denial::OtherConsumer { .. }), "{e}");
         assert_eq!(
-            admit_change("kubelite-admin", "default", None, &spec("9"), None),
+            admit_change(
+                "kubelite-admin",
+                "default",
+                None,
+                &spec("9"),
+                None,
+                &Defaults::new()
+            ),
             Ok(Verdict::Unlimited),
             "the provider's own users are not limited"
         );
-        let e = admit_change(USER, NS, Some("alpha"), &spec("lots"), None).unwrap_err();
+        let e = admit_change(
+            USER,
+            NS,
+            Some("alpha"),
+            &spec("lots"),
+            None,
+            &Defaults::new(),
+        )
+        .unwrap_err();
         assert!(matches!(e, Denial::BadQuantity(_)), "{e}");
     }
 

@@ -132,7 +132,7 @@ async fn create_first(
     let status = match pods
         .create(
             &PostParams::default(),
-            &decide::real_pod(cached, &ctx.rules.placement),
+            &decide::real_pod(cached, &ctx.rules),
         )
         .await
     {
@@ -243,7 +243,8 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         super::partition::Verdict::Stop { .. }
     );
     let resizing = seen.as_ref().is_some_and(|p| {
-        resize::patch(&cached.spec.pod.spec, &p.spec.clone().unwrap_or_default()).is_some()
+        let want = decide::wanted(&cached, &ctx.rules);
+        resize::patch(&want, &p.spec.clone().unwrap_or_default()).is_some()
     });
     match decide::from_cache(
         &cached,
@@ -315,7 +316,8 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
             }
             let running = pod.spec.clone().unwrap_or_default();
             let mut refusal = None;
-            if let Some(patch) = resize::patch(&shadow.spec.pod.spec, &running) {
+            let want = decide::wanted(&shadow, &ctx.rules);
+            if let Some(patch) = resize::patch(&want, &running) {
                 match resize_pod(ctx, &pods, &name, &patch).await {
                     Ok(()) => info!(shadowpod = %key(&shadow), "resized the pod in place"),
                     // Refused here: said on the ShadowPod (the consumer shows it at home),
@@ -361,7 +363,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
             match pods
                 .create(
                     &PostParams::default(),
-                    &decide::real_pod(&shadow, &ctx.rules.placement),
+                    &decide::real_pod(&shadow, &ctx.rules),
                 )
                 .await
             {

@@ -14,7 +14,7 @@ use k8s_openapi::{
 };
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
-use super::policy::{self, Placement, Refusal, Rules};
+use super::policy::{self, Refusal, Rules};
 
 fabric_kube::reasons! {
     /// Why a ShadowPod's PodCreated condition says what it does.
@@ -125,11 +125,19 @@ pub fn recorded(status: &ShadowPodStatus, pod: &Pod) -> bool {
     status.pod_uid == pod.metadata.uid && status.phase.as_deref() == phase
 }
 
+/// `shadow`'s pod spec with the provider's default requests where its containers ask for
+/// none: what the real pod runs with, so the provider's scheduler counts what the webhook
+/// charged. Its resources are compared with the real pod's ([`super::resize::patch`]), so a
+/// default the consumer never wrote is not a resize.
+pub fn wanted(shadow: &ShadowPod, rules: &Rules) -> PodSpec {
+    fabric_api::requests::with_defaults(&shadow.spec.pod.spec, &rules.default_requests)
+}
+
 /// The real pod of `shadow`: same name and namespace, owned (and, where a garbage collector
-/// runs, deleted with it) by the ShadowPod, labelled with the consumer, placed where the
-/// provider admin's `placement` says, held by the controller's finalizer until its end is
-/// recorded ([`recorded`]).
-pub fn real_pod(shadow: &ShadowPod, placement: &Placement) -> Pod {
+/// runs, deleted with it) by the ShadowPod, labelled with the consumer, with the [`wanted`]
+/// resources, placed where the provider admin's `rules` say, held by the controller's
+/// finalizer until its end is recorded ([`recorded`]).
+pub fn real_pod(shadow: &ShadowPod, rules: &Rules) -> Pod {
     let mut labels = shadow.spec.pod.labels.clone();
     labels.insert(
         label::REMOTE_CLUSTER.to_owned(),
@@ -139,9 +147,9 @@ pub fn real_pod(shadow: &ShadowPod, placement: &Placement) -> Pod {
         // The provider issues no tokens to tenants' pods: forced rather than refused,
         // since leaving it out means true.
         automount_service_account_token: Some(false),
-        ..shadow.spec.pod.spec.clone()
+        ..wanted(shadow, rules)
     };
-    placement.apply(&mut spec);
+    rules.placement.apply(&mut spec);
     Pod {
         metadata: ObjectMeta {
             name: shadow.meta().name.clone(),
@@ -287,7 +295,7 @@ pub fn from_cache(
 /// template no longer has are removed; annotations are only set, since the provider's own
 /// admission may add some of its own.
 pub fn metadata_patch(shadow: &ShadowPod, pod: &Pod) -> Option<serde_json::Value> {
-    let want = real_pod(shadow, &Placement::default()).metadata;
+    let want = real_pod(shadow, &Rules::default()).metadata;
     let want_labels = want.labels.unwrap_or_default();
     let want_annotations = want.annotations.unwrap_or_default();
     let have_labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -373,6 +381,7 @@ pub fn foreign(prev: &ShadowPodStatus, generation: Option<i64>, now: Timestamp) 
 #[cfg(test)]
 mod tests {
     use fabric_api::offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use serde_json::json;
 
     use super::*;
@@ -404,7 +413,7 @@ mod tests {
     }
 
     fn pod_of(shadow: &ShadowPod, uid: &str, phase: &str) -> Pod {
-        let mut p = real_pod(shadow, &Placement::default());
+        let mut p = real_pod(shadow, &Rules::default());
         p.metadata.uid = Some(uid.into());
         p.status = Some(
             serde_json::from_value(json!({
@@ -425,7 +434,7 @@ mod tests {
             decide(&s, None, &Rules::default()),
             Decision::Create { again: false }
         );
-        let p = real_pod(&s, &Placement::default());
+        let p = real_pod(&s, &Rules::default());
         assert_eq!(p.metadata.name.as_deref(), Some("web"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("fabric-tenant-alpha"));
         let labels = p.metadata.labels.unwrap();
@@ -437,6 +446,36 @@ mod tests {
             ("shadow-uid", Some(true))
         );
         assert_eq!(owner.kind, "ShadowPod");
+    }
+
+    #[test]
+    fn a_container_asking_for_nothing_runs_with_the_default_requests_and_is_not_resized() {
+        let mut s = shadow(None);
+        s.spec.pod.spec = serde_json::from_value(json!({"containers": [
+            {"name": "main", "image": "echo"},
+            {"name": "side", "image": "echo", "resources": {"limits": {"cpu": "2"}}},
+        ]}))
+        .unwrap();
+        let rules = Rules {
+            default_requests: [("cpu".to_owned(), Quantity("100m".into()))].into(),
+            ..Rules::default()
+        };
+        let p = real_pod(&s, &rules);
+        let spec = p.spec.unwrap();
+        let requests = |i: usize| {
+            spec.containers[i]
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.clone())
+        };
+        assert_eq!(requests(0), Some(rules.default_requests.clone()));
+        // A limit stands for the request: kept as it is.
+        assert_eq!(requests(1), None);
+        // The running pod has what the ShadowPod wants: no resize.
+        assert_eq!(
+            super::super::resize::patch(&wanted(&s, &rules), &spec),
+            None
+        );
     }
 
     #[test]
@@ -570,7 +609,7 @@ mod tests {
             decide(&s, None, &Rules::default()),
             Decision::Create { again: false }
         );
-        let pod = real_pod(&s, &Placement::default()).spec.unwrap();
+        let pod = real_pod(&s, &Rules::default()).spec.unwrap();
         assert_eq!(pod.automount_service_account_token, Some(false));
     }
 

@@ -176,11 +176,16 @@ pub struct Refusal {
     pub level: Level,
 }
 
-/// What the provider admin sets for tenants' pods: how much they may do, where they run.
+/// What the provider admin sets for tenants' pods: how much they may do, where they run,
+/// what a container that asks for nothing is given (and charged).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Rules {
     pub level: Level,
     pub placement: Placement,
+    /// The requests of a container that names none of a resource
+    /// ([`fabric_api::requests::with_defaults`]): on the real pod, and in what the webhook
+    /// charges. None by default here; the controller's flags give cpu and memory.
+    pub default_requests: fabric_api::requests::Defaults,
 }
 
 impl Rules {
@@ -188,7 +193,7 @@ impl Rules {
     pub fn for_tenant(&self, level: Option<Level>) -> Rules {
         Rules {
             level: level.unwrap_or(self.level),
-            placement: self.placement.clone(),
+            ..self.clone()
         }
     }
 }
@@ -197,7 +202,7 @@ impl From<Level> for Rules {
     fn from(level: Level) -> Self {
         Rules {
             level,
-            placement: Placement::default(),
+            ..Rules::default()
         }
     }
 }

@@ -19,13 +19,13 @@ use fabric_api::{
     authentication::v1alpha1::{Charge, Resources, TenantStatus},
     offloading::v1alpha1::ShadowPod,
     quantity::{Amounts, BadQuantity, amounts, quantities},
-    requests::pod_requests,
+    requests::Defaults,
 };
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::ResourceExt;
 
 use super::{
-    admission::{Denial, shown},
+    admission::{Denial, requested, shown},
     decide::terminal,
 };
 
@@ -129,13 +129,15 @@ fn expired(c: &Charge, now: Timestamp, ttl: Duration) -> bool {
 /// The Tenant's status with `used` recomputed for `consumer` from `listed` (a fresh listing
 /// of the ShadowPods in its namespaces) and the pending charges still to count: per
 /// ShadowPod, the larger of what its listed spec requests (nothing once it finished) and what
-/// charges not yet visible in the listing ask for.
+/// charges not yet visible in the listing ask for; both with the provider's `defaults` for
+/// what containers leave out, as admission charged them.
 pub fn recount<'a>(
     status: &TenantStatus,
     consumer: &str,
     listed: impl IntoIterator<Item = &'a ShadowPod>,
     now: Timestamp,
     ttl: Duration,
+    defaults: &Defaults,
 ) -> Result<TenantStatus, BadQuantity> {
     type Key = (String, String);
     // Per ShadowPod: its requests as listed, what it is charged, and whether it still runs.
@@ -147,10 +149,10 @@ pub fn recount<'a>(
         let live = !terminal(s.status.as_ref().and_then(|st| st.phase.as_deref()));
         // A ShadowPod whose requests do not parse was not admitted by this webhook (the
         // provider's admin made it): it counts for nothing rather than stopping the count.
-        let r = pod_requests(&s.spec.pod.spec).unwrap_or_default();
+        let r = requested(&s.spec, defaults).unwrap_or_default();
         seen.insert(
             (s.namespace().unwrap_or_default(), s.name_any()),
-            (r, charged(s), live),
+            (r, charged(s, defaults), live),
         );
     }
     let mut counted: BTreeMap<Key, Amounts> = seen
@@ -190,13 +192,13 @@ pub fn recount<'a>(
 }
 
 /// What a ShadowPod is charged while it lives: per resource the larger of what its pod asks
-/// for and what its real pod was last seen to hold (`status.reserved`, written by the
+/// for (with the provider's `defaults` for what its containers leave out) and what its real pod was last seen to hold (`status.reserved`, written by the
 /// provider's controller; the consumer cannot write status). A shrink thus frees its share
 /// only once the real pod has shrunk, and a change the pod never took (a resize the API
 /// server refused) frees nothing. Quantities that do not parse count as none (the ShadowPod
 /// cannot have been admitted by this webhook with them).
-pub fn charged(s: &ShadowPod) -> Amounts {
-    let mut out = pod_requests(&s.spec.pod.spec).unwrap_or_default();
+pub fn charged(s: &ShadowPod, defaults: &Defaults) -> Amounts {
+    let mut out = requested(&s.spec, defaults).unwrap_or_default();
     let held = s
         .status
         .as_ref()
@@ -286,7 +288,14 @@ mod tests {
         now: Timestamp,
     ) -> Result<TenantStatus, Denial> {
         let old = old.map(|cpu| ShadowPod::new(name, spec(cpu)));
-        match admission::admit_change(USER, NS, Some("alpha"), &spec(cpu), old.as_ref())? {
+        match admission::admit_change(
+            USER,
+            NS,
+            Some("alpha"),
+            &spec(cpu),
+            old.as_ref(),
+            &Defaults::new(),
+        )? {
             Verdict::Charge {
                 consumer,
                 requests,
@@ -313,7 +322,9 @@ mod tests {
     }
 
     fn ask(name: &str, cpu: &str) -> Ask {
-        match admission::admit_change(USER, NS, Some("alpha"), &spec(cpu), None).unwrap() {
+        match admission::admit_change(USER, NS, Some("alpha"), &spec(cpu), None, &Defaults::new())
+            .unwrap()
+        {
             Verdict::Charge { requests, more, .. } => Ask {
                 namespace: NS.into(),
                 name: name.into(),
@@ -380,6 +391,7 @@ mod tests {
             [&done, &live],
             t(0),
             Duration::from_secs(30),
+            &Defaults::new(),
         )
         .unwrap();
         assert_eq!((r.shadow_pods, cpu(&r)), (2, Some("1m")));
@@ -417,7 +429,7 @@ mod tests {
         ]}))
         .unwrap();
         let Verdict::Charge { requests, more, .. } =
-            admission::admit_change(USER, NS, Some("alpha"), &s, None).unwrap()
+            admission::admit_change(USER, NS, Some("alpha"), &s, None, &Defaults::new()).unwrap()
         else {
             panic!("a creation is charged")
         };
@@ -456,12 +468,12 @@ mod tests {
     #[test]
     fn the_recount_keeps_admitted_creations_the_listing_does_not_show_yet() {
         let s = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
-        let r = recount(&s, "alpha", &[], t(5), TTL).unwrap();
+        let r = recount(&s, "alpha", &[], t(5), TTL, &Defaults::new()).unwrap();
         assert_eq!(cpu(&r), Some("600m"), "admitted, not stored yet");
         assert_eq!(r.pending.len(), 1);
         assert_eq!(next_expiry(&r, TTL), Some(t(30)));
         let listed = [shadow("a", "600m", Some("Pending"))];
-        let r = recount(&r, "alpha", &listed, t(6), TTL).unwrap();
+        let r = recount(&r, "alpha", &listed, t(6), TTL, &Defaults::new()).unwrap();
         assert_eq!(cpu(&r), Some("600m"), "stored: counted from the listing");
         assert!(r.pending.is_empty());
         assert_eq!(next_expiry(&r, TTL), None);
@@ -470,9 +482,9 @@ mod tests {
     #[test]
     fn a_charge_whose_creation_failed_counts_for_a_while_only() {
         let s = create(&TenantStatus::default(), "a", "600m", t(0)).unwrap();
-        let r = recount(&s, "alpha", &[], t(29), TTL).unwrap();
+        let r = recount(&s, "alpha", &[], t(29), TTL, &Defaults::new()).unwrap();
         assert_eq!(cpu(&r), Some("600m"));
-        let r = recount(&s, "alpha", &[], t(30), TTL).unwrap();
+        let r = recount(&s, "alpha", &[], t(30), TTL, &Defaults::new()).unwrap();
         assert_eq!(cpu(&r), None);
         assert!(r.pending.is_empty() && r.used.is_empty());
         // Then the share is there again.
@@ -491,33 +503,41 @@ mod tests {
             shadow("c", "300m", Some("Running")),
             shadow("d", "100m", None),
         ];
-        let r = recount(&stale, "alpha", &listed, t(0), TTL).unwrap();
+        let r = recount(&stale, "alpha", &listed, t(0), TTL, &Defaults::new()).unwrap();
         assert_eq!(cpu(&r), Some("400m"));
         assert_eq!(r.used["pods"], Quantity("2".into()));
         // Other consumers' ShadowPods are theirs.
         let mut other = shadow("e", "5", None);
         other.spec.cluster_id = "beta".into();
-        let r = recount(&stale, "alpha", &[other], t(0), TTL).unwrap();
+        let r = recount(&stale, "alpha", &[other], t(0), TTL, &Defaults::new()).unwrap();
         assert!(r.used.is_empty());
     }
 
     #[test]
     fn a_resize_not_stored_yet_counts_at_its_new_size() {
         let listed = [shadow("a", "600m", Some("Running"))];
-        let s = recount(&TenantStatus::default(), "alpha", &listed, t(0), TTL).unwrap();
+        let s = recount(
+            &TenantStatus::default(),
+            "alpha",
+            &listed,
+            t(0),
+            TTL,
+            &Defaults::new(),
+        )
+        .unwrap();
         let s = resize(&s, "a", Some("600m"), "900m", t(1)).unwrap();
-        let r = recount(&s, "alpha", &listed, t(2), TTL).unwrap();
+        let r = recount(&s, "alpha", &listed, t(2), TTL, &Defaults::new()).unwrap();
         assert_eq!(
             cpu(&r),
             Some("900m"),
             "the listing still shows the old size"
         );
         let resized = [shadow("a", "900m", Some("Running"))];
-        let r = recount(&r, "alpha", &resized, t(3), TTL).unwrap();
+        let r = recount(&r, "alpha", &resized, t(3), TTL, &Defaults::new()).unwrap();
         assert_eq!(cpu(&r), Some("900m"));
         assert!(r.pending.is_empty());
         // A resize that was not stored after all: back to the listed size once it expired.
-        let r = recount(&s, "alpha", &listed, t(31), TTL).unwrap();
+        let r = recount(&s, "alpha", &listed, t(31), TTL, &Defaults::new()).unwrap();
         assert_eq!(cpu(&r), Some("600m"));
     }
 
@@ -527,7 +547,15 @@ mod tests {
             user: Some("fabric.io:consumer:alpha".into()),
             ..Default::default()
         };
-        let r = recount(&s, "alpha", &[shadow("a", "1", None)], t(0), TTL).unwrap();
+        let r = recount(
+            &s,
+            "alpha",
+            &[shadow("a", "1", None)],
+            t(0),
+            TTL,
+            &Defaults::new(),
+        )
+        .unwrap();
         assert_eq!(r.user, s.user);
         assert_eq!(cpu(&r), Some("1"));
     }

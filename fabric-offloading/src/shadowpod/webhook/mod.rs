@@ -336,7 +336,14 @@ impl View {
             consumer,
             requests,
             more,
-        } = admission::admit_change(user, &namespace, owner.as_deref(), &shadow.spec, old)?
+        } = admission::admit_change(
+            user,
+            &namespace,
+            owner.as_deref(),
+            &shadow.spec,
+            old,
+            &rules.default_requests,
+        )?
         else {
             return Ok(());
         };
@@ -517,7 +524,11 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.
-    tokio::spawn(usage::run(client.clone(), s.pending_ttl));
+    tokio::spawn(usage::run(
+        client.clone(),
+        s.pending_ttl,
+        s.rules.default_requests.clone(),
+    ));
     let mut material = ensure_material(&client, &s).await?;
     if !publish_ca(&client, &s.config, &material.ca_cert).await? {
         warn!(config = %s.config, "no ValidatingWebhookConfiguration yet; caBundle set when it appears");

@@ -12,6 +12,7 @@ use fabric_api::{
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
     quantity::BadQuantity,
+    requests::Defaults,
 };
 use k8s_openapi::{api::core::v1::Namespace, jiff::Timestamp};
 use kube::{
@@ -44,6 +45,8 @@ pub enum Error {
 struct Ctx {
     client: Client,
     ttl: Duration,
+    /// The provider's default requests, charged as admission charges them.
+    defaults: Defaults,
 }
 
 /// The consumer whose usage `tenant` keeps: only the Tenant the webhook charges (named after
@@ -75,7 +78,7 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     }
     let status = fresh.status.clone().unwrap_or_default();
     let now = Timestamp::now();
-    let recounted = quota::recount(&status, consumer, &listed, now, ctx.ttl)?;
+    let recounted = quota::recount(&status, consumer, &listed, now, ctx.ttl, &ctx.defaults)?;
     if recounted != status {
         fresh.status = Some(recounted.clone());
         fresh.metadata.managed_fields = None;
@@ -98,7 +101,7 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> 
 }
 
 /// Runs the reconciler until the task is dropped.
-pub async fn run(client: Client, ttl: Duration) {
+pub async fn run(client: Client, ttl: Duration, defaults: Defaults) {
     let tenants: Api<Tenant> = Api::all(client.clone());
     let shadows: Api<ShadowPod> = Api::all(client.clone());
     let controller = Controller::new(tenants, watcher::Config::default()).watches(
@@ -120,6 +123,14 @@ pub async fn run(client: Client, ttl: Duration) {
     })
     // The webhook's process ends with SIGTERM's default: no handler here.
     .until_dropped()
-    .run(controller, reconcile, Arc::new(Ctx { client, ttl }))
+    .run(
+        controller,
+        reconcile,
+        Arc::new(Ctx {
+            client,
+            ttl,
+            defaults,
+        }),
+    )
     .await;
 }
