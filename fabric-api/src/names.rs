@@ -187,6 +187,9 @@ pub mod webhook {
     pub const SHADOWPODS_SERVICE: &str = "fabric-shadowpod-webhook";
     /// The path the API server posts AdmissionReviews to.
     pub const SHADOWPODS_PATH: &str = "/validate/shadowpods";
+    /// The path the API server posts creations of the other objects a consumer may make
+    /// (ResourceSlices, PeeringNetworks) to, which are bounded in number per tenant.
+    pub const TENANT_OBJECTS_PATH: &str = "/validate/tenant-objects";
 }
 
 /// The gateway Service has no selector: the replica holding the gateway Lease writes this

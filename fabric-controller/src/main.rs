@@ -298,6 +298,11 @@ enum Cmd {
         /// them).
         #[arg(long, default_value_t = shadowpod::webhook::DEFAULT_MAX_SHADOW_PODS)]
         max_shadowpods_per_tenant: u32,
+        /// How many ResourceSlices, and how many PeeringNetworks, a consumer may have in a
+        /// namespace: a creation past it is refused (the webhook configuration sends it those
+        /// creations).
+        #[arg(long, default_value_t = shadowpod::webhook::DEFAULT_MAX_OBJECTS)]
+        max_objects_per_tenant: u32,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -724,6 +729,7 @@ async fn run() -> Result<()> {
             client_ca,
             client_names,
             max_shadowpods_per_tenant,
+            max_objects_per_tenant,
         } => {
             let ca = std::fs::read_to_string(&client_ca)
                 .with_context(|| format!("reading --client-ca {}", client_ca.display()))?;
@@ -738,6 +744,7 @@ async fn run() -> Result<()> {
                     names: client_names,
                 }),
                 max_shadow_pods: max_shadowpods_per_tenant,
+                max_objects: max_objects_per_tenant,
                 ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
             };
             shadowpod::webhook::run(client, settings)

@@ -725,6 +725,64 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     })
     .await;
 
+    // Every other kind a consumer's Role lets it create is bounded too (32 of each in its
+    // namespace by default): eta's own identity creating ResourceSlices and PeeringNetworks
+    // straight at the API server is refused at the 33rd of each, naming the bound.
+    admit_tenant(&admin, "eta").await.unwrap();
+    let eta_ns = names::namespace::tenant("eta");
+    let eta = consumer_client(&api, "eta").await;
+    let kinds = [
+        (
+            "ResourceSlice",
+            "authentication.fabric.io/v1alpha1",
+            "resourceslices",
+            json!({"consumerClusterId": "eta", "providerClusterId": "provider",
+                   "resources": {"cpu": "1"}}),
+        ),
+        (
+            "PeeringNetwork",
+            "networking.fabric.io/v1alpha1",
+            "peeringnetworks",
+            json!({"consumer": {"clusterId": "eta",
+                   "cidrs": {"pod": "10.244.0.0/16", "external": "10.70.0.0/16"},
+                   "publicKey": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}}),
+        ),
+    ];
+    for (kind, api_version, plural, spec) in kinds {
+        let (group, version) = api_version.split_once('/').unwrap();
+        let resource = kube::discovery::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let objects: Api<kube::core::DynamicObject> =
+            Api::namespaced_with(eta.clone(), &eta_ns, &resource);
+        let mut refused = None;
+        for i in 0..40 {
+            let object: kube::core::DynamicObject = serde_json::from_value(json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": format!("x{i}"), "namespace": eta_ns},
+                "spec": spec,
+            }))
+            .unwrap();
+            if let Err(e) = objects.create(&PostParams::default(), &object).await {
+                refused = Some((i, e.to_string()));
+                break;
+            }
+        }
+        let (at, e) = refused.unwrap_or_else(|| panic!("eta created 40 {kind}s: no bound"));
+        assert_eq!(at, 32, "{kind}: {e}");
+        assert!(
+            e.contains(&format!(
+                "consumer \"eta\" has 32 {kind}s in namespace \"{eta_ns}\", as many as a \
+                 tenant may have"
+            )),
+            "{e}"
+        );
+    }
+
     // Every pod is charged: a container that asks for nothing is charged the provider's
     // default requests (100m CPU, 128Mi by default), as its real pod gets them, so a consumer
     // granted 1 CPU cannot run request-less pods without end. zeta fills its grant but 50m,

@@ -44,6 +44,16 @@ pub enum Denial {
         "consumer {cluster:?} has {max} ShadowPods here, as many as a tenant may have: delete finished ones"
     )]
     TooMany { cluster: String, max: u32 },
+    /// A creation past [`within_count`]'s bound.
+    #[error(
+        "consumer {cluster:?} has {max} {kind}s in namespace {namespace:?}, as many as a tenant may have: delete one first"
+    )]
+    TooManyObjects {
+        cluster: String,
+        kind: String,
+        namespace: String,
+        max: u32,
+    },
     #[error("consumer {cluster:?} has no Tenant here")]
     NoTenant { cluster: String },
     /// The charge could not be written (the API server busy or unreachable): the consumer
@@ -79,6 +89,28 @@ pub fn conforms(
         policy::check_annotations(&spec.pod.annotations, rules.level)?;
     }
     Ok(())
+}
+
+/// Whether `user` may create one more `kind` in `namespace`, where `existing` are (those
+/// listed and those admitted since): a consumer has at most `max` of each kind its Role lets
+/// it create, so that it cannot fill the provider's store (or the caches of the controllers
+/// that watch them). Users that are not consumers are not limited.
+pub fn within_count(
+    user: &str,
+    kind: &str,
+    namespace: &str,
+    existing: usize,
+    max: u32,
+) -> Result<(), Denial> {
+    match consumer_of(user) {
+        Some(consumer) if existing >= max as usize => Err(Denial::TooManyObjects {
+            cluster: consumer.to_owned(),
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            max,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The consumer cluster id a user name stands for, if it is a consumer's.
@@ -269,6 +301,21 @@ mod tests {
                 requests: milli(&[("cpu", 500), ("pods", 1000)]),
                 more: milli(&[("cpu", 500), ("pods", 1000)]),
             })
+        );
+    }
+
+    #[test]
+    fn a_consumer_creates_up_to_the_bound_of_each_kind() {
+        assert_eq!(within_count(USER, "ResourceSlice", NS, 31, 32), Ok(()));
+        let e = within_count(USER, "ResourceSlice", NS, 32, 32).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "consumer \"alpha\" has 32 ResourceSlices in namespace \"fabric-tenant-alpha\", as \
+             many as a tenant may have: delete one first"
+        );
+        assert_eq!(
+            within_count("kubelite-admin", "ResourceSlice", NS, 500, 32),
+            Ok(())
         );
     }
 

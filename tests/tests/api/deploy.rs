@@ -705,6 +705,27 @@ fn manifests_apply_with_least_privilege() {
             "json",
         ]))
         .unwrap();
+        // The second bounds the other kinds a consumer's Role lets it create.
+        let objects = &hook["webhooks"][1];
+        assert_eq!(objects["failurePolicy"], "Fail", "{objects}");
+        assert_eq!(
+            objects["clientConfig"]["service"]["path"],
+            fabric_api::names::webhook::TENANT_OBJECTS_PATH
+        );
+        let routed: Vec<(String, String)> = objects["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["resources"][0].to_string(), r["operations"].to_string()))
+            .collect();
+        assert_eq!(
+            routed,
+            [
+                ("\"resourceslices\"".to_owned(), "[\"CREATE\"]".to_owned()),
+                ("\"peeringnetworks\"".to_owned(), "[\"CREATE\"]".to_owned()),
+            ],
+            "{objects}"
+        );
         let hook = &hook["webhooks"][0];
         assert_eq!(hook["failurePolicy"], "Fail", "{hook}");
         assert_eq!(

@@ -7,6 +7,11 @@
 //! calls) and runs the [`usage`] reconciler; none needs to lead: the Tenant's
 //! resourceVersion orders their writes.
 //!
+//! On a second path ([`names::webhook::TENANT_OBJECTS_PATH`]) it bounds the other kinds a
+//! consumer creates (ResourceSlices, PeeringNetworks: what the configuration sends there) to
+//! [`Settings::max_objects`] of each in a namespace, counted on a fresh listing and the
+//! replica's own admissions since (replicas racing for the last place may each admit one).
+//!
 //! Only the API server may call it: its client certificate, from the CA and with a
 //! CommonName the provider's admin configures (`--client-ca`, `--client-name`; the API
 //! server presents it as its AdmissionConfiguration says), is checked before a byte of the
@@ -29,9 +34,10 @@ pub mod review;
 pub mod usage;
 
 use std::{
+    collections::{HashMap, HashSet},
     net::SocketAddr,
     sync::{Arc, RwLock},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -53,7 +59,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ObjectMeta, PostParams},
+    api::{ApiResource, DynamicObject, ListParams, ObjectMeta, PostParams},
     core::admission::{AdmissionRequest, Operation},
     runtime::{
         reflector::{ObjectRef, Store},
@@ -62,7 +68,10 @@ use kube::{
 };
 use tracing::{debug, info, warn};
 
-use self::certs::{CertError, Material, Plan};
+use self::{
+    certs::{CertError, Material, Plan},
+    review::Endpoint,
+};
 use super::{
     admission::{self, Denial, Verdict},
     policy::Rules,
@@ -117,6 +126,10 @@ pub struct Settings {
     /// How many ShadowPods, running or finished, a tenant may have: what one consumer can
     /// put into the provider's store.
     pub max_shadow_pods: u32,
+    /// How many of each other kind the configuration sends to
+    /// [`names::webhook::TENANT_OBJECTS_PATH`] (ResourceSlices, PeeringNetworks) a tenant
+    /// may have in a namespace.
+    pub max_objects: u32,
 }
 
 /// The API server as a caller of the webhook.
@@ -149,9 +162,14 @@ impl Settings {
             rules: Rules::default(),
             callers: None,
             max_shadow_pods: DEFAULT_MAX_SHADOW_PODS,
+            max_objects: DEFAULT_MAX_OBJECTS,
         }
     }
 }
+
+/// How many ResourceSlices (and, apart, PeeringNetworks) a tenant may have unless the admin
+/// says otherwise: a consumer makes one or two of each per peering.
+pub const DEFAULT_MAX_OBJECTS: u32 = 32;
 
 /// Reviews read at once: see the module's memory bound.
 pub const MAX_CONNECTIONS: usize = 8;
@@ -290,7 +308,18 @@ struct View {
     tenants: Store<Tenant>,
     /// How many ShadowPods (running or finished) a tenant may have.
     max_shadow_pods: u32,
+    /// How many of each other kind a tenant may have in a namespace.
+    max_objects: u32,
+    /// Creations of those admitted by this replica, by kind and namespace, with when: counted
+    /// until a listing shows them (or `pending_ttl` has passed: refused further down). Locked
+    /// across the listing, so that this replica's creations racing for the last place admit
+    /// one.
+    admitted: tokio::sync::Mutex<Admitted>,
+    pending_ttl: Duration,
 }
+
+/// Names of objects admitted lately with when, by kind (`group/Kind`) and namespace.
+type Admitted = HashMap<(String, String), Vec<(String, Instant)>>;
 
 /// How many ShadowPods a tenant may have unless the admin says otherwise: ten times the
 /// pods a node runs by default, a few tens of MB of the provider's store.
@@ -360,6 +389,66 @@ impl View {
         self.charge(&consumer, ask, req.dry_run).await
     }
 
+    /// Whether the creation in `req` of an object that is not a ShadowPod keeps its
+    /// consumer within [`Self::max_objects`] of its kind in its namespace, counted on a fresh
+    /// listing and this replica's admissions since.
+    async fn decide_object(&self, req: &AdmissionRequest<DynamicObject>) -> Result<(), Denial> {
+        let user = req.user_info.username.as_deref().unwrap_or_default();
+        let Some(consumer) = admission::consumer_of(user) else {
+            return Ok(());
+        };
+        if req.operation != Operation::Create || req.sub_resource.is_some() {
+            return Ok(());
+        }
+        let namespace = req.namespace.clone().unwrap_or_default();
+        let gvk = &req.kind;
+        let resource = ApiResource {
+            group: gvk.group.clone(),
+            version: gvk.version.clone(),
+            api_version: if gvk.group.is_empty() {
+                gvk.version.clone()
+            } else {
+                format!("{}/{}", gvk.group, gvk.version)
+            },
+            kind: gvk.kind.clone(),
+            plural: req.resource.resource.clone(),
+        };
+        let key = (format!("{}/{}", gvk.group, gvk.kind), namespace.clone());
+        let mut admitted = self.admitted.lock().await;
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &namespace, &resource);
+        let listed: HashSet<String> = api
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(|e| Denial::Unaccounted {
+                cluster: consumer.to_owned(),
+                error: e.to_string(),
+            })?
+            .items
+            .into_iter()
+            .map(|o| o.name_any())
+            .collect();
+        let since = admitted.entry(key).or_default();
+        since.retain(|(name, at)| !listed.contains(name) && at.elapsed() < self.pending_ttl);
+        admission::within_count(
+            user,
+            &gvk.kind,
+            &namespace,
+            listed.len() + since.len(),
+            self.max_objects,
+        )?;
+        if !req.dry_run {
+            // A generated name is not known yet: the request's uid stands for it until it
+            // lapses.
+            let name = if req.name.is_empty() {
+                req.uid.clone()
+            } else {
+                req.name.clone()
+            };
+            since.push((name, Instant::now()));
+        }
+        Ok(())
+    }
+
     /// Charges `c` on the consumer's Tenant, batched with the other admissions of the moment
     /// for that consumer ([`charges::Charger`]); a dry run is decided on a fresh read of the
     /// Tenant and writes nothing.
@@ -422,44 +511,71 @@ async fn handle(
             .map(str::to_owned)
     };
     let (content_type, content_length) = (h(header::CONTENT_TYPE), h(header::CONTENT_LENGTH));
-    if let Err(e) = review::check_head(
+    let endpoint = match review::check_head(
         req.method(),
         req.uri().path(),
         content_type.as_deref(),
         content_length.as_deref(),
     ) {
-        return plain(e.status, e.message);
-    }
+        Ok(e) => e,
+        Err(e) => return plain(e.status, e.message),
+    };
     let body = match read_body(req.into_body(), review::MAX_BODY, limits.body_timeout).await {
         Ok(b) => b,
         Err(e @ BodyError::TooLarge(_)) => return plain(413, e.to_string()),
         Err(e @ BodyError::Timeout(_)) => return plain(408, e.to_string()),
         Err(e @ BodyError::Read(_)) => return plain(400, e.to_string()),
     };
-    let request = match review::parse(&body) {
-        Ok(r) => r,
+    let answer = match endpoint {
+        Endpoint::ShadowPods => match review::parse(&body) {
+            Ok(request) => {
+                let verdict = view.decide(&request).await;
+                logged(&request, &verdict);
+                Ok(review::answer(&request, &verdict))
+            }
+            Err(e) => Err(e),
+        },
+        Endpoint::TenantObjects => match review::parse_object(&body) {
+            Ok(request) => {
+                let verdict = view.decide_object(&request).await;
+                logged(&request, &verdict);
+                Ok(review::answer(&request, &verdict))
+            }
+            Err(e) => Err(e),
+        },
+    };
+    let answer = match answer {
+        Ok(a) => a,
         Err(e) => {
             debug!(error = %e, "shadowpod webhook: bad request");
             return plain(e.status, e.message);
         }
     };
-    let verdict = view.decide(&request).await;
-    match &verdict {
-        Ok(()) => debug!(name = %request.name, namespace = ?request.namespace, "admitted"),
-        Err(d) => info!(
-            name = %request.name,
-            namespace = ?request.namespace,
-            user = ?request.user_info.username,
-            reason = %d,
-            "refused a ShadowPod"
-        ),
-    }
-    let mut resp = Response::new(Full::new(Bytes::from(review::answer(&request, &verdict))));
+    let mut resp = Response::new(Full::new(Bytes::from(answer)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+fn logged<K>(request: &AdmissionRequest<K>, verdict: &Result<(), Denial>)
+where
+    K: Resource,
+{
+    match verdict {
+        Ok(()) => {
+            debug!(kind = %request.kind.kind, name = %request.name, namespace = ?request.namespace, "admitted")
+        }
+        Err(d) => info!(
+            kind = %request.kind.kind,
+            name = %request.name,
+            namespace = ?request.namespace,
+            user = ?request.user_info.username,
+            reason = %d,
+            "refused"
+        ),
+    }
 }
 
 /// A watch cache of `api` (objects without their managedFields), kept by a spawned task.
@@ -521,6 +637,9 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         charger: charges::Charger::new(client.clone(), s.charge_budget),
         rules: s.rules.clone(),
         max_shadow_pods: s.max_shadow_pods,
+        max_objects: s.max_objects,
+        admitted: Default::default(),
+        pending_ttl: s.pending_ttl,
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.

@@ -1,10 +1,18 @@
-//! The webhook's wire format, free of I/O: what a request's head may be, an AdmissionReview
-//! (`admission.k8s.io/v1`) of a ShadowPod in, the verdict as an AdmissionReview out. Anything
+//! The webhook's wire format, free of I/O: what a request's head may be (which of its two
+//! endpoints), an AdmissionReview (`admission.k8s.io/v1`) of a ShadowPod or of another object
+//! a consumer creates in, the verdict as an AdmissionReview out. Anything
 //! else is a client error (4xx with a plain-text reason): the API server only ever sends
 //! well-formed reviews, so a malformed one is not a decision to make.
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
 use hyper::Method;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::{
+    Resource,
+    core::{
+        DynamicObject,
+        admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
+    },
+};
+use serde::de::DeserializeOwned;
 
 use crate::shadowpod::admission::Denial;
 
@@ -49,19 +57,38 @@ pub fn check_caller(cert_der: Option<&[u8]>, names: &[String]) -> Result<(), Bad
     }
 }
 
-/// What a request's head allows before its body is read.
+/// What a review is about, by the path it was posted to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// [`names::webhook::SHADOWPODS_PATH`]: ShadowPods created or updated.
+    ShadowPods,
+    /// [`names::webhook::TENANT_OBJECTS_PATH`]: the other objects a consumer creates.
+    TenantObjects,
+}
+
+/// What a request's head allows before its body is read: the endpoint it is for.
 pub fn check_head(
     method: &Method,
     path: &str,
     content_type: Option<&str>,
     content_length: Option<&str>,
-) -> Result<(), BadRequest> {
-    let path_expected = names::webhook::SHADOWPODS_PATH;
-    if path != path_expected {
-        return Err(bad(404, format!("no such endpoint; POST {path_expected}")));
-    }
+) -> Result<Endpoint, BadRequest> {
+    let endpoint = match path {
+        names::webhook::SHADOWPODS_PATH => Endpoint::ShadowPods,
+        names::webhook::TENANT_OBJECTS_PATH => Endpoint::TenantObjects,
+        _ => {
+            return Err(bad(
+                404,
+                format!(
+                    "no such endpoint; POST {} or {}",
+                    names::webhook::SHADOWPODS_PATH,
+                    names::webhook::TENANT_OBJECTS_PATH
+                ),
+            ));
+        }
+    };
     if method != Method::POST {
-        return Err(bad(405, format!("use POST {path_expected}")));
+        return Err(bad(405, format!("use POST {path}")));
     }
     if !fabric_http::https::is_json(content_type) {
         return Err(bad(415, "send an AdmissionReview as application/json"));
@@ -77,13 +104,25 @@ pub fn check_head(
             format!("the body is larger than {MAX_BODY} bytes"),
         ));
     }
-    Ok(())
+    Ok(endpoint)
 }
 
 /// The request inside an `admission.k8s.io/v1` AdmissionReview of a ShadowPod.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest<ShadowPod>, BadRequest> {
-    let review: AdmissionReview<ShadowPod> = serde_json::from_slice(body)
-        .map_err(|e| bad(400, format!("not an AdmissionReview of a ShadowPod: {e}")))?;
+    parse_as(body, "a ShadowPod")
+}
+
+/// The request inside an `admission.k8s.io/v1` AdmissionReview of any object.
+pub fn parse_object(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
+    parse_as(body, "an object")
+}
+
+fn parse_as<K: Resource + DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<AdmissionRequest<K>, BadRequest> {
+    let review: AdmissionReview<K> = serde_json::from_slice(body)
+        .map_err(|e| bad(400, format!("not an AdmissionReview of {what}: {e}")))?;
     if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
         return Err(bad(
             400,
@@ -99,7 +138,7 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<ShadowPod>, BadRequest> {
 }
 
 /// The AdmissionReview answering `req` with `verdict` (JSON).
-pub fn answer(req: &AdmissionRequest<ShadowPod>, verdict: &Result<(), Denial>) -> Vec<u8> {
+pub fn answer<K: Resource>(req: &AdmissionRequest<K>, verdict: &Result<(), Denial>) -> Vec<u8> {
     let response = AdmissionResponse::from(req);
     let response = match verdict {
         Ok(()) => response,
@@ -223,7 +262,19 @@ mod tests {
     #[test]
     fn the_head_is_checked_before_the_body_is_read() {
         let path = names::webhook::SHADOWPODS_PATH;
-        assert!(check_head(&Method::POST, path, Some("application/json"), Some("100")).is_ok());
+        assert_eq!(
+            check_head(&Method::POST, path, Some("application/json"), Some("100")),
+            Ok(Endpoint::ShadowPods)
+        );
+        assert_eq!(
+            check_head(
+                &Method::POST,
+                names::webhook::TENANT_OBJECTS_PATH,
+                Some("application/json"),
+                None
+            ),
+            Ok(Endpoint::TenantObjects)
+        );
         let status = |m: Method, p: &str, ct: Option<&str>, len: Option<&str>| {
             check_head(&m, p, ct, len).unwrap_err().status
         };
