@@ -303,6 +303,14 @@ enum Cmd {
         /// creations).
         #[arg(long, default_value_t = shadowpod::webhook::DEFAULT_MAX_OBJECTS)]
         max_objects_per_tenant: u32,
+        /// How large one of a tenant's ShadowPods may be (bytes as JSON, its status aside;
+        /// a quantity such as 512Ki): a creation or update past it is refused.
+        #[arg(long, default_value = "512Ki", value_parser = bytes)]
+        max_shadowpod_bytes: u64,
+        /// How large a tenant's ShadowPods may be together (a quantity such as 64Mi): a
+        /// creation or growth past it is refused.
+        #[arg(long, default_value = "64Mi", value_parser = bytes)]
+        max_shadowpod_bytes_per_tenant: u64,
     },
     /// Run a virtual kubelet (Deployment, ServiceAccount, RBAC) per VirtualNode, report its
     /// Node in the VirtualNode's and ForeignCluster's conditions, and remove it all with the
@@ -416,6 +424,12 @@ impl TenantPodArgs {
             default_requests: self.default_requests.iter().cloned().collect(),
         }
     }
+}
+
+/// A number of bytes as a quantity (`512Ki`, `64Mi`, `1000`).
+fn bytes(s: &str) -> Result<u64, String> {
+    let milli = fabric_api::quantity::milli(s).map_err(|e| e.to_string())?;
+    u64::try_from(milli / 1000).map_err(|_| format!("{s:?} is not a number of bytes"))
 }
 
 /// `KEY=VALUE`.
@@ -730,6 +744,8 @@ async fn run() -> Result<()> {
             client_names,
             max_shadowpods_per_tenant,
             max_objects_per_tenant,
+            max_shadowpod_bytes,
+            max_shadowpod_bytes_per_tenant,
         } => {
             let ca = std::fs::read_to_string(&client_ca)
                 .with_context(|| format!("reading --client-ca {}", client_ca.display()))?;
@@ -745,6 +761,8 @@ async fn run() -> Result<()> {
                 }),
                 max_shadow_pods: max_shadowpods_per_tenant,
                 max_objects: max_objects_per_tenant,
+                max_shadow_pod_bytes: max_shadowpod_bytes,
+                max_tenant_bytes: max_shadowpod_bytes_per_tenant,
                 ..shadowpod::webhook::Settings::new(&namespace, &service, listen)
             };
             shadowpod::webhook::run(client, settings)

@@ -300,6 +300,9 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
                     // provider's store is bounded, finished ones included.
                     "--max-shadowpods-per-tenant",
                     "3",
+                    // And 1 MiB of them per tenant.
+                    "--max-shadowpod-bytes-per-tenant",
+                    "1Mi",
                     "--client-ca",
                     &caller.ca().display().to_string(),
                 ])
@@ -844,5 +847,46 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         },
     )
     .await;
+
+    // Bounded in bytes: one ShadowPod at most 512 KiB (the default), a tenant's together at
+    // most 1 MiB (set above), whatever their number: theta's own identity writing large ones
+    // straight at the API server is refused past either.
+    admit_tenant(&admin, "theta").await.unwrap();
+    grant(&admin, "theta").await;
+    let theta_ns = names::namespace::tenant("theta");
+    let theta = consumer_client(&api, "theta").await;
+    let large = |name: &str, kib: usize| {
+        let mut s = shadow(name, &theta_ns, "theta", "1m");
+        s.spec.pod.spec.containers[0].args = Some(vec!["x".repeat(kib << 10)]);
+        s
+    };
+    let e = eventually("theta's grant seen", T, || async {
+        let e = create(&theta, &large("huge", 600))
+            .await
+            .expect_err("a 600 KiB ShadowPod admitted");
+        (!e.contains(" 0 granted")).then_some(e)
+    })
+    .await;
+    assert!(
+        e.contains("bytes, more than the 524288 a tenant's ShadowPod may be")
+            && e.contains("(403)"),
+        "{e}"
+    );
+    for name in ["a", "b"] {
+        eventually(&format!("{name} admitted"), T, || async {
+            create(&theta, &large(name, 400))
+                .await
+                .inspect_err(|e| eprintln!("not yet: {e}"))
+                .ok()
+        })
+        .await;
+    }
+    let e = create(&theta, &large("c", 400)).await.unwrap_err();
+    assert!(
+        e.contains("the ShadowPods of consumer \"theta\" take ")
+            && e.contains("more would pass the 1048576 a tenant may store")
+            && e.contains("(403)"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -152,6 +152,10 @@ pub struct TenantStatus {
     /// the pending charges, what the webhook bounds a creation by.
     #[serde(default)]
     pub shadow_pods: u32,
+    /// The size of those ShadowPods (each as JSON, its status aside) at the last recount: with
+    /// the pending charges' bytes, what the webhook bounds a creation or growth by.
+    #[serde(default)]
+    pub shadow_pod_bytes: u64,
 }
 
 /// A ShadowPod creation or resize admitted against a tenant's grant.
@@ -167,6 +171,10 @@ pub struct Charge {
     /// The ShadowPod's requests once created or resized.
     #[schemars(extend("maxProperties" = 64))]
     pub requests: Resources,
+    /// The bytes it adds to the tenant's ShadowPods: all of it for a creation, the growth
+    /// for an update.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 /// Credentials a provider issued to this (consumer) cluster.

@@ -54,6 +54,17 @@ pub enum Denial {
         namespace: String,
         max: u32,
     },
+    #[error(
+        "the ShadowPods of consumer {cluster:?} take {stored} bytes here; {bytes} more would pass the {max} a tenant may store"
+    )]
+    OverBytes {
+        cluster: String,
+        bytes: u64,
+        stored: u64,
+        max: u64,
+    },
+    #[error("the ShadowPod is {bytes} bytes, more than the {max} a tenant's ShadowPod may be")]
+    TooLarge { bytes: u64, max: u64 },
     #[error("consumer {cluster:?} has no Tenant here")]
     NoTenant { cluster: String },
     /// The charge could not be written (the API server busy or unreachable): the consumer

@@ -47,6 +47,7 @@ pub fn charge(
         more,
         granted,
         limit,
+        bytes,
     } = ask;
     if let Some(max) = *limit {
         let objects = u64::from(status.shadow_pods) + status.pending.len() as u64;
@@ -54,6 +55,18 @@ pub fn charge(
             return Err(Denial::TooMany {
                 cluster: consumer.to_owned(),
                 max,
+            });
+        }
+    }
+    if bytes.grown > 0 {
+        let pending: u64 = status.pending.iter().map(|c| c.bytes).sum();
+        let stored = status.shadow_pod_bytes.saturating_add(pending);
+        if stored.saturating_add(bytes.grown) > bytes.max {
+            return Err(Denial::OverBytes {
+                cluster: consumer.to_owned(),
+                bytes: bytes.grown,
+                stored,
+                max: bytes.max,
             });
         }
     }
@@ -82,6 +95,7 @@ pub fn charge(
         name: name.to_owned(),
         at: Time(now),
         requests: quantities(requests),
+        bytes: bytes.grown,
     });
     Ok(out)
 }
@@ -97,6 +111,25 @@ pub struct Ask {
     pub granted: Resources,
     /// For a creation: how many ShadowPods the tenant may have in all.
     pub limit: Option<u32>,
+    pub bytes: Bytes,
+}
+
+/// What an admission adds to the size of a tenant's ShadowPods, and how large they may be
+/// together.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bytes {
+    /// All of the ShadowPod's [`size`] for a creation, what it grew by for an update.
+    pub grown: u64,
+    pub max: u64,
+}
+
+/// A ShadowPod's size as the provider stores it, its status aside (the provider writes that):
+/// what a consumer puts into the provider's store with it.
+pub fn size(s: &ShadowPod) -> u64 {
+    let mut s = s.clone();
+    s.status = None;
+    s.metadata.managed_fields = None;
+    serde_json::to_vec(&s).map_or(0, |v| v.len() as u64)
 }
 
 /// Charges `asks` in order on `status`, as [`charge`] one after the other: each admitted one
@@ -142,10 +175,12 @@ pub fn recount<'a>(
     type Key = (String, String);
     // Per ShadowPod: its requests as listed, what it is charged, and whether it still runs.
     let mut seen: BTreeMap<Key, (Amounts, Amounts, bool)> = BTreeMap::new();
+    let mut bytes = 0u64;
     for s in listed {
         if s.spec.cluster_id != consumer {
             continue;
         }
+        bytes = bytes.saturating_add(size(s));
         let live = !terminal(s.status.as_ref().and_then(|st| st.phase.as_deref()));
         // A ShadowPod whose requests do not parse was not admitted by this webhook (the
         // provider's admin made it): it counts for nothing rather than stopping the count.
@@ -187,6 +222,7 @@ pub fn recount<'a>(
         used: quantities(&used),
         pending,
         shadow_pods: u32::try_from(seen.len()).unwrap_or(u32::MAX),
+        shadow_pod_bytes: bytes,
         ..status.clone()
     })
 }
@@ -310,6 +346,7 @@ mod tests {
                     more,
                     granted: granted(),
                     limit: None,
+                    bytes: Bytes::default(),
                 },
                 now,
             ),
@@ -332,6 +369,7 @@ mod tests {
                 more,
                 granted: granted(),
                 limit: Some(3),
+                bytes: Bytes::default(),
             },
             v => panic!("{v:?}"),
         }
@@ -373,6 +411,7 @@ mod tests {
         // A resize is not a new object.
         let resize = Ask {
             limit: None,
+            bytes: Bytes::default(),
             ..ask("a", "2m")
         };
         assert!(charge(&s, "alpha", &resize, t(0)).is_ok());
@@ -395,6 +434,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!((r.shadow_pods, cpu(&r)), (2, Some("1m")));
+    }
+
+    #[test]
+    fn a_tenants_shadowpods_are_bounded_in_bytes_stored_and_pending() {
+        let sized = |name: &str, grown: u64| Ask {
+            bytes: Bytes { grown, max: 1000 },
+            ..ask(name, "1m")
+        };
+        // 600 stored at the last recount, 300 admitted since: 100 more fit, 101 do not.
+        let stored = TenantStatus {
+            shadow_pod_bytes: 600,
+            ..Default::default()
+        };
+        let s = charge(&stored, "alpha", &sized("a", 300), t(0)).unwrap();
+        assert_eq!(s.pending[0].bytes, 300);
+        assert!(charge(&s, "alpha", &sized("b", 100), t(0)).is_ok());
+        let e = charge(&s, "alpha", &sized("b", 101), t(0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the ShadowPods of consumer \"alpha\" take 900 bytes here; 101 more would pass the \
+             1000 a tenant may store"
+        );
+        // The recount measures what is listed, status aside.
+        let listed = [shadow("a", "1m", Some("Running"))];
+        let r = recount(&s, "alpha", &listed, t(1), TTL, &Defaults::new()).unwrap();
+        assert_eq!(r.shadow_pod_bytes, size(&listed[0]));
+        let mut bare = listed[0].clone();
+        bare.status = None;
+        assert_eq!(
+            size(&listed[0]),
+            serde_json::to_vec(&bare).unwrap().len() as u64
+        );
     }
 
     #[test]
@@ -440,6 +511,7 @@ mod tests {
             more,
             granted: granted(),
             limit: None,
+            bytes: Bytes::default(),
         };
         let e = charge(&TenantStatus::default(), "alpha", &ask, t(0)).unwrap_err();
         assert!(

@@ -130,6 +130,10 @@ pub struct Settings {
     /// [`names::webhook::TENANT_OBJECTS_PATH`] (ResourceSlices, PeeringNetworks) a tenant
     /// may have in a namespace.
     pub max_objects: u32,
+    /// How large (bytes, as JSON, status aside) one ShadowPod of a tenant may be ...
+    pub max_shadow_pod_bytes: u64,
+    /// ... and all of a tenant's ShadowPods together.
+    pub max_tenant_bytes: u64,
 }
 
 /// The API server as a caller of the webhook.
@@ -163,9 +167,21 @@ impl Settings {
             callers: None,
             max_shadow_pods: DEFAULT_MAX_SHADOW_PODS,
             max_objects: DEFAULT_MAX_OBJECTS,
+            max_shadow_pod_bytes: DEFAULT_MAX_SHADOW_POD_BYTES,
+            max_tenant_bytes: DEFAULT_MAX_TENANT_BYTES,
         }
     }
 }
+
+/// How large a tenant's ShadowPod may be unless the admin says otherwise: a pod's spec is a
+/// few KiB; this leaves room for large commands and environments, a third of the API
+/// server's 1.5 MiB object limit.
+pub const DEFAULT_MAX_SHADOW_POD_BYTES: u64 = 512 << 10;
+
+/// How large a tenant's ShadowPods may be together unless the admin says otherwise: 5000
+/// ShadowPods of 13 KiB, so that a few tenants cannot fill the provider's store (etcd's
+/// default quota is 2 GiB).
+pub const DEFAULT_MAX_TENANT_BYTES: u64 = 64 << 20;
 
 /// How many ResourceSlices (and, apart, PeeringNetworks) a tenant may have unless the admin
 /// says otherwise: a consumer makes one or two of each per peering.
@@ -310,6 +326,9 @@ struct View {
     max_shadow_pods: u32,
     /// How many of each other kind a tenant may have in a namespace.
     max_objects: u32,
+    /// How large one ShadowPod of a tenant may be, and all of them together (bytes).
+    max_shadow_pod_bytes: u64,
+    max_tenant_bytes: u64,
     /// Creations of those admitted by this replica, by kind and namespace, with when: counted
     /// until a listing shows them (or `pending_ttl` has passed: refused further down). Locked
     /// across the listing, so that this replica's creations racing for the last place admit
@@ -361,21 +380,38 @@ impl View {
             .and_then(|t| t.spec.pod_security);
         let rules = self.rules.for_tenant(level);
         admission::conforms(&shadow.spec, old.map(|o| &o.spec), &rules)?;
-        let Verdict::Charge {
-            consumer,
-            requests,
-            more,
-        } = admission::admit_change(
+        let verdict = admission::admit_change(
             user,
             &namespace,
             owner.as_deref(),
             &shadow.spec,
             old,
             &rules.default_requests,
-        )?
-        else {
-            return Ok(());
+        )?;
+        // What it adds to the provider's store: charged as its requests are, so that a
+        // tenant's ShadowPods stay within a size whatever their number.
+        let bytes = quota::size(shadow);
+        let grown = bytes.saturating_sub(old.map_or(0, quota::size));
+        let (consumer, requests, more) = match verdict {
+            Verdict::Unlimited => return Ok(()),
+            Verdict::Within if grown == 0 => return Ok(()),
+            Verdict::Within => (
+                shadow.spec.cluster_id.clone(),
+                admission::requested(&shadow.spec, &rules.default_requests)?,
+                Default::default(),
+            ),
+            Verdict::Charge {
+                consumer,
+                requests,
+                more,
+            } => (consumer, requests, more),
         };
+        if bytes > self.max_shadow_pod_bytes {
+            return Err(Denial::TooLarge {
+                bytes,
+                max: self.max_shadow_pod_bytes,
+            });
+        }
         let granted = admission::granted(&consumer, self.slices.state().iter().map(|s| &**s))?;
         let ask = quota::Ask {
             namespace,
@@ -385,6 +421,10 @@ impl View {
             granted,
             // Every new ShadowPod is an object more in the provider's store, whatever it asks.
             limit: old.is_none().then_some(self.max_shadow_pods),
+            bytes: quota::Bytes {
+                grown,
+                max: self.max_tenant_bytes,
+            },
         };
         self.charge(&consumer, ask, req.dry_run).await
     }
@@ -638,6 +678,8 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         rules: s.rules.clone(),
         max_shadow_pods: s.max_shadow_pods,
         max_objects: s.max_objects,
+        max_shadow_pod_bytes: s.max_shadow_pod_bytes,
+        max_tenant_bytes: s.max_tenant_bytes,
         admitted: Default::default(),
         pending_ttl: s.pending_ttl,
     });
