@@ -75,6 +75,22 @@ async fn create(client: &Client, s: &ShadowPod) -> Result<(), String> {
         })
 }
 
+/// Creates `s` as `client` once the webhook admits it (its caches may not show the grant
+/// yet).
+async fn create_admitted(client: &Client, s: &ShadowPod) {
+    let what = format!(
+        "{} admitted",
+        s.metadata.name.as_deref().unwrap_or_default()
+    );
+    eventually(&what, T, || async {
+        create(client, s)
+            .await
+            .inspect_err(|e| eprintln!("not yet: {e}"))
+            .ok()
+    })
+    .await;
+}
+
 async fn consumer_client(api: &ApiServer, consumer: &str) -> Client {
     let creds = consumer_credentials(api, consumer).unwrap();
     let kc = fabric_auth::identity::to_yaml(&fabric_auth::identity::kubeconfig("provider", &creds));
@@ -350,13 +366,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     let beta = consumer_client(&api, "beta").await;
 
     // Within the grant: admitted (once the webhook's caches show the grant).
-    eventually("the first ShadowPod admitted", T, || async {
-        create(&alpha, &shadow("web", &alpha_ns, "alpha", "600m"))
-            .await
-            .inspect_err(|e| eprintln!("not yet: {e}"))
-            .ok()
-    })
-    .await;
+    create_admitted(&alpha, &shadow("web", &alpha_ns, "alpha", "600m")).await;
 
     // Over the grant: refused at once, with the numbers (the creation just admitted counts
     // even before the webhook's cache shows it). Once the other replica's cache shows the
@@ -528,13 +538,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         )
         .await
         .unwrap();
-    eventually("the finished ShadowPod's share released", T, || async {
-        create(&alpha, &shadow("db", &alpha_ns, "alpha", "1"))
-            .await
-            .inspect_err(|e| eprintln!("not yet: {e}"))
-            .ok()
-    })
-    .await;
+    create_admitted(&alpha, &shadow("db", &alpha_ns, "alpha", "1")).await;
 
     // Only the API server may send reviews: straight at a replica, a review admitting alpha
     // (within its grant, were it charged) gets a bare 401 without a client certificate, 403
@@ -593,13 +597,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     grant(&admin, "delta").await;
     let delta_ns = names::namespace::tenant("delta");
     let delta = consumer_client(&api, "delta").await;
-    eventually("delta's first ShadowPod admitted", T, || async {
-        create(&delta, &shadow("d0", &delta_ns, "delta", "500m"))
-            .await
-            .inspect_err(|e| eprintln!("not yet: {e}"))
-            .ok()
-    })
-    .await;
+    create_admitted(&delta, &shadow("d0", &delta_ns, "delta", "500m")).await;
     eventually("delta's usage recounted", T, || async {
         let t = Api::<Tenant>::namespaced(admin.clone(), &delta_ns)
             .get("delta")
@@ -683,13 +681,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     let omega_shadows = Api::<ShadowPod>::namespaced(admin.clone(), &omega_ns);
     for i in 0..3 {
         let name = format!("o{i}");
-        eventually(&format!("{name} admitted"), T, || async {
-            create(&omega, &shadow(&name, &omega_ns, "omega", "1m"))
-                .await
-                .inspect_err(|e| eprintln!("not yet: {e}"))
-                .ok()
-        })
-        .await;
+        create_admitted(&omega, &shadow(&name, &omega_ns, "omega", "1m")).await;
         omega_shadows
             .patch_status(
                 &name,
@@ -720,13 +712,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         .delete("o0", &Default::default())
         .await
         .unwrap();
-    eventually("o3 admitted once a finished one went", T, || async {
-        create(&omega, &shadow("o3", &omega_ns, "omega", "1m"))
-            .await
-            .inspect_err(|e| eprintln!("not yet: {e}"))
-            .ok()
-    })
-    .await;
+    create_admitted(&omega, &shadow("o3", &omega_ns, "omega", "1m")).await;
 
     // Every other kind a consumer's Role lets it create is bounded too (32 of each in its
     // namespace by default): eta's own identity creating ResourceSlices and PeeringNetworks
@@ -795,13 +781,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     grant(&admin, "zeta").await;
     let zeta_ns = names::namespace::tenant("zeta");
     let zeta = consumer_client(&api, "zeta").await;
-    eventually("zeta's first ShadowPod admitted", T, || async {
-        create(&zeta, &shadow("big", &zeta_ns, "zeta", "950m"))
-            .await
-            .inspect_err(|e| eprintln!("not yet: {e}"))
-            .ok()
-    })
-    .await;
+    create_admitted(&zeta, &shadow("big", &zeta_ns, "zeta", "950m")).await;
     let mut free = shadow("free", &zeta_ns, "zeta", "0");
     free.spec.pod.spec.containers[0].resources = None;
     let e = create(&zeta, &free)
@@ -824,13 +804,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     pod_level.metadata.name = Some("pod-level".into());
     pod_level.spec.pod.spec.resources =
         Some(serde_json::from_value(json!({"requests": {"cpu": "300m"}})).unwrap());
-    eventually("big's share released, pod-level admitted", T, || async {
-        create(&zeta, &pod_level)
-            .await
-            .inspect_err(|e| eprintln!("not yet: {e}"))
-            .ok()
-    })
-    .await;
+    create_admitted(&zeta, &pod_level).await;
     eventually(
         "zeta charged the pod-level CPU and the default memory",
         T,
@@ -873,13 +847,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         "{e}"
     );
     for name in ["a", "b"] {
-        eventually(&format!("{name} admitted"), T, || async {
-            create(&theta, &large(name, 400))
-                .await
-                .inspect_err(|e| eprintln!("not yet: {e}"))
-                .ok()
-        })
-        .await;
+        create_admitted(&theta, &large(name, 400)).await;
     }
     let e = create(&theta, &large("c", 400)).await.unwrap_err();
     assert!(
