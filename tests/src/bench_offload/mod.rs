@@ -323,7 +323,9 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
 async fn grant(p: &Client) -> Result<()> {
     let ns = names::namespace::tenant(CONSUMER);
     let slices: Api<ResourceSlice> = Api::namespaced(p.clone(), &ns);
-    let asked: Value = json!({ "cpu": "100", "memory": "100Gi", "pods": "2000" });
+    // The pods ask for nothing, and the provider charges each its default requests (100m,
+    // 128Mi): room for 2000 of them.
+    let asked: Value = json!({ "cpu": "400", "memory": "500Gi", "pods": "2000" });
     let mut slice = ResourceSlice::new(
         CONSUMER,
         ResourceSliceSpec {
