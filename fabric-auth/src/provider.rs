@@ -1,6 +1,7 @@
 //! The provider side of the authentication service, behind the HTTPS edge
 //! ([`crate::server`]): check the request, then create the consumer's tenant area and have its
-//! CSR signed through the Kubernetes CSR API.
+//! CSR signed through the Kubernetes CSR API (approved by [`crate::approver`], in another
+//! process: this one faces the internet and holds no approval right).
 //!
 //! Order matters: everything that can be checked is checked before anything is written, so a
 //! refused request creates nothing: the token (first, so that a caller without one learns
@@ -10,8 +11,8 @@
 //! refused). A one-time token's use is then recorded on it before the tenant is made. Every
 //! write is a server-side apply or a create-or-get under a name derived from the request, so
 //! a consumer that retries the same request (lost answer, timeout) gets the same certificate
-//! and nothing twice; a CSR found under that name is approved only if it is the very request
-//! the service writes.
+//! and nothing twice; a CSR found under that name is used only if it is the very request the
+//! service writes.
 use std::time::Duration;
 
 use fabric_api::{
@@ -144,16 +145,6 @@ pub fn same_request(
         && a.usages == b.usages
         && a.expiration_seconds == b.expiration_seconds
         && label(existing) == label(ours)
-}
-
-fn approved(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Approved" && c.status == "True")
-        })
 }
 
 impl Service {
@@ -480,7 +471,7 @@ impl Service {
         Ok(())
     }
 
-    /// Creates (or finds) the CSR, approves it and waits for the certificate.
+    /// Creates (or finds) the CSR and waits for the approver and the signer.
     async fn sign(&self, consumer: &str, csr_pem: &str) -> Result<String, Refusal> {
         let api = Api::<CertificateSigningRequest>::all(self.client.clone());
         let obj = csr_object(consumer, csr_pem, self.certificate_ttl);
@@ -512,18 +503,6 @@ impl Service {
         if let Some(outcome) = csr_outcome(&csr) {
             return outcome.map_err(|why| internal("signing", why));
         }
-        if !approved(&csr) {
-            let approval = serde_json::json!({"status": {"conditions": [{
-                "type": "Approved",
-                "status": "True",
-                "reason": "FabricPeeringToken",
-                "message": format!("consumer {consumer} presented a valid peering token"),
-                "lastUpdateTime": Time(Timestamp::now()),
-            }]}});
-            api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&approval))
-                .await
-                .map_err(|e| internal("approving the CSR", e))?;
-        }
         let done = kube::runtime::wait::await_condition(
             api,
             &name,
@@ -538,7 +517,7 @@ impl Service {
             Err(_) => Err(Refusal::new(
                 Reason::Unavailable,
                 format!(
-                    "the provider's CSR signer did not sign within {:?}; retrying the same command is safe",
+                    "the provider's CSR approver and signer did not sign within {:?}; retrying the same command is safe",
                     self.sign_timeout
                 ),
             )),
@@ -635,7 +614,6 @@ mod tests {
             conditions: Some(vec![cond("Approved")]),
             certificate: None,
         });
-        assert!(approved(&csr));
         assert_eq!(csr_outcome(&csr), None);
         csr.status.as_mut().unwrap().certificate = Some(ByteString(b"PEM".to_vec()));
         assert_eq!(csr_outcome(&csr), Some(Ok("PEM".to_owned())));

@@ -330,6 +330,136 @@ async fn a_planted_csr_is_not_approved(
     );
 }
 
+/// The authentication service compromised (it faces the internet): with its own
+/// ServiceAccount's token, as deploy/ grants it, it asks for certificates of subjects of its
+/// choice: another component's or a node's, a tenant's user with a peering group its
+/// RoleBinding does not bind, a tenant's own subject for longer than the provider signs.
+/// None is approved (it cannot approve; the approver denies them, saying why), none gets a
+/// certificate.
+async fn a_compromised_service_gets_no_subject_signed(
+    a: Attacker,
+    p: Client,
+    provider: Arc<ApiServer>,
+    token: String,
+) {
+    let id = "sheep";
+    let _ = peer_as(&a, &provider, id, &token).await;
+    let binding = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(
+        p.clone(),
+        &names::namespace::tenant(id),
+    )
+    .get(fabric_auth::tenant::ROLE)
+    .await
+    .unwrap();
+    let current = binding.subjects.unwrap()[0].name.clone();
+    let auth = fabric_tests::rights::component_client(
+        &provider,
+        "fabric-auth",
+        provider
+            .kubeconfig
+            .with_file_name("compromised-auth.kubeconfig"),
+    )
+    .await
+    .unwrap();
+    let any_subject = |cn: &str, orgs: &[&str]| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        for (i, o) in orgs.iter().enumerate() {
+            let oid = if i == 0 {
+                rcgen::DnType::OrganizationName
+            } else {
+                rcgen::DnType::CustomDnType(vec![2, 5, 4, 10])
+            };
+            params.distinguished_name.push(oid, *o);
+        }
+        params.serialize_request(&key).unwrap().pem().unwrap()
+    };
+    let (_, stale) =
+        consumer::key_and_csr_in(id, &names::user::peering(id, "0123456789abcdef")).unwrap();
+    let (_, own) = consumer::key_and_csr_in(id, &current).unwrap();
+    let attempts = [
+        ("masters", any_subject("mallory", &["system:masters"]), 3600),
+        (
+            "node",
+            any_subject("system:node:node0", &["system:nodes"]),
+            3600,
+        ),
+        ("stale-peering", stale, 3600),
+        ("too-long", own, 7 * 24 * 3600),
+    ];
+    let csrs = Api::<CertificateSigningRequest>::all(auth);
+    let mut made = Vec::new();
+    for (what, pem, ttl) in attempts {
+        let name = format!("fabric-consumer-{id}-{what}");
+        let obj: CertificateSigningRequest = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": { names::label::REMOTE_CLUSTER: id } },
+            "spec": {
+                "request": base64_of(pem.as_bytes()),
+                "signerName": "kubernetes.io/kube-apiserver-client",
+                "usages": ["digital signature", "client auth"],
+                "expirationSeconds": ttl,
+            },
+        }))
+        .unwrap();
+        match csrs.create(&PostParams::default(), &obj).await {
+            Ok(_) => made.push((what, name)),
+            // The API server refuses some subjects to everyone (system:masters).
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => {
+                eprintln!("{what}: the API server refused the CSR: {}", e.message);
+                continue;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+        let approval = json!({"status": {"conditions": [{
+            "type": "Approved", "status": "True", "reason": "Mine", "message": "mine",
+        }]}});
+        let approved = csrs
+            .patch_approval(
+                &obj.metadata.name.clone().unwrap(),
+                &Default::default(),
+                &kube::api::Patch::Merge(&approval),
+            )
+            .await;
+        assert!(
+            approved.is_err(),
+            "the authentication service's own token approved its CSR {what}"
+        );
+    }
+    let admin = Api::<CertificateSigningRequest>::all(p);
+    for (what, name) in made {
+        let csr = eventually(
+            &format!("CSR {what} denied by the approver"),
+            Duration::from_secs(30),
+            || {
+                let admin = admin.clone();
+                let name = name.clone();
+                async move {
+                    let csr = admin.get(&name).await.unwrap();
+                    fabric_auth::provider::csr_outcome(&csr)
+                        .is_some()
+                        .then_some(csr)
+                }
+            },
+        )
+        .await;
+        let status = csr.status.clone().unwrap_or_default();
+        assert!(status.certificate.is_none(), "CSR {what} got a certificate");
+        let denied = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Denied" && c.status == "True");
+        assert!(
+            denied.is_some_and(|c| !c.message.as_deref().unwrap_or_default().is_empty()),
+            "CSR {what} is not denied with a reason: {status:?}"
+        );
+    }
+}
+
 /// A client of `provider` with certificate `cert` and key `key` (PEM).
 async fn client_as(provider: &ApiServer, cert: String, key: String) -> Client {
     let (url, ca) = api_endpoint(provider).unwrap();
@@ -527,6 +657,17 @@ async fn an_identity_belongs_to_one_consumer() {
         &mut failures,
         "a planted CSR is not approved",
         a_planted_csr_is_not_approved(a.clone(), p.clone(), provider.clone(), standing.clone()),
+    )
+    .await;
+    check(
+        &mut failures,
+        "a compromised service gets no subject signed",
+        a_compromised_service_gets_no_subject_signed(
+            a.clone(),
+            p.clone(),
+            provider.clone(),
+            standing.clone(),
+        ),
     )
     .await;
     check(

@@ -168,6 +168,15 @@ enum Cmd {
         #[command(flatten)]
         renewal: RenewalArgs,
     },
+    /// Approve the certificate requests the authentication service makes for consumers (a
+    /// tenant's own subject only; deny any other it makes), and nothing else (`sharing` does it
+    /// too, elected: deploy/ runs that).
+    CsrApprover {
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+        namespace: String,
+        #[command(flatten)]
+        approver: ApproverArgs,
+    },
     /// Serve the authentication service: consumers with a peering token get a tenant here and
     /// a client certificate for this cluster's API server.
     Auth {
@@ -252,6 +261,8 @@ enum Cmd {
         tenant_pods: TenantPodArgs,
         #[command(flatten)]
         renewal: RenewalArgs,
+        #[command(flatten)]
+        approver: ApproverArgs,
     },
     /// Serve the validating webhook on ShadowPods: a consumer creates them only for itself, in
     /// its own namespaces, with pods the provider's policy allows, within what it was granted (charged on its Tenant's status, which
@@ -359,6 +370,21 @@ impl RenewalArgs {
             renew_before: self.renew_before,
             min_interval: self.min_interval,
         }
+    }
+}
+
+/// Which consumers' certificate requests the approver approves.
+#[derive(clap::Args)]
+struct ApproverArgs {
+    /// The longest validity approved for a consumer's certificate: the authentication
+    /// service's --certificate-ttl must not exceed it.
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    consumer_certificate_max_ttl: Duration,
+}
+
+impl ApproverArgs {
+    fn settings(&self, namespace: &str) -> fabric_auth::approver::Settings {
+        fabric_auth::approver::Settings::new(namespace, self.consumer_certificate_max_ttl)
     }
 }
 
@@ -609,6 +635,13 @@ async fn run() -> Result<()> {
             fabric_auth::renewal::run(client, &namespace, renewal.policy()).await;
             Ok(())
         }
+        Cmd::CsrApprover {
+            namespace,
+            approver,
+        } => {
+            fabric_auth::approver::run(client, approver.settings(&namespace)).await;
+            Ok(())
+        }
         Cmd::Auth {
             namespace,
             cluster_id,
@@ -672,8 +705,10 @@ async fn run() -> Result<()> {
             at_most_once_max_grace,
             tenant_pods,
             renewal,
+            approver,
         } => {
             let rules = tenant_pods.rules();
+            let approver = approver.settings(&namespace);
             let at_most_once = fabric_api::offloading::at_most_once::Bounds::new(
                 at_most_once_min_partition,
                 at_most_once_max_grace,
@@ -696,7 +731,7 @@ async fn run() -> Result<()> {
             let work = || {
                 let (client, settings) = (client.clone(), settings.clone());
                 let (namespace, policy) = (namespace.clone(), renewal.policy());
-                let rules = rules.clone();
+                let (rules, approver) = (rules.clone(), approver.clone());
                 async move {
                     let negotiation = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
@@ -716,6 +751,14 @@ async fn run() -> Result<()> {
                                 .context("ShadowPod controller")
                         }
                     }));
+                    // The authentication service faces the internet: it asks, this approves.
+                    let csrs = AbortOnDropHandle::new(tokio::spawn({
+                        let client = client.clone();
+                        async move {
+                            fabric_auth::approver::run(client, approver).await;
+                            Ok(())
+                        }
+                    }));
                     // One active replica: two would both renew, each with a key of its own,
                     // and the Secret would flip between them.
                     let renewals = AbortOnDropHandle::new(tokio::spawn(async move {
@@ -725,8 +768,13 @@ async fn run() -> Result<()> {
                     let joined = |h: AbortOnDropHandle<Result<()>>| async move {
                         h.await.context("a sharing task panicked")?
                     };
-                    tokio::try_join!(joined(negotiation), joined(shadowpods), joined(renewals))
-                        .map(|_| ())
+                    tokio::try_join!(
+                        joined(negotiation),
+                        joined(shadowpods),
+                        joined(csrs),
+                        joined(renewals)
+                    )
+                    .map(|_| ())
                 }
             };
             run_elected(leases(&client, &namespace), election, work).await

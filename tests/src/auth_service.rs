@@ -106,21 +106,26 @@ pub struct AuthService {
     pub pin: String,
     pub log: PathBuf,
     _child: ChildGuard,
+    /// The approver of its CSRs (`fabric-controller csr-approver`, as fabric-sharing's
+    /// ServiceAccount), when this service's tests run no `sharing`, which approves them too.
+    _approver: Option<ChildGuard>,
 }
 
 impl AuthService {
     /// Starts the service of `cluster_id` against `provider` (its CRDs installed and
-    /// [`prepare_cluster`] done), and waits until it listens.
+    /// [`prepare_cluster`] done), with the approver of its CSRs, and waits until it listens.
     pub async fn start(provider: &ApiServer, cluster_id: &str) -> Result<Self> {
-        Self::start_as(provider, cluster_id, None).await
+        Self::start_as(provider, cluster_id, None, true).await
     }
 
     /// [`AuthService::start`], run as `container` of deploy/ runs (its user, groups and
-    /// capabilities) when given.
+    /// capabilities) when given; without an approver unless `approver` (a `sharing` the
+    /// caller runs approves its CSRs).
     pub async fn start_as(
         provider: &ApiServer,
         cluster_id: &str,
         container: Option<&Container>,
+        approver: bool,
     ) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -170,6 +175,25 @@ impl AuthService {
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
+        let approver = match approver {
+            false => None,
+            true => {
+                let kubeconfig = crate::rights::component_kubeconfig(
+                    provider,
+                    "fabric-sharing",
+                    fabric_netns::testbed::scratch_dir(&format!(
+                        "approver-{cluster_id}.kubeconfig"
+                    )),
+                )?;
+                Some(
+                    Bin::new("fabric-controller")?
+                        .kubeconfig(&kubeconfig)
+                        .args(["csr-approver", "--consumer-certificate-max-ttl", "1h"])
+                        .log(log.with_extension("approver.log"))
+                        .spawn()?,
+                )
+            }
+        };
         let pin = fabric_auth::run::published_pin(
             &provider.client().await,
             fabric_api::names::DEFAULT_NAMESPACE,
@@ -181,6 +205,7 @@ impl AuthService {
             pin,
             log,
             _child: child,
+            _approver: approver,
         })
     }
 
@@ -189,14 +214,18 @@ impl AuthService {
         Some(self._child.0.id())
     }
 
-    /// What the service logged so far.
+    /// What the service (and its approver) logged so far.
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        let approver = std::fs::read_to_string(self.log.with_extension("approver.log"))
+            .map(|l| format!("\n--- approver ---\n{l}"))
+            .unwrap_or_default();
+        std::fs::read_to_string(&self.log).unwrap_or_default() + &approver
     }
 }
 
 impl Drop for AuthService {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(self.log.with_extension("approver.log"));
     }
 }

@@ -81,7 +81,7 @@ impl Member {
     async fn start(cluster: &Cluster, containers: &Containers, dir: &Path) -> Result<Self> {
         let dir = dir.join(&cluster.id);
         std::fs::create_dir_all(&dir)?;
-        let auth = AuthService::start_as(&cluster.api, &cluster.id, Some(&containers.auth))
+        let auth = AuthService::start_as(&cluster.api, &cluster.id, Some(&containers.auth), false)
             .await
             .with_context(|| format!("the authentication service of {}", cluster.id))?;
         let kubeconfig = cluster.api.kubeconfig.clone();

@@ -50,6 +50,28 @@ fn can_all<'a>(
     answers.into_inner().unwrap()
 }
 
+/// Whether ServiceAccount `who` may approve (or deny) CSRs of `signer`: the `approve` verb on
+/// the synthetic resource `signers`, which `kubectl auth can-i` cannot name (it is not served):
+/// a SubjectAccessReview.
+fn may_approve(api: &ApiServer, who: &str, signer: &str) -> bool {
+    let review = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {
+            "user": format!("system:serviceaccount:{NS}:{who}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{NS}"),
+                       "system:authenticated"],
+            "resourceAttributes": { "group": "certificates.k8s.io", "resource": "signers",
+                                    "verb": "approve", "name": signer },
+        },
+    });
+    let o = api.kubectl_stdin(
+        &["create", "-f", "-", "-o", "jsonpath={.status.allowed}"],
+        &review.to_string(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim() == "true"
+}
+
 /// A kubeconfig that is component `who`'s ServiceAccount and nothing else: the attacker's
 /// own credentials when that component is compromised (a token, as its pod holds one).
 fn token_of(api: &ApiServer, who: &str) -> std::path::PathBuf {
@@ -345,6 +367,17 @@ fn manifests_apply_with_least_privilege() {
                 "bind",
                 "clusterroles.rbac.authorization.k8s.io/fabric-sharing-tenant",
             ),
+            // The approver of the consumers' CSRs the authentication service makes.
+            (
+                "fabric-sharing",
+                "watch",
+                "certificatesigningrequests.certificates.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "get",
+                "rolebindings.rbac.authorization.k8s.io/fabric-consumer",
+            ),
             // The VirtualNode controller's election.
             (
                 "fabric-virtual-nodes",
@@ -515,6 +548,11 @@ fn manifests_apply_with_least_privilege() {
                 "delete",
                 "certificatesigningrequests.certificates.k8s.io",
             ),
+            (
+                "fabric-sharing",
+                "create",
+                "certificatesigningrequests.certificates.k8s.io",
+            ),
             ("fabric-controller", "delete", "nodes"),
             (
                 "fabric-controller",
@@ -614,6 +652,36 @@ fn manifests_apply_with_least_privilege() {
             assert!(!yes, "{who} must not be allowed to {verb} {what}");
         }
     });
+
+    phase(
+        "CSR approval: the approver's, of the client signer only",
+        || {
+            // The authentication service faces the internet: it creates CSRs, the approver in
+            // fabric-sharing (which reads each request) approves them.
+            for (who, signer, yes) in [
+                (
+                    "fabric-sharing",
+                    "kubernetes.io/kube-apiserver-client",
+                    true,
+                ),
+                ("fabric-sharing", "kubernetes.io/kubelet-serving", false),
+                (
+                    "fabric-sharing",
+                    "kubernetes.io/kube-apiserver-client-kubelet",
+                    false,
+                ),
+                ("fabric-sharing", "kubernetes.io/*", false),
+                ("fabric-auth", "kubernetes.io/kube-apiserver-client", false),
+                ("fabric-auth", "kubernetes.io/*", false),
+            ] {
+                assert_eq!(
+                    may_approve(&api, who, signer),
+                    yes,
+                    "{who} approving CSRs of {signer}"
+                );
+            }
+        },
+    );
 
     phase("nothing of other namespaces", || {
         // Components that serve fabric-system see nothing of other namespaces: their objects
@@ -1039,6 +1107,54 @@ fn manifests_apply_with_least_privilege() {
                 "the authentication service approving a CSR it did not ask for",
                 kubectl_with(
                     &auth,
+                    &["certificate", "approve", "fabric-consumer-mallory"],
+                    None,
+                ),
+            );
+            // ... nor one it asked for itself, whatever its subject: approval is the
+            // approver's (fabric-sharing), which reads the request.
+            let nodes = api.kubeconfig.with_file_name("nodes.csr");
+            fabric_tests::sharing::client_csr(
+                "system:node:node0",
+                "system:nodes",
+                &api.kubeconfig.with_file_name("nodes.key"),
+                &nodes,
+            )
+            .unwrap();
+            let nodes = std::fs::read(&nodes).unwrap();
+            allowed(
+                "the authentication service creating a CSR",
+                kubectl_with(
+                    &auth,
+                    &["create", "-f", "-"],
+                    Some(
+                        &serde_json::json!({
+                            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                            "metadata": { "name": "fabric-consumer-nodes" },
+                            "spec": { "request": base64::Engine::encode(
+                                          &base64::engine::general_purpose::STANDARD, &nodes),
+                                      "signerName": "kubernetes.io/kube-apiserver-client",
+                                      "expirationSeconds": 3600,
+                                      "usages": ["digital signature", "client auth"] },
+                        })
+                        .to_string(),
+                    ),
+                ),
+            );
+            attacks.refused(
+                "the authentication service approving its own CSR for system:nodes",
+                kubectl_with(
+                    &auth,
+                    &["certificate", "approve", "fabric-consumer-nodes"],
+                    None,
+                ),
+            );
+            // The approver approves only what the authentication service asked for.
+            let approver = token_of(&api, "fabric-sharing");
+            attacks.refused(
+                "the approver approving a CSR another user made",
+                kubectl_with(
+                    &approver,
                     &["certificate", "approve", "fabric-consumer-mallory"],
                     None,
                 ),
