@@ -80,6 +80,11 @@ pub mod namespace {
         bounded(&format!("fabric-tenant-{cluster_id}"))
     }
 
+    /// On a provider: where the peering tokens live (Secrets labelled
+    /// [`super::label::PEERING_TOKEN`]), and nothing else, so that the authentication service
+    /// lists them without reading any other Secret.
+    pub const PEERING_TOKENS: &str = "fabric-peering-tokens";
+
     /// A DNS label: `name` itself when it fits in 63 characters, otherwise a prefix and a hash
     /// of the whole name, so that distinct names stay distinct.
     pub fn bounded(name: &str) -> String {

@@ -52,8 +52,11 @@ const MANAGER: FieldManager = FieldManager(names::field_manager::AUTH);
 #[derive(Clone)]
 pub struct Service {
     pub client: Client,
-    /// Where the token Secrets are (the fabric's namespace).
+    /// The fabric's namespace (the service's serving certificate).
     pub namespace: String,
+    /// Where the token Secrets are, and nothing else
+    /// ([`names::namespace::PEERING_TOKENS`]).
+    pub token_namespace: String,
     /// This (provider) cluster's id.
     pub cluster_id: String,
     /// The API server as consumers reach it (not the in-cluster address).
@@ -247,7 +250,7 @@ impl Service {
             names::annotation::TOKEN_USED_BY.to_owned(),
             request.to_owned(),
         );
-        match Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
+        match Api::<Secret>::namespaced(self.client.clone(), &self.token_namespace)
             .replace(&token.name, &PostParams::default(), &used)
             .await
         {
@@ -339,7 +342,7 @@ impl Service {
 
     async fn token_secrets(&self) -> kube::Result<Vec<Secret>> {
         Ok(
-            Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
+            Api::<Secret>::namespaced(self.client.clone(), &self.token_namespace)
                 .list(&ListParams::default().labels(&token::selector()))
                 .await?
                 .items,

@@ -7,7 +7,8 @@
 //! with `--consumer-id` ([`bind`]) or else by its first use; `fabricctl token rotate`
 //! deletes them all and creates a new standing one, so every token handed out before is
 //! refused from then on. The service accepts any Secret labelled
-//! [`names::label::PEERING_TOKEN`] in its namespace.
+//! [`names::label::PEERING_TOKEN`] in [`names::namespace::PEERING_TOKENS`], where nothing else
+//! lives (`fabricctl` creates it when absent, as deploy/ does).
 use std::collections::BTreeMap;
 
 use fabric_api::names;

@@ -18,7 +18,7 @@ use crate::protocol::{Reason, Refusal};
 pub const TOKEN_FIELD: &str = "token";
 
 /// A peering token as the provider keeps it (a Secret labelled
-/// [`names::label::PEERING_TOKEN`] in the fabric's namespace).
+/// [`names::label::PEERING_TOKEN`] in [`names::namespace::PEERING_TOKENS`]).
 #[derive(Clone)]
 pub struct TokenRecord {
     /// The Secret's name, for logs.

@@ -333,11 +333,12 @@ async fn out_of_band_authentication() {
         text(&o)
     );
     let expired = token::generate();
-    Api::<Secret>::namespaced(p.clone(), NS)
+    let tokens = names::namespace::PEERING_TOKENS;
+    Api::<Secret>::namespaced(p.clone(), tokens)
         .create(
             &PostParams::default(),
             &token::secret(
-                NS,
+                tokens,
                 &expired,
                 true,
                 Some(Timestamp::now() - Duration::from_secs(1)),

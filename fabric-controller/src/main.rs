@@ -671,6 +671,7 @@ async fn run() -> Result<()> {
             let service = fabric_auth::provider::Service {
                 client,
                 namespace,
+                token_namespace: names::namespace::PEERING_TOKENS.to_owned(),
                 cluster_id,
                 api_server_url,
                 ca_pem,

@@ -13,10 +13,13 @@ use fabric_auth::{
 };
 use fabric_kube::meta::delete_gone_ok;
 use fabric_peering::{Cluster, Side};
-use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+use k8s_openapi::{
+    api::core::v1::{Namespace, Secret},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client,
-    api::{ListParams, PostParams},
+    api::{ListParams, ObjectMeta, PostParams},
 };
 
 /// Prints the command a consumer runs to peer with this cluster: with the standing token,
@@ -50,12 +53,12 @@ pub async fn generate_peer_command(
             names::secret::AUTH_TLS
         )
     })?;
-    let secrets = Api::<Secret>::namespaced(local, ns);
+    let (secrets, tokens) = token_secrets(&local).await?;
     let token = match (ttl, consumer_id) {
-        (None, None) => standing_token(&secrets, ns).await?,
+        (None, None) => standing_token(&secrets, tokens).await?,
         (ttl, id) => {
             let ttl = ttl.unwrap_or(BOUND_TOKEN_TTL);
-            let (t, expires, _) = mint(&secrets, ns, ttl, id).await?;
+            let (t, expires, _) = mint(&secrets, tokens, ttl, id).await?;
             match id {
                 Some(id) => {
                     eprintln!("The token is for cluster {id} only, once; it expires at {expires}.")
@@ -76,6 +79,36 @@ pub async fn generate_peer_command(
     eprintln!("Run this on the consumer cluster (it holds a secret: pass it on privately):");
     println!("{}", cmd.shell_line());
     Ok(())
+}
+
+/// The peering tokens' Secrets, in [`names::namespace::PEERING_TOKENS`] (created when absent,
+/// as deploy/ creates it) where nothing else lives, and that namespace's name.
+async fn token_secrets(client: &Client) -> Result<(Api<Secret>, &'static str)> {
+    let ns = names::namespace::PEERING_TOKENS;
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let present = namespaces
+        .get_opt(ns)
+        .await
+        .with_context(|| format!("reading namespace {ns}, where the peering tokens live"))?;
+    if present.is_none() {
+        let new = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match namespaces.create(&PostParams::default(), &new).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("creating namespace {ns}, where the peering tokens live")
+                });
+            }
+        }
+    }
+    Ok((Api::namespaced(client.clone(), ns), ns))
 }
 
 /// How long a token minted for a named consumer without `--ttl` is valid.
@@ -153,8 +186,8 @@ fn read_token(s: &Secret) -> Result<String> {
 }
 
 /// Revokes every peering token and creates a new standing one.
-pub async fn token_rotate(local: Client, ns: &str) -> Result<()> {
-    let secrets = Api::<Secret>::namespaced(local, ns);
+pub async fn token_rotate(local: Client) -> Result<()> {
+    let (secrets, ns) = token_secrets(&local).await?;
     let old = secrets
         .list(&ListParams::default().labels(&token::selector()))
         .await
@@ -248,12 +281,14 @@ pub async fn peer_in_band(
             names::secret::AUTH_TLS
         )
     })?;
-    let secrets = Api::<Secret>::namespaced(provider, ns);
-    let (token, expires, secret) = mint(&secrets, ns, IN_BAND_TOKEN_TTL, Some(me.id()))
+    let (secrets, tokens) = token_secrets(&provider)
+        .await
+        .context("minting a token on the provider")?;
+    let (token, expires, secret) = mint(&secrets, tokens, IN_BAND_TOKEN_TTL, Some(me.id()))
         .await
         .context("minting a token on the provider")?;
     println!(
-        "✓ minted a one-time token on {} for {} (Secret {ns}/{secret}, expires at {expires})",
+        "✓ minted a one-time token on {} for {} (Secret {tokens}/{secret}, expires at {expires})",
         remote.id(),
         me.id()
     );

@@ -136,7 +136,7 @@ async fn run(cli: Cli) -> Result<()> {
             ttl,
             consumer_id,
         }) => auth::generate_peer_command(local, ns, &auth_url, ttl, consumer_id.as_deref()).await,
-        Cmd::Token(TokenCmd::Rotate) => auth::token_rotate(local, ns).await,
+        Cmd::Token(TokenCmd::Rotate) => auth::token_rotate(local).await,
     }
 }
 

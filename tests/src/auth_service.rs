@@ -13,11 +13,17 @@ use crate::{
     ChildGuard, apiserver::ApiServer, manifests::Container, process::Bin, wait::try_eventually,
 };
 
-/// Creates namespace fabric-system and the `fabric-cluster` ConfigMap naming `cluster_id`,
-/// what `fabricctl` reads to know which cluster it is on.
+/// Creates namespaces fabric-system (with the `fabric-cluster` ConfigMap naming `cluster_id`,
+/// what `fabricctl` reads to know which cluster it is on) and the peering tokens'.
 pub fn prepare_cluster(api: &ApiServer, cluster_id: &str) {
     let ns = fabric_api::names::DEFAULT_NAMESPACE;
     let _ = api.kubectl(&["create", "namespace", ns]);
+    // Where the peering tokens live, as deploy/ creates it.
+    let _ = api.kubectl(&[
+        "create",
+        "namespace",
+        fabric_api::names::namespace::PEERING_TOKENS,
+    ]);
     let data = [
         ("FABRIC_CLUSTER_ID", cluster_id),
         ("FABRIC_POD_CIDR", "10.244.0.0/16"),

@@ -161,6 +161,11 @@ fn manifests_apply_with_least_privilege() {
             // A server-side dry run cannot create objects in a namespace that does not exist yet
             // (the namespace itself is only dry-run created), as on any cluster.
             api.kubectl_ok(&["create", "namespace", "fabric-system"]);
+            api.kubectl_ok(&[
+                "create",
+                "namespace",
+                fabric_api::names::namespace::PEERING_TOKENS,
+            ]);
             let out = api.kubectl_ok(&["apply", "--dry-run=server", "-k", deploy]);
             for kind in [
                 "customresourcedefinition",
@@ -266,10 +271,10 @@ fn manifests_apply_with_least_privilege() {
                 "patch",
                 "configmaps/fabric-gateway-identity",
             ),
-            // The authentication service.
-            ("fabric-auth", "list", "secrets"),
-            // A one-time token's use, recorded on its Secret.
-            ("fabric-auth", "update", "secrets"),
+            // The authentication service: its serving certificate by name (the peering
+            // tokens, in a namespace of their own, are checked below).
+            ("fabric-auth", "get", "secrets/fabric-auth-tls"),
+            ("fabric-auth", "create", "secrets"),
             ("fabric-auth", "create", "namespaces"),
             (
                 "fabric-auth",
@@ -526,6 +531,12 @@ fn manifests_apply_with_least_privilege() {
                 "rolebindings.rbac.authorization.k8s.io/admin",
             ),
             ("fabric-auth", "delete", "secrets"),
+            // Other components' Secrets are not the service's to read: the tokens it reads
+            // live in a namespace of their own.
+            ("fabric-auth", "list", "secrets"),
+            ("fabric-auth", "get", "secrets/fabric-gateway-key"),
+            ("fabric-auth", "get", "secrets/fabric-shadowpod-webhook-tls"),
+            ("fabric-auth", "update", "secrets"),
             ("fabric-auth", "list", "nodes"),
             ("fabric-auth", "create", "pods"),
             (
@@ -1111,6 +1122,61 @@ fn manifests_apply_with_least_privilege() {
                     None,
                 ),
             );
+            // Another component's Secret in fabric-system (the webhook's keys), and any
+            // Secret but its serving certificate there.
+            api.kubectl_ok(&[
+                "create",
+                "secret",
+                "generic",
+                "fabric-shadowpod-webhook-tls",
+                "-n",
+                NS,
+                "--from-literal=tls.key=secret",
+            ]);
+            attacks.refused(
+                "the authentication service reading the ShadowPod webhook's Secret",
+                kubectl_with(
+                    &auth,
+                    &["get", "secret", "fabric-shadowpod-webhook-tls", "-n", NS],
+                    None,
+                ),
+            );
+            attacks.refused(
+                "the authentication service listing Secrets in fabric-system",
+                kubectl_with(&auth, &["get", "secrets", "-n", NS], None),
+            );
+            attacks.refused(
+                "the authentication service creating a Secret other than its certificate",
+                kubectl_with(
+                    &auth,
+                    &[
+                        "create",
+                        "secret",
+                        "generic",
+                        "mallory",
+                        "-n",
+                        NS,
+                        "--from-literal=a=b",
+                    ],
+                    None,
+                ),
+            );
+            // The peering tokens, where only they live: listed by label, a one-time token's
+            // use recorded on its Secret.
+            let tokens = fabric_api::names::namespace::PEERING_TOKENS;
+            for (verb, yes) in [
+                ("list", true),
+                ("get", true),
+                ("update", true),
+                ("create", false),
+                ("delete", false),
+            ] {
+                assert_eq!(
+                    self::can_in(&api, "fabric-auth", verb, "secrets", tokens),
+                    yes,
+                    "fabric-auth {verb} secrets in {tokens}"
+                );
+            }
             // ... nor one it asked for itself, whatever its subject: approval is the
             // approver's (fabric-sharing), which reads the request.
             let nodes = api.kubeconfig.with_file_name("nodes.csr");

@@ -279,7 +279,7 @@ async fn nothing_on_provider(p: &Client) -> Result<(), String> {
 
 /// The peering tokens on the provider with an expiry (minted for one command).
 async fn minted_tokens(p: &Client) -> Vec<String> {
-    Api::<Secret>::namespaced(p.clone(), NS)
+    Api::<Secret>::namespaced(p.clone(), names::namespace::PEERING_TOKENS)
         .list(&ListParams::default().labels(&fabric_auth::token::selector()))
         .await
         .unwrap()
