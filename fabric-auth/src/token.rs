@@ -85,6 +85,24 @@ pub fn bind(mut secret: Secret, cluster_id: &str) -> Secret {
     secret
 }
 
+/// The token Secrets (of `secrets`) a revocation of consumer `consumer` removes: the standing
+/// token, which the revoked consumer saw (any number of consumers peer with it; the next
+/// `fabricctl generate peer-command` makes a new one), and the one-time tokens bound to it.
+pub fn revoked_with(secrets: &[Secret], consumer: &str) -> Vec<String> {
+    secrets
+        .iter()
+        .filter(|s| {
+            s.metadata.name.as_deref() == Some(names::secret::PEERING_TOKEN)
+                || s.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(names::annotation::TOKEN_CLUSTER_ID))
+                    .is_some_and(|id| id == consumer)
+        })
+        .filter_map(|s| s.metadata.name.clone())
+        .collect()
+}
+
 /// The label selector of token Secrets.
 pub fn selector() -> String {
     format!("{}=true", names::label::PEERING_TOKEN)
@@ -192,6 +210,21 @@ mod tests {
             check_token(&t, &records, later).is_err(),
             "the standing one expires too"
         );
+    }
+
+    #[test]
+    fn a_revocation_takes_the_standing_token_and_the_consumers_own() {
+        let later = Some("2030-01-01T00:00:00Z".parse().unwrap());
+        let secrets = [
+            secret("t", &generate(), false, later),
+            bind(secret("t", &generate(), true, later), "gone"),
+            bind(secret("t", &generate(), true, later), "staying"),
+            secret("t", &generate(), true, later),
+        ];
+        let revoked = revoked_with(&secrets, "gone");
+        assert_eq!(revoked.len(), 2, "{revoked:?}");
+        assert!(revoked.contains(&names::secret::PEERING_TOKEN.to_owned()));
+        assert!(revoked.contains(secrets[1].metadata.name.as_ref().unwrap()));
     }
 
     #[test]

@@ -421,7 +421,8 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
         .await?;
         provider_node(&p).await
     })?;
-    let auth = rt.block_on(AuthService::start(&provider, PROVIDER))?;
+    // The provider's `sharing` below approves its CSRs.
+    let auth = rt.block_on(AuthService::start_as(&provider, PROVIDER, None, false))?;
     // The virtual kubelets serve their kubelet API, as deployed.
     consumer.publish_client_ca()?;
     let controllers = vec![

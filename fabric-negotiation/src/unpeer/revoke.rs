@@ -3,16 +3,22 @@
 //! holds finalizer [`names::finalizer::CONSUMER`] while the consumer has a Tenant here; once
 //! the ForeignCluster is being deleted, the Tenant is deleted (its removal, [`super::provider`],
 //! takes the consumer's access and the tenant area) and the ForeignCluster goes when the
-//! Tenant has. [`step`] decides, free of I/O.
+//! Tenant has. [`step`] decides, free of I/O. The revocation also rotates the standing peering
+//! token (the revoked consumer saw the command that carries it) and removes the one-time
+//! tokens bound to the consumer ([`fabric_auth::token::revoked_with`]), and says so (a log
+//! line and an Event on the ForeignCluster).
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{authentication::v1alpha1::Tenant, core::v1alpha1::ForeignCluster, names};
 use fabric_kube::{
     controller::Runner,
+    events::Event,
     meta::{add_finalizer, delete_gone_ok, remove_finalizer},
 };
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
+    api::ListParams,
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use tracing::info;
@@ -69,16 +75,42 @@ async fn reconcile(fc: Arc<ForeignCluster>, ctx: Shared) -> Result<Action, Error
         Step::AddFinalizer => add_finalizer(&fcs, &fc, FINALIZER).await?,
         Step::RemoveFinalizer => remove_finalizer(&fcs, &fc, FINALIZER).await?,
         Step::DeleteTenant => {
+            // Before the Tenant: a failure here is retried while the Tenant still says so.
+            let revoked = revoke_tokens(&ctx, &consumer).await?;
             info!(
                 consumer,
-                "ForeignCluster deleted: removing the consumer's tenant"
+                tokens = ?revoked,
+                "ForeignCluster deleted: peering tokens revoked (the standing one is rotated: \
+                 `fabricctl generate peer-command` prints a new one); removing the consumer's tenant"
             );
+            let note = format!(
+                "consumer {consumer} revoked: peering tokens {revoked:?} deleted, so every peer \
+                 command printed before is refused (`fabricctl generate peer-command` prints a \
+                 new one)"
+            );
+            ctx.events
+                .publish(&fc, &Event::normal("TokensRotated", "Revoke", note))
+                .await;
             delete_gone_ok(&tenants, &consumer).await?;
             return Ok(Action::requeue(WAIT));
         }
         Step::Wait => return Ok(Action::requeue(WAIT)),
     }
     Ok(Action::await_change())
+}
+
+/// Deletes the peering tokens a revocation of `consumer` removes: what was deleted.
+async fn revoke_tokens(ctx: &Shared, consumer: &str) -> Result<Vec<String>, Error> {
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), names::namespace::PEERING_TOKENS);
+    let tokens = secrets
+        .list(&ListParams::default().labels(&fabric_auth::token::selector()))
+        .await?;
+    let revoked = fabric_auth::token::revoked_with(&tokens.items, consumer);
+    for name in &revoked {
+        delete_gone_ok(&secrets, name).await?;
+    }
+    Ok(revoked)
 }
 
 /// Runs until the watch ends.

@@ -1177,6 +1177,20 @@ fn manifests_apply_with_least_privilege() {
                     "fabric-auth {verb} secrets in {tokens}"
                 );
             }
+            // A consumer's revocation (fabric-sharing) deletes the standing token and the
+            // consumer's own; it writes no token.
+            for (verb, yes) in [
+                ("list", true),
+                ("delete", true),
+                ("create", false),
+                ("update", false),
+            ] {
+                assert_eq!(
+                    self::can_in(&api, "fabric-sharing", verb, "secrets", tokens),
+                    yes,
+                    "fabric-sharing {verb} secrets in {tokens}"
+                );
+            }
             // ... nor one it asked for itself, whatever its subject: approval is the
             // approver's (fabric-sharing), which reads the request.
             let nodes = api.kubeconfig.with_file_name("nodes.csr");

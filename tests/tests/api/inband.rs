@@ -385,6 +385,12 @@ async fn in_band_peer_and_unpeer() {
     assert!(o.status.success(), "{}", text(&o));
     let line = String::from_utf8(o.stdout).unwrap();
     let mut args: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let word_after = |flag: &str| {
+        let i = args.iter().position(|a| *a == flag).unwrap();
+        args[i + 1].to_owned()
+    };
+    // The printed command (the standing token), kept by whoever saw it.
+    let (printed_token, printed_pin) = (word_after("--token"), word_after("--auth-pin"));
     // No gateways run: the network never connects, so the command returns once it asked.
     args.extend([
         "--cpu",
@@ -534,6 +540,26 @@ async fn in_band_peer_and_unpeer() {
     assert!(
         matches!(denied, Err(kube::Error::Api(ref e)) if e.code == 403 || e.code == 401),
         "the revoked consumer still reaches the provider: {denied:?}"
+    );
+    // The revocation rotated the standing token: the command printed before (which the
+    // revoked consumer saw) gets no new identity, under any id.
+    let (_, csr_pem) = fabric_auth::consumer::key_and_csr("latecomer").unwrap();
+    let replay = fabric_auth::consumer::send(
+        &svc.url,
+        &fabric_auth::tls::Trust::Pin(fabric_auth::tls::parse_pin(&printed_pin).unwrap()),
+        &fabric_auth::protocol::AuthRequest {
+            cluster_id: "latecomer".to_owned(),
+            token: printed_token,
+            csr_pem,
+            provider_cluster_id: None,
+        },
+    )
+    .await;
+    assert!(
+        matches!(&replay, Err(fabric_auth::consumer::ClientError::Refused(r))
+            if r.reason == fabric_auth::protocol::Reason::InvalidToken),
+        "the peer command printed before the revocation: {:?}",
+        replay.map(|r| r.tenant_namespace)
     );
 
     // 4. The provider's API dies: `unpeer --force` still finishes, quickly, and leaves
