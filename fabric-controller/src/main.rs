@@ -259,6 +259,10 @@ enum Cmd {
         /// breaks it gets no pod. The same as the ShadowPod webhook's.
         #[command(flatten)]
         tenant_pods: TenantPodArgs,
+        /// As a provider, how long a ShadowPod whose pod finished (Succeeded or Failed) stays
+        /// before the provider deletes it (and its share of the tenant's ShadowPod count).
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        finished_retention: Duration,
         #[command(flatten)]
         renewal: RenewalArgs,
         #[command(flatten)]
@@ -705,6 +709,7 @@ async fn run() -> Result<()> {
             at_most_once_min_partition,
             at_most_once_max_grace,
             tenant_pods,
+            finished_retention,
             renewal,
             approver,
         } => {
@@ -747,7 +752,7 @@ async fn run() -> Result<()> {
                     let shadowpods = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
                         async move {
-                            shadowpod::controller::run(client, rules)
+                            shadowpod::controller::run(client, rules, finished_retention)
                                 .await
                                 .context("ShadowPod controller")
                         }

@@ -239,6 +239,10 @@ pub struct ShadowPodStatus {
     /// that shrinking a ShadowPod frees its share only once the pod has shrunk.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reserved: Resources,
+    /// When the provider's controller first saw the real pod finished (`Succeeded` or
+    /// `Failed`): the provider collects the ShadowPod a retention period after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
     /// See [`shadow_pod_condition`].
     #[serde(default)]
     pub conditions: Vec<Condition>,

@@ -6,7 +6,9 @@
 //! finalizer until its end is written in the ShadowPod's status, so that one that finished
 //! is never made again, even if it was removed while the controller was down. A change of the ShadowPod's container
 //! resources resizes the real pod in place ([`super::resize`]). A pod is only made from a
-//! ShadowPod whose pod keeps to the provider's [`super::policy`].
+//! ShadowPod whose pod keeps to the provider's [`super::policy`]. A ShadowPod whose pod
+//! finished is deleted once the provider admin's retention has passed since it did
+//! ([`super::lifetime::collect`]), so that finished ones do not pile up in the store.
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
@@ -36,6 +38,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide::{self, Cached, Decision},
+    lifetime::{self, Collect},
     policy::Rules,
     resize,
 };
@@ -67,6 +70,8 @@ struct Ctx {
     /// never made. A Tenant may have a level of its own ([`Self::rules_for`]).
     rules: Rules,
     tenants: Store<Tenant>,
+    /// How long a ShadowPod whose pod finished stays.
+    finished_retention: Duration,
 }
 
 impl Ctx {
@@ -223,10 +228,35 @@ async fn get_pod(pods: &Api<Pod>, name: &str) -> Result<Option<Pod>, Error> {
     Ok(pods.get_opt(name).await?)
 }
 
-async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
+/// [`apply`], and the ShadowPod deleted once its pod has been finished for the retention
+/// (its end as recorded in its status; the finalizer's cleanup then removes the pod).
+async fn apply_or_collect(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     // Our own last write stands in for the cache's copy until the cache shows it.
+    let cached = ctx.written.freshest(&key(&cached), cached);
+    let collect = lifetime::collect(
+        cached.status.as_ref(),
+        ctx.finished_retention,
+        Timestamp::now(),
+    );
+    if collect == Collect::Delete {
+        let shadows: Api<ShadowPod> =
+            Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+        let dp = fabric_kube::meta::only_uid(cached.metadata.uid.clone(), None);
+        fabric_kube::meta::delete(&shadows, &cached.name_any(), &dp).await?;
+        info!(shadowpod = %key(&cached), retention = ?ctx.finished_retention, "the pod finished; collected its ShadowPod");
+        return Ok(Action::await_change());
+    }
+    let action = apply(cached, ctx).await?;
+    Ok(match collect {
+        // A shorter wait of its own (a pod being let go) comes first; it ends in waiting
+        // for a change, which is then the retention's end.
+        Collect::Wait(left) if action == Action::await_change() => Action::requeue(left),
+        _ => action,
+    })
+}
+
+async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     let k = key(&cached);
-    let cached = ctx.written.freshest(&k, cached);
     let ns = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -300,6 +330,11 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         pod.as_ref(),
         &ctx.rules_for(&shadow),
     ) {
+        // Its end stamped, if an earlier release did not: the retention counts from it.
+        Decision::Finished if prev.finished_at.is_none() => ShadowPodStatus {
+            finished_at: lifetime::finished_at(&prev, prev.phase.as_deref(), Timestamp::now()),
+            ..prev.clone()
+        },
         Decision::Finished => return Ok(Action::await_change()),
         // Made once the ShadowPod's pod is changed to keep to the policy (its watch event).
         Decision::Disallowed(refusal) => {
@@ -445,7 +480,7 @@ async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Erro
         &api,
         finalizers::SHADOW_POD,
         shadow,
-        |s| apply(s, &ctx),
+        |s| apply_or_collect(s, &ctx),
         |s| cleanup(s, &ctx),
     )
     .await
@@ -455,8 +490,9 @@ async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Erro
 const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
 
 /// Runs the controller over every namespace's ShadowPods until a signal stops it.
-/// `rules`: what the provider lets tenants' pods do and where they run (the webhook's too).
-pub async fn run(client: Client, rules: Rules) -> Result<(), Error> {
+/// `rules`: what the provider lets tenants' pods do and where they run (the webhook's too);
+/// `finished_retention`: how long a ShadowPod whose pod finished stays.
+pub async fn run(client: Client, rules: Rules, finished_retention: Duration) -> Result<(), Error> {
     let shadows: Api<ShadowPod> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.
@@ -488,6 +524,7 @@ pub async fn run(client: Client, rules: Rules) -> Result<(), Error> {
         written: Default::default(),
         rules,
         tenants,
+        finished_retention,
     });
     Runner::new("shadowpods", BACKOFF)
         // The pod is ending: its ShadowPod goes once it has.

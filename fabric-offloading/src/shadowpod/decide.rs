@@ -197,6 +197,7 @@ pub fn mirrored(
     };
     ShadowPodStatus {
         observed_generation: generation,
+        finished_at: super::lifetime::finished_at(prev, s.phase.as_deref(), now),
         phase: s.phase,
         reason: s.reason,
         message: s.message,

@@ -3,7 +3,8 @@
 //! runs its real pod ([`decide`], [`controller`]); what the provider lets a tenant's pod do
 //! ([`policy`], judged by the webhook and again by the controller); what its admission
 //! webhook admits ([`admission`]) and the webhook itself ([`webhook`]); the opt-in at-most-once semantics
-//! that stop a silent consumer's pods ([`partition`], pure, and [`fence`]).
+//! that stop a silent consumer's pods ([`partition`], pure, and [`fence`]); how long a
+//! tenant's ShadowPods stay once finished ([`lifetime`], pure, and [`controller`]).
 //!
 //! The real pod lives in the ShadowPod's own namespace, under the same name: the tenant
 //! namespace today; twin namespaces (offloaded namespaces, a later issue) carry the
@@ -13,6 +14,7 @@ pub mod controller;
 pub mod decide;
 pub mod fence;
 pub mod forge;
+pub mod lifetime;
 pub mod partition;
 pub mod policy;
 pub mod quota;

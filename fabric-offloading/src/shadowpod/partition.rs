@@ -205,6 +205,7 @@ pub fn stopped(
     ShadowPodStatus {
         observed_generation: generation,
         phase: Some("Failed".into()),
+        finished_at: super::lifetime::finished_at(prev, Some("Failed"), now),
         reason: Some(PARTITIONED.into()),
         message: Some(message.clone()),
         pod_conditions,
