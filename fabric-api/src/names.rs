@@ -256,6 +256,9 @@ pub mod field_manager {
     pub const DISCOVERY: &str = "fabric-discovery";
     /// The provider's ShadowPod controller: ShadowPod status (the real pod's, copied).
     pub const SHADOW_POD: &str = "fabric-shadowpod";
+    /// The provider's drain of tenants: the Tenant's Drained condition, and the deletion of
+    /// a drained tenant's ShadowPods.
+    pub const TENANT_DRAIN: &str = "fabric-tenant-drain";
     /// The reflectors: the objects they keep in the remote cluster (server-side applied).
     pub const REFLECTION: &str = "fabric-reflection";
 }

@@ -259,6 +259,11 @@ enum Cmd {
         /// breaks it gets no pod. The same as the ShadowPod webhook's.
         #[command(flatten)]
         tenant_pods: TenantPodArgs,
+        /// As a provider, how long after a tenant is drained (its Tenant's `spec.state`) its
+        /// ShadowPods are deleted by the provider, whatever its consumer does; set back to
+        /// Active or Cordoned within it, it loses nothing.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        drain_grace: Duration,
         /// As a provider, how long a ShadowPod whose pod finished (Succeeded or Failed) stays
         /// before the provider deletes it (and its share of the tenant's ShadowPod count).
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
@@ -709,6 +714,7 @@ async fn run() -> Result<()> {
             at_most_once_min_partition,
             at_most_once_max_grace,
             tenant_pods,
+            drain_grace,
             finished_retention,
             renewal,
             approver,
@@ -765,6 +771,14 @@ async fn run() -> Result<()> {
                             Ok(())
                         }
                     }));
+                    // One active replica: the drained tenants' pods are stopped once.
+                    let drains = AbortOnDropHandle::new(tokio::spawn({
+                        let client = client.clone();
+                        async move {
+                            shadowpod::drainer::run(client, drain_grace).await;
+                            Ok(())
+                        }
+                    }));
                     // One active replica: two would both renew, each with a key of its own,
                     // and the Secret would flip between them.
                     let renewals = AbortOnDropHandle::new(tokio::spawn(async move {
@@ -778,6 +792,7 @@ async fn run() -> Result<()> {
                         joined(negotiation),
                         joined(shadowpods),
                         joined(csrs),
+                        joined(drains),
                         joined(renewals)
                     )
                     .map(|_| ())

@@ -134,6 +134,7 @@ pub struct TenantStatus {
     /// When the last certificate issued to it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_expiry: Option<Time>,
+    /// See [`tenant_condition`].
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// What the tenant's live ShadowPods request of its grant, per resource. The provider's
@@ -156,6 +157,15 @@ pub struct TenantStatus {
     /// the pending charges' bytes, what the webhook bounds a creation or growth by.
     #[serde(default)]
     pub shadow_pod_bytes: u64,
+}
+
+/// The condition types of a Tenant.
+pub mod tenant_condition {
+    /// Whether the tenant is drained (its `spec.state`), since its lastTransitionTime: reason
+    /// `NotDrained`, `Draining` (its ShadowPods are deleted by the provider once the drain
+    /// grace has passed) or `Stopped` (they were). Written by the provider's sharing
+    /// controller.
+    pub const DRAINED: &str = "Drained";
 }
 
 /// A ShadowPod creation or resize admitted against a tenant's grant.

@@ -65,6 +65,11 @@ pub enum Denial {
     },
     #[error("the ShadowPod is {bytes} bytes, more than the {max} a tenant's ShadowPod may be")]
     TooLarge { bytes: u64, max: u64 },
+    /// The provider's admin drained the tenant: nothing new runs for it.
+    #[error(
+        "consumer {cluster:?} is drained by the provider's admin: no new or larger ShadowPods, and its ShadowPods are deleted after the drain grace"
+    )]
+    Drained { cluster: String },
     #[error("consumer {cluster:?} has no Tenant here")]
     NoTenant { cluster: String },
     /// The charge could not be written (the API server busy or unreachable): the consumer

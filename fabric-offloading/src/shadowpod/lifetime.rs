@@ -1,14 +1,102 @@
 //! How long a tenant's ShadowPods live on the provider, decided by the provider alone, as
-//! pure functions of the objects and the clock: a ShadowPod whose pod finished is deleted
-//! once the retention has passed since it finished ([`finished_at`], [`collect`]), so that
-//! a consumer cannot fill the provider's store with finished ones. The I/O is in
+//! pure functions of the objects and the clock: a drained tenant's ShadowPods are deleted
+//! once the drain grace has passed since it was drained ([`drained`], [`drain`]), whatever
+//! its virtual kubelet does; a ShadowPod whose pod finished is deleted once the retention
+//! has passed since it finished ([`finished_at`], [`collect`]), so that a consumer cannot
+//! fill the provider's store with finished ones. The I/O is in [`super::drainer`] and
 //! [`super::controller`].
 use std::time::Duration;
 
-use fabric_api::offloading::v1alpha1::ShadowPodStatus;
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use fabric_api::{
+    authentication::v1alpha1::{TenantState, tenant_condition::DRAINED},
+    offloading::v1alpha1::ShadowPodStatus,
+};
+use fabric_kube::status::{Verdict, with_condition};
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
 
 use super::decide::terminal;
+
+fabric_kube::reasons! {
+    /// Why a Tenant's Drained condition says what it does.
+    pub enum Drained {
+        NotDrained = "NotDrained",
+        /// Drained: its ShadowPods are deleted once the grace has passed.
+        Draining = "Draining",
+        /// Drained, the grace passed: its ShadowPods were deleted by the provider.
+        Stopped = "Stopped",
+    }
+}
+
+/// The Drained condition of a tenant in `state` whose conditions were `prev`; `stopped`:
+/// its ShadowPods were deleted after the grace. The lastTransitionTime is when it was
+/// drained (kept while it stays drained), which [`drain`] counts the grace from.
+pub fn drained(
+    prev: &[Condition],
+    state: TenantState,
+    stopped: bool,
+    grace: Duration,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let verdict = match (state, stopped) {
+        (TenantState::Drained, false) => Verdict::ok(
+            Drained::Draining,
+            format!(
+                "granted nothing; its ShadowPods are deleted {}s after the drain",
+                grace.as_secs()
+            ),
+        ),
+        (TenantState::Drained, true) => Verdict::ok(
+            Drained::Stopped,
+            format!(
+                "its ShadowPods were deleted by the provider {}s after the drain",
+                grace.as_secs()
+            ),
+        ),
+        _ => Verdict::not(Drained::NotDrained, "the tenant is not drained"),
+    };
+    with_condition(prev, verdict.condition(DRAINED, generation, now))
+}
+
+/// Whether `conditions` say the tenant's ShadowPods were deleted after its drain grace.
+pub fn stopped(conditions: &[Condition]) -> bool {
+    Verdict::<Drained>::find(conditions, DRAINED).is_some_and(|v| v.reason == Drained::Stopped)
+}
+
+/// What to do about a tenant's ShadowPods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// Not drained (or not yet recorded as drained): they stay.
+    Keep,
+    /// Drained, within the grace: look again after this long.
+    Wait(Duration),
+    /// Drained for the whole grace: delete them.
+    Stop,
+}
+
+/// [`Drain`] for a tenant in `state` whose status has `conditions` (the Drained one as
+/// [`drained`] wrote it), at `now`.
+pub fn drain(
+    state: TenantState,
+    conditions: &[Condition],
+    grace: Duration,
+    now: Timestamp,
+) -> Drain {
+    let since = conditions
+        .iter()
+        .find(|c| c.type_ == DRAINED && c.status == "True")
+        .map(|c| c.last_transition_time.0);
+    match (state, since) {
+        (TenantState::Drained, Some(since)) => match left(since, grace, now) {
+            Some(wait) => Drain::Wait(wait),
+            None => Drain::Stop,
+        },
+        _ => Drain::Keep,
+    }
+}
 
 /// How long is left of `period` started at `since`, at `now`; None once it has passed. A
 /// start stamped by a clock ahead of this one's counts from now.
@@ -57,8 +145,86 @@ pub fn collect(status: Option<&ShadowPodStatus>, retention: Duration, now: Times
 mod tests {
     use super::*;
 
+    const GRACE: Duration = Duration::from_secs(60);
+
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn a_drained_tenant_is_stopped_after_the_grace_counted_from_the_drain() {
+        let active = drained(&[], TenantState::Active, false, GRACE, Some(1), t(0));
+        assert_eq!(
+            drain(TenantState::Active, &active, GRACE, t(0)),
+            Drain::Keep
+        );
+        // Drained at 10: the condition says since when, and stays so on later writes.
+        let at10 = drained(&active, TenantState::Drained, false, GRACE, Some(2), t(10));
+        let at30 = drained(&at10, TenantState::Drained, false, GRACE, Some(2), t(30));
+        assert_eq!(at30[0].last_transition_time, Time(t(10)));
+        assert_eq!(at30[0].reason, "Draining");
+        assert_eq!(
+            drain(TenantState::Drained, &at30, GRACE, t(30)),
+            Drain::Wait(Duration::from_secs(40))
+        );
+        assert_eq!(
+            drain(TenantState::Drained, &at30, GRACE, t(70)),
+            Drain::Stop
+        );
+        assert_eq!(
+            drain(TenantState::Drained, &at30, GRACE, t(500)),
+            Drain::Stop
+        );
+        let stopped = drained(&at30, TenantState::Drained, true, GRACE, Some(2), t(70));
+        assert_eq!(stopped[0].reason, "Stopped");
+        assert!(super::stopped(&stopped) && !super::stopped(&at30));
+        assert_eq!(stopped[0].last_transition_time, Time(t(10)));
+    }
+
+    #[test]
+    fn undrained_within_the_grace_stops_nothing_and_a_new_drain_starts_it_again() {
+        let at10 = drained(&[], TenantState::Drained, false, GRACE, Some(2), t(10));
+        // Active again at 40, before the grace ended: nothing is stopped, however late.
+        let back = drained(&at10, TenantState::Active, false, GRACE, Some(3), t(40));
+        assert_eq!(drain(TenantState::Active, &back, GRACE, t(40)), Drain::Keep);
+        assert_eq!(
+            drain(TenantState::Active, &back, GRACE, t(900)),
+            Drain::Keep
+        );
+        let cordoned = drained(&back, TenantState::Cordoned, false, GRACE, Some(4), t(50));
+        assert_eq!(
+            drain(TenantState::Cordoned, &cordoned, GRACE, t(900)),
+            Drain::Keep
+        );
+        // Drained again at 100: a grace of its own, not the remainder of the first.
+        let again = drained(
+            &cordoned,
+            TenantState::Drained,
+            false,
+            GRACE,
+            Some(5),
+            t(100),
+        );
+        assert_eq!(
+            drain(TenantState::Drained, &again, GRACE, t(100)),
+            Drain::Wait(GRACE)
+        );
+    }
+
+    #[test]
+    fn a_drain_not_recorded_yet_or_stamped_ahead_gets_the_whole_grace() {
+        // The spec says Drained, the status does not yet: the grace starts when it does.
+        let active = drained(&[], TenantState::Active, false, GRACE, Some(1), t(0));
+        assert_eq!(
+            drain(TenantState::Drained, &active, GRACE, t(500)),
+            Drain::Keep
+        );
+        assert_eq!(drain(TenantState::Drained, &[], GRACE, t(500)), Drain::Keep);
+        let ahead = drained(&[], TenantState::Drained, false, GRACE, Some(2), t(100));
+        assert_eq!(
+            drain(TenantState::Drained, &ahead, GRACE, t(50)),
+            Drain::Wait(GRACE)
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! ([`policy`], judged by the webhook and again by the controller); what its admission
 //! webhook admits ([`admission`]) and the webhook itself ([`webhook`]); the opt-in at-most-once semantics
 //! that stop a silent consumer's pods ([`partition`], pure, and [`fence`]); how long a
-//! tenant's ShadowPods stay once finished ([`lifetime`], pure, and [`controller`]).
+//! tenant's ShadowPods stay once drained or finished ([`lifetime`], pure, [`drainer`] and
+//! [`controller`]).
 //!
 //! The real pod lives in the ShadowPod's own namespace, under the same name: the tenant
 //! namespace today; twin namespaces (offloaded namespaces, a later issue) carry the
@@ -12,6 +13,7 @@
 pub mod admission;
 pub mod controller;
 pub mod decide;
+pub mod drainer;
 pub mod fence;
 pub mod forge;
 pub mod lifetime;

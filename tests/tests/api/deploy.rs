@@ -416,6 +416,19 @@ fn manifests_apply_with_least_privilege() {
                 "delete",
                 "tenants.authentication.fabric.io",
             ),
+            // A drained tenant: its Drained condition, and its ShadowPods (in the namespaces
+            // carrying its label) deleted after the grace.
+            (
+                "fabric-sharing",
+                "patch",
+                "tenants.authentication.fabric.io/status",
+            ),
+            ("fabric-sharing", "list", "namespaces"),
+            (
+                "fabric-sharing",
+                "delete",
+                "shadowpods.offloading.fabric.io",
+            ),
             // The VirtualNode controller holds what it grants the virtual kubelets.
             (
                 "fabric-virtual-nodes",
@@ -629,6 +642,13 @@ fn manifests_apply_with_least_privilege() {
                 "identities.authentication.fabric.io",
             ),
             ("fabric-sharing", "patch", "nodes"),
+            // Namespaces are listed, never changed but deleted (a tenant's, on unpeering).
+            ("fabric-sharing", "patch", "namespaces"),
+            (
+                "fabric-sharing",
+                "update",
+                "tenants.authentication.fabric.io/status",
+            ),
             (
                 "fabric-sharing",
                 "update",

@@ -15,6 +15,11 @@
 //! size, `PodResizePending`/`Infeasible` at home), deletion at home through the provider, and
 //! the opt-in at-most-once semantics: off, pods run through a long cut; on, the provider stops
 //! them after the partition time and only then does the consumer fail them at home.
+//!
+//! A second fixture, the provider's lifetimes short: a finished pod's ShadowPod collected
+//! after the retention (the home pod stays Succeeded), a tenant drained and set back within
+//! the grace losing nothing, and a drained tenant's ShadowPods (written by the consumer's
+//! own identity, its virtual kubelet cut off) deleted by the provider after the grace.
 use std::{
     future::Future,
     path::PathBuf,
@@ -253,7 +258,9 @@ fn cond_is(pod: &Value, type_: &str, status: &str, reason: Option<&str>) -> bool
 
 const OFFLOADED: &str = "offloading.fabric.io/Offloaded";
 
-async fn setup(tag: &str) -> Option<Bed> {
+/// The bed; `sharing_args`: flags of the provider's `fabric-controller sharing` beyond the
+/// defaults.
+async fn setup(tag: &str, sharing_args: &[&str]) -> Option<Bed> {
     if !require_tools(tag) {
         return None;
     }
@@ -275,6 +282,7 @@ async fn setup(tag: &str) -> Option<Bed> {
     let sharing_controller = Bin::new("fabric-controller")
         .unwrap()
         .arg("sharing")
+        .args(sharing_args)
         .kubeconfig(&sharing_kubeconfig)
         .pod_name("controller-0")
         .log(dir.join("provider-controller.log"))
@@ -371,7 +379,7 @@ fn cpu_of(spec: &Value) -> Option<&str> {
 async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     let Some(bed) = phase_async(
         "the bed: both API servers, the controllers, the webhook",
-        setup("offload"),
+        setup("offload", &[]),
     )
     .await
     else {
@@ -1286,4 +1294,257 @@ async fn at_most_once(bed: &Bed) {
     );
     assert!(bed.remote_pods().get_opt(&solo).await.unwrap().is_none());
     assert_eq!(bed.shadow_count().await, shadows_before + 1);
+}
+
+/// The provider's `--finished-retention` and `--drain-grace` in [`what_a_consumer_leaves`].
+const RETENTION: Duration = Duration::from_secs(5);
+const DRAIN_GRACE: Duration = Duration::from_secs(8);
+
+/// What a consumer leaves on the provider, the provider removes by itself: finished ShadowPods
+/// after the retention (the home pod keeps the status it ended with), and a drained tenant's
+/// ShadowPods after the drain grace, written by the consumer's own identity and never deleted
+/// by it (no virtual kubelet takes them).
+#[tokio::test]
+async fn what_a_consumer_leaves_the_provider_removes() {
+    let retention = format!("{}s", RETENTION.as_secs());
+    let grace = format!("{}s", DRAIN_GRACE.as_secs());
+    let Some(bed) = phase_async(
+        "the bed, the provider's lifetimes short",
+        setup(
+            "leaves",
+            &["--finished-retention", &retention, "--drain-grace", &grace],
+        ),
+    )
+    .await
+    else {
+        return;
+    };
+    phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
+    phase_async(
+        "a finished pod's ShadowPod collected, its home pod as it ended",
+        finished_collected(&bed),
+    )
+    .await;
+    phase_async(
+        "a tenant set back before the drain grace loses nothing",
+        undrained_within_the_grace(&bed),
+    )
+    .await;
+    phase_async(
+        "a drained tenant's ShadowPods stopped by the provider",
+        drained_tenant_stopped(&bed),
+    )
+    .await;
+}
+
+/// The Tenant as the provider's admin sees it.
+fn tenant(bed: &Bed) -> Value {
+    let o = bed.provider.kubectl(&[
+        "get",
+        "tenant",
+        CONSUMER,
+        "-n",
+        &names::namespace::tenant(CONSUMER),
+        "-o",
+        "json",
+    ]);
+    serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+}
+
+/// The provider's admin sets the tenant's state.
+fn set_tenant_state(bed: &Bed, state: &str) {
+    bed.provider.kubectl_ok(&[
+        "patch",
+        "tenant",
+        CONSUMER,
+        "-n",
+        &names::namespace::tenant(CONSUMER),
+        "--type=merge",
+        "-p",
+        &json!({ "spec": { "state": state } }).to_string(),
+    ]);
+}
+
+/// The tenant's Drained condition once it says `status` (and `reason`).
+async fn drained_condition(bed: &Bed, status: &str, reason: Option<&str>) -> Value {
+    bed.within("the Tenant's Drained condition", T * 2, || async {
+        let t = tenant(bed);
+        cond_is(&t, "Drained", status, reason).then(|| condition(&t, "Drained").unwrap().clone())
+    })
+    .await
+}
+
+fn since(c: &Value) -> k8s_openapi::jiff::Timestamp {
+    c["lastTransitionTime"].as_str().unwrap().parse().unwrap()
+}
+
+/// A home pod runs to completion; its ShadowPod goes `RETENTION` after that (and the real
+/// pod with it, and its count on the Tenant), while the home pod stays Succeeded, not failed
+/// for a vanished ShadowPod, not offloaded again.
+async fn finished_collected(bed: &Bed) {
+    bed.create_home_pod("once", json!({ "restartPolicy": "Never" }))
+        .await;
+    let once = forge::name(HOME_NS, "once");
+    bed.eventually("once's real pod", || async {
+        bed.remote_pods().get_opt(&once).await.ok()?
+    })
+    .await;
+    bed.provider_runs(&once, "10.244.2.11", 0).await;
+    bed.home_pod_where("once", "once Running", |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    // The pod's end is recorded when the provider's controller sees it, not before this.
+    let finishing = k8s_openapi::jiff::Timestamp::now();
+    bed.provider_finishes(&once).await;
+    let done = bed
+        .home_pod_where("once", "once Succeeded at home", |p| {
+            p["status"]["phase"] == "Succeeded"
+        })
+        .await;
+    let counted = bed
+        .eventually("the finished ShadowPod counted on the Tenant", || async {
+            let n = tenant(bed)["status"]["shadowPods"].as_u64()?;
+            (n >= 1).then_some(n)
+        })
+        .await;
+    bed.within("the finished ShadowPod collected", T * 2, || async {
+        bed.shadows()
+            .get_opt(&once)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let gone_after = k8s_openapi::jiff::Timestamp::now().duration_since(finishing);
+    assert!(
+        // The end is recorded in whole seconds.
+        gone_after.unsigned_abs() + Duration::from_secs(1) >= RETENTION,
+        "collected {gone_after:?} after it finished, before the retention"
+    );
+    bed.eventually("the real pod gone with it", || async {
+        bed.remote_pods()
+            .get_opt(&once)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    bed.eventually("the Tenant's count down", || async {
+        let n = tenant(bed)["status"]["shadowPods"].as_u64()?;
+        (n < counted).then_some(())
+    })
+    .await;
+    // At home, the pod stays as it ended, and nothing offloads it again.
+    for _ in 0..10 {
+        let home = serde_json::to_value(bed.home().get("once").await.unwrap()).unwrap();
+        assert_eq!(
+            home["status"]["phase"],
+            "Succeeded",
+            "{home}\n{}",
+            bed.logs()
+        );
+        assert_eq!(home["status"]["reason"], done["status"]["reason"], "{home}");
+        assert!(
+            bed.shadows().get_opt(&once).await.unwrap().is_none(),
+            "offloaded again\n{}",
+            bed.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A ShadowPod as the consumer's identity writes it straight to the provider, asking for
+/// little, admitted (the grant may take a moment to come back after a drain).
+async fn squat(bed: &Bed, name: &str) {
+    let theirs = bed.consumer_shadows().await;
+    bed.within(&format!("{name} admitted"), T * 2, || async {
+        theirs
+            .create(&Default::default(), &raw_shadow(name, "1m"))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+}
+
+/// Drained, then set back to Active within the grace: the tenant's ShadowPods stay.
+async fn undrained_within_the_grace(bed: &Bed) {
+    squat(bed, "kept").await;
+    set_tenant_state(bed, "Drained");
+    let drained = drained_condition(bed, "True", Some("Draining")).await;
+    set_tenant_state(bed, "Active");
+    let back = drained_condition(bed, "False", Some("NotDrained")).await;
+    let start = since(&drained);
+    let undrained = since(&back).duration_since(start).unsigned_abs();
+    if undrained >= DRAIN_GRACE {
+        eprintln!("set back {undrained:?} after the drain, past the grace: nothing to check");
+        return;
+    }
+    tokio::time::sleep(DRAIN_GRACE + Duration::from_secs(3)).await;
+    let kept = bed.shadows().get_opt("kept").await.unwrap();
+    assert!(
+        kept.is_some_and(|k| k.metadata.deletion_timestamp.is_none()),
+        "deleted although the tenant was set back within the grace\n{}",
+        bed.logs()
+    );
+}
+
+/// Drained: the consumer's identity writes nothing new, and the provider deletes the
+/// tenant's ShadowPods after the grace (their pods with them), says so on the Tenant, and
+/// nothing of the consumer's is needed for it.
+async fn drained_tenant_stopped(bed: &Bed) {
+    squat(bed, "squatter").await;
+    bed.create_home_pod("late", json!({})).await;
+    let late = forge::name(HOME_NS, "late");
+    bed.eventually("late's real pod", || async {
+        bed.remote_pods().get_opt(&late).await.ok()?
+    })
+    .await;
+    // The consumer's virtual kubelet cannot reach the provider: nothing at home deletes
+    // anything there.
+    bed.set_identity(&identity::Credentials {
+        api_server_url: "https://127.0.0.1:9".into(),
+        ..bed.identity.clone()
+    });
+    // The drain is recorded when the provider's controller sees it, not before this.
+    let drained_at = k8s_openapi::jiff::Timestamp::now();
+    set_tenant_state(bed, "Drained");
+    bed.within(
+        "the drained tenant's ShadowPods deleted by the provider",
+        T * 2,
+        || async {
+            let left = bed.shadows().list(&ListParams::default()).await.ok()?;
+            left.items.is_empty().then_some(())
+        },
+    )
+    .await;
+    let after = k8s_openapi::jiff::Timestamp::now().duration_since(drained_at);
+    assert!(
+        // Its start is recorded in whole seconds.
+        after.unsigned_abs() + Duration::from_secs(1) >= DRAIN_GRACE,
+        "deleted {after:?} after the drain, before the grace"
+    );
+    bed.eventually("their pods gone", || async {
+        let left = bed.remote_pods().list(&ListParams::default()).await.ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+    drained_condition(bed, "True", Some("Stopped")).await;
+    bed.event(
+        &bed.provider,
+        &names::namespace::tenant(CONSUMER),
+        "the PodsStopped Event on the Tenant",
+        |e| e["reason"] == "PodsStopped" && e["regarding"]["kind"] == "Tenant",
+    )
+    .await;
+    // A new ShadowPod of a drained tenant is refused, saying why.
+    let theirs = bed.consumer_shadows().await;
+    let refused = theirs
+        .create(&Default::default(), &raw_shadow("again", "1m"))
+        .await
+        .expect_err("a drained tenant's new ShadowPod admitted");
+    assert!(refused.to_string().contains("is drained"), "{refused}");
 }

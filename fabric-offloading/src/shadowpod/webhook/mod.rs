@@ -42,7 +42,7 @@ use std::{
 
 use bytes::Bytes;
 use fabric_api::{
-    authentication::v1alpha1::{ResourceSlice, Tenant},
+    authentication::v1alpha1::{ResourceSlice, Tenant, TenantState},
     names::{self, label},
     offloading::v1alpha1::ShadowPod,
 };
@@ -374,10 +374,10 @@ impl View {
         // The level of the tenant the ShadowPod names; one naming another tenant than its
         // writer's is refused below whatever its pod.
         let consumer = &shadow.spec.cluster_id;
-        let level = self
+        let tenant = self
             .tenants
-            .get(&ObjectRef::new(consumer).within(&names::namespace::tenant(consumer)))
-            .and_then(|t| t.spec.pod_security);
+            .get(&ObjectRef::new(consumer).within(&names::namespace::tenant(consumer)));
+        let level = tenant.as_ref().and_then(|t| t.spec.pod_security);
         let rules = self.rules.for_tenant(level);
         admission::conforms(&shadow.spec, old.map(|o| &o.spec), &rules)?;
         let verdict = admission::admit_change(
@@ -411,6 +411,12 @@ impl View {
                 bytes,
                 max: self.max_shadow_pod_bytes,
             });
+        }
+        // Said plainly, whatever the grant still says (it is answered with zero in a while)
+        // and whatever the pod asks for: nothing new, nothing larger.
+        let drained = tenant.is_some_and(|t| t.spec.state == TenantState::Drained);
+        if drained && (old.is_none() || more.values().any(|v| *v > 0)) {
+            return Err(Denial::Drained { cluster: consumer });
         }
         let granted = admission::granted(&consumer, self.slices.state().iter().map(|s| &**s))?;
         let ask = quota::Ask {

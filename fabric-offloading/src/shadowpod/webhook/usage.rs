@@ -51,11 +51,23 @@ struct Ctx {
 
 /// The consumer whose usage `tenant` keeps: only the Tenant the webhook charges (named after
 /// the consumer, in its tenant namespace).
-fn consumer_of(tenant: &Tenant) -> Option<&str> {
+pub(crate) fn consumer_of(tenant: &Tenant) -> Option<&str> {
     let consumer = tenant.spec.cluster_id.as_str();
     (tenant.name_any() == consumer
         && tenant.namespace().as_deref() == Some(&names::namespace::tenant(consumer)))
     .then_some(consumer)
+}
+
+/// A fresh listing of the ShadowPods in `consumer`'s namespaces (those carrying its label).
+pub(crate) async fn shadow_pods(client: &Client, consumer: &str) -> kube::Result<Vec<ShadowPod>> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let theirs = ListParams::default().labels(&format!("{}={consumer}", label::REMOTE_CLUSTER));
+    let mut listed: Vec<ShadowPod> = Vec::new();
+    for ns in namespaces.list(&theirs).await? {
+        let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), &ns.name_any());
+        listed.extend(shadows.list(&ListParams::default()).await?);
+    }
+    Ok(listed)
 }
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -69,13 +81,7 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     let Some(mut fresh) = tenants.get_opt(&tenant.name_any()).await? else {
         return Ok(Action::await_change());
     };
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let theirs = ListParams::default().labels(&format!("{}={consumer}", label::REMOTE_CLUSTER));
-    let mut listed: Vec<ShadowPod> = Vec::new();
-    for ns in namespaces.list(&theirs).await? {
-        let shadows: Api<ShadowPod> = Api::namespaced(ctx.client.clone(), &ns.name_any());
-        listed.extend(shadows.list(&ListParams::default()).await?);
-    }
+    let listed = shadow_pods(&ctx.client, consumer).await?;
     let status = fresh.status.clone().unwrap_or_default();
     let now = Timestamp::now();
     let recounted = quota::recount(&status, consumer, &listed, now, ctx.ttl, &ctx.defaults)?;

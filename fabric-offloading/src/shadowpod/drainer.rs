@@ -1,0 +1,148 @@
+//! The provider's drain of tenants (I/O edge of [`super::lifetime::drained`] and
+//! [`super::lifetime::drain`]), in the sharing controller: it records on each Tenant since
+//! when it is drained (its Drained condition), and once the provider admin's grace has passed
+//! it deletes the tenant's ShadowPods itself (their pods go through the ShadowPod
+//! controller's finalizer), says so in an Event and the condition, and keeps deleting any
+//! that appear while it stays drained. Nothing here waits on the consumer: a consumer that
+//! keeps its ShadowPods is drained all the same. A tenant set back to Active or Cordoned
+//! within the grace loses nothing.
+use std::{sync::Arc, time::Duration};
+
+use fabric_api::{
+    authentication::v1alpha1::{Tenant, TenantState},
+    names::{self, field_manager},
+    offloading::v1alpha1::ShadowPod,
+};
+use fabric_kube::{
+    controller::{Backoff, Runner},
+    events::{Event, Events},
+    meta::{Deleted, delete, only_uid},
+    status::FieldManager,
+};
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+};
+use tracing::info;
+
+use super::{
+    lifetime::{self, Drain},
+    webhook::usage,
+};
+
+const STATUS: FieldManager = FieldManager(field_manager::TENANT_DRAIN);
+
+/// While a drained tenant stays drained past its grace: how often its namespaces are looked
+/// at again (beside every ShadowPod event), for one the watch missed.
+const RESYNC: Duration = Duration::from_secs(60);
+
+struct Ctx {
+    client: Client,
+    events: Events,
+    grace: Duration,
+}
+
+async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+    let Some(consumer) = usage::consumer_of(&tenant) else {
+        return Ok(Action::await_change());
+    };
+    let state = tenant.spec.state;
+    let prev = tenant.status.clone().unwrap_or_default().conditions;
+    let generation = tenant.metadata.generation;
+    let now = Timestamp::now();
+    let tenants: Api<Tenant> =
+        Api::namespaced(ctx.client.clone(), &tenant.namespace().unwrap_or_default());
+    let write = |conditions: Vec<_>| {
+        let tenants = tenants.clone();
+        let name = tenant.name_any();
+        async move {
+            STATUS
+                .apply_status(
+                    &tenants,
+                    &name,
+                    serde_json::json!({ "conditions": conditions }),
+                )
+                .await
+        }
+    };
+    // Recorded first, so that the grace is counted from a time the API server holds.
+    let was_stopped = lifetime::stopped(&prev);
+    let now_conditions = lifetime::drained(&prev, state, was_stopped, ctx.grace, generation, now);
+    if now_conditions != prev {
+        write(now_conditions.clone()).await?;
+        if state == TenantState::Drained && !was_stopped {
+            info!(consumer, grace = ?ctx.grace, "the tenant is drained; its pods are stopped after the grace");
+        }
+        // The condition's own event brings it back with the time as written.
+        return Ok(Action::await_change());
+    }
+    match lifetime::drain(state, &prev, ctx.grace, now) {
+        Drain::Keep => Ok(Action::await_change()),
+        Drain::Wait(left) => Ok(Action::requeue(left + Duration::from_millis(100))),
+        Drain::Stop => {
+            let mut deleted = 0;
+            for s in usage::shadow_pods(&ctx.client, consumer).await? {
+                if s.spec.cluster_id != consumer || s.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let shadows: Api<ShadowPod> =
+                    Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
+                let dp = only_uid(s.metadata.uid.clone(), None);
+                if delete(&shadows, &s.name_any(), &dp).await? == Deleted::Asked {
+                    deleted += 1;
+                }
+            }
+            if deleted > 0 {
+                info!(
+                    consumer,
+                    deleted, "the tenant was drained past its grace: deleted its ShadowPods"
+                );
+                let note = format!(
+                    "drained for {}s: the provider deleted {deleted} of its ShadowPods (their pods are stopped)",
+                    ctx.grace.as_secs()
+                );
+                ctx.events
+                    .publish(&*tenant, &Event::normal("PodsStopped", "Drain", note))
+                    .await;
+            }
+            let conditions = lifetime::drained(&prev, state, true, ctx.grace, generation, now);
+            if conditions != prev {
+                write(conditions).await?;
+            }
+            Ok(Action::requeue(RESYNC))
+        }
+    }
+}
+
+/// Runs the drain of tenants until the task is dropped: a drained tenant's ShadowPods are
+/// deleted `grace` after it was drained.
+pub async fn run(client: Client, grace: Duration) {
+    let tenants: Api<Tenant> = Api::all(client.clone());
+    let shadows: Api<ShadowPod> = Api::all(client.clone());
+    // A ShadowPod that appears for a tenant already drained goes too.
+    let controller = Controller::new(tenants, watcher::Config::default()).watches(
+        shadows,
+        watcher::Config::default(),
+        |s: ShadowPod| {
+            let consumer = s.spec.cluster_id.clone();
+            Some(ObjectRef::<Tenant>::new(&consumer).within(&names::namespace::tenant(&consumer)))
+        },
+    );
+    let events = Events::new(client.clone(), field_manager::TENANT_DRAIN, None);
+    Runner::new(
+        "tenant-drain",
+        Backoff::new(Duration::from_secs(1), Duration::from_secs(10)),
+    )
+    .until_dropped()
+    .run(
+        controller,
+        reconcile,
+        Arc::new(Ctx {
+            client,
+            events,
+            grace,
+        }),
+    )
+    .await;
+}
