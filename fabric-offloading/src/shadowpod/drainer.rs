@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
     authentication::v1alpha1::{Tenant, TenantState},
-    names::{self, field_manager},
+    names::field_manager,
     offloading::v1alpha1::ShadowPod,
 };
 use fabric_kube::{
@@ -20,10 +20,7 @@ use fabric_kube::{
     status::FieldManager,
 };
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Api, Client, ResourceExt,
-    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
-};
+use kube::{Api, Client, ResourceExt, runtime::controller::Action};
 use tracing::info;
 
 use super::{
@@ -118,17 +115,8 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::E
 /// Runs the drain of tenants until the task is dropped: a drained tenant's ShadowPods are
 /// deleted `grace` after it was drained.
 pub async fn run(client: Client, grace: Duration) {
-    let tenants: Api<Tenant> = Api::all(client.clone());
-    let shadows: Api<ShadowPod> = Api::all(client.clone());
     // A ShadowPod that appears for a tenant already drained goes too.
-    let controller = Controller::new(tenants, watcher::Config::default()).watches(
-        shadows,
-        watcher::Config::default(),
-        |s: ShadowPod| {
-            let consumer = s.spec.cluster_id.clone();
-            Some(ObjectRef::<Tenant>::new(&consumer).within(&names::namespace::tenant(&consumer)))
-        },
-    );
+    let controller = usage::tenants_and_their_shadow_pods(&client);
     let events = Events::new(client.clone(), field_manager::TENANT_DRAIN, None);
     Runner::new(
         "tenant-drain",

@@ -160,6 +160,28 @@ impl Bed {
         apply(&self.consumer, &pod);
     }
 
+    /// Home pod `name` (its spec with `extra`) offloaded: its real pod's name, once it exists.
+    async fn offloaded(&self, name: &str, extra: Value) -> String {
+        self.create_home_pod(name, extra).await;
+        let remote = forge::name(HOME_NS, name);
+        self.eventually(&format!("{name}'s real pod"), || async {
+            self.remote_pods().get_opt(&remote).await.ok()?
+        })
+        .await;
+        remote
+    }
+
+    /// [`Bed::offloaded`], its real pod run at `ip` and the home pod Running.
+    async fn running(&self, name: &str, extra: Value, ip: &str) -> String {
+        let remote = self.offloaded(name, extra).await;
+        self.provider_runs(&remote, ip, 0).await;
+        self.home_pod_where(name, &format!("{name} Running"), |p| {
+            p["status"]["phase"] == "Running"
+        })
+        .await;
+        remote
+    }
+
     /// The provider's kubelet, played: the real pod runs with `restarts`.
     async fn provider_runs(&self, name: &str, ip: &str, restarts: i32) {
         let status = json!({"status": {
@@ -708,15 +730,7 @@ async fn provider_cut_and_healed(bed: &Bed, uid: &Option<String>) {
 /// A ShadowPod that vanishes on the provider: its pod fails at home, never stays Running.
 async fn vanished_shadow_pod(bed: &Bed) {
     // A ShadowPod that vanishes on the provider: its pod fails at home, never stays Running.
-    bed.create_home_pod("job", json!({})).await;
-    let job = forge::name(HOME_NS, "job");
-    bed.eventually("job's real pod", || async {
-        bed.remote_pods().get_opt(&job).await.ok()?
-    })
-    .await;
-    bed.provider_runs(&job, "10.244.2.8", 0).await;
-    bed.home_pod_where("job", "job Running", |p| p["status"]["phase"] == "Running")
-        .await;
+    let job = bed.running("job", json!({}), "10.244.2.8").await;
     bed.shadows()
         .delete(&job, &DeleteParams::default())
         .await
@@ -741,17 +755,7 @@ async fn provider_quota(bed: &Bed) {
                          "command": ["fabric-test-pod", "echo", "--port", "8080"],
                          "resources": { "requests": { "cpu": format!("{}m", granted * 6 / 10) } } }],
     });
-    bed.create_home_pod("batch", share.clone()).await;
-    let batch = forge::name(HOME_NS, "batch");
-    bed.eventually("batch's real pod", || async {
-        bed.remote_pods().get_opt(&batch).await.ok()?
-    })
-    .await;
-    bed.provider_runs(&batch, "10.244.2.9", 0).await;
-    bed.home_pod_where("batch", "batch Running", |p| {
-        p["status"]["phase"] == "Running"
-    })
-    .await;
+    let batch = bed.running("batch", share.clone(), "10.244.2.9").await;
     // ... one over it is refused by the webhook, visibly at home (a condition, an Event),
     // and nothing of it runs there.
     bed.create_home_pod("big", share.clone()).await;
@@ -1037,12 +1041,7 @@ async fn a_tenant_held_to_restricted(bed: &Bed) {
 async fn image_pull_failure(bed: &Bed) {
     // A remote container that cannot start (its image does not pull on the provider): its
     // state comes home, and a Warning Event says so where `kubectl describe pod` shows it.
-    bed.create_home_pod("badimage", json!({})).await;
-    let bad = forge::name(HOME_NS, "badimage");
-    bed.eventually("badimage's real pod", || async {
-        bed.remote_pods().get_opt(&bad).await.ok()?
-    })
-    .await;
+    let bad = bed.offloaded("badimage", json!({})).await;
     let pull = json!({"status": {
         "phase": "Pending",
         "containerStatuses": [{"name": "main", "image": "registry.invalid/web:1", "imageID": "",
@@ -1190,12 +1189,7 @@ async fn at_most_once(bed: &Bed) {
     })
     .await;
 
-    bed.create_home_pod("solo", json!({})).await;
-    let solo = forge::name(HOME_NS, "solo");
-    bed.eventually("solo's real pod", || async {
-        bed.remote_pods().get_opt(&solo).await.ok()?
-    })
-    .await;
+    let solo = bed.offloaded("solo", json!({})).await;
     bed.provider_runs(&solo, "10.244.2.9", 0).await;
     bed.home_pod_where("solo", "solo Running and Ready", |p| {
         p["status"]["phase"] == "Running" && cond_is(p, "Ready", "True", None)
@@ -1272,17 +1266,8 @@ async fn at_most_once(bed: &Bed) {
         cond_is(&n, "Ready", "True", None).then_some(())
     })
     .await;
-    bed.create_home_pod("after", json!({})).await;
-    let after = forge::name(HOME_NS, "after");
-    bed.eventually("after's real pod", || async {
-        bed.remote_pods().get_opt(&after).await.ok()?
-    })
-    .await;
-    bed.provider_runs(&after, "10.244.2.10", 0).await;
-    bed.home_pod_where("after", "after Running once healed", |p| {
-        p["status"]["phase"] == "Running"
-    })
-    .await;
+    // Running once healed.
+    bed.running("after", json!({}), "10.244.2.10").await;
     let home = serde_json::to_value(bed.home().get("solo").await.unwrap()).unwrap();
     assert_eq!(home["status"]["phase"], "Failed", "{home}");
     assert_eq!(home["status"]["reason"], "ProviderPartitioned", "{home}");
@@ -1374,6 +1359,19 @@ async fn drained_condition(bed: &Bed, status: &str, reason: Option<&str>) -> Val
     .await
 }
 
+/// Checks that `period` has passed since `start` (less a second: the provider records its
+/// start in whole seconds).
+#[track_caller]
+fn not_before(start: k8s_openapi::jiff::Timestamp, period: Duration, what: &str) {
+    let after = k8s_openapi::jiff::Timestamp::now()
+        .duration_since(start)
+        .unsigned_abs();
+    assert!(
+        after + Duration::from_secs(1) >= period,
+        "{what} {after:?} later, before {period:?}"
+    );
+}
+
 fn since(c: &Value) -> k8s_openapi::jiff::Timestamp {
     c["lastTransitionTime"].as_str().unwrap().parse().unwrap()
 }
@@ -1382,18 +1380,9 @@ fn since(c: &Value) -> k8s_openapi::jiff::Timestamp {
 /// pod with it, and its count on the Tenant), while the home pod stays Succeeded, not failed
 /// for a vanished ShadowPod, not offloaded again.
 async fn finished_collected(bed: &Bed) {
-    bed.create_home_pod("once", json!({ "restartPolicy": "Never" }))
+    let once = bed
+        .running("once", json!({ "restartPolicy": "Never" }), "10.244.2.11")
         .await;
-    let once = forge::name(HOME_NS, "once");
-    bed.eventually("once's real pod", || async {
-        bed.remote_pods().get_opt(&once).await.ok()?
-    })
-    .await;
-    bed.provider_runs(&once, "10.244.2.11", 0).await;
-    bed.home_pod_where("once", "once Running", |p| {
-        p["status"]["phase"] == "Running"
-    })
-    .await;
     // The pod's end is recorded when the provider's controller sees it, not before this.
     let finishing = k8s_openapi::jiff::Timestamp::now();
     bed.provider_finishes(&once).await;
@@ -1417,12 +1406,7 @@ async fn finished_collected(bed: &Bed) {
             .then_some(())
     })
     .await;
-    let gone_after = k8s_openapi::jiff::Timestamp::now().duration_since(finishing);
-    assert!(
-        // The end is recorded in whole seconds.
-        gone_after.unsigned_abs() + Duration::from_secs(1) >= RETENTION,
-        "collected {gone_after:?} after it finished, before the retention"
-    );
+    not_before(finishing, RETENTION, "collected after the pod finished");
     bed.eventually("the real pod gone with it", || async {
         bed.remote_pods()
             .get_opt(&once)
@@ -1497,12 +1481,7 @@ async fn undrained_within_the_grace(bed: &Bed) {
 /// nothing of the consumer's is needed for it.
 async fn drained_tenant_stopped(bed: &Bed) {
     squat(bed, "squatter").await;
-    bed.create_home_pod("late", json!({})).await;
-    let late = forge::name(HOME_NS, "late");
-    bed.eventually("late's real pod", || async {
-        bed.remote_pods().get_opt(&late).await.ok()?
-    })
-    .await;
+    bed.offloaded("late", json!({})).await;
     // The consumer's virtual kubelet cannot reach the provider: nothing at home deletes
     // anything there.
     bed.set_identity(&identity::Credentials {
@@ -1521,12 +1500,7 @@ async fn drained_tenant_stopped(bed: &Bed) {
         },
     )
     .await;
-    let after = k8s_openapi::jiff::Timestamp::now().duration_since(drained_at);
-    assert!(
-        // Its start is recorded in whole seconds.
-        after.unsigned_abs() + Duration::from_secs(1) >= DRAIN_GRACE,
-        "deleted {after:?} after the drain, before the grace"
-    );
+    not_before(drained_at, DRAIN_GRACE, "deleted after the drain");
     bed.eventually("their pods gone", || async {
         let left = bed.remote_pods().list(&ListParams::default()).await.ok()?;
         left.items.is_empty().then_some(())

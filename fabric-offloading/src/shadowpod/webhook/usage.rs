@@ -106,18 +106,24 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     })
 }
 
-/// Runs the reconciler until the task is dropped.
-pub async fn run(client: Client, ttl: Duration, defaults: Defaults) {
+/// A controller of every Tenant, each also reconciled when a ShadowPod naming its consumer
+/// changes.
+pub(crate) fn tenants_and_their_shadow_pods(client: &Client) -> Controller<Tenant> {
     let tenants: Api<Tenant> = Api::all(client.clone());
     let shadows: Api<ShadowPod> = Api::all(client.clone());
-    let controller = Controller::new(tenants, watcher::Config::default()).watches(
+    Controller::new(tenants, watcher::Config::default()).watches(
         shadows,
         watcher::Config::default(),
         |s: ShadowPod| {
             let consumer = s.spec.cluster_id.clone();
             Some(ObjectRef::<Tenant>::new(&consumer).within(&names::namespace::tenant(&consumer)))
         },
-    );
+    )
+}
+
+/// Runs the reconciler until the task is dropped.
+pub async fn run(client: Client, ttl: Duration, defaults: Defaults) {
+    let controller = tenants_and_their_shadow_pods(&client);
     Runner::new(
         "usage",
         Backoff::new(Duration::from_secs(1), Duration::from_secs(5)),
