@@ -62,6 +62,22 @@ const WEBHOOK_PORT: u16 = 9443;
 /// consumer's virtual node for X carries it.
 pub const ADVERTISED_LABEL: &str = "example.com/provider";
 
+/// Starts `cmd` as a component's pod runs: `kubeconfig` its only credentials, its output to
+/// `log`, dying with this process.
+fn spawn_as_pod(
+    cmd: &mut std::process::Command,
+    kubeconfig: &Path,
+    log: std::fs::File,
+) -> Result<std::process::Child> {
+    Ok(die_with_parent(cmd)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
+
 /// One cluster's sharing layer.
 pub struct Member {
     pub id: String,
@@ -125,14 +141,9 @@ impl Member {
                 service_account,
                 dir.join(format!("{name}.kubeconfig")),
             )?;
-            let child = die_with_parent(&mut container.command(&locate_bin("fabric-controller")?)?)
-                .args(&args)
-                .env("KUBECONFIG", &own)
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
+            let mut cmd = container.command(&locate_bin("fabric-controller")?)?;
+            cmd.args(&args);
+            let child = spawn_as_pod(&mut cmd, &own, log)
                 .with_context(|| format!("starting fabric-controller {name}"))?;
             procs.push((name.to_owned(), ChildGuard(child), container.clone()));
         }
@@ -151,7 +162,6 @@ impl Member {
                 &own,
             )?;
             let log_path = dir.join("shadowpod-webhook.log");
-            let log = std::fs::File::create(&log_path)?;
             let argv: Vec<String> = containers
                 .webhook
                 .enter(&site.ns, &dir.join("shadowpod-webhook.mnt"))?
@@ -159,14 +169,9 @@ impl Member {
                 .chain([locate_bin("fabric-controller")?.display().to_string()])
                 .chain(crate::webhook::args(&listen, &site.caller))
                 .collect();
-            let child = die_with_parent(&mut std::process::Command::new(&argv[0]))
-                .args(&argv[1..])
-                .env("KUBECONFIG", &own)
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
+            let mut cmd = std::process::Command::new(&argv[0]);
+            cmd.args(&argv[1..]);
+            let child = spawn_as_pod(&mut cmd, &own, std::fs::File::create(&log_path)?)
                 .context("starting the ShadowPod webhook")?;
             procs.push((
                 "shadowpod-webhook".to_owned(),
