@@ -314,8 +314,8 @@ enum Cmd {
         #[arg(long = "client-name", default_value = "kube-apiserver")]
         client_names: Vec<String>,
         /// How many ShadowPods, running or finished, a tenant may have: a creation past it is
-        /// refused (finished ones go with their pods at home, or when the consumer deletes
-        /// them).
+        /// refused (finished ones go with their pods at home, when the consumer deletes them,
+        /// or `sharing --finished-retention` after they finished).
         #[arg(long, default_value_t = shadowpod::webhook::DEFAULT_MAX_SHADOW_PODS)]
         max_shadowpods_per_tenant: u32,
         /// How many ResourceSlices, and how many PeeringNetworks, a consumer may have in a
