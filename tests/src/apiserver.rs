@@ -261,17 +261,7 @@ impl ApiServer {
     }
 
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
-        use std::io::Write;
-        let mut c = Command::new("kubectl")
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        c.wait_with_output().unwrap()
+        crate::process::kubectl_stdin(&self.kubeconfig, args, input)
     }
 
     pub async fn client(&self) -> kube::Client {

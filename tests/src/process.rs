@@ -43,6 +43,25 @@ pub fn fabricctl(kubeconfig: &Path, args: &[&str]) -> Output {
         .expect("fabricctl runs")
 }
 
+/// `kubectl ARGS` with `kubeconfig`, `input` on its standard input.
+pub fn kubectl_stdin(kubeconfig: &Path, args: &[&str], input: &str) -> Output {
+    use std::io::Write as _;
+    let mut c = Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    c.stdin
+        .take()
+        .expect("kubectl's stdin")
+        .write_all(input.as_bytes())
+        .expect("writing to kubectl");
+    c.wait_with_output().expect("kubectl runs")
+}
+
 /// What a process printed, stdout then stderr.
 pub fn output_text(o: &Output) -> String {
     format!(

@@ -445,24 +445,3 @@ pub fn root_shadowpod(consumer_id: &str, name: &str) -> serde_json::Value {
         },
     })
 }
-
-/// `kubectl create -f -` of `object` with `kubeconfig`.
-pub fn kubectl_create(
-    kubeconfig: &Path,
-    object: &serde_json::Value,
-) -> Result<std::process::Output> {
-    use std::io::Write as _;
-    let mut c = Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .args(["create", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running kubectl")?;
-    c.stdin
-        .take()
-        .context("kubectl's stdin")?
-        .write_all(object.to_string().as_bytes())?;
-    Ok(c.wait_with_output()?)
-}

@@ -386,7 +386,11 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     println!(
         "  kubectl create (as A's identity on B) a ShadowPod with hostPID and a privileged container:"
     );
-    let o = sharing::kubectl_create(&kubeconfig, &sharing::root_shadowpod(&a_id, "root"))?;
+    let o = fabric_tests::process::kubectl_stdin(
+        &kubeconfig,
+        &["create", "-f", "-"],
+        &sharing::root_shadowpod(&a_id, "root").to_string(),
+    );
     if o.status.success() {
         bail!("cluster B admitted a root pod from A's identity");
     }

@@ -304,8 +304,11 @@ impl Bed {
             .join(format!("a-on-{}.kubeconfig", provider.id));
         sharing::identity_kubeconfig(&a.api, &provider.id, &kubeconfig).unwrap();
         let ns = names::namespace::tenant(&a.id);
-        let o =
-            sharing::kubectl_create(&kubeconfig, &sharing::root_shadowpod(&a.id, "root")).unwrap();
+        let o = fabric_tests::process::kubectl_stdin(
+            &kubeconfig,
+            &["create", "-f", "-"],
+            &sharing::root_shadowpod(&a.id, "root").to_string(),
+        );
         let err = text(&o);
         assert!(!o.status.success(), "a root ShadowPod admitted: {err}");
         assert!(
