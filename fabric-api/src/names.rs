@@ -29,6 +29,14 @@ pub mod label {
     pub const REFLECTED_FROM: &str = "reflection.fabric.io/origin";
     /// On every object a reflector made in another cluster: the id of that cluster.
     pub const REFLECTED_TO: &str = "reflection.fabric.io/destination";
+    /// On a consumer's namespaces offloaded with pod strategy `Remote` or `LocalAndRemote`
+    /// (value "true"): the pod webhook acts on pods created there. `fabricctl offload` sets
+    /// it before the NamespaceOffloading, so that no pod created meanwhile escapes the
+    /// webhook; the webhook refuses pods of a labelled namespace without one.
+    pub const SCHEDULING_ENABLED: &str = "offloading.fabric.io/scheduling-enabled";
+    /// On a provider's twin namespaces (value "true"), beside [`REMOTE_CLUSTER`] naming
+    /// their consumer: made by the provider for a NamespaceMap, removed with it.
+    pub const TWIN_NAMESPACE: &str = "offloading.fabric.io/twin-namespace";
 }
 
 /// The taint every virtual node carries (effect NoExecute), so that only pods that tolerate
@@ -124,6 +132,12 @@ pub mod annotation {
     /// On every object a mirroring reflector applied in another cluster: a hash of what it
     /// applied, so that a change at home that only removes something is seen there too.
     pub const REFLECTED_HASH: &str = "reflection.fabric.io/hash";
+    /// On a provider's twin namespace: `<tenant namespace>/<NamespaceMap name>`, the map it
+    /// was made for. A namespace without it (or naming another map) is never adopted nor
+    /// deleted by the fabric.
+    pub const TWIN_OF_MAP: &str = "offloading.fabric.io/namespace-map";
+    /// On a provider's twin namespace: the consumer's namespace it is the twin of.
+    pub const TWIN_HOME: &str = "offloading.fabric.io/home-namespace";
 
     /// Whether the unpeer of `meta` (being deleted) was forced ([`FORCE_UNPEER`]).
     pub fn unpeer_forced(meta: &kube::api::ObjectMeta) -> bool {
@@ -158,6 +172,13 @@ pub mod finalizer {
     /// On a provider's ForeignClusters of consumers with a Tenant: deleting one removes the
     /// Tenant (and so the consumer's access and tenant area) before it goes.
     pub const CONSUMER: &str = "sharing.fabric.io/consumer";
+    /// On a consumer's NamespaceOffloadings: the namespace's mappings are withdrawn from
+    /// every provider, and their twins gone (or the provider out of reach too long), before
+    /// it goes.
+    pub const NAMESPACE_OFFLOADING: &str = "offloading.fabric.io/namespace-offloading";
+    /// On a provider's NamespaceMaps: every twin namespace made for it is removed before it
+    /// goes.
+    pub const NAMESPACE_MAP: &str = "offloading.fabric.io/namespace-map";
 }
 
 pub mod secret {
@@ -195,6 +216,11 @@ pub mod webhook {
     /// The path the API server posts creations of the other objects a consumer may make
     /// (ResourceSlices, PeeringNetworks) to, which are bounded in number per tenant.
     pub const TENANT_OBJECTS_PATH: &str = "/validate/tenant-objects";
+    /// The consumer's MutatingWebhookConfiguration on pods of offloaded namespaces
+    /// (cluster-scoped), served by the same webhook.
+    pub const PODS_CONFIG: &str = "fabric-pods";
+    /// The path the API server posts pod creations in offloaded namespaces to.
+    pub const PODS_PATH: &str = "/mutate/pods";
 }
 
 /// The gateway Service has no selector: the replica holding the gateway Lease writes this
@@ -261,6 +287,11 @@ pub mod field_manager {
     pub const TENANT_DRAIN: &str = "fabric-tenant-drain";
     /// The reflectors: the objects they keep in the remote cluster (server-side applied).
     pub const REFLECTION: &str = "fabric-reflection";
+    /// The consumer's namespace offloading: NamespaceOffloading status, the namespaces'
+    /// scheduling label, the NamespaceMaps it writes on its providers.
+    pub const NAMESPACE_OFFLOADING: &str = "fabric-namespace-offloading";
+    /// The provider's NamespaceMap controller: twin namespaces, their RBAC, map status.
+    pub const NAMESPACE_MAP: &str = "fabric-namespace-map";
 }
 
 #[cfg(test)]

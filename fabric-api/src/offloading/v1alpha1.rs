@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::core::v1::{ContainerStatus, PodCondition, PodSpec},
+    api::core::v1::{ContainerStatus, NodeSelector, PodCondition, PodSpec},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
@@ -248,7 +248,255 @@ pub struct ShadowPodStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// How the twin of an offloaded namespace is named on each provider
+/// ([`crate::offloading::namespaces::twin_name`]).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum MappingStrategy {
+    /// `<namespace>-<this cluster's id>`, shortened with a hash past 63 characters: never
+    /// clashes with the provider's own namespaces nor with another consumer's twins.
+    #[default]
+    DefaultName,
+    /// The namespace's own name: Services keep their DNS names across clusters, but the
+    /// provider refuses it when a namespace of that name exists there already.
+    EnforceSameName,
+    /// `remoteNamespaceName`.
+    SelectedName,
+}
+
+/// Where the pods of an offloaded namespace may run (the consumer's pod webhook sets their
+/// toleration and node affinity accordingly when they are created).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum PodOffloadingStrategy {
+    /// On this cluster's nodes and on the selected providers' virtual nodes.
+    #[default]
+    LocalAndRemote,
+    /// On the selected providers' virtual nodes only.
+    Remote,
+    /// On this cluster's nodes only: the twins exist (Services and configuration are
+    /// reflected) but no pod is offloaded.
+    Local,
+}
+
+/// A namespace of this (consumer) cluster offloaded to its providers: each provider the
+/// `clusterSelector` selects makes a twin namespace, where this namespace's pods run and its
+/// objects are reflected.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "offloading.fabric.io",
+    version = "v1alpha1",
+    kind = "NamespaceOffloading",
+    doc = "A namespace offloaded to the providers its clusterSelector selects: one per namespace, named offloading.",
+    namespaced,
+    status = "NamespaceOffloadingStatus",
+    shortname = "nsoff",
+    category = "fabric",
+    validation = Rule::new("self.metadata.name == 'offloading'").message("must be named offloading: a namespace is offloaded by one NamespaceOffloading"),
+    printcolumn = r#"{"name":"Mapping","type":"string","jsonPath":".spec.namespaceMappingStrategy"}"#,
+    printcolumn = r#"{"name":"Pods","type":"string","jsonPath":".spec.podOffloadingStrategy"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Remote","type":"string","priority":10,"jsonPath":".status.remoteNamespaceName"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.namespaceMappingStrategy != 'SelectedName' || has(self.remoteNamespaceName)").message("remoteNamespaceName is required with namespaceMappingStrategy SelectedName"),
+    validation = Rule::new("!has(self.remoteNamespaceName) || self.namespaceMappingStrategy == 'SelectedName'").message("remoteNamespaceName is only for namespaceMappingStrategy SelectedName"),
+    validation = Rule::new("self.namespaceMappingStrategy == oldSelf.namespaceMappingStrategy && has(self.remoteNamespaceName) == has(oldSelf.remoteNamespaceName) && (!has(self.remoteNamespaceName) || self.remoteNamespaceName == oldSelf.remoteNamespaceName)").message("namespaceMappingStrategy and remoteNamespaceName cannot change after creation: unoffload the namespace and offload it again")
+)]
+pub struct NamespaceOffloadingSpec {
+    #[serde(default)]
+    #[schemars(default = "MappingStrategy::default")]
+    pub namespace_mapping_strategy: MappingStrategy,
+    /// The twin's name on every provider, with `SelectedName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub remote_namespace_name: Option<String>,
+    #[serde(default)]
+    #[schemars(default = "PodOffloadingStrategy::default")]
+    pub pod_offloading_strategy: PodOffloadingStrategy,
+    /// Which providers get a twin, over their virtual nodes' labels: terms ORed, the
+    /// expressions of a term ANDed; absent or without terms: every provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<NodeSelector>,
+}
+
+/// Where a NamespaceOffloading stands ([`crate::offloading::namespaces::phase`]).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffloadingPhase {
+    /// Every selected provider's twin is ready.
+    Ready,
+    /// The selector selects no provider.
+    NoClusterSelected,
+    /// Some twins are being made.
+    InProgress,
+    /// Some selected providers refused their twin (see `clusters`).
+    SomeFailed,
+    /// Every selected provider refused its twin.
+    AllFailed,
+    /// Being unoffloaded: the twins are being removed.
+    Terminating,
+}
+
+/// What one provider makes of an offloaded namespace.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TwinPhase {
+    /// Asked for, not answered yet.
+    Creating,
+    /// The twin exists and this cluster's pods and objects may go there.
+    Ready,
+    /// The provider refused it (`reason`, `message` say why): nothing is offloaded there.
+    Refused,
+    /// Being removed with its content.
+    Terminating,
+}
+
+/// One provider of an offloaded namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterOffloading {
+    /// The provider's cluster id.
+    #[schemars(length(max = 63))]
+    pub cluster_id: String,
+    /// Whether the `clusterSelector` selects it.
+    pub selected: bool,
+    /// Its twin, when it was asked for one (or still has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub twin: Option<TwinPhase>,
+    /// Why it is not ready, in a word (`Refused`: the provider's reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceOffloadingStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<OffloadingPhase>,
+    /// The twin's name on the providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_namespace_name: Option<String>,
+    /// Why the providers are selected as they are, when the selector cannot be evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Every provider this cluster has a virtual node of, selected or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["clusterId"]))]
+    pub clusters: Vec<ClusterOffloading>,
+}
+
+/// One offloaded namespace of a consumer, as it asks its provider for a twin.
+#[derive(
+    KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceMapping {
+    /// The namespace in the consumer's cluster.
+    #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub home: String,
+    /// The twin's name on the provider.
+    #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
+    #[schemars(length(max = 63))]
+    pub remote: String,
+}
+
+/// The condition of one twin on the provider.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappingPhase {
+    /// The twin exists, the tenant's rights are bound there.
+    Accepted,
+    /// Not made (`reason`, `message` say why): a namespace of that name exists and is not
+    /// this tenant's twin, the name is reserved, the tenant has too many twins.
+    Refused,
+    /// Being removed with everything in it.
+    Terminating,
+}
+
+/// The provider's answer for one [`NamespaceMapping`].
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TwinStatus {
+    #[schemars(length(max = 63))]
+    pub home: String,
+    #[schemars(length(max = 63))]
+    pub remote: String,
+    pub phase: MappingPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The reasons of a refused twin ([`MappingPhase::Refused`]).
+pub mod twin_reason {
+    /// A namespace of that name exists on the provider and is not this tenant's twin of that
+    /// home namespace: never adopted.
+    pub const NOT_OURS: &str = "NamespaceExists";
+    /// The provider keeps that name (its system and the fabric's namespaces).
+    pub const RESERVED: &str = "Reserved";
+    /// The tenant has as many twins as the provider allows.
+    pub const TOO_MANY: &str = "TooManyNamespaces";
+    /// Two home namespaces of the map ask for the same twin.
+    pub const DUPLICATE: &str = "Duplicate";
+}
+
+/// The namespaces a consumer offloads to this (provider) cluster: one per consumer, named
+/// after it, in its tenant namespace. The consumer writes the spec (with its identity); the
+/// provider makes a twin namespace for each mapping and answers in the status.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "offloading.fabric.io",
+    version = "v1alpha1",
+    kind = "NamespaceMap",
+    doc = "The namespaces a consumer offloads to this cluster: the provider makes and removes their twin namespaces.",
+    namespaced,
+    status = "NamespaceMapStatus",
+    shortname = "nsmap",
+    category = "fabric",
+    printcolumn = r#"{"name":"Consumer","type":"string","jsonPath":".spec.clusterId"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceMapSpec {
+    /// The consumer's cluster id.
+    #[x_kube(
+        validation = Rule::new(DNS_LABEL).message("must be a DNS label"),
+        validation = Rule::new(IMMUTABLE).message("is immutable")
+    )]
+    #[schemars(length(max = 63))]
+    pub cluster_id: String,
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["home"]))]
+    pub namespaces: Vec<NamespaceMapping>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceMapStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// One entry per mapping of the spec, and per twin still being removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["home"]))]
+    pub namespaces: Vec<TwinStatus>,
+}
+
 /// Every CRD of this group version.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![VirtualNode::crd(), ShadowPod::crd()]
+    vec![
+        VirtualNode::crd(),
+        ShadowPod::crd(),
+        NamespaceOffloading::crd(),
+        NamespaceMap::crd(),
+    ]
 }
