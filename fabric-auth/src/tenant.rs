@@ -113,7 +113,11 @@ pub fn role(consumer: &str) -> Role {
             rule(fabric_api::offloading::GROUP, &["shadowpods/status"], READ),
             // The namespaces it offloads here (the provider makes their twins and answers).
             rule(fabric_api::offloading::GROUP, &["namespacemaps"], MANAGE),
-            rule(fabric_api::offloading::GROUP, &["namespacemaps/status"], READ),
+            rule(
+                fabric_api::offloading::GROUP,
+                &["namespacemaps/status"],
+                READ,
+            ),
             // The virtual kubelet's `kubectl logs`, `exec`, `attach` and `port-forward` on
             // those pods. Not the pods themselves: they are made, changed and deleted through
             // ShadowPods only (the webhook counts them against the grant).

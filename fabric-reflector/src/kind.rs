@@ -175,6 +175,13 @@ impl<K: Kind> Cx<'_, K> {
         ))
     }
 
+    /// The remote client (its default namespace the tenant namespace); `None`: none. For a
+    /// kind that must look outside the pair's remote namespace (the pod kind, for a pod
+    /// offloaded pod by pod before its namespace was).
+    pub fn remote_client(&self) -> Option<&Client> {
+        self.endpoint.map(|e| &e.client)
+    }
+
     /// The pair's remote namespace; `None`: no remote client.
     pub fn remote_namespace(&self) -> Option<&str> {
         let e = self.endpoint?;

@@ -147,6 +147,13 @@ pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
                     &[],
                     &["create"],
                 ),
+                // Which namespaces are offloaded: their pods go to twin namespaces.
+                rule(
+                    fabric_api::offloading::GROUP,
+                    &["namespaceoffloadings"],
+                    &[],
+                    &["get", "list", "watch"],
+                ),
             ]
             .into_iter()
             .chain(POD_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
@@ -404,7 +411,12 @@ mod tests {
                     && r.verbs == *verbs
             })
         };
-        for r in rules.iter().filter(|r| !pod_rule(r)) {
+        // Which namespaces are offloaded: read only, nothing secret in them.
+        let offloadings = |r: &PolicyRule| {
+            r.resources.as_deref() == Some(&["namespaceoffloadings".to_owned()][..])
+                && r.verbs == ["get", "list", "watch"]
+        };
+        for r in rules.iter().filter(|r| !pod_rule(r) && !offloadings(r)) {
             let named = r.resource_names.as_ref().is_some_and(|n| !n.is_empty());
             assert!(
                 named || r.verbs == ["create"],

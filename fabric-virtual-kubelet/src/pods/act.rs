@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use super::{
     decide::{self, Step},
     failures,
-    kind::Pods,
+    kind::{Placement, Pods},
     status::{self, Context, Seen},
 };
 use crate::FIELD_MANAGER;
@@ -46,13 +46,20 @@ enum Outcome {
     },
     /// The home pod is gone: no status to write.
     Gone,
+    /// The pod is another reflection's (its ShadowPod is in the tenant namespace): no status.
+    Skip,
+    /// Its namespace has no twin on the provider (why).
+    NoTwin(String),
 }
 
 /// Carries out `step` for the pod of `cx`, then writes its home status. A failed step still
 /// reports what is known (the pod not Ready while the provider is out of reach, say) and is
 /// retried with back-off.
 pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
-    let (outcome, failed) = match carry_out(cx, step).await {
+    if step == Step::Skip {
+        return Ok(Next::Done);
+    }
+    let (outcome, failed) = match carry_out(pods, cx, step).await {
         Ok(o) => (o, None),
         Err(e) => (Outcome::Nothing, Some(e)),
     };
@@ -67,7 +74,39 @@ fn key(pod: &Pod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
-async fn carry_out(cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
+/// Whether the pod's Offloaded condition says `reason` and `message` already (its Event
+/// was recorded then).
+fn says(pod: &Pod, reason: &str, message: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == status::OFFLOADED
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
+        })
+}
+
+/// Whether `pod` was offloaded pod by pod, before its namespace was: its ShadowPod is in the
+/// tenant namespace, and the twin reflection leaves it to the tenant one. Read fresh: this
+/// decides whether a second ShadowPod is made, or the pod failed.
+async fn offloaded_to_tenant(cx: &Cx<'_, Pods>, pod: &Pod) -> Result<bool> {
+    let Some(client) = cx.remote_client() else {
+        return Ok(false);
+    };
+    let tenant: Api<ShadowPod> = Api::default_namespaced(client.clone());
+    let name = forge::name(&pod.namespace().unwrap_or_default(), &pod.name_any());
+    let found = tenant
+        .get_opt(&name)
+        .await
+        .context("looking for the pod's ShadowPod in the tenant namespace")?;
+    Ok(found.is_some_and(|s| decide::owns(&s, pod)))
+}
+
+async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
+    let twin = pods.placement == Placement::Twin;
     let pod = cx.view.home.as_ref();
     let shadow_name = cx.remote_name();
     let own = match cx.view.remote.ours() {
@@ -79,6 +118,15 @@ async fn carry_out(cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
     };
     Ok(match step {
         Step::Report | Step::Wait => own,
+        Step::Skip => Outcome::Skip,
+        Step::AwaitTwin(why) => {
+            if !says(pod, status::reason::NO_TWIN, &why) {
+                cx.event(&Event::warning(status::reason::NO_TWIN, "Offload", &why))
+                    .await;
+            }
+            Outcome::NoTwin(why)
+        }
+        Step::Create if twin && offloaded_to_tenant(cx, pod).await? => Outcome::Skip,
         Step::Create => create(cx, &api, marks, &shadow_name).await?,
         Step::UpdateMetadata => {
             let Outcome::Shadow(s) = &own else {
@@ -139,6 +187,7 @@ async fn carry_out(cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
             // Failing the pod cannot be undone: the cache's word is not enough.
             match api.get_opt(&shadow_name).await {
                 Ok(Some(s)) if cx.ours(&s) && decide::owns(&s, pod) => Outcome::Shadow(Box::new(s)),
+                Ok(_) if twin && offloaded_to_tenant(cx, pod).await? => Outcome::Skip,
                 Ok(Some(_)) | Ok(None) => {
                     cx.event(&Event::warning(
                         status::reason::VANISHED,
@@ -159,7 +208,8 @@ async fn carry_out(cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome> {
 async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
     let pod = cx.view.home.as_ref();
     let seen = match &outcome {
-        Outcome::Gone => return,
+        Outcome::Gone | Outcome::Skip => return,
+        Outcome::NoTwin(message) => Seen::NoTwin { message },
         Outcome::Shadow(s) => Seen::Shadow(s),
         Outcome::Nothing => Seen::Nothing,
         Outcome::Vanished => Seen::Vanished,

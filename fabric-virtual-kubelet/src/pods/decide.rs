@@ -58,6 +58,12 @@ pub enum Step {
     Vanished,
     /// Waiting for the provider (unreachable, or its pod still terminating).
     Wait,
+    /// Not this reflection's pod (the twin pair's, or not known yet which): nothing at all,
+    /// not even its status.
+    Skip,
+    /// Its namespace is offloaded and has no twin on the provider: it waits, its status says
+    /// why ([`super::twins::Route::NoTwin`]).
+    AwaitTwin(String),
 }
 
 /// Whether the ShadowPod stands for this very pod (not an earlier one of the same name).
@@ -65,7 +71,7 @@ pub fn owns(shadow: &ShadowPod, pod: &Pod) -> bool {
     pod.metadata.uid.as_deref() == Some(shadow.spec.home.uid.as_str())
 }
 
-fn terminal(pod: &Pod) -> bool {
+pub(crate) fn terminal(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -90,7 +96,11 @@ pub fn offloaded(pod: &Pod) -> bool {
                 c.type_ == OFFLOADED
                     && !matches!(
                         c.reason.as_deref(),
-                        Some(status::reason::REFUSED | status::reason::FORBIDDEN)
+                        Some(
+                            status::reason::REFUSED
+                                | status::reason::FORBIDDEN
+                                | status::reason::NO_TWIN
+                        )
                     )
             })
         })

@@ -1,7 +1,9 @@
 //! The pod kind of the reflection framework: home pods bound to this node (watched with the
-//! field selector `spec.nodeName=<node>`) and the ShadowPods of the tenant namespace on the
-//! provider, keyed by the home pod they were made for (`spec.home`), named
-//! `<namespace>.<name>`. Its decisions are [`decide`]'s; its writes are [`super::act`]'s.
+//! field selector `spec.nodeName=<node>`) and their ShadowPods on the provider, keyed by the
+//! home pod they were made for (`spec.home`): in the twin of an offloaded namespace under the
+//! pod's own name ([`Placement::Twin`]), or in the tenant namespace as `<namespace>.<name>`
+//! ([`Placement::Tenant`]; which pods go where: [`super::twins`]). Its decisions are
+//! [`decide`]'s; its writes are [`super::act`]'s.
 use fabric_api::{names::label, offloading::v1alpha1::ShadowPod};
 use fabric_offloading::shadowpod::forge;
 use fabric_reflector::{Cx, Key, Kind, Marks, Next, Pair, Remote, View};
@@ -15,10 +17,24 @@ use super::{
     act,
     decide::{self, Step},
     translate::{Remap, Untranslatable},
+    twins::{Route, Twins},
 };
+
+/// Which ShadowPods a reflection of the pod kind keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// In the tenant namespace, `<namespace>.<name>`: the pods of namespaces not offloaded
+    /// (and those offloaded so before their namespace was).
+    Tenant,
+    /// In the twin of the pair's home namespace, under the pod's own name.
+    Twin,
+}
 
 /// The pods bound to one virtual node.
 pub struct Pods {
+    pub placement: Placement,
+    /// The namespaces offloaded to the provider and its twins of them.
+    pub twins: watch::Receiver<Twins>,
     pub node_name: String,
     /// The node's address: every offloaded pod's hostIP.
     pub node_ip: String,
@@ -51,11 +67,21 @@ impl Kind for Pods {
     }
 
     fn remote_name(&self, key: &Key) -> String {
-        forge::name(&key.namespace, &key.name)
+        match self.placement {
+            Placement::Tenant => forge::name(&key.namespace, &key.name),
+            Placement::Twin => key.name.clone(),
+        }
     }
 
-    fn key_of(&self, _: &Pair, s: &ShadowPod) -> Option<Key> {
-        Some(Key::new(&s.spec.home.namespace, &s.spec.home.name))
+    fn key_of(&self, pair: &Pair, s: &ShadowPod) -> Option<Key> {
+        let home = &s.spec.home;
+        match self.placement {
+            Placement::Tenant => Some(Key::new(&home.namespace, &home.name)),
+            // A twin holds one home namespace's pods, each under its own name.
+            Placement::Twin => (pair.home.as_deref() == Some(home.namespace.as_str())
+                && s.metadata.name.as_deref() == Some(home.name.as_str()))
+            .then(|| Key::new(&home.namespace, &home.name)),
+        }
     }
 
     fn orphaned(&self, s: &ShadowPod, home: Option<&Pod>) -> bool {
@@ -67,6 +93,9 @@ impl Kind for Pods {
     /// cluster's identity can have made it: the provider's webhook admits into the tenant
     /// namespace only ShadowPods whose `clusterId` is the tenant's.
     fn adopts(&self, s: &ShadowPod, marks: &Marks) -> bool {
+        if self.placement == Placement::Twin {
+            return false;
+        }
         let labels = s.metadata.labels.as_ref();
         s.spec.cluster_id == marks.origin()
             && labels.and_then(|l| l.get(label::REMOTE_CLUSTER)) == Some(&s.spec.cluster_id)
@@ -74,6 +103,12 @@ impl Kind for Pods {
     }
 
     fn decide(&self, view: &View<'_, Self>) -> Step {
+        if self.placement == Placement::Tenant {
+            let route = self.twins.borrow().route(&view.key.namespace);
+            if let Some(step) = tenant_route(route, view.home, view.remote) {
+                return step;
+            }
+        }
         let step = decide::decide(view.home, remote(view.remote), view.reachable);
         // An adopted ShadowPod gets our marks with a metadata write once nothing else is due.
         match (&step, view.remote, view.marks) {
@@ -93,6 +128,27 @@ impl Kind for Pods {
     }
 }
 
+/// What the tenant reflection does about a pod of a namespace routed `route`, before its
+/// usual decision (`None`: that decision). A pod whose ShadowPod is in the tenant namespace
+/// is its own whatever its namespace became; the others of an offloaded namespace are the
+/// twin's, or wait for one; nothing is decided before it is known.
+fn tenant_route(route: Route, pod: &Pod, remote: Remote<'_, ShadowPod>) -> Option<Step> {
+    if matches!(remote, Remote::Ours(s) if decide::owns(s, pod)) {
+        return None;
+    }
+    match route {
+        Route::Tenant => None,
+        Route::Unknown | Route::Twin => Some(Step::Skip),
+        // Not placed yet: it waits, saying why. One that ran in a twin now gone (or is going)
+        // is decided as any pod whose ShadowPod is not here: it failed, or its deletion
+        // completes.
+        Route::NoTwin(why) => (!decide::offloaded(pod)
+            && pod.metadata.deletion_timestamp.is_none()
+            && !decide::terminal(pod))
+        .then_some(Step::AwaitTwin(why)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -102,6 +158,12 @@ mod tests {
 
     fn pods() -> Pods {
         Pods {
+            placement: Placement::Tenant,
+            twins: watch::channel(Twins {
+                offloaded: Some(Default::default()),
+                mapped: None,
+            })
+            .1,
             node_name: "fabric-b".into(),
             node_ip: "10.0.0.9".into(),
             ready: watch::channel(None).1,
@@ -118,6 +180,71 @@ mod tests {
         assert_eq!(
             p.watch_home().field_selector.as_deref(),
             Some("spec.nodeName=fabric-b")
+        );
+    }
+
+    #[test]
+    fn in_a_twin_a_shadow_pod_is_named_as_its_pod_and_only_its_namespace_s_count() {
+        let p = Pods {
+            placement: Placement::Twin,
+            ..pods()
+        };
+        let pair = Pair::namespaces("shop", "shop-a");
+        let mut s = shadow("u-1");
+        s.metadata.name = Some("web".into());
+        let key = p.key_of(&pair, &s).unwrap();
+        assert_eq!(key, Key::new("shop", "web"));
+        assert_eq!(p.remote_name(&key), "web");
+        // Another namespace's, or one not named as its pod: stands for nothing here.
+        assert_eq!(p.key_of(&Pair::namespaces("db", "shop-a"), &s), None);
+        s.metadata.name = Some("shop.web".into());
+        assert_eq!(p.key_of(&pair, &s), None);
+        assert!(!p.adopts(&shadow("u-1"), &Marks::new("a", "b")));
+    }
+
+    #[test]
+    fn the_tenant_reflection_leaves_offloaded_namespaces_to_their_twins() {
+        let (home, s) = (pod(), shadow("u-1"));
+        let mine = Remote::Ours(&s);
+        // Offloaded pod by pod before its namespace was: still the tenant reflection's.
+        assert_eq!(tenant_route(Route::Twin, &home, mine), None);
+        assert_eq!(tenant_route(Route::Unknown, &home, mine), None);
+        // Otherwise the twin's, or nothing before it is known.
+        assert_eq!(
+            tenant_route(Route::Twin, &home, Remote::Absent),
+            Some(Step::Skip)
+        );
+        assert_eq!(
+            tenant_route(Route::Unknown, &home, Remote::Absent),
+            Some(Step::Skip)
+        );
+        assert_eq!(tenant_route(Route::Tenant, &home, Remote::Absent), None);
+        // No twin: a pod never offloaded waits; one that ran in a twin now gone is decided
+        // as usual (it failed), as is one being deleted.
+        assert_eq!(
+            tenant_route(Route::NoTwin("why".into()), &home, Remote::Absent),
+            Some(Step::AwaitTwin("why".into()))
+        );
+        let mut ran = home.clone();
+        ran.status.get_or_insert_default().conditions =
+            Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: crate::pods::status::OFFLOADED.into(),
+                status: "True".into(),
+                reason: Some("Created".into()),
+                ..Default::default()
+            }]);
+        assert_eq!(
+            tenant_route(Route::NoTwin("why".into()), &ran, Remote::Absent),
+            None
+        );
+        let mut going = home.clone();
+        going.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        assert_eq!(
+            tenant_route(Route::NoTwin("why".into()), &going, Remote::Absent),
+            None
         );
     }
 

@@ -39,3 +39,4 @@ pub mod kind;
 pub mod run;
 pub mod status;
 pub mod translate;
+pub mod twins;

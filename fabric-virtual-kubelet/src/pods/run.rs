@@ -1,8 +1,11 @@
 //! The pod kind registered on the reflection framework: the home pods bound to this node
-//! reflected into the tenant namespace on the provider (reached through the identity, a new
-//! client whenever the identity Secret changes: [`crate::provider::endpoints`]), resynced
-//! when the node's readiness or the remap of the peer's pod CIDR (its Configuration) changes.
-use std::{sync::Arc, time::Duration};
+//! reflected into the provider (reached through the identity, a new client whenever the
+//! identity Secret changes: [`crate::provider::endpoints`]), resynced when the node's
+//! readiness or the remap of the peer's pod CIDR (its Configuration) changes. Two
+//! reflections: one pair per twin namespace the provider has made (started and stopped as
+//! its NamespaceMap says), and the tenant pair for the pods of namespaces not offloaded
+//! ([`super::twins`]).
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use anyhow::Result;
 use fabric_api::{names, networking::v1alpha1::Configuration};
@@ -16,8 +19,9 @@ use tracing::{info, warn};
 use crate::conditions::Readiness;
 
 use super::{
-    kind::Pods,
+    kind::{Placement, Pods},
     translate::{Remap, Untranslatable},
+    twins::{self, Twins},
 };
 
 /// Pods synced at the same time (each a few calls to either API).
@@ -113,25 +117,72 @@ pub async fn run(
         Some(opts.node_name.clone()),
     );
     let remap = follow_remap(config);
-    let pods = Pods {
-        node_name: opts.node_name,
-        node_ip: opts.node_ip,
+    let twins = twins::follow(
+        twins::follow_offloaded(local.clone()),
+        twins::follow_mapped(endpoints.clone()),
+    );
+    let pods = |placement| Pods {
+        placement,
+        twins: twins.clone(),
+        node_name: opts.node_name.clone(),
+        node_ip: opts.node_ip.clone(),
         ready: ready.clone(),
         remap: remap.clone(),
     };
     let options = Options::new(SYNCS, opts.resync)
-        .resync_on(remap)
+        .resync_on(remap.clone())
         .resync_on(ready.clone());
-    let mut reflection = Reflection::new(
-        local,
-        events,
-        metrics,
-        endpoints,
-        follow_reachability(ready),
+    let reachability = follow_reachability(ready.clone());
+    let mut tenant = Reflection::new(
+        local.clone(),
+        events.clone(),
+        metrics.clone(),
+        endpoints.clone(),
+        reachability.clone(),
     );
-    reflection.register(pods, options);
-    reflection.start(Pair::everywhere_to_tenant());
-    anyhow::bail!("{}", reflection.failure().await)
+    tenant.register(
+        pods(Placement::Tenant),
+        options.clone().resync_on(twins.clone()),
+    );
+    tenant.start(Pair::everywhere_to_tenant());
+    let mut twin = Reflection::new(local, events, metrics, endpoints, reachability);
+    twin.register(pods(Placement::Twin), options);
+    let twin = Arc::new(twin);
+    tokio::spawn(follow_twins(twin.clone(), twins));
+    tokio::select! {
+        why = tenant.failure() => anyhow::bail!("{why}"),
+        why = twin.failure() => anyhow::bail!("{why}"),
+    }
+}
+
+/// Runs a pair of the twin reflection for each twin the provider has made, as long as it
+/// has it.
+async fn follow_twins(reflection: Arc<Reflection>, mut twins: watch::Receiver<Twins>) {
+    let mut running: BTreeMap<String, String> = BTreeMap::new();
+    loop {
+        let want = twins.borrow_and_update().accepted();
+        for (home, remote) in &running {
+            if want.get(home) != Some(remote) {
+                info!(
+                    home,
+                    remote, "twin namespace gone: its pods are no longer reflected there"
+                );
+                reflection.stop(&Pair::namespaces(home, remote)).await;
+            }
+        }
+        for (home, remote) in &want {
+            if reflection.start(Pair::namespaces(home, remote)) {
+                info!(
+                    home,
+                    remote, "reflecting the pods of an offloaded namespace into its twin"
+                );
+            }
+        }
+        running = want;
+        if twins.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -47,6 +47,9 @@ pub mod reason {
     /// Under at-most-once semantics, the provider has been out of reach long enough to have
     /// stopped the pod: it failed (its controller may start a replacement).
     pub const PARTITIONED: &str = "ProviderPartitioned";
+    /// The pod's namespace is offloaded, and the provider has no twin of it (not yet, or
+    /// refused): the pod waits, never sent pod by pod instead.
+    pub const NO_TWIN: &str = "NoTwinNamespace";
 }
 
 /// What is known of the pod on the provider, for its home status.
@@ -61,6 +64,8 @@ pub enum Seen<'a> {
     Vanished,
     /// It could not be created: `retry` when the provider may accept it later.
     Refused { message: &'a str, retry: bool },
+    /// Not created: its namespace is offloaded and has no twin on the provider (why).
+    NoTwin { message: &'a str },
     /// Its ShadowPod as last listed, and the provider refused to resize it to what the home
     /// pod's spec now says: it keeps its size, the home pod says why
     /// ([`resize::RESIZE_PENDING`], reason [`resize::INFEASIBLE`], as a kubelet would).
@@ -178,6 +183,20 @@ pub fn home_status(
                     },
                     message.to_owned(),
                 ),
+                ctx.now,
+            );
+            s
+        }
+        Seen::NoTwin { message } => {
+            let mut s = PodStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            };
+            host(&mut s);
+            put(
+                &mut conds,
+                prev_conds,
+                cond(OFFLOADED, false, reason::NO_TWIN, message.to_owned()),
                 ctx.now,
             );
             s

@@ -2,7 +2,7 @@
 //! by a SubjectAccessReview), the home pod and the VirtualNode from this cluster, the provider's client from the identity Secret, the pod's ShadowPod in the tenant
 //! namespace, then the provider's `pods/log` (streamed) or the upgrade relay.
 use bytes::Bytes;
-use fabric_api::offloading::v1alpha1::{ShadowPod, VirtualNode};
+use fabric_api::offloading::v1alpha1::{MappingPhase, NamespaceMap, ShadowPod, VirtualNode};
 use fabric_auth::identity;
 use fabric_offloading::shadowpod::forge;
 use http_body_util::{BodyExt as _, Full, combinators::UnsyncBoxBody};
@@ -256,12 +256,40 @@ impl Proxy {
         let uid = route::bound_here(&want, home.as_ref(), &node)?;
         let remote = identity::remote_client(&self.local, &self.namespace, &provider).await?;
         let tenant_ns = remote.default_namespace().to_owned();
-        // Its ShadowPod by its deterministic name; `target` checks it is this very pod's.
-        let shadow = Api::<ShadowPod>::namespaced(remote.clone(), &tenant_ns)
-            .get_opt(&forge::name(&want.namespace, &want.name))
+        let unavailable = |e| Unavailable::ShadowPods(provider.clone(), e);
+        // In the twin of its namespace under its own name, or (offloaded pod by pod) in the
+        // tenant namespace by its deterministic name; `target` checks it is this very pod's.
+        let twin = Api::<NamespaceMap>::namespaced(remote.clone(), &tenant_ns)
+            .list(&Default::default())
             .await
-            .map_err(|e| Unavailable::ShadowPods(provider.clone(), e))?;
-        let target = route::target(&want, &uid, &provider, &tenant_ns, shadow.as_slice())?;
+            .map_err(unavailable)?
+            .items
+            .into_iter()
+            .filter_map(|m| m.status)
+            .flat_map(|s| s.namespaces)
+            .find(|t| t.home == want.namespace && t.phase == MappingPhase::Accepted)
+            .map(|t| t.remote);
+        let in_twin = match &twin {
+            Some(ns) => Api::<ShadowPod>::namespaced(remote.clone(), ns)
+                .get_opt(&want.name)
+                .await
+                .map_err(unavailable)?,
+            None => None,
+        };
+        let in_twin = twin
+            .as_deref()
+            .zip(in_twin)
+            .and_then(|(ns, s)| route::target(&want, &uid, &provider, ns, &[s]).ok());
+        let target = match in_twin {
+            Some(t) => t,
+            None => {
+                let shadow = Api::<ShadowPod>::namespaced(remote.clone(), &tenant_ns)
+                    .get_opt(&forge::name(&want.namespace, &want.name))
+                    .await
+                    .map_err(unavailable)?;
+                route::target(&want, &uid, &provider, &tenant_ns, shadow.as_slice())?
+            }
+        };
         let upstream = match &route {
             Route::Logs {
                 container, params, ..
