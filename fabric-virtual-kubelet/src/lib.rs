@@ -10,6 +10,7 @@
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
+pub mod configs;
 pub mod heartbeat;
 pub mod node;
 pub mod pods;

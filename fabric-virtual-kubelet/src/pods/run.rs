@@ -10,13 +10,16 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use anyhow::Result;
 use fabric_api::{names, networking::v1alpha1::Configuration};
 use fabric_kube::events::Events;
-use fabric_reflector::{Metrics, Options, Pair, Reachability, Reflection};
+use fabric_reflector::{Metrics, Options, Pair, Reachability, Reflection, mirror::Mirror};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::conditions::Readiness;
+use crate::{
+    conditions::Readiness,
+    configs::{self, ConfigMaps, Secrets},
+};
 
 use super::{
     kind::{Placement, Pods},
@@ -26,6 +29,8 @@ use super::{
 
 /// Pods synced at the same time (each a few calls to either API).
 const SYNCS: usize = 32;
+/// ConfigMaps, and Secrets, synced at the same time per twin.
+const CONFIG_SYNCS: usize = 4;
 
 #[derive(Debug, Clone)]
 pub struct Opts {
@@ -145,10 +150,23 @@ pub async fn run(
         options.clone().resync_on(twins.clone()),
     );
     tenant.start(Pair::everywhere_to_tenant());
+    // What the node's pods reference decides which ConfigMaps and Secrets go to the twins:
+    // no twin pair starts before it is known (a mirror deletes what its forge does not
+    // reflect).
+    let referenced = configs::refs::follow(local.clone(), &opts.node_name);
     let mut twin = Reflection::new(local, events, metrics, endpoints, reachability);
-    twin.register(pods(Placement::Twin), options);
+    let configs = Options::new(CONFIG_SYNCS, opts.resync).resync_on(referenced.clone());
+    twin.register(pods(Placement::Twin), options)
+        .register(Mirror(ConfigMaps(referenced.clone())), configs.clone())
+        .register(Mirror(Secrets(referenced.clone())), configs);
     let twin = Arc::new(twin);
-    tokio::spawn(follow_twins(twin.clone(), twins));
+    let pairs = twin.clone();
+    tokio::spawn(async move {
+        let mut known = referenced;
+        if known.wait_for(Option::is_some).await.is_ok() {
+            follow_twins(pairs, twins).await;
+        }
+    });
     tokio::select! {
         why = tenant.failure() => anyhow::bail!("{why}"),
         why = twin.failure() => anyhow::bail!("{why}"),
