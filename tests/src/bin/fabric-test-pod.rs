@@ -1,7 +1,8 @@
 //! The test node's built-in pod program (the image is ignored; a pod runs a command):
-//! - `echo --port P`: a TCP server that answers each connection with the client address it
-//!   sees (`10.72.1.10:41234\n`) and closes; what the fabric tests care about is which
-//!   source address arrives.
+//! - `echo --port P [--print-env NAME]...`: a TCP server that answers each connection with the
+//!   client address it sees (`10.72.1.10:41234\n`) and closes; what the fabric tests care
+//!   about is which source address arrives. It first prints `NAME=value` for each variable
+//!   asked for (what its ConfigMaps and Secrets gave it).
 //! - `http --port P`: the same over HTTP/1.0 (`GET /` answers the client address).
 //! - `connect ADDR:PORT`: connects, prints what the server answered, exits 0 (1 on failure).
 //! - `exit CODE [--after SECONDS]`: prints a line and exits with CODE.
@@ -27,6 +28,8 @@ enum Cmd {
     Echo {
         #[arg(long, default_value_t = 8080)]
         port: u16,
+        #[arg(long = "print-env", value_name = "NAME")]
+        print_env: Vec<String>,
     },
     /// HTTP server answering the client's address.
     Http {
@@ -76,7 +79,12 @@ fn serve(port: u16, http: bool) -> Result<()> {
 
 fn main() -> std::process::ExitCode {
     let r = match Cli::parse().cmd {
-        Cmd::Echo { port } => serve(port, false),
+        Cmd::Echo { port, print_env } => {
+            for name in print_env {
+                println!("{name}={}", std::env::var(&name).unwrap_or_default());
+            }
+            serve(port, false)
+        }
         Cmd::Http { port } => serve(port, true),
         Cmd::Connect { addr, timeout_secs } => (|| {
             let t = Duration::from_secs(timeout_secs);

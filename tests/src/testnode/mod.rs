@@ -13,6 +13,7 @@
 //! Pure parts: [`status`] (restart decisions, phase, `PodStatus`), [`logs`] (the CRI log
 //! format and the logs query), [`pick_address`]. I/O: [`node`] (registration, Lease),
 //! [`pods`] (the per-pod workers: processes, status), [`podnet`] (their network), [`server`] (kubelet API).
+pub mod config;
 pub mod logs;
 pub mod node;
 pub mod podnet;

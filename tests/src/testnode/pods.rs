@@ -25,7 +25,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tracing::{info, warn};
 
 use super::{
-    HOLLOW_ANNOTATION, MIRROR_ANNOTATION,
+    HOLLOW_ANNOTATION, MIRROR_ANNOTATION, config,
     logs::{Entry, Stream},
     pick_address,
     podnet::{build_net, remove_net},
@@ -207,6 +207,9 @@ struct Worker {
     start_time: Timestamp,
     terminating: bool,
     last_status: Option<serde_json::Value>,
+    /// The ConfigMaps and Secrets the containers' environment takes values from, as read
+    /// when the pod started.
+    config: config::Loaded,
 }
 
 async fn worker(
@@ -269,6 +272,7 @@ async fn worker(
         start_time: Timestamp::now(),
         terminating: false,
         last_status: None,
+        config: config::Loaded::new(),
     };
     let r = w.live(&mut rx).await;
     w.teardown();
@@ -284,7 +288,64 @@ impl Worker {
         )
     }
 
+    /// Reads what the containers' environment takes from ConfigMaps and Secrets, and holds
+    /// them in `CreateContainerConfigError` (saying what is missing) until it is all there,
+    /// as a kubelet does. `false`: the pod went meanwhile.
+    async fn await_config(&mut self, rx: &mut UnboundedReceiver<Msg>) -> bool {
+        let specs: Vec<_> = self.ctrs.iter().map(|c| c.spec.clone()).collect();
+        let wanted = config::wanted(&specs);
+        if wanted.is_empty() || self.hollow {
+            return true;
+        }
+        let ns = self.pod.namespace().unwrap_or_default();
+        loop {
+            let missing = match config::load(&self.node.client, &ns, &wanted).await {
+                Ok(loaded) => {
+                    let missing = specs
+                        .iter()
+                        .find_map(|c| config::env(c, &ns, &loaded).err());
+                    self.config = loaded;
+                    missing
+                }
+                Err(e) => Some(format!("reading the pod's configuration: {e}")),
+            };
+            let Some(message) = missing else {
+                return true;
+            };
+            for c in &mut self.ctrs {
+                c.state.run = Run::Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message: Some(message.clone()),
+                };
+            }
+            self.report().await;
+            let wait = tokio::time::sleep(std::time::Duration::from_secs(1));
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    _ = &mut wait => break,
+                    msg = rx.recv() => match msg {
+                        None | Some(Msg::Gone) => return false,
+                        Some(Msg::Update(p)) => {
+                            self.pod = *p;
+                            if self.pod.metadata.deletion_timestamp.is_some() {
+                                return false;
+                            }
+                        }
+                        Some(_) => {}
+                    },
+                }
+            }
+        }
+    }
+
     async fn live(&mut self, rx: &mut UnboundedReceiver<Msg>) -> Result<()> {
+        if self.pod.metadata.deletion_timestamp.is_none() && !self.await_config(rx).await {
+            if self.pod.metadata.deletion_timestamp.is_some() {
+                return delete_now(&self.api, &self.pod).await;
+            }
+            return Ok(());
+        }
         if self.pod.metadata.deletion_timestamp.is_none() {
             self.setup().await;
             for idx in 0..self.ctrs.len() {
@@ -497,8 +558,17 @@ impl Worker {
                 Some(_) => None,
                 None => e.value.clone(),
             };
+            if e.value_from
+                .as_ref()
+                .is_some_and(|v| v.config_map_key_ref.is_some() || v.secret_key_ref.is_some())
+            {
+                continue;
+            }
             out.push((e.name, value.unwrap_or_default()));
         }
+        // Resolved before the pod started ([`Self::await_config`]), after the literal ones.
+        let ns = self.pod.namespace().unwrap_or_default();
+        out.extend(config::env(&self.ctrs[idx].spec, &ns, &self.config).unwrap_or_default());
         out
     }
 
