@@ -50,6 +50,8 @@ enum Outcome {
     Skip,
     /// Its namespace has no twin on the provider (why).
     NoTwin(String),
+    /// It ran in a twin that is gone (why).
+    Aborted(String),
 }
 
 /// Carries out `step` for the pod of `cx`, then writes its home status. A failed step still
@@ -125,6 +127,16 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
                     .await;
             }
             Outcome::NoTwin(why)
+        }
+        Step::Aborted(why) => {
+            // Failing the pod cannot be undone: offloaded pod by pod, it is not the twin's.
+            if offloaded_to_tenant(cx, pod).await? {
+                return Ok(own);
+            }
+            cx.event(&Event::warning(status::reason::ABORTED, "Offload", &why))
+                .await;
+            warn!(pod = %key(pod), why, "its twin namespace is gone: the pod failed");
+            Outcome::Aborted(why)
         }
         Step::Create if twin && offloaded_to_tenant(cx, pod).await? => Outcome::Skip,
         Step::Create => create(cx, &api, marks, &shadow_name).await?,
@@ -210,6 +222,7 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
     let seen = match &outcome {
         Outcome::Gone | Outcome::Skip => return,
         Outcome::NoTwin(message) => Seen::NoTwin { message },
+        Outcome::Aborted(message) => Seen::Aborted { message },
         Outcome::Shadow(s) => Seen::Shadow(s),
         Outcome::Nothing => Seen::Nothing,
         Outcome::Vanished => Seen::Vanished,

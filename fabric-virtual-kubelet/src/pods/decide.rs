@@ -64,6 +64,9 @@ pub enum Step {
     /// Its namespace is offloaded and has no twin on the provider: it waits, its status says
     /// why ([`super::twins::Route::NoTwin`]).
     AwaitTwin(String),
+    /// It ran in its namespace's twin, which is gone: it failed (once a fresh read confirms
+    /// it was not offloaded pod by pod instead).
+    Aborted(String),
 }
 
 /// Whether the ShadowPod stands for this very pod (not an earlier one of the same name).

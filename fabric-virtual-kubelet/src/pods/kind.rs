@@ -139,13 +139,13 @@ fn tenant_route(route: Route, pod: &Pod, remote: Remote<'_, ShadowPod>) -> Optio
     match route {
         Route::Tenant => None,
         Route::Unknown | Route::Twin => Some(Step::Skip),
-        // Not placed yet: it waits, saying why. One that ran in a twin now gone (or is going)
-        // is decided as any pod whose ShadowPod is not here: it failed, or its deletion
-        // completes.
-        Route::NoTwin(why) => (!decide::offloaded(pod)
-            && pod.metadata.deletion_timestamp.is_none()
-            && !decide::terminal(pod))
-        .then_some(Step::AwaitTwin(why)),
+        // Being deleted or finished: decided as any pod whose ShadowPod is not here.
+        Route::NoTwin(_) if pod.metadata.deletion_timestamp.is_some() || decide::terminal(pod) => {
+            None
+        }
+        // Ran in a twin now gone: it failed. Not placed yet: it waits, saying why.
+        Route::NoTwin(why) if decide::offloaded(pod) => Some(Step::Aborted(why)),
+        Route::NoTwin(why) => Some(Step::AwaitTwin(why)),
     }
 }
 
@@ -219,8 +219,8 @@ mod tests {
             Some(Step::Skip)
         );
         assert_eq!(tenant_route(Route::Tenant, &home, Remote::Absent), None);
-        // No twin: a pod never offloaded waits; one that ran in a twin now gone is decided
-        // as usual (it failed), as is one being deleted.
+        // No twin: a pod never offloaded waits; one that ran in a twin now gone failed; one
+        // being deleted is decided as usual.
         assert_eq!(
             tenant_route(Route::NoTwin("why".into()), &home, Remote::Absent),
             Some(Step::AwaitTwin("why".into()))
@@ -235,7 +235,7 @@ mod tests {
             }]);
         assert_eq!(
             tenant_route(Route::NoTwin("why".into()), &ran, Remote::Absent),
-            None
+            Some(Step::Aborted("why".into()))
         );
         let mut going = home.clone();
         going.metadata.deletion_timestamp =

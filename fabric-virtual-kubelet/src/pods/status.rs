@@ -50,6 +50,10 @@ pub mod reason {
     /// The pod's namespace is offloaded, and the provider has no twin of it (not yet, or
     /// refused): the pod waits, never sent pod by pod instead.
     pub const NO_TWIN: &str = "NoTwinNamespace";
+    /// The pod ran in its namespace's twin on the provider, and the twin is gone (the
+    /// namespace unoffloaded, or this provider no longer selected): it failed, so that its
+    /// controller makes another where the namespace's placement now allows.
+    pub const ABORTED: &str = "OffloadingAborted";
 }
 
 /// What is known of the pod on the provider, for its home status.
@@ -66,6 +70,8 @@ pub enum Seen<'a> {
     Refused { message: &'a str, retry: bool },
     /// Not created: its namespace is offloaded and has no twin on the provider (why).
     NoTwin { message: &'a str },
+    /// It ran in a twin that is gone (why).
+    Aborted { message: &'a str },
     /// Its ShadowPod as last listed, and the provider refused to resize it to what the home
     /// pod's spec now says: it keeps its size, the home pod says why
     /// ([`resize::RESIZE_PENDING`], reason [`resize::INFEASIBLE`], as a kubelet would).
@@ -197,6 +203,20 @@ pub fn home_status(
                 &mut conds,
                 prev_conds,
                 cond(OFFLOADED, false, reason::NO_TWIN, message.to_owned()),
+                ctx.now,
+            );
+            s
+        }
+        Seen::Aborted { message } => {
+            let mut s = ours(prev);
+            conds = s.conditions.take().unwrap_or_default();
+            failed_here(
+                &mut s,
+                &mut conds,
+                prev_conds,
+                reason::ABORTED,
+                message,
+                "its twin namespace is gone from the provider",
                 ctx.now,
             );
             s
