@@ -3,7 +3,7 @@
 //! cordons the Node, drains it ([`super::drain`]), and removes the Node, the Deployment and
 //! the RBAC.
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -11,7 +11,7 @@ use std::{
 use fabric_api::{
     core::v1alpha1::ForeignCluster,
     names::{field_manager, finalizer::VIRTUAL_NODE as FINALIZER, label},
-    offloading::v1alpha1::{VirtualNode, VirtualNodeStatus},
+    offloading::v1alpha1::{NamespaceOffloading, VirtualNode, VirtualNodeStatus},
 };
 use fabric_kube::{
     FieldManager,
@@ -19,6 +19,7 @@ use fabric_kube::{
     events::{Event, Events},
     meta::{self, GoneOk, deleting_for},
 };
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -31,7 +32,12 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ListParams, ObjectMeta},
-    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
 };
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::{info, warn};
@@ -65,6 +71,10 @@ pub struct Ctx {
     pub drain_grace: Duration,
     /// What was last applied per VirtualNode (by uid).
     pub applied: Mutex<HashMap<String, applied::Applied>>,
+    /// The offloaded namespaces (those with a NamespaceOffloading), as watched.
+    pub offloadings: Store<NamespaceOffloading>,
+    /// The offloaded namespaces each VirtualNode's virtual kubelet was last granted (by uid).
+    pub granted: Mutex<HashMap<String, BTreeSet<String>>>,
 }
 
 fn key(vn: &VirtualNode) -> String {
@@ -197,6 +207,50 @@ async fn apply_objects(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
     Ok(())
 }
 
+/// Lets the virtual kubelet read the ConfigMaps and Secrets of the offloaded namespaces, and
+/// of those only: a RoleBinding in each ([`objects::offloaded_binding`]), those of namespaces
+/// no longer offloaded deleted.
+async fn grant_offloaded(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
+    // Not listed yet: nothing is revoked on an empty cache (its listing reconciles again).
+    if ctx.offloadings.wait_until_ready().now_or_never().is_none() {
+        return Ok(());
+    }
+    let want: BTreeSet<String> = ctx
+        .offloadings
+        .state()
+        .iter()
+        .filter_map(|o| o.namespace())
+        .collect();
+    let uid = vn.metadata.uid.clone().unwrap_or_default();
+    let had = ctx.granted.lock().unwrap().get(&uid).cloned();
+    let had = match had {
+        Some(h) => h,
+        // First look since this process started: what exists.
+        None => Api::<RoleBinding>::all(ctx.client.clone())
+            .list(&ListParams::default().labels(&objects::selector(vn)))
+            .await?
+            .items
+            .into_iter()
+            .filter(|b| b.role_ref.name == objects::OFFLOADED_ROLE)
+            .filter_map(|b| b.namespace())
+            .collect(),
+    };
+    let name = objects::name(vn);
+    for ns in want.difference(&had) {
+        let api = Api::<RoleBinding>::namespaced(ctx.client.clone(), ns);
+        apply(&api, &objects::offloaded_binding(vn, ns)).await?;
+    }
+    for ns in had.difference(&want) {
+        delete(
+            &Api::<RoleBinding>::namespaced(ctx.client.clone(), ns),
+            &name,
+        )
+        .await?;
+    }
+    ctx.granted.lock().unwrap().insert(uid, want);
+    Ok(())
+}
+
 async fn reconcile_apply(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Error> {
     let ns = vn.namespace().unwrap_or_default();
     let c = &ctx.client;
@@ -204,6 +258,7 @@ async fn reconcile_apply(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Erro
     let taken = node.as_ref().is_some_and(|n| !status::is_ours(&vn, n));
     if !taken {
         apply_objects(ctx, &vn).await?;
+        grant_offloaded(ctx, &vn).await?;
     }
     let current = vn
         .status
@@ -281,6 +336,20 @@ async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Er
             &vn.spec.node_name,
         )
         .await?;
+    }
+    let offloaded = Api::<RoleBinding>::all(c.clone())
+        .list(&ListParams::default().labels(&objects::selector(&vn)))
+        .await?;
+    for b in offloaded
+        .items
+        .iter()
+        .filter(|b| b.role_ref.name == objects::OFFLOADED_ROLE)
+    {
+        let bns = b.namespace().unwrap_or_default();
+        delete(&Api::<RoleBinding>::namespaced(c.clone(), &bns), &name).await?;
+    }
+    if let Some(uid) = &vn.metadata.uid {
+        ctx.granted.lock().unwrap().remove(uid);
     }
     for rns in objects::role_namespaces(&vn, &ctx.settings) {
         delete(&Api::<RoleBinding>::namespaced(c.clone(), &rns), &name).await?;
@@ -369,12 +438,26 @@ const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_sec
 pub async fn run(client: Client, settings: Settings, drain_grace: Duration) {
     let vns: Api<VirtualNode> = Api::namespaced(client.clone(), &settings.fabric_namespace);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &settings.fabric_namespace);
+    // The offloaded namespaces: every virtual kubelet is granted reads there.
+    let (offloadings, writer) = reflector::store::<NamespaceOffloading>();
+    let offloading_events = reflector::reflector(
+        writer,
+        watcher(
+            Api::<NamespaceOffloading>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|r| async move { r.ok().map(|_| ()) });
     let ctx = Arc::new(Ctx {
         events: Events::new(client.clone(), field_manager::VIRTUAL_NODES, None),
         client: client.clone(),
         settings,
         drain_grace,
         applied: Mutex::default(),
+        offloadings,
+        granted: Mutex::default(),
     });
     let nodes: Api<Node> = Api::all(client);
     let controller = Controller::new(vns, watcher::Config::default());
@@ -399,7 +482,9 @@ pub async fn run(client: Client, settings: Settings, drain_grace: Duration) {
                     .map(|vn| ObjectRef::from_obj(vn.as_ref()))
                     .collect::<Vec<_>>()
             },
-        );
+        )
+        // A namespace offloaded or unoffloaded: every virtual kubelet's grants change.
+        .reconcile_all_on(offloading_events);
     Runner::new("virtual nodes", BACKOFF)
         // A drain is a wait, not a failure: looked at every second.
         .waits(|e| matches!(e, Error::Draining(_)).then_some(Duration::from_secs(1)))

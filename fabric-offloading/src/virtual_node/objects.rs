@@ -257,6 +257,33 @@ pub fn roles(vn: &VirtualNode, s: &Settings) -> Vec<(Role, RoleBinding)> {
         .collect()
 }
 
+/// The ClusterRole (deploy/base/rbac.yaml) with what a virtual kubelet reads in an offloaded
+/// namespace (its ConfigMaps and Secrets, reflected into the twins): bound in each offloaded
+/// namespace only ([`offloaded_binding`]), never cluster-wide.
+pub const OFFLOADED_ROLE: &str = "fabric-offloaded-namespace";
+
+/// Binds [`OFFLOADED_ROLE`] to the virtual kubelet of `vn` in offloaded namespace `ns`.
+pub fn offloaded_binding(vn: &VirtualNode, ns: &str) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(vn, Some(ns)),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: OFFLOADED_ROLE.to_owned(),
+        },
+        subjects: Some(vec![subject(vn)]),
+    }
+}
+
+/// The label selector of every object made for `vn` (its [`offloaded_binding`]s among them).
+pub fn selector(vn: &VirtualNode) -> String {
+    format!(
+        "{VIRTUAL_NODE_LABEL}={},{VIRTUAL_NODE_NAMESPACE_LABEL}={}",
+        vn.name_any(),
+        vn.namespace().unwrap_or_default()
+    )
+}
+
 /// The namespaces [`roles`] puts Roles in.
 pub fn role_namespaces(vn: &VirtualNode, s: &Settings) -> Vec<String> {
     namespaced_rules(vn, s).into_keys().collect()
