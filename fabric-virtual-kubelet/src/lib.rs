@@ -11,6 +11,7 @@
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
 pub mod configs;
+pub mod events;
 pub mod heartbeat;
 pub mod node;
 pub mod pods;

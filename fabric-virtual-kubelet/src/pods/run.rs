@@ -13,7 +13,7 @@ use fabric_kube::events::Events;
 use fabric_reflector::{Metrics, Options, Pair, Reachability, Reflection, mirror::Mirror};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
-use tokio::sync::watch;
+use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
 
 use crate::{
@@ -154,6 +154,17 @@ pub async fn run(
     // no twin pair starts before it is known (a mirror deletes what its forge does not
     // reflect).
     let referenced = configs::refs::follow(local.clone(), &opts.node_name);
+    let events_home = {
+        let (local, endpoints) = (local.clone(), endpoints.clone());
+        move |home: &str, remote: &str| {
+            tokio::spawn(crate::events::follow(
+                local.clone(),
+                home.to_owned(),
+                remote.to_owned(),
+                endpoints.clone(),
+            ))
+        }
+    };
     let mut twin = Reflection::new(local, events, metrics, endpoints, reachability);
     let configs = Options::new(CONFIG_SYNCS, opts.resync).resync_on(referenced.clone());
     twin.register(pods(Placement::Twin), options)
@@ -164,7 +175,7 @@ pub async fn run(
     tokio::spawn(async move {
         let mut known = referenced;
         if known.wait_for(Option::is_some).await.is_ok() {
-            follow_twins(pairs, twins).await;
+            follow_twins(pairs, twins, events_home).await;
         }
     });
     tokio::select! {
@@ -174,9 +185,14 @@ pub async fn run(
 }
 
 /// Runs a pair of the twin reflection for each twin the provider has made, as long as it
-/// has it.
-async fn follow_twins(reflection: Arc<Reflection>, mut twins: watch::Receiver<Twins>) {
+/// has it, and brings its Events home (`events_home` starts that).
+async fn follow_twins(
+    reflection: Arc<Reflection>,
+    mut twins: watch::Receiver<Twins>,
+    events_home: impl Fn(&str, &str) -> JoinHandle<()>,
+) {
     let mut running: BTreeMap<String, String> = BTreeMap::new();
+    let mut events: BTreeMap<String, JoinHandle<()>> = BTreeMap::new();
     loop {
         let want = twins.borrow_and_update().accepted();
         for (home, remote) in &running {
@@ -186,6 +202,9 @@ async fn follow_twins(reflection: Arc<Reflection>, mut twins: watch::Receiver<Tw
                     remote, "twin namespace gone: its pods are no longer reflected there"
                 );
                 reflection.stop(&Pair::namespaces(home, remote)).await;
+                if let Some(t) = events.remove(home) {
+                    t.abort();
+                }
             }
         }
         for (home, remote) in &want {
@@ -194,6 +213,7 @@ async fn follow_twins(reflection: Arc<Reflection>, mut twins: watch::Receiver<Tw
                     home,
                     remote, "reflecting the pods of an offloaded namespace into its twin"
                 );
+                events.insert(home.clone(), events_home(home, remote));
             }
         }
         running = want;
