@@ -138,6 +138,11 @@ pub mod annotation {
     pub const TWIN_OF_MAP: &str = "offloading.fabric.io/namespace-map";
     /// On a provider's twin namespace: the consumer's namespace it is the twin of.
     pub const TWIN_HOME: &str = "offloading.fabric.io/home-namespace";
+    /// On a ShadowPod whose pod finished, written by the consumer's virtual kubelet once the
+    /// home pod's status says how it ended (the phase recorded): the provider then collects
+    /// it after the retention; one without it is kept longer, so that a consumer that was
+    /// away when its pod finished still learns how it ended.
+    pub const HOME_RECORDED: &str = "offloading.fabric.io/home-recorded";
 
     /// Whether the unpeer of `meta` (being deleted) was forced ([`FORCE_UNPEER`]).
     pub fn unpeer_forced(meta: &kube::api::ObjectMeta) -> bool {

@@ -268,6 +268,11 @@ enum Cmd {
         /// before the provider deletes it (and its share of the tenant's ShadowPod count).
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         finished_retention: Duration,
+        /// As a provider, how long such a ShadowPod stays while its consumer has not recorded
+        /// how the pod ended (its virtual kubelet was away): it learns it when it comes back
+        /// within this. Never shorter than `--finished-retention`.
+        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        unrecorded_retention: Duration,
         #[command(flatten)]
         renewal: RenewalArgs,
         #[command(flatten)]
@@ -716,9 +721,14 @@ async fn run() -> Result<()> {
             tenant_pods,
             drain_grace,
             finished_retention,
+            unrecorded_retention,
             renewal,
             approver,
         } => {
+            let finished_retention = shadowpod::lifetime::Retention {
+                recorded: finished_retention,
+                unrecorded: unrecorded_retention,
+            };
             let rules = tenant_pods.rules();
             let approver = approver.settings(&namespace);
             let at_most_once = fabric_api::offloading::at_most_once::Bounds::new(

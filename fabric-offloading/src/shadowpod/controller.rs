@@ -71,7 +71,7 @@ struct Ctx {
     rules: Rules,
     tenants: Store<Tenant>,
     /// How long a ShadowPod whose pod finished stays.
-    finished_retention: Duration,
+    finished_retention: lifetime::Retention,
 }
 
 impl Ctx {
@@ -233,8 +233,12 @@ async fn get_pod(pods: &Api<Pod>, name: &str) -> Result<Option<Pod>, Error> {
 async fn apply_or_collect(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
     // Our own last write stands in for the cache's copy until the cache shows it.
     let cached = ctx.written.freshest(&key(&cached), cached);
+    let recorded = cached
+        .annotations()
+        .contains_key(names::annotation::HOME_RECORDED);
     let collect = lifetime::collect(
         cached.status.as_ref(),
+        recorded,
         ctx.finished_retention,
         Timestamp::now(),
     );
@@ -492,7 +496,11 @@ const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_sec
 /// Runs the controller over every namespace's ShadowPods until a signal stops it.
 /// `rules`: what the provider lets tenants' pods do and where they run (the webhook's too);
 /// `finished_retention`: how long a ShadowPod whose pod finished stays.
-pub async fn run(client: Client, rules: Rules, finished_retention: Duration) -> Result<(), Error> {
+pub async fn run(
+    client: Client,
+    rules: Rules,
+    finished_retention: lifetime::Retention,
+) -> Result<(), Error> {
     let shadows: Api<ShadowPod> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     // Only the pods the fabric runs for consumers: a provider's own pods stay out of the cache.

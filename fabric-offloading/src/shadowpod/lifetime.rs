@@ -127,10 +127,31 @@ pub enum Collect {
     Delete,
 }
 
-/// [`Collect`] for a ShadowPod with `status`, at `now`.
-pub fn collect(status: Option<&ShadowPodStatus>, retention: Duration, now: Timestamp) -> Collect {
+/// How long a ShadowPod whose pod finished stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Once the consumer has recorded the end at home
+    /// ([`fabric_api::names::annotation::HOME_RECORDED`]).
+    pub recorded: Duration,
+    /// Until then (never shorter than `recorded`): a consumer away when its pod finished
+    /// finds out how it ended when it comes back within it.
+    pub unrecorded: Duration,
+}
+
+/// [`Collect`] for a ShadowPod with `status` (its end `recorded` at home or not), at `now`.
+pub fn collect(
+    status: Option<&ShadowPodStatus>,
+    recorded: bool,
+    retention: Retention,
+    now: Timestamp,
+) -> Collect {
     let Some(status) = status.filter(|s| terminal(s.phase.as_deref())) else {
         return Collect::Live;
+    };
+    let retention = if recorded {
+        retention.recorded
+    } else {
+        retention.unrecorded.max(retention.recorded)
     };
     match &status.finished_at {
         None => Collect::Live,
@@ -227,6 +248,47 @@ mod tests {
         );
     }
 
+    fn both(d: Duration) -> Retention {
+        Retention {
+            recorded: d,
+            unrecorded: d,
+        }
+    }
+
+    #[test]
+    fn an_end_the_consumer_has_not_recorded_is_kept_longer() {
+        let retention = Retention {
+            recorded: Duration::from_secs(3600),
+            unrecorded: Duration::from_secs(86_400),
+        };
+        let done = ShadowPodStatus {
+            phase: Some("Succeeded".into()),
+            finished_at: Some(Time(t(0))),
+            ..Default::default()
+        };
+        assert_eq!(
+            collect(Some(&done), true, retention, t(3600)),
+            Collect::Delete
+        );
+        assert_eq!(
+            collect(Some(&done), false, retention, t(3600)),
+            Collect::Wait(Duration::from_secs(86_400 - 3600))
+        );
+        assert_eq!(
+            collect(Some(&done), false, retention, t(86_400)),
+            Collect::Delete
+        );
+        // Never shorter than the recorded one.
+        let odd = Retention {
+            recorded: Duration::from_secs(3600),
+            unrecorded: Duration::from_secs(60),
+        };
+        assert_eq!(
+            collect(Some(&done), false, odd, t(60)),
+            Collect::Wait(Duration::from_secs(3540))
+        );
+    }
+
     #[test]
     fn a_finished_pod_is_collected_after_the_retention_counted_from_its_end() {
         let retention = Duration::from_secs(3600);
@@ -235,8 +297,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(finished_at(&running, Some("Running"), t(0)), None);
-        assert_eq!(collect(Some(&running), retention, t(0)), Collect::Live);
-        assert_eq!(collect(None, retention, t(0)), Collect::Live);
+        assert_eq!(
+            collect(Some(&running), true, both(retention), t(0)),
+            Collect::Live
+        );
+        assert_eq!(collect(None, true, both(retention), t(0)), Collect::Live);
         for phase in ["Succeeded", "Failed"] {
             let done = ShadowPodStatus {
                 phase: Some(phase.into()),
@@ -247,20 +312,26 @@ mod tests {
             // Seen finished again later: still the first time it was.
             assert_eq!(finished_at(&done, Some(phase), t(50)), Some(Time(t(5))));
             assert_eq!(
-                collect(Some(&done), retention, t(5)),
+                collect(Some(&done), true, both(retention), t(5)),
                 Collect::Wait(retention)
             );
             assert_eq!(
-                collect(Some(&done), retention, t(3604)),
+                collect(Some(&done), true, both(retention), t(3604)),
                 Collect::Wait(Duration::from_secs(1))
             );
-            assert_eq!(collect(Some(&done), retention, t(3605)), Collect::Delete);
+            assert_eq!(
+                collect(Some(&done), true, both(retention), t(3605)),
+                Collect::Delete
+            );
         }
         // Finished, its end not stamped (an earlier release): stamped first, then counted.
         let unstamped = ShadowPodStatus {
             phase: Some("Succeeded".into()),
             ..Default::default()
         };
-        assert_eq!(collect(Some(&unstamped), retention, t(9999)), Collect::Live);
+        assert_eq!(
+            collect(Some(&unstamped), true, both(retention), t(9999)),
+            Collect::Live
+        );
     }
 }

@@ -245,7 +245,12 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
     let Some(want) = status::home_status(pod.status.as_ref(), seen, &ctx) else {
         return;
     };
+    let shadow = match &outcome {
+        Outcome::Shadow(s) | Outcome::ResizeRefused { shadow: s, .. } => Some(s.as_ref()),
+        _ => None,
+    };
     if pod.status.as_ref().map(status::ours) == Some(want.clone()) {
+        record_end(cx, shadow, &want).await;
         return;
     }
     let written = FIELD_MANAGER
@@ -260,9 +265,47 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
                 cx.event(&Event::warning(f.reason, f.action, f.message))
                     .await;
             }
+            record_end(cx, shadow, &want).await;
         }
         Ok(None) => {}
         Err(e) => warn!(pod = %key(pod), error = %e, "writing the pod status"),
+    }
+}
+
+/// Tells the provider that the home pod's status says how its pod ended (`home`, as
+/// written), so that it may collect the finished ShadowPod after its shorter retention
+/// (annotation [`names::annotation::HOME_RECORDED`], once).
+async fn record_end(
+    cx: &Cx<'_, Pods>,
+    shadow: Option<&ShadowPod>,
+    home: &k8s_openapi::api::core::v1::PodStatus,
+) {
+    let (Some(s), Some(phase)) = (shadow, home.phase.as_deref()) else {
+        return;
+    };
+    let finished_there = s.status.as_ref().is_some_and(|st| st.finished_at.is_some());
+    if !matches!(phase, "Succeeded" | "Failed")
+        || !finished_there
+        || s.annotations()
+            .contains_key(names::annotation::HOME_RECORDED)
+        || s.metadata.deletion_timestamp.is_some()
+    {
+        return;
+    }
+    let Some(api) = cx.remote_api() else {
+        return;
+    };
+    let patch = json!({"metadata": {"annotations": {names::annotation::HOME_RECORDED: phase}}});
+    if let Err(e) = api
+        .patch(
+            &s.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        // Only shortens how long the provider keeps it: looked at again on the next sync.
+        debug!(shadowpod = s.name_any(), error = %e, "recording the end at home on the ShadowPod");
     }
 }
 

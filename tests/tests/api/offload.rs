@@ -17,7 +17,8 @@
 //! them after the partition time and only then does the consumer fail them at home.
 //!
 //! A second fixture, the provider's lifetimes short: a finished pod's ShadowPod collected
-//! after the retention (the home pod stays Succeeded), a tenant drained and set back within
+//! after the retention (the home pod stays Succeeded), one whose end the consumer has not
+//! recorded at home kept past it, a tenant drained and set back within
 //! the grace losing nothing, and a drained tenant's ShadowPods (written by the consumer's
 //! own identity, its virtual kubelet cut off) deleted by the provider after the grace.
 use std::{
@@ -1311,6 +1312,11 @@ async fn what_a_consumer_leaves_the_provider_removes() {
     )
     .await;
     phase_async(
+        "a finished pod whose end the consumer has not recorded is kept",
+        unrecorded_end_kept(&bed),
+    )
+    .await;
+    phase_async(
         "a tenant set back before the drain grace loses nothing",
         undrained_within_the_grace(&bed),
     )
@@ -1438,6 +1444,43 @@ async fn finished_collected(bed: &Bed) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// A ShadowPod whose pod finished while its consumer was away (no virtual kubelet wrote it,
+/// none records its end) outlives the retention, so that the consumer can still learn how
+/// it ended; recorded (the annotation the virtual kubelet writes), it goes.
+async fn unrecorded_end_kept(bed: &Bed) {
+    squat(bed, "away").await;
+    let real = bed
+        .eventually("away's real pod", || async {
+            bed.remote_pods().get_opt("away").await.ok()?
+        })
+        .await;
+    assert_eq!(real.metadata.name.as_deref(), Some("away"));
+    bed.provider_finishes("away").await;
+    let shadows = bed.consumer_shadows().await;
+    bed.eventually("away's end recorded by the provider", || async {
+        let s = shadows.get_opt("away").await.ok()??;
+        s.status?.finished_at.map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(RETENTION + Duration::from_secs(3)).await;
+    let kept = shadows.get_opt("away").await.unwrap();
+    assert!(
+        kept.is_some(),
+        "collected before its consumer recorded how it ended\n{}",
+        bed.logs()
+    );
+    let patch =
+        json!({"metadata": {"annotations": {names::annotation::HOME_RECORDED: "Succeeded"}}});
+    shadows
+        .patch("away", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    bed.within("away collected once recorded", T, || async {
+        shadows.get_opt("away").await.ok()?.is_none().then_some(())
+    })
+    .await;
 }
 
 /// A ShadowPod as the consumer's identity writes it straight to the provider, asking for
