@@ -19,6 +19,7 @@ use kube::Client;
 use crate::kit::{Ctx, Error};
 
 pub mod kit;
+pub mod namespaces;
 pub mod network;
 pub mod policy;
 pub mod reasons;
@@ -64,7 +65,8 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         slices::provider::run(ctx.clone(), policy),
         unpeer::consumer::run(ctx.clone()),
         unpeer::revoke::run(ctx.clone()),
-        unpeer::provider::run(ctx),
+        unpeer::provider::run(ctx.clone()),
+        namespaces::consumer::run(ctx, local.id().to_owned()),
     );
     Ok(())
 }
