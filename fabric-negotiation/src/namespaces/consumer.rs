@@ -34,8 +34,9 @@ use kube::{
     Api, ResourceExt,
     api::{ObjectMeta, Patch, PatchParams},
     runtime::{
-        Controller,
+        Controller, WatchStreamExt,
         controller::Action,
+        predicates,
         reflector::{ObjectRef, Store},
         watcher,
     },
@@ -51,6 +52,9 @@ use crate::kit::{Ctx, Error, answer_poll, remote, remote_client};
 /// status, the namespaces' scheduling label.
 pub const FIELD_MANAGER: FieldManager = FieldManager(field_manager::NAMESPACE_OFFLOADING);
 
+/// How long a reconcile waits for the watch caches' first full list before it tries again.
+const CACHE_WAIT: Duration = Duration::from_secs(5);
+
 /// How often an unoffload looks at its providers at most while they remove its twins.
 const UNOFFLOAD_POLL: Duration = Duration::from_secs(1);
 
@@ -61,6 +65,8 @@ struct NsCtx {
     offloadings: Store<NamespaceOffloading>,
     virtual_nodes: Store<VirtualNode>,
     nodes: Store<Node>,
+    /// One lock per provider: its map is written by one reconcile at a time.
+    writing: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl NsCtx {
@@ -88,23 +94,27 @@ async fn maps(ctx: &Ctx, provider: &str) -> Result<Option<Api<NamespaceMap>>, Er
 }
 
 /// Writes this cluster's whole map on `provider` (every live NamespaceOffloading of the
-/// cache, with `fresh` in place of its cached copy) and returns it as stored there.
+/// cache) and returns it as stored there. The writes to one provider are one at a time, each
+/// computed from the cache as it is then: a reconcile that read the cache earlier cannot write
+/// over a later one's map and drop a namespace it had not seen yet (its twin would go).
 async fn sync_map(
     nc: &NsCtx,
     provider: &str,
     all: &Providers,
-    fresh: &NamespaceOffloading,
 ) -> Result<Option<NamespaceMap>, Error> {
     let Some(api) = maps(&nc.ctx, provider).await? else {
         return Ok(None);
     };
-    let key = ObjectRef::from_obj(fresh);
+    let lock = nc
+        .writing
+        .lock()
+        .expect("not poisoned")
+        .entry(provider.to_owned())
+        .or_default()
+        .clone();
+    let _one_at_a_time = lock.lock().await;
     let cached = nc.offloadings.state();
-    let offloadings = cached
-        .iter()
-        .map(|n| n.as_ref())
-        .filter(|n| ObjectRef::from_obj(*n) != key)
-        .chain([fresh]);
+    let offloadings = cached.iter().map(|n| n.as_ref());
     let map = NamespaceMap {
         metadata: ObjectMeta {
             name: Some(nc.me.clone()),
@@ -143,16 +153,15 @@ async fn label_namespace(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), Err
     Ok(())
 }
 
-/// Each provider's answer for `nso`: the map as stored there (None: unpeered) or why it could
+/// The answer of each provider of `ids`: its map as stored there (None: unpeered) or why it could
 /// not be reached.
 async fn answers(
     nc: &NsCtx,
-    nso: &NamespaceOffloading,
     all: &Providers,
     ids: &[String],
 ) -> Vec<(String, Result<Option<NamespaceMap>, String>)> {
     let calls = ids.iter().map(|id| async move {
-        let r = sync_map(nc, id, all, nso).await.map_err(|e| e.to_string());
+        let r = sync_map(nc, id, all).await.map_err(|e| e.to_string());
         (id.clone(), r)
     });
     join_all(calls).await
@@ -207,7 +216,7 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
     let before = previous(&nso);
     let mut clusters = Vec::new();
     let mut waiting = false;
-    for (id, answer) in answers(nc, &nso, &all, &concerned(&nso, &all)).await {
+    for (id, answer) in answers(nc, &all, &concerned(&nso, &all)).await {
         let is_selected = chosen.contains(&id) && all.contains_key(&id);
         let answer = match &answer {
             Ok(Some(map)) => Answer::Map(map.status.as_ref()),
@@ -269,7 +278,7 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
     let mut clusters = Vec::new();
     let mut pending = Vec::new();
     let mut removed = Vec::new();
-    for (id, answer) in answers(nc, &nso, &all, &concerned(&nso, &all)).await {
+    for (id, answer) in answers(nc, &all, &concerned(&nso, &all)).await {
         let answer = match &answer {
             Ok(Some(map)) => Some(Answer::Map(map.status.as_ref())),
             Ok(None) => None,
@@ -312,6 +321,17 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
 async fn reconcile(nso: Arc<NamespaceOffloading>, nc: Arc<NsCtx>) -> Result<Action, Error> {
     if nso.name_any() != namespaces::NAME {
         return Ok(Action::await_change());
+    }
+    // Every map is computed from the caches whole: before they have listed everything once, a
+    // namespace or a provider not seen yet would be withdrawn (and its twin removed).
+    let ready = async {
+        let _ = nc.offloadings.wait_until_ready().await;
+        let _ = nc.virtual_nodes.wait_until_ready().await;
+        let _ = nc.nodes.wait_until_ready().await;
+    };
+    if tokio::time::timeout(CACHE_WAIT, ready).await.is_err() {
+        tracing::debug!("namespace offloading: caches not filled yet");
+        return Ok(Action::requeue(CACHE_WAIT));
     }
     let api: Api<NamespaceOffloading> =
         Api::namespaced(nc.ctx.client.clone(), &nso.namespace().unwrap_or_default());
@@ -377,15 +397,20 @@ pub async fn run(ctx: Arc<Ctx>, me: String) {
         .watches_stream(vn_events.filter_map(changed), move |_: VirtualNode| {
             everyone(&s1)
         })
-        .watches_stream(node_events.filter_map(changed), move |_: Node| {
-            everyone(&s2)
-        });
+        .watches_stream(
+            // Their labels only: a Node's status changes with every heartbeat.
+            node_events
+                .filter_map(changed)
+                .predicate_filter(predicates::labels, Default::default()),
+            move |_: Node| everyone(&s2),
+        );
     let nc = Arc::new(NsCtx {
         ctx: ctx.clone(),
         me,
         offloadings,
         virtual_nodes,
         nodes,
+        writing: Default::default(),
     });
     Runner::new("namespace offloading (consumer)", ctx.backoff())
         .run(controller, reconcile, nc)
