@@ -424,6 +424,24 @@ fn manifests_apply_with_least_privilege() {
                 "tenants.authentication.fabric.io/status",
             ),
             ("fabric-sharing", "list", "namespaces"),
+            // The consumer's namespace offloading: NamespaceOffloadings (finalizer, status)
+            // and the scheduling label of their namespaces.
+            (
+                "fabric-sharing",
+                "watch",
+                "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "namespaceoffloadings.offloading.fabric.io/status",
+            ),
+            ("fabric-sharing", "patch", "namespaces"),
             (
                 "fabric-sharing",
                 "delete",
@@ -642,8 +660,25 @@ fn manifests_apply_with_least_privilege() {
                 "identities.authentication.fabric.io",
             ),
             ("fabric-sharing", "patch", "nodes"),
-            // Namespaces are listed, never changed but deleted (a tenant's, on unpeering).
-            ("fabric-sharing", "patch", "namespaces"),
+            // Namespaces are listed, patched (the scheduling label only, by the policy
+            // fabric-sharing-namespace-label) and deleted (a tenant's, on unpeering).
+            ("fabric-sharing", "update", "namespaces"),
+            ("fabric-sharing", "create", "namespaces"),
+            (
+                "fabric-sharing",
+                "delete",
+                "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "create",
+                "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "create",
+                "namespacemaps.offloading.fabric.io",
+            ),
             (
                 "fabric-sharing",
                 "update",
