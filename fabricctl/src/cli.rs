@@ -1,6 +1,8 @@
 //! The command line.
 use std::{ffi::OsString, path::PathBuf};
 
+use fabric_api::offloading::v1alpha1::{MappingStrategy, PodOffloadingStrategy};
+
 use clap::{
     Parser, Subcommand, ValueEnum,
     builder::StyledStr,
@@ -107,6 +109,75 @@ pub enum Cmd {
     /// Peering tokens of this (provider) cluster.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Offload namespaces to the providers: each gets a twin namespace on the providers its
+    /// selector selects, where its pods may run.
+    #[command(subcommand)]
+    Offload(OffloadCmd),
+    /// Stop offloading namespaces: their twins are removed from the providers with everything
+    /// in them (said beforehand), and their pods running there end Failed.
+    #[command(subcommand)]
+    Unoffload(UnoffloadCmd),
+}
+
+#[derive(Subcommand)]
+pub enum OffloadCmd {
+    /// Offload namespaces (a NamespaceOffloading in each), and wait until every selected
+    /// provider has made its twin.
+    #[command(visible_aliases = ["ns", "namespaces"])]
+    Namespace {
+        /// The namespaces to offload.
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// How the twins are named: DefaultName (`<namespace>-<this cluster's id>`),
+        /// EnforceSameName (the namespace's own name) or SelectedName (see
+        /// --remote-namespace-name). Cannot change once offloaded.
+        #[arg(long, value_parser = mapping_strategy)]
+        namespace_mapping_strategy: Option<MappingStrategy>,
+        /// The twin's name on every provider (one namespace only; implies SelectedName).
+        #[arg(long)]
+        remote_namespace_name: Option<String>,
+        /// Where the namespace's pods may run: LocalAndRemote, Remote (the providers only) or
+        /// Local (here only; the twins still exist).
+        #[arg(long, value_parser = pod_strategy, default_value = "LocalAndRemote")]
+        pod_offloading_strategy: PodOffloadingStrategy,
+        /// Which providers, over their virtual nodes' labels: `k=v,k2!=v2,k3,!k4,k5 in (a,b)`,
+        /// the requirements of one --selector ANDed; repeated, ORed. None: every provider.
+        #[arg(long = "selector", short = 'l')]
+        selectors: Vec<String>,
+        /// Print the NamespaceOffloadings instead of applying them.
+        #[arg(long, short = 'o', value_parser = ["yaml"])]
+        output: Option<String>,
+        /// How long to wait for the providers' twins.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+        timeout: std::time::Duration,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum UnoffloadCmd {
+    /// Unoffload namespaces: say what goes on each provider, delete their
+    /// NamespaceOffloadings and wait until the twins are gone.
+    #[command(visible_aliases = ["ns", "namespaces"])]
+    Namespace {
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+        timeout: std::time::Duration,
+    },
+}
+
+/// A value of a strategy enum of the API, by its name there.
+fn api_enum<T: serde::de::DeserializeOwned>(s: &str, all: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| format!("{s:?} is not one of {all}"))
+}
+
+fn mapping_strategy(s: &str) -> Result<MappingStrategy, String> {
+    api_enum(s, "DefaultName, EnforceSameName, SelectedName")
+}
+
+fn pod_strategy(s: &str) -> Result<PodOffloadingStrategy, String> {
+    api_enum(s, "LocalAndRemote, Remote, Local")
 }
 
 /// What `peer --remote-kubeconfig X` without `--auth-url` meant before the sharing flow.

@@ -18,11 +18,14 @@ mod cli;
 mod dump;
 mod follow;
 mod info;
+mod offload;
 mod peer;
 mod status;
 mod unpeer;
 
-use cli::{Cli, Cmd, GenerateCmd, InfoCmd, NetworkCmd, PeerFlow, TokenCmd};
+use cli::{
+    Cli, Cmd, GenerateCmd, InfoCmd, NetworkCmd, OffloadCmd, PeerFlow, TokenCmd, UnoffloadCmd,
+};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
@@ -137,6 +140,27 @@ async fn run(cli: Cli) -> Result<()> {
             consumer_id,
         }) => auth::generate_peer_command(local, ns, &auth_url, ttl, consumer_id.as_deref()).await,
         Cmd::Token(TokenCmd::Rotate) => auth::token_rotate(local).await,
+        Cmd::Offload(OffloadCmd::Namespace {
+            names,
+            namespace_mapping_strategy,
+            remote_namespace_name,
+            pod_offloading_strategy,
+            selectors,
+            output,
+            timeout,
+        }) => {
+            let req = offload::Request {
+                names,
+                mapping: namespace_mapping_strategy,
+                remote_name: remote_namespace_name,
+                pods: pod_offloading_strategy,
+                selectors,
+            };
+            offload::offload(local, req, output.is_some(), timeout).await
+        }
+        Cmd::Unoffload(UnoffloadCmd::Namespace { names, timeout }) => {
+            offload::unoffload(local, ns, &names, timeout).await
+        }
     }
 }
 
