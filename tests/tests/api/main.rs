@@ -10,5 +10,6 @@ mod crds;
 mod deploy;
 mod fuzz_seeds;
 mod inband;
+mod namespace_offloading;
 mod offload;
 mod virtual_node;

@@ -1,0 +1,566 @@
+//! Namespace offloading, the consumer's side (issue 20): `fabricctl offload namespace` and
+//! `unoffload namespace` as a user runs them, against two API servers with RBAC enforced,
+//! both clusters' sharing controllers running as their ServiceAccount (deploy/'s rights and
+//! admission policies), and a real out-of-band peering (the consumer holds an identity on the
+//! provider and a VirtualNode; no virtual kubelet runs, so selectors see the labels the
+//! virtual kubelet would give its Node).
+//!
+//! The provider's twin controller is not part of this test: where the provider answers, the
+//! test stands in for it by writing the NamespaceMap's status as the provider's admin (what
+//! that controller will write). The consumer's side is checked end to end: the map it writes
+//! on the provider with its identity, the status and phase it derives, the namespace label,
+//! the finalizer held until the provider no longer lists the twin.
+use std::{
+    collections::BTreeMap,
+    process::Output,
+    time::{Duration, Instant},
+};
+
+use fabric_api::{
+    names,
+    offloading::v1alpha1::{NamespaceMap, NamespaceOffloading, VirtualNode},
+};
+use fabric_negotiation::{Settings, run};
+use fabric_tests::{
+    apiserver::{ApiServer, require_tools},
+    auth_service::AuthService,
+    rights,
+    sharing::install_identity,
+    wait::eventually,
+};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Node, Pod},
+    events::v1::Event,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+const NS: &str = names::DEFAULT_NAMESPACE;
+const CONSUMER: &str = "cons";
+const PROVIDER: &str = "prov";
+
+fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
+    fabric_tests::process::fabricctl(&api.kubeconfig, args)
+}
+
+fn text(o: &Output) -> String {
+    fabric_tests::process::output_text(o)
+}
+
+fn controllers(client: Client) -> tokio::task::JoinHandle<()> {
+    let settings = Settings {
+        namespace: NS.into(),
+        remote_poll: Duration::from_millis(500),
+        percent: 90,
+        labels: BTreeMap::from([("region".to_owned(), "eu".to_owned())]),
+        instance: Some("test".into()),
+        at_most_once: Default::default(),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = run(client, settings).await {
+            panic!("sharing controllers: {e}");
+        }
+    })
+}
+
+/// `fabricctl` with `args` on a thread of its own (it waits for what the test then does).
+fn fabricctl_bg(api: &ApiServer, args: &[&str]) -> std::thread::JoinHandle<Output> {
+    let kubeconfig = api.kubeconfig.clone();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fabric_tests::process::fabricctl(&kubeconfig, &args)
+    })
+}
+
+async fn join(h: std::thread::JoinHandle<Output>) -> Output {
+    tokio::task::spawn_blocking(move || h.join().unwrap())
+        .await
+        .unwrap()
+}
+
+/// The consumer's NamespaceMap on the provider, read by the provider's admin.
+async fn map(p: &Client) -> Option<NamespaceMap> {
+    Api::<NamespaceMap>::namespaced(p.clone(), &names::namespace::tenant(CONSUMER))
+        .get_opt(CONSUMER)
+        .await
+        .unwrap()
+}
+
+/// The mappings of the consumer's map, `home -> remote`.
+async fn mappings(p: &Client) -> BTreeMap<String, String> {
+    map(p)
+        .await
+        .map(|m| {
+            m.spec
+                .namespaces
+                .into_iter()
+                .map(|m| (m.home, m.remote))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// As the provider's twin controller would: the map's status says `twins` (`[home, remote,
+/// phase, reason]`).
+async fn answer(p: &Client, twins: &[[&str; 4]]) {
+    let namespaces: Vec<Value> = twins
+        .iter()
+        .map(|[home, remote, phase, reason]| {
+            let mut t = json!({ "home": home, "remote": remote, "phase": phase });
+            if !reason.is_empty() {
+                t["reason"] = json!(reason);
+                t["message"] = json!(format!(
+                    "namespace {remote} exists here and is not your twin"
+                ));
+            }
+            t
+        })
+        .collect();
+    Api::<NamespaceMap>::namespaced(p.clone(), &names::namespace::tenant(CONSUMER))
+        .patch_status(
+            CONSUMER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "namespaces": namespaces } })),
+        )
+        .await
+        .unwrap();
+}
+
+async fn offloading(c: &Client, ns: &str) -> Option<NamespaceOffloading> {
+    Api::<NamespaceOffloading>::namespaced(c.clone(), ns)
+        .get_opt("offloading")
+        .await
+        .unwrap()
+}
+
+async fn labelled(c: &Client, ns: &str) -> bool {
+    Api::<Namespace>::all(c.clone())
+        .get(ns)
+        .await
+        .unwrap()
+        .labels()
+        .get(names::label::SCHEDULING_ENABLED)
+        .is_some_and(|v| v == "true")
+}
+
+/// The notes of the Events with `reason` in namespace `ns`.
+async fn events(c: &Client, ns: &str, reason: &str) -> Vec<String> {
+    Api::<Event>::namespaced(c.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+async fn add_node(client: &Client) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "n1" } })).unwrap(),
+        )
+        .await
+        .unwrap();
+    let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
+    nodes
+        .patch_status(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "allocatable": alloc, "capacity": alloc } })),
+        )
+        .await
+        .unwrap();
+}
+
+async fn create_namespace(c: &Client, ns: &str) {
+    Api::<Namespace>::all(c.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offload_and_unoffload_namespaces() {
+    if !require_tools("offload_and_unoffload_namespaces") {
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("fabric_negotiation=info,fabric_kube=warn,kube_runtime=warn")
+        .with_test_writer()
+        .try_init();
+    let consumer_api = ApiServer::start_with_auth("nsoff-c");
+    let provider_api = ApiServer::start_with_auth("nsoff-p");
+    consumer_api.install_crds();
+    provider_api.install_crds();
+    let (c, p) = (consumer_api.client().await, provider_api.client().await);
+    install_identity(
+        &c,
+        NS,
+        CONSUMER,
+        "10.244.0.0/16",
+        Some((KEY_C, "192.0.2.1:51820")),
+    )
+    .await
+    .unwrap();
+    install_identity(
+        &p,
+        NS,
+        PROVIDER,
+        "10.245.0.0/16",
+        Some((KEY_P, "198.51.100.2:51821")),
+    )
+    .await
+    .unwrap();
+    add_node(&p).await;
+    let svc = AuthService::start(&provider_api, PROVIDER).await.unwrap();
+    let mut ctl = Vec::new();
+    let mut own = Vec::new();
+    for api in [&consumer_api, &provider_api] {
+        let out = api.kubeconfig.with_file_name("fabric-sharing.kubeconfig");
+        let client = rights::component_client(api, "fabric-sharing", out)
+            .await
+            .unwrap();
+        own.push(client.clone());
+        ctl.push(controllers(client));
+    }
+
+    // A real peering, out of band: the consumer gets an identity and a VirtualNode.
+    let o = fabricctl(
+        &provider_api,
+        &["generate", "peer-command", "--auth-url", &svc.url],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let line = String::from_utf8(o.stdout).unwrap();
+    let mut args: Vec<&str> = line.split_whitespace().skip(1).collect();
+    args.extend(["--cpu", "1", "--memory", "1Gi", "--timeout-secs", "0"]);
+    let o = fabricctl(&consumer_api, &args);
+    assert!(o.status.success(), "{}\n{}", text(&o), svc.logs());
+    let vns: Api<VirtualNode> = Api::namespaced(c.clone(), NS);
+    eventually(
+        "the provider's VirtualNode",
+        Duration::from_secs(60),
+        || async { vns.get_opt(PROVIDER).await.unwrap().map(|_| ()) },
+    )
+    .await;
+
+    // 1. Offload `shop` (DefaultName): the map on the provider carries the mapping, the
+    // namespace is labelled, and once the provider answers, Ready.
+    let o = fabricctl(&consumer_api, &["offload", "namespace", "ghost"]);
+    assert!(
+        !o.status.success() && text(&o).contains("namespace ghost does not exist"),
+        "{}",
+        text(&o)
+    );
+    create_namespace(&c, "shop").await;
+    let o = fabricctl(
+        &consumer_api,
+        &["offload", "namespace", "shop", "-o", "yaml"],
+    );
+    assert!(
+        o.status.success() && text(&o).contains("kind: NamespaceOffloading"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        offloading(&c, "shop").await.is_none(),
+        "-o yaml applies nothing"
+    );
+    let run = fabricctl_bg(
+        &consumer_api,
+        &[
+            "offload",
+            "namespace",
+            "shop",
+            "--selector",
+            "region=eu",
+            "--timeout",
+            "60s",
+        ],
+    );
+    let want = BTreeMap::from([("shop".to_owned(), "shop-cons".to_owned())]);
+    eventually(
+        "the mapping on the provider",
+        Duration::from_secs(30),
+        || async { (mappings(&p).await == want).then_some(()) },
+    )
+    .await;
+    assert!(labelled(&c, "shop").await);
+    // The sharing controllers may patch a namespace for that label only (deploy/'s policy):
+    // not to loosen its pod security, nor to take it over by annotation.
+    let as_sharing: Api<Namespace> = Api::all(own[0].clone());
+    for change in [
+        json!({ "metadata": { "labels": { "pod-security.kubernetes.io/enforce": "privileged" } } }),
+        json!({ "metadata": { "labels": { names::label::SCHEDULING_ENABLED: "yes" } } }),
+        json!({ "metadata": { "annotations": { "owner": "fabric" } } }),
+    ] {
+        let e = as_sharing
+            .patch("shop", &PatchParams::default(), &Patch::Merge(&change))
+            .await
+            .expect_err("refused by the policy");
+        assert!(e.to_string().contains("scheduling label"), "{change}: {e}");
+    }
+    let m = map(&p).await.unwrap();
+    assert_eq!(m.spec.cluster_id, CONSUMER);
+    let manager = m
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|f| f.manager.as_deref() == Some(names::field_manager::NAMESPACE_OFFLOADING));
+    assert!(manager, "{:?}", m.metadata.managed_fields);
+    eventually("the provider awaited", Duration::from_secs(30), || async {
+        let st = offloading(&c, "shop").await?.status?;
+        let waiting = st.clusters.iter().any(|c| {
+            c.cluster_id == PROVIDER
+                && c.selected
+                && serde_json::to_value(c.twin).unwrap() == json!("Creating")
+        });
+        (waiting && serde_json::to_value(st.phase).unwrap() == json!("InProgress")).then_some(())
+    })
+    .await;
+    answer(&p, &[["shop", "shop-cons", "Accepted", ""]]).await;
+    let o = join(run).await;
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("✓ shop offloaded to prov as shop-cons"),
+        "{out}"
+    );
+    assert!(
+        out.contains("shop: ✓ provider prov twin Ready"),
+        "progress per provider: {out}"
+    );
+    let nso = offloading(&c, "shop").await.unwrap();
+    let st = nso.status.as_ref().unwrap();
+    assert_eq!(st.remote_namespace_name.as_deref(), Some("shop-cons"));
+    assert!(
+        nso.finalizers()
+            .iter()
+            .any(|f| f == names::finalizer::NAMESPACE_OFFLOADING)
+    );
+
+    // 2. The mapping cannot change after creation: the API server refuses it, with its reason.
+    let o = fabricctl(
+        &consumer_api,
+        &[
+            "offload",
+            "namespace",
+            "shop",
+            "--namespace-mapping-strategy",
+            "EnforceSameName",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        !o.status.success() && out.contains("cannot change after creation"),
+        "{out}"
+    );
+    assert!(
+        labelled(&c, "shop").await,
+        "the offloaded namespace keeps its label"
+    );
+
+    // 3. A bad selector from the command line: a clear error naming it, nothing applied.
+    let o = fabricctl(
+        &consumer_api,
+        &["offload", "namespace", "shop", "-l", "zone in (a"],
+    );
+    let out = text(&o);
+    assert!(
+        !o.status.success() && out.contains("\"zone in (a\""),
+        "{out}"
+    );
+    // ... and one the controller cannot evaluate (written by hand): said in the status and an
+    // Event; the provider keeps its mapping.
+    let bad = json!({ "spec": { "clusterSelector": { "nodeSelectorTerms": [
+        { "matchExpressions": [{ "key": "region", "operator": "Near", "values": ["eu"] }] }
+    ] } } });
+    Api::<NamespaceOffloading>::namespaced(c.clone(), "shop")
+        .patch("offloading", &PatchParams::default(), &Patch::Merge(&bad))
+        .await
+        .unwrap();
+    eventually("the bad selector said", Duration::from_secs(30), || async {
+        let nso = offloading(&c, "shop").await?;
+        let st = nso.status?;
+        (st.observed_generation == nso.metadata.generation
+            && st.message.as_deref().is_some_and(|m| m.contains("Near")))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(
+        mappings(&p).await,
+        want,
+        "nothing withdrawn for a bad selector"
+    );
+    let warned = events(&c, "shop", "InvalidSelector").await;
+    assert!(warned.iter().any(|n| n.contains("Near")), "{warned:?}");
+
+    // 4. A selector that matches no provider: the mapping is withdrawn, NoClusterSelected, and
+    // `fabricctl offload` succeeds with a warning.
+    let o = fabricctl(
+        &consumer_api,
+        &[
+            "offload",
+            "namespace",
+            "shop",
+            "-l",
+            "region=mars",
+            "--timeout",
+            "30s",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        o.status.success() && out.contains("selects no provider"),
+        "{out}"
+    );
+    assert!(mappings(&p).await.is_empty(), "withdrawn");
+    let st = offloading(&c, "shop").await.unwrap().status.unwrap();
+    assert_eq!(
+        serde_json::to_value(st.phase).unwrap(),
+        json!("NoClusterSelected")
+    );
+    answer(&p, &[]).await;
+
+    // 5. A provider refusing (its namespace `db` is not ours): AllFailed with its reason, and
+    // `fabricctl offload` fails saying so.
+    create_namespace(&c, "db").await;
+    let run = fabricctl_bg(
+        &consumer_api,
+        &[
+            "offload",
+            "namespace",
+            "db",
+            "--namespace-mapping-strategy",
+            "EnforceSameName",
+            "--pod-offloading-strategy",
+            "Local",
+            "--timeout",
+            "60s",
+        ],
+    );
+    eventually("the db mapping", Duration::from_secs(30), || async {
+        (mappings(&p).await.get("db").map(String::as_str) == Some("db")).then_some(())
+    })
+    .await;
+    answer(&p, &[["db", "db", "Refused", "NamespaceExists"]]).await;
+    let o = join(run).await;
+    let out = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("every selected provider refused") && out.contains("NamespaceExists"),
+        "{out}"
+    );
+    assert!(!labelled(&c, "db").await, "Local: no scheduling label");
+    let refused = events(&c, "db", "TwinRefused").await;
+    assert!(
+        refused
+            .iter()
+            .any(|n| n.contains("prov") && n.contains("NamespaceExists")),
+        "{refused:?}"
+    );
+
+    // 6. Unoffload `shop` (selected again, with a pod on the provider's virtual node): what
+    // goes is said first; the mapping is withdrawn; the finalizer holds until the provider's
+    // status drops the twin; the label goes.
+    let run = fabricctl_bg(
+        &consumer_api,
+        &["offload", "namespace", "shop", "--timeout", "60s"],
+    );
+    eventually("shop mapped again", Duration::from_secs(30), || async {
+        mappings(&p).await.contains_key("shop").then_some(())
+    })
+    .await;
+    answer(
+        &p,
+        &[
+            ["shop", "shop-cons", "Accepted", ""],
+            ["db", "db", "Refused", "NamespaceExists"],
+        ],
+    )
+    .await;
+    let o = join(run).await;
+    assert!(o.status.success(), "{}", text(&o));
+    let pod = json!({ "metadata": { "name": "web" }, "spec": {
+        "nodeName": names::node::virtual_node(PROVIDER),
+        "containers": [{ "name": "c", "image": "x" }] } });
+    Api::<Pod>::namespaced(c.clone(), "shop")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap();
+    let run = fabricctl_bg(
+        &consumer_api,
+        &["unoffload", "namespace", "shop", "--timeout", "60s"],
+    );
+    eventually("shop withdrawn", Duration::from_secs(30), || async {
+        (!mappings(&p).await.contains_key("shop")).then_some(())
+    })
+    .await;
+    // The provider is removing the twin: the NamespaceOffloading waits.
+    answer(
+        &p,
+        &[
+            ["shop", "shop-cons", "Terminating", ""],
+            ["db", "db", "Refused", "NamespaceExists"],
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = offloading(&c, "shop").await.expect("held by its finalizer");
+    assert_eq!(
+        serde_json::to_value(held.status.unwrap().phase).unwrap(),
+        json!("Terminating")
+    );
+    assert!(!labelled(&c, "shop").await, "the label goes first");
+    answer(&p, &[["db", "db", "Refused", "NamespaceExists"]]).await;
+    let o = join(run).await;
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains(
+            "provider prov: namespace shop-cons is removed with everything in it; 1 pod(s)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("✓ shop unoffloaded"), "{out}");
+    assert!(offloading(&c, "shop").await.is_none());
+    let said = events(&c, "shop", "Unoffloaded").await;
+    assert!(
+        said.iter()
+            .any(|n| n.contains("shop-cons") && n.contains("prov")),
+        "{said:?}"
+    );
+    assert_eq!(
+        mappings(&p).await,
+        BTreeMap::from([("db".to_owned(), "db".to_owned())]),
+        "db's mapping stays"
+    );
+    let t0 = Instant::now();
+    let o = fabricctl(&consumer_api, &["unoffload", "namespace", "shop"]);
+    assert!(
+        !o.status.success() && text(&o).contains("is not offloaded"),
+        "{}",
+        text(&o)
+    );
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    for h in ctl {
+        h.abort();
+    }
+}
+
+const KEY_C: &str = "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCA=";
+const KEY_P: &str = "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPA=";
