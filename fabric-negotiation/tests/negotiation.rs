@@ -370,20 +370,7 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
 }
 
 async fn add_node(client: &Client, name: &str, alloc: serde_json::Value) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap(),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "allocatable": alloc, "capacity": alloc } })),
-        )
+    fabric_tests::sharing::add_node(client, name, alloc)
         .await
         .unwrap();
 }

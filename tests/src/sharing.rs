@@ -27,8 +27,11 @@ use fabric_api::{
 };
 use fabric_auth::identity::Credentials;
 use fabric_kube::FieldManager;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::{Api, Client, api::ObjectMeta};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
+};
 
 use crate::apiserver::ApiServer;
 
@@ -444,4 +447,17 @@ pub fn root_shadowpod(consumer_id: &str, name: &str) -> serde_json::Value {
             }},
         },
     })
+}
+
+/// A real Node `name` of a provider with `alloc` (capacity and allocatable: what its policy
+/// offers from), as a kubelet would register it.
+pub async fn add_node(client: &Client, name: &str, alloc: serde_json::Value) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    let status = serde_json::json!({ "status": { "allocatable": alloc, "capacity": alloc } });
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await?;
+    Ok(())
 }

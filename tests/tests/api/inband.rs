@@ -34,12 +34,12 @@ use fabric_tests::{
 };
 use k8s_openapi::api::{
     certificates::v1::CertificateSigningRequest,
-    core::v1::{Namespace, Node, Secret},
+    core::v1::{Namespace, Secret},
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{
     Api, Client, Resource,
-    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams},
 };
 use serde_json::{Value, json};
 
@@ -317,21 +317,8 @@ fn credentials_of(kubeconfig: &std::path::Path) -> Vec<String> {
 }
 
 async fn add_node(client: &Client) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": "n1" } })).unwrap(),
-        )
-        .await
-        .unwrap();
     let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
-    nodes
-        .patch_status(
-            "n1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "allocatable": alloc, "capacity": alloc } })),
-        )
+    fabric_tests::sharing::add_node(client, "n1", alloc)
         .await
         .unwrap();
 }

@@ -29,7 +29,7 @@ use fabric_tests::{
     wait::eventually,
 };
 use k8s_openapi::api::{
-    core::v1::{Namespace, Node, Pod},
+    core::v1::{Namespace, Pod},
     events::v1::Event,
 };
 use kube::{
@@ -161,21 +161,8 @@ async fn events(c: &Client, ns: &str, reason: &str) -> Vec<String> {
 }
 
 async fn add_node(client: &Client) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": "n1" } })).unwrap(),
-        )
-        .await
-        .unwrap();
     let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
-    nodes
-        .patch_status(
-            "n1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "allocatable": alloc, "capacity": alloc } })),
-        )
+    fabric_tests::sharing::add_node(client, "n1", alloc)
         .await
         .unwrap();
 }
