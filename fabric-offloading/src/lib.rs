@@ -7,6 +7,8 @@
 //!   the admission webhook admits and charges (admission, quota, the webhook on
 //!   `fabric_http::https`), and the opt-in at-most-once stop of a silent consumer's pods
 //!   (partition, fence);
+//! - [`pod_placement`] (consumer): where the pods of an offloaded namespace may run, the pure
+//!   mutation of the pod webhook (served by the same server as the ShadowPod webhook);
 //! - [`virtual_node`] (consumer): for each VirtualNode, its virtual kubelet and the RBAC it
 //!   needs, its status, and its drain when it goes.
 //!
@@ -15,5 +17,6 @@
 //! `fabric_api`'s, and whether an unpeer was forced is an annotation read by
 //! `fabric_api::names`. Negotiation creates the VirtualNodes this drives; the virtual kubelet
 //! uses the forge, resize and the virtual node's objects.
+pub mod pod_placement;
 pub mod shadowpod;
 pub mod virtual_node;
