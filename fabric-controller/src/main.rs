@@ -9,7 +9,8 @@
 //!   identities this cluster holds on providers, and on a provider the ShadowPod controller
 //!   that runs consumers' pods (issue 11).
 //! - `shadowpod-webhook`: the provider's validating webhook on ShadowPods (consumer,
-//!   namespace, grant), with its own certificates; every replica serves.
+//!   namespace, grant) and, on a consumer, the mutating webhook that places the pods of
+//!   offloaded namespaces, with its own certificates; every replica serves.
 //! - `identities`: the renewal alone (`sharing` runs it too; never run both on one cluster).
 //! - `virtual-nodes`: runs a virtual kubelet per VirtualNode and removes its Node with it
 //!   (one active replica).
@@ -280,8 +281,10 @@ enum Cmd {
     },
     /// Serve the validating webhook on ShadowPods: a consumer creates them only for itself, in
     /// its own namespaces, with pods the provider's policy allows, within what it was granted (charged on its Tenant's status, which
-    /// every replica also recounts from the ShadowPods). Keeps its CA and serving certificate in
-    /// a Secret and the CA in the ValidatingWebhookConfiguration's caBundle.
+    /// every replica also recounts from the ShadowPods). On a consumer, also places the pods
+    /// created in offloaded namespaces as their NamespaceOffloading says (toleration, node
+    /// affinity). Keeps its CA and serving certificate in a Secret and the CA in the webhook
+    /// configurations' caBundle.
     ShadowpodWebhook {
         #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
         namespace: String,
@@ -297,6 +300,10 @@ enum Cmd {
         /// The ValidatingWebhookConfiguration whose caBundle the webhook keeps.
         #[arg(long, default_value = names::webhook::SHADOWPODS_CONFIG)]
         config: String,
+        /// The MutatingWebhookConfiguration of pods in offloaded namespaces (a consumer's)
+        /// whose caBundle the webhook keeps too, when it is installed.
+        #[arg(long, default_value = names::webhook::PODS_CONFIG)]
+        pods_config: String,
         /// How often the certificates and caBundle are looked at again.
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         refresh: Duration,
@@ -816,6 +823,7 @@ async fn run() -> Result<()> {
             service,
             tls_secret,
             config,
+            pods_config,
             refresh,
             pending_ttl,
             tenant_pods,
@@ -831,6 +839,7 @@ async fn run() -> Result<()> {
             let settings = shadowpod::webhook::Settings {
                 tls_secret,
                 config,
+                pods_config,
                 refresh,
                 pending_ttl,
                 rules: tenant_pods.rules(),

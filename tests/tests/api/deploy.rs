@@ -177,6 +177,7 @@ fn manifests_apply_with_least_privilege() {
                 "service",
                 "configmap",
                 "validatingwebhookconfiguration",
+                "mutatingwebhookconfiguration",
             ] {
                 assert!(
                     out.contains(&format!("{kind}.")) || out.contains(&format!("{kind}/")),
@@ -508,6 +509,23 @@ fn manifests_apply_with_least_privilege() {
                 "update",
                 "validatingwebhookconfigurations.admissionregistration.k8s.io/fabric-shadowpods",
             ),
+            // ... and, for the pods of a consumer's offloaded namespaces, their
+            // NamespaceOffloadings and its mutating configuration's caBundle.
+            (
+                "fabric-shadowpod-webhook",
+                "watch",
+                "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "get",
+                "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "mutatingwebhookconfigurations.admissionregistration.k8s.io/fabric-pods",
+            ),
         ];
         let answers = can_all(&api, allowed.iter().map(|&(w, v, x)| (w, v, x, NS)));
         for ((who, verb, what), yes) in allowed.into_iter().zip(answers) {
@@ -712,6 +730,27 @@ fn manifests_apply_with_least_privilege() {
                 "shadowpods.offloading.fabric.io",
             ),
             ("fabric-shadowpod-webhook", "create", "pods"),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "mutatingwebhookconfigurations.admissionregistration.k8s.io/other",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "create",
+                "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "namespaceoffloadings.offloading.fabric.io/status",
+            ),
+            ("fabric-shadowpod-webhook", "patch", "namespaces"),
         ];
         let answers = can_all(&api, denied.iter().map(|&(w, v, x)| (w, v, x, NS)));
         for ((who, verb, what), yes) in denied.into_iter().zip(answers) {
@@ -829,7 +868,7 @@ fn manifests_apply_with_least_privilege() {
         }
     });
 
-    phase("the ShadowPod webhook fails closed", || {
+    phase("the ShadowPod and pod webhooks fail closed", || {
         // The ShadowPod webhook fails closed and only sees consumers' requests.
         let hook: serde_json::Value = serde_json::from_str(&api.kubectl_ok(&[
             "get",
@@ -875,6 +914,42 @@ fn manifests_apply_with_least_privilege() {
                 .as_str()
                 .unwrap()
                 .contains(&fabric_api::names::user::consumer("")),
+            "{hook}"
+        );
+
+        // The consumer's pod webhook: pod creations in labelled namespaces only, failing
+        // closed, quickly.
+        let pods: serde_json::Value = serde_json::from_str(&api.kubectl_ok(&[
+            "get",
+            "mutatingwebhookconfiguration",
+            fabric_api::names::webhook::PODS_CONFIG,
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        let hook = &pods["webhooks"][0];
+        assert_eq!(pods["webhooks"].as_array().unwrap().len(), 1, "{pods}");
+        assert_eq!(hook["failurePolicy"], "Fail", "{hook}");
+        assert_eq!(hook["sideEffects"], "None", "{hook}");
+        assert!(hook["timeoutSeconds"].as_i64().unwrap() <= 5, "{hook}");
+        assert_eq!(
+            hook["clientConfig"]["service"]["path"],
+            fabric_api::names::webhook::PODS_PATH
+        );
+        assert_eq!(
+            hook["clientConfig"]["service"]["name"],
+            fabric_api::names::webhook::SHADOWPODS_SERVICE
+        );
+        assert_eq!(
+            hook["rules"],
+            serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]),
+            "{hook}"
+        );
+        assert_eq!(
+            hook["namespaceSelector"],
+            serde_json::json!({"matchLabels":
+                {fabric_api::names::label::SCHEDULING_ENABLED: "true"}}),
             "{hook}"
         );
     });

@@ -23,11 +23,19 @@
 //! they parse into (the ShadowPod and its old version, each at most the API server's 1.5 MiB
 //! object limit as JSON), the caches (ResourceSlices, tenant namespaces) and the runtime.
 //!
+//! On a consumer it also serves the pod webhook of offloaded namespaces
+//! ([`names::webhook::PODS_PATH`], MutatingWebhookConfiguration [`names::webhook::PODS_CONFIG`]):
+//! pods created in a namespace labelled [`label::SCHEDULING_ENABLED`] are placed as its
+//! NamespaceOffloading says ([`crate::pod_placement`]), read from a watch cache (with a GET on a
+//! miss: one created a moment ago). A cluster may be consumer, provider or both: the same
+//! server answers both roles, and only the configurations installed send it reviews. The
+//! module keeps its name (ShadowPods were its first and main concern).
+//!
 //! Its certificates ([`certs`]) live in Secret [`names::secret::SHADOWPOD_WEBHOOK_TLS`]: the
 //! first replica creates a CA and a serving certificate for the Service's name, every replica
-//! copies the CA into the ValidatingWebhookConfiguration's `caBundle` and re-reads the Secret
-//! every `refresh` (renewing what [`certs::plan`] says), so a renewed certificate is served
-//! without a restart.
+//! copies the CA into the `caBundle` of the ValidatingWebhookConfiguration and of the pods'
+//! MutatingWebhookConfiguration (when installed) and re-reads the Secret every `refresh`
+//! (renewing what [`certs::plan`] says), so a renewed certificate is served without a restart.
 pub mod certs;
 pub mod charges;
 pub mod review;
@@ -44,7 +52,10 @@ use bytes::Bytes;
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Tenant, TenantState},
     names::{self, label},
-    offloading::v1alpha1::ShadowPod,
+    offloading::{
+        namespaces,
+        v1alpha1::{NamespaceOffloading, ShadowPod},
+    },
 };
 use fabric_http::https::{self, BodyError, Exchange, Limits, TlsError, read_body};
 use http_body_util::Full;
@@ -52,7 +63,9 @@ use hyper::{Request, Response, body::Incoming, header};
 use k8s_openapi::{
     ByteString,
     api::{
-        admissionregistration::v1::ValidatingWebhookConfiguration,
+        admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+        },
         core::v1::{Namespace, Secret},
     },
     jiff::Timestamp,
@@ -77,12 +90,13 @@ use super::{
     policy::Rules,
     quota,
 };
+use crate::pod_placement::{self, Refusal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("Secret {0}: {1}")]
     Secret(String, #[source] kube::Error),
-    #[error("ValidatingWebhookConfiguration {0}: {1}")]
+    #[error("webhook configuration {0}: {1}")]
     Config(String, #[source] kube::Error),
     #[error("Secret {0} keeps changing under us")]
     Contended(String),
@@ -108,6 +122,9 @@ pub struct Settings {
     pub hosts: Vec<String>,
     /// The ValidatingWebhookConfiguration whose `caBundle` it keeps.
     pub config: String,
+    /// The MutatingWebhookConfiguration of pods in offloaded namespaces whose `caBundle` it
+    /// keeps too, when installed.
+    pub pods_config: String,
     /// How often the Secret and `caBundle` are looked at again.
     pub refresh: Duration,
     /// How long a charge counts before its ShadowPod is listed (see [`quota::recount`]):
@@ -154,6 +171,7 @@ impl Settings {
             tls_secret: names::secret::SHADOWPOD_WEBHOOK_TLS.to_owned(),
             hosts: vec![format!("{service}.{namespace}.svc")],
             config: names::webhook::SHADOWPODS_CONFIG.to_owned(),
+            pods_config: names::webhook::PODS_CONFIG.to_owned(),
             refresh: Duration::from_secs(60),
             pending_ttl: Duration::from_secs(30),
             charge_budget: Duration::from_secs(3),
@@ -275,23 +293,59 @@ pub async fn ensure_material(client: &Client, s: &Settings) -> Result<Material, 
     Err(Error::Contended(s.tls_secret.clone()))
 }
 
+/// A webhook configuration (validating or mutating): its webhooks' client configurations.
+pub trait WebhookConfiguration:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+{
+    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig>;
+}
+
+impl WebhookConfiguration for ValidatingWebhookConfiguration {
+    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig> {
+        self.webhooks
+            .iter_mut()
+            .flatten()
+            .map(|w| &mut w.client_config)
+            .collect()
+    }
+}
+
+impl WebhookConfiguration for MutatingWebhookConfiguration {
+    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig> {
+        self.webhooks
+            .iter_mut()
+            .flatten()
+            .map(|w| &mut w.client_config)
+            .collect()
+    }
+}
+
 /// Sets every webhook's `caBundle` in `config` to `ca` (PEM); whether anything changed.
-pub fn with_ca_bundle(config: &mut ValidatingWebhookConfiguration, ca: &str) -> bool {
+pub fn with_ca_bundle<C: WebhookConfiguration>(config: &mut C, ca: &str) -> bool {
     let mut changed = false;
-    for w in config.webhooks.iter_mut().flatten() {
+    for c in config.client_configs() {
         let bundle = Some(ByteString(ca.as_bytes().to_vec()));
-        if w.client_config.ca_bundle != bundle {
-            w.client_config.ca_bundle = bundle;
+        if c.ca_bundle != bundle {
+            c.ca_bundle = bundle;
             changed = true;
         }
     }
     changed
 }
 
-/// Puts the CA into the configuration's `caBundle`; `false` when the configuration is not
-/// there (not installed yet: nothing calls the webhook then).
-pub async fn publish_ca(client: &Client, name: &str, ca: &str) -> Result<bool, Error> {
-    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+/// Puts the CA into the `caBundle` of configuration `name` of kind `C`; `false` when the
+/// configuration is not there (not installed yet, or not on this cluster: nothing calls the
+/// webhook then).
+pub async fn publish_ca<C: WebhookConfiguration>(
+    client: &Client,
+    name: &str,
+    ca: &str,
+) -> Result<bool, Error> {
+    let api = Api::<C>::all(client.clone());
     let err = |e| Error::Config(name.to_owned(), e);
     for _ in 0..5 {
         let Some(mut config) = api.get_opt(name).await.map_err(err)? else {
@@ -322,6 +376,8 @@ struct View {
     /// of its own).
     rules: Rules,
     tenants: Store<Tenant>,
+    /// The consumer's NamespaceOffloadings, for the pods of offloaded namespaces.
+    offloadings: Store<NamespaceOffloading>,
     /// How many ShadowPods (running or finished) a tenant may have.
     max_shadow_pods: u32,
     /// How many of each other kind a tenant may have in a namespace.
@@ -495,6 +551,35 @@ impl View {
         Ok(())
     }
 
+    /// Where the pod created in `req` may run ([`pod_placement::mutate`]), from the namespace's
+    /// NamespaceOffloading: the watch cache's, or a fresh read when the cache has none yet
+    /// (one created a moment ago, by `fabricctl offload` right after the namespace's label).
+    async fn place(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Option<json_patch::Patch>, Refusal> {
+        let (Some(pod), Operation::Create) = (&req.object, &req.operation) else {
+            return Ok(None);
+        };
+        if req.sub_resource.is_some() {
+            return Ok(None);
+        }
+        let namespace = req.namespace.clone().unwrap_or_default();
+        let key = ObjectRef::new(namespaces::NAME).within(&namespace);
+        let offloading = match self.offloadings.get(&key) {
+            Some(o) => Some((*o).clone()),
+            None => Api::<NamespaceOffloading>::namespaced(self.client.clone(), &namespace)
+                .get_opt(namespaces::NAME)
+                .await
+                .map_err(|e| Refusal::Unreadable {
+                    namespace: namespace.clone(),
+                    error: e.to_string(),
+                })?,
+        };
+        let pod = serde_json::to_value(pod).map_err(|e| Refusal::Malformed(e.to_string()))?;
+        pod_placement::mutate(&namespace, &pod, offloading.as_ref())
+    }
+
     /// Charges `c` on the consumer's Tenant, batched with the other admissions of the moment
     /// for that consumer ([`charges::Charger`]); a dry run is decided on a fresh read of the
     /// Tenant and writes nothing.
@@ -589,6 +674,14 @@ async fn handle(
             }
             Err(e) => Err(e),
         },
+        Endpoint::Pods => match review::parse_object(&body) {
+            Ok(request) => {
+                let verdict = view.place(&request).await;
+                logged(&request, &verdict.as_ref().map(|_| ()));
+                Ok(review::answer_patch(&request, &verdict))
+            }
+            Err(e) => Err(e),
+        },
     };
     let answer = match answer {
         Ok(a) => a,
@@ -605,9 +698,10 @@ async fn handle(
     resp
 }
 
-fn logged<K>(request: &AdmissionRequest<K>, verdict: &Result<(), Denial>)
+fn logged<K, D>(request: &AdmissionRequest<K>, verdict: &Result<(), D>)
 where
     K: Resource,
+    D: std::fmt::Display,
 {
     match verdict {
         Ok(()) => {
@@ -680,6 +774,12 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
             watcher::Config::default(),
         )
         .await?,
+        offloadings: cache(
+            "NamespaceOffloading",
+            Api::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .await?,
         charger: charges::Charger::new(client.clone(), s.charge_budget),
         rules: s.rules.clone(),
         max_shadow_pods: s.max_shadow_pods,
@@ -697,8 +797,13 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         s.rules.default_requests.clone(),
     ));
     let mut material = ensure_material(&client, &s).await?;
-    if !publish_ca(&client, &s.config, &material.ca_cert).await? {
+    if !publish_ca::<ValidatingWebhookConfiguration>(&client, &s.config, &material.ca_cert).await? {
         warn!(config = %s.config, "no ValidatingWebhookConfiguration yet; caBundle set when it appears");
+    }
+    if !publish_ca::<MutatingWebhookConfiguration>(&client, &s.pods_config, &material.ca_cert)
+        .await?
+    {
+        info!(config = %s.pods_config, "no MutatingWebhookConfiguration of pods (not a consumer, or not yet); caBundle set when it appears");
     }
     let current = Arc::new(RwLock::new(server_config(&material, s.callers.as_ref())?));
     let listener = tokio::net::TcpListener::bind(s.listen)
@@ -731,7 +836,10 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
             tokio::time::sleep(s.refresh).await;
             let step = async {
                 let m = ensure_material(&client, &s).await?;
-                publish_ca(&client, &s.config, &m.ca_cert).await?;
+                publish_ca::<ValidatingWebhookConfiguration>(&client, &s.config, &m.ca_cert)
+                    .await?;
+                publish_ca::<MutatingWebhookConfiguration>(&client, &s.pods_config, &m.ca_cert)
+                    .await?;
                 if m != material {
                     *current.write().unwrap_or_else(|e| e.into_inner()) =
                         server_config(&m, s.callers.as_ref())?;

@@ -1,6 +1,7 @@
-//! The webhook's wire format, free of I/O: what a request's head may be (which of its two
-//! endpoints), an AdmissionReview (`admission.k8s.io/v1`) of a ShadowPod or of another object
-//! a consumer creates in, the verdict as an AdmissionReview out. Anything
+//! The webhook's wire format, free of I/O: what a request's head may be (which of its
+//! endpoints), an AdmissionReview (`admission.k8s.io/v1`) of a ShadowPod, of another object
+//! a consumer creates or of a pod, the verdict (with a JSON patch for a pod) as an
+//! AdmissionReview out. Anything
 //! else is a client error (4xx with a plain-text reason): the API server only ever sends
 //! well-formed reviews, so a malformed one is not a decision to make.
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
@@ -14,7 +15,7 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::shadowpod::admission::Denial;
+use crate::{pod_placement::Refusal, shadowpod::admission::Denial};
 
 /// The largest review read: the object and its old version, each up to the API server's
 /// 1.5 MiB object limit, and the envelope.
@@ -64,6 +65,9 @@ pub enum Endpoint {
     ShadowPods,
     /// [`names::webhook::TENANT_OBJECTS_PATH`]: the other objects a consumer creates.
     TenantObjects,
+    /// [`names::webhook::PODS_PATH`] (consumer): pods created in offloaded namespaces, placed
+    /// by [`crate::pod_placement`].
+    Pods,
 }
 
 /// What a request's head allows before its body is read: the endpoint it is for.
@@ -76,13 +80,15 @@ pub fn check_head(
     let endpoint = match path {
         names::webhook::SHADOWPODS_PATH => Endpoint::ShadowPods,
         names::webhook::TENANT_OBJECTS_PATH => Endpoint::TenantObjects,
+        names::webhook::PODS_PATH => Endpoint::Pods,
         _ => {
             return Err(bad(
                 404,
                 format!(
-                    "no such endpoint; POST {} or {}",
+                    "no such endpoint; POST {}, {} or {}",
                     names::webhook::SHADOWPODS_PATH,
-                    names::webhook::TENANT_OBJECTS_PATH
+                    names::webhook::TENANT_OBJECTS_PATH,
+                    names::webhook::PODS_PATH
                 ),
             ));
         }
@@ -142,16 +148,36 @@ pub fn answer<K: Resource>(req: &AdmissionRequest<K>, verdict: &Result<(), Denia
     let response = AdmissionResponse::from(req);
     let response = match verdict {
         Ok(()) => response,
-        Err(denial) => {
-            let mut r = response.deny(denial);
-            // 403 as RBAC refusals are: the consumer may not do this (422 would say the
-            // object is malformed, which it is not).
-            r.result.code = 403;
-            r.result.reason = "Forbidden".to_owned();
-            r
-        }
+        Err(denial) => refused(response, denial),
     };
     serde_json::to_vec(&response.into_review()).expect("an AdmissionReview serializes")
+}
+
+/// The AdmissionReview answering `req` with a mutation: admitted with the JSON patch, if any,
+/// or refused with the reason.
+pub fn answer_patch<K: Resource>(
+    req: &AdmissionRequest<K>,
+    verdict: &Result<Option<json_patch::Patch>, Refusal>,
+) -> Vec<u8> {
+    let response = AdmissionResponse::from(req);
+    let response = match verdict {
+        Ok(None) => response,
+        Ok(Some(patch)) => match response.clone().with_patch(patch.clone()) {
+            Ok(r) => r,
+            Err(e) => refused(response, format!("the patch does not serialize: {e}")),
+        },
+        Err(refusal) => refused(response, refusal),
+    };
+    serde_json::to_vec(&response.into_review()).expect("an AdmissionReview serializes")
+}
+
+fn refused(response: AdmissionResponse, reason: impl ToString) -> AdmissionResponse {
+    let mut r = response.deny(reason);
+    // 403 as RBAC refusals are: the request may not be done (422 would say the object is
+    // malformed, which it is not).
+    r.result.code = 403;
+    r.result.reason = "Forbidden".to_owned();
+    r
 }
 
 #[cfg(test)]
@@ -238,6 +264,38 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_is_answered_with_its_patch_or_the_refusal() {
+        let mut r = review(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "shop"}, "spec": {"containers": []}}));
+        r["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+        r["request"]["resource"] = json!({"group": "", "version": "v1", "resource": "pods"});
+        let req = parse_object(&serde_json::to_vec(&r).unwrap()).unwrap();
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "add", "path": "/spec/tolerations", "value": []}
+        ]))
+        .unwrap();
+        let out: Value =
+            serde_json::from_slice(&answer_patch(&req, &Ok(Some(patch.clone())))).unwrap();
+        assert_eq!(out["response"]["allowed"], true);
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+        // kube writes the patch's bytes as a list of numbers, which the API server's JSON
+        // decoder takes as it takes base64.
+        let sent: Vec<u8> = serde_json::from_value(out["response"]["patch"].clone()).unwrap();
+        let sent: json_patch::Patch = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(sent, patch);
+        let out: Value = serde_json::from_slice(&answer_patch(&req, &Ok(None))).unwrap();
+        assert_eq!(out["response"]["allowed"], true);
+        assert!(out["response"].get("patch").is_none(), "{out}");
+        let refusal = Refusal::NotOffloaded {
+            namespace: "shop".into(),
+        };
+        let out: Value =
+            serde_json::from_slice(&answer_patch(&req, &Err(refusal.clone()))).unwrap();
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["status"]["message"], refusal.to_string());
+    }
+
+    #[test]
     fn garbage_and_other_reviews_are_bad_requests() {
         for body in [
             b"garbage".to_vec(),
@@ -274,6 +332,15 @@ mod tests {
                 None
             ),
             Ok(Endpoint::TenantObjects)
+        );
+        assert_eq!(
+            check_head(
+                &Method::POST,
+                names::webhook::PODS_PATH,
+                Some("application/json"),
+                None
+            ),
+            Ok(Endpoint::Pods)
         );
         let status = |m: Method, p: &str, ct: Option<&str>, len: Option<&str>| {
             check_head(&m, p, ct, len).unwrap_err().status
