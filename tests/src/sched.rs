@@ -437,6 +437,59 @@ mod tests {
         }
     }
 
+    /// The pods the consumer's pod webhook places ([`fabric_offloading::pod_placement`]) go
+    /// where kube-scheduler sends them: the selected virtual nodes (tainted, labelled as
+    /// such), the real nodes too with LocalAndRemote, the real nodes only with Local; a pod's
+    /// own matchFields still narrow the choice.
+    #[test]
+    fn offloaded_pods_go_where_the_webhook_placed_them() {
+        use fabric_api::{
+            names::{label, taint},
+            offloading::v1alpha1::{NamespaceOffloading, NamespaceOffloadingSpec},
+        };
+        let virtual_node = |name: &str, region: &str| {
+            node(json!({"metadata": {"name": name, "labels": {
+                    label::NODE_TYPE: label::VIRTUAL_NODE_TYPE, "region": region}},
+                "spec": {"taints": [{"key": taint::VIRTUAL_NODE, "value": "true",
+                                     "effect": "NoExecute"}]}}))
+        };
+        let eu = virtual_node("v-eu", "eu");
+        let us = virtual_node("v-us", "us");
+        let real = node(json!({"metadata": {"name": "r1", "labels": {"region": "eu"}}}));
+        let placed = |strategy: &str, own: serde_json::Value| {
+            let spec: NamespaceOffloadingSpec = serde_json::from_value(json!({
+                "podOffloadingStrategy": strategy,
+                "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "region", "operator": "In", "values": ["eu"]}]}]},
+            }))
+            .unwrap();
+            let o = NamespaceOffloading::new("offloading", spec);
+            let mut p = serde_json::to_value(pod(own)).unwrap();
+            if let Some(patch) =
+                fabric_offloading::pod_placement::mutate("shop", &p, Some(&o)).unwrap()
+            {
+                json_patch::patch(&mut p, &patch.0).unwrap();
+            }
+            serde_json::from_value::<Pod>(p).unwrap()
+        };
+        let fits = |p: &Pod| -> Vec<&str> {
+            [&eu, &us, &real]
+                .into_iter()
+                .filter(|n| misfits(p, n, &[]).is_empty())
+                .map(|n| n.metadata.name.as_deref().unwrap())
+                .collect()
+        };
+        assert_eq!(fits(&placed("Remote", json!({}))), ["v-eu"]);
+        assert_eq!(fits(&placed("LocalAndRemote", json!({}))), ["v-eu", "r1"]);
+        assert_eq!(fits(&placed("Local", json!({}))), ["r1"]);
+        let pinned = json!({"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["r1"]}]}
+        ]}}}}});
+        assert_eq!(fits(&placed("LocalAndRemote", pinned.clone())), ["r1"]);
+        assert!(fits(&placed("Remote", pinned)).is_empty());
+    }
+
     #[test]
     fn requests_count_against_what_bound_pods_left() {
         let n = node(json!({"status": {"allocatable": {"nvidia.com/gpu": "1"}}}));

@@ -1,5 +1,6 @@
-//! The provider's ShadowPod webhook (`fabric-controller shadowpod-webhook`) for a test API
-//! server on the host, registered as deploy/ registers it: kubelite calls it through its
+//! The provider's ShadowPod webhook (`fabric-controller shadowpod-webhook`, which also places
+//! a consumer's pods of offloaded namespaces) for a test API server on the host, registered
+//! as deploy/ registers it (both its configurations): kubelite calls it through its
 //! Service, resolved by an EndpointSlice to 127.0.0.1 and the port it listens on, verifying
 //! it against the caBundle the webhook writes itself, and presents the client certificate
 //! the webhook requires of it ([`Caller`]).
@@ -17,12 +18,21 @@ use crate::{ChildGuard, apiserver::ApiServer, process::Bin, wait::try_eventually
 
 /// The ValidatingWebhookConfiguration of deploy/, as `kubectl apply -k deploy/` installs it.
 pub fn deployed_config() -> Result<String> {
+    deployed("ValidatingWebhookConfiguration")
+}
+
+/// The MutatingWebhookConfiguration of deploy/ (a consumer's pods of offloaded namespaces).
+pub fn deployed_pods_config() -> Result<String> {
+    deployed("MutatingWebhookConfiguration")
+}
+
+fn deployed(kind: &str) -> Result<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/shadowpod-webhook.yaml");
     let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
     text.split("\n---\n")
-        .find(|d| d.contains("kind: ValidatingWebhookConfiguration"))
+        .find(|d| d.contains(&format!("kind: {kind}\n")))
         .map(str::to_owned)
-        .context("deploy/ registers no ValidatingWebhookConfiguration")
+        .with_context(|| format!("deploy/ registers no {kind}"))
 }
 
 /// The API server as the webhook's caller: a CA, a client certificate it signed for
@@ -133,7 +143,11 @@ pub fn register(api: &ApiServer, address: &str, port: u16) -> Result<()> {
          "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
          "ports": [{"name": "https", "port": port, "protocol": "TCP"}]},
     ]});
-    for doc in [objects.to_string(), deployed_config()?] {
+    for doc in [
+        objects.to_string(),
+        deployed_config()?,
+        deployed_pods_config()?,
+    ] {
         let o = api.kubectl_stdin(&["apply", "-f", "-"], &doc);
         if !o.status.success() {
             bail!(
@@ -157,18 +171,25 @@ pub fn args(listen: &str, caller: &Caller) -> Vec<String> {
     ]
 }
 
-/// Waits until the webhook (logging to `log`) has put its CA into the configuration's
+/// Waits until the webhook (logging to `log`) has put its CA into both configurations'
 /// caBundle: from then on the API server calls it.
 pub fn wait_ready(api: &ApiServer, log: &Path) -> Result<()> {
     try_eventually_blocking("the webhook's caBundle", Duration::from_secs(30), || {
-        let o = api.kubectl(&[
-            "get",
+        let published = |kind: &str, name: &str| {
+            let o = api.kubectl(&[
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.webhooks[0].clientConfig.caBundle}",
+            ]);
+            o.status.success() && !o.stdout.is_empty()
+        };
+        (published(
             "validatingwebhookconfiguration",
             names::webhook::SHADOWPODS_CONFIG,
-            "-o",
-            "jsonpath={.webhooks[0].clientConfig.caBundle}",
-        ]);
-        (o.status.success() && !o.stdout.is_empty()).then_some(())
+        ) && published("mutatingwebhookconfiguration", names::webhook::PODS_CONFIG))
+        .then_some(())
     })
     .map_err(|e| {
         anyhow::anyhow!(

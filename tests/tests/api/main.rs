@@ -12,4 +12,5 @@ mod fuzz_seeds;
 mod inband;
 mod namespace_offloading;
 mod offload;
+mod pod_placement;
 mod virtual_node;
