@@ -304,25 +304,21 @@ pub trait WebhookConfiguration:
     fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig>;
 }
 
-impl WebhookConfiguration for ValidatingWebhookConfiguration {
-    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig> {
-        self.webhooks
-            .iter_mut()
-            .flatten()
-            .map(|w| &mut w.client_config)
-            .collect()
-    }
+// The two kinds have the same shape but no common type.
+macro_rules! webhook_configuration {
+    ($($kind:ty),*) => {$(
+        impl WebhookConfiguration for $kind {
+            fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig> {
+                self.webhooks
+                    .iter_mut()
+                    .flatten()
+                    .map(|w| &mut w.client_config)
+                    .collect()
+            }
+        }
+    )*};
 }
-
-impl WebhookConfiguration for MutatingWebhookConfiguration {
-    fn client_configs(&mut self) -> Vec<&mut WebhookClientConfig> {
-        self.webhooks
-            .iter_mut()
-            .flatten()
-            .map(|w| &mut w.client_config)
-            .collect()
-    }
-}
+webhook_configuration!(ValidatingWebhookConfiguration, MutatingWebhookConfiguration);
 
 /// Sets every webhook's `caBundle` in `config` to `ca` (PEM); whether anything changed.
 pub fn with_ca_bundle<C: WebhookConfiguration>(config: &mut C, ca: &str) -> bool {
@@ -888,6 +884,22 @@ mod tests {
                 .all(|w| w.client_config.ca_bundle == Some(ByteString(b"ca".to_vec())))
         );
         assert!(!with_ca_bundle(&mut config, "ca"), "nothing to write twice");
+
+        // The pods' mutating configuration alike.
+        let mut pods = MutatingWebhookConfiguration {
+            webhooks: Some(vec![
+                k8s_openapi::api::admissionregistration::v1::MutatingWebhook {
+                    name: "pods.offloading.fabric.io".into(),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        assert!(with_ca_bundle(&mut pods, "ca"));
+        assert_eq!(
+            pods.webhooks.unwrap()[0].client_config.ca_bundle,
+            Some(ByteString(b"ca".to_vec()))
+        );
     }
 
     #[test]
