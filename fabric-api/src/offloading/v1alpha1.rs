@@ -447,6 +447,9 @@ pub mod twin_reason {
     pub const TOO_MANY: &str = "TooManyNamespaces";
     /// Two home namespaces of the map ask for the same twin.
     pub const DUPLICATE: &str = "Duplicate";
+    /// The map itself is not served: not named after its consumer, not in that consumer's
+    /// tenant namespace, or the consumer is no tenant (any more).
+    pub const NOT_SERVED: &str = "NotServed";
 }
 
 /// The namespaces a consumer offloads to this (provider) cluster: one per consumer, named
