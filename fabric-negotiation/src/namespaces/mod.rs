@@ -5,5 +5,10 @@
 //!
 //! - [`consumer`]: the consumer's NamespaceOffloading controller (the maps it writes, the
 //!   status, the namespaces' scheduling label, unoffloading); [`offloading`] is its pure part.
+//! - [`twins`]: the provider's side, pure: which twin namespace each mapping of a map gets
+//!   (reserved names, names it did not make, duplicates, a limit per tenant), which twins go,
+//!   the map's status; the objects of a twin (the tenant's rights bound there as in its tenant
+//!   namespace).
 pub mod consumer;
 pub mod offloading;
+pub mod twins;
