@@ -274,6 +274,14 @@ enum Cmd {
         /// within this. Never shorter than `--finished-retention`.
         #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
         unrecorded_retention: Duration,
+        /// As a provider, namespaces no consumer may have as a twin, beyond `default`,
+        /// `kube-*`, the fabric's own and the tenant namespaces (comma-separated or repeated).
+        #[arg(long, value_delimiter = ',')]
+        reserved_namespaces: Vec<String>,
+        /// As a provider, how many twin namespaces one consumer may have (mappings past it are
+        /// refused with TooManyNamespaces; existing twins keep their place).
+        #[arg(long, default_value_t = fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT)]
+        max_namespaces_per_tenant: u32,
         #[command(flatten)]
         renewal: RenewalArgs,
         #[command(flatten)]
@@ -729,6 +737,8 @@ async fn run() -> Result<()> {
             drain_grace,
             finished_retention,
             unrecorded_retention,
+            reserved_namespaces,
+            max_namespaces_per_tenant,
             renewal,
             approver,
         } => {
@@ -751,6 +761,8 @@ async fn run() -> Result<()> {
                 labels: advertise_labels.into_iter().collect(),
                 instance: Some(identity.clone()),
                 at_most_once,
+                reserved_namespaces,
+                max_namespaces_per_tenant,
             };
             let election = fabric_kube::Election::new(lease, identity);
             // Each controller on a task of its own, so that the multi-thread runtime spreads

@@ -2,7 +2,8 @@
 //! `shared/design/sharing-layer.md`: over the identity a consumer holds on its provider, the
 //! network ([`network`]: PeeringNetwork, each side's objects from `fabric_peering::plan`) and
 //! resources ([`slices`]: ResourceSlice replication and the VirtualNode of a grant, decided
-//! by the provider's [`policy`], a pure function), and their end ([`unpeer`]); [`kit`] is
+//! by the provider's [`policy`], a pure function), the twin namespaces a provider makes for
+//! a consumer's NamespaceMap ([`namespaces`]), and their end ([`unpeer`]); [`kit`] is
 //! what these controllers share. [`run`] runs them together, as `fabric-controller sharing`
 //! does, each with its consumer and provider half (a cluster can be both).
 //!
@@ -41,6 +42,11 @@ pub struct Settings {
     pub instance: Option<String>,
     /// What the provider agrees to of consumers' at-most-once requests.
     pub at_most_once: fabric_api::offloading::at_most_once::Bounds,
+    /// Namespace names the provider keeps beyond its own ([`namespaces::twins::Limits`]):
+    /// never a consumer's twin.
+    pub reserved_namespaces: Vec<String>,
+    /// How many twin namespaces a consumer may have.
+    pub max_namespaces_per_tenant: u32,
 }
 
 /// Runs the negotiation controllers and the unpeer ones until their watches end.
@@ -58,11 +64,17 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         at_most_once: settings.at_most_once,
         ..policy::Settings::new(local.id())
     };
+    let twins = namespaces::twins::Limits {
+        reserved: settings.reserved_namespaces.iter().cloned().collect(),
+        max_per_tenant: settings.max_namespaces_per_tenant,
+        ..namespaces::twins::Limits::new(&settings.namespace)
+    };
     tokio::join!(
         network::consumer::run(ctx.clone()),
         network::provider::run(ctx.clone()),
         slices::consumer::run(ctx.clone()),
         slices::provider::run(ctx.clone(), policy),
+        namespaces::provider::run(ctx.clone(), twins),
         unpeer::consumer::run(ctx.clone()),
         unpeer::revoke::run(ctx.clone()),
         unpeer::provider::run(ctx.clone()),

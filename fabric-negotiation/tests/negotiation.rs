@@ -48,6 +48,8 @@ fn settings() -> Settings {
         labels: BTreeMap::from([("example.io/zone".to_owned(), "z1".to_owned())]),
         instance: Some("test".into()),
         at_most_once: Default::default(),
+        reserved_namespaces: Vec::new(),
+        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
     }
 }
 

@@ -8,7 +8,9 @@
 //! - [`twins`]: the provider's side, pure: which twin namespace each mapping of a map gets
 //!   (reserved names, names it did not make, duplicates, a limit per tenant), which twins go,
 //!   the map's status; the objects of a twin (the tenant's rights bound there as in its tenant
-//!   namespace).
+//!   namespace); [`provider`] is its I/O edge, the NamespaceMap controller (twins made, kept,
+//!   removed; the map's finalizer), also used by the unpeering of a consumer.
 pub mod consumer;
 pub mod offloading;
+pub mod provider;
 pub mod twins;

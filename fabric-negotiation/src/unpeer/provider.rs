@@ -1,7 +1,8 @@
 //! The provider's tenant controller: a finalizer on each Tenant; once it is deleted (by the
 //! consumer leaving, or by the provider's admin), removes the tenant area: the RoleBinding
 //! and Role (the consumer's access ends), the replicas in the tenant namespace (each through
-//! its own controller's finalizer, for at most [`CONTENT_GRACE`]), the consumer's
+//! its own controller's finalizer, for at most [`CONTENT_GRACE`]), the twin namespaces of its
+//! NamespaceMap, the consumer's
 //! ForeignCluster (or its Consumer role, when it is also a provider here) and CSRs, and the
 //! namespace. The provider's admin removes a tenant the same way: `kubectl delete tenant`.
 use std::{sync::Arc, time::Duration};
@@ -11,7 +12,7 @@ use fabric_api::{
     core::v1alpha1::{DiscoveryMethod, ForeignCluster, ForeignClusterSpec, PeerRole},
     names,
     networking::v1alpha1::PeeringNetwork,
-    offloading::v1alpha1::ShadowPod,
+    offloading::v1alpha1::{NamespaceMap, ShadowPod},
 };
 use fabric_kube::{
     FieldManager,
@@ -103,7 +104,8 @@ async fn cleanup(tenant: &Tenant, ctx: &Ctx) -> Result<bool, Error> {
     .await?;
     let left = delete_all::<PeeringNetwork>(ctx, &ns).await?
         + delete_all::<ResourceSlice>(ctx, &ns).await?
-        + delete_all::<ShadowPod>(ctx, &ns).await?;
+        + delete_all::<ShadowPod>(ctx, &ns).await?
+        + delete_all::<NamespaceMap>(ctx, &ns).await?;
     if left > 0 {
         let waited = deleting_for(&tenant.metadata, Timestamp::now());
         if waited < CONTENT_GRACE {
@@ -118,6 +120,19 @@ async fn cleanup(tenant: &Tenant, ctx: &Ctx) -> Result<bool, Error> {
             left,
             "the tenant's replicas did not go within {CONTENT_GRACE:?}: deleting the namespace with them"
         );
+    }
+    // The maps' twins, also when a map went without its finalizer (an API server that
+    // deletes a namespace's content at once) or did not finish within the grace: no twin
+    // outlives its tenant.
+    // Only the map named after the consumer is ever served.
+    let key = crate::namespaces::twins::map_key(&ns, &consumer);
+    let twins = crate::namespaces::provider::remove_twins(&ctx.client, &key).await?;
+    if twins > 0 {
+        info!(
+            consumer,
+            twins, "removing the tenant: waiting for its twins to go"
+        );
+        return Ok(false);
     }
     forget(ctx, &consumer).await?;
     let csrs: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());

@@ -384,6 +384,51 @@ fn manifests_apply_with_least_privilege() {
                 "get",
                 "rolebindings.rbac.authorization.k8s.io/fabric-consumer",
             ),
+            // The NamespaceMap controller: consumers' maps, their twin namespaces (created,
+            // deleted), the tenant's rights bound there, the tenant's binding followed.
+            (
+                "fabric-sharing",
+                "patch",
+                "namespacemaps.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "namespacemaps.offloading.fabric.io/status",
+            ),
+            (
+                "fabric-sharing",
+                "delete",
+                "namespacemaps.offloading.fabric.io",
+            ),
+            ("fabric-sharing", "create", "namespaces"),
+            ("fabric-sharing", "get", "namespaces"),
+            ("fabric-sharing", "watch", "namespaces"),
+            (
+                "fabric-sharing",
+                "create",
+                "rolebindings.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "rolebindings.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "bind",
+                "clusterroles.rbac.authorization.k8s.io/fabric-consumer-twin",
+            ),
+            (
+                "fabric-sharing",
+                "bind",
+                "clusterroles.rbac.authorization.k8s.io/fabric-sharing-tenant",
+            ),
+            (
+                "fabric-sharing",
+                "watch",
+                "rolebindings.rbac.authorization.k8s.io/fabric-consumer",
+            ),
             // The VirtualNode controller's election.
             (
                 "fabric-virtual-nodes",
@@ -493,6 +538,11 @@ fn manifests_apply_with_least_privilege() {
                 "resourceslices.authentication.fabric.io",
             ),
             ("fabric-shadowpod-webhook", "watch", "namespaces"),
+            (
+                "fabric-shadowpod-webhook",
+                "list",
+                "namespacemaps.offloading.fabric.io",
+            ),
             (
                 "fabric-shadowpod-webhook",
                 "watch",
@@ -679,9 +729,9 @@ fn manifests_apply_with_least_privilege() {
             ),
             ("fabric-sharing", "patch", "nodes"),
             // Namespaces are listed, patched (the scheduling label only, by the policy
-            // fabric-sharing-namespace-label) and deleted (a tenant's, on unpeering).
+            // fabric-sharing-namespace-label), created (twins, by fabric-sharing-twins) and
+            // deleted (twins, a tenant's on unpeering); no role is bound but the two for twins.
             ("fabric-sharing", "update", "namespaces"),
-            ("fabric-sharing", "create", "namespaces"),
             (
                 "fabric-sharing",
                 "delete",
@@ -691,6 +741,36 @@ fn manifests_apply_with_least_privilege() {
                 "fabric-sharing",
                 "create",
                 "namespaceoffloadings.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "bind",
+                "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+            ),
+            (
+                "fabric-sharing",
+                "bind",
+                "clusterroles.rbac.authorization.k8s.io/fabric-sharing",
+            ),
+            (
+                "fabric-sharing",
+                "bind",
+                "roles.rbac.authorization.k8s.io/fabric-consumer",
+            ),
+            (
+                "fabric-sharing",
+                "escalate",
+                "clusterroles.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "delete",
+                "rolebindings.rbac.authorization.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "list",
+                "rolebindings.rbac.authorization.k8s.io",
             ),
             (
                 "fabric-sharing",
@@ -896,6 +976,7 @@ fn manifests_apply_with_least_privilege() {
             [
                 ("\"resourceslices\"".to_owned(), "[\"CREATE\"]".to_owned()),
                 ("\"peeringnetworks\"".to_owned(), "[\"CREATE\"]".to_owned()),
+                ("\"namespacemaps\"".to_owned(), "[\"CREATE\"]".to_owned()),
             ],
             "{objects}"
         );
@@ -1368,6 +1449,122 @@ fn manifests_apply_with_least_privilege() {
                     &["certificate", "approve", "fabric-consumer-mallory"],
                     None,
                 ),
+            );
+            attacks.check();
+        },
+    );
+
+    phase(
+        "the sharing controllers make twins and bind there only what a twin needs",
+        || {
+            use fabric_api::offloading::v1alpha1::NamespaceMapping;
+            use fabric_negotiation::namespaces::twins;
+            let mut attacks = Attacks::default();
+            // With its own token: what the NamespaceMap controller makes, it makes; RBAC cannot
+            // narrow namespaces' creation nor where it binds its two ClusterRoles, the
+            // ValidatingAdmissionPolicies of deploy/base/sharing.yaml do.
+            let sharing = token_of(&api, "fabric-sharing");
+            let consumer = "beta";
+            let m = NamespaceMapping {
+                home: "shop".into(),
+                remote: "shop-beta".into(),
+            };
+            let key = twins::map_key(&fabric_api::names::namespace::tenant(consumer), consumer);
+            let twin = twins::namespace(consumer, &key, &m, Default::default());
+            let group = fabric_api::names::user::peering(consumer, "n1");
+            let subjects = fabric_auth::tenant::role_binding(consumer, &group)
+                .subjects
+                .unwrap();
+            fn value<T: serde::Serialize>(o: &T) -> serde_json::Value {
+                serde_json::to_value(o).unwrap()
+            }
+            // A twin is created (a POST: never an apply over a namespace of that name).
+            let create = |obj: &serde_json::Value| {
+                kubectl_with(&sharing, &["create", "-f", "-"], Some(&obj.to_string()))
+            };
+            allowed(
+                "the sharing controllers creating a twin",
+                create(&value(&twin)),
+            );
+            // (Before the consumer's binding exists: its roleRef cannot change after.)
+            let mut own = value(&twins::sharing_binding(consumer, &m.remote, NS));
+            own["metadata"]["name"] = "fabric-consumer".into();
+            attacks.refused(
+                "the sharing controllers binding fabric-sharing-tenant under the consumer's name",
+                apply_with(&sharing, &own),
+            );
+            for obj in [
+                value(&twins::consumer_binding(
+                    consumer,
+                    &m.remote,
+                    subjects.clone(),
+                )),
+                value(&twins::sharing_binding(consumer, &m.remote, NS)),
+            ] {
+                allowed(
+                    &format!("the sharing controllers making a twin's {}", obj["kind"]),
+                    apply_with(&sharing, &obj),
+                );
+            }
+            // A namespace that is no twin, or a name the provider keeps.
+            let mut plain = value(&twin);
+            plain["metadata"]["name"] = "plain".into();
+            plain["metadata"]["labels"] = serde_json::json!({});
+            attacks.refused(
+                "the sharing controllers creating a namespace that is no twin",
+                create(&plain),
+            );
+            let mut kube = value(&twin);
+            kube["metadata"]["name"] = "kube-evil".into();
+            attacks.refused(
+                "the sharing controllers creating a kube-* twin",
+                create(&kube),
+            );
+            // Relabelling a namespace to make it a twin (e.g. kube-system).
+            attacks.refused(
+                "the sharing controllers relabelling kube-system",
+                kubectl_with(
+                    &sharing,
+                    &[
+                        "label",
+                        "namespace",
+                        "kube-system",
+                        "offloading.fabric.io/twin-namespace=true",
+                    ],
+                    None,
+                ),
+            );
+            // Pods for itself outside twins and tenant namespaces.
+            let mut pods = value(&twins::sharing_binding(consumer, &m.remote, NS));
+            pods["metadata"]["namespace"] = "kube-system".into();
+            attacks.refused(
+                "the sharing controllers binding fabric-sharing-tenant in kube-system",
+                apply_with(&sharing, &pods),
+            );
+            // The twin's rights to someone else: another consumer's group, a user, itself.
+            for (kind, name) in [
+                ("Group", fabric_api::names::user::peering("alpha", "n1")),
+                ("User", "mallory".to_owned()),
+            ] {
+                let mut other = value(&twins::consumer_binding(
+                    consumer,
+                    &m.remote,
+                    subjects.clone(),
+                ));
+                other["subjects"][0]["kind"] = kind.into();
+                other["subjects"][0]["name"] = name.clone().into();
+                attacks.refused(
+                    &format!("the sharing controllers binding a twin's rights to {kind} {name}"),
+                    apply_with(&sharing, &other),
+                );
+            }
+            // Any other role, even in a twin.
+            let mut admin = value(&twins::sharing_binding(consumer, &m.remote, NS));
+            admin["metadata"]["name"] = "admin".into();
+            admin["roleRef"]["name"] = "admin".into();
+            attacks.refused(
+                "the sharing controllers binding admin in a twin",
+                apply_with(&sharing, &admin),
             );
             attacks.check();
         },

@@ -30,6 +30,8 @@ fn settings() -> Settings {
         labels: Default::default(),
         instance: Some("e2e".into()),
         at_most_once: Default::default(),
+        reserved_namespaces: Vec::new(),
+        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
     }
 }
 
