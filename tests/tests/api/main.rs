@@ -13,4 +13,5 @@ mod inband;
 mod namespace_offloading;
 mod offload;
 mod pod_placement;
+mod twins;
 mod virtual_node;
