@@ -57,6 +57,33 @@ pub async fn admit_consumer(provider: &ApiServer) -> Result<Credentials> {
     sharing::consumer_credentials(provider, CONSUMER)
 }
 
+/// On the provider, a grant for `consumer`'s ShadowPods: a Node with room, and the
+/// ResourceSlice the consumer's replicator would have made (1 CPU, 1Gi, 10 pods), which the
+/// sharing controller's policy answers.
+pub fn grant(provider: &ApiServer, consumer: &str) -> Result<()> {
+    apply(
+        provider,
+        &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1" } }),
+    )?;
+    let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
+    provider.kubectl_ok(&[
+        "patch",
+        "node",
+        "n1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &json!({ "status": { "allocatable": alloc, "capacity": alloc } }).to_string(),
+    ]);
+    apply(
+        provider,
+        &json!({ "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
+                 "metadata": { "name": consumer, "namespace": names::namespace::tenant(consumer) },
+                 "spec": { "consumerClusterId": consumer, "providerClusterId": PROVIDER,
+                           "resources": { "cpu": "1", "memory": "1Gi", "pods": "10" } } }),
+    )
+}
+
 /// The consumer's API server (`--graceful-pod-deletion` if `graceful`, as with a kubelet),
 /// with its ForeignCluster for the provider, the tunnel `Connected` (as the gateway operator
 /// reports it) and the provider's pod CIDR remapped (as the network layer agreed).

@@ -315,27 +315,7 @@ async fn setup(tag: &str, sharing_args: &[&str]) -> Option<Bed> {
     // (from a Node of the provider) to the slice the consumer's replicator would have made.
     let webhook =
         fabric_tests::webhook::start(&provider, &caller, &dir.join("webhook.log")).unwrap();
-    apply(
-        &provider,
-        &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1" } }),
-    );
-    let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
-    provider.kubectl_ok(&[
-        "patch",
-        "node",
-        "n1",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &json!({ "status": { "allocatable": alloc, "capacity": alloc } }).to_string(),
-    ]);
-    apply(
-        &provider,
-        &json!({ "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
-                 "metadata": { "name": CONSUMER, "namespace": names::namespace::tenant(CONSUMER) },
-                 "spec": { "consumerClusterId": CONSUMER, "providerClusterId": PROVIDER,
-                           "resources": { "cpu": "1", "memory": "1Gi", "pods": "10" } } }),
-    );
+    fixture::grant(&provider, CONSUMER).unwrap();
 
     // The consumer: what the sharing and network layers have made by the time a
     // VirtualNode exists, including the remap of the provider's pod CIDR.

@@ -177,30 +177,7 @@ fn setup(tag: &str) -> Option<Bed> {
         .unwrap();
     let webhook =
         fabric_tests::webhook::start(&provider, &caller, &dir.join("webhook.log")).unwrap();
-    // A grant for alpha's ShadowPods: a Node, and the slice its replicator would have made.
-    fixture::apply(
-        &provider,
-        &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1" } }),
-    )
-    .unwrap();
-    let alloc = json!({ "cpu": "8", "memory": "16Gi", "pods": "110" });
-    provider.kubectl_ok(&[
-        "patch",
-        "node",
-        "n1",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &json!({ "status": { "allocatable": alloc, "capacity": alloc } }).to_string(),
-    ]);
-    fixture::apply(
-        &provider,
-        &json!({ "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
-                 "metadata": { "name": ALPHA, "namespace": names::namespace::tenant(ALPHA) },
-                 "spec": { "consumerClusterId": ALPHA, "providerClusterId": PROVIDER,
-                           "resources": { "cpu": "1", "memory": "1Gi", "pods": "10" } } }),
-    )
-    .unwrap();
+    fixture::grant(&provider, ALPHA).unwrap();
     // An admin's own namespace, with something in it.
     provider.kubectl_ok(&["create", "namespace", "prod"]);
     provider.kubectl_ok(&[
