@@ -58,6 +58,8 @@ fn controllers(client: Client) -> tokio::task::JoinHandle<()> {
         labels: BTreeMap::from([("region".to_owned(), "eu".to_owned())]),
         instance: Some("test".into()),
         at_most_once: Default::default(),
+        reserved_namespaces: Vec::new(),
+        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
     };
     tokio::spawn(async move {
         if let Err(e) = run(client, settings).await {
@@ -421,8 +423,10 @@ async fn offload_and_unoffload_namespaces() {
     answer(&p, &[]).await;
 
     // 5. A provider refusing (its namespace `db` is not ours): AllFailed with its reason, and
-    // `fabricctl offload` fails saying so.
+    // `fabricctl offload` fails saying so. The provider's own `db` (its twin controller runs
+    // too, and refuses it as the answer below says).
     create_namespace(&c, "db").await;
+    create_namespace(&p, "db").await;
     let run = fabricctl_bg(
         &consumer_api,
         &[
