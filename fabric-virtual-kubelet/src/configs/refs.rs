@@ -8,7 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSpec};
 use kube::{
     Api, Client, ResourceExt,
-    runtime::{WatchStreamExt, reflector, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
 use tokio::sync::watch;
 use tracing::warn;
@@ -98,40 +98,85 @@ pub fn of<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Refs {
 }
 
 /// What the pods bound to node `node` reference, per namespace, as their watch sees them
-/// (`None` until it has listed: nothing is concluded from an unlisted cache).
+/// (`None` until it has listed: nothing is concluded from an unlisted cache). Each event
+/// recounts only its pod's namespace.
 pub fn follow(local: Client, node: &str) -> watch::Receiver<Option<BTreeMap<String, Refs>>> {
     let (tx, rx) = watch::channel(None);
-    let (store, writer) = reflector::store::<Pod>();
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = reflector::reflector(writer, watcher(Api::<Pod>::all(local), config))
-        .default_backoff()
-        .touched_objects();
+    let stream = watcher(Api::<Pod>::all(local), config).default_backoff();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
-        if store.wait_until_ready().await.is_err() {
-            return;
-        }
-        loop {
-            let mut now: BTreeMap<String, Vec<std::sync::Arc<Pod>>> = BTreeMap::new();
-            for p in store.state() {
-                now.entry(p.namespace().unwrap_or_default())
-                    .or_default()
-                    .push(p);
+        // Per namespace, what each pod references.
+        type Pods = BTreeMap<String, BTreeMap<String, Refs>>;
+        let (mut pods, mut listing): (Pods, Option<Pods>) = (Pods::new(), None);
+        let total = |of: &BTreeMap<String, Refs>| {
+            let mut r = Refs::default();
+            for p in of.values() {
+                r.config_maps.extend(p.config_maps.iter().cloned());
+                r.secrets.extend(p.secrets.iter().cloned());
             }
-            let now: BTreeMap<String, Refs> = now
-                .into_iter()
-                .map(|(ns, pods)| (ns, of(pods.iter().map(|p| p.as_ref()))))
-                .collect();
-            tx.send_if_modified(|v| {
-                let changed = v.as_ref() != Some(&now);
-                *v = Some(now);
-                changed
+            r
+        };
+        let key = |p: &Pod| (p.namespace().unwrap_or_default(), p.name_any());
+        while let Some(ev) = stream.next().await {
+            let touched = match ev {
+                Err(e) => {
+                    warn!(error = %e, "watching the node's pods for their references");
+                    continue;
+                }
+                Ok(watcher::Event::Init) => {
+                    listing = Some(Pods::new());
+                    continue;
+                }
+                Ok(watcher::Event::InitApply(p)) => {
+                    let (ns, name) = key(&p);
+                    if let Some(l) = listing.as_mut() {
+                        l.entry(ns).or_default().insert(name, of([&p]));
+                    }
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => {
+                    pods = listing.take().unwrap_or_default();
+                    None
+                }
+                Ok(watcher::Event::Apply(p)) => {
+                    let (ns, name) = key(&p);
+                    pods.entry(ns.clone()).or_default().insert(name, of([&p]));
+                    Some(ns)
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    let (ns, name) = key(&p);
+                    if let Some(m) = pods.get_mut(&ns) {
+                        m.remove(&name);
+                        if m.is_empty() {
+                            pods.remove(&ns);
+                        }
+                    }
+                    Some(ns)
+                }
+            };
+            tx.send_if_modified(|v: &mut Option<BTreeMap<String, Refs>>| {
+                match (touched, v.as_mut()) {
+                    // One namespace changed.
+                    (Some(ns), Some(all)) => {
+                        let now = pods.get(&ns).map(total);
+                        let changed = all.get(&ns) != now.as_ref();
+                        match now {
+                            Some(r) => all.insert(ns, r),
+                            None => all.remove(&ns),
+                        };
+                        changed
+                    }
+                    // Listed (again): everything.
+                    _ => {
+                        let now: BTreeMap<String, Refs> =
+                            pods.iter().map(|(ns, m)| (ns.clone(), total(m))).collect();
+                        let changed = v.as_ref() != Some(&now);
+                        *v = Some(now);
+                        changed
+                    }
+                }
             });
-            match stream.next().await {
-                None => return,
-                Some(Err(e)) => warn!(error = %e, "watching the node's pods for their references"),
-                Some(Ok(_)) => {}
-            }
         }
     });
     rx
