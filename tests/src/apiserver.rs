@@ -31,8 +31,10 @@ pub struct ApiServer {
 /// Port of an API server inside its own namespace: nothing else listens there, so it can be
 /// fixed, as a cluster's API server port would be.
 const NETNS_API_PORT: u16 = 6443;
-/// Concurrent forwarded connections; kube clients pool theirs, so a few per client suffice.
-const MAX_FORWARDED: usize = 64;
+/// Concurrent forwarded connections (two threads each). Kube clients pool theirs, but every
+/// watch holds one: a cluster's components, its virtual kubelets (a dozen watches each, more
+/// per offloaded namespace) and its peers' controllers hold a few hundred together.
+const MAX_FORWARDED: usize = 512;
 
 fn free_port() -> u16 {
     // kubelite also takes PORT+1000 and PORT+1001 for etcd: all three must be free.
@@ -328,6 +330,11 @@ impl Forwarder {
                     }
                     let Ok(client) = client else { continue };
                     if conns.lock().unwrap().len() >= MAX_FORWARDED {
+                        // Said, so that a client's "Connect" errors are not a mystery.
+                        eprintln!(
+                            "fabric-tests: the API forwarder holds {MAX_FORWARDED} connections: \
+                             closing a new one"
+                        );
                         continue;
                     }
                     let id = ids.fetch_add(1, Ordering::Relaxed);
