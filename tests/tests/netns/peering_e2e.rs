@@ -15,6 +15,10 @@
 //! running and answering (the tunnel is not cut); healed, it is Ready again, the same ShadowPod
 //! and real pod. `fabricctl unpeer` of C with that pod offloaded leaves nothing on either side:
 //! the home pod is drained through the provider, C's tenant area goes.
+//!
+//! Namespace offloading (issue 20): A offloads a namespace to B with `fabricctl`; a pod
+//! created there without any placement is placed on the virtual node by A's pod webhook, runs
+//! in B's twin namespace under its own name and answers; unoffloading removes the twin.
 use std::{
     collections::BTreeSet,
     process::Output,
@@ -251,6 +255,103 @@ impl Bed {
         home
     }
 
+    /// A offloads namespace `shop` to B with `fabricctl` as a user would (pods Remote, the
+    /// provider chosen by the label B advertises): B makes the twin `shop-<A's id>`; a pod
+    /// created in `shop` with nothing about placement in it is placed on A's virtual node for
+    /// B by A's pod webhook and scheduler, runs in the twin under its own name, answers A's
+    /// client at its address in A's view, and its log reads at home. Unoffloading says what
+    /// goes first, removes the twin with its pod, and the home pod fails there.
+    fn offloaded_namespace(&self, provider: &str) {
+        let (a, b) = (&self.cl.a, &self.cl.b);
+        assert_eq!(b.id, provider);
+        let twin = format!("shop-{}", a.id);
+        let o = a.api.kubectl(&["create", "namespace", "shop"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let selector = format!("{ADVERTISED}={provider}");
+        let o = fabricctl(
+            &a.api,
+            &[
+                "offload",
+                "namespace",
+                "shop",
+                "--pod-offloading-strategy",
+                "Remote",
+                "--selector",
+                &selector,
+            ],
+        );
+        let out = text(&o);
+        assert!(o.status.success(), "offload: {out}\n{}", self.logs());
+        assert!(out.contains(provider) && out.contains("Ready"), "{out}");
+        let ns = get_json(&b.api, &["get", "namespace", &twin]).expect("the twin on B");
+        assert_eq!(
+            ns["metadata"]["labels"][names::label::REMOTE_CLUSTER],
+            a.id.as_str()
+        );
+
+        // Nothing about placement in the pod: the webhook adds it.
+        let mut pod = workloads::echo_pod("web");
+        pod["metadata"]["namespace"] = json!("shop");
+        a.create_pod(&pod).unwrap();
+        let stored = get_json(&a.api, &["get", "pod", "web", "-n", "shop"]).unwrap();
+        assert_eq!(
+            stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"][0]["matchExpressions"]
+                .as_array()
+                .map(|e| e.iter().any(|r| r["key"] == names::label::NODE_TYPE)),
+            Some(true),
+            "{stored}"
+        );
+        let home = a
+            .wait_pod_running("shop", "web", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
+        assert_eq!(home.node, names::node::virtual_node(provider));
+        let shadow = get_json(&b.api, &["get", "shadowpod", "web", "-n", &twin])
+            .expect("the ShadowPod in the twin, under the pod's own name");
+        assert_eq!(shadow["spec"]["home"]["namespace"], "shop");
+        assert!(get_json(&b.api, &["get", "pod", "web", "-n", &twin]).is_some());
+        let answer = self
+            .answer(&home.ip)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
+        let line = format!("connection from {}", answer.trim());
+        self.wait(
+            "kubectl logs of the pod in the twin",
+            Duration::from_secs(30),
+            || {
+                let o = a.api.kubectl(&["logs", "web", "-n", "shop"]);
+                String::from_utf8_lossy(&o.stdout)
+                    .contains(&line)
+                    .then_some(())
+            },
+        );
+
+        let o = fabricctl(&a.api, &["unoffload", "namespace", "shop"]);
+        let out = text(&o);
+        assert!(o.status.success(), "unoffload: {out}\n{}", self.logs());
+        assert!(out.contains(&twin), "says what goes: {out}");
+        assert!(
+            get_json(
+                &a.api,
+                &["get", "namespaceoffloading", "offloading", "-n", "shop"]
+            )
+            .is_none(),
+            "unoffloaded"
+        );
+        self.wait("the twin gone from B", Duration::from_secs(60), || {
+            get_json(&b.api, &["get", "namespace", &twin])
+                .is_none()
+                .then_some(())
+        });
+        self.wait("the home pod failed", Duration::from_secs(60), || {
+            let p = get_json(&a.api, &["get", "pod", "web", "-n", "shop"])?;
+            (p["status"]["phase"] == "Failed").then_some(())
+        });
+        let o = a
+            .api
+            .kubectl(&["delete", "namespace", "shop", "--wait=false"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+
     /// A's client pod (created on first use).
     fn client(&self) -> RunningPod {
         let a = &self.cl.a;
@@ -450,6 +551,11 @@ fn out_of_band_peering_end_to_end() {
 
     phase("B's webhook refuses what A may not run there", || {
         bed.provider_refuses_a_root_pod(2);
+    });
+
+    phase("A offloads a namespace to B", || {
+        bed.offloaded_namespace(&b_id);
+        eprintln!("namespace offloaded and back after {:?}", t0.elapsed());
     });
 
     phase("A's virtual kubelet killed mid-traffic", || {
