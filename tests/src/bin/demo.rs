@@ -401,6 +401,85 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     );
     check_interrupt()?;
 
+    title("A namespace offloaded whole: fabricctl offload namespace shop (cluster A)");
+    kubectl(&d.cl.a.api, &["create", "namespace", "shop"])?;
+    let selector = format!("{ADVERTISED_LABEL}={b_id}");
+    println!(
+        "  fabricctl offload namespace shop --pod-offloading-strategy Remote --selector {selector}"
+    );
+    show(fabricctl(
+        &d.cl.a.api,
+        &[
+            "offload",
+            "namespace",
+            "shop",
+            "--pod-offloading-strategy",
+            "Remote",
+            "--selector",
+            &selector,
+        ],
+    ));
+    let twin = format!("shop-{a_id}");
+    println!(
+        "  On cluster B, the twin namespace B made for it (kubectl get namespace {twin} --show-labels):"
+    );
+    show(kubectl(
+        &d.cl.b.api,
+        &["get", "namespace", &twin, "--show-labels"],
+    ));
+    println!("  A pod created in shop with nothing about placement: A's pod webhook adds it:");
+    let mut web = echo_pod("web");
+    web["metadata"]["namespace"] = json!("shop");
+    d.cl.a.create_pod(&web)?;
+    show(kubectl(
+        &d.cl.a.api,
+        &[
+            "get",
+            "pod",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.spec.tolerations}{\"\\n\"}{.spec.affinity}",
+        ],
+    ));
+    let web =
+        d.cl.a
+            .wait_pod_running("shop", "web", Duration::from_secs(90))?;
+    println!(
+        "  Running on {} after {}; on cluster B, in the twin, under its own name:",
+        web.node,
+        elapsed()
+    );
+    show(kubectl(
+        &d.cl.b.api,
+        &[
+            "get",
+            "shadowpods,pods",
+            "-n",
+            &twin,
+            "-o",
+            "custom-columns=KIND:.kind,NAME:.metadata.name,STATUS:.status.phase",
+        ],
+    ));
+    let target = format!("{}:{ECHO_PORT}", web.ip);
+    let answer = wait(
+        &format!("an answer from {target}"),
+        Duration::from_secs(30),
+        || {
+            d.cl.tb
+                .exec(&d.cl.a.pods[0], &[&bin, "connect", &target])
+                .ok()
+        },
+    )?;
+    println!(
+        "  A pod {pod} connects to shop/web at {target}  =>  {}",
+        answer.trim()
+    );
+    println!("  fabricctl unoffload namespace shop (it says what goes first):");
+    show(fabricctl(&d.cl.a.api, &["unoffload", "namespace", "shop"]));
+    check_interrupt()?;
+
     title("fabricctl status (cluster A)");
     show(fabricctl(&d.cl.a.api, &["status"]));
 
