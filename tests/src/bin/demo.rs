@@ -427,9 +427,32 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         &d.cl.b.api,
         &["get", "namespace", &twin, "--show-labels"],
     ));
-    println!("  A pod created in shop with nothing about placement: A's pod webhook adds it:");
+    println!("  Its configuration: ConfigMap settings (greeting) and Secret db (password).");
+    let config = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "shop"},
+         "data": {"greeting": "hello from shop"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"},
+         "stringData": {"password": "s3cret"}},
+    ]});
+    let o =
+        d.cl.a
+            .api
+            .kubectl_stdin(&["apply", "-f", "-"], &config.to_string());
+    if !o.status.success() {
+        bail!("{}", String::from_utf8_lossy(&o.stderr));
+    }
+    println!("  A pod created in shop with nothing about placement (A's pod webhook adds it),");
+    println!("  its environment from them:");
     let mut web = echo_pod("web");
     web["metadata"]["namespace"] = json!("shop");
+    web["spec"]["containers"][0]["command"]
+        .as_array_mut()
+        .context("echo_pod has args")?
+        .extend([json!("--print-env"), json!("GREETING")]);
+    web["spec"]["containers"][0]["env"] = json!([
+        {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
+        {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+    ]);
     d.cl.a.create_pod(&web)?;
     show(kubectl(
         &d.cl.a.api,
@@ -476,6 +499,11 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         "  A pod {pod} connects to shop/web at {target}  =>  {}",
         answer.trim()
     );
+    println!("  kubectl logs web -n shop (it read its ConfigMap, reflected into the twin):");
+    show(kubectl(
+        &d.cl.a.api,
+        &["logs", "web", "-n", "shop", "--tail", "3"],
+    ));
     println!("  fabricctl unoffload namespace shop (it says what goes first):");
     show(fabricctl(&d.cl.a.api, &["unoffload", "namespace", "shop"]));
     check_interrupt()?;

@@ -18,7 +18,8 @@
 //!
 //! Namespace offloading (issue 20): A offloads a namespace to B with `fabricctl`; a pod
 //! created there without any placement is placed on the virtual node by A's pod webhook, runs
-//! in B's twin namespace under its own name and answers; unoffloading removes the twin.
+//! in B's twin namespace under its own name, reads its ConfigMap and Secret (reflected into
+//! the twin: only what it references) and answers; unoffloading removes the twin.
 use std::{
     collections::BTreeSet,
     process::Output,
@@ -289,9 +290,35 @@ impl Bed {
             a.id.as_str()
         );
 
+        // Its configuration: what the pod references goes to the twin, nothing else.
+        let config = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "shop"},
+             "data": {"greeting": "hello from shop"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unused", "namespace": "shop"},
+             "data": {"x": "y"}},
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"},
+             "stringData": {"password": "s3cret"}},
+        ]});
+        let o = a
+            .api
+            .kubectl_stdin(&["apply", "-f", "-"], &config.to_string());
+        assert!(o.status.success(), "{}", text(&o));
         // Nothing about placement in the pod: the webhook adds it.
         let mut pod = workloads::echo_pod("web");
         pod["metadata"]["namespace"] = json!("shop");
+        pod["spec"]["containers"][0]["command"]
+            .as_array_mut()
+            .unwrap()
+            .extend([
+                json!("--print-env"),
+                json!("GREETING"),
+                json!("--print-env"),
+                json!("PASSWORD"),
+            ]);
+        pod["spec"]["containers"][0]["env"] = json!([
+            {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
+            {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+        ]);
         a.create_pod(&pod).unwrap();
         let stored = get_json(&a.api, &["get", "pod", "web", "-n", "shop"]).unwrap();
         assert_eq!(
@@ -314,16 +341,22 @@ impl Bed {
             .answer(&home.ip)
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
         let line = format!("connection from {}", answer.trim());
-        self.wait(
+        let logs = self.wait(
             "kubectl logs of the pod in the twin",
             Duration::from_secs(30),
             || {
                 let o = a.api.kubectl(&["logs", "web", "-n", "shop"]);
-                String::from_utf8_lossy(&o.stdout)
-                    .contains(&line)
-                    .then_some(())
+                let out = String::from_utf8_lossy(&o.stdout).into_owned();
+                out.contains(&line).then_some(out)
             },
         );
+        // It read its ConfigMap and Secret, reflected into the twin; the unused one stayed home.
+        assert!(
+            logs.contains("GREETING=hello from shop") && logs.contains("PASSWORD=s3cret"),
+            "{logs}"
+        );
+        assert!(get_json(&b.api, &["get", "configmap", "settings", "-n", &twin]).is_some());
+        assert!(get_json(&b.api, &["get", "configmap", "unused", "-n", &twin]).is_none());
 
         let o = fabricctl(&a.api, &["unoffload", "namespace", "shop"]);
         let out = text(&o);
