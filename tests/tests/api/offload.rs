@@ -21,6 +21,10 @@
 //! recorded at home kept past it, a tenant drained and set back within
 //! the grace losing nothing, and a drained tenant's ShadowPods (written by the consumer's
 //! own identity, its virtual kubelet cut off) deleted by the provider after the grace.
+//!
+//! A third: a namespace offloaded (issue 20), the virtual kubelet's side: its pods and their
+//! configuration in the twin the provider made, a pod without a twin waiting, the twin's
+//! removal failing the pod that ran there.
 use std::{
     future::Future,
     path::PathBuf,
@@ -1544,4 +1548,234 @@ async fn drained_tenant_stopped(bed: &Bed) {
         .await
         .expect_err("a drained tenant's new ShadowPod admitted");
     assert!(refused.to_string().contains("is drained"), "{refused}");
+}
+
+/// The offloaded namespace of the third fixture.
+const STORE: &str = "store";
+
+/// Its twin on the provider, as the consumer's controller names it (`DefaultName`).
+fn store_twin() -> String {
+    format!("{STORE}-{CONSUMER}")
+}
+
+/// Namespace offloading, the virtual kubelet's side (issue 20), on the first fixture's bed: the
+/// consumer's NamespaceOffloading controller is stood in for by writing what it writes (the
+/// NamespaceOffloading at home, by the user; the NamespaceMap on the provider, with the
+/// consumer's own identity); the provider's twin controller (in `fabric-controller sharing`)
+/// makes the twin. A pod of the offloaded namespace runs in the twin under its own name, its
+/// referenced ConfigMap and Secret (and the root CA bundle, renamed) reflected there and
+/// nothing else, kept as they change; the virtual kubelet reads the ConfigMaps and Secrets of
+/// offloaded namespaces only; a pod of an offloaded namespace without a twin waits saying why;
+/// the twin removed, the pod that ran there fails (`OffloadingAborted`).
+#[tokio::test]
+async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
+    let Some(bed) = phase_async("the bed", setup("twin-pods", &[])).await else {
+        return;
+    };
+    phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
+    phase_async("a pod and its configuration in the twin", async {
+        bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
+        apply(
+            &bed.consumer,
+            &json!({"apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                 "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "settings", "namespace": STORE}, "data": {"greeting": "hello"}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "unused", "namespace": STORE}, "data": {"x": "y"}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "kube-root-ca.crt", "namespace": STORE}, "data": {"ca.crt": "home CA"}},
+                {"apiVersion": "v1", "kind": "Secret",
+                 "metadata": {"name": "db", "namespace": STORE}, "stringData": {"password": "s3cret"}},
+            ]}),
+        );
+        set_map(&bed, &[(STORE, &store_twin())]).await;
+        let twin = store_twin();
+        bed.eventually("the twin made by the provider", || async {
+            let o = bed.provider.kubectl(&["get", "namespace", &twin]);
+            o.status.success().then_some(())
+        })
+        .await;
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": "web", "namespace": STORE },
+            "spec": {
+                "nodeName": NODE,
+                "tolerations": [{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }],
+                "containers": [{ "name": "main", "image": "echo",
+                    "command": ["fabric-test-pod", "echo"],
+                    "env": [{"name": "G", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}}],
+                    "envFrom": [{"secretRef": {"name": "db"}}] }],
+            },
+        });
+        pod["spec"]["terminationGracePeriodSeconds"] = json!(5);
+        apply(&bed.consumer, &pod);
+        let in_twin = |kind: &'static str, name: &'static str| {
+            let twin = twin.clone();
+            let provider = &bed.provider;
+            async move {
+                let o = provider.kubectl(&["get", kind, name, "-n", &twin, "-o", "json"]);
+                o.status
+                    .success()
+                    .then(|| serde_json::from_slice::<Value>(&o.stdout).ok())
+                    .flatten()
+            }
+        };
+        let shadow = bed
+            .eventually("web's ShadowPod in the twin, under its own name", || {
+                in_twin("shadowpod", "web")
+            })
+            .await;
+        assert_eq!(shadow["spec"]["home"]["namespace"], STORE, "{shadow}");
+        bed.eventually("web's real pod in the twin", || in_twin("pod", "web"))
+            .await;
+        let settings = bed
+            .eventually("the referenced ConfigMap in the twin", || {
+                in_twin("configmap", "settings")
+            })
+            .await;
+        assert_eq!(settings["data"]["greeting"], "hello");
+        assert_eq!(settings["metadata"]["labels"][REFLECTED_FROM], CONSUMER, "{settings}");
+        let db = bed
+            .eventually("the referenced Secret in the twin", || in_twin("secret", "db"))
+            .await;
+        assert_eq!(db["data"]["password"], "czNjcmV0", "{db}");
+        let ca = bed
+            .eventually("the root CA bundle, renamed", || {
+                in_twin("configmap", "fabric-home.kube-root-ca.crt")
+            })
+            .await;
+        assert_eq!(ca["data"]["ca.crt"], "home CA");
+        assert!(in_twin("configmap", "unused").await.is_none(), "not referenced: stays home");
+        assert!(
+            in_twin("configmap", "kube-root-ca.crt").await.is_none(),
+            "the provider's own name is not ours to write"
+        );
+        // Kept as it changes at home.
+        bed.consumer.kubectl_ok(&[
+            "patch", "configmap", "settings", "-n", STORE, "--type=merge",
+            "-p", r#"{"data":{"greeting":"hello again"}}"#,
+        ]);
+        bed.eventually("the change in the twin", || async {
+            let s = in_twin("configmap", "settings").await?;
+            (s["data"]["greeting"] == "hello again").then_some(())
+        })
+        .await;
+        // Its status comes home from the twin.
+        let twin_pods: Api<Pod> = Api::namespaced(bed.p.clone(), &twin);
+        let ip = "10.244.3.30";
+        let status = json!({"status": {
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }});
+        twin_pods
+            .patch_status("web", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        bed.eventually("web Running at home", || async {
+            let p = Api::<Pod>::namespaced(bed.c.clone(), STORE).get_opt("web").await.ok()??;
+            (p.status?.phase.as_deref() == Some("Running")).then_some(())
+        })
+        .await;
+    })
+    .await;
+    phase_async(
+        "the virtual kubelet reads configuration of offloaded namespaces only",
+        async {
+            let vk = format!(
+                "system:serviceaccount:{NS}:{}",
+                fixture::virtual_kubelet_name()
+            );
+            let can = |ns: &str| {
+                let o = bed
+                    .consumer
+                    .kubectl(&["auth", "can-i", "list", "secrets", "-n", ns, "--as", &vk]);
+                String::from_utf8_lossy(&o.stdout).trim() == "yes"
+            };
+            assert!(can(STORE), "{vk} reads the Secrets of {STORE}");
+            assert!(
+                !can(HOME_NS),
+                "{vk} reads the Secrets of {HOME_NS}, not offloaded"
+            );
+            assert!(!can("default"));
+        },
+    )
+    .await;
+    phase_async("a pod of an offloaded namespace without a twin waits, saying why", async {
+        bed.consumer.kubectl_ok(&["create", "namespace", "later"]);
+        apply(
+            &bed.consumer,
+            &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                    "metadata": {"name": "offloading", "namespace": "later"}, "spec": {}}),
+        );
+        apply(
+            &bed.consumer,
+            &json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "waiting", "namespace": "later"},
+                    "spec": {"nodeName": NODE,
+                             "tolerations": [{"key": names::taint::VIRTUAL_NODE, "operator": "Exists"}],
+                             "containers": [{"name": "main", "image": "echo"}]}}),
+        );
+        let pod = bed
+            .eventually("waiting says why", || async {
+                let p = Api::<Pod>::namespaced(bed.c.clone(), "later").get_opt("waiting").await.ok()??;
+                let v = serde_json::to_value(&p).unwrap();
+                cond_is(&v, OFFLOADED, "False", Some("NoTwinNamespace")).then_some(v)
+            })
+            .await;
+        assert_eq!(pod["status"]["phase"], "Pending", "{pod}");
+        let tenant: Api<ShadowPod> = bed.shadows();
+        assert!(
+            tenant.get_opt(&forge::name("later", "waiting")).await.unwrap().is_none(),
+            "not offloaded pod by pod instead"
+        );
+    })
+    .await;
+    phase_async("the twin removed: its pod fails at home", async {
+        set_map(&bed, &[]).await;
+        let twin = store_twin();
+        bed.eventually("the twin gone", || async {
+            let o = bed.provider.kubectl(&["get", "namespace", &twin]);
+            (!o.status.success()).then_some(())
+        })
+        .await;
+        let pod = bed
+            .eventually("web failed", || async {
+                let p = Api::<Pod>::namespaced(bed.c.clone(), STORE)
+                    .get_opt("web")
+                    .await
+                    .ok()??;
+                let v = serde_json::to_value(&p).unwrap();
+                (v["status"]["phase"] == "Failed").then_some(v)
+            })
+            .await;
+        assert_eq!(pod["status"]["reason"], "OffloadingAborted", "{pod}");
+    })
+    .await;
+}
+
+/// The NamespaceMap the consumer's controller would write on the provider, written with the
+/// consumer's own identity: `mappings` of (home, twin).
+async fn set_map(bed: &Bed, mappings: &[(&str, &str)]) {
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+    let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+    let maps: Api<fabric_api::offloading::v1alpha1::NamespaceMap> =
+        Api::namespaced(client, &names::namespace::tenant(CONSUMER));
+    let namespaces: Vec<Value> = mappings
+        .iter()
+        .map(|(home, remote)| json!({"home": home, "remote": remote}))
+        .collect();
+    let map = json!({
+        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceMap",
+        "metadata": {"name": CONSUMER},
+        "spec": {"clusterId": CONSUMER, "namespaces": namespaces},
+    });
+    maps.patch(
+        CONSUMER,
+        &PatchParams::apply(names::field_manager::NAMESPACE_OFFLOADING).force(),
+        &Patch::Apply(&map),
+    )
+    .await
+    .unwrap();
 }
