@@ -23,8 +23,8 @@
 //! own identity, its virtual kubelet cut off) deleted by the provider after the grace.
 //!
 //! A third: a namespace offloaded (issue 20), the virtual kubelet's side: its pods and their
-//! configuration in the twin the provider made, a pod without a twin waiting, the twin's
-//! removal failing the pod that ran there.
+//! configuration in the twin the provider made, its Events home, a pod without a twin
+//! waiting, the twin's removal failing the pod that ran there.
 use std::{
     future::Future,
     path::PathBuf,
@@ -1678,6 +1678,46 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
             (p.status?.phase.as_deref() == Some("Running")).then_some(())
         })
         .await;
+    })
+    .await;
+    phase_async("the twin's Events come home, updates included", async {
+        // The provider's kubelet, played: a repeated Warning about the real pod.
+        let event = |count: i32| {
+            json!({
+                "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": "web.backoff", "namespace": store_twin()},
+                "eventTime": "2026-11-27T12:00:00.000000Z",
+                "reportingController": "kubelet", "reportingInstance": "n1",
+                "action": "Restarting", "reason": "BackOff", "type": "Warning",
+                "note": "Back-off restarting failed container main",
+                "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": store_twin()},
+                "series": {"count": count, "lastObservedTime": "2026-11-27T12:00:05.000000Z"},
+            })
+        };
+        apply(&bed.provider, &event(2));
+        let home_uid = Api::<Pod>::namespaced(bed.c.clone(), STORE)
+            .get("web")
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap();
+        let seen = |count: i64| {
+            let consumer = &bed.consumer;
+            let uid = home_uid.clone();
+            async move {
+                let o = consumer.kubectl(&[
+                    "get", "events.events.k8s.io", "web.backoff", "-n", STORE, "-o", "json",
+                ]);
+                let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+                (v["regarding"]["uid"] == uid.as_str() && v["series"]["count"] == count)
+                    .then_some(v)
+            }
+        };
+        let home = bed.eventually("the Event on the home pod", || seen(2)).await;
+        assert_eq!(home["reason"], "BackOff", "{home}");
+        apply(&bed.provider, &event(5));
+        bed.eventually("the Event's series at home", || seen(5)).await;
     })
     .await;
     phase_async(
