@@ -1680,6 +1680,26 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
         .await;
     })
     .await;
+    phase_async("the consumer writes no token Secret in its twin", async {
+        let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+        let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(client, &store_twin());
+        let token: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": "mint", "annotations": {"kubernetes.io/service-account.name": "default"}},
+            "type": "kubernetes.io/service-account-token",
+        }))
+        .unwrap();
+        let err = secrets
+            .create(&Default::default(), &token)
+            .await
+            .expect_err("a token Secret written by the consumer on its provider");
+        assert!(
+            err.to_string().contains("no service-account token Secret"),
+            "{err}"
+        );
+    })
+    .await;
     phase_async("the twin's Events come home, updates included", async {
         // The provider's kubelet, played: a repeated Warning about the real pod.
         let event = |count: i32| {
