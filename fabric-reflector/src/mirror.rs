@@ -10,10 +10,16 @@
 //! - the home object going, carrying a reflector's marks itself (reflected here from a peer:
 //!   never reflected back), or not reflected by the forge's policy: our remote copy, if any,
 //!   is deleted;
+//! - our remote copy cannot become the forged object in place (the forge says so: a field the
+//!   remote API server does not change, such as a Service's headless cluster IP): it is
+//!   deleted, UID-preconditioned, and made again on the next sync;
 //! - otherwise the forged object, with our marks and a hash of itself, is applied when the
 //!   remote copy is missing, was applied from something else (the hash differs: a label
 //!   removed at home goes there too), or has drifted (a field we set has another value).
+//!   What the forge says the copy leaves out of the home object ([`Forge::caveat`]) is said
+//!   with a Warning Event at home when it is applied.
 use fabric_api::names::{self, annotation::REFLECTED_HASH};
+use fabric_kube::events::Event;
 use kube::{
     Resource as _, ResourceExt as _,
     api::{Patch, PatchParams},
@@ -57,7 +63,23 @@ pub trait Forge: Send + Sync + 'static {
     fn watch_home(&self) -> watcher::Config {
         watcher::Config::default()
     }
+
+    /// What the remote copy of `home` leaves out or changes that its owner should know (a
+    /// field the remote cluster does not grant), said with a Warning Event on `home`
+    /// ([`CAVEAT`]) whenever the copy is applied. Default: nothing.
+    fn caveat(&self, _home: &Self::Home) -> Option<String> {
+        None
+    }
+
+    /// Whether our remote copy `have` cannot be made `want` in place (a field the remote API
+    /// server refuses to change): it is then deleted and made again. Default: never.
+    fn replaces(&self, _have: &Self::Remote, _want: &Self::Remote) -> bool {
+        false
+    }
 }
+
+/// The Event reason of a [`Forge::caveat`].
+pub const CAVEAT: &str = "ReflectedWithChanges";
 
 /// The [`Kind`] of a [`Forge`].
 pub struct Mirror<F>(pub F);
@@ -72,6 +94,8 @@ pub enum Plan<R> {
     Apply(Box<R>),
     /// Delete our remote copy.
     Delete,
+    /// Delete our remote copy, to be made again ([`Forge::replaces`]).
+    Replace,
     /// The remote object of that name is someone else's: left alone.
     NotOurs,
 }
@@ -179,9 +203,33 @@ pub fn plan<F: Forge>(forge: &F, view: &View<'_, Mirror<F>>) -> Plan<F::Remote> 
         (Remote::Absent, None) => Plan::Nothing,
         (Remote::Ours(r), _) if r.meta().deletion_timestamp.is_some() => Plan::Nothing,
         (Remote::Ours(_), None) => Plan::Delete,
+        (Remote::Ours(r), Some(w)) if forge.replaces(r, &w) => Plan::Replace,
         (Remote::Ours(r), Some(w)) if current(r, &w) => Plan::Nothing,
         (Remote::Ours(_), Some(w)) => Plan::Apply(Box::new(w)),
     }
+}
+
+/// [`plan`] for `home` (keyed by its namespace and name) of `pair` given `remote`, as the edge
+/// would view it: for a forge's unit tests.
+pub fn plan_of<F: Forge>(
+    forge: &F,
+    pair: &Pair,
+    home: &F::Home,
+    remote: Remote<'_, F::Remote>,
+    reachable: bool,
+    marks: &Marks,
+) -> Plan<F::Remote> {
+    let key = Key::new(home.namespace().unwrap_or_default(), home.name_any());
+    let home = std::sync::Arc::new(home.clone());
+    let view = View {
+        key: &key,
+        pair,
+        home: &home,
+        remote,
+        reachable,
+        marks: Some(marks),
+    };
+    plan(forge, &view)
 }
 
 impl<F: Forge> Kind for Mirror<F> {
@@ -219,6 +267,7 @@ impl<F: Forge> Kind for Mirror<F> {
             return Ok(Next::Done);
         };
         let name = cx.remote_name();
+        let step_replaces = matches!(step, Plan::Replace);
         match step {
             Plan::Nothing | Plan::NotOurs => {}
             Plan::Apply(mut obj) => {
@@ -234,8 +283,11 @@ impl<F: Forge> Kind for Mirror<F> {
                     })?;
                 // Thousands of objects are applied at start: not one line each.
                 debug!(kind = F::NAME, key = %cx.view.key, remote = %format!("{namespace}/{name}"), "reflected");
+                if let Some(note) = self.0.caveat(cx.view.home) {
+                    cx.event(&Event::warning(CAVEAT, "Reflect", note)).await;
+                }
             }
-            Plan::Delete => {
+            Plan::Delete | Plan::Replace => {
                 if let Some(r) = cx.view.remote.ours() {
                     cx.delete_remote(r, None)
                         .await
@@ -245,7 +297,11 @@ impl<F: Forge> Kind for Mirror<F> {
                             name: name.clone(),
                             source,
                         })?;
-                    info!(kind = F::NAME, key = %cx.view.key, "no longer reflected: deleted its remote copy");
+                    if step_replaces {
+                        info!(kind = F::NAME, key = %cx.view.key, "its remote copy cannot change in place: deleted, to be made again");
+                    } else {
+                        info!(kind = F::NAME, key = %cx.view.key, "no longer reflected: deleted its remote copy");
+                    }
                 }
             }
         }
@@ -255,7 +311,7 @@ impl<F: Forge> Kind for Mirror<F> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::{collections::BTreeMap, sync::Arc};
+    use std::collections::BTreeMap;
 
     use k8s_openapi::{
         api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp,
@@ -279,6 +335,11 @@ pub(crate) mod tests {
             let mut c = home.clone();
             c.metadata.annotations = None;
             Some(c)
+        }
+
+        // As the API server has it: an immutable ConfigMap stays as it is.
+        fn replaces(&self, have: &ConfigMap, want: &ConfigMap) -> bool {
+            have.immutable == Some(true) && want.data != have.data
         }
     }
 
@@ -312,21 +373,8 @@ pub(crate) mod tests {
         remote: Remote<'_, ConfigMap>,
         reachable: bool,
     ) -> Plan<ConfigMap> {
-        let (key, pair, m) = (
-            Key::new("shop", home.name_any()),
-            Pair::namespaces("shop", "shop-alpha"),
-            marks(),
-        );
-        let home = Arc::new(home.clone());
-        let view = View {
-            key: &key,
-            pair: &pair,
-            home: &home,
-            remote,
-            reachable,
-            marks: Some(&m),
-        };
-        plan(&ConfigMaps, &view)
+        let pair = Pair::namespaces("shop", "shop-alpha");
+        plan_of(&ConfigMaps, &pair, home, remote, reachable, &marks())
     }
 
     /// What the remote holds after `plan` applied `obj` (as the server keeps it: its own
@@ -425,6 +473,22 @@ pub(crate) mod tests {
             plan_for(&home, Remote::Ours(&ours_going), true),
             Plan::Nothing
         );
+    }
+
+    #[test]
+    fn a_copy_that_cannot_change_in_place_is_replaced() {
+        let mut home = cm("settings", &[("a", "1")], &[]);
+        home.immutable = Some(true);
+        let ours = apply(plan_for(&home, Remote::Absent, true));
+        assert_eq!(plan_for(&home, Remote::Ours(&ours), true), Plan::Nothing);
+        let mut changed = cm("settings", &[("a", "2")], &[]);
+        changed.immutable = Some(true);
+        assert_eq!(plan_for(&changed, Remote::Ours(&ours), true), Plan::Replace);
+        // Deleted there: made again.
+        assert!(matches!(
+            plan_for(&changed, Remote::Absent, true),
+            Plan::Apply(_)
+        ));
     }
 
     #[test]
