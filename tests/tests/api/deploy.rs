@@ -868,6 +868,70 @@ fn manifests_apply_with_least_privilege() {
         },
     );
 
+    phase(
+        "a consumer's rights in a twin, a virtual kubelet's in an offloaded namespace",
+        || {
+            // As the NamespaceMap and VirtualNode controllers bind them.
+            let ns = "twin-rights";
+            let users = fabric_api::names::user::peering("beta", "n1");
+            api.kubectl_ok(&["create", "namespace", ns]);
+            api.kubectl_ok(&[
+                "create",
+                "rolebinding",
+                "fabric-consumer",
+                "-n",
+                ns,
+                "--clusterrole=fabric-consumer-twin",
+                &format!("--group={users}"),
+            ]);
+            api.kubectl_ok(&[
+                "create",
+                "rolebinding",
+                "vk",
+                "-n",
+                ns,
+                "--clusterrole=fabric-offloaded-namespace",
+                "--serviceaccount=fabric-system:vk",
+            ]);
+            let consumer = fabric_api::names::user::consumer("beta");
+            let as_consumer = [
+                "--as",
+                consumer.as_str(),
+                "--as-group",
+                users.as_str(),
+                "--as-group",
+                fabric_api::names::user::CONSUMERS_GROUP,
+            ];
+            let vk = ["--as", "system:serviceaccount:fabric-system:vk"];
+            for (who, verb, what, yes) in [
+                (&as_consumer[..], "create", "services", true),
+                (&as_consumer[..], "patch", "services", true),
+                (&as_consumer[..], "delete", "services", true),
+                (&as_consumer[..], "watch", "services", true),
+                // Load balancer addresses are the provider's (CVE-2020-8554).
+                (&as_consumer[..], "patch", "services/status", false),
+                (&as_consumer[..], "update", "services/status", false),
+                (&as_consumer[..], "create", "serviceaccounts", false),
+                (&vk[..], "watch", "services", true),
+                (&vk[..], "create", "services", false),
+                (&vk[..], "patch", "services", false),
+            ] {
+                // `kubectl auth can-i VERB services/status` would ask about a Service named
+                // status.
+                let (what, sub) = what.split_once('/').unwrap_or((what, ""));
+                let sub = format!("--subresource={sub}");
+                let mut args = vec!["auth", "can-i", verb, what, "-n", ns];
+                if sub != "--subresource=" {
+                    args.push(&sub);
+                }
+                args.extend(who);
+                let o = api.kubectl(&args);
+                let answer = String::from_utf8_lossy(&o.stdout).trim() == "yes";
+                assert_eq!(answer, yes, "{who:?} {verb} {what} {sub}");
+            }
+        },
+    );
+
     phase("nothing of other namespaces", || {
         // Components that serve fabric-system see nothing of other namespaces: their objects
         // there (a tenant's, or anyone's with write access to one namespace) are not theirs to
