@@ -8,6 +8,7 @@
 //! - [`heartbeat`]: at-most-once semantics (opt-in): the heartbeat Lease on the provider, and
 //!   when the pods there may be declared stopped;
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
+//! - [`configs`], [`services`]: what offloaded namespaces hold, reflected into their twins;
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
 pub mod configs;
@@ -18,6 +19,7 @@ pub mod pods;
 pub mod provider;
 pub mod run;
 pub mod server;
+pub mod services;
 
 /// The one field manager of everything the virtual kubelet writes (its Node, Lease and the
 /// status of its pods).

@@ -40,7 +40,7 @@ pub fn reflected(meta: &ObjectMeta, referenced: bool) -> bool {
 
 /// The labels and annotations a reflected copy carries: the home object's, without the
 /// reflection annotation and what `kubectl apply` records.
-fn meta_of(home: &ObjectMeta) -> ObjectMeta {
+pub(crate) fn meta_of(home: &ObjectMeta) -> ObjectMeta {
     let annotations: BTreeMap<String, String> = home
         .annotations
         .iter()

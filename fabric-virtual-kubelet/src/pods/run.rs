@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use crate::{
     conditions::Readiness,
     configs::{self, ConfigMaps, Secrets},
+    services::Services,
 };
 
 use super::{
@@ -29,7 +30,7 @@ use super::{
 
 /// Pods synced at the same time (each a few calls to either API).
 const SYNCS: usize = 32;
-/// ConfigMaps, and Secrets, synced at the same time per twin.
+/// ConfigMaps, Secrets, and Services, synced at the same time per twin.
 const CONFIG_SYNCS: usize = 4;
 
 #[derive(Debug, Clone)]
@@ -170,6 +171,7 @@ pub async fn run(
     twin.register(pods(Placement::Twin), options)
         .register(Mirror(ConfigMaps(referenced.clone())), configs.clone())
         .register(Mirror(Secrets(referenced.clone())), configs);
+    twin.register(Mirror(Services), Options::new(CONFIG_SYNCS, opts.resync));
     let twin = Arc::new(twin);
     let pairs = twin.clone();
     tokio::spawn(async move {

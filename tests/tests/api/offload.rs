@@ -24,7 +24,8 @@
 //!
 //! A third: a namespace offloaded (issue 20), the virtual kubelet's side: its pods and their
 //! configuration in the twin the provider made, its Events home, a pod without a twin
-//! waiting, the twin's removal failing the pod that ran there.
+//! waiting, the twin's removal failing the pod that ran there; and on a bed of its own, its
+//! Services in the twin.
 use std::{
     future::Future,
     path::PathBuf,
@@ -1748,17 +1749,24 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
                 fixture::virtual_kubelet_name()
             );
             let can = |ns: &str| {
-                let o = bed
-                    .consumer
-                    .kubectl(&["auth", "can-i", "list", "secrets", "-n", ns, "--as", &vk]);
-                String::from_utf8_lossy(&o.stdout).trim() == "yes"
+                ["secrets", "services"].map(|what| {
+                    let o = bed
+                        .consumer
+                        .kubectl(&["auth", "can-i", "list", what, "-n", ns, "--as", &vk]);
+                    String::from_utf8_lossy(&o.stdout).trim() == "yes"
+                })
             };
-            assert!(can(STORE), "{vk} reads the Secrets of {STORE}");
-            assert!(
-                !can(HOME_NS),
-                "{vk} reads the Secrets of {HOME_NS}, not offloaded"
+            assert_eq!(
+                can(STORE),
+                [true; 2],
+                "{vk} reads the Secrets and Services of {STORE}"
             );
-            assert!(!can("default"));
+            assert_eq!(
+                can(HOME_NS),
+                [false; 2],
+                "{vk} reads the Secrets or Services of {HOME_NS}, not offloaded"
+            );
+            assert_eq!(can("default"), [false; 2]);
         },
     )
     .await;
@@ -1812,6 +1820,264 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
             .await;
         assert_eq!(pod["status"]["reason"], "OffloadingAborted", "{pod}");
     })
+    .await;
+}
+
+/// A Service of the twin as the provider's admin reads it (None: not there).
+fn service_in_twin(bed: &Bed, name: &str) -> Option<Value> {
+    let o = bed
+        .provider
+        .kubectl(&["get", "service", name, "-n", &store_twin(), "-o", "json"]);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())
+        .flatten()
+}
+
+/// Services of an offloaded namespace in its twin (issue 20), on the third fixture's bed: each
+/// with the provider's own cluster IP (headless stays headless, an ExternalName stays one, a
+/// NodePort is a ClusterIP there with a Warning at home), following a port change, deleted
+/// with the home Service; one of that name the fabric did not make left alone with a Warning at
+/// home; what the consumer's own identity may not do with Services on its provider (external
+/// IPs, node ports, load balancers, their status); and the
+/// Services gone with the twin when the namespace is no longer offloaded there.
+#[tokio::test]
+async fn an_offloaded_namespace_s_services_are_in_its_twin() {
+    let Some(bed) = phase_async("the bed", setup("twin-services", &[])).await else {
+        return;
+    };
+    phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
+    let twin = store_twin();
+    phase_async("the namespace offloaded, a Service in the way in its twin", async {
+        bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
+        apply(
+            &bed.consumer,
+            &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                    "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}}),
+        );
+        set_map(&bed, &[(STORE, &twin)]).await;
+        bed.eventually("the twin made by the provider", || async {
+            let o = bed.provider.kubectl(&["get", "namespace", &twin]);
+            o.status.success().then_some(())
+        })
+        .await;
+        // The provider's admin's own Service, of a name the consumer uses too.
+        apply(
+            &bed.provider,
+            &json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "theirs", "namespace": twin, "labels": {"owner": "admin"}},
+                    "spec": {"ports": [{"port": 9999}]}}),
+        );
+    })
+    .await;
+    let web_ip = phase_async(
+        "Services in the twin, with the provider's cluster IPs",
+        async {
+            let service = |name: &str, spec: Value| {
+                json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": name, "namespace": STORE, "labels": {"app": name}},
+                   "spec": spec})
+            };
+            apply(
+                &bed.consumer,
+                &json!({"apiVersion": "v1", "kind": "List", "items": [
+                    service("web", json!({"clusterIP": "10.96.200.1", "selector": {"app": "web"},
+                        "ports": [{"name": "http", "port": 80, "targetPort": 8080}]})),
+                    service("db", json!({"clusterIP": "None", "selector": {"app": "db"},
+                        "ports": [{"port": 5432}]})),
+                    service("search", json!({"type": "ExternalName",
+                        "externalName": "search.example.com"})),
+                    service("front", json!({"type": "NodePort", "selector": {"app": "web"},
+                        "ports": [{"port": 80, "nodePort": 30080}]})),
+                    service("theirs", json!({"ports": [{"port": 80}]})),
+                ]}),
+            );
+            let web = bed
+                .eventually("web in the twin", || async { service_in_twin(&bed, "web") })
+                .await;
+            assert_eq!(web["metadata"]["labels"][REFLECTED_FROM], CONSUMER, "{web}");
+            assert_eq!(web["metadata"]["labels"][REFLECTED_TO], PROVIDER, "{web}");
+            assert_eq!(web["spec"]["selector"]["app"], "web", "{web}");
+            assert_eq!(web["spec"]["ports"][0]["port"], 80, "{web}");
+            assert_eq!(web["spec"]["ports"][0]["targetPort"], 8080, "{web}");
+            let ip = web["spec"]["clusterIP"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                !ip.is_empty() && ip != "None" && ip != "10.96.200.1",
+                "the provider's own cluster IP: {web}"
+            );
+            let db = bed
+                .eventually("db in the twin", || async { service_in_twin(&bed, "db") })
+                .await;
+            assert_eq!(
+                db["spec"]["clusterIP"], "None",
+                "headless stays headless: {db}"
+            );
+            let search = bed
+                .eventually("search in the twin", || async {
+                    service_in_twin(&bed, "search")
+                })
+                .await;
+            assert_eq!(search["spec"]["type"], "ExternalName", "{search}");
+            assert_eq!(search["spec"]["externalName"], "search.example.com");
+            let front = bed
+                .eventually("front in the twin", || async {
+                    service_in_twin(&bed, "front")
+                })
+                .await;
+            assert_eq!(front["spec"]["type"], "ClusterIP", "{front}");
+            assert!(front["spec"]["ports"][0]["nodePort"].is_null(), "{front}");
+            bed.event(&bed.consumer, STORE, "the Warning on front at home", |e| {
+                e["reason"] == "ReflectedWithChanges"
+                    && e["type"] == "Warning"
+                    && e["regarding"]["name"] == "front"
+            })
+            .await;
+            // Someone else's: left alone, said at home.
+            bed.event(&bed.consumer, STORE, "the Warning on theirs at home", |e| {
+                e["reason"] == "FailedReflection" && e["regarding"]["name"] == "theirs"
+            })
+            .await;
+            let theirs = service_in_twin(&bed, "theirs").unwrap();
+            assert_eq!(theirs["spec"]["ports"][0]["port"], 9999, "{theirs}");
+            assert!(
+                theirs["metadata"]["labels"][REFLECTED_FROM].is_null(),
+                "{theirs}"
+            );
+            ip
+        },
+    )
+    .await;
+    phase_async(
+        "a port change follows, the provider's cluster IP kept",
+        async {
+            bed.consumer.kubectl_ok(&[
+                "patch",
+                "service",
+                "web",
+                "-n",
+                STORE,
+                "--type=json",
+                "-p",
+                r#"[{"op":"replace","path":"/spec/ports/0/port","value":81}]"#,
+            ]);
+            let web = bed
+                .eventually("the new port in the twin", || async {
+                    let w = service_in_twin(&bed, "web")?;
+                    (w["spec"]["ports"][0]["port"] == 81).then_some(w)
+                })
+                .await;
+            assert_eq!(web["spec"]["clusterIP"], web_ip.as_str(), "{web}");
+            assert_eq!(
+                web["spec"]["ports"].as_array().map(Vec::len),
+                Some(1),
+                "{web}"
+            );
+        },
+    )
+    .await;
+    phase_async(
+        "the consumer's Services on its provider: attacks refused",
+        async {
+            let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+            let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+            let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, &twin);
+            let svc = |name: &str, spec: Value| -> k8s_openapi::api::core::v1::Service {
+                serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+            };
+            let port = json!([{"port": 443}]);
+            for (name, spec, why) in [
+                // CVE-2020-8554: the provider's nodes would send it traffic for that address.
+                (
+                    "mitm",
+                    json!({"ports": port, "externalIPs": ["8.8.8.8"]}),
+                    "no externalIPs",
+                ),
+                (
+                    "np",
+                    json!({"type": "NodePort", "ports": port}),
+                    "of type ClusterIP or ExternalName",
+                ),
+                (
+                    "lb",
+                    json!({"type": "LoadBalancer", "ports": port}),
+                    "of type ClusterIP or ExternalName",
+                ),
+            ] {
+                let err = services
+                    .create(&Default::default(), &svc(name, spec))
+                    .await
+                    .expect_err(&format!(
+                        "the consumer's Service {name} admitted on its provider"
+                    ));
+                assert!(err.to_string().contains(why), "{name}: {err}");
+            }
+            // Ours, made by the provider's allocation: an external IP added to it afterwards.
+            let err = services
+                .patch(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"externalIPs": ["8.8.8.8"]}})),
+                )
+                .await
+                .expect_err("external IPs patched onto a reflected Service");
+            assert!(err.to_string().contains("no externalIPs"), "{err}");
+            // Load balancer addresses are the provider's to write.
+            let err = services
+                .patch_status(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"status": {"loadBalancer": {"ingress": [{"ip": "8.8.8.8"}]}}}),
+                    ),
+                )
+                .await
+                .expect_err("a Service status written by the consumer");
+            assert!(err.to_string().contains("forbidden"), "{err}");
+        },
+    )
+    .await;
+    phase_async("deleted at home: gone from the twin; theirs stays", async {
+        bed.consumer
+            .kubectl_ok(&["delete", "service", "db", "theirs", "-n", STORE]);
+        bed.eventually("db gone from the twin", || async {
+            service_in_twin(&bed, "db").is_none().then_some(())
+        })
+        .await;
+        assert!(
+            service_in_twin(&bed, "theirs").is_some(),
+            "someone else's deleted"
+        );
+        assert!(service_in_twin(&bed, "web").is_some());
+    })
+    .await;
+    phase_async(
+        "no longer offloaded there: the Services go with the twin",
+        async {
+            set_map(&bed, &[]).await;
+            bed.eventually("the twin gone", || async {
+                let o = bed.provider.kubectl(&["get", "namespace", &twin]);
+                (!o.status.success()).then_some(())
+            })
+            .await;
+            // (The test API server removes a namespace's content after the namespace.)
+            bed.eventually("no reflected Service left on the provider", || async {
+                let left = bed.provider.kubectl_ok(&[
+                    "get",
+                    "services",
+                    "-A",
+                    "-l",
+                    &format!("{REFLECTED_FROM}={CONSUMER}"),
+                    "-o",
+                    "name",
+                ]);
+                left.trim().is_empty().then_some(())
+            })
+            .await;
+        },
+    )
     .await;
 }
 
