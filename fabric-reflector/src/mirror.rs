@@ -80,6 +80,15 @@ pub trait Forge: Send + Sync + 'static {
 
 /// The Event reason of a [`Forge::caveat`].
 pub const CAVEAT: &str = "ReflectedWithChanges";
+/// The Event reason of a copy the remote cluster refused (its admission policy, validation,
+/// our rights there): said at home, where the object's owner looks, not only in our log.
+pub const REFUSED: &str = "ReflectionRefused";
+
+/// Whether the remote API server refused a write for what it is, rather than failing it for
+/// a moment (conflicts, throttling and server errors are retried without a word).
+fn refused(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
+}
 
 /// The [`Kind`] of a [`Forge`].
 pub struct Mirror<F>(pub F);
@@ -273,14 +282,23 @@ impl<F: Forge> Kind for Mirror<F> {
             Plan::Apply(mut obj) => {
                 obj.meta_mut().namespace = Some(namespace.to_owned());
                 let pp = PatchParams::apply(names::field_manager::REFLECTION).force();
-                api.patch(&name, &pp, &Patch::Apply(&*obj))
-                    .await
-                    .map_err(|source| Error::Apply {
-                        kind: F::NAME,
-                        namespace: namespace.to_owned(),
-                        name: name.clone(),
-                        source,
-                    })?;
+                let applied = api.patch(&name, &pp, &Patch::Apply(&*obj)).await;
+                if let Err(e @ kube::Error::Api(s)) = &applied
+                    && refused(e)
+                {
+                    let note = format!(
+                        "cluster {} refused our copy in {namespace}: {}",
+                        cx.endpoint.map(|e| e.marks.destination()).unwrap_or("?"),
+                        s.message
+                    );
+                    cx.event(&Event::warning(REFUSED, "Reflect", note)).await;
+                }
+                applied.map_err(|source| Error::Apply {
+                    kind: F::NAME,
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                    source,
+                })?;
                 // Thousands of objects are applied at start: not one line each.
                 debug!(kind = F::NAME, key = %cx.view.key, remote = %format!("{namespace}/{name}"), "reflected");
                 if let Some(note) = self.0.caveat(cx.view.home) {

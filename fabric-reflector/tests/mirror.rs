@@ -2,7 +2,8 @@
 //! namespace `home` mirrored into namespace `twin` of the same API server (standing for the
 //! remote cluster). Nothing is reflected before whether the remote answers is known, nor
 //! while it does not; changes follow; a remote object someone else made is left alone and
-//! said at home; an object of ours whose home object is gone is deleted; a home object that
+//! said at home, and so is a copy the remote refuses; an object of ours whose home object
+//! is gone is deleted; a home object that
 //! is a reflection itself is not reflected back; a new remote client takes over; a stopped
 //! pair reflects nothing more; the metrics count it all.
 use std::{sync::Arc, time::Duration};
@@ -196,6 +197,50 @@ async fn configmaps_are_mirrored_into_their_twin_namespace() {
     );
     assert_eq!(value_of(&twin, "taken").await.as_deref(), Some("theirs"));
     assert!(!marks.on(&twin.get("taken").await.unwrap().metadata));
+
+    // Refused there (its admission policy): said at home, with the remote's reason.
+    let policy = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": "no-refused"},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                      "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+                  "validations": [{"expression": "request.namespace != 'twin' || !has(object.metadata.labels) || !('refuse' in object.metadata.labels)",
+                                   "message": "this cluster takes no ConfigMap labelled refuse"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": "no-refused"},
+         "spec": {"policyName": "no-refused", "validationActions": ["Deny"]}},
+    ]});
+    let o = server.kubectl_stdin(&["apply", "-f", "-"], &policy.to_string());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The API server takes a moment to enforce a new policy.
+    eventually("the policy in force", T, || async {
+        let probe = cm("probe", "1", json!({"refuse": "yes"}));
+        match twin.create(&pp, &probe).await {
+            Ok(_) => {
+                twin.delete("probe", &DeleteParams::default()).await.ok();
+                None
+            }
+            Err(_) => Some(()),
+        }
+    })
+    .await;
+    home.create(&pp, &cm("refused", "1", json!({"refuse": "yes"})))
+        .await
+        .unwrap();
+    let note = eventually("a Warning Event on the refused home object", T, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find_map(|e| {
+            let about = e.regarding.as_ref()?.name.as_deref()? == "refused";
+            (about && e.reason.as_deref() == Some("ReflectionRefused")).then_some(e.note?)
+        })
+    })
+    .await;
+    assert!(
+        note.contains("cluster beta refused") && note.contains("no ConfigMap labelled refuse"),
+        "{note}"
+    );
+    assert!(twin.get_opt("refused").await.unwrap().is_none());
 
     // A reflection made here by a peer is not reflected back.
     home.create(
