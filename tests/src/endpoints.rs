@@ -6,7 +6,8 @@
 //! terminating, or always with `publishNotReadyAddresses`), and the Service's ports with
 //! their target ports resolved (named ones from the pods' container ports). Only slices
 //! carrying [`MANAGED_BY`] are this controller's: slices others write (the fabric's
-//! translated slices) are never touched. `fabric-test-endpoints` feeds it from watches and
+//! translated slices) are never touched, and its slices of a Service without a selector are
+//! left alone (as upstream's); they go when the Service goes ([`stale`]). `fabric-test-endpoints` feeds it from watches and
 //! applies the result; [`start`] runs that binary against an API server.
 //!
 //! Not done, as tests do not need it: more than one slice per Service (endpoints with
@@ -211,6 +212,26 @@ pub fn desired_slice(svc: &Service, pods: &[&Pod]) -> Option<Desired> {
     Some(Desired { slice, notes })
 }
 
+/// Should this slice go? Only one of ours: when its Service is gone, or when the Service has
+/// a selector and this is not the slice [`desired_slice`] names. Ours of a Service without a
+/// selector are left alone, as upstream leaves them.
+pub fn stale(slice: &EndpointSlice, services: &[&Service]) -> bool {
+    if !is_ours(slice) {
+        return false;
+    }
+    let ns = slice.namespace();
+    let Some(svc_name) = slice.labels().get(SERVICE_NAME_LABEL) else {
+        return true;
+    };
+    match services
+        .iter()
+        .find(|s| s.namespace() == ns && &s.name_any() == svc_name)
+    {
+        None => true,
+        Some(svc) => selector(svc).is_some() && slice.name_any() != slice_name(svc_name),
+    }
+}
+
 /// Does `existing` already say what `desired` says (so no write is needed)?
 pub fn up_to_date(existing: &EndpointSlice, desired: &EndpointSlice) -> bool {
     let labels = existing.labels();
@@ -387,6 +408,31 @@ mod tests {
             .labels_mut()
             .insert(MANAGED_BY_LABEL.into(), "reflection.fabric.io".into());
         assert!(!is_ours(&theirs));
+    }
+
+    #[test]
+    fn only_our_slices_of_services_that_went_or_by_another_name_are_stale() {
+        let web = svc(json!([{ "port": 80 }]));
+        let ours = desired_slice(&web, &[]).unwrap().slice;
+        assert!(!stale(&ours, &[&web]));
+        assert!(stale(&ours, &[]), "its Service is gone");
+        let mut renamed = ours.clone();
+        renamed.metadata.name = Some("web-old".into());
+        assert!(stale(&renamed, &[&web]));
+        // Without a selector: left alone.
+        let mut bare = web.clone();
+        bare.spec.as_mut().unwrap().selector = None;
+        assert!(!stale(&renamed, &[&bare]));
+        // Someone else's, even of a Service that went: never ours to delete.
+        let mut theirs = ours.clone();
+        theirs
+            .labels_mut()
+            .insert(MANAGED_BY_LABEL.into(), "reflection.fabric.io".into());
+        assert!(!stale(&theirs, &[]));
+        // Same name in another namespace is another Service.
+        let mut elsewhere = web.clone();
+        elsewhere.metadata.namespace = Some("other".into());
+        assert!(stale(&ours, &[&elsewhere]));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The test clusters' EndpointSlice controller: one slice per Service with a selector, as
 //! `fabric_tests::endpoints` computes it, applied server-side; its slices of Services that
-//! went (or lost their selector) deleted. Watches of Services, Pods and its own slices
+//! went deleted (`endpoints::stale`). Watches of Services, Pods and its own slices
 //! (reflector stores) and a pass over every Service after each burst of changes. Slices
 //! without its managed-by label are never read nor written.
 use std::{sync::Arc, time::Duration};
@@ -72,13 +72,12 @@ async fn pass(
     let pods = pods.state();
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
     let existing = slices.state();
-    let mut wanted = std::collections::BTreeSet::new();
-    for svc in services.state() {
-        let Some(d) = endpoints::desired_slice(&svc, &pod_refs) else {
+    let services = services.state();
+    for svc in &services {
+        let Some(d) = endpoints::desired_slice(svc, &pod_refs) else {
             continue;
         };
         let (ns, name) = (svc.namespace().unwrap_or_default(), d.slice.name_any());
-        wanted.insert((ns.clone(), name.clone()));
         let current = existing
             .iter()
             .find(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.name_any() == name);
@@ -121,11 +120,9 @@ async fn pass(
             Err(e) => warn!(slice = %format!("{ns}/{name}"), error = %e, "applying"),
         }
     }
-    for s in existing.iter().filter(|s| endpoints::is_ours(s)) {
+    let svc_refs: Vec<&Service> = services.iter().map(|s| &**s).collect();
+    for s in existing.iter().filter(|s| endpoints::stale(s, &svc_refs)) {
         let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
-        if wanted.contains(&(ns.clone(), name.clone())) {
-            continue;
-        }
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
@@ -136,7 +133,7 @@ async fn pass(
         };
         match api.delete(&name, &dp).await {
             Ok(_) => {
-                info!(slice = %format!("{ns}/{name}"), "deleted: its Service is gone or selects nothing")
+                info!(slice = %format!("{ns}/{name}"), "deleted: its Service is gone")
             }
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => warn!(slice = %format!("{ns}/{name}"), error = %e, "deleting"),

@@ -265,6 +265,7 @@ pub async fn run(client: Client) -> Result<()> {
             &svcs.iter().map(|s| &**s).collect::<Vec<_>>(),
             &sl.iter().map(|s| &**s).collect::<Vec<_>>(),
         );
+        let mut failed = false;
         if last.as_ref() != Some(&p) {
             let script = p.script();
             match nft(&script).await {
@@ -278,11 +279,19 @@ pub async fn run(client: Client) -> Result<()> {
                     debug!("{script}");
                     last = Some(p);
                 }
-                // Retried on the next change (the table stays as it was: one transaction).
-                Err(e) => warn!(error = %format!("{e:#}"), "programming the service proxy"),
+                // The table stays as it was (one transaction); retried below.
+                Err(e) => {
+                    warn!(error = %format!("{e:#}"), "programming the service proxy");
+                    failed = true;
+                }
             }
         }
-        changed.notified().await;
+        if !failed {
+            changed.notified().await;
+        } else {
+            // Failed: tried again on the next change, or soon.
+            let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
+        }
         // Debounce: one rebuild per burst of events.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
