@@ -19,6 +19,7 @@ pub mod bench_peering;
 pub mod client_ca;
 pub mod clusters;
 pub mod deployments;
+pub mod endpoints;
 pub mod figures;
 pub mod host_kubelets;
 pub mod manifests;

@@ -43,6 +43,32 @@ pub fn echo_pod(name: &str) -> Value {
     p
 }
 
+/// A ClusterIP Service `ns/name` over the pods labelled `selector` (`key=value`), TCP `port`
+/// to the same target port. The fixture's EndpointSlice controller gives it a slice and the
+/// test nodes' service proxy DNATs its cluster IP (see [`crate::endpoints`],
+/// [`crate::testnode::proxy`]).
+pub fn service(name: &str, ns: &str, selector: &[(&str, &str)], port: u16) -> Value {
+    let selector: serde_json::Map<String, Value> = selector
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": {
+            "selector": selector,
+            "ports": [{ "name": "main", "protocol": "TCP", "port": port, "targetPort": port }],
+        },
+    })
+}
+
+/// The pod, placed on node `k` (by its hostname label).
+pub fn on_node(mut pod: Value, k: usize) -> Value {
+    pod["spec"]["nodeSelector"] = json!({ "kubernetes.io/hostname": Cluster::node_name(k) });
+    pod
+}
+
 /// What a running pod got.
 #[derive(Debug, Clone)]
 pub struct RunningPod {
@@ -56,17 +82,101 @@ pub struct RunningPod {
 impl Cluster {
     /// Creates a pod from its manifest.
     pub fn create_pod(&self, pod: &Value) -> Result<()> {
+        self.create(pod)
+    }
+
+    /// Creates any object from its manifest (`kubectl create`).
+    pub fn create(&self, obj: &Value) -> Result<()> {
         let o = self
             .api
-            .kubectl_stdin(&["create", "-f", "-"], &pod.to_string());
+            .kubectl_stdin(&["create", "-f", "-"], &obj.to_string());
         if !o.status.success() {
             bail!(
-                "creating pod {}: {}",
-                pod["metadata"]["name"],
+                "creating {} {}: {}",
+                obj["kind"].as_str().unwrap_or("object"),
+                obj["metadata"]["name"],
                 String::from_utf8_lossy(&o.stderr)
             );
         }
         Ok(())
+    }
+
+    /// The Service's cluster IP (allocated by the API server at creation).
+    pub fn service_ip(&self, ns: &str, name: &str) -> Result<String> {
+        let o = self.api.kubectl(&[
+            "get",
+            "service",
+            name,
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ]);
+        if !o.status.success() {
+            bail!(
+                "getting service {ns}/{name}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    }
+
+    /// The ready endpoint addresses of the Service, from all its EndpointSlices (whoever
+    /// wrote them), sorted.
+    pub fn service_endpoints(&self, ns: &str, name: &str) -> Result<Vec<String>> {
+        let o = self.api.kubectl(&[
+            "get",
+            "endpointslices",
+            "-n",
+            ns,
+            "-l",
+            &format!("{}={name}", crate::endpoints::SERVICE_NAME_LABEL),
+            "-o",
+            "json",
+        ]);
+        if !o.status.success() {
+            bail!(
+                "listing the slices of {ns}/{name}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let v: Value = serde_json::from_slice(&o.stdout)?;
+        let mut ready: Vec<String> = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            // Unset means ready.
+            .filter(|e| e["conditions"]["ready"] != false)
+            .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect();
+        ready.sort();
+        Ok(ready)
+    }
+
+    /// Waits until the Service has exactly `n` ready endpoints; returns their addresses.
+    pub fn wait_service_endpoints(
+        &self,
+        ns: &str,
+        name: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<String>> {
+        let t0 = Instant::now();
+        loop {
+            let eps = self.service_endpoints(ns, name)?;
+            if eps.len() == n {
+                return Ok(eps);
+            }
+            if t0.elapsed() > timeout {
+                bail!(
+                    "service {ns}/{name}: {} ready endpoints after {timeout:?}, not {n}: {eps:?}",
+                    eps.len()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// The pod as JSON; None when it does not exist.

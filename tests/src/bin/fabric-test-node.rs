@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use fabric_tests::testnode::{node, podnet, pods, server};
+use fabric_tests::testnode::{node, podnet, pods, proxy, server};
 use ipnetwork::Ipv4Network;
 use tracing::info;
 
@@ -75,6 +75,11 @@ struct Cli {
     tls_cert_file: Option<PathBuf>,
     #[arg(long, requires = "tls_cert_file")]
     tls_private_key_file: Option<PathBuf>,
+    /// Also be the node's service proxy: Service cluster IPs DNATed to ready endpoints in an
+    /// nftables table of its own in this namespace (removed on shutdown). Only in a namespace
+    /// of the node's own (`--netns`).
+    #[arg(long, requires = "netns")]
+    service_proxy: bool,
 }
 
 fn kv(s: &str) -> Result<(String, String)> {
@@ -159,6 +164,15 @@ async fn run(cli: Cli) -> Result<()> {
     node::register(&client, &reg).await?;
     info!(node = cli.node_name, %addr, pod_cidr = %cli.pod_cidr, "node ready");
     tokio::spawn(node::keep_lease(client.clone(), reg));
+    let proxy = cli.service_proxy;
+    let proxy_client = client.clone();
+    let proxy_task = async move {
+        if proxy {
+            proxy::run(proxy_client).await
+        } else {
+            std::future::pending().await
+        }
+    };
     let state = Arc::new(pods::Node {
         client,
         name: cli.node_name,
@@ -177,18 +191,19 @@ async fn run(cli: Cli) -> Result<()> {
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("SIGTERM handler")?;
-    tokio::select! {
-        () = pods::run(state) => anyhow::bail!("the pod watch ended"),
-        r = srv => r.context("kubelet API task")?.context("kubelet API"),
+    let r = tokio::select! {
+        () = pods::run(state) => Err(anyhow::anyhow!("the pod watch ended")),
+        r = srv => r.context("kubelet API task").and_then(|r| r.context("kubelet API")),
+        r = proxy_task => r.context("service proxy"),
         // The pods' processes die with this one; their namespaces would stay until a reaper
         // came by.
-        _ = term.recv() => {
-            podnet::remove_all();
-            Ok(())
-        }
-        _ = tokio::signal::ctrl_c() => {
-            podnet::remove_all();
-            Ok(())
-        }
+        _ = term.recv() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    // Also on an error: the pods' processes die with this one.
+    podnet::remove_all();
+    if proxy {
+        proxy::remove();
     }
+    r
 }

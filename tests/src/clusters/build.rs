@@ -83,9 +83,10 @@ impl PeeredClusters {
                     c.replicas.clone(),
                 )
             };
-            // The stand-ins for the scheduler and the kubelets are the cluster's, not the
-            // fabric's: they hold the admin's credentials. Each fabric component holds a token
-            // of its own ServiceAccount, with the rights deploy/ gives it, and nothing else.
+            // The stand-ins for the scheduler, the EndpointSlice controller, the kubelets and
+            // kube-proxy are the cluster's, not the fabric's: they hold the admin's
+            // credentials. Each fabric component holds a token of its own ServiceAccount, with
+            // the rights deploy/ gives it, and nothing else.
             let env = vec![("KUBECONFIG".to_owned(), kc)];
             crate::rights::install(&me.cluster_ref(which).api)?;
             let own = |me: &Self, c: &Container| -> Result<Vec<(String, String)>> {
@@ -133,6 +134,18 @@ impl PeeredClusters {
                 ],
                 env.clone(),
             )?;
+            // No controller manager either: the stand-in for its EndpointSlice controller.
+            me.spawn(
+                &format!("endpoints{i}"),
+                vec![
+                    "ip".into(),
+                    "netns".into(),
+                    "exec".into(),
+                    replicas[0].ns.clone(),
+                    bin("fabric-test-endpoints")?,
+                ],
+                env.clone(),
+            )?;
             for (k, node) in nodes.iter().enumerate() {
                 let root = me.logs.join(format!("testnode{i}-{k}"));
                 me.spawn(
@@ -156,6 +169,8 @@ impl PeeredClusters {
                         "200ms".into(),
                         "--lease-duration".into(),
                         "10s".into(),
+                        // No kube-proxy: the test node is the node's service proxy.
+                        "--service-proxy".into(),
                     ],
                     env.clone(),
                 )?;

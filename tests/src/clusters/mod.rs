@@ -9,10 +9,11 @@
 //!
 //! The API servers enforce RBAC, client certificates and ServiceAccount tokens, and every
 //! fabric component holds a token of its own ServiceAccount with the rights `deploy/` gives it
-//! ([`crate::rights`]), nothing else; the scheduler and kubelet stand-ins and the tests are the
-//! cluster's admin. [`PeeredClusters::for_sharing`] builds the same clusters, optionally with a
-//! third cluster C (index 3) built by the same code, for the sharing layer (see
-//! [`crate::peering_stack`]).
+//! ([`crate::rights`]), nothing else; the stand-ins (the test scheduler, the EndpointSlice
+//! controller of [`crate::endpoints`], the test nodes, which are also the nodes' service proxy)
+//! and the tests are the cluster's admin. [`PeeredClusters::for_sharing`] builds the same
+//! clusters, optionally with a third cluster C (index 3) built by the same code, for the
+//! sharing layer (see [`crate::peering_stack`]).
 //!
 //! Addresses in cluster i (1, 2, or 3 for C): gateway replica r 10.0.i.(1+r) on the cluster bridge, node
 //! k 10.0.i.(10+k), API server 10.0.i.100, pod k 10.244.(k+1).10 behind node k; every gateway

@@ -8,16 +8,19 @@
 //! the restart policy and graceful deletion, and it serves the kubelet API's `containerLogs`
 //! over HTTPS so that `kubectl logs [-f]` works through the API server, and `exec` and
 //! `portForward` over SPDY ([`stream`], on `fabric-kubelet`) for `kubectl exec` and
-//! `kubectl port-forward`.
+//! `kubectl port-forward`. With `--service-proxy` it is also the node's kube-proxy: Service
+//! cluster IPs DNATed to ready endpoints in the node's namespace ([`proxy`]).
 //!
 //! Pure parts: [`status`] (restart decisions, phase, `PodStatus`), [`logs`] (the CRI log
 //! format and the logs query), [`pick_address`]. I/O: [`node`] (registration, Lease),
-//! [`pods`] (the per-pod workers: processes, status), [`podnet`] (their network), [`server`] (kubelet API).
+//! [`pods`] (the per-pod workers: processes, status), [`podnet`] (their network), [`server`] (kubelet API), [`proxy`] (its
+//! pure part: [`proxy::programme`], the nft script).
 pub mod config;
 pub mod logs;
 pub mod node;
 pub mod podnet;
 pub mod pods;
+pub mod proxy;
 pub mod server;
 pub mod status;
 pub mod stream;

@@ -8,6 +8,7 @@
 //! start them. The tests that need root and network namespaces are in `tests/netns`.
 mod crds;
 mod deploy;
+mod endpoints;
 mod fuzz_seeds;
 mod inband;
 mod namespace_offloading;

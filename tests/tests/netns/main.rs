@@ -19,5 +19,6 @@ mod peering;
 mod peering_e2e;
 mod pods;
 mod reaper;
+mod services;
 mod sharing_e2e;
 mod testbed;

@@ -17,16 +17,11 @@ use fabric_tests::{
     apiserver::require_tools,
     clusters::{Cluster, PeeredClusters},
     skip_unless_root,
-    workloads::{ECHO_PORT, RunningPod, command_pod, echo_pod},
+    workloads::{ECHO_PORT, RunningPod, command_pod, echo_pod, on_node},
 };
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(20);
-
-fn on_node(mut pod: serde_json::Value, k: usize) -> serde_json::Value {
-    pod["spec"]["nodeSelector"] = json!({ "kubernetes.io/hostname": Cluster::node_name(k) });
-    pod
-}
 
 /// How a cluster sees its peer's pod at `ip` (both IPAMs grant the peer 10.64.0.0/16).
 fn remote(ip: &str) -> String {
