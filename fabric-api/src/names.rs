@@ -184,6 +184,8 @@ pub mod finalizer {
     /// On a provider's NamespaceMaps: every twin namespace made for it is removed before it
     /// goes.
     pub const NAMESPACE_MAP: &str = "offloading.fabric.io/namespace-map";
+    /// On a provider's ShadowEndpointSlices: the real EndpointSlice is deleted before they go.
+    pub const SHADOW_ENDPOINT_SLICE: &str = "offloading.fabric.io/shadowendpointslice";
 }
 
 pub mod secret {
@@ -233,6 +235,16 @@ pub mod webhook {
 pub mod endpoint_slice {
     pub const GATEWAY: &str = "fabric-gateway";
     pub const GATEWAY_SERVICE: &str = "fabric-gateway";
+    /// The label naming who manages an EndpointSlice (Kubernetes' own).
+    pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+    /// [`MANAGED_BY`] of the EndpointSlices a provider writes from a consumer's
+    /// ShadowEndpointSlices: an endpoint controller leaves them alone, and a virtual kubelet
+    /// never reflects one back to its peer (two clusters peered both ways do not loop).
+    pub const REFLECTED: &str = "endpointslice.reflection.fabric.io";
+    /// [`MANAGED_BY`] of Kubernetes' own endpoint controller.
+    pub const CONTROLLER: &str = "endpointslice-controller.k8s.io";
+    /// The label naming an EndpointSlice's Service.
+    pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
 }
 
 pub mod config_map {
@@ -297,6 +309,8 @@ pub mod field_manager {
     pub const NAMESPACE_OFFLOADING: &str = "fabric-namespace-offloading";
     /// The provider's NamespaceMap controller: twin namespaces, their RBAC, map status.
     pub const NAMESPACE_MAP: &str = "fabric-namespace-map";
+    /// The provider's ShadowEndpointSlice controller: the real EndpointSlices.
+    pub const SHADOW_ENDPOINT_SLICE: &str = "fabric-shadowendpointslice";
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `offloading.fabric.io/v1alpha1`: `VirtualNode` (consumer), the spec of one virtual kubelet
 //! and the Node it registers for a provider; `ShadowPod` (provider), a consumer's pod to run
-//! here, written with the consumer's identity, status from the provider.
+//! here, written with the consumer's identity, status from the provider; `ShadowEndpointSlice`
+//! (provider), a consumer's EndpointSlice the provider writes, remapped, as a real one.
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
@@ -246,6 +247,107 @@ pub struct ShadowPodStatus {
     /// See [`shadow_pod_condition`].
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// The conditions of an endpoint (discovery.k8s.io/v1's).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointConditions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminating: Option<bool>,
+}
+
+/// What an endpoint stands for at home (its pod, as a `RemotePod`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointTarget {
+    #[schemars(length(max = 63))]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+    #[schemars(length(max = 253))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub uid: Option<String>,
+}
+
+/// One endpoint of a consumer's slice, its addresses as the consumer has them (the provider
+/// remaps them).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowEndpoint {
+    #[schemars(length(min = 1, max = 100))]
+    pub addresses: Vec<String>,
+    #[serde(default)]
+    pub conditions: EndpointConditions,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_ref: Option<EndpointTarget>,
+}
+
+/// A port of a consumer's slice (discovery.k8s.io/v1's).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowEndpointPort {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub protocol: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub app_protocol: Option<String>,
+}
+
+/// The slice a consumer asks for (its endpoints not running on this provider).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointSliceTemplate {
+    /// `IPv4` (the only family the fabric remaps for now).
+    #[x_kube(validation = Rule::new("self == 'IPv4'").message("only IPv4 slices are reflected for now (addressType must be IPv4)"))]
+    pub address_type: String,
+    #[serde(default)]
+    #[schemars(length(max = 1000))]
+    pub endpoints: Vec<ShadowEndpoint>,
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    pub ports: Vec<ShadowEndpointPort>,
+}
+
+/// A consumer's EndpointSlice for this cluster, written in a twin (or tenant) namespace by
+/// its virtual kubelet: the provider's ShadowEndpointSlice controller writes the real
+/// EndpointSlice of the same name there, each address remapped through its view of the
+/// consumer (refused when it is not one of the consumer's).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "offloading.fabric.io",
+    version = "v1alpha1",
+    kind = "ShadowEndpointSlice",
+    doc = "A consumer's EndpointSlice for this cluster: the provider writes the real EndpointSlice of the same name, its addresses remapped.",
+    namespaced,
+    shortname = "sheps",
+    category = "fabric",
+    printcolumn = r#"{"name":"Service","type":"string","jsonPath":".metadata.labels.kubernetes\\.io/service-name"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowEndpointSliceSpec {
+    pub template: EndpointSliceTemplate,
 }
 
 /// How the twin of an offloaded namespace is named on each provider
@@ -499,6 +601,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         VirtualNode::crd(),
         ShadowPod::crd(),
+        ShadowEndpointSlice::crd(),
         NamespaceOffloading::crd(),
         NamespaceMap::crd(),
     ]

@@ -24,7 +24,7 @@ use crate::{
 
 use super::{
     kind::{Placement, Pods},
-    translate::{Remap, Untranslatable},
+    translate::{self, Remap, Untranslatable},
     twins::{self, Twins},
 };
 
@@ -81,7 +81,7 @@ pub(crate) fn follow_remap(
     let (tx, rx) = watch::channel(Err(Untranslatable::NoRemap));
     tokio::spawn(async move {
         loop {
-            let now = Remap::current(config.borrow_and_update().as_ref());
+            let now = translate::current(config.borrow_and_update().as_ref());
             tx.send_if_modified(|r| {
                 if *r == now {
                     return false;

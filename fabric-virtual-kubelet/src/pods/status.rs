@@ -694,6 +694,7 @@ mod tests {
     fn a_malformed_configuration_is_said_where_the_address_is_missing() {
         let sh = shadow("Running", true, 0);
         let bad = Untranslatable::BadConfiguration(translate::BadConfiguration::SizeMismatch {
+            role: "pod",
             real: "10.244.0.0/16".parse().unwrap(),
             seen: "10.71.0.0/24".parse().unwrap(),
         });

@@ -9,15 +9,9 @@
 //! what it is wherever an address is missing, not as "not configured yet".
 use std::net::Ipv4Addr;
 
+pub use fabric_api::networking::remap::{BadConfiguration, Remap};
 use fabric_api::networking::v1alpha1::Configuration;
 use ipnetwork::Ipv4Network;
-
-/// The provider's pod CIDR and the one it is seen under here (equal when nothing clashed).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Remap {
-    pub real: Ipv4Network,
-    pub seen: Ipv4Network,
-}
 
 /// Why a provider pod IP has no address here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,64 +26,26 @@ pub enum Untranslatable {
     OutOfRange { ip: Ipv4Addr, real: Ipv4Network },
 }
 
-/// Why a Configuration gives no remap.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadConfiguration {
-    #[error("the IPAM has not granted a pod CIDR for the peer yet")]
-    NotGranted,
-    #[error("pod CIDR {0:?}: {1}")]
-    Cidr(String, String),
-    #[error("the remapped pod CIDR {seen} is not the size of the real one {real}")]
-    SizeMismatch {
-        real: Ipv4Network,
-        seen: Ipv4Network,
-    },
+/// The remap of the peer's Configuration `cfg`, if there is one yet, or why there is none:
+/// what every address is translated with until the Configuration changes.
+pub fn current(cfg: Option<&Configuration>) -> Result<Remap, Untranslatable> {
+    match cfg.map(Remap::of) {
+        None | Some(Err(BadConfiguration::NotGranted(_))) => Err(Untranslatable::NoRemap),
+        Some(Err(e)) => Err(Untranslatable::BadConfiguration(e)),
+        Some(Ok(r)) => Ok(r),
+    }
 }
 
-impl Remap {
-    /// The pod CIDR remap a peer's Configuration records.
-    pub fn of(cfg: &Configuration) -> Result<Self, BadConfiguration> {
-        let parse = |s: &str| {
-            s.parse::<Ipv4Network>()
-                .map_err(|e| BadConfiguration::Cidr(s.to_owned(), e.to_string()))
-        };
-        let real = parse(&cfg.spec.remote.pod)?;
-        let seen = cfg
-            .status
-            .as_ref()
-            .and_then(|s| s.remote.as_ref())
-            .ok_or(BadConfiguration::NotGranted)?;
-        let seen = parse(&seen.pod)?;
-        if real.prefix() != seen.prefix() {
-            return Err(BadConfiguration::SizeMismatch { real, seen });
-        }
-        Ok(Self { real, seen })
-    }
-
-    /// The remap of the peer's Configuration `cfg`, if there is one yet, or why there is
-    /// none: what every address is translated with until the Configuration changes.
-    pub fn current(cfg: Option<&Configuration>) -> Result<Self, Untranslatable> {
-        match cfg.map(Self::of) {
-            None | Some(Err(BadConfiguration::NotGranted)) => Err(Untranslatable::NoRemap),
-            Some(Err(e)) => Err(Untranslatable::BadConfiguration(e)),
-            Some(Ok(r)) => Ok(r),
-        }
-    }
-
-    /// `ip` (a provider pod address) as seen here: the remapped network, the same host part.
-    pub fn translate(&self, ip: &str) -> Result<Ipv4Addr, Untranslatable> {
-        let ip: Ipv4Addr = ip
-            .parse()
-            .map_err(|_| Untranslatable::NotIpv4(ip.to_owned()))?;
-        if !self.real.contains(ip) {
-            return Err(Untranslatable::OutOfRange {
-                ip,
-                real: self.real,
-            });
-        }
-        let host = u32::from(ip) & !u32::from(self.real.mask());
-        Ok(Ipv4Addr::from(u32::from(self.seen.network()) | host))
-    }
+/// `ip` (a provider pod address) as seen here through `remap`: the remapped network, the
+/// same host part.
+pub fn translate(remap: &Remap, ip: &str) -> Result<Ipv4Addr, Untranslatable> {
+    let addr: Ipv4Addr = ip
+        .parse()
+        .map_err(|_| Untranslatable::NotIpv4(ip.to_owned()))?;
+    remap.map(addr).ok_or(Untranslatable::OutOfRange {
+        ip: addr,
+        real: remap.real,
+    })
 }
 
 /// `ip` through `remap`, if there is one; else why there is none.
@@ -97,7 +53,7 @@ pub fn to_home(
     ip: &str,
     remap: Result<&Remap, &Untranslatable>,
 ) -> Result<Ipv4Addr, Untranslatable> {
-    remap.map_err(Clone::clone)?.translate(ip)
+    translate(remap.map_err(Clone::clone)?, ip)
 }
 
 #[cfg(test)]
@@ -137,7 +93,7 @@ mod tests {
         );
         let r = Remap::of(&cfg("192.168.16.0/20", Some("10.80.32.0/20"))).unwrap();
         assert_eq!(
-            r.translate("192.168.31.255"),
+            translate(&r, "192.168.31.255"),
             Ok("10.80.47.255".parse().unwrap())
         );
     }
@@ -145,7 +101,10 @@ mod tests {
     #[test]
     fn without_a_clash_the_address_is_the_real_one() {
         let r = Remap::of(&cfg("10.245.0.0/16", Some("10.245.0.0/16"))).unwrap();
-        assert_eq!(r.translate("10.245.3.4"), Ok(Ipv4Addr::new(10, 245, 3, 4)));
+        assert_eq!(
+            translate(&r, "10.245.3.4"),
+            Ok(Ipv4Addr::new(10, 245, 3, 4))
+        );
     }
 
     #[test]
@@ -153,11 +112,11 @@ mod tests {
         let r = Remap::of(&cfg("10.244.0.0/16", Some("10.71.0.0/16"))).unwrap();
         // A host-network pod, say: its node address means nothing here.
         assert!(matches!(
-            r.translate("192.0.2.10"),
+            translate(&r, "192.0.2.10"),
             Err(Untranslatable::OutOfRange { .. })
         ));
         assert!(matches!(
-            r.translate("fd00::1"),
+            translate(&r, "fd00::1"),
             Err(Untranslatable::NotIpv4(_))
         ));
         assert_eq!(
@@ -170,7 +129,7 @@ mod tests {
     fn a_configuration_without_a_grant_gives_no_remap() {
         assert_eq!(
             Remap::of(&cfg("10.244.0.0/16", None)),
-            Err(BadConfiguration::NotGranted)
+            Err(BadConfiguration::NotGranted("pod"))
         );
         assert!(matches!(
             Remap::of(&cfg("10.244.0.0/16", Some("10.71.0.0/24"))),
@@ -181,28 +140,28 @@ mod tests {
     #[test]
     fn a_malformed_configuration_is_said_as_such_not_as_not_configured_yet() {
         // No Configuration, or one whose grant is still to come: not configured yet.
-        assert_eq!(Remap::current(None), Err(Untranslatable::NoRemap));
+        assert_eq!(current(None), Err(Untranslatable::NoRemap));
         let waiting = cfg("10.244.0.0/16", None);
-        assert_eq!(Remap::current(Some(&waiting)), Err(Untranslatable::NoRemap));
+        assert_eq!(current(Some(&waiting)), Err(Untranslatable::NoRemap));
         // A granted CIDR that is not one, or not the real one's size: what is wrong.
         let bad = cfg("10.244.0.0/16", Some("10.71.0.0/33"));
-        let e = Remap::current(Some(&bad)).unwrap_err();
+        let e = current(Some(&bad)).unwrap_err();
         assert!(
-            matches!(&e, Untranslatable::BadConfiguration(BadConfiguration::Cidr(c, _)) if c == "10.71.0.0/33"),
+            matches!(&e, Untranslatable::BadConfiguration(BadConfiguration::Cidr(_, c, _)) if c == "10.71.0.0/33"),
             "{e:?}"
         );
         assert_eq!(to_home("10.244.0.1", Err(&e)), Err(e.clone()));
         assert!(e.to_string().contains("10.71.0.0/33"), "{e}");
         let smaller = cfg("10.244.0.0/16", Some("10.71.0.0/24"));
         assert!(matches!(
-            Remap::current(Some(&smaller)),
+            current(Some(&smaller)),
             Err(Untranslatable::BadConfiguration(
                 BadConfiguration::SizeMismatch { .. }
             ))
         ));
         let good = cfg("10.244.0.0/16", Some("10.71.0.0/16"));
         assert_eq!(
-            Remap::current(Some(&good)).and_then(|r| r.translate("10.244.0.1")),
+            current(Some(&good)).and_then(|r| translate(&r, "10.244.0.1")),
             Ok(Ipv4Addr::new(10, 71, 0, 1))
         );
     }
