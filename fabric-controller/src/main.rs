@@ -7,7 +7,8 @@
 //! - `sharing`: the sharing layer's negotiation (network and resources over a consumer's
 //!   identity, both as consumer and as provider; one active replica), the renewal of the
 //!   identities this cluster holds on providers, and on a provider the ShadowPod controller
-//!   that runs consumers' pods (issue 11).
+//!   that runs consumers' pods (issue 11) and the ShadowEndpointSlice controller that writes
+//!   their Services' endpoints, remapped (issue 20).
 //! - `shadowpod-webhook`: the provider's validating webhook on ShadowPods (consumer,
 //!   namespace, grant) and, on a consumer, the mutating webhook that places the pods of
 //!   offloaded namespaces, with its own certificates; every replica serves.
@@ -792,6 +793,15 @@ async fn run() -> Result<()> {
                                 .context("ShadowPod controller")
                         }
                     }));
+                    // One active replica: the real EndpointSlices of consumers' shadows.
+                    let endpointslices = AbortOnDropHandle::new(tokio::spawn({
+                        let (client, namespace) = (client.clone(), namespace.clone());
+                        async move {
+                            fabric_offloading::endpointslices::controller::run(client, namespace)
+                                .await
+                                .context("ShadowEndpointSlice controller")
+                        }
+                    }));
                     // The authentication service faces the internet: it asks, this approves.
                     let csrs = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
@@ -820,6 +830,7 @@ async fn run() -> Result<()> {
                     tokio::try_join!(
                         joined(negotiation),
                         joined(shadowpods),
+                        joined(endpointslices),
                         joined(csrs),
                         joined(drains),
                         joined(renewals)

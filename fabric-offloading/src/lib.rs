@@ -17,6 +17,7 @@
 //! `fabric_api`'s, and whether an unpeer was forced is an annotation read by
 //! `fabric_api::names`. Negotiation creates the VirtualNodes this drives; the virtual kubelet
 //! uses the forge, resize and the virtual node's objects.
+pub mod endpointslices;
 pub mod pod_placement;
 pub mod shadowpod;
 pub mod virtual_node;

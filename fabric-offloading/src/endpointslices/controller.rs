@@ -1,0 +1,237 @@
+//! The provider's ShadowEndpointSlice controller (I/O edge of [`super::translate`]): from
+//! watch caches of ShadowEndpointSlices, of the real slices it writes (by our managed-by
+//! label), of the namespaces of consumers (who a shadow's consumer is), and of the
+//! Configurations and Connections in the fabric's namespace (how the consumer's addresses
+//! are seen here, whether its tunnel is up: a change of either re-translates all of that
+//! consumer's slices). The real slice is server-side applied under one field manager, never
+//! over a slice that is not ours (the provider's own endpoint controller's), and deleted
+//! with its shadow (a finalizer: the test API server, like some clusters, runs no garbage
+//! collector). Refused addresses are said in a Warning Event on the shadow.
+use std::{sync::Arc, time::Duration};
+
+use fabric_api::{
+    names::{
+        endpoint_slice::{MANAGED_BY, REFLECTED},
+        field_manager, finalizer, label,
+    },
+    networking::{
+        remap::{BadConfiguration, Remaps},
+        v1alpha1::{Configuration, Connection},
+    },
+    offloading::v1alpha1::ShadowEndpointSlice,
+};
+use fabric_kube::{
+    cache,
+    controller::{Backoff, FinalizerError, Runner, finalized},
+    events::{Event, Events},
+};
+use k8s_openapi::api::{core::v1::Namespace, discovery::v1::EndpointSlice};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    runtime::{
+        Controller,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+use tracing::{debug, info};
+
+use super::translate::{self, Translated};
+
+const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Finalizer(#[from] FinalizerError),
+    #[error("no Configuration for consumer {0} here yet: its addresses cannot be translated")]
+    NoConfiguration(String),
+    #[error("the Configuration of consumer {0} gives no remap: {1}")]
+    NoRemap(String, BadConfiguration),
+}
+
+struct Ctx {
+    client: Client,
+    fabric_namespace: String,
+    namespaces: Store<Namespace>,
+    configurations: Store<Configuration>,
+    connections: Store<Connection>,
+    events: Events,
+}
+
+impl Ctx {
+    fn consumer_of(&self, ns: &str) -> Option<String> {
+        translate::consumer_of(&*self.namespaces.get(&ObjectRef::new(ns))?)
+    }
+
+    fn remaps(&self, consumer: &str) -> Result<Remaps, Error> {
+        let cfg = self
+            .configurations
+            .get(&ObjectRef::new(consumer).within(&self.fabric_namespace))
+            .filter(|c| c.spec.cluster_id == consumer)
+            .ok_or_else(|| Error::NoConfiguration(consumer.to_owned()))?;
+        Remaps::of(&cfg).map_err(|e| match e {
+            BadConfiguration::NotGranted(_) => Error::NoConfiguration(consumer.to_owned()),
+            e => Error::NoRemap(consumer.to_owned(), e),
+        })
+    }
+}
+
+async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let (ns, name) = (shadow.namespace().unwrap_or_default(), shadow.name_any());
+    let Some(consumer) = ctx.consumer_of(&ns) else {
+        let note = format!(
+            "namespace {ns} is not a consumer's twin or tenant namespace: no EndpointSlice is written for it"
+        );
+        ctx.events
+            .publish(
+                &*shadow,
+                &Event::warning("NotAConsumerNamespace", "Translate", note),
+            )
+            .await;
+        return Ok(Action::await_change());
+    };
+    let remaps = ctx.remaps(&consumer)?;
+    let alive = translate::alive(&consumer, ctx.connections.state().iter().map(|c| &**c));
+    let Translated { slice, refused } = translate::real_slice(&shadow, &remaps, alive);
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(theirs) = slices.get_opt(&name).await?.filter(|s| !translate::ours(s)) {
+        let note = format!(
+            "EndpointSlice {ns}/{name} exists and is not the fabric's (managed by {:?}): left alone",
+            theirs.labels().get(MANAGED_BY)
+        );
+        ctx.events
+            .publish(&*shadow, &Event::warning("NotOurs", "Translate", note))
+            .await;
+        return Ok(Action::await_change());
+    }
+    if !refused.is_empty() {
+        let list: Vec<String> = refused
+            .iter()
+            .map(|r| format!("{}: {}", r.address, r.why))
+            .collect();
+        let note = format!(
+            "addresses refused (not consumer {consumer}'s pod or external addresses), left out of the EndpointSlice: {}",
+            list.join("; ")
+        );
+        ctx.events
+            .publish(
+                &*shadow,
+                &Event::warning("AddressRefused", "Translate", note),
+            )
+            .await;
+    }
+    let pp = PatchParams::apply(field_manager::SHADOW_ENDPOINT_SLICE).force();
+    slices.patch(&name, &pp, &Patch::Apply(&slice)).await?;
+    debug!(slice = %format!("{ns}/{name}"), consumer, alive, refused = refused.len(), "EndpointSlice written");
+    Ok(Action::await_change())
+}
+
+async fn cleanup(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let (ns, name) = (shadow.namespace().unwrap_or_default(), shadow.name_any());
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(s) = slices.get_opt(&name).await?.filter(translate::ours) {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: s.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match slices.delete(&name, &dp).await {
+            Ok(_) => {
+                info!(slice = %format!("{ns}/{name}"), "its ShadowEndpointSlice went: EndpointSlice deleted")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Action::await_change())
+}
+
+async fn reconcile(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<ShadowEndpointSlice> =
+        Api::namespaced(ctx.client.clone(), &shadow.namespace().unwrap_or_default());
+    let c = ctx.clone();
+    finalized(
+        &api,
+        finalizer::SHADOW_ENDPOINT_SLICE,
+        shadow,
+        |s| apply(s, c),
+        |s| cleanup(s, ctx),
+    )
+    .await
+}
+
+/// The shadows of the consumer a Configuration or Connection named `consumer` is about.
+fn of_consumer(
+    shadows: &Store<ShadowEndpointSlice>,
+    namespaces: &Store<Namespace>,
+    consumer: &str,
+) -> Vec<ObjectRef<ShadowEndpointSlice>> {
+    shadows
+        .state()
+        .iter()
+        .filter(|s| {
+            s.namespace()
+                .and_then(|ns| namespaces.get(&ObjectRef::new(&ns)))
+                .and_then(|ns| translate::consumer_of(&ns))
+                .is_some_and(|c| c == consumer)
+        })
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+/// Runs the controller until its watches end; `fabric_namespace`: where the Configurations
+/// and Connections are.
+pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> {
+    let shadows: Api<ShadowEndpointSlice> = Api::all(client.clone());
+    let ours = watcher::Config::default().labels(&format!("{MANAGED_BY}={REFLECTED}"));
+    let (_, slices) = cache::touched(Api::<EndpointSlice>::all(client.clone()), ours);
+    let (namespaces, _ns_task) = cache::lean(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default().labels(label::REMOTE_CLUSTER),
+        "Namespace",
+    );
+    let (configurations, configs) = cache::touched(
+        Api::<Configuration>::namespaced(client.clone(), &fabric_namespace),
+        watcher::Config::default(),
+    );
+    let (connections, conns) = cache::touched(
+        Api::<Connection>::namespaced(client.clone(), &fabric_namespace),
+        watcher::Config::default(),
+    );
+    let controller = Controller::new(shadows, watcher::Config::default()).owns_stream(slices);
+    let store = controller.store();
+    let (s1, n1) = (store.clone(), namespaces.clone());
+    let (s2, n2) = (store, namespaces.clone());
+    let controller = controller
+        .watches_stream(configs, move |c: Configuration| {
+            of_consumer(&s1, &n1, &c.spec.cluster_id)
+        })
+        .watches_stream(conns, move |c: Connection| {
+            of_consumer(&s2, &n2, &c.spec.cluster_id)
+        });
+    if namespaces.wait_until_ready().await.is_err() {
+        return Ok(());
+    }
+    let events = Events::new(client.clone(), field_manager::SHADOW_ENDPOINT_SLICE, None);
+    let ctx = Arc::new(Ctx {
+        client,
+        fabric_namespace,
+        namespaces,
+        configurations,
+        connections,
+        events,
+    });
+    Runner::new("shadowendpointslices", BACKOFF)
+        // A consumer's network not configured here yet: its slices wait for it.
+        .waits(|e| matches!(e, Error::NoConfiguration(_)).then_some(Duration::from_secs(5)))
+        .run(controller, reconcile, ctx)
+        .await;
+    Ok(())
+}

@@ -1,0 +1,377 @@
+//! The real EndpointSlice of a consumer's ShadowEndpointSlice, pure: who the consumer is
+//! comes from the namespace (its [`label::REMOTE_CLUSTER`], on twins and tenant namespaces
+//! only), never from anything the consumer writes; each address is remapped with the
+//! consumer's `Configuration` here (its pod CIDR to the one it is seen under, its external
+//! CIDR likewise) and **anything else is refused**: a consumer must not point a Service at
+//! an address of this cluster (its API server, another tenant's pod). While the consumer is
+//! not alive (its tunnel down), every endpoint is neither ready nor serving here.
+use std::collections::BTreeMap;
+
+use fabric_api::{
+    names::{
+        annotation::REFLECTED_HASH,
+        endpoint_slice::{MANAGED_BY, REFLECTED},
+        label,
+    },
+    networking::{
+        remap::{Remaps, Unmapped},
+        v1alpha1::{Connection, ConnectionState},
+    },
+    offloading::v1alpha1::ShadowEndpointSlice,
+};
+use k8s_openapi::{
+    api::{
+        core::v1::{Namespace, ObjectReference},
+        discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice},
+    },
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+/// The consumer a namespace belongs to, if it is one of a consumer's: a twin or a tenant
+/// namespace, by the labels the provider put on it.
+pub fn consumer_of(ns: &Namespace) -> Option<String> {
+    let labels = ns.metadata.labels.as_ref()?;
+    let marked = |k: &str| labels.get(k).is_some_and(|v| v == "true");
+    if !(marked(label::TWIN_NAMESPACE) || marked(label::TENANT_NAMESPACE)) {
+        return None;
+    }
+    labels.get(label::REMOTE_CLUSTER).cloned()
+}
+
+/// Whether consumer `cluster_id` is reachable as far as this cluster knows: its tunnel's
+/// Connection, if the gateway reports one, says Connected (none reported: the network is
+/// not the fabric's to judge, the consumer's own conditions stand).
+pub fn alive<'a>(cluster_id: &str, connections: impl IntoIterator<Item = &'a Connection>) -> bool {
+    let mut of = connections
+        .into_iter()
+        .filter(|c| c.spec.cluster_id == cluster_id)
+        .peekable();
+    of.peek().is_none()
+        || of.any(|c| c.status.as_ref().map(|s| s.value) == Some(ConnectionState::Connected))
+}
+
+/// An address left out of the real slice, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub address: String,
+    pub why: Unmapped,
+}
+
+/// The real slice, and the addresses refused on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translated {
+    pub slice: EndpointSlice,
+    pub refused: Vec<Refused>,
+}
+
+/// The real EndpointSlice of `shadow` (same name and namespace): its labels and
+/// annotations with our managed-by (an endpoint controller leaves it alone, a peer's
+/// virtual kubelet never reflects it back), owned by the shadow, each address through
+/// `remaps` (refused ones dropped, an endpoint left without one dropped), not ready nor
+/// serving while the consumer is not `alive`.
+pub fn real_slice(shadow: &ShadowEndpointSlice, remaps: &Remaps, alive: bool) -> Translated {
+    let mut labels = shadow.labels().clone();
+    labels.insert(MANAGED_BY.to_owned(), REFLECTED.to_owned());
+    let annotations: BTreeMap<String, String> = shadow
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.as_str() != REFLECTED_HASH)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut refused = Vec::new();
+    let template = &shadow.spec.template;
+    let endpoints: Vec<Endpoint> = template
+        .endpoints
+        .iter()
+        .filter_map(|e| {
+            let addresses: Vec<String> = e
+                .addresses
+                .iter()
+                .filter_map(|a| match remaps.map(a) {
+                    Ok(seen) => Some(seen.to_string()),
+                    Err(why) => {
+                        refused.push(Refused {
+                            address: a.clone(),
+                            why,
+                        });
+                        None
+                    }
+                })
+                .collect();
+            let gated = |c: Option<bool>| if alive { c } else { Some(false) };
+            (!addresses.is_empty()).then(|| Endpoint {
+                addresses,
+                conditions: Some(EndpointConditions {
+                    ready: gated(e.conditions.ready),
+                    serving: gated(e.conditions.serving),
+                    terminating: e.conditions.terminating,
+                }),
+                hostname: e.hostname.clone(),
+                zone: e.zone.clone(),
+                target_ref: e.target_ref.as_ref().map(|t| ObjectReference {
+                    kind: Some(t.kind.clone()),
+                    namespace: t.namespace.clone(),
+                    name: Some(t.name.clone()),
+                    uid: t.uid.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let owner = OwnerReference {
+        api_version: ShadowEndpointSlice::api_version(&()).into_owned(),
+        kind: ShadowEndpointSlice::kind(&()).into_owned(),
+        name: shadow.name_any(),
+        uid: shadow.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let slice = EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(shadow.name_any()),
+            namespace: shadow.namespace(),
+            labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        address_type: template.address_type.clone(),
+        endpoints: Some(endpoints),
+        ports: Some(
+            template
+                .ports
+                .iter()
+                .map(|p| EndpointPort {
+                    name: p.name.clone(),
+                    port: p.port,
+                    protocol: p.protocol.clone(),
+                    app_protocol: p.app_protocol.clone(),
+                })
+                .collect(),
+        ),
+    };
+    Translated { slice, refused }
+}
+
+/// Whether `slice` is one this controller writes (ours to update or delete).
+pub fn ours(slice: &EndpointSlice) -> bool {
+    slice.labels().get(MANAGED_BY).map(String::as_str) == Some(REFLECTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::{
+        networking::v1alpha1::{
+            ClusterCidrs, ConfigurationSpec, ConfigurationStatus, ConnectionSpec, ConnectionStatus,
+        },
+        offloading::v1alpha1::{
+            EndpointConditions as Conds, EndpointSliceTemplate, EndpointTarget, ShadowEndpoint,
+            ShadowEndpointPort, ShadowEndpointSliceSpec,
+        },
+    };
+
+    use super::*;
+
+    fn remaps() -> Remaps {
+        let cidrs = |pod: &str, external: &str| ClusterCidrs {
+            pod: pod.into(),
+            external: external.into(),
+        };
+        let mut c = fabric_api::networking::v1alpha1::Configuration::new(
+            "alpha",
+            ConfigurationSpec {
+                cluster_id: "alpha".into(),
+                remote: cidrs("10.244.0.0/16", "10.70.0.0/16"),
+            },
+        );
+        c.status = Some(ConfigurationStatus {
+            remote: Some(cidrs("10.245.0.0/16", "10.90.0.0/16")),
+            ..Default::default()
+        });
+        Remaps::of(&c).unwrap()
+    }
+
+    fn endpoint(addresses: &[&str], ready: bool, terminating: bool) -> ShadowEndpoint {
+        ShadowEndpoint {
+            addresses: addresses.iter().map(|a| (*a).to_owned()).collect(),
+            conditions: Conds {
+                ready: Some(ready),
+                serving: Some(ready || terminating),
+                terminating: Some(terminating),
+            },
+            hostname: Some("db-0".into()),
+            zone: Some("home-a".into()),
+            target_ref: Some(EndpointTarget {
+                kind: "RemotePod".into(),
+                namespace: Some("shop".into()),
+                name: "db-0".into(),
+                uid: Some("u1".into()),
+            }),
+        }
+    }
+
+    fn shadow(endpoints: Vec<ShadowEndpoint>) -> ShadowEndpointSlice {
+        let mut s = ShadowEndpointSlice::new(
+            "db-abcde",
+            ShadowEndpointSliceSpec {
+                template: EndpointSliceTemplate {
+                    address_type: "IPv4".into(),
+                    endpoints,
+                    ports: vec![ShadowEndpointPort {
+                        name: Some("sql".into()),
+                        port: Some(5432),
+                        protocol: Some("TCP".into()),
+                        app_protocol: None,
+                    }],
+                },
+            },
+        );
+        s.metadata.namespace = Some("shop".into());
+        s.metadata.uid = Some("shadow-uid".into());
+        s.metadata.labels = Some(BTreeMap::from([
+            ("kubernetes.io/service-name".to_owned(), "db".to_owned()),
+            (
+                MANAGED_BY.to_owned(),
+                "endpointslice-controller.k8s.io".to_owned(),
+            ),
+        ]));
+        s
+    }
+
+    #[test]
+    fn pod_and_external_addresses_are_remapped_and_the_rest_refused() {
+        let s = shadow(vec![
+            endpoint(&["10.244.1.5"], true, false),
+            endpoint(&["10.70.0.9"], true, false),
+            // The provider's API server, another tenant's pod as seen here: refused.
+            endpoint(&["10.96.0.1"], true, false),
+            endpoint(&["10.245.7.7", "10.244.7.7"], true, false),
+        ]);
+        let t = real_slice(&s, &remaps(), true);
+        let addrs: Vec<_> = t
+            .slice
+            .endpoints
+            .iter()
+            .flatten()
+            .map(|e| e.addresses.clone())
+            .collect();
+        assert_eq!(
+            addrs,
+            vec![
+                vec!["10.245.1.5".to_owned()],
+                vec!["10.90.0.9".to_owned()],
+                vec!["10.245.7.7".to_owned()],
+            ]
+        );
+        let refused: Vec<_> = t.refused.iter().map(|r| r.address.as_str()).collect();
+        assert_eq!(refused, ["10.96.0.1", "10.245.7.7"]);
+        assert!(t.refused[0].why.to_string().contains("10.244.0.0/16"));
+    }
+
+    #[test]
+    fn the_slice_is_named_labelled_owned_and_keeps_what_the_consumer_said() {
+        let s = shadow(vec![endpoint(&["10.244.1.5"], false, true)]);
+        let t = real_slice(&s, &remaps(), true);
+        assert_eq!(t.slice.metadata.name.as_deref(), Some("db-abcde"));
+        assert_eq!(t.slice.metadata.namespace.as_deref(), Some("shop"));
+        assert!(ours(&t.slice), "our managed-by, not the consumer's");
+        assert_eq!(t.slice.labels()["kubernetes.io/service-name"], "db");
+        let owner = &t.slice.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("ShadowEndpointSlice", "shadow-uid")
+        );
+        let e = &t.slice.endpoints.as_ref().unwrap()[0];
+        let c = e.conditions.as_ref().unwrap();
+        assert_eq!(
+            (c.ready, c.serving, c.terminating),
+            (Some(false), Some(true), Some(true))
+        );
+        assert_eq!(e.hostname.as_deref(), Some("db-0"));
+        assert_eq!(e.zone.as_deref(), Some("home-a"));
+        assert_eq!(
+            e.target_ref.as_ref().unwrap().kind.as_deref(),
+            Some("RemotePod")
+        );
+        assert_eq!(t.slice.address_type, "IPv4");
+        assert_eq!(t.slice.ports.as_ref().unwrap()[0].port, Some(5432));
+    }
+
+    #[test]
+    fn nothing_is_ready_nor_serving_while_the_consumer_is_not_alive() {
+        let s = shadow(vec![endpoint(&["10.244.1.5"], true, false)]);
+        let t = real_slice(&s, &remaps(), false);
+        let c = t.slice.endpoints.as_ref().unwrap()[0]
+            .conditions
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (c.ready, c.serving, c.terminating),
+            (Some(false), Some(false), Some(false))
+        );
+        let back = real_slice(&s, &remaps(), true);
+        assert_eq!(
+            back.slice.endpoints.as_ref().unwrap()[0]
+                .conditions
+                .as_ref()
+                .unwrap()
+                .ready,
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn alive_as_the_tunnel_says_when_there_is_one() {
+        let conn = |id: &str, state| {
+            let mut c = Connection::new(
+                id,
+                ConnectionSpec {
+                    cluster_id: id.into(),
+                },
+            );
+            c.status = Some(ConnectionStatus {
+                value: state,
+                ..Default::default()
+            });
+            c
+        };
+        assert!(alive("alpha", &[]));
+        assert!(alive("alpha", &[conn("beta", ConnectionState::Error)]));
+        assert!(!alive("alpha", &[conn("alpha", ConnectionState::Error)]));
+        assert!(!alive(
+            "alpha",
+            &[conn("alpha", ConnectionState::Connecting)]
+        ));
+        assert!(alive("alpha", &[conn("alpha", ConnectionState::Connected)]));
+    }
+
+    #[test]
+    fn only_twins_and_tenant_namespaces_name_a_consumer() {
+        let ns = |labels: &[(&str, &str)]| Namespace {
+            metadata: ObjectMeta {
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let twin = ns(&[
+            (label::TWIN_NAMESPACE, "true"),
+            (label::REMOTE_CLUSTER, "alpha"),
+        ]);
+        assert_eq!(consumer_of(&twin).as_deref(), Some("alpha"));
+        let tenant = ns(&[
+            (label::TENANT_NAMESPACE, "true"),
+            (label::REMOTE_CLUSTER, "alpha"),
+        ]);
+        assert_eq!(consumer_of(&tenant).as_deref(), Some("alpha"));
+        assert_eq!(consumer_of(&ns(&[(label::REMOTE_CLUSTER, "alpha")])), None);
+        assert_eq!(consumer_of(&ns(&[(label::TWIN_NAMESPACE, "true")])), None);
+    }
+}
