@@ -8,10 +8,12 @@
 //! - [`heartbeat`]: at-most-once semantics (opt-in): the heartbeat Lease on the provider, and
 //!   when the pods there may be declared stopped;
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
-//! - [`configs`], [`services`]: what offloaded namespaces hold, reflected into their twins;
+//! - [`configs`], [`services`], [`endpointslices`]: what offloaded namespaces hold, reflected
+//!   into their twins;
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
 pub mod configs;
+pub mod endpointslices;
 pub mod events;
 pub mod heartbeat;
 pub mod node;

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use crate::{
     conditions::Readiness,
     configs::{self, ConfigMaps, Secrets},
+    endpointslices::EndpointSlices,
     services::Services,
 };
 
@@ -171,7 +172,13 @@ pub async fn run(
     twin.register(pods(Placement::Twin), options)
         .register(Mirror(ConfigMaps(referenced.clone())), configs.clone())
         .register(Mirror(Secrets(referenced.clone())), configs);
-    twin.register(Mirror(Services), Options::new(CONFIG_SYNCS, opts.resync));
+    twin.register(Mirror(Services), Options::new(CONFIG_SYNCS, opts.resync))
+        .register(
+            Mirror(EndpointSlices {
+                node_name: opts.node_name.clone(),
+            }),
+            Options::new(CONFIG_SYNCS, opts.resync),
+        );
     let twin = Arc::new(twin);
     let pairs = twin.clone();
     tokio::spawn(async move {

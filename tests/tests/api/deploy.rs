@@ -429,6 +429,29 @@ fn manifests_apply_with_least_privilege() {
                 "watch",
                 "rolebindings.rbac.authorization.k8s.io/fabric-consumer",
             ),
+            // The ShadowEndpointSlice controller: consumers' shadows (its finalizer), the real
+            // slices it wrote (written in tenant and twin namespaces only, checked below).
+            (
+                "fabric-sharing",
+                "watch",
+                "shadowendpointslices.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "shadowendpointslices.offloading.fabric.io",
+            ),
+            ("fabric-sharing", "watch", "endpointslices.discovery.k8s.io"),
+            (
+                "fabric-sharing",
+                "watch",
+                "connections.networking.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "watch",
+                "configurations.networking.fabric.io",
+            ),
             // The VirtualNode controller's election.
             (
                 "fabric-virtual-nodes",
@@ -717,6 +740,27 @@ fn manifests_apply_with_least_privilege() {
             // Pods only in tenant namespaces, through their RoleBinding (checked below).
             ("fabric-sharing", "create", "pods"),
             ("fabric-sharing", "delete", "pods"),
+            // EndpointSlices likewise; a consumer's shadows are the consumer's to write.
+            (
+                "fabric-sharing",
+                "create",
+                "endpointslices.discovery.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "delete",
+                "endpointslices.discovery.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "create",
+                "shadowendpointslices.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "delete",
+                "shadowendpointslices.offloading.fabric.io",
+            ),
             (
                 "fabric-auth",
                 "bind",
@@ -1127,12 +1171,12 @@ fn manifests_apply_with_least_privilege() {
             "the authentication service cannot bind the sharing controllers in a tenant namespace: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        let can_in = |verb: &str, ns: &str| {
+        let can_in = |verb: &str, ns: &str, resource: &str| {
             let o = api.kubectl(&[
                 "auth",
                 "can-i",
                 verb,
-                "pods",
+                resource,
                 "-n",
                 ns,
                 "--as",
@@ -1140,13 +1184,18 @@ fn manifests_apply_with_least_privilege() {
             ]);
             String::from_utf8_lossy(&o.stdout).trim() == "yes"
         };
-        for verb in ["create", "delete", "get"] {
-            assert!(
-                can_in(verb, tenant),
-                "fabric-sharing cannot {verb} pods in {tenant}"
-            );
-            for ns in ["default", "kube-system", "fabric-system"] {
-                assert!(!can_in(verb, ns), "fabric-sharing may {verb} pods in {ns}");
+        for resource in ["pods", "endpointslices.discovery.k8s.io"] {
+            for verb in ["create", "delete", "get"] {
+                assert!(
+                    can_in(verb, tenant, resource),
+                    "fabric-sharing cannot {verb} {resource} in {tenant}"
+                );
+                for ns in ["default", "kube-system", "fabric-system"] {
+                    assert!(
+                        !can_in(verb, ns, resource),
+                        "fabric-sharing may {verb} {resource} in {ns}"
+                    );
+                }
             }
         }
     });
