@@ -1741,6 +1741,30 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
         bed.eventually("the Event's series at home", || seen(5)).await;
     })
     .await;
+    phase_async("the Services' endpoints in the twin, translated", async {
+        services_endpoints_translated(&bed).await
+    })
+    .await;
+    phase_async(
+        "a consumer cannot point a Service in its twin at the provider's addresses",
+        async { endpoints_attack(&bed).await },
+    )
+    .await;
+    phase_async("a slice deleted at home goes from the provider", async {
+        bed.consumer
+            .kubectl_ok(&["delete", "endpointslice", "db-abcde", "-n", STORE]);
+        let twin = store_twin();
+        for kind in ["shadowendpointslice", "endpointslice"] {
+            bed.eventually(&format!("the {kind} gone from the twin"), || async {
+                let o = bed
+                    .provider
+                    .kubectl(&["get", kind, "db-abcde", "-n", &twin]);
+                (!o.status.success()).then_some(())
+            })
+            .await;
+        }
+    })
+    .await;
     phase_async(
         "the virtual kubelet reads configuration of offloaded namespaces only",
         async {
@@ -1760,6 +1784,21 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
                 can(STORE),
                 [true; 2],
                 "{vk} reads the Secrets and Services of {STORE}"
+            );
+            let o = bed.consumer.kubectl(&[
+                "auth",
+                "can-i",
+                "watch",
+                "endpointslices.discovery.k8s.io",
+                "-n",
+                STORE,
+                "--as",
+                &vk,
+            ]);
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout).trim(),
+                "yes",
+                "{vk} watches the EndpointSlices of {STORE}"
             );
             assert_eq!(
                 can(HOME_NS),
@@ -2078,6 +2117,233 @@ async fn an_offloaded_namespace_s_services_are_in_its_twin() {
             .await;
         },
     )
+    .await;
+}
+
+/// The consumer's pod CIDR (the fixture's provider's too: both clusters on the same one), its
+/// external CIDR, and how the provider sees them.
+const CONSUMER_CIDRS: (&str, &str) = ("10.244.0.0/16", "10.70.0.0/16");
+const CONSUMER_SEEN: (&str, &str) = ("10.245.0.0/16", "10.90.0.0/16");
+
+/// What the provider's network layer would have made for the consumer: its Configuration
+/// (remapped) and the Connection of its tunnel, in state `tunnel`.
+fn provider_network(bed: &Bed, tunnel: &str) {
+    apply(
+        &bed.provider,
+        &json!({"apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
+                "metadata": {"name": CONSUMER, "namespace": NS},
+                "spec": {"clusterId": CONSUMER,
+                         "remote": {"pod": CONSUMER_CIDRS.0, "external": CONSUMER_CIDRS.1}}}),
+    );
+    provider_status(
+        bed,
+        "configuration",
+        json!({"remote": {"pod": CONSUMER_SEEN.0, "external": CONSUMER_SEEN.1}}),
+    );
+    set_provider_tunnel(bed, tunnel);
+}
+
+/// Merges `status` into the provider's object of `kind` of the consumer, as its controller
+/// would write it.
+fn provider_status(bed: &Bed, kind: &str, status: Value) {
+    let patch = json!({ "status": status }).to_string();
+    bed.provider.kubectl_ok(&[
+        "patch",
+        kind,
+        CONSUMER,
+        "-n",
+        NS,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+}
+
+fn set_provider_tunnel(bed: &Bed, state: &str) {
+    apply(
+        &bed.provider,
+        &json!({"apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
+                "metadata": {"name": CONSUMER, "namespace": NS},
+                "spec": {"clusterId": CONSUMER}}),
+    );
+    provider_status(bed, "connection", json!({"value": state}));
+}
+
+/// The home slice of Service `db` as the consumer's endpoint controller writes it: one
+/// endpoint on a home node, one on the virtual node (its pod runs on the provider).
+fn home_slice(ready: bool) -> Value {
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": "db-abcde", "namespace": STORE,
+                        "labels": {names::endpoint_slice::SERVICE_NAME: "db",
+                                   names::endpoint_slice::MANAGED_BY: names::endpoint_slice::CONTROLLER}},
+           "addressType": "IPv4",
+           "endpoints": [
+               {"addresses": ["10.244.1.5"], "nodeName": "home-1",
+                "conditions": {"ready": ready, "serving": ready, "terminating": false},
+                "targetRef": {"kind": "Pod", "namespace": STORE, "name": "db-0"}},
+               {"addresses": ["10.244.9.9"], "nodeName": NODE,
+                "conditions": {"ready": true, "serving": true, "terminating": false}},
+           ],
+           "ports": [{"name": "sql", "port": 5432, "protocol": "TCP"}]})
+}
+
+/// Object `kind/name` in the store's twin on the provider, if it is there.
+fn in_store_twin(bed: &Bed, kind: &str, name: &str) -> Option<Value> {
+    let o = bed
+        .provider
+        .kubectl(&["get", kind, name, "-n", &store_twin(), "-o", "json"]);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())
+        .flatten()
+}
+
+/// The addresses and readiness of each endpoint of `slice`.
+fn endpoints_of(slice: &Value) -> Vec<(String, Value, Value)> {
+    slice["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["addresses"][0].as_str().unwrap_or_default().to_owned(),
+                e["conditions"]["ready"].clone(),
+                e["conditions"]["serving"].clone(),
+            )
+        })
+        .collect()
+}
+
+async fn services_endpoints_translated(bed: &Bed) {
+    provider_network(bed, "Connected");
+    apply(&bed.consumer, &home_slice(true));
+    let shadow = bed
+        .eventually("the shadow slice in the twin", || async {
+            in_store_twin(bed, "shadowendpointslice", "db-abcde")
+        })
+        .await;
+    let endpoints = &shadow["spec"]["template"]["endpoints"];
+    assert_eq!(
+        endpoints.as_array().map(Vec::len),
+        Some(1),
+        "the virtual node's endpoint left out: {shadow}"
+    );
+    assert_eq!(endpoints[0]["addresses"][0], "10.244.1.5", "{shadow}");
+    assert_eq!(endpoints[0]["targetRef"]["kind"], "RemotePod", "{shadow}");
+    let real = bed
+        .eventually("the real slice in the twin, translated", || async {
+            let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+            (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(true), json!(true))]).then_some(s)
+        })
+        .await;
+    let labels = &real["metadata"]["labels"];
+    assert_eq!(
+        labels[names::endpoint_slice::MANAGED_BY],
+        names::endpoint_slice::REFLECTED,
+        "{real}"
+    );
+    assert_eq!(labels[names::endpoint_slice::SERVICE_NAME], "db", "{real}");
+    assert_eq!(real["ports"][0]["port"], 5432, "{real}");
+    // The consumer's tunnel down: not ready nor serving there; back after.
+    set_provider_tunnel(bed, "Error");
+    bed.eventually("not ready while the consumer's network is down", || async {
+        let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+        (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(false))]).then_some(())
+    })
+    .await;
+    set_provider_tunnel(bed, "Connected");
+    bed.eventually("ready again once it is back", || async {
+        let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+        (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(true), json!(true))]).then_some(())
+    })
+    .await;
+    // Not ready at home: not ready there.
+    apply(&bed.consumer, &home_slice(false));
+    bed.eventually("not ready there as at home", || async {
+        let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+        (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(false))]).then_some(())
+    })
+    .await;
+}
+
+/// With the consumer's own identity: a shadow slice pointing at the provider's API server's
+/// Service address and at an address already in the provider's own view (another tenant's
+/// pod, say), beside one of its own pods; and a real EndpointSlice written directly.
+async fn endpoints_attack(bed: &Bed) {
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+    let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+    let twin = store_twin();
+    let shadows: Api<fabric_api::offloading::v1alpha1::ShadowEndpointSlice> =
+        Api::namespaced(client.clone(), &twin);
+    let evil = serde_json::from_value(json!({
+        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowEndpointSlice",
+        "metadata": {"name": "evil", "labels": {names::endpoint_slice::SERVICE_NAME: "db"}},
+        "spec": {"template": {"addressType": "IPv4", "ports": [{"port": 443}], "endpoints": [
+            {"addresses": ["10.96.0.1"], "conditions": {"ready": true}},
+            {"addresses": ["10.245.3.3"], "conditions": {"ready": true}},
+            {"addresses": ["10.244.1.7"], "conditions": {"ready": true}},
+        ]}},
+    }))
+    .unwrap();
+    shadows.create(&Default::default(), &evil).await.unwrap();
+    let real = bed
+        .eventually("the attacker's slice written, its own pod only", || async {
+            let s = in_store_twin(bed, "endpointslice", "evil")?;
+            (!endpoints_of(&s).is_empty()).then_some(s)
+        })
+        .await;
+    let addrs: Vec<String> = endpoints_of(&real).into_iter().map(|(a, ..)| a).collect();
+    assert_eq!(
+        addrs,
+        ["10.245.1.7"],
+        "only the consumer's own pod, translated: {real}"
+    );
+    bed.eventually("a Warning naming the refused addresses", || async {
+        let o = bed
+            .provider
+            .kubectl(&["get", "events.events.k8s.io", "-n", &twin, "-o", "json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+        v["items"]
+            .as_array()?
+            .iter()
+            .find(|e| {
+                let note = e["note"].as_str().unwrap_or_default();
+                e["regarding"]["name"] == "evil"
+                    && e["reason"] == "AddressRefused"
+                    && note.contains("10.96.0.1")
+                    && note.contains("10.245.3.3")
+            })
+            .map(|_| ())
+    })
+    .await;
+    // Nor may it write an EndpointSlice there itself, nor another family.
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client, &twin);
+    let direct = serde_json::from_value(json!({
+        "metadata": {"name": "direct"}, "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.96.0.1"]}],
+    }))
+    .unwrap();
+    let err = slices
+        .create(&Default::default(), &direct)
+        .await
+        .expect_err("an EndpointSlice written by the consumer");
+    assert!(err.to_string().contains("forbidden"), "{err}");
+    let mut v6 = serde_json::to_value(&evil).unwrap();
+    v6["metadata"]["name"] = json!("evil6");
+    v6["spec"]["template"]["addressType"] = json!("IPv6");
+    let err = shadows
+        .create(&Default::default(), &serde_json::from_value(v6).unwrap())
+        .await
+        .expect_err("an IPv6 shadow");
+    assert!(err.to_string().contains("only IPv4"), "{err}");
+    shadows.delete("evil", &Default::default()).await.unwrap();
+    bed.eventually("the attacker's slice gone with its shadow", || async {
+        in_store_twin(bed, "endpointslice", "evil")
+            .is_none()
+            .then_some(())
+    })
     .await;
 }
 
