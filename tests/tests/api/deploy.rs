@@ -1679,6 +1679,52 @@ fn manifests_apply_with_least_privilege() {
                 "the sharing controllers binding admin in a twin",
                 apply_with(&sharing, &admin),
             );
+            // EndpointSlices in a twin: the fabric's own only, never those of the provider's
+            // endpoint controller (fabric-sharing-endpointslices).
+            use fabric_api::names::endpoint_slice::{CONTROLLER, MANAGED_BY, REFLECTED};
+            let slice = |name: &str, managed_by: &str| {
+                serde_json::json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": name, "namespace": &m.remote,
+                                 "labels": {MANAGED_BY: managed_by}},
+                    "addressType": "IPv4", "endpoints": [{"addresses": ["10.245.1.5"]}]})
+            };
+            allowed(
+                "the sharing controllers writing their own EndpointSlice in a twin",
+                apply_with(&sharing, &slice("ours", REFLECTED)),
+            );
+            attacks.refused(
+                "the sharing controllers writing an endpoint controller's EndpointSlice",
+                apply_with(&sharing, &slice("theirs", CONTROLLER)),
+            );
+            let o = api.kubectl_stdin(
+                &["create", "-f", "-"],
+                &slice("provider-own", CONTROLLER).to_string(),
+            );
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            attacks.refused(
+                "the sharing controllers taking over the provider's own EndpointSlice",
+                kubectl_with(
+                    &sharing,
+                    &[
+                        "label",
+                        "--overwrite",
+                        "endpointslice",
+                        "provider-own",
+                        "-n",
+                        &m.remote,
+                        &format!("{MANAGED_BY}={REFLECTED}"),
+                    ],
+                    None,
+                ),
+            );
+            attacks.refused(
+                "the sharing controllers deleting the provider's own EndpointSlice",
+                kubectl_with(
+                    &sharing,
+                    &["delete", "endpointslice", "provider-own", "-n", &m.remote],
+                    None,
+                ),
+            );
             attacks.check();
         },
     );
