@@ -33,6 +33,7 @@ pub use fabric_api::quantity;
 pub mod rights;
 pub mod sched;
 pub mod sharing;
+pub mod shop;
 pub mod testnode;
 pub mod topo;
 pub mod traffic;

@@ -20,7 +20,7 @@ use fabric_tests::{
     clusters::{Cluster, NAMESPACE, POD_CIDR, PeeredClusters},
     die_with_parent, install_interrupt_handler, is_root, locate_bin,
     peering_stack::{ADVERTISED_LABEL, PeeringStack},
-    sharing, traffic,
+    sharing, shop, traffic,
     workloads::{ECHO_PORT, echo_pod},
 };
 use serde_json::{Value, json};
@@ -402,7 +402,24 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     check_interrupt()?;
 
     title("A namespace offloaded whole: fabricctl offload namespace shop (cluster A)");
-    kubectl(&d.cl.a.api, &["create", "namespace", "shop"])?;
+    kubectl(&d.cl.a.api, &["create", "namespace", shop::NAMESPACE])?;
+    let apply = |v: serde_json::Value| -> Result<()> {
+        let o =
+            d.cl.a
+                .api
+                .kubectl_stdin(&["apply", "-f", "-"], &v.to_string());
+        if !o.status.success() {
+            bail!("{}", String::from_utf8_lossy(&o.stderr));
+        }
+        Ok(())
+    };
+    println!("  Its database db runs at home already, behind Service db:");
+    d.cl.a.create_pod(&shop::db())?;
+    apply(shop::service("db"))?;
+    let db =
+        d.cl.a
+            .wait_pod_running(shop::NAMESPACE, "db", Duration::from_secs(60))?;
+    println!("  db Running on {} at {}", db.node, db.ip);
     let selector = format!("{ADVERTISED_LABEL}={b_id}");
     println!(
         "  fabricctl offload namespace shop --pod-offloading-strategy Remote --selector {selector}"
@@ -412,7 +429,7 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         &[
             "offload",
             "namespace",
-            "shop",
+            shop::NAMESPACE,
             "--pod-offloading-strategy",
             "Remote",
             "--selector",
@@ -428,32 +445,11 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         &["get", "namespace", &twin, "--show-labels"],
     ));
     println!("  Its configuration: ConfigMap settings (greeting) and Secret db (password).");
-    let config = json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "shop"},
-         "data": {"greeting": "hello from shop"}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"},
-         "stringData": {"password": "s3cret"}},
-    ]});
-    let o =
-        d.cl.a
-            .api
-            .kubectl_stdin(&["apply", "-f", "-"], &config.to_string());
-    if !o.status.success() {
-        bail!("{}", String::from_utf8_lossy(&o.stderr));
-    }
-    println!("  A pod created in shop with nothing about placement (A's pod webhook adds it),");
-    println!("  its environment from them:");
-    let mut web = echo_pod("web");
-    web["metadata"]["namespace"] = json!("shop");
-    web["spec"]["containers"][0]["command"]
-        .as_array_mut()
-        .context("echo_pod has args")?
-        .extend([json!("--print-env"), json!("GREETING")]);
-    web["spec"]["containers"][0]["env"] = json!([
-        {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
-        {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
-    ]);
-    d.cl.a.create_pod(&web)?;
+    apply(shop::config())?;
+    println!("  A pod web created in shop with nothing about placement (A's pod webhook adds it),");
+    println!("  its environment from them, and Service web for it:");
+    d.cl.a.create_pod(&shop::web())?;
+    apply(shop::service("web"))?;
     show(kubectl(
         &d.cl.a.api,
         &[
@@ -461,14 +457,14 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
             "pod",
             "web",
             "-n",
-            "shop",
+            shop::NAMESPACE,
             "-o",
             "jsonpath={.spec.tolerations}{\"\\n\"}{.spec.affinity}",
         ],
     ));
     let web =
         d.cl.a
-            .wait_pod_running("shop", "web", Duration::from_secs(90))?;
+            .wait_pod_running(shop::NAMESPACE, "web", Duration::from_secs(90))?;
     println!(
         "  Running on {} after {}; on cluster B, in the twin, under its own name:",
         web.node,
@@ -485,7 +481,12 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
             "custom-columns=KIND:.kind,NAME:.metadata.name,STATUS:.status.phase",
         ],
     ));
-    let target = format!("{}:{ECHO_PORT}", web.ip);
+    let web_svc =
+        d.cl.a
+            .api
+            .cluster_ip(shop::NAMESPACE, "web")
+            .context("Service web has no cluster IP")?;
+    let target = format!("{web_svc}:{ECHO_PORT}");
     let answer = wait(
         &format!("an answer from {target}"),
         Duration::from_secs(30),
@@ -496,14 +497,42 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         },
     )?;
     println!(
-        "  A pod {pod} connects to shop/web at {target}  =>  {}",
+        "  A pod {pod} connects to Service shop/web at its cluster IP {target}  =>  {} (web runs in B)",
         answer.trim()
     );
-    println!("  kubectl logs web -n shop (it read its ConfigMap, reflected into the twin):");
+    println!(
+        "  kubectl logs web -n shop (it read its ConfigMap and Secret, reflected into the twin):"
+    );
     show(kubectl(
         &d.cl.a.api,
-        &["logs", "web", "-n", "shop", "--tail", "3"],
+        &["logs", "web", "-n", shop::NAMESPACE, "--tail", "3"],
     ));
+    println!(
+        "  On cluster B, the Services A's virtual kubelet copied into the twin (B's own cluster IPs)"
+    );
+    println!("  and the EndpointSlices: db's translated into B's view of A, web's B's own:");
+    let db_remote = wait("db's Service in the twin", Duration::from_secs(30), || {
+        d.cl.b.service_ip(&twin, "db").ok()
+    })?;
+    show(kubectl(
+        &d.cl.b.api,
+        &["get", "services,endpointslices", "-n", &twin],
+    ));
+    let web_b =
+        d.cl.b
+            .wait_pod_running(&twin, "web", Duration::from_secs(30))?;
+    let seen = wait(
+        "db answering web through B's copy of its Service",
+        Duration::from_secs(30),
+        || d.cl.b.connect_from(&web_b, &db_remote, ECHO_PORT).ok(),
+    )?;
+    println!(
+        "  web, in cluster B, connects to Service db at B's cluster IP {db_remote}:{ECHO_PORT}  =>  {seen}"
+    );
+    println!(
+        "  (db, at home in A, sees web at {}: the address A shows for it)",
+        web.ip
+    );
     println!("  fabricctl unoffload namespace shop (it says what goes first):");
     show(fabricctl(&d.cl.a.api, &["unoffload", "namespace", "shop"]));
     check_interrupt()?;

@@ -19,7 +19,10 @@
 //! Namespace offloading (issue 20): A offloads a namespace to B with `fabricctl`; a pod
 //! created there without any placement is placed on the virtual node by A's pod webhook, runs
 //! in B's twin namespace under its own name, reads its ConfigMap and Secret (reflected into
-//! the twin: only what it references) and answers; unoffloading removes the twin.
+//! the twin: only what it references) and answers; A's pods reach it through its Service at
+//! home and it reaches the database at home through B's copy of that Service, both by cluster
+//! IP (the fixture's service proxy on each node, the EndpointSlices translated on B);
+//! unoffloading removes the twin.
 use std::{
     collections::BTreeSet,
     process::Output,
@@ -35,7 +38,7 @@ use fabric_tests::{
     locate_bin,
     peering_stack::{ADVERTISED_LABEL as ADVERTISED, PeeringStack},
     phase::phase,
-    sharing, skip_unless_root, traffic,
+    sharing, shop, skip_unless_root, traffic,
     wait::try_eventually_blocking,
     workloads::{self, RunningPod},
 };
@@ -257,24 +260,44 @@ impl Bed {
     }
 
     /// A offloads namespace `shop` to B with `fabricctl` as a user would (pods Remote, the
-    /// provider chosen by the label B advertises): B makes the twin `shop-<A's id>`; a pod
-    /// created in `shop` with nothing about placement in it is placed on A's virtual node for
-    /// B by A's pod webhook and scheduler, runs in the twin under its own name, answers A's
-    /// client at its address in A's view, and its log reads at home. Unoffloading says what
-    /// goes first, removes the twin with its pod, and the home pod fails there.
+    /// provider chosen by the label B advertises), its database `db` already running at home:
+    /// B makes the twin `shop-<A's id>`; a pod `web` created in `shop` with nothing about
+    /// placement in it is placed on A's virtual node for B by A's pod webhook and scheduler,
+    /// runs in the twin under its own name, reads its ConfigMap and Secret there, answers A's
+    /// client at its address in A's view, and its log reads at home. Services across clusters,
+    /// by cluster IP: A's client reaches `web` through its Service at home, and `web`, on B,
+    /// reaches `db` at home through the copy of db's Service B made in the twin (B's own
+    /// cluster IP, endpoints translated into B's view of A). Unoffloading says what goes
+    /// first, removes the twin with its pod, Services and slices, and the home pod fails there.
     fn offloaded_namespace(&self, provider: &str) {
         let (a, b) = (&self.cl.a, &self.cl.b);
         assert_eq!(b.id, provider);
         let twin = format!("shop-{}", a.id);
-        let o = a.api.kubectl(&["create", "namespace", "shop"]);
+        let o = a.api.kubectl(&["create", "namespace", shop::NAMESPACE]);
         assert!(o.status.success(), "{}", text(&o));
+        let apply = |v: Value| {
+            let o = a.api.kubectl_stdin(&["apply", "-f", "-"], &v.to_string());
+            assert!(o.status.success(), "{}", text(&o));
+        };
+        // The database, there before the namespace is offloaded: it stays at home.
+        a.create_pod(&shop::db()).unwrap();
+        apply(shop::service("db"));
+        let db = a
+            .wait_pod_running(shop::NAMESPACE, "db", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
+        assert_ne!(
+            db.node,
+            names::node::virtual_node(provider),
+            "db runs at home"
+        );
+
         let selector = format!("{ADVERTISED}={provider}");
         let o = fabricctl(
             &a.api,
             &[
                 "offload",
                 "namespace",
-                "shop",
+                shop::NAMESPACE,
                 "--pod-offloading-strategy",
                 "Remote",
                 "--selector",
@@ -291,36 +314,11 @@ impl Bed {
         );
 
         // Its configuration: what the pod references goes to the twin, nothing else.
-        let config = json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "shop"},
-             "data": {"greeting": "hello from shop"}},
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unused", "namespace": "shop"},
-             "data": {"x": "y"}},
-            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"},
-             "stringData": {"password": "s3cret"}},
-        ]});
-        let o = a
-            .api
-            .kubectl_stdin(&["apply", "-f", "-"], &config.to_string());
-        assert!(o.status.success(), "{}", text(&o));
+        apply(shop::config());
         // Nothing about placement in the pod: the webhook adds it.
-        let mut pod = workloads::echo_pod("web");
-        pod["metadata"]["namespace"] = json!("shop");
-        pod["spec"]["containers"][0]["command"]
-            .as_array_mut()
-            .unwrap()
-            .extend([
-                json!("--print-env"),
-                json!("GREETING"),
-                json!("--print-env"),
-                json!("PASSWORD"),
-            ]);
-        pod["spec"]["containers"][0]["env"] = json!([
-            {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
-            {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
-        ]);
-        a.create_pod(&pod).unwrap();
-        let stored = get_json(&a.api, &["get", "pod", "web", "-n", "shop"]).unwrap();
+        a.create_pod(&shop::web()).unwrap();
+        apply(shop::service("web"));
+        let stored = get_json(&a.api, &["get", "pod", "web", "-n", shop::NAMESPACE]).unwrap();
         assert_eq!(
             stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
                 ["nodeSelectorTerms"][0]["matchExpressions"]
@@ -330,13 +328,12 @@ impl Bed {
             "{stored}"
         );
         let home = a
-            .wait_pod_running("shop", "web", Duration::from_secs(60))
+            .wait_pod_running(shop::NAMESPACE, "web", Duration::from_secs(60))
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
         assert_eq!(home.node, names::node::virtual_node(provider));
         let shadow = get_json(&b.api, &["get", "shadowpod", "web", "-n", &twin])
             .expect("the ShadowPod in the twin, under the pod's own name");
-        assert_eq!(shadow["spec"]["home"]["namespace"], "shop");
-        assert!(get_json(&b.api, &["get", "pod", "web", "-n", &twin]).is_some());
+        assert_eq!(shadow["spec"]["home"]["namespace"], shop::NAMESPACE);
         let answer = self
             .answer(&home.ip)
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
@@ -345,27 +342,80 @@ impl Bed {
             "kubectl logs of the pod in the twin",
             Duration::from_secs(30),
             || {
-                let o = a.api.kubectl(&["logs", "web", "-n", "shop"]);
+                let o = a.api.kubectl(&["logs", "web", "-n", shop::NAMESPACE]);
                 let out = String::from_utf8_lossy(&o.stdout).into_owned();
                 out.contains(&line).then_some(out)
             },
         );
         // It read its ConfigMap and Secret, reflected into the twin; the unused one stayed home.
         assert!(
-            logs.contains("GREETING=hello from shop") && logs.contains("PASSWORD=s3cret"),
+            logs.contains(&format!("GREETING={}", shop::GREETING))
+                && logs.contains(&format!("PASSWORD={}", shop::PASSWORD)),
             "{logs}"
         );
         assert!(get_json(&b.api, &["get", "configmap", "settings", "-n", &twin]).is_some());
         assert!(get_json(&b.api, &["get", "configmap", "unused", "-n", &twin]).is_none());
 
-        let o = fabricctl(&a.api, &["unoffload", "namespace", "shop"]);
+        // A home pod -> a Service whose endpoint is offloaded, by cluster IP.
+        let web_ip = a
+            .api
+            .cluster_ip(shop::NAMESPACE, "web")
+            .expect("web's cluster IP");
+        let via_service = self.wait(
+            "web's Service at home answering A's client",
+            Duration::from_secs(60),
+            || self.answer(&web_ip).ok(),
+        );
+        assert_eq!(
+            via_service, answer,
+            "through the Service, web sees the same client"
+        );
+        // The offloaded pod -> a Service at home, by the cluster IP B gave its copy.
+        let db_remote_ip = self.wait(
+            "db's Service copied into the twin",
+            Duration::from_secs(60),
+            || b.service_ip(&twin, "db").ok(),
+        );
+        let web_on_b = b
+            .wait_pod_running(&twin, "web", Duration::from_secs(30))
+            .unwrap();
+        let seen_by_db = self.wait(
+            "db at home answering web on B through B's copy of its Service",
+            Duration::from_secs(60),
+            || {
+                b.connect_from(&web_on_b, &db_remote_ip, workloads::ECHO_PORT)
+                    .ok()
+            },
+        );
+        assert_eq!(
+            seen_by_db, home.ip,
+            "db sees web at the address A shows for it"
+        );
+        // B's real slice for db came from A's shadow, its address translated into B's view
+        // of A; web's own endpoint on B is B's to list, not A's.
+        let db_on_b = b.service_endpoints(&twin, "db").unwrap();
+        assert_eq!(db_on_b.len(), 1, "{db_on_b:?}");
+        assert_ne!(db_on_b[0], db.ip, "translated into B's view of A");
+        assert_eq!(
+            b.service_endpoints(&twin, "web").unwrap(),
+            vec![web_on_b.ip.clone()],
+            "web's endpoint on B: B's own"
+        );
+
+        let o = fabricctl(&a.api, &["unoffload", "namespace", shop::NAMESPACE]);
         let out = text(&o);
         assert!(o.status.success(), "unoffload: {out}\n{}", self.logs());
         assert!(out.contains(&twin), "says what goes: {out}");
         assert!(
             get_json(
                 &a.api,
-                &["get", "namespaceoffloading", "offloading", "-n", "shop"]
+                &[
+                    "get",
+                    "namespaceoffloading",
+                    "offloading",
+                    "-n",
+                    shop::NAMESPACE
+                ]
             )
             .is_none(),
             "unoffloaded"
@@ -376,12 +426,12 @@ impl Bed {
                 .then_some(())
         });
         self.wait("the home pod failed", Duration::from_secs(60), || {
-            let p = get_json(&a.api, &["get", "pod", "web", "-n", "shop"])?;
+            let p = get_json(&a.api, &["get", "pod", "web", "-n", shop::NAMESPACE])?;
             (p["status"]["phase"] == "Failed").then_some(())
         });
         let o = a
             .api
-            .kubectl(&["delete", "namespace", "shop", "--wait=false"]);
+            .kubectl(&["delete", "namespace", shop::NAMESPACE, "--wait=false"]);
         assert!(o.status.success(), "{}", text(&o));
     }
 
