@@ -99,12 +99,8 @@ pub mod namespace {
         if name.len() <= 63 {
             return name.to_owned();
         }
-        // FNV-1a: stable across releases, unlike std's hasher.
-        let hash = name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100000001b3)
-        });
         let prefix = name[..50].trim_end_matches('-');
-        format!("{prefix}-{:012x}", hash & 0xffff_ffff_ffff)
+        format!("{prefix}-{:012x}", super::fnv(name) & 0xffff_ffff_ffff)
     }
 }
 
@@ -232,6 +228,14 @@ pub mod webhook {
 
 /// The gateway Service has no selector: the replica holding the gateway Lease writes this
 /// EndpointSlice (for Service [`GATEWAY_SERVICE`]) with its own address.
+/// FNV-1a: stable across releases, unlike std's hasher (names derived with it must not
+/// change when the fabric is upgraded).
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
 pub mod endpoint_slice {
     pub const GATEWAY: &str = "fabric-gateway";
     pub const GATEWAY_SERVICE: &str = "fabric-gateway";
@@ -245,6 +249,22 @@ pub mod endpoint_slice {
     pub const CONTROLLER: &str = "endpointslice-controller.k8s.io";
     /// The label naming an EndpointSlice's Service.
     pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
+    /// What a provider's EndpointSlices from ShadowEndpointSlices end in.
+    pub const REFLECTED_SUFFIX: &str = "-fabric";
+
+    /// The name of the EndpointSlice a provider writes for ShadowEndpointSlice `shadow`: never
+    /// the name its own endpoint controller may give a slice of the same Service (the
+    /// consumer's slice names are that controller's too: a Service `db` has `db-x7k2p` in both
+    /// clusters, or the same name from a deterministic writer), so neither takes the other's
+    /// place. An upstream name's random suffix is 5 characters; this one is 6. Within 253
+    /// characters, distinct shadows keep distinct names (a hash past that length).
+    pub fn reflected(shadow: &str) -> String {
+        if shadow.len() + REFLECTED_SUFFIX.len() <= 253 {
+            return format!("{shadow}{REFLECTED_SUFFIX}");
+        }
+        let prefix = shadow[..200].trim_end_matches(['-', '.']);
+        format!("{prefix}-{:016x}{REFLECTED_SUFFIX}", super::fnv(shadow))
+    }
 }
 
 pub mod config_map {

@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
     names::{
-        endpoint_slice::{MANAGED_BY, REFLECTED},
+        endpoint_slice::{self, MANAGED_BY, REFLECTED},
         field_manager, finalizer, label,
     },
     networking::{
@@ -82,7 +82,8 @@ impl Ctx {
 }
 
 async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let (ns, name) = (shadow.namespace().unwrap_or_default(), shadow.name_any());
+    let ns = shadow.namespace().unwrap_or_default();
+    let name = endpoint_slice::reflected(&shadow.name_any());
     let Some(consumer) = ctx.consumer_of(&ns) else {
         let note = format!(
             "namespace {ns} is not a consumer's twin or tenant namespace: no EndpointSlice is written for it"
@@ -132,7 +133,8 @@ async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action
 }
 
 async fn cleanup(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let (ns, name) = (shadow.namespace().unwrap_or_default(), shadow.name_any());
+    let ns = shadow.namespace().unwrap_or_default();
+    let name = endpoint_slice::reflected(&shadow.name_any());
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(s) = slices.get_opt(&name).await?.filter(translate::ours) {
         let dp = DeleteParams {

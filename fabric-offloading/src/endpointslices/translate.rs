@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use fabric_api::{
     names::{
         annotation::REFLECTED_HASH,
-        endpoint_slice::{MANAGED_BY, REFLECTED},
+        endpoint_slice::{self, MANAGED_BY, REFLECTED},
         label,
     },
     networking::{
@@ -65,7 +65,8 @@ pub struct Translated {
     pub refused: Vec<Refused>,
 }
 
-/// The real EndpointSlice of `shadow` (same name and namespace): its labels and
+/// The real EndpointSlice of `shadow` (named [`endpoint_slice::reflected`], in its
+/// namespace): its labels and
 /// annotations with our managed-by (an endpoint controller leaves it alone, a peer's
 /// virtual kubelet never reflects it back), owned by the shadow, each address through
 /// `remaps` (refused ones dropped, an endpoint left without one dropped), not ready nor
@@ -130,7 +131,7 @@ pub fn real_slice(shadow: &ShadowEndpointSlice, remaps: &Remaps, alive: bool) ->
     };
     let slice = EndpointSlice {
         metadata: ObjectMeta {
-            name: Some(shadow.name_any()),
+            name: Some(endpoint_slice::reflected(&shadow.name_any())),
             namespace: shadow.namespace(),
             labels: Some(labels),
             annotations: (!annotations.is_empty()).then_some(annotations),
@@ -274,7 +275,7 @@ mod tests {
     fn the_slice_is_named_labelled_owned_and_keeps_what_the_consumer_said() {
         let s = shadow(vec![endpoint(&["10.244.1.5"], false, true)]);
         let t = real_slice(&s, &remaps(), true);
-        assert_eq!(t.slice.metadata.name.as_deref(), Some("db-abcde"));
+        assert_eq!(t.slice.metadata.name.as_deref(), Some("db-abcde-fabric"));
         assert_eq!(t.slice.metadata.namespace.as_deref(), Some("shop"));
         assert!(ours(&t.slice), "our managed-by, not the consumer's");
         assert_eq!(t.slice.labels()["kubernetes.io/service-name"], "db");

@@ -481,11 +481,7 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
             "custom-columns=KIND:.kind,NAME:.metadata.name,STATUS:.status.phase",
         ],
     ));
-    let web_svc =
-        d.cl.a
-            .api
-            .cluster_ip(shop::NAMESPACE, "web")
-            .context("Service web has no cluster IP")?;
+    let web_svc = d.cl.a.service_ip(shop::NAMESPACE, "web")?;
     let target = format!("{web_svc}:{ECHO_PORT}");
     let answer = wait(
         &format!("an answer from {target}"),

@@ -1754,11 +1754,12 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
         bed.consumer
             .kubectl_ok(&["delete", "endpointslice", "db-abcde", "-n", STORE]);
         let twin = store_twin();
-        for kind in ["shadowendpointslice", "endpointslice"] {
+        for (kind, name) in [
+            ("shadowendpointslice", "db-abcde"),
+            ("endpointslice", "db-abcde-fabric"),
+        ] {
             bed.eventually(&format!("the {kind} gone from the twin"), || async {
-                let o = bed
-                    .provider
-                    .kubectl(&["get", kind, "db-abcde", "-n", &twin]);
+                let o = bed.provider.kubectl(&["get", kind, name, "-n", &twin]);
                 (!o.status.success()).then_some(())
             })
             .await;
@@ -2233,7 +2234,7 @@ async fn services_endpoints_translated(bed: &Bed) {
     assert_eq!(endpoints[0]["targetRef"]["kind"], "RemotePod", "{shadow}");
     let real = bed
         .eventually("the real slice in the twin, translated", || async {
-            let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+            let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
             (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(true), json!(true))]).then_some(s)
         })
         .await;
@@ -2248,20 +2249,20 @@ async fn services_endpoints_translated(bed: &Bed) {
     // The consumer's tunnel down: not ready nor serving there; back after.
     set_provider_tunnel(bed, "Error");
     bed.eventually("not ready while the consumer's network is down", || async {
-        let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+        let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
         (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(false))]).then_some(())
     })
     .await;
     set_provider_tunnel(bed, "Connected");
     bed.eventually("ready again once it is back", || async {
-        let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+        let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
         (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(true), json!(true))]).then_some(())
     })
     .await;
     // Not ready at home: not ready there.
     apply(&bed.consumer, &home_slice(false));
     bed.eventually("not ready there as at home", || async {
-        let s = in_store_twin(bed, "endpointslice", "db-abcde")?;
+        let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
         (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(false))]).then_some(())
     })
     .await;
@@ -2289,7 +2290,7 @@ async fn endpoints_attack(bed: &Bed) {
     shadows.create(&Default::default(), &evil).await.unwrap();
     let real = bed
         .eventually("the attacker's slice written, its own pod only", || async {
-            let s = in_store_twin(bed, "endpointslice", "evil")?;
+            let s = in_store_twin(bed, "endpointslice", "evil-fabric")?;
             (!endpoints_of(&s).is_empty()).then_some(s)
         })
         .await;
@@ -2340,7 +2341,7 @@ async fn endpoints_attack(bed: &Bed) {
     assert!(err.to_string().contains("only IPv4"), "{err}");
     shadows.delete("evil", &Default::default()).await.unwrap();
     bed.eventually("the attacker's slice gone with its shadow", || async {
-        in_store_twin(bed, "endpointslice", "evil")
+        in_store_twin(bed, "endpointslice", "evil-fabric")
             .is_none()
             .then_some(())
     })

@@ -357,17 +357,21 @@ impl Bed {
         assert!(get_json(&b.api, &["get", "configmap", "unused", "-n", &twin]).is_none());
 
         // A home pod -> a Service whose endpoint is offloaded, by cluster IP.
-        let web_ip = a
-            .api
-            .cluster_ip(shop::NAMESPACE, "web")
-            .expect("web's cluster IP");
+        let web_ip = a.service_ip(shop::NAMESPACE, "web").unwrap();
         let via_service = self.wait(
             "web's Service at home answering A's client",
             Duration::from_secs(60),
             || self.answer(&web_ip).ok(),
         );
+        let host = |a: &str| {
+            a.trim()
+                .rsplit_once(':')
+                .map_or(a.trim(), |(h, _)| h)
+                .to_owned()
+        };
         assert_eq!(
-            via_service, answer,
+            host(&via_service),
+            host(&answer),
             "through the Service, web sees the same client"
         );
         // The offloaded pod -> a Service at home, by the cluster IP B gave its copy.
@@ -379,16 +383,34 @@ impl Bed {
         let web_on_b = b
             .wait_pod_running(&twin, "web", Duration::from_secs(30))
             .unwrap();
-        let seen_by_db = self.wait(
-            "db at home answering web on B through B's copy of its Service",
-            Duration::from_secs(60),
-            || {
-                b.connect_from(&web_on_b, &db_remote_ip, workloads::ECHO_PORT)
-                    .ok()
-            },
-        );
+        let t0 = Instant::now();
+        let seen_by_db = loop {
+            match b.connect_from(&web_on_b, &db_remote_ip, workloads::ECHO_PORT) {
+                Ok(a) => break a,
+                Err(e) if t0.elapsed() > Duration::from_secs(60) => {
+                    let get = |api: &ApiServer, what: &str, ns: &str| {
+                        text(&api.kubectl(&["get", what, "-n", ns, "-o", "yaml"]))
+                    };
+                    panic!(
+                        "db at home does not answer web on B at {db_remote_ip} (B's copy of its \
+                         Service): {e:#}\nOn B: {}\n{}\nOn A: {}\ndirect: {:?}\n{}",
+                        get(
+                            &b.api,
+                            "services,endpointslices,shadowendpointslices",
+                            &twin
+                        ),
+                        get(&b.api, "events", &twin),
+                        get(&a.api, "endpointslices", shop::NAMESPACE),
+                        db_on_b_direct(b, &web_on_b, &twin),
+                        self.logs()
+                    )
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        };
         assert_eq!(
-            seen_by_db, home.ip,
+            host(&seen_by_db),
+            home.ip,
             "db sees web at the address A shows for it"
         );
         // B's real slice for db came from A's shadow, its address translated into B's view
@@ -1004,4 +1026,21 @@ impl Bed {
         assert_eq!(pn_on(p, &cc.id), std::slice::from_ref(&cc.id));
         assert!(pn_on(c, &pc.id).is_empty(), "{}", self.logs());
     }
+}
+
+/// What each of db's endpoints on B answers `web` there, bypassing the Service (for a
+/// failure's message).
+fn db_on_b_direct(
+    b: &fabric_tests::clusters::Cluster,
+    web: &RunningPod,
+    twin: &str,
+) -> Vec<(String, String)> {
+    b.service_endpoints(twin, "db")
+        .unwrap_or_default()
+        .into_iter()
+        .map(|ip| {
+            let r = b.connect_from(web, &ip, workloads::ECHO_PORT);
+            (ip, format!("{r:?}"))
+        })
+        .collect()
 }
