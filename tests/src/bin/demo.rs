@@ -501,7 +501,7 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     );
     show(kubectl(
         &d.cl.a.api,
-        &["logs", "web", "-n", shop::NAMESPACE, "--tail", "3"],
+        &["logs", "web", "-n", shop::NAMESPACE, "--tail", "4"],
     ));
     println!(
         "  On cluster B, the Services A's virtual kubelet copied into the twin (B's own cluster IPs)"
@@ -512,7 +512,25 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     })?;
     show(kubectl(
         &d.cl.b.api,
-        &["get", "services,endpointslices", "-n", &twin],
+        &[
+            "get",
+            "services",
+            "-n",
+            &twin,
+            "-o",
+            "custom-columns=SERVICE:.metadata.name,CLUSTER-IP:.spec.clusterIP",
+        ],
+    ));
+    show(kubectl(
+        &d.cl.b.api,
+        &[
+            "get",
+            "endpointslices",
+            "-n",
+            &twin,
+            "-o",
+            "custom-columns=ENDPOINTSLICE:.metadata.name,SERVICE:.metadata.labels.kubernetes\\.io/service-name,ADDRESSES:.endpoints[*].addresses[*],MANAGED-BY:.metadata.labels.endpointslice\\.kubernetes\\.io/managed-by",
+        ],
     ));
     let web_b =
         d.cl.b
