@@ -27,12 +27,10 @@ use kube::ResourceExt;
 
 use crate::{ChildGuard, apiserver::ApiServer, process::Bin};
 
-/// Label naming the Service a slice belongs to (whoever wrote it).
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Label naming the slice's writer.
-pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-/// [`MANAGED_BY_LABEL`]'s value on the slices of this controller, as upstream's.
-pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+/// The labels and values upstream's controller writes, as the fabric names them.
+pub use fabric_api::names::endpoint_slice::{
+    CONTROLLER as MANAGED_BY, MANAGED_BY as MANAGED_BY_LABEL, SERVICE_NAME as SERVICE_NAME_LABEL,
+};
 /// Field manager of its server-side applies.
 pub const FIELD_MANAGER: &str = "fabric-test-endpoints";
 
