@@ -40,6 +40,9 @@ use tracing::{debug, info};
 
 use super::translate::{self, Translated};
 
+/// The Event reason on a shadow whose consumer's network is not configured here yet.
+pub const WAITING_FOR_NETWORK: &str = "WaitingForNetwork";
+
 const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +99,20 @@ async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action
             .await;
         return Ok(Action::await_change());
     };
-    let remaps = ctx.remaps(&consumer)?;
+    let remaps = match ctx.remaps(&consumer) {
+        Ok(r) => r,
+        Err(e) => {
+            // Said on the shadow, where whoever looks for the missing endpoints looks.
+            let ev = match &e {
+                Error::NoConfiguration(_) => {
+                    Event::normal(WAITING_FOR_NETWORK, "Translate", e.to_string())
+                }
+                _ => Event::warning("BadConfiguration", "Translate", e.to_string()),
+            };
+            ctx.events.publish(&*shadow, &ev).await;
+            return Err(e);
+        }
+    };
     let alive = translate::alive(&consumer, ctx.connections.state().iter().map(|c| &**c));
     let Translated { slice, refused } = translate::real_slice(&shadow, &remaps, alive);
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);

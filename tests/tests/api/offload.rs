@@ -2217,13 +2217,38 @@ fn endpoints_of(slice: &Value) -> Vec<(String, Value, Value)> {
 }
 
 async fn services_endpoints_translated(bed: &Bed) {
-    provider_network(bed, "Connected");
     apply(&bed.consumer, &home_slice(true));
     let shadow = bed
         .eventually("the shadow slice in the twin", || async {
             in_store_twin(bed, "shadowendpointslice", "db-abcde")
         })
         .await;
+    // The consumer's network not configured on the provider yet: said on the shadow.
+    let note = bed
+        .eventually(
+            "the shadow waiting for the consumer's network, said",
+            || async {
+                let list = serde_json::from_str::<Value>(&bed.provider.kubectl_ok(&[
+                    "get",
+                    "events.events.k8s.io",
+                    "-n",
+                    &store_twin(),
+                    "-o",
+                    "json",
+                ]))
+                .ok()?;
+                list["items"].as_array()?.iter().find_map(|e| {
+                    (e["regarding"]["name"] == "db-abcde"
+                        && e["reason"]
+                            == fabric_offloading::endpointslices::controller::WAITING_FOR_NETWORK)
+                        .then(|| e["note"].as_str().unwrap_or_default().to_owned())
+                })
+            },
+        )
+        .await;
+    assert!(note.contains(CONSUMER), "{note}");
+    assert!(in_store_twin(bed, "endpointslice", "db-abcde-fabric").is_none());
+    provider_network(bed, "Connected");
     let endpoints = &shadow["spec"]["template"]["endpoints"];
     assert_eq!(
         endpoints.as_array().map(Vec::len),
