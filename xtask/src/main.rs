@@ -304,7 +304,16 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         jobs.len()
     ));
     let running = Instant::now();
+    let stat = || {
+        std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| testrun::machine_cpu(&s))
+    };
+    let cpu_before = stat();
     let outcomes = testrun::run(jobs, lanes, test_args, &envs);
+    let busy = cpu_before
+        .zip(stat())
+        .and_then(|(b, a)| testrun::busy_share(b, a));
     let ran = running.elapsed().as_secs_f64();
     let secs = start.elapsed().as_secs_f64();
     let mut totals = Totals::default();
@@ -340,6 +349,15 @@ fn test(extra: &[String]) -> Result<ExitCode> {
          (not counting the API servers they started)",
         outcomes.len()
     );
+    if let Some(b) = busy {
+        // Says whether more lanes could help: a machine busy near 100% gains nothing from them.
+        println!(
+            "    the machine's CPUs ({}) were busy {:.0}% of that time (everything on it: \
+             tests, API servers, anything else)",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            b * 100.0
+        );
+    }
     let crashed = outcomes.iter().filter(|o| !o.success).count();
     let ok = crashed == 0 && totals.failed == 0;
     // Last line, in cargo test's own format.

@@ -356,6 +356,28 @@ fn run_one(j: &Job, test_args: &[String], envs: &[(String, String)]) -> (Outcome
     (outcome, out)
 }
 
+/// The machine's CPU time so far, from `/proc/stat`'s first line: (busy, all), in ticks, busy
+/// being everything but idle and iowait. Two readings tell how much of the machine a run used
+/// (the API servers the tests start included, which the jobs' own CPU figures leave out).
+pub fn machine_cpu(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // user nice system idle iowait irq softirq steal (guest time is already in user/nice).
+    let all: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
+    Some((all - idle, all))
+}
+
+/// The share of the machine's CPU time that was busy between two [`machine_cpu`] readings.
+pub fn busy_share(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+    let all = after.1.checked_sub(before.1)?;
+    (all > 0).then(|| after.0.saturating_sub(before.0) as f64 / all as f64)
+}
+
 /// Runs `jobs` in `lanes` parallel lanes, printing each job's output whole when it ends.
 pub fn run(
     jobs: Vec<Job>,
@@ -405,6 +427,17 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_machine_s_busy_share_leaves_out_idle_and_iowait() {
+        let a = machine_cpu("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n").unwrap();
+        assert_eq!(a, (150, 1000));
+        let b = machine_cpu("cpu  400 0 150 1300 150 0 0 0 0 0\n").unwrap();
+        assert_eq!(b, (550, 2000));
+        assert_eq!(busy_share(a, b), Some(0.4));
+        assert_eq!(busy_share(a, a), None);
+        assert_eq!(machine_cpu("intr 1 2\n"), None);
+    }
 
     fn artifact(kind: &str, src: &str, test: bool, exe: Option<&str>) -> String {
         serde_json::json!({
