@@ -139,6 +139,13 @@ pub mod annotation {
     /// it after the retention; one without it is kept longer, so that a consumer that was
     /// away when its pod finished still learns how it ended.
     pub const HOME_RECORDED: &str = "offloading.fabric.io/home-recorded";
+    /// On a consumer's heartbeat Lease ([`super::lease::CONSUMER`]): whether its virtual
+    /// kubelet reaches its home API server ([`HOME_API_REACHABLE`] or
+    /// [`HOME_API_UNREACHABLE`]); while it does not, what the consumer reflected (its
+    /// endpoints) is not vouched for and the provider takes it as not ready.
+    pub const HOME_API: &str = "offloading.fabric.io/home-api";
+    pub const HOME_API_REACHABLE: &str = "Reachable";
+    pub const HOME_API_UNREACHABLE: &str = "Unreachable";
 
     /// Whether the unpeer of `meta` (being deleted) was forced ([`FORCE_UNPEER`]).
     pub fn unpeer_forced(meta: &kube::api::ObjectMeta) -> bool {
@@ -290,8 +297,10 @@ pub mod lease {
     /// The VirtualNode controller's replicas compete for it; its holder runs virtual kubelets.
     pub const VIRTUAL_NODES: &str = "fabric-virtual-nodes";
     /// A consumer's heartbeat, in its tenant namespace on the provider: renewed by its virtual
-    /// kubelet when at-most-once semantics are on, watched by the provider (see
-    /// [`crate::offloading::v1alpha1::AtMostOnce`]).
+    /// kubelet, watched by the provider: under at-most-once semantics (see
+    /// [`crate::offloading::v1alpha1::AtMostOnce`]) its silence stops the consumer's pods; in
+    /// any case its silence, or its [`super::annotation::HOME_API`] saying the consumer's API
+    /// server is out of reach, makes the consumer's endpoints not ready on the provider.
     pub const CONSUMER: &str = "fabric-consumer";
 }
 

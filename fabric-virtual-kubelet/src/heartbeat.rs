@@ -1,7 +1,11 @@
-//! At-most-once semantics, the consumer's side (when the VirtualNode carries the terms the
-//! provider agreed to, [`AtMostOnce`]): the heartbeat Lease [`names::lease::CONSUMER`] in the
-//! tenant namespace on the provider, renewed through the identity, and when the pods
-//! offloaded there may be declared stopped.
+//! The consumer's heartbeat on its provider: the Lease [`names::lease::CONSUMER`] in the
+//! tenant namespace, renewed through the identity, saying whether this cluster's own API
+//! server answers ([`names::annotation::HOME_API`], from [`probe_home`]): the provider takes
+//! this cluster's endpoints as not ready while the Lease is silent or says it does not.
+//!
+//! At-most-once semantics (when the VirtualNode carries the terms the provider agreed to,
+//! [`AtMostOnce`]) build on the same Lease: renewals then come several times per partition
+//! time, and this side knows when the pods offloaded there may be declared stopped.
 //!
 //! The provider stops this cluster's pods once it has not seen the Lease change for
 //! `partitionSeconds` of its own clock, deleting them with at most `graceSeconds`. This side
@@ -53,6 +57,63 @@ pub fn renew_every(terms: AtMostOnce) -> Duration {
         .clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
+/// How often the Lease is renewed without at-most-once terms (the provider takes it as silent
+/// after three missed renewals, `SILENT_AFTER` in fabric-offloading's endpoint slices).
+pub const RENEW_WITHOUT_TERMS: Duration = Duration::from_secs(10);
+
+/// How often this cluster's API server is asked whether it is ready, and how long an answer
+/// may take.
+pub const HOME_PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long this cluster's API server may go without a good answer before the heartbeat says
+/// it is out of reach (a moment's hiccup is not an outage: four probes).
+pub const HOME_SILENT_LIMIT: Duration = Duration::from_secs(20);
+
+/// Whether this cluster's API server counts as reachable at `now`: it answered within
+/// `limit`, counting from `since` (when probing began) if it never has.
+pub fn home_reachable(
+    last_ok: Option<Instant>,
+    since: Instant,
+    now: Instant,
+    limit: Duration,
+) -> bool {
+    now.saturating_duration_since(last_ok.unwrap_or(since)) < limit
+}
+
+/// Asks this cluster's API server whether it is ready every [`HOME_PROBE_EVERY`] and
+/// publishes whether it is reachable ([`home_reachable`]). Its own task, so that a server
+/// that hangs (rather than refuses) delays nothing else.
+pub async fn probe_home(local: kube::Client, out: watch::Sender<bool>) {
+    let since = Instant::now();
+    let mut last_ok: Option<Instant> = None;
+    loop {
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .expect("a static request");
+        let answer = tokio::time::timeout(HOME_PROBE_EVERY, local.request_text(req)).await;
+        match answer {
+            Ok(Ok(text)) if text.trim() == "ok" => last_ok = Some(Instant::now()),
+            Ok(Ok(text)) => debug!(answer = %text.trim(), "the home API server is not ready"),
+            Ok(Err(e)) => debug!(error = %e, "probing the home API server"),
+            Err(_) => debug!("probing the home API server: no answer in time"),
+        }
+        let reachable = home_reachable(last_ok, since, Instant::now(), HOME_SILENT_LIMIT);
+        out.send_if_modified(|r| {
+            let changed = *r != reachable;
+            if changed {
+                if reachable {
+                    info!("the home API server answers again");
+                } else {
+                    warn!(limit = ?HOME_SILENT_LIMIT, "the home API server has not answered: the provider is told");
+                }
+            }
+            *r = reachable;
+            changed
+        });
+        tokio::time::sleep(HOME_PROBE_EVERY).await;
+    }
+}
+
 /// From when the pods may be declared stopped by the provider (None: never, as things are).
 pub fn deadline(hb: &Heartbeat) -> Option<Instant> {
     let (terms, renewed) = (hb.terms?, hb.renewed?);
@@ -81,30 +142,46 @@ pub fn declared(hb: &Heartbeat, now: Instant) -> Option<String> {
 }
 
 /// The heartbeat Lease in `namespace` (the tenant namespace), renewed at `now` (this
-/// cluster's clock: the provider only looks at whether it changes).
-pub fn lease(namespace: &str, holder: &str, terms: AtMostOnce, now: Timestamp) -> Lease {
+/// cluster's clock: the provider only looks at whether it changes), with what this side
+/// knows of its own API server.
+pub fn lease(
+    namespace: &str,
+    holder: &str,
+    terms: Option<AtMostOnce>,
+    home_reachable: bool,
+    now: Timestamp,
+) -> Lease {
+    let duration = terms.map_or(3 * RENEW_WITHOUT_TERMS.as_secs(), |t| {
+        t.partition_seconds.into()
+    });
+    let home = if home_reachable {
+        names::annotation::HOME_API_REACHABLE
+    } else {
+        names::annotation::HOME_API_UNREACHABLE
+    };
     Lease {
         metadata: ObjectMeta {
             name: Some(names::lease::CONSUMER.to_owned()),
             namespace: Some(namespace.to_owned()),
+            annotations: Some([(names::annotation::HOME_API.to_owned(), home.to_owned())].into()),
             ..Default::default()
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(holder.to_owned()),
-            lease_duration_seconds: Some(
-                i32::try_from(terms.partition_seconds).unwrap_or(i32::MAX),
-            ),
+            lease_duration_seconds: Some(i32::try_from(duration).unwrap_or(i32::MAX)),
             renew_time: Some(MicroTime(now)),
             ..Default::default()
         }),
     }
 }
 
-/// Renews the Lease while the VirtualNode carries terms, through the identity the Secret
-/// holds (a new client when it changes), and publishes the [`Heartbeat`].
+/// Renews the Lease through the identity the Secret holds (a new client when it changes), at
+/// once when `home` (whether this cluster's API server answers) changes, and publishes the
+/// [`Heartbeat`].
 pub async fn run(
     mut secret: watch::Receiver<Option<Secret>>,
     mut vn: watch::Receiver<Option<VirtualNode>>,
+    mut home: watch::Receiver<bool>,
     out: watch::Sender<Heartbeat>,
 ) {
     let mut client: Option<kube::Client> = None;
@@ -129,15 +206,17 @@ pub async fn run(
                 renewed: None,
             };
         }
-        if let (Some(t), Some(c), Some(v)) = (terms, client.as_ref(), current.as_ref()) {
+        let every = terms.map_or(RENEW_WITHOUT_TERMS, renew_every);
+        if let (Some(c), Some(v)) = (client.as_ref(), current.as_ref()) {
             let api: Api<Lease> = Api::default_namespaced(c.clone());
             let lease = lease(
                 c.default_namespace(),
                 &v.spec.node_name,
-                t,
+                terms,
+                *home.borrow_and_update(),
                 Timestamp::now(),
             );
-            let attempt = tokio::time::timeout(renew_every(t), FIELD_MANAGER.apply(&api, &lease));
+            let attempt = tokio::time::timeout(every, FIELD_MANAGER.apply(&api, &lease));
             match attempt.await {
                 Ok(Ok(_)) => {
                     if hb.renewed.is_none() {
@@ -155,7 +234,6 @@ pub async fn run(
             *h = hb;
             changed
         });
-        let every = terms.map_or(Duration::from_secs(3600), renew_every);
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             r = secret.changed() => {
@@ -169,12 +247,19 @@ pub async fn run(
                     return;
                 }
             }
+            r = home.changed() => {
+                if r.is_err() {
+                    return;
+                }
+            }
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use kube::ResourceExt as _;
+
     use super::*;
 
     const TERMS: AtMostOnce = AtMostOnce {
@@ -221,22 +306,33 @@ mod tests {
     }
 
     #[test]
-    fn the_lease_changes_on_every_renewal() {
-        let a = lease(
-            "fabric-tenant-a",
-            "fabric-b",
-            TERMS,
-            Timestamp::from_second(1).unwrap(),
-        );
-        let b = lease(
-            "fabric-tenant-a",
-            "fabric-b",
-            TERMS,
-            Timestamp::from_second(2).unwrap(),
-        );
+    fn the_lease_changes_on_every_renewal_and_says_whether_home_answers() {
+        let at = |s| Timestamp::from_second(s).unwrap();
+        let a = lease("fabric-tenant-a", "fabric-b", Some(TERMS), true, at(1));
+        let b = lease("fabric-tenant-a", "fabric-b", Some(TERMS), true, at(2));
         assert_eq!(a.metadata.name.as_deref(), Some(names::lease::CONSUMER));
         assert_eq!(a.metadata.namespace.as_deref(), Some("fabric-tenant-a"));
         assert_eq!(a.spec.as_ref().unwrap().lease_duration_seconds, Some(10));
         assert_ne!(a, b);
+        let home = |l: &Lease| l.annotations()[names::annotation::HOME_API].clone();
+        assert_eq!(home(&a), names::annotation::HOME_API_REACHABLE);
+        let down = lease("fabric-tenant-a", "fabric-b", None, false, at(3));
+        assert_eq!(home(&down), names::annotation::HOME_API_UNREACHABLE);
+        // Without terms: three renewals' worth.
+        assert_eq!(down.spec.as_ref().unwrap().lease_duration_seconds, Some(30));
+    }
+
+    #[test]
+    fn home_is_out_of_reach_only_after_the_limit_without_an_answer() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let limit = s(20);
+        // Never answered: counted from when probing began.
+        assert!(home_reachable(None, t0, t0 + s(19), limit));
+        assert!(!home_reachable(None, t0, t0 + s(20), limit));
+        assert!(home_reachable(Some(t0 + s(30)), t0, t0 + s(49), limit));
+        assert!(!home_reachable(Some(t0 + s(30)), t0, t0 + s(50), limit));
+        // A clock that went backwards is no outage.
+        assert!(home_reachable(Some(t0 + s(30)), t0, t0 + s(10), limit));
     }
 }

@@ -237,10 +237,13 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         ready_rx,
         opts.metrics.clone(),
     ));
+    let (home_tx, home_rx) = watch::channel(true);
+    tokio::spawn(heartbeat::probe_home(local.clone(), home_tx));
     let (heartbeat_tx, heartbeat_rx) = watch::channel(heartbeat::Heartbeat::default());
     tokio::spawn(heartbeat::run(
         secret_rx.clone(),
         vn_rx.clone(),
+        home_rx,
         heartbeat_tx,
     ));
     let (probe_tx, mut probe_rx) = mpsc::channel(4);

@@ -280,6 +280,40 @@ impl ApiServer {
     pub fn daemon_pids(&self) -> Vec<i32> {
         self.run_dir.as_deref().map(daemon_pids).unwrap_or_default()
     }
+
+    /// Stops the API server (SIGSTOP, etcd left running) until the guard goes: requests to
+    /// it hang, as to a server that is down behind a network that drops, not one that
+    /// refuses. Panics when this process did not start it.
+    pub fn pause(&self) -> Paused {
+        let dir = self
+            .run_dir
+            .as_deref()
+            .expect("a server this process started");
+        let pid = daemon_pids(dir)
+            .first()
+            .copied()
+            .filter(|_| dir.join("kubelite.pid").exists())
+            .expect("kubelite's pid");
+        // SAFETY: signalling a process we started.
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGSTOP) },
+            0,
+            "SIGSTOP {pid}"
+        );
+        Paused { pid }
+    }
+}
+
+/// An API server stopped by [`ApiServer::pause`]; it goes on when this is dropped.
+pub struct Paused {
+    pid: i32,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        // SAFETY: signalling a process we started.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
+    }
 }
 
 /// The pids of the daemons the start script left running in `dir`.

@@ -3,16 +3,22 @@
 //! label), of the namespaces of consumers (who a shadow's consumer is), and of the
 //! Configurations and Connections in the fabric's namespace (how the consumer's addresses
 //! are seen here, whether its tunnel is up: a change of either re-translates all of that
-//! consumer's slices). The real slice is server-side applied under one field manager, never
+//! consumer's slices), and of the consumers' heartbeat Leases (whether their virtual kubelets
+//! still vouch for what they reflected: when each last changed is noted by this process's
+//! clock, and a slice whose consumer could turn silent is looked at again then). The real slice is server-side applied under one field manager, never
 //! over a slice that is not ours (the provider's own endpoint controller's), and deleted
 //! with its shadow (a finalizer: the test API server, like some clusters, runs no garbage
 //! collector). Refused addresses are said in a Warning Event on the shadow.
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::BTreeSet,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use fabric_api::{
     names::{
         endpoint_slice::{self, MANAGED_BY, REFLECTED},
-        field_manager, finalizer, label,
+        field_manager, finalizer, label, lease,
     },
     networking::{
         remap::{BadConfiguration, Remaps},
@@ -25,7 +31,9 @@ use fabric_kube::{
     controller::{Backoff, FinalizerError, Runner, finalized},
     events::{Event, Events},
 };
-use k8s_openapi::api::{core::v1::Namespace, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    coordination::v1::Lease, core::v1::Namespace, discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
@@ -38,7 +46,8 @@ use kube::{
 };
 use tracing::{debug, info};
 
-use super::translate::{self, Translated};
+use super::translate::{self, Heartbeat, SILENT_AFTER, Translated};
+use crate::shadowpod::partition::{Heartbeats, tenant_namespace};
 
 /// The Event reason on a shadow whose consumer's network is not configured here yet.
 pub const WAITING_FOR_NETWORK: &str = "WaitingForNetwork";
@@ -63,6 +72,8 @@ struct Ctx {
     namespaces: Store<Namespace>,
     configurations: Store<Configuration>,
     connections: Store<Connection>,
+    leases: Store<Lease>,
+    heartbeats: Arc<Mutex<Heartbeats>>,
     events: Events,
 }
 
@@ -81,6 +92,19 @@ impl Ctx {
             BadConfiguration::NotGranted(_) => Error::NoConfiguration(consumer.to_owned()),
             e => Error::NoRemap(consumer.to_owned(), e),
         })
+    }
+
+    fn heartbeat(&self, consumer: &str) -> Heartbeat {
+        let tenant = tenant_namespace(consumer);
+        let lease = self
+            .leases
+            .get(&ObjectRef::new(lease::CONSUMER).within(&tenant));
+        let still = self
+            .heartbeats
+            .lock()
+            .expect("heartbeats poisoned")
+            .still_for(&tenant, Instant::now());
+        translate::heartbeat(lease.as_deref(), still)
     }
 }
 
@@ -113,7 +137,10 @@ async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action
             return Err(e);
         }
     };
-    let alive = translate::alive(&consumer, ctx.connections.state().iter().map(|c| &**c));
+    let tunnel_up = translate::alive(&consumer, ctx.connections.state().iter().map(|c| &**c));
+    let heartbeat = ctx.heartbeat(&consumer);
+    let liveness = translate::liveness(tunnel_up, heartbeat);
+    let alive = liveness.is_ok();
     let Translated { slice, refused } = translate::real_slice(&shadow, &remaps, alive);
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(theirs) = slices.get_opt(&name).await?.filter(|s| !translate::ours(s)) {
@@ -145,6 +172,12 @@ async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action
     let pp = PatchParams::apply(field_manager::SHADOW_ENDPOINT_SLICE).force();
     slices.patch(&name, &pp, &Patch::Apply(&slice)).await?;
     debug!(slice = %format!("{ns}/{name}"), consumer, alive, refused = refused.len(), "EndpointSlice written");
+    if let Err(why) = liveness {
+        let note = format!("consumer {consumer}'s endpoints are not ready here: {why}");
+        ctx.events
+            .publish(&*shadow, &Event::warning(why.reason(), "Translate", note))
+            .await;
+    }
     Ok(Action::await_change())
 }
 
@@ -204,6 +237,45 @@ fn of_consumer(
         .collect()
 }
 
+/// How often the heartbeats are looked at for one that turned silent.
+const SILENCE_CHECK: Duration = Duration::from_secs(5);
+
+/// The Leases of the consumers whose heartbeats turned silent since the last look, every
+/// [`SILENCE_CHECK`]: silence is no watch event, so it is made one (their shadows are then
+/// translated again, not ready).
+fn turned_silent(
+    leases: Store<Lease>,
+    heartbeats: Arc<Mutex<Heartbeats>>,
+) -> impl futures::Stream<Item = Result<Lease, watcher::Error>> + Send + 'static {
+    let tick = tokio::time::interval(SILENCE_CHECK);
+    use futures::StreamExt as _;
+    futures::stream::unfold((tick, BTreeSet::new()), move |(mut tick, before)| {
+        let (leases, heartbeats) = (leases.clone(), heartbeats.clone());
+        async move {
+            tick.tick().await;
+            let now = Instant::now();
+            let all = leases.state();
+            let silent: BTreeSet<String> = {
+                let hb = heartbeats.lock().expect("heartbeats poisoned");
+                all.iter()
+                    .filter_map(|l| l.namespace())
+                    .filter(|ns| hb.still_for(ns, now).is_some_and(|d| d >= SILENT_AFTER))
+                    .collect()
+            };
+            let newly: Vec<Result<Lease, watcher::Error>> = all
+                .iter()
+                .filter(|l| {
+                    l.namespace()
+                        .is_some_and(|ns| silent.contains(&ns) && !before.contains(&ns))
+                })
+                .map(|l| Ok((**l).clone()))
+                .collect();
+            Some((futures::stream::iter(newly), (tick, silent)))
+        }
+    })
+    .flatten()
+}
+
 /// Runs the controller until its watches end; `fabric_namespace`: where the Configurations
 /// and Connections are.
 pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> {
@@ -223,16 +295,44 @@ pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> 
         Api::<Connection>::namespaced(client.clone(), &fabric_namespace),
         watcher::Config::default(),
     );
+    // Watched cluster-wide by name, as the at-most-once fence does (RBAC cannot narrow
+    // namespaces by prefix).
+    let (leases, lease_changes) = cache::touched(
+        Api::<Lease>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={}", lease::CONSUMER)),
+    );
+    let heartbeats = Arc::new(Mutex::new(Heartbeats::default()));
+    let lease_changes = futures::stream::select(
+        lease_changes,
+        turned_silent(leases.clone(), heartbeats.clone()),
+    );
     let controller = Controller::new(shadows, watcher::Config::default()).owns_stream(slices);
     let store = controller.store();
     let (s1, n1) = (store.clone(), namespaces.clone());
-    let (s2, n2) = (store, namespaces.clone());
+    let (s2, n2) = (store.clone(), namespaces.clone());
+    let (s3, n3, h3) = (store, namespaces.clone(), heartbeats.clone());
     let controller = controller
         .watches_stream(configs, move |c: Configuration| {
             of_consumer(&s1, &n1, &c.spec.cluster_id)
         })
         .watches_stream(conns, move |c: Connection| {
             of_consumer(&s2, &n2, &c.spec.cluster_id)
+        })
+        .watches_stream(lease_changes, move |l: Lease| {
+            let tenant = l.namespace().unwrap_or_default();
+            // First seen counts as a change now: after this process starts, a silent
+            // consumer is taken as silent only once the limit has passed here. (A Lease
+            // from `turned_silent` is the same version: nothing noted.)
+            h3.lock().expect("heartbeats poisoned").observe(
+                &tenant,
+                &l.resource_version().unwrap_or_default(),
+                Duration::ZERO,
+                Instant::now(),
+            );
+            let consumer = n3
+                .get(&ObjectRef::new(&tenant))
+                .and_then(|ns| translate::consumer_of(&ns));
+            consumer.map_or_else(Vec::new, |c| of_consumer(&s3, &n3, &c))
         });
     if namespaces.wait_until_ready().await.is_err() {
         return Ok(());
@@ -244,6 +344,8 @@ pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> 
         namespaces,
         configurations,
         connections,
+        leases,
+        heartbeats,
         events,
     });
     Runner::new("shadowendpointslices", BACKOFF)

@@ -4,12 +4,14 @@
 //! consumer's `Configuration` here (its pod CIDR to the one it is seen under, its external
 //! CIDR likewise) and **anything else is refused**: a consumer must not point a Service at
 //! an address of this cluster (its API server, another tenant's pod). While the consumer is
-//! not alive (its tunnel down), every endpoint is neither ready nor serving here.
-use std::collections::BTreeMap;
+//! not alive (its tunnel down, its heartbeat silent, or its heartbeat saying its own API
+//! server is out of its reach: [`liveness`]), every endpoint is neither ready nor serving
+//! here.
+use std::{collections::BTreeMap, time::Duration};
 
 use fabric_api::{
     names::{
-        annotation::REFLECTED_HASH,
+        annotation::{self, REFLECTED_HASH},
         endpoint_slice::{self, MANAGED_BY, REFLECTED},
         label,
     },
@@ -21,6 +23,7 @@ use fabric_api::{
 };
 use k8s_openapi::{
     api::{
+        coordination::v1::Lease,
         core::v1::{Namespace, ObjectReference},
         discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice},
     },
@@ -49,6 +52,83 @@ pub fn alive<'a>(cluster_id: &str, connections: impl IntoIterator<Item = &'a Con
         .peekable();
     of.peek().is_none()
         || of.any(|c| c.status.as_ref().map(|s| s.value) == Some(ConnectionState::Connected))
+}
+
+/// How long a consumer's heartbeat Lease may stay unchanged before its endpoints are taken
+/// as not ready: three of the virtual kubelet's renewals (every 10 s without at-most-once
+/// terms, more often with them).
+pub const SILENT_AFTER: Duration = Duration::from_secs(30);
+
+/// What a consumer's heartbeat Lease ([`fabric_api::names::lease::CONSUMER`]) says of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// No Lease seen: a virtual kubelet that does not renew one (older) or has not yet; the
+    /// tunnel alone judges.
+    Unknown,
+    /// Renewed within [`SILENT_AFTER`]; silent unless renewed again within `silent_in`.
+    Fresh { silent_in: Duration },
+    /// Unchanged for this long (at least [`SILENT_AFTER`]).
+    Silent(Duration),
+    /// Renewed, saying the consumer's own API server does not answer it: what it reflected
+    /// is not kept up to date.
+    HomeApiDown,
+}
+
+/// The heartbeat of a consumer whose Lease is `lease` and has not changed for `still` (by
+/// this cluster's clock, never the consumer's).
+pub fn heartbeat(lease: Option<&Lease>, still: Option<Duration>) -> Heartbeat {
+    let (Some(lease), Some(still)) = (lease, still) else {
+        return Heartbeat::Unknown;
+    };
+    if still >= SILENT_AFTER {
+        return Heartbeat::Silent(still);
+    }
+    let says = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotation::HOME_API));
+    if says.is_some_and(|v| v == annotation::HOME_API_UNREACHABLE) {
+        Heartbeat::HomeApiDown
+    } else {
+        Heartbeat::Fresh {
+            silent_in: SILENT_AFTER - still,
+        }
+    }
+}
+
+/// Why a consumer's endpoints are taken as not ready here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotVouched {
+    #[error("its tunnel to this cluster is not connected")]
+    TunnelDown,
+    #[error("its heartbeat has not changed for {}s (its virtual kubelet is not renewing it)", .0.as_secs())]
+    Silent(Duration),
+    #[error("its virtual kubelet says its own API server does not answer")]
+    HomeApiDown,
+}
+
+impl NotVouched {
+    /// The Event reason saying it (one per cause: an Event series keeps its first note).
+    pub fn reason(self) -> &'static str {
+        match self {
+            NotVouched::TunnelDown => "ConsumerTunnelDown",
+            NotVouched::Silent(_) => "ConsumerSilent",
+            NotVouched::HomeApiDown => "ConsumerApiDown",
+        }
+    }
+}
+
+/// Whether the consumer's endpoints are taken as they are (`Ok`) or as not ready, and why.
+pub fn liveness(tunnel_up: bool, heartbeat: Heartbeat) -> Result<(), NotVouched> {
+    if !tunnel_up {
+        return Err(NotVouched::TunnelDown);
+    }
+    match heartbeat {
+        Heartbeat::Unknown | Heartbeat::Fresh { .. } => Ok(()),
+        Heartbeat::Silent(d) => Err(NotVouched::Silent(d)),
+        Heartbeat::HomeApiDown => Err(NotVouched::HomeApiDown),
+    }
 }
 
 /// An address left out of the real slice, and why.
@@ -346,6 +426,54 @@ mod tests {
             &[conn("alpha", ConnectionState::Connecting)]
         ));
         assert!(alive("alpha", &[conn("alpha", ConnectionState::Connected)]));
+    }
+
+    #[test]
+    fn the_heartbeat_vouches_while_it_changes_and_home_answers() {
+        let s = Duration::from_secs;
+        let lease = |home: Option<&str>| Lease {
+            metadata: ObjectMeta {
+                annotations: home.map(|h| [(annotation::HOME_API.to_owned(), h.to_owned())].into()),
+                ..Default::default()
+            },
+            spec: None,
+        };
+        let up = lease(Some(annotation::HOME_API_REACHABLE));
+        let down = lease(Some(annotation::HOME_API_UNREACHABLE));
+        // Never seen: the tunnel alone judges.
+        assert_eq!(heartbeat(None, None), Heartbeat::Unknown);
+        assert_eq!(heartbeat(Some(&up), None), Heartbeat::Unknown);
+        assert_eq!(
+            heartbeat(Some(&up), Some(s(10))),
+            Heartbeat::Fresh { silent_in: s(20) }
+        );
+        // Older virtual kubelets say nothing of home: fresh is fresh.
+        assert_eq!(
+            heartbeat(Some(&lease(None)), Some(s(0))),
+            Heartbeat::Fresh { silent_in: s(30) }
+        );
+        assert_eq!(heartbeat(Some(&up), Some(s(30))), Heartbeat::Silent(s(30)));
+        assert_eq!(heartbeat(Some(&down), Some(s(1))), Heartbeat::HomeApiDown);
+        // Silent wins over what it last said.
+        assert_eq!(
+            heartbeat(Some(&down), Some(s(31))),
+            Heartbeat::Silent(s(31))
+        );
+
+        assert_eq!(liveness(true, Heartbeat::Unknown), Ok(()));
+        assert_eq!(liveness(true, Heartbeat::Fresh { silent_in: s(1) }), Ok(()));
+        // The tunnel first: a cut consumer cannot renew anything either.
+        assert_eq!(
+            liveness(false, Heartbeat::HomeApiDown),
+            Err(NotVouched::TunnelDown)
+        );
+        let silent = liveness(true, Heartbeat::Silent(s(45))).unwrap_err();
+        assert!(silent.to_string().contains("45s"), "{silent}");
+        assert_eq!(
+            liveness(true, Heartbeat::HomeApiDown),
+            Err(NotVouched::HomeApiDown)
+        );
+        assert_ne!(silent.reason(), NotVouched::HomeApiDown.reason());
     }
 
     #[test]

@@ -2284,6 +2284,49 @@ async fn services_endpoints_translated(bed: &Bed) {
         (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(true), json!(true))]).then_some(())
     })
     .await;
+    // The consumer's API server down (hanging, its network up): its virtual kubelet says so
+    // in its heartbeat, and what it reflected is no longer taken as ready; back after.
+    {
+        let _paused = bed.consumer.pause();
+        bed.eventually(
+            "not ready while the consumer's API server is down",
+            || async {
+                let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
+                (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(false))])
+                    .then_some(())
+            },
+        )
+        .await;
+        bed.eventually("the reason said on the shadow", || async {
+            let o = bed.provider.kubectl(&[
+                "get",
+                "events.events.k8s.io",
+                "-n",
+                &store_twin(),
+                "-o",
+                "json",
+            ]);
+            let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+            v["items"].as_array()?.iter().find_map(|e| {
+                (e["regarding"]["name"] == "db-abcde"
+                    && e["reason"] == "ConsumerApiDown"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("own API server")))
+                .then_some(())
+            })
+        })
+        .await;
+    }
+    bed.eventually(
+        "ready again once the consumer's API server is back",
+        || async {
+            let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
+            (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(true), json!(true))])
+                .then_some(())
+        },
+    )
+    .await;
     // Not ready at home: not ready there.
     apply(&bed.consumer, &home_slice(false));
     bed.eventually("not ready there as at home", || async {
