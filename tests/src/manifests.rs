@@ -152,8 +152,21 @@ impl Manifests {
         Self::from_objects(Self::rendered(api)?)
     }
 
-    /// Every object of [`Manifests::dir`], as [`Manifests::render`] renders them.
+    /// Every object of [`Manifests::dir`], as [`Manifests::render`] renders them. Rendered
+    /// once per test process (kubectl validates against the server's OpenAPI document, which
+    /// takes seconds to fetch; `deploy/` does not change while a test runs).
     pub fn rendered(api: &ApiServer) -> Result<Vec<Value>> {
+        static RENDERED: std::sync::Mutex<Option<Vec<Value>>> = std::sync::Mutex::new(None);
+        let mut cached = RENDERED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(objects) = cached.as_ref() {
+            return Ok(objects.clone());
+        }
+        let objects = Self::render_now(api)?;
+        *cached = Some(objects.clone());
+        Ok(objects)
+    }
+
+    fn render_now(api: &ApiServer) -> Result<Vec<Value>> {
         let deploy = Self::dir();
         let o = Command::new("kubectl")
             .env("KUBECONFIG", &api.kubeconfig)

@@ -356,14 +356,7 @@ impl PeeredClusters {
         create.extend(["-n", NAMESPACE]);
         create.extend(identity.iter().map(String::as_str));
         api.kubectl_ok(&create);
-        api.kubectl_ok(&[
-            "wait",
-            "--for",
-            "condition=established",
-            "crd",
-            "--all",
-            "--timeout=30s",
-        ]);
+        api.wait_crds_established();
         let dir = logs.join(id);
         std::fs::create_dir_all(&dir)?;
         if overlay {

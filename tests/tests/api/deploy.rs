@@ -185,14 +185,7 @@ fn manifests_apply_with_least_privilege() {
                 );
             }
             api.kubectl_ok(&["apply", "-k", deploy]);
-            api.kubectl_ok(&[
-                "wait",
-                "--for",
-                "condition=established",
-                "crd",
-                "--all",
-                "--timeout=30s",
-            ]);
+            api.wait_crds_established();
         },
     );
 
