@@ -40,11 +40,28 @@ impl<'a> Phase<'a> {
 
     fn done(mut self) {
         self.done = true;
-        eprintln!(
-            "=== phase: {} done in {:.1}s",
-            self.name,
-            self.t0.elapsed().as_secs_f64()
-        );
+        let secs = self.t0.elapsed().as_secs_f64();
+        eprintln!("=== phase: {} done in {secs:.1}s", self.name);
+        record(self.name, secs);
+    }
+}
+
+/// Appends `test<TAB>phase<TAB>seconds` to the file `$FABRIC_TEST_PHASES` names, if any
+/// (`cargo xtask test` sets it and prints the slowest phases of the whole run).
+fn record(name: &str, secs: f64) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("FABRIC_TEST_PHASES") else {
+        return;
+    };
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let line = format!("{test}\t{}\t{secs:.1}\n", name.replace(['\t', '\n'], " "));
+    // One short write in append mode: lines of parallel tests do not interleave.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
     }
 }
 

@@ -292,10 +292,18 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         .ok()
         .and_then(|l| l.parse().ok())
         .unwrap_or(DEFAULT_LANES);
-    let envs = vec![(
-        "FABRIC_AGENT_BIN".to_owned(),
-        agent_bin().to_string_lossy().into_owned(),
-    )];
+    let phases = target_dir().join("xtask-test-phases.tsv");
+    let _ = std::fs::remove_file(&phases);
+    let envs = vec![
+        (
+            "FABRIC_AGENT_BIN".to_owned(),
+            agent_bin().to_string_lossy().into_owned(),
+        ),
+        (
+            "FABRIC_TEST_PHASES".to_owned(),
+            phases.to_string_lossy().into_owned(),
+        ),
+    ];
     let nbins = bins.len();
     let jobs = testrun::jobs(bins, test_args, &envs);
     step(&format!(
@@ -349,6 +357,14 @@ fn test(extra: &[String]) -> Result<ExitCode> {
          (not counting the API servers they started)",
         outcomes.len()
     );
+    let slow = testrun::slowest_phases(&std::fs::read_to_string(&phases).unwrap_or_default(), 15);
+    if !slow.is_empty() {
+        // Where the long tests spend their time: what to shorten first.
+        println!("    the slowest phases of the long tests:");
+        for l in slow {
+            println!("      {l}");
+        }
+    }
     if let Some(b) = busy {
         // Says whether more lanes could help: a machine busy near 100% gains nothing from them.
         println!(

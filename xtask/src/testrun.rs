@@ -356,6 +356,24 @@ fn run_one(j: &Job, test_args: &[String], envs: &[(String, String)]) -> (Outcome
     (outcome, out)
 }
 
+/// The `n` slowest test phases of a run, from the lines the tests' phase harness appends
+/// (`test<TAB>phase<TAB>seconds`), slowest first, as lines to print.
+pub fn slowest_phases(recorded: &str, n: usize) -> Vec<String> {
+    let mut all: Vec<(f64, &str, &str)> = recorded
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, '\t');
+            let (test, phase, secs) = (f.next()?, f.next()?, f.next()?);
+            Some((secs.trim().parse().ok()?, test, phase))
+        })
+        .collect();
+    all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    all.into_iter()
+        .take(n)
+        .map(|(secs, test, phase)| format!("{secs:>6.1}s  {test}: {phase}"))
+        .collect()
+}
+
 /// The machine's CPU time so far, from `/proc/stat`'s first line: (busy, all), in ticks, busy
 /// being everything but idle and iowait. Two readings tell how much of the machine a run used
 /// (the API servers the tests start included, which the jobs' own CPU figures leave out).
@@ -427,6 +445,16 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_slowest_phases_first() {
+        let rec = "a::x\tthe bed\t12.5\nb::y\tpods talk\t40.0\nbroken line\nc::z\tq\tnot a number\na::x\tcut\t3.0\n";
+        assert_eq!(
+            slowest_phases(rec, 2),
+            ["  40.0s  b::y: pods talk", "  12.5s  a::x: the bed"]
+        );
+        assert_eq!(slowest_phases(rec, 10).len(), 3);
+    }
 
     #[test]
     fn the_machine_s_busy_share_leaves_out_idle_and_iowait() {
