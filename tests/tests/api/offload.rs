@@ -293,6 +293,9 @@ async fn setup(tag: &str, sharing_args: &[&str]) -> Option<Bed> {
         return None;
     }
     let dir = fixture::scratch_dir(tag).unwrap();
+    // The consumer's API server starts meanwhile (seconds, mostly waiting).
+    let consumer_tag = format!("{tag}-c");
+    let consumer = std::thread::spawn(move || fixture::start_consumer(&consumer_tag, true));
 
     // The provider: what its authentication service made for the consumer, and its
     // ShadowPod controller.
@@ -324,7 +327,7 @@ async fn setup(tag: &str, sharing_args: &[&str]) -> Option<Bed> {
 
     // The consumer: what the sharing and network layers have made by the time a
     // VirtualNode exists, including the remap of the provider's pod CIDR.
-    let consumer = fixture::start_consumer(&format!("{tag}-c"), true).unwrap();
+    let consumer = consumer.join().expect("starting the consumer").unwrap();
     consumer.kubectl_ok(&["create", "namespace", HOME_NS]);
     let fixture::VirtualNodes {
         controller: vn_controller,

@@ -124,6 +124,9 @@ fn setup(tag: &str) -> Option<Bed> {
         return None;
     }
     let dir = fixture::scratch_dir(tag).unwrap();
+    // The consumer's API server starts meanwhile (seconds, mostly waiting).
+    let consumer_tag = format!("{tag}-c");
+    let consumer = std::thread::spawn(move || fixture::start_consumer(&consumer_tag, true));
 
     // The provider: the consumer's tenant namespace and the only Role its identity gets, and
     // a client certificate for the consumer's user, as the authentication service makes them.
@@ -134,7 +137,7 @@ fn setup(tag: &str) -> Option<Bed> {
 
     // The consumer: what the sharing layer has created by the time a VirtualNode exists
     // (kube-node-lease is there already, as in any cluster).
-    let consumer = fixture::start_consumer(&format!("{tag}-c"), true).unwrap();
+    let consumer = consumer.join().expect("starting the consumer").unwrap();
     let fixture::VirtualNodes {
         controller,
         deployments,
