@@ -1561,6 +1561,81 @@ fn manifests_apply_with_least_privilege() {
     );
 
     phase(
+        "the sharing controllers write only their own Secrets in fabric-system",
+        || {
+            let mut attacks = Attacks::default();
+            let sharing = token_of(&api, "fabric-sharing");
+            let secret = |ns: &str, name: &str| {
+                serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": name, "namespace": ns},
+                    "stringData": {"k": "v"}})
+            };
+            // What the peering and renewals write, and a missing gateway key.
+            let identity = "fabric-identity-beta";
+            allowed(
+                "the sharing controllers writing an identity",
+                apply_with(&sharing, &secret(NS, identity)),
+            );
+            allowed(
+                "the sharing controllers deleting an identity",
+                kubectl_with(&sharing, &["delete", "secret", identity, "-n", NS], None),
+            );
+            let _ = api.kubectl(&["delete", "secret", "fabric-gateway-key", "-n", NS]);
+            allowed(
+                "the sharing controllers creating the missing gateway key",
+                kubectl_with(
+                    &sharing,
+                    &["create", "-f", "-"],
+                    Some(&secret(NS, "fabric-gateway-key").to_string()),
+                ),
+            );
+            // Anything else of fabric-system's: another component's certificate, the gateway
+            // key once there, a Secret of any name.
+            api.kubectl_ok(&[
+                "create",
+                "secret",
+                "generic",
+                "fabric-auth-tls",
+                "-n",
+                NS,
+                "--from-literal=tls.key=theirs",
+            ]);
+            for name in ["fabric-auth-tls", "fabric-gateway-key"] {
+                attacks.refused(
+                    &format!("the sharing controllers rewriting {name}"),
+                    kubectl_with(
+                        &sharing,
+                        &[
+                            "patch",
+                            "secret",
+                            name,
+                            "-n",
+                            NS,
+                            "--type=merge",
+                            "-p",
+                            r#"{"stringData":{"tls.key":"ours"}}"#,
+                        ],
+                        None,
+                    ),
+                );
+                attacks.refused(
+                    &format!("the sharing controllers deleting {name}"),
+                    kubectl_with(&sharing, &["delete", "secret", name, "-n", NS], None),
+                );
+            }
+            attacks.refused(
+                "the sharing controllers creating a Secret of another name",
+                kubectl_with(
+                    &sharing,
+                    &["create", "-f", "-"],
+                    Some(&secret(NS, "planted").to_string()),
+                ),
+            );
+            attacks.check();
+        },
+    );
+
+    phase(
         "the sharing controllers make twins and bind there only what a twin needs",
         || {
             use fabric_api::offloading::v1alpha1::NamespaceMapping;
