@@ -341,7 +341,13 @@ impl PeeredClusters {
             &["addr", "add", &format!("{hook_ip}/24"), "dev", "lan"],
         )?;
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-        api.kubectl_ok(&["apply", "-k", &crds.display().to_string()]);
+        // (Waited for below, after the other objects: see ApiServer::install_crds.)
+        api.kubectl_ok(&[
+            "apply",
+            "--validate=false",
+            "-k",
+            &crds.display().to_string(),
+        ]);
         api.kubectl_ok(&["create", "namespace", NAMESPACE]);
         let identity: Vec<String> = [
             (cluster_key::CLUSTER_ID, id),
