@@ -248,14 +248,17 @@ impl ApiServer {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let query = r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Established")].status}{"\n"}{end}"#;
         loop {
-            let out = self.kubectl_ok(&["get", "crd", "-o", query]);
+            // A CRD without conditions yet makes the filter fail: not established either.
+            let o = self.kubectl(&["get", "crd", "-o", query]);
+            let out = String::from_utf8_lossy(&o.stdout);
             let pending: Vec<&str> = out.lines().filter(|l| !l.ends_with("=True")).collect();
-            if pending.is_empty() {
+            if o.status.success() && pending.is_empty() {
                 return;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "CRDs not established after 30s: {pending:?}"
+                "CRDs not established after 30s: {pending:?} {}",
+                String::from_utf8_lossy(&o.stderr)
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
