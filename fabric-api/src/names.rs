@@ -237,10 +237,28 @@ pub mod webhook {
 /// EndpointSlice (for Service [`GATEWAY_SERVICE`]) with its own address.
 /// FNV-1a: stable across releases, unlike std's hasher (names derived with it must not
 /// change when the fabric is upgraded).
-fn fnv(s: &str) -> u64 {
+/// FNV-1a of `s`: stable across releases (unlike std's hasher), for names derived from others.
+pub fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
     })
+}
+
+/// Service-account tokens of offloaded pods (issue 20): requested from the home API server,
+/// bound to the home pod, delivered as a Secret in the twin.
+pub mod service_account_token {
+    /// On a home pod: `never` keeps its service-account tokens home (its token volumes are
+    /// dropped from the ShadowPod, as for a pod offloaded pod by pod).
+    pub const OPT_OUT: &str = "reflection.fabric.io/service-account-token";
+    /// How a token Secret's name begins in a twin: reserved, a home Secret so named is not
+    /// reflected (it would take a token Secret's place).
+    pub const SECRET_PREFIX: &str = "fabric-token.";
+    /// On a token Secret: when its token was issued (RFC 3339, the virtual kubelet's clock).
+    pub const ISSUED: &str = "reflection.fabric.io/token-issued-at";
+    /// On a token Secret: when its token expires (RFC 3339, the home API server's word).
+    pub const EXPIRES: &str = "reflection.fabric.io/token-expires-at";
+    /// On a token Secret: the UID of the home pod its token is bound to.
+    pub const POD_UID: &str = "reflection.fabric.io/token-pod-uid";
 }
 
 pub mod endpoint_slice {

@@ -10,6 +10,8 @@
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
 //! - [`configs`], [`services`], [`endpointslices`]: what offloaded namespaces hold, reflected
 //!   into their twins;
+//! - [`tokens`]: the service-account tokens of offloaded pods, requested at home and kept as
+//!   Secrets in the twins;
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
 pub mod configs;
@@ -22,6 +24,7 @@ pub mod provider;
 pub mod run;
 pub mod server;
 pub mod services;
+pub mod tokens;
 
 /// The one field manager of everything the virtual kubelet writes (its Node, Lease and the
 /// status of its pods).

@@ -4,9 +4,12 @@
 //! publishes its own `kube-root-ca.crt` in every namespace). An object's annotation
 //! [`REFLECT`] overrides that: `always` reflects it whether referenced or not, `never` keeps
 //! it home even when referenced. Service-account token Secrets are never reflected (a token
-//! controller on the provider would fill one in with a token of the provider's).
+//! controller on the provider would fill one in with a token of the provider's); the twin's
+//! token Secrets of offloaded pods are [`crate::tokens`]', under a reserved name
+//! ([`SECRET_PREFIX`]) this reflection neither writes nor sweeps.
 use std::collections::BTreeMap;
 
+use fabric_api::names::service_account_token::SECRET_PREFIX;
 use fabric_reflector::mirror::Forge;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{ResourceExt, api::ObjectMeta};
@@ -109,6 +112,10 @@ impl Forge for ConfigMaps {
 /// The Secrets of an offloaded namespace.
 pub struct Secrets(pub Referenced);
 
+/// Where a home Secret under [`SECRET_PREFIX`] would be looked for in the twin: a name no
+/// one writes.
+const RESERVED: &str = "fabric-home.";
+
 /// The Secret type a token controller fills in.
 const TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
 
@@ -118,7 +125,7 @@ impl Forge for Secrets {
     const NAME: &'static str = "secrets";
 
     fn forge(&self, home: &Secret) -> Option<Secret> {
-        if home.type_.as_deref() == Some(TOKEN_TYPE) {
+        if home.type_.as_deref() == Some(TOKEN_TYPE) || home.name_any().starts_with(SECRET_PREFIX) {
             return None;
         }
         let (ns, name) = (home.namespace()?, home.name_any());
@@ -131,6 +138,21 @@ impl Forge for Secrets {
             type_: home.type_.clone(),
             immutable: home.immutable,
         })
+    }
+
+    fn remote_name(&self, name: &str) -> String {
+        // A home Secret under the reserved prefix is not reflected, and its name must not
+        // lead this kind to a token Secret of the same name ("not reflected: delete ours").
+        if name.starts_with(SECRET_PREFIX) {
+            format!("{RESERVED}{name}")
+        } else {
+            name.to_owned()
+        }
+    }
+
+    fn home_name(&self, name: &str) -> Option<String> {
+        // The twin's token Secrets stand for no home Secret: never orphans of this kind.
+        (!name.starts_with(SECRET_PREFIX) && !name.starts_with(RESERVED)).then(|| name.to_owned())
     }
 }
 
@@ -220,5 +242,19 @@ mod tests {
         assert_eq!(copy.type_.as_deref(), Some("Opaque"));
         assert!(f.forge(&secret("other", "Opaque")).is_none());
         assert!(f.forge(&secret("tok", TOKEN_TYPE)).is_none());
+        let reserved = format!("{SECRET_PREFIX}web.0123456789");
+        assert!(f.forge(&secret(&reserved, "Opaque")).is_none());
+        assert_eq!(
+            f.home_name(&reserved),
+            None,
+            "a token Secret is not an orphan"
+        );
+        assert_ne!(
+            f.remote_name(&reserved),
+            reserved,
+            "nor a copy of a home Secret"
+        );
+        assert_eq!(f.home_name(&f.remote_name(&reserved)), None);
+        assert_eq!(f.home_name("db").as_deref(), Some("db"));
     }
 }
