@@ -10,7 +10,9 @@
 //!   policy allows them: they would reach the provider's nodes themselves.
 //! - No service account: `automountServiceAccountToken` false, the name cleared and the token
 //!   volumes the consumer's admission injected removed (they would be filled with a token
-//!   of the provider's `default` account); tokens come with the reflection issue.
+//!   of the provider's `default` account). A pod of an offloaded namespace comes here with
+//!   its token sources already replaced by Secrets of home tokens (the virtual kubelet's
+//!   `tokens`); only those of an opted-out pod, or a pod offloaded pod by pod, are left.
 use std::collections::BTreeMap;
 
 use fabric_api::{

@@ -2,7 +2,7 @@
 //! created, its labels and annotations followed, resized, deleted) or at home (a deletion
 //! completed), then the home status [`status`] computes written under the virtual kubelet's
 //! field manager, with the Events a kubelet would record.
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context as _, Result};
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
@@ -29,7 +29,10 @@ use super::{
     kind::{Placement, Pods},
     status::{self, Context, Seen},
 };
-use crate::FIELD_MANAGER;
+use crate::{
+    FIELD_MANAGER,
+    tokens::{self, edge as token_edge},
+};
 
 /// What carrying out a step saw of the provider, for the status.
 enum Outcome {
@@ -52,7 +55,12 @@ enum Outcome {
     NoTwin(String),
     /// It ran in a twin that is gone (why).
     Aborted(String),
+    /// Its service-account token could not be made (why): not created.
+    NoToken(String),
 }
+
+/// How soon a pod whose token could not be made, or refreshed, is looked at again.
+const TOKEN_RETRY: Duration = Duration::from_secs(30);
 
 /// Carries out `step` for the pod of `cx`, then writes its home status. A failed step still
 /// reports what is known (the pod not Ready while the provider is out of reach, say) and is
@@ -61,14 +69,84 @@ pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
     if step == Step::Skip {
         return Ok(Next::Done);
     }
+    let alive = matches!(
+        step,
+        Step::Create | Step::Report | Step::Wait | Step::UpdateMetadata | Step::Resize
+    );
     let (outcome, failed) = match carry_out(pods, cx, step).await {
         Ok(o) => (o, None),
         Err(e) => (Outcome::Nothing, Some(e)),
     };
+    let next = match &outcome {
+        Outcome::NoToken(_) => Next::After(TOKEN_RETRY),
+        Outcome::Shadow(_) if alive && cx.view.reachable && pods.placement == Placement::Twin => {
+            refresh_tokens(cx).await
+        }
+        _ => Next::Done,
+    };
     report(pods, cx, outcome).await;
     match failed {
         Some(e) => Err(e),
-        None => Ok(Next::Done),
+        None => Ok(next),
+    }
+}
+
+/// The home pod as it runs in its twin ([`tokens::rewrite`]) and the tokens that takes.
+fn with_tokens(pod: &Pod) -> (Pod, Vec<tokens::Wanted>) {
+    let mut p = pod.clone();
+    let wanted = match p.spec.as_mut() {
+        Some(spec) => tokens::rewrite(pod, spec),
+        None => Vec::new(),
+    };
+    (p, wanted)
+}
+
+/// The twin's Secrets through the pair's endpoint, if it has one.
+fn twin_secrets<'a>(cx: &'a Cx<'_, Pods>) -> Option<token_edge::Twin<'a>> {
+    Some(token_edge::twin(
+        cx.remote_client()?,
+        cx.remote_namespace()?,
+        cx.view.marks?,
+    ))
+}
+
+/// Makes the tokens of the pod of `cx` that are missing or due; when the next is due.
+async fn ensure_tokens(
+    cx: &Cx<'_, Pods>,
+    wanted: &[tokens::Wanted],
+) -> Result<Option<Duration>, token_edge::Error> {
+    let Some(twin) = twin_secrets(cx) else {
+        return Ok(None);
+    };
+    let home = cx.home_api().into_client();
+    token_edge::ensure(&home, &twin, cx.view.home.as_ref(), wanted, Timestamp::now).await
+}
+
+/// Refreshes the tokens of a running pod that are due; looked at again when the next is.
+async fn refresh_tokens(cx: &Cx<'_, Pods>) -> Next {
+    let pod = cx.view.home.as_ref();
+    if decide::terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+        return Next::Done;
+    }
+    let (_, wanted) = with_tokens(pod);
+    if wanted.is_empty() {
+        return Next::Done;
+    }
+    match ensure_tokens(cx, &wanted).await {
+        Ok(Some(d)) => Next::After(d),
+        Ok(None) => Next::Done,
+        Err(e) => {
+            warn!(pod = %key(pod), error = %e, "refreshing its service-account tokens");
+            if !token_edge::transient(&e) {
+                cx.event(&Event::warning(
+                    status::reason::NO_TOKEN,
+                    "RefreshToken",
+                    e.to_string(),
+                ))
+                .await;
+            }
+            Next::After(TOKEN_RETRY)
+        }
     }
 }
 
@@ -139,7 +217,7 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
             Outcome::Aborted(why)
         }
         Step::Create if twin && offloaded_to_tenant(cx, pod).await? => Outcome::Skip,
-        Step::Create => create(cx, &api, marks, &shadow_name).await?,
+        Step::Create => create(cx, &api, marks, &shadow_name, twin).await?,
         Step::UpdateMetadata => {
             let Outcome::Shadow(s) = &own else {
                 return Ok(own);
@@ -186,6 +264,14 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
             Outcome::Nothing
         }
         Step::FinishDeletion => {
+            // Its tokens go first: a failure here is retried before the pod is gone.
+            if let (true, Some(t)) = (twin, twin_secrets(cx)) {
+                let (_, wanted) = with_tokens(pod);
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                token_edge::remove(&t, &uid, &wanted)
+                    .await
+                    .context("removing the pod's token Secrets from the twin")?;
+            }
             let dp = meta::only_uid(pod.metadata.uid.clone(), Some(0));
             let deleted = meta::delete(&cx.home_api(), &pod.name_any(), &dp)
                 .await
@@ -222,6 +308,7 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
     let seen = match &outcome {
         Outcome::Gone | Outcome::Skip => return,
         Outcome::NoTwin(message) => Seen::NoTwin { message },
+        Outcome::NoToken(message) => Seen::NoToken { message },
         Outcome::Aborted(message) => Seen::Aborted { message },
         Outcome::Shadow(s) => Seen::Shadow(s),
         Outcome::Nothing => Seen::Nothing,
@@ -361,8 +448,33 @@ async fn create(
     api: &Api<ShadowPod>,
     marks: &Marks,
     shadow_name: &str,
+    twin: bool,
 ) -> Result<Outcome> {
-    let pod = cx.view.home.as_ref();
+    let home = cx.view.home.as_ref();
+    // In a twin, its tokens first: the pod must not start without them.
+    let (rewritten, wanted) = with_tokens(home);
+    let pod = if twin { &rewritten } else { home };
+    if twin && !wanted.is_empty() {
+        match ensure_tokens(cx, &wanted).await {
+            Ok(_) => {}
+            Err(e) if token_edge::transient(&e) => {
+                return Err(e).context("delivering the pod's service-account tokens");
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if !says(home, status::reason::NO_TOKEN, &message) {
+                    cx.event(&Event::warning(
+                        status::reason::NO_TOKEN,
+                        "Offload",
+                        message.clone(),
+                    ))
+                    .await;
+                }
+                warn!(pod = %key(home), error = message, "no service-account token");
+                return Ok(Outcome::NoToken(message));
+            }
+        }
+    }
     let consumer = marks.origin();
     let spec = match forge::forge(pod, consumer, &Offer::default(), &Policy::default()) {
         Ok(spec) => spec,

@@ -17,7 +17,8 @@
 //! - [`kind`]: the pod kind of the reflection framework (`fabric-reflector`): which ShadowPod
 //!   stands for which home pod, and when one is an orphan;
 //! - [`act`]: its writes: the ShadowPod created, updated, resized or deleted, the home
-//!   status and Events;
+//!   status and Events; in a twin, the pod's service-account tokens first
+//!   ([`crate::tokens`]), refreshed when due, removed with it;
 //! - [`run`]: its registration (the pods bound to the node, 32 at a time, into the tenant
 //!   namespace), resynced when the node's readiness or the peer's Configuration changes.
 //!

@@ -50,6 +50,10 @@ pub mod reason {
     /// The pod's namespace is offloaded, and the provider has no twin of it (not yet, or
     /// refused): the pod waits, never sent pod by pod instead.
     pub const NO_TWIN: &str = "NoTwinNamespace";
+    /// The pod's service-account token could not be made (its service account missing at
+    /// home, the request forbidden, a Secret of that name in the twin not ours): it waits,
+    /// never started without it.
+    pub const NO_TOKEN: &str = "ServiceAccountTokenFailed";
     /// The pod ran in its namespace's twin on the provider, and the twin is gone (the
     /// namespace unoffloaded, or this provider no longer selected): it failed, so that its
     /// controller makes another where the namespace's placement now allows.
@@ -70,6 +74,8 @@ pub enum Seen<'a> {
     Refused { message: &'a str, retry: bool },
     /// Not created: its namespace is offloaded and has no twin on the provider (why).
     NoTwin { message: &'a str },
+    /// Not created: its service-account token could not be made (why).
+    NoToken { message: &'a str },
     /// It ran in a twin that is gone (why).
     Aborted { message: &'a str },
     /// Its ShadowPod as last listed, and the provider refused to resize it to what the home
@@ -193,16 +199,21 @@ pub fn home_status(
             );
             s
         }
-        Seen::NoTwin { message } => {
+        Seen::NoTwin { message } | Seen::NoToken { message } => {
             let mut s = PodStatus {
                 phase: Some("Pending".into()),
                 ..Default::default()
             };
             host(&mut s);
+            let why = if matches!(seen, Seen::NoTwin { .. }) {
+                reason::NO_TWIN
+            } else {
+                reason::NO_TOKEN
+            };
             put(
                 &mut conds,
                 prev_conds,
-                cond(OFFLOADED, false, reason::NO_TWIN, message.to_owned()),
+                cond(OFFLOADED, false, why, message.to_owned()),
                 ctx.now,
             );
             s
