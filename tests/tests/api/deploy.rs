@@ -952,6 +952,11 @@ fn manifests_apply_with_least_privilege() {
                 (&vk[..], "watch", "services", true),
                 (&vk[..], "create", "services", false),
                 (&vk[..], "patch", "services", false),
+                // The tokens of its offloaded pods, here only (below); the consumer mints
+                // none on its provider.
+                (&vk[..], "create", "serviceaccounts/token", true),
+                (&vk[..], "get", "serviceaccounts", false),
+                (&as_consumer[..], "create", "serviceaccounts/token", false),
             ] {
                 // `kubectl auth can-i VERB services/status` would ask about a Service named
                 // status.
@@ -965,6 +970,28 @@ fn manifests_apply_with_least_privilege() {
                 let o = api.kubectl(&args);
                 let answer = String::from_utf8_lossy(&o.stdout).trim() == "yes";
                 assert_eq!(answer, yes, "{who:?} {verb} {what} {sub}");
+            }
+            // The virtual kubelet's token right is the offloaded namespace's binding's alone.
+            for who in ["vk", "fabric-virtual-nodes"] {
+                let sa = format!("system:serviceaccount:{NS}:{who}");
+                for elsewhere in ["default", NS, "kube-system"] {
+                    let o = api.kubectl(&[
+                        "auth",
+                        "can-i",
+                        "create",
+                        "serviceaccounts",
+                        "--subresource=token",
+                        "-n",
+                        elsewhere,
+                        "--as",
+                        &sa,
+                    ]);
+                    let answer = String::from_utf8_lossy(&o.stdout).trim() == "yes";
+                    assert!(
+                        !answer,
+                        "{who} creating serviceaccounts/token in {elsewhere}"
+                    );
+                }
             }
         },
     );

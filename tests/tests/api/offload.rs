@@ -1684,6 +1684,11 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
         .await;
     })
     .await;
+    phase_async(
+        "a pod's service-account token, from home, in the twin",
+        async { service_account_tokens(&bed).await },
+    )
+    .await;
     phase_async("the consumer writes no token Secret in its twin", async {
         let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
         let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
@@ -2217,6 +2222,250 @@ fn endpoints_of(slice: &Value) -> Vec<(String, Value, Value)> {
             )
         })
         .collect()
+}
+
+/// A home pod of the offloaded namespace with a token volume as admission injects it: its
+/// token comes from the home API server (bound to it, its account's RBAC enforced there) in a
+/// Secret of the twin its ShadowPod's volume reads, refreshed when due, gone with the pod;
+/// the virtual kubelet's token right mints only pod-bound tokens; a pod that opts out gets
+/// none, one whose account is missing waits saying why.
+async fn service_account_tokens(bed: &Bed) {
+    use base64::Engine as _;
+    use fabric_api::names::service_account_token::{EXPIRES, ISSUED, OPT_OUT};
+    let twin = store_twin();
+    bed.consumer
+        .kubectl_ok(&["create", "serviceaccount", "reader", "-n", STORE]);
+    let pod = |name: &str, account: &str, annotations: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": STORE, "annotations": annotations},
+            "spec": {
+                "nodeName": NODE,
+                "serviceAccountName": account,
+                "terminationGracePeriodSeconds": 5,
+                "tolerations": [{"key": names::taint::VIRTUAL_NODE, "operator": "Exists"}],
+                "containers": [{"name": "main", "image": "echo", "volumeMounts": [{
+                    "name": "kube-api-access-x",
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+                "volumes": [{"name": "kube-api-access-x", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace",
+                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                ]}}],
+            },
+        })
+    };
+    apply(&bed.consumer, &pod("api-client", "reader", json!({})));
+    apply(
+        &bed.consumer,
+        &pod("quiet", "reader", json!({OPT_OUT: "never"})),
+    );
+    apply(&bed.consumer, &pod("lost", "missing", json!({})));
+    let get = |kind: &'static str, name: String| {
+        let (twin, provider) = (twin.clone(), &bed.provider);
+        async move {
+            let o = provider.kubectl(&["get", kind, &name, "-n", &twin, "-o", "json"]);
+            o.status
+                .success()
+                .then(|| serde_json::from_slice::<Value>(&o.stdout).ok())
+                .flatten()
+        }
+    };
+    let shadow = bed
+        .eventually("api-client's ShadowPod in the twin", || {
+            get("shadowpod", "api-client".into())
+        })
+        .await;
+    let sources = &shadow["spec"]["pod"]["spec"]["volumes"][0]["projected"]["sources"];
+    let name = sources[0]["secret"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(name.starts_with("fabric-token.api-client."), "{shadow}");
+    assert_eq!(
+        sources[0]["secret"]["items"],
+        json!([{"key": "token", "path": "token"}, {"key": "namespace", "path": "namespace"}]),
+        "{shadow}"
+    );
+    assert_eq!(
+        sources[1]["configMap"]["name"],
+        "fabric-home.kube-root-ca.crt"
+    );
+    assert_eq!(sources.as_array().map(Vec::len), Some(2), "{shadow}");
+    assert_eq!(
+        shadow["spec"]["pod"]["spec"]["automountServiceAccountToken"], false,
+        "no token of the provider's"
+    );
+    // Written before the ShadowPod: there as soon as it is.
+    let secret = get("secret", name.clone()).await.expect("the token Secret");
+    assert_eq!(secret["type"], "Opaque", "{secret}");
+    assert_eq!(
+        secret["metadata"]["labels"][REFLECTED_FROM], CONSUMER,
+        "{secret}"
+    );
+    let decode = |v: &Value| {
+        let b = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap_or_default())
+            .unwrap();
+        String::from_utf8(b).unwrap()
+    };
+    assert_eq!(
+        decode(&secret["data"]["namespace"]),
+        STORE,
+        "the home namespace"
+    );
+    let token = decode(&secret["data"]["token"]);
+    // The home API server takes it as the pod's account, with its RBAC.
+    let as_token = |token: &str, args: &[&str]| {
+        let mut all = vec!["--token", token];
+        all.extend(args);
+        bed.consumer.kubectl(&all)
+    };
+    let whoami = as_token(&token, &["auth", "whoami", "-o", "json"]);
+    let me: Value = serde_json::from_slice(&whoami.stdout).unwrap_or_default();
+    assert_eq!(
+        me["status"]["userInfo"]["username"],
+        format!("system:serviceaccount:{STORE}:reader"),
+        "{me} {}",
+        String::from_utf8_lossy(&whoami.stderr)
+    );
+    let list = as_token(&token, &["get", "configmaps", "-n", STORE]);
+    assert!(
+        !list.status.success() && String::from_utf8_lossy(&list.stderr).contains("forbidden"),
+        "{list:?}"
+    );
+    bed.consumer.kubectl_ok(&[
+        "create",
+        "role",
+        "read-config",
+        "-n",
+        STORE,
+        "--verb=list",
+        "--resource=configmaps",
+    ]);
+    bed.consumer.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "read-config",
+        "-n",
+        STORE,
+        "--role=read-config",
+        &format!("--serviceaccount={STORE}:reader"),
+    ]);
+    bed.eventually("the token allowed what RBAC now grants", || async {
+        as_token(&token, &["get", "configmaps", "-n", STORE])
+            .status
+            .success()
+            .then_some(())
+    })
+    .await;
+    // Refreshed when due: the Secret's record made old, then the pod looked at again.
+    bed.provider.kubectl_ok(&[
+        "annotate",
+        "secret",
+        &name,
+        "-n",
+        &twin,
+        "--overwrite",
+        &format!("{ISSUED}=2026-01-01T00:00:00Z"),
+        &format!("{EXPIRES}=2026-01-01T01:00:00Z"),
+    ]);
+    bed.consumer
+        .kubectl_ok(&["label", "pod", "api-client", "-n", STORE, "poke=1"]);
+    let refreshed = bed
+        .eventually("a new token in the Secret", || async {
+            let s = get("secret", name.clone()).await?;
+            let t = decode(&s["data"]["token"]);
+            (t != token && s["metadata"]["annotations"][ISSUED] != "2026-01-01T00:00:00Z")
+                .then_some(t)
+        })
+        .await;
+    assert!(as_token(&refreshed, &["auth", "whoami"]).status.success());
+    // Opted out: no token, its volume dropped as before.
+    let quiet = bed
+        .eventually("quiet's ShadowPod", || get("shadowpod", "quiet".into()))
+        .await;
+    assert!(quiet["spec"]["pod"]["spec"]["volumes"].is_null(), "{quiet}");
+    let secrets = bed
+        .provider
+        .kubectl_ok(&["get", "secrets", "-n", &twin, "-o", "name"]);
+    assert!(!secrets.contains("fabric-token.quiet."), "{secrets}");
+    // Its account missing at home: it waits, saying why, never started without its token.
+    bed.eventually("lost says why it waits", || async {
+        let p = Api::<Pod>::namespaced(bed.c.clone(), STORE)
+            .get_opt("lost")
+            .await
+            .ok()??;
+        let v = serde_json::to_value(&p).unwrap();
+        cond_is(&v, OFFLOADED, "False", Some("ServiceAccountTokenFailed")).then_some(())
+    })
+    .await;
+    assert!(
+        get("shadowpod", "lost".into()).await.is_none(),
+        "not created"
+    );
+    // The virtual kubelet's right mints only tokens bound to a pod.
+    let vk = format!(
+        "system:serviceaccount:{NS}:{}",
+        fixture::virtual_kubelet_name()
+    );
+    let unbound = bed
+        .consumer
+        .kubectl(&["create", "token", "reader", "-n", STORE, "--as", &vk]);
+    assert!(
+        !unbound.status.success()
+            && String::from_utf8_lossy(&unbound.stderr).contains("only for tokens bound to a pod"),
+        "{unbound:?}"
+    );
+    let uid = Api::<Pod>::namespaced(bed.c.clone(), STORE)
+        .get("api-client")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    bed.consumer.kubectl_ok(&[
+        "create",
+        "token",
+        "reader",
+        "-n",
+        STORE,
+        "--as",
+        &vk,
+        "--bound-object-kind=Pod",
+        "--bound-object-name=api-client",
+        &format!("--bound-object-uid={uid}"),
+    ]);
+    let elsewhere = bed
+        .consumer
+        .kubectl(&["create", "token", "default", "-n", "default", "--as", &vk]);
+    assert!(
+        !elsewhere.status.success()
+            && String::from_utf8_lossy(&elsewhere.stderr).contains("forbidden"),
+        "outside offloaded namespaces: {elsewhere:?}"
+    );
+    // Deleted at home: the token stops working, its Secret goes.
+    bed.consumer
+        .kubectl_ok(&["delete", "pod", "api-client", "-n", STORE, "--wait=false"]);
+    bed.eventually("api-client gone at home", || async {
+        let p = Api::<Pod>::namespaced(bed.c.clone(), STORE)
+            .get_opt("api-client")
+            .await
+            .ok()?;
+        p.is_none().then_some(())
+    })
+    .await;
+    let o = as_token(&refreshed, &["auth", "whoami"]);
+    assert!(!o.status.success(), "a token of a deleted pod: {o:?}");
+    assert!(
+        get("secret", name.clone()).await.is_none(),
+        "its Secret gone first"
+    );
+    for p in ["quiet", "lost"] {
+        bed.consumer
+            .kubectl_ok(&["delete", "pod", p, "-n", STORE, "--wait=false"]);
+    }
 }
 
 async fn services_endpoints_translated(bed: &Bed) {
