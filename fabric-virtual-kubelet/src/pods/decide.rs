@@ -103,6 +103,7 @@ pub fn offloaded(pod: &Pod) -> bool {
                             status::reason::REFUSED
                                 | status::reason::FORBIDDEN
                                 | status::reason::NO_TWIN
+                                | status::reason::NO_TOKEN
                         )
                     )
             })
@@ -287,6 +288,10 @@ pub(super) mod tests {
         let mut p = offloaded_pod();
         p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
             Some(status::reason::FORBIDDEN.into());
+        assert_eq!(decide(&p, Remote::Absent, true), Step::Create);
+        // Nor one whose token could not be made.
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
+            Some(status::reason::NO_TOKEN.into());
         assert_eq!(decide(&p, Remote::Absent, true), Step::Create);
     }
 
