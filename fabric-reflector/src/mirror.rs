@@ -54,7 +54,9 @@ pub trait Forge: Send + Sync + 'static {
     }
 
     /// The home object's name of remote object `name` (`None`: not one of a home object),
-    /// the inverse of [`Forge::remote_name`].
+    /// the inverse of [`Forge::remote_name`]. A remote name that stands for no home object
+    /// is never the mirror's to write or delete, even if a home object of that name exists
+    /// (a name the fabric keeps for an object of its own there).
     fn home_name(&self, name: &str) -> Option<String> {
         Some(name.to_owned())
     }
@@ -200,6 +202,12 @@ pub fn plan<F: Forge>(forge: &F, view: &View<'_, Mirror<F>>) -> Plan<F::Remote> 
     let (Some(marks), true) = (view.marks, view.reachable) else {
         return Plan::Nothing;
     };
+    if forge
+        .home_name(&forge.remote_name(&view.key.name))
+        .is_none()
+    {
+        return Plan::NotOurs;
+    }
     let home = view.home.as_ref();
     let wanted = (home.meta().deletion_timestamp.is_none() && !marks::reflected(home.meta()))
         .then(|| forge.forge(home))
@@ -410,6 +418,42 @@ pub(crate) mod tests {
             Plan::Apply(obj) => applied(&obj),
             other => panic!("expected an apply, got {other:?}"),
         }
+    }
+
+    /// ConfigMaps as [`ConfigMaps`], but for name `kept`, which the fabric keeps there.
+    struct Keeping;
+
+    impl Forge for Keeping {
+        type Home = ConfigMap;
+        type Remote = ConfigMap;
+        const NAME: &'static str = "configmaps";
+
+        fn forge(&self, home: &ConfigMap) -> Option<ConfigMap> {
+            ConfigMaps.forge(home)
+        }
+
+        fn home_name(&self, name: &str) -> Option<String> {
+            (name != "kept").then(|| name.to_owned())
+        }
+    }
+
+    #[test]
+    fn a_name_kept_for_the_fabric_is_never_written_for_a_home_object() {
+        let pair = Pair::namespaces("shop", "shop-alpha");
+        let home = cm("kept", &[("k", "v")], &[]);
+        let ours = apply(plan_for(&home, Remote::Absent, true));
+        for remote in [Remote::Absent, Remote::Ours(&ours)] {
+            assert_eq!(
+                plan_of(&Keeping, &pair, &home, remote, true, &marks()),
+                Plan::NotOurs,
+                "neither made nor deleted"
+            );
+        }
+        let other = cm("web", &[("k", "v")], &[]);
+        assert!(matches!(
+            plan_of(&Keeping, &pair, &other, Remote::Absent, true, &marks()),
+            Plan::Apply(_)
+        ));
     }
 
     #[test]
