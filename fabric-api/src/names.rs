@@ -146,6 +146,20 @@ pub mod annotation {
     pub const HOME_API: &str = "offloading.fabric.io/home-api";
     pub const HOME_API_REACHABLE: &str = "Reachable";
     pub const HOME_API_UNREACHABLE: &str = "Unreachable";
+    /// On a pod of an offloaded namespace: `never` keeps it from the home API server where it
+    /// runs on a provider (no token reflected for it, no address of the home API server in
+    /// its environment or host aliases); anything else, or none, gives it both.
+    pub const SERVICE_ACCOUNT_TOKEN: &str = "reflection.fabric.io/service-account-token";
+    /// The value of [`SERVICE_ACCOUNT_TOKEN`] that opts a pod out.
+    pub const SERVICE_ACCOUNT_TOKEN_NEVER: &str = "never";
+
+    /// Whether the pod of `meta` opted out of the home API server ([`SERVICE_ACCOUNT_TOKEN`]).
+    pub fn home_api_opted_out(meta: &kube::api::ObjectMeta) -> bool {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(SERVICE_ACCOUNT_TOKEN))
+            .is_some_and(|v| v == SERVICE_ACCOUNT_TOKEN_NEVER)
+    }
 
     /// Whether the unpeer of `meta` (being deleted) was forced ([`FORCE_UNPEER`]).
     pub fn unpeer_forced(meta: &kube::api::ObjectMeta) -> bool {
@@ -290,6 +304,29 @@ pub mod endpoint_slice {
         let prefix = shadow[..200].trim_end_matches(['-', '.']);
         format!("{prefix}-{:016x}{REFLECTED_SUFFIX}", super::fnv(shadow))
     }
+}
+
+/// How offloaded pods reach their home API server: in each twin namespace, a Service of
+/// the consumer's (no selector) whose ShadowEndpointSlice holds the address under which the
+/// home API server is exposed to peers (an `IP`, in the consumer's external CIDR).
+pub mod home_api {
+    /// The name of that Service and of its ShadowEndpointSlice in every twin namespace, and
+    /// of the `IP` exposing the home API server (in the fabric's namespace at home). No
+    /// home Service of this name is reflected.
+    pub const SERVICE: &str = "fabric-home-apiserver";
+    /// The port of that Service (an in-cluster client's `KUBERNETES_SERVICE_PORT`).
+    pub const PORT: i32 = 443;
+    /// The name offloaded pods reach it by (`KUBERNETES_SERVICE_HOST`): one every API
+    /// server's serving certificate carries, so TLS is verified as at home.
+    pub const HOST: &str = "kubernetes.default.svc";
+    /// The names resolving to it in offloaded pods (their host aliases): those of the
+    /// `kubernetes` Service that an API server's serving certificate carries.
+    pub const NAMES: [&str; 4] = [
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ];
 }
 
 pub mod config_map {
