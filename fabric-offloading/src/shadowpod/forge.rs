@@ -13,13 +13,15 @@
 //!   of the provider's `default` account). A pod of an offloaded namespace comes here with
 //!   its token sources already replaced by Secrets of home tokens (the virtual kubelet's
 //!   `tokens`); only those of an opted-out pod, or a pod offloaded pod by pod, are left.
+//! - [`home_api`], applied by the virtual kubelet to pods of twin namespaces: their
+//!   in-cluster clients reach the home API server, not the provider's.
 use std::collections::BTreeMap;
 
 use fabric_api::{
-    names::{label, taint},
+    names::{home_api, label, taint},
     offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec},
 };
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Toleration};
+use k8s_openapi::api::core::v1::{Container, EnvVar, HostAlias, Pod, PodSpec, Toleration};
 
 /// What the provider offers the consumer's pods: where they may run.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -132,6 +134,60 @@ pub fn forge(
             spec,
         },
     })
+}
+
+/// Where an offloaded pod of a twin namespace reaches its home API server on the provider:
+/// the cluster IP of the twin's [`home_api::SERVICE`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HomeApi {
+    pub cluster_ip: String,
+}
+
+/// Points `spec`'s in-cluster clients at the home API server [`HomeApi`]: every container's
+/// `KUBERNETES_SERVICE_HOST` is [`home_api::HOST`], resolved by host aliases of all
+/// [`home_api::NAMES`] to the twin Service (ahead of any alias of the pod's own), and the
+/// port variables say [`home_api::PORT`]; explicit environment overrides what the
+/// provider's kubelet injects for its own API server. A variable the pod sets itself is its
+/// own and kept.
+pub fn home_api(spec: &mut PodSpec, at: &HomeApi) {
+    let port = home_api::PORT.to_string();
+    let url = format!("tcp://{}:{port}", at.cluster_ip);
+    let prefix = format!("KUBERNETES_PORT_{port}_TCP");
+    let vars = [
+        (
+            "KUBERNETES_SERVICE_HOST".to_owned(),
+            home_api::HOST.to_owned(),
+        ),
+        ("KUBERNETES_SERVICE_PORT".to_owned(), port.clone()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), port.clone()),
+        ("KUBERNETES_PORT".to_owned(), url.clone()),
+        (prefix.clone(), url),
+        (format!("{prefix}_PROTO"), "tcp".to_owned()),
+        (format!("{prefix}_PORT"), port),
+        (format!("{prefix}_ADDR"), at.cluster_ip.clone()),
+    ];
+    let set = |c: &mut Container| {
+        let env = c.env.get_or_insert_with(Vec::new);
+        for (name, value) in &vars {
+            if !env.iter().any(|e| &e.name == name) {
+                env.push(EnvVar {
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                    value_from: None,
+                });
+            }
+        }
+    };
+    spec.containers.iter_mut().for_each(set);
+    spec.init_containers.iter_mut().flatten().for_each(set);
+    let aliases = spec.host_aliases.get_or_insert_with(Vec::new);
+    aliases.insert(
+        0,
+        HostAlias {
+            ip: at.cluster_ip.clone(),
+            hostnames: Some(home_api::NAMES.iter().map(|n| (*n).to_owned()).collect()),
+        },
+    );
 }
 
 fn check(spec: &PodSpec, policy: &Policy) -> Result<(), Refusal> {
@@ -454,6 +510,74 @@ mod tests {
         assert!(n.len() <= 253, "{}", n.len());
         assert_eq!(n, name("shop", &long));
         assert_ne!(n, name("shoq", &long));
+    }
+
+    #[test]
+    fn in_cluster_clients_are_pointed_at_the_home_api_server() {
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        let mut init = spec.containers[0].clone();
+        init.name = "setup".into();
+        // Its own choice of port stays.
+        init.env = Some(vec![EnvVar {
+            name: "KUBERNETES_SERVICE_PORT".into(),
+            value: Some("8443".into()),
+            value_from: None,
+        }]);
+        spec.init_containers = Some(vec![init]);
+        spec.host_aliases = Some(vec![HostAlias {
+            ip: "10.0.0.9".into(),
+            hostnames: Some(vec!["kubernetes.default.svc".into(), "db".into()]),
+        }]);
+        let mut s = forged(&p).unwrap().pod.spec;
+        home_api(
+            &mut s,
+            &HomeApi {
+                cluster_ip: "10.96.3.4".into(),
+            },
+        );
+        let env = |c: &Container| -> BTreeMap<String, String> {
+            c.env
+                .iter()
+                .flatten()
+                .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+                .collect()
+        };
+        let main = env(&s.containers[0]);
+        assert_eq!(main["KUBERNETES_SERVICE_HOST"], "kubernetes.default.svc");
+        assert_eq!(main["KUBERNETES_SERVICE_PORT"], "443");
+        assert_eq!(main["KUBERNETES_SERVICE_PORT_HTTPS"], "443");
+        assert_eq!(main["KUBERNETES_PORT"], "tcp://10.96.3.4:443");
+        assert_eq!(main["KUBERNETES_PORT_443_TCP_ADDR"], "10.96.3.4");
+        assert_eq!(main["KUBERNETES_PORT_443_TCP_PORT"], "443");
+        assert_eq!(main["KUBERNETES_PORT_443_TCP_PROTO"], "tcp");
+        let setup = env(&s.init_containers.as_ref().unwrap()[0]);
+        assert_eq!(setup["KUBERNETES_SERVICE_HOST"], "kubernetes.default.svc");
+        assert_eq!(
+            setup["KUBERNETES_SERVICE_PORT"], "8443",
+            "the pod's own kept"
+        );
+        let setup_env = s.init_containers.as_ref().unwrap()[0].env.as_ref().unwrap();
+        assert_eq!(
+            setup_env
+                .iter()
+                .filter(|e| e.name == "KUBERNETES_SERVICE_PORT")
+                .count(),
+            1
+        );
+        let aliases = s.host_aliases.unwrap();
+        assert_eq!(aliases.len(), 2);
+        assert_eq!(aliases[0].ip, "10.96.3.4", "ahead of the pod's own");
+        assert_eq!(
+            aliases[0].hostnames.as_deref().unwrap(),
+            [
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local"
+            ]
+        );
+        assert_eq!(aliases[1].ip, "10.0.0.9");
     }
 
     #[test]
