@@ -374,6 +374,11 @@ enum Cmd {
         /// free one, for virtual kubelets sharing a host network.
         #[arg(long, env = "FABRIC_VIRTUAL_KUBELET_PORT", default_value_t = virtual_node::objects::KUBELET_PORT)]
         virtual_kubelet_port: u16,
+        /// Where this cluster's API server listens on the cluster network (IP:PORT, reachable
+        /// from the gateway), given to every virtual kubelet: offloaded pods reach it there.
+        /// Without it they are given nothing of it.
+        #[arg(long, env = "FABRIC_HOME_API_ADDRESS")]
+        home_api_address: Option<std::net::SocketAddrV4>,
         /// How long a removed VirtualNode's pods may take to be deleted through the provider
         /// before they are failed (`VirtualNodeRemoved`) and deleted at home. A forced unpeer
         /// does not wait.
@@ -886,6 +891,7 @@ async fn run() -> Result<()> {
             lease,
             virtual_kubelet_image,
             virtual_kubelet_port,
+            home_api_address,
             drain_grace,
         } => {
             // One active replica: two would both apply every virtual kubelet and publish
@@ -895,6 +901,7 @@ async fn run() -> Result<()> {
                 image: virtual_kubelet_image,
                 fabric_namespace: namespace.clone(),
                 kubelet_port: virtual_kubelet_port,
+                home_api_address: home_api_address.map(|a| a.to_string()),
             };
             let work = || async {
                 virtual_node::controller::run(client.clone(), settings.clone(), drain_grace).await;

@@ -6,11 +6,15 @@
 //! unchanged (the provider translates), `ready`, `serving` and `terminating` kept, its
 //! target a `Remote<Kind>`. A slice the fabric wrote itself (reflected here from a peer:
 //! our managed-by) is never reflected back, so two clusters peered both ways do not loop;
-//! nor is `default/kubernetes`'s, nor one of another family than IPv4.
+//! nor is `default/kubernetes`'s, nor one of another family than IPv4, nor one of a home
+//! Service named [`home_api::SERVICE`] (that name is the home API server's in the twins).
 use std::collections::BTreeMap;
 
 use fabric_api::{
-    names::endpoint_slice::{MANAGED_BY, REFLECTED, SERVICE_NAME},
+    names::{
+        endpoint_slice::{MANAGED_BY, REFLECTED, SERVICE_NAME},
+        home_api,
+    },
     offloading::v1alpha1::{
         EndpointConditions, EndpointSliceTemplate, EndpointTarget, ShadowEndpoint,
         ShadowEndpointPort, ShadowEndpointSlice, ShadowEndpointSliceSpec,
@@ -66,6 +70,7 @@ impl Forge for EndpointSlices {
             || (home.namespace().as_deref() == Some("default")
                 && labels.get(SERVICE_NAME).map(String::as_str) == Some("kubernetes"))
             || home.address_type != IPV4
+            || labels.get(SERVICE_NAME).map(String::as_str) == Some(home_api::SERVICE)
         {
             return None;
         }
@@ -112,6 +117,11 @@ impl Forge for EndpointSlices {
                 },
             },
         })
+    }
+
+    /// The twins' [`home_api::SERVICE`] slice is the home API server's.
+    fn home_name(&self, name: &str) -> Option<String> {
+        (name != home_api::SERVICE).then(|| name.to_owned())
     }
 }
 
@@ -255,5 +265,14 @@ mod tests {
             vec![],
         );
         assert!(forge().forge(&other).is_some());
+        // One of a Service named as the twins' home API server's: its endpoints stay home.
+        let clash = slice(
+            "shop",
+            home_api::SERVICE,
+            "endpointslice-controller.k8s.io",
+            vec![ep("10.244.1.5", Some("home-1"), true, false)],
+        );
+        assert!(forge().forge(&clash).is_none());
+        assert_eq!(forge().home_name(home_api::SERVICE), None);
     }
 }

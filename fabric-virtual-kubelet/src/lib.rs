@@ -9,7 +9,7 @@
 //!   when the pods there may be declared stopped;
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
 //! - [`configs`], [`services`], [`endpointslices`]: what offloaded namespaces hold, reflected
-//!   into their twins;
+//!   into their twins; [`home_api`]: the home API server's Service there;
 //! - [`tokens`]: the service-account tokens of offloaded pods, requested at home and kept as
 //!   Secrets in the twins;
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
@@ -18,6 +18,7 @@ pub mod configs;
 pub mod endpointslices;
 pub mod events;
 pub mod heartbeat;
+pub mod home_api;
 pub mod node;
 pub mod pods;
 pub mod provider;

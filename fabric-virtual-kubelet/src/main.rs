@@ -49,6 +49,11 @@ struct Cli {
     /// How often every offloaded pod is looked at again besides the watches' events.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pod_resync: Duration,
+    /// Where this cluster's API server listens on the cluster network (IP:PORT, reachable
+    /// from the gateway): offloaded pods of twin namespaces reach it there through the
+    /// fabric, as `kubernetes.default.svc`. Without it they are given nothing of it.
+    #[arg(long, env = "FABRIC_HOME_API_ADDRESS")]
+    home_api_address: Option<std::net::SocketAddrV4>,
     #[command(flatten)]
     server: ServerArgs,
 }
@@ -161,6 +166,7 @@ async fn run_cli() -> Result<()> {
         policy: Policy { grace: cli.grace },
         pod_resync: cli.pod_resync,
         metrics,
+        home_api_address: cli.home_api_address,
     };
     // On SIGTERM (a rollout, a drain) the Node and its conditions stay as they are: the next
     // replica carries on from them, and a Node that flapped NotReady on every restart would

@@ -53,6 +53,9 @@ pub struct Opts {
     pub pod_resync: Duration,
     /// The reflectors' metrics (served by the kubelet API).
     pub metrics: std::sync::Arc<fabric_reflector::Metrics>,
+    /// Where the home API server listens on this cluster's network, if offloaded pods are to
+    /// reach it.
+    pub home_api_address: Option<std::net::SocketAddrV4>,
 }
 
 /// Whether the node status must be written: it says something new, or the last write is
@@ -229,6 +232,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         provider_id: provider_id.clone(),
         fabric_namespace: opts.fabric_namespace.clone(),
         resync: opts.pod_resync,
+        home_api_address: opts.home_api_address,
     };
     let pod_loop = tokio::spawn(pods::run::run(
         local.clone(),

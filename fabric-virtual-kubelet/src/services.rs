@@ -6,8 +6,11 @@
 //! a consumer's to take: its admission policy `fabric-consumer-twin-services` refuses them),
 //! which a Warning Event says at home. The selector is kept: offloaded pods keep their labels,
 //! so the provider's own endpoint controller covers those that run there. `default/kubernetes`
-//! is never reflected; an object's [`REFLECT`] annotation `never` keeps it home. The status
+//! is never reflected, nor one named [`home_api::SERVICE`] (the twin's Service of that name
+//! is the home API server's: [`crate::home_api`]); an object's [`REFLECT`] annotation
+//! `never` keeps it home. The status
 //! (load balancer addresses) is not reflected back.
+use fabric_api::names::home_api;
 use fabric_reflector::mirror::Forge;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::ResourceExt;
@@ -85,6 +88,11 @@ impl Forge for Services {
             spec: Some(spec),
             status: None,
         })
+    }
+
+    /// The twins' [`home_api::SERVICE`] is the home API server's, never a home Service's.
+    fn home_name(&self, name: &str) -> Option<String> {
+        (name != home_api::SERVICE).then(|| name.to_owned())
     }
 
     fn caveat(&self, home: &Service) -> Option<String> {
@@ -277,6 +285,12 @@ mod tests {
             .get_or_insert_with(Default::default)
             .insert(REFLECT.into(), "never".into());
         assert!(Services.forge(&kept).is_none());
+        // The twins' Service of the home API server is not one of a home Service.
+        let mut clash = web();
+        clash.metadata.name = Some(home_api::SERVICE.into());
+        let ours = served(plan_for(&web(), Remote::Absent));
+        assert_eq!(plan_for(&clash, Remote::Ours(&ours)), Plan::NotOurs);
+        assert_eq!(Services.home_name(home_api::SERVICE), None);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct Settings {
     /// its own; 0 where several share a host network (each takes a free port and publishes
     /// it in its Node).
     pub kubelet_port: u16,
+    /// Where this cluster's API server listens on the cluster network (`IP:PORT`), passed to
+    /// every virtual kubelet (`--home-api-address`): offloaded pods reach it there.
+    pub home_api_address: Option<String>,
 }
 
 /// The name of every object of a VirtualNode's virtual kubelet: derived from its Node's
@@ -212,6 +215,22 @@ fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<Poli
             &[&vn.spec.cluster_id],
             READ,
         ));
+    if s.home_api_address.is_some() {
+        // The IP exposing the home API server to peers, which it makes and reads.
+        let ips = rules.entry(s.fabric_namespace.clone()).or_default();
+        ips.push(rule(
+            fabric_api::networking::GROUP,
+            &["ips"],
+            &[],
+            &["create"],
+        ));
+        ips.push(rule(
+            fabric_api::networking::GROUP,
+            &["ips"],
+            &[names::home_api::SERVICE],
+            &["get", "list", "watch", "patch"],
+        ));
+    }
     rules
         .entry(CLIENT_CA_CONFIGMAP_NAMESPACE.to_owned())
         .or_default()
@@ -346,16 +365,25 @@ pub fn deployment(vn: &VirtualNode, s: &Settings) -> Deployment {
                         name: "virtual-kubelet".to_owned(),
                         image: Some(s.image.clone()),
                         command: Some(vec![COMMAND.to_owned()]),
-                        args: Some(vec![
-                            "--virtual-node".to_owned(),
-                            vn.name_any(),
-                            "--namespace".to_owned(),
-                            vn.namespace().unwrap_or_default(),
-                            "--fabric-namespace".to_owned(),
-                            s.fabric_namespace.clone(),
-                            "--kubelet-port".to_owned(),
-                            s.kubelet_port.to_string(),
-                        ]),
+                        args: Some(
+                            vec![
+                                "--virtual-node".to_owned(),
+                                vn.name_any(),
+                                "--namespace".to_owned(),
+                                vn.namespace().unwrap_or_default(),
+                                "--fabric-namespace".to_owned(),
+                                s.fabric_namespace.clone(),
+                                "--kubelet-port".to_owned(),
+                                s.kubelet_port.to_string(),
+                            ]
+                            .into_iter()
+                            .chain(
+                                s.home_api_address
+                                    .iter()
+                                    .flat_map(|a| ["--home-api-address".to_owned(), a.clone()]),
+                            )
+                            .collect(),
+                        ),
                         env: Some(vec![
                             env_field("POD_IP", "status.podIP"),
                             env_field("POD_NAME", "metadata.name"),
@@ -419,6 +447,7 @@ mod tests {
             image: "fabric-virtual-kubelet:test".into(),
             fabric_namespace: "fabric-system".into(),
             kubelet_port: KUBELET_PORT,
+            home_api_address: None,
         }
     }
 
@@ -513,6 +542,32 @@ mod tests {
             .clone()
             .unwrap();
         assert!(args.windows(2).any(|w| w == ["--kubelet-port", "0"]));
+        assert!(!args.iter().any(|a| a == "--home-api-address"));
+        let home = Settings {
+            home_api_address: Some("10.0.1.100:6443".into()),
+            ..settings()
+        };
+        let args = deployment(&v, &home).spec.template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--home-api-address", "10.0.1.100:6443"])
+        );
+        let ip_rules: Vec<_> = roles(&v, &home)
+            .into_iter()
+            .flat_map(|(r, _)| r.rules.unwrap_or_default())
+            .filter(|r| r.resources.as_deref() == Some(&["ips".to_owned()][..]))
+            .collect();
+        assert_eq!(ip_rules.len(), 2, "{ip_rules:?}");
+        assert!(
+            roles(&v, &settings())
+                .into_iter()
+                .flat_map(|(r, _)| r.rules.unwrap_or_default())
+                .all(|r| r.resources.as_deref() != Some(&["ips".to_owned()][..])),
+            "nothing of IPs without a home API address"
+        );
         let env = c.env.clone().unwrap();
         assert_eq!(env[0].name, "POD_IP");
         // The selector picks the template's pods.

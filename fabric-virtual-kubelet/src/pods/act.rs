@@ -217,7 +217,11 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
             Outcome::Aborted(why)
         }
         Step::Create if twin && offloaded_to_tenant(cx, pod).await? => Outcome::Skip,
-        Step::Create => create(cx, &api, marks, &shadow_name, twin).await?,
+        Step::Create => match pods.home_api_for(pod) {
+            Some(home_api) => create(cx, &api, marks, &shadow_name, twin, home_api).await?,
+            // Its twin's Service lost its address since the decision: decided again then.
+            None => own,
+        },
         Step::UpdateMetadata => {
             let Outcome::Shadow(s) = &own else {
                 return Ok(own);
@@ -449,6 +453,7 @@ async fn create(
     marks: &Marks,
     shadow_name: &str,
     twin: bool,
+    home_api: Option<forge::HomeApi>,
 ) -> Result<Outcome> {
     let home = cx.view.home.as_ref();
     // In a twin, its tokens first: the pod must not start without them.
@@ -477,7 +482,12 @@ async fn create(
     }
     let consumer = marks.origin();
     let spec = match forge::forge(pod, consumer, &Offer::default(), &Policy::default()) {
-        Ok(spec) => spec,
+        Ok(mut spec) => {
+            if let Some(at) = &home_api {
+                forge::home_api(&mut spec.pod.spec, at);
+            }
+            spec
+        }
         Err(refusal) => {
             let message = refusal.to_string();
             cx.event(&Event::warning(

@@ -4,14 +4,17 @@
 //! pod's own name ([`Placement::Twin`]), or in the tenant namespace as `<namespace>.<name>`
 //! ([`Placement::Tenant`]; which pods go where: [`super::twins`]). Its decisions are
 //! [`decide`]'s; its writes are [`super::act`]'s.
-use fabric_api::{names::label, offloading::v1alpha1::ShadowPod};
-use fabric_offloading::shadowpod::forge;
+use fabric_api::{
+    names::{annotation, label},
+    offloading::v1alpha1::ShadowPod,
+};
+use fabric_offloading::shadowpod::forge::{self, HomeApi};
 use fabric_reflector::{Cx, Key, Kind, Marks, Next, Pair, Remote, View};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use crate::conditions::Readiness;
+use crate::{conditions::Readiness, home_api::HomeApis};
 
 use super::{
     act,
@@ -43,6 +46,26 @@ pub struct Pods {
     /// The remap of the peer's pod CIDR, or why there is none, as of the peer's last
     /// Configuration ([`super::run::follow_remap`]).
     pub remap: watch::Receiver<Result<Remap, Untranslatable>>,
+    /// Where the pods of each twin find the home API server (`None`: not configured, pods
+    /// get nothing of it).
+    pub home_api: Option<watch::Receiver<HomeApis>>,
+}
+
+impl Pods {
+    /// What `pod` is given of the home API server where it runs: nothing (`Some(None)`: not
+    /// configured, the tenant placement, or opted out with
+    /// [`annotation::SERVICE_ACCOUNT_TOKEN`]), or its twin's Service; `None`: that Service
+    /// has no cluster IP yet, the pod waits.
+    pub fn home_api_for(&self, pod: &Pod) -> Option<Option<HomeApi>> {
+        let Some(apis) = self.home_api.as_ref() else {
+            return Some(None);
+        };
+        if self.placement == Placement::Tenant || annotation::home_api_opted_out(&pod.metadata) {
+            return Some(None);
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        apis.borrow().get(ns).cloned().map(Some)
+    }
 }
 
 /// What [`decide`] knows of a pod's ShadowPod, from what the edge knows: one that is not
@@ -110,6 +133,9 @@ impl Kind for Pods {
             }
         }
         let step = decide::decide(view.home, remote(view.remote), view.reachable);
+        if step == Step::Create && self.home_api_for(view.home).is_none() {
+            return Step::Wait;
+        }
         // An adopted ShadowPod gets our marks with a metadata write once nothing else is due.
         match (&step, view.remote, view.marks) {
             (Step::Report, Remote::Ours(s), Some(m))
@@ -168,7 +194,47 @@ mod tests {
             node_ip: "10.0.0.9".into(),
             ready: watch::channel(None).1,
             remap: watch::channel(Err(Untranslatable::NoRemap)).1,
+            home_api: None,
         }
+    }
+
+    #[test]
+    fn a_pod_of_a_twin_waits_for_the_home_api_servers_service_unless_it_opted_out() {
+        let (tx, rx) = watch::channel(HomeApis::new());
+        let p = Pods {
+            placement: Placement::Twin,
+            home_api: Some(rx),
+            ..pods()
+        };
+        let web = pod();
+        assert_eq!(p.home_api_for(&web), None, "no cluster IP yet: waits");
+        let at = HomeApi {
+            cluster_ip: "10.96.0.9".into(),
+        };
+        tx.send_replace(HomeApis::from([("shop".to_owned(), at.clone())]));
+        assert_eq!(p.home_api_for(&web), Some(Some(at)));
+        let mut out = pod();
+        out.metadata.annotations = Some(
+            [(
+                annotation::SERVICE_ACCOUNT_TOKEN.to_owned(),
+                annotation::SERVICE_ACCOUNT_TOKEN_NEVER.to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(p.home_api_for(&out), Some(None));
+        tx.send_replace(HomeApis::new());
+        assert_eq!(p.home_api_for(&out), Some(None), "opted out: never waits");
+        // Not configured, or the tenant placement: nothing, no wait.
+        let none = Pods {
+            placement: Placement::Twin,
+            ..pods()
+        };
+        assert_eq!(none.home_api_for(&web), Some(None));
+        let tenant = Pods {
+            home_api: p.home_api.clone(),
+            ..pods()
+        };
+        assert_eq!(tenant.home_api_for(&web), Some(None));
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct Opts {
     /// How often every pod is looked at again (a ShadowPod deleted while the provider's
     /// watch was down, a quota that freed up).
     pub resync: Duration,
+    /// Where the home API server listens on this cluster's network, if offloaded pods are to
+    /// reach it ([`crate::home_api`]).
+    pub home_api_address: Option<std::net::SocketAddrV4>,
 }
 
 /// Whether the provider answers, as the node's readiness says (not known before the node
@@ -128,7 +131,17 @@ pub async fn run(
         twins::follow_offloaded(local.clone()),
         twins::follow_mapped(endpoints.clone()),
     );
+    let home_api = opts.home_api_address.map(|address| {
+        crate::home_api::follow(
+            local.clone(),
+            opts.fabric_namespace.clone(),
+            address,
+            endpoints.clone(),
+            twins.clone(),
+        )
+    });
     let pods = |placement| Pods {
+        home_api: home_api.clone(),
         placement,
         twins: twins.clone(),
         node_name: opts.node_name.clone(),
@@ -169,7 +182,11 @@ pub async fn run(
     };
     let mut twin = Reflection::new(local, events, metrics, endpoints, reachability);
     let configs = Options::new(CONFIG_SYNCS, opts.resync).resync_on(referenced.clone());
-    twin.register(pods(Placement::Twin), options)
+    let twin_options = match &home_api {
+        Some(h) => options.resync_on(h.clone()),
+        None => options,
+    };
+    twin.register(pods(Placement::Twin), twin_options)
         .register(Mirror(ConfigMaps(referenced.clone())), configs.clone())
         .register(Mirror(Secrets(referenced.clone())), configs);
     twin.register(Mirror(Services), Options::new(CONFIG_SYNCS, opts.resync))

@@ -541,6 +541,13 @@ fn manifests_apply_with_least_privilege() {
                 "get",
                 "connections.networking.fabric.io",
             ),
+            // ... and the IP exposing the home API server to peers.
+            (
+                "fabric-virtual-nodes",
+                "patch",
+                "ips.networking.fabric.io/fabric-home-apiserver",
+            ),
+            ("fabric-virtual-nodes", "create", "ips.networking.fabric.io"),
             // The ShadowPod webhook: its caches, the usage on Tenants, its Secret, its
             // configuration's caBundle.
             (
@@ -620,6 +627,18 @@ fn manifests_apply_with_least_privilege() {
                 "leases.coordination.k8s.io/fabric-virtual-nodes",
             ),
             ("fabric-virtual-nodes", "create", "pods"),
+            // Of IPs, the home API server's only, never deleted.
+            (
+                "fabric-virtual-nodes",
+                "delete",
+                "ips.networking.fabric.io/fabric-home-apiserver",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "patch",
+                "ips.networking.fabric.io/db",
+            ),
+            ("fabric-virtual-nodes", "get", "ips.networking.fabric.io/db"),
             ("fabric-virtual-nodes", "get", "configmaps"),
             ("fabric-virtual-nodes", "get", "configmaps/fabric-cluster"),
             (
