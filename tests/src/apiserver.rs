@@ -30,7 +30,7 @@ pub struct ApiServer {
 
 /// Port of an API server inside its own namespace: nothing else listens there, so it can be
 /// fixed, as a cluster's API server port would be.
-const NETNS_API_PORT: u16 = 6443;
+pub const NETNS_API_PORT: u16 = 6443;
 /// Concurrent forwarded connections (two threads each). Kube clients pool theirs, but every
 /// watch holds one: a cluster's components, its virtual kubelets (a dozen watches each, more
 /// per offloaded namespace) and its peers' controllers hold a few hundred together.

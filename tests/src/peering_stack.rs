@@ -131,6 +131,9 @@ impl Member {
                     // Every cluster's virtual kubelets share the host's loopback.
                     "--virtual-kubelet-port".into(),
                     "0".into(),
+                    // Offloaded pods reach the API server where it is on the cluster network.
+                    "--home-api-address".into(),
+                    cluster.api_address(),
                 ],
             ),
         ] {

@@ -3,13 +3,16 @@
 //! went deleted (`endpoints::stale`). Watches of Services, Pods and its own slices
 //! (reflector stores) and a pass over every Service after each burst of changes. Slices
 //! without its managed-by label are never read nor written.
+//!
+//! With `FABRIC_TEST_ROOT_CA` (a PEM file), also the root CA publisher: ConfigMap
+//! `kube-root-ca.crt` (`ca.crt`) in every namespace, as the controller manager keeps it.
 use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use fabric_kube::cache::notifying;
 use fabric_tests::endpoints::{self, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL};
 use k8s_openapi::api::{
-    core::v1::{Pod, Service},
+    core::v1::{ConfigMap, Namespace, Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
@@ -51,6 +54,11 @@ async fn run() -> Result<()> {
         changed.clone(),
     )
     .0;
+    if let Some(path) = std::env::var_os("FABRIC_TEST_ROOT_CA") {
+        let ca = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.to_string_lossy()))?;
+        tokio::spawn(publish_root_ca(client.clone(), ca));
+    }
     services.wait_until_ready().await.context("service watch")?;
     pods.wait_until_ready().await.context("pod watch")?;
     slices.wait_until_ready().await.context("slice watch")?;
@@ -60,6 +68,52 @@ async fn run() -> Result<()> {
         // Coalesce bursts of events into one pass.
         changed.notified().await;
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// ConfigMap `kube-root-ca.crt` with `ca` in every namespace, written once per namespace
+/// (by uid: one made again gets it again).
+async fn publish_root_ca(client: Client, ca: String) {
+    const NAME: &str = "kube-root-ca.crt";
+    let changed = Arc::new(Notify::new());
+    let namespaces = notifying(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+        changed.clone(),
+    )
+    .0;
+    let mut done = std::collections::HashSet::new();
+    loop {
+        for ns in namespaces.state() {
+            let (name, uid) = (ns.name_any(), ns.uid().unwrap_or_default());
+            if ns.metadata.deletion_timestamp.is_some() || done.contains(&uid) {
+                continue;
+            }
+            let body = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": NAME, "namespace": name},
+                "data": {"ca.crt": ca},
+            });
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
+            match api
+                .patch(
+                    NAME,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            {
+                Ok(_) => {
+                    done.insert(uid);
+                }
+                Err(e) => warn!(namespace = %name, error = %e, "publishing the root CA"),
+            }
+        }
+        tokio::select! {
+            () = changed.notified() => {}
+            // A namespace that refused it (terminating, or the API away) is tried again.
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
     }
 }
 

@@ -6,6 +6,11 @@
 //! - `http --port P`: the same over HTTP/1.0 (`GET /` answers the client address).
 //! - `connect ADDR:PORT`: connects, prints what the server answered, exits 0 (1 on failure).
 //! - `exit CODE [--after SECONDS]`: prints a line and exits with CODE.
+//! - `api PATH`: calls the API server as an in-cluster client does (`https://` +
+//!   `KUBERNETES_SERVICE_HOST`:`KUBERNETES_SERVICE_PORT`, its certificate verified with the
+//!   CA of the service account directory, the bearer token there if there is one), prints
+//!   `status N` and the body, exits 0 once answered (1 on failure); with `--every SECONDS`,
+//!   again and again (a failure printed as `error: ...`), for ever.
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
@@ -42,6 +47,18 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         timeout_secs: u64,
     },
+    /// GETs PATH of the in-cluster API server and prints the status and body.
+    Api {
+        path: String,
+        /// The service account directory (ca.crt, token).
+        #[arg(long, default_value = "/var/run/secrets/kubernetes.io/serviceaccount")]
+        dir: std::path::PathBuf,
+        #[arg(long, default_value_t = 5)]
+        timeout_secs: u64,
+        /// Call again after this many seconds, for ever.
+        #[arg(long)]
+        every: Option<f64>,
+    },
     /// Prints a line and exits with CODE.
     Exit {
         code: i32,
@@ -77,6 +94,72 @@ fn serve(port: u16, http: bool) -> Result<()> {
     Ok(())
 }
 
+/// GET `path` of the in-cluster API server: (status, body).
+fn call_api(path: &str, dir: &std::path::Path, timeout: Duration) -> Result<(u16, String)> {
+    use std::net::ToSocketAddrs as _;
+
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
+
+    let var = |n: &str| std::env::var(n).with_context(|| format!("${n} is not set"));
+    let (host, port) = (
+        var("KUBERNETES_SERVICE_HOST")?,
+        var("KUBERNETES_SERVICE_PORT")?,
+    );
+    let ca = dir.join("ca.crt");
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in
+        CertificateDer::pem_file_iter(&ca).with_context(|| format!("reading {}", ca.display()))?
+    {
+        roots.add(cert.context("a certificate of ca.crt")?)?;
+    }
+    let token = std::fs::read_to_string(dir.join("token")).ok();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from(host.clone()).context("the API server's name")?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)?;
+    // Resolved as the pod resolves it (its /etc/hosts: the host aliases).
+    let addr = (
+        host.as_str(),
+        port.parse::<u16>().context("$KUBERNETES_SERVICE_PORT")?,
+    )
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("no address for {host}"))?;
+    let tcp = TcpStream::connect_timeout(&addr, timeout)
+        .with_context(|| format!("connecting to {host} ({addr})"))?;
+    tcp.set_read_timeout(Some(timeout))?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {}\r\n", t.trim()))
+        .unwrap_or_default();
+    write!(
+        tls,
+        "GET {path} HTTP/1.0\r\nHost: {host}\r\n{auth}Accept: application/json\r\n\r\n"
+    )
+    .context("sending the request")?;
+    // HTTP/1.0: the answer is not chunked, and ends when the server closes.
+    let mut raw = Vec::new();
+    // A server that closes without close_notify still said all it had to.
+    if let Err(e) = tls.read_to_end(&mut raw)
+        && raw.is_empty()
+    {
+        return Err(e).context("reading the answer");
+    }
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").context("no HTTP answer")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no status in {head:?}"))?;
+    Ok((status, body.to_owned()))
+}
+
 fn main() -> std::process::ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::Echo { port, print_env } => {
@@ -96,6 +179,28 @@ fn main() -> std::process::ExitCode {
             print!("{out}");
             Ok(())
         })(),
+        Cmd::Api {
+            path,
+            dir,
+            timeout_secs,
+            every,
+        } => {
+            let call = || call_api(&path, &dir, Duration::from_secs(timeout_secs));
+            let print = |(status, body): (u16, String)| {
+                println!("status {status}");
+                println!("{}", body.trim_end());
+            };
+            match every {
+                None => call().map(print),
+                Some(every) => loop {
+                    match call() {
+                        Ok(answer) => print(answer),
+                        Err(e) => println!("error: {e:#}"),
+                    }
+                    std::thread::sleep(Duration::from_secs_f64(every));
+                },
+            }
+        }
         Cmd::Exit { code, after } => {
             println!("exiting with {code}");
             std::thread::sleep(Duration::from_secs_f64(after));

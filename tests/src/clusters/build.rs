@@ -134,7 +134,16 @@ impl PeeredClusters {
                 ],
                 env.clone(),
             )?;
-            // No controller manager either: the stand-in for its EndpointSlice controller.
+            // No controller manager either: the stand-in for its EndpointSlice controller and
+            // root CA publisher (the API server's serving certificate, self-signed, is the
+            // root pods verify it with).
+            let mut endpoints_env = env.clone();
+            if let Some(certs) = me.cluster_ref(which).api.certs_dir() {
+                endpoints_env.push((
+                    "FABRIC_TEST_ROOT_CA".to_owned(),
+                    certs.join("apiserver.crt").display().to_string(),
+                ));
+            }
             me.spawn(
                 &format!("endpoints{i}"),
                 vec![
@@ -144,7 +153,7 @@ impl PeeredClusters {
                     replicas[0].ns.clone(),
                     bin("fabric-test-endpoints")?,
                 ],
-                env.clone(),
+                endpoints_env,
             )?;
             for (k, node) in nodes.iter().enumerate() {
                 let root = me.logs.join(format!("testnode{i}-{k}"));
@@ -323,14 +332,19 @@ impl PeeredClusters {
             &["addr", "add", &format!("{api_ip}/24"), "dev", "lan"],
         )?;
         // The API server presents a client certificate to the ShadowPod webhook, as a
-        // provider's admin configures kube-apiserver for deploy/'s webhook.
+        // provider's admin configures kube-apiserver for deploy/'s webhook. Its serving
+        // certificate names what a cluster's does: its address and the `kubernetes`
+        // Service's names, by which pods (offloaded ones too) reach it.
         let caller = crate::webhook::Caller::new(&logs.join(id).join("webhook-caller"))?;
+        let sans: Vec<&str> = std::iter::once(api_ip.as_str())
+            .chain(names::home_api::NAMES)
+            .collect();
         let api = ApiServer::start_in_netns_with_args(
             &format!("{id}-{}", tb.id()),
             &api_ns,
             &api_ip,
             true,
-            &caller.kubelite_args(),
+            &format!("{} --tls-sans={}", caller.kubelite_args(), sans.join(",")),
         )?;
         let hook_ns = tb.add_netns(&format!("hook{i}"))?;
         let hook_ip = format!("10.0.{i}.50");
@@ -445,6 +459,12 @@ impl PeeredClusters {
                 underlay_ip,
                 dir: rdir,
             });
+        }
+        if !overlay {
+            // Peers' pods reach the API server through the gateway (exposed with an `IP`:
+            // offloaded pods calling their home API server), under addresses of the pool the
+            // peers' CIDRs are remapped into; its answers go back the same way.
+            tb.ip(&api_ns, &["route", "add", POOL, "via", &reps[0].ip])?;
         }
         let (mut node_ns, mut pod_ns) = (Vec::new(), Vec::new());
         for k in 0..nodes {

@@ -114,6 +114,16 @@ impl Cluster {
         format!("10.244.{}.0/24", k + 1)
     }
 
+    /// Where its API server listens on the cluster network (`IP:PORT`): the admin's
+    /// `--home-api-address`.
+    pub fn api_address(&self) -> String {
+        format!(
+            "10.0.{}.100:{}",
+            self.index,
+            crate::apiserver::NETNS_API_PORT
+        )
+    }
+
     /// The first gateway replica's address on the cluster network.
     pub fn gateway_ip(&self) -> String {
         self.replicas[0].ip.clone()

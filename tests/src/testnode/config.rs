@@ -1,8 +1,8 @@
 //! A container's environment from ConfigMaps and Secrets (`env[].valueFrom.configMapKeyRef`,
 //! `secretKeyRef`, `envFrom`), as a kubelet resolves it: read when the pod starts, and a
 //! missing object or key (not `optional`) holds the container in `CreateContainerConfigError`
-//! with the kubelet's message until it appears. Volumes of either kind are not mounted (the
-//! test node has no volume support). Resolution is pure; [`load`] reads what it needs.
+//! with the kubelet's message until it appears. Volumes of either kind are
+//! [`super::files`]'s. Resolution is pure; [`load`] reads what it needs.
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret};
@@ -17,7 +17,7 @@ pub enum Source {
 
 impl Source {
     /// As the kubelet's messages name it.
-    fn word(self) -> &'static str {
+    pub fn word(self) -> &'static str {
         match self {
             Source::ConfigMap => "configmap",
             Source::Secret => "secret",

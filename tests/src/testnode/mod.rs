@@ -16,6 +16,7 @@
 //! [`pods`] (the per-pod workers: processes, status), [`podnet`] (their network), [`server`] (kubelet API), [`proxy`] (its
 //! pure part: [`proxy::programme`], the nft script).
 pub mod config;
+pub mod files;
 pub mod logs;
 pub mod node;
 pub mod podnet;

@@ -25,7 +25,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tracing::{info, warn};
 
 use super::{
-    HOLLOW_ANNOTATION, MIRROR_ANNOTATION, config,
+    HOLLOW_ANNOTATION, MIRROR_ANNOTATION, config, files,
     logs::{Entry, Stream},
     pick_address,
     podnet::{build_net, remove_net},
@@ -86,6 +86,9 @@ pub struct Node {
     pub bin_dir: Option<PathBuf>,
     pub seq: std::sync::atomic::AtomicU32,
 }
+
+/// How often the volumes' objects are read again while the pod runs.
+const VOLUME_SYNC: Duration = Duration::from_secs(1);
 
 enum Msg {
     Update(Box<Pod>),
@@ -208,8 +211,12 @@ struct Worker {
     terminating: bool,
     last_status: Option<serde_json::Value>,
     /// The ConfigMaps and Secrets the containers' environment takes values from, as read
-    /// when the pod started.
+    /// when the pod started, and those its volumes show (read again while it runs).
     config: config::Loaded,
+    /// Its directory: the containers' logs, its `/etc/hosts` and volumes.
+    dir: PathBuf,
+    /// The volumes the test node materializes (configMap, secret, projected).
+    volumes: BTreeSet<String>,
 }
 
 async fn worker(
@@ -273,6 +280,8 @@ async fn worker(
         terminating: false,
         last_status: None,
         config: config::Loaded::new(),
+        dir: pod_dir,
+        volumes: BTreeSet::new(),
     };
     let r = w.live(&mut rx).await;
     w.teardown();
@@ -293,7 +302,14 @@ impl Worker {
     /// as a kubelet does. `false`: the pod went meanwhile.
     async fn await_config(&mut self, rx: &mut UnboundedReceiver<Msg>) -> bool {
         let specs: Vec<_> = self.ctrs.iter().map(|c| c.spec.clone()).collect();
-        let wanted = config::wanted(&specs);
+        let mut wanted = config::wanted(&specs);
+        wanted.extend(
+            self.pod
+                .spec
+                .as_ref()
+                .map(files::wanted)
+                .unwrap_or_default(),
+        );
         if wanted.is_empty() || self.hollow {
             return true;
         }
@@ -303,7 +319,8 @@ impl Worker {
                 Ok(loaded) => {
                     let missing = specs
                         .iter()
-                        .find_map(|c| config::env(c, &ns, &loaded).err());
+                        .find_map(|c| config::env(c, &ns, &loaded).err())
+                        .or_else(|| self.write_volumes(&loaded).err());
                     self.config = loaded;
                     missing
                 }
@@ -339,6 +356,40 @@ impl Worker {
         }
     }
 
+    /// Writes the volumes' files from `loaded`; `Err`: what is missing, or why they could
+    /// not be written.
+    fn write_volumes(&mut self, loaded: &config::Loaded) -> Result<(), String> {
+        let volumes = files::volumes(&self.pod, loaded)?;
+        for (name, content) in &volumes {
+            files::write(&self.dir.join("volumes").join(name), content)
+                .map_err(|e| format!("writing volume {name}: {e}"))?;
+        }
+        self.volumes = volumes.into_keys().collect();
+        Ok(())
+    }
+
+    /// Reads the volumes' objects again and rewrites what changed, as a kubelet's periodic
+    /// sync does (a missing object leaves the files as they were).
+    async fn refresh_volumes(&mut self) {
+        let Some(spec) = self.pod.spec.as_ref() else {
+            return;
+        };
+        let wanted = files::wanted(spec);
+        if wanted.is_empty() || self.hollow {
+            return;
+        }
+        let ns = self.pod.namespace().unwrap_or_default();
+        if let Ok(loaded) = config::load(&self.node.client, &ns, &wanted).await
+            && let Err(e) = self.write_volumes(&loaded)
+        {
+            warn!(
+                pod = self.pod.name_any(),
+                error = e,
+                "volumes not refreshed"
+            );
+        }
+    }
+
     async fn live(&mut self, rx: &mut UnboundedReceiver<Msg>) -> Result<()> {
         if self.pod.metadata.deletion_timestamp.is_none() && !self.await_config(rx).await {
             if self.pod.metadata.deletion_timestamp.is_some() {
@@ -361,7 +412,14 @@ impl Worker {
                 self.teardown();
                 return delete_now(&self.api, &self.pod).await;
             }
-            let Some(msg) = rx.recv().await else {
+            let msg = tokio::select! {
+                m = rx.recv() => m,
+                () = tokio::time::sleep(VOLUME_SYNC), if !self.volumes.is_empty() => {
+                    self.refresh_volumes().await;
+                    continue;
+                }
+            };
+            let Some(msg) = msg else {
                 return Ok(());
             };
             match msg {
@@ -421,6 +479,13 @@ impl Worker {
         };
         self.ip = Some(ip);
         if self.hollow {
+            return;
+        }
+        let hosts = files::hosts(&self.pod, &ip.to_string());
+        if let Err(e) = std::fs::create_dir_all(&self.dir)
+            .and_then(|()| std::fs::write(self.dir.join("hosts"), hosts))
+        {
+            self.fail_all("NetworkSetupError", format!("writing /etc/hosts: {e}"));
             return;
         }
         let uid = self.pod.uid().unwrap_or_default();
@@ -494,8 +559,25 @@ impl Worker {
         let log_dir = self.ctrs[idx].log_dir.clone();
         let env = self.env(idx);
         let ns = self.net.as_ref().map(|n| n.ns.clone()).unwrap_or_default();
+        let mounts: Vec<(String, String)> = self.ctrs[idx]
+            .spec
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| self.volumes.contains(&m.name))
+            .map(|m| {
+                let from = self.dir.join("volumes").join(&m.name);
+                let from = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                    Some(sub) => from.join(sub),
+                    None => from,
+                };
+                (from.display().to_string(), m.mount_path.clone())
+            })
+            .collect();
+        let script = files::mount_script(&self.dir.join("hosts"), &mounts);
         match spawn_container(
             &ns,
+            &script,
             &self.resolve(&argv[0]),
             &argv[1..],
             &env,
@@ -739,11 +821,13 @@ async fn delete_now(api: &Api<Pod>, pod: &Pod) -> Result<()> {
     }
 }
 
-/// Starts one run of a container in `ns` (its own process group), its output written as CRI
-/// log lines to `log_dir/<run>.log`; its exit is sent to the worker. Returns its pid.
+/// Starts one run of a container in `ns` (its own process group) through `script`
+/// ([`files::mount_script`]), its output written as CRI log lines to `log_dir/<run>.log`;
+/// its exit is sent to the worker. Returns its pid.
 #[allow(clippy::too_many_arguments)]
 fn spawn_container(
     ns: &str,
+    script: &str,
     cmd: &str,
     args: &[String],
     env: &[(String, String)],
@@ -759,7 +843,9 @@ fn spawn_container(
         .open(log_dir.join(format!("{run}.log")))?;
     let file = Arc::new(Mutex::new(file));
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, cmd])
+    // `ip netns exec` gives the process a mount namespace of its own: the script's mounts
+    // (its /etc/hosts, volumes) are the pod's only, then it becomes the command.
+    c.args(["netns", "exec", ns, "sh", "-c", script, "sh", cmd])
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
