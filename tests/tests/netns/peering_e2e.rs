@@ -315,8 +315,38 @@ impl Bed {
 
         // Its configuration: what the pod references goes to the twin, nothing else.
         apply(shop::config());
+        // Beside web, a container calling the home API server as an in-cluster client does,
+        // verifying it with A's root CA (as published in the namespace; its own ConfigMap
+        // until the token's projected volume carries it).
+        let root_ca = self.wait("A's root CA in shop", Duration::from_secs(30), || {
+            let ca = a.api.kubectl_ok(&[
+                "get",
+                "configmap",
+                "kube-root-ca.crt",
+                "-n",
+                shop::NAMESPACE,
+                "-o",
+                "jsonpath={.data.ca\\.crt}",
+            ]);
+            ca.contains("BEGIN CERTIFICATE").then_some(ca)
+        });
+        apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "home-ca", "namespace": shop::NAMESPACE},
+            "data": {"ca.crt": root_ca}}));
+        let mut web = shop::web();
+        web["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/default-container": "app"});
+        web["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({
+                "name": "api", "image": "fabric-test-pod",
+                "command": ["fabric-test-pod", "api", "/version", "--every", "1"],
+                "volumeMounts": [{"name": "home-ca", "readOnly": true,
+                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+            }));
+        web["spec"]["volumes"] = json!([{"name": "home-ca", "configMap": {"name": "home-ca"}}]);
         // Nothing about placement in the pod: the webhook adds it.
-        a.create_pod(&shop::web()).unwrap();
+        a.create_pod(&web).unwrap();
         apply(shop::service("web"));
         let stored = get_json(&a.api, &["get", "pod", "web", "-n", shop::NAMESPACE]).unwrap();
         assert_eq!(
@@ -355,6 +385,31 @@ impl Bed {
         );
         assert!(get_json(&b.api, &["get", "configmap", "settings", "-n", &twin]).is_some());
         assert!(get_json(&b.api, &["get", "configmap", "unused", "-n", &twin]).is_none());
+
+        // The offloaded pod reaches A's API server as https://kubernetes.default.svc, its
+        // certificate verified with A's root CA: the name resolves (host alias) to the cluster
+        // IP of the twin's Service, whose endpoint is A's API server in B's view.
+        let api_ip = b
+            .service_ip(&twin, names::home_api::SERVICE)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()));
+        let real = get_json(&b.api, &["get", "pod", "web", "-n", &twin]).expect("web on B");
+        assert_eq!(
+            real["spec"]["hostAliases"][0]["ip"],
+            api_ip.as_str(),
+            "{real}"
+        );
+        let version = self.wait(
+            "web on B answered by A's API server",
+            Duration::from_secs(60),
+            || {
+                let o = a
+                    .api
+                    .kubectl(&["logs", "web", "-c", "api", "-n", shop::NAMESPACE]);
+                let out = String::from_utf8_lossy(&o.stdout).into_owned();
+                out.contains("status 200").then_some(out)
+            },
+        );
+        assert!(version.contains("gitVersion"), "{version}");
 
         // A home pod -> a Service whose endpoint is offloaded, by cluster IP.
         let web_ip = a.service_ip(shop::NAMESPACE, "web").unwrap();
