@@ -146,21 +146,6 @@ pub mod annotation {
     pub const HOME_API: &str = "offloading.fabric.io/home-api";
     pub const HOME_API_REACHABLE: &str = "Reachable";
     pub const HOME_API_UNREACHABLE: &str = "Unreachable";
-    /// On a pod of an offloaded namespace: `never` keeps it from the home API server where it
-    /// runs on a provider (no token reflected for it, no address of the home API server in
-    /// its environment or host aliases); anything else, or none, gives it both.
-    pub const SERVICE_ACCOUNT_TOKEN: &str = "reflection.fabric.io/service-account-token";
-    /// The value of [`SERVICE_ACCOUNT_TOKEN`] that opts a pod out.
-    pub const SERVICE_ACCOUNT_TOKEN_NEVER: &str = "never";
-
-    /// Whether the pod of `meta` opted out of the home API server ([`SERVICE_ACCOUNT_TOKEN`]).
-    pub fn home_api_opted_out(meta: &kube::api::ObjectMeta) -> bool {
-        meta.annotations
-            .as_ref()
-            .and_then(|a| a.get(SERVICE_ACCOUNT_TOKEN))
-            .is_some_and(|v| v == SERVICE_ACCOUNT_TOKEN_NEVER)
-    }
-
     /// Whether the unpeer of `meta` (being deleted) was forced ([`FORCE_UNPEER`]).
     pub fn unpeer_forced(meta: &kube::api::ObjectMeta) -> bool {
         meta.annotations
@@ -261,9 +246,21 @@ pub fn fnv(s: &str) -> u64 {
 /// Service-account tokens of offloaded pods (issue 20): requested from the home API server,
 /// bound to the home pod, delivered as a Secret in the twin.
 pub mod service_account_token {
-    /// On a home pod: `never` keeps its service-account tokens home (its token volumes are
-    /// dropped from the ShadowPod, as for a pod offloaded pod by pod).
+    /// On a home pod of an offloaded namespace: [`NEVER`] keeps it from the home API server
+    /// where it runs on a provider: its token volumes are dropped from the ShadowPod (as for
+    /// a pod offloaded pod by pod), and no address of the home API server goes into its
+    /// environment or host aliases. Anything else, or none, gives it both.
     pub const OPT_OUT: &str = "reflection.fabric.io/service-account-token";
+    /// The value of [`OPT_OUT`] that opts a pod out.
+    pub const NEVER: &str = "never";
+
+    /// Whether the pod of `meta` opted out ([`OPT_OUT`] is [`NEVER`]).
+    pub fn opted_out(meta: &kube::api::ObjectMeta) -> bool {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(OPT_OUT))
+            .is_some_and(|v| v == NEVER)
+    }
     /// How a token Secret's name begins in a twin: reserved, a home Secret so named is not
     /// reflected (it would take a token Secret's place).
     pub const SECRET_PREFIX: &str = "fabric-token.";

@@ -5,7 +5,7 @@
 //! ([`Placement::Tenant`]; which pods go where: [`super::twins`]). Its decisions are
 //! [`decide`]'s; its writes are [`super::act`]'s.
 use fabric_api::{
-    names::{annotation, label},
+    names::{label, service_account_token},
     offloading::v1alpha1::ShadowPod,
 };
 use fabric_offloading::shadowpod::forge::{self, HomeApi};
@@ -54,13 +54,13 @@ pub struct Pods {
 impl Pods {
     /// What `pod` is given of the home API server where it runs: nothing (`Some(None)`: not
     /// configured, the tenant placement, or opted out with
-    /// [`annotation::SERVICE_ACCOUNT_TOKEN`]), or its twin's Service; `None`: that Service
+    /// [`service_account_token::OPT_OUT`]), or its twin's Service; `None`: that Service
     /// has no cluster IP yet, the pod waits.
     pub fn home_api_for(&self, pod: &Pod) -> Option<Option<HomeApi>> {
         let Some(apis) = self.home_api.as_ref() else {
             return Some(None);
         };
-        if self.placement == Placement::Tenant || annotation::home_api_opted_out(&pod.metadata) {
+        if self.placement == Placement::Tenant || service_account_token::opted_out(&pod.metadata) {
             return Some(None);
         }
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -216,8 +216,8 @@ mod tests {
         let mut out = pod();
         out.metadata.annotations = Some(
             [(
-                annotation::SERVICE_ACCOUNT_TOKEN.to_owned(),
-                annotation::SERVICE_ACCOUNT_TOKEN_NEVER.to_owned(),
+                service_account_token::OPT_OUT.to_owned(),
+                service_account_token::NEVER.to_owned(),
             )]
             .into(),
         );

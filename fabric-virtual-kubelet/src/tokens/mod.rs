@@ -12,13 +12,13 @@
 //!
 //! Tokens are refreshed once 80% of their life has gone ([`refresh_at`]), from what the Secret
 //! records (issue and expiry), so that a restarted virtual kubelet carries on from it. A pod
-//! annotated [`OPT_OUT`] `never` gets none: its token volumes are dropped, as for a pod
+//! annotated [`service_account_token::OPT_OUT`] `never` gets none: its token volumes are dropped, as for a pod
 //! offloaded pod by pod (the ShadowPod forge does that to every token volume left).
 use std::collections::BTreeMap;
 
 use fabric_api::names::{
     self,
-    service_account_token::{EXPIRES, ISSUED, OPT_OUT, POD_UID, SECRET_PREFIX},
+    service_account_token::{self, EXPIRES, ISSUED, POD_UID, SECRET_PREFIX},
 };
 use k8s_openapi::{
     ByteString,
@@ -63,13 +63,9 @@ pub struct Wanted {
     pub namespace: Option<String>,
 }
 
-/// Whether the pod opted out of tokens (annotation [`OPT_OUT`] `never`).
+/// Whether the pod opted out of tokens (annotation [`service_account_token::OPT_OUT`] `never`).
 pub fn opted_out(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(OPT_OUT))
-        .is_some_and(|v| v == "never")
+    service_account_token::opted_out(&pod.metadata)
 }
 
 /// The lifetime to ask for a source asking `requested` seconds: the API server's default and
@@ -297,6 +293,7 @@ pub fn until_earliest(
 
 #[cfg(test)]
 mod tests {
+    use fabric_api::names::service_account_token::OPT_OUT;
     use serde_json::json;
 
     use super::*;
