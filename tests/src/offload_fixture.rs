@@ -118,18 +118,19 @@ pub fn start_consumer(tag: &str, graceful: bool) -> Result<ApiServer> {
     merge_status(
         &consumer,
         "configuration",
+        PROVIDER,
         json!({ "remote": { "pod": REMAPPED_POD_CIDR, "external": "10.72.0.0/16" } }),
     );
     Ok(consumer)
 }
 
-/// Merges `status` into the consumer's object of `kind` named after the provider, as its
-/// controller would write it.
-fn merge_status(consumer: &ApiServer, kind: &str, status: Value) {
-    consumer.kubectl_ok(&[
+/// Merges `status` into the object of `kind` named `name` (the peer's cluster id) in the
+/// fabric's namespace of `api`, as its controller would write it.
+fn merge_status(api: &ApiServer, kind: &str, name: &str, status: Value) {
+    api.kubectl_ok(&[
         "patch",
         kind,
-        PROVIDER,
+        name,
         "-n",
         NS,
         "--subresource=status",
@@ -144,8 +145,73 @@ pub fn set_tunnel(consumer: &ApiServer, state: &str) {
     merge_status(
         consumer,
         "connection",
+        PROVIDER,
         json!({ "value": state, "message": format!("test: {state}") }),
     );
+}
+
+/// The consumer's pod CIDR (the provider's too: both clusters on the same one) and external
+/// CIDR, and how the provider sees them.
+pub const CONSUMER_CIDRS: (&str, &str) = ("10.244.0.0/16", "10.70.0.0/16");
+pub const CONSUMER_SEEN: (&str, &str) = ("10.245.0.0/16", "10.90.0.0/16");
+
+/// What the provider's network layer would have made for the consumer: its Configuration
+/// (remapped as [`CONSUMER_SEEN`]) and the Connection of its tunnel, in state `tunnel`.
+pub fn provider_network(provider: &ApiServer, tunnel: &str) -> Result<()> {
+    apply(
+        provider,
+        &json!({"apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
+                "metadata": {"name": CONSUMER, "namespace": NS},
+                "spec": {"clusterId": CONSUMER,
+                         "remote": {"pod": CONSUMER_CIDRS.0, "external": CONSUMER_CIDRS.1}}}),
+    )?;
+    merge_status(
+        provider,
+        "configuration",
+        CONSUMER,
+        json!({"remote": {"pod": CONSUMER_SEEN.0, "external": CONSUMER_SEEN.1}}),
+    );
+    set_provider_tunnel(provider, tunnel)
+}
+
+/// The consumer's tunnel's state as the provider's gateway operator writes it.
+pub fn set_provider_tunnel(provider: &ApiServer, state: &str) -> Result<()> {
+    apply(
+        provider,
+        &json!({"apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
+                "metadata": {"name": CONSUMER, "namespace": NS},
+                "spec": {"clusterId": CONSUMER}}),
+    )?;
+    merge_status(provider, "connection", CONSUMER, json!({"value": state}));
+    Ok(())
+}
+
+/// The NamespaceMap the consumer's controller would write on the provider, written with the
+/// consumer's own identity `creds`: `mappings` of (home, twin).
+pub async fn namespace_map(creds: &Credentials, mappings: &[(&str, &str)]) -> Result<()> {
+    use fabric_auth::identity;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, creds));
+    let client = identity::client_from_kubeconfig(&kubeconfig).await?;
+    let maps: Api<fabric_api::offloading::v1alpha1::NamespaceMap> =
+        Api::namespaced(client, &names::namespace::tenant(CONSUMER));
+    let namespaces: Vec<Value> = mappings
+        .iter()
+        .map(|(home, remote)| json!({"home": home, "remote": remote}))
+        .collect();
+    let map = json!({
+        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceMap",
+        "metadata": {"name": CONSUMER},
+        "spec": {"clusterId": CONSUMER, "namespaces": namespaces},
+    });
+    maps.patch(
+        CONSUMER,
+        &PatchParams::apply(names::field_manager::NAMESPACE_OFFLOADING).force(),
+        &Patch::Apply(&map),
+    )
+    .await?;
+    Ok(())
 }
 
 /// The consumer's identity Secret for the provider (what the virtual kubelet reaches it with).

@@ -2129,56 +2129,6 @@ async fn an_offloaded_namespace_s_services_are_in_its_twin() {
     .await;
 }
 
-/// The consumer's pod CIDR (the fixture's provider's too: both clusters on the same one), its
-/// external CIDR, and how the provider sees them.
-const CONSUMER_CIDRS: (&str, &str) = ("10.244.0.0/16", "10.70.0.0/16");
-const CONSUMER_SEEN: (&str, &str) = ("10.245.0.0/16", "10.90.0.0/16");
-
-/// What the provider's network layer would have made for the consumer: its Configuration
-/// (remapped) and the Connection of its tunnel, in state `tunnel`.
-fn provider_network(bed: &Bed, tunnel: &str) {
-    apply(
-        &bed.provider,
-        &json!({"apiVersion": "networking.fabric.io/v1alpha1", "kind": "Configuration",
-                "metadata": {"name": CONSUMER, "namespace": NS},
-                "spec": {"clusterId": CONSUMER,
-                         "remote": {"pod": CONSUMER_CIDRS.0, "external": CONSUMER_CIDRS.1}}}),
-    );
-    provider_status(
-        bed,
-        "configuration",
-        json!({"remote": {"pod": CONSUMER_SEEN.0, "external": CONSUMER_SEEN.1}}),
-    );
-    set_provider_tunnel(bed, tunnel);
-}
-
-/// Merges `status` into the provider's object of `kind` of the consumer, as its controller
-/// would write it.
-fn provider_status(bed: &Bed, kind: &str, status: Value) {
-    let patch = json!({ "status": status }).to_string();
-    bed.provider.kubectl_ok(&[
-        "patch",
-        kind,
-        CONSUMER,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &patch,
-    ]);
-}
-
-fn set_provider_tunnel(bed: &Bed, state: &str) {
-    apply(
-        &bed.provider,
-        &json!({"apiVersion": "networking.fabric.io/v1alpha1", "kind": "Connection",
-                "metadata": {"name": CONSUMER, "namespace": NS},
-                "spec": {"clusterId": CONSUMER}}),
-    );
-    provider_status(bed, "connection", json!({"value": state}));
-}
-
 /// The home slice of Service `db` as the consumer's endpoint controller writes it: one
 /// endpoint on a home node, one on the virtual node (its pod runs on the provider).
 fn home_slice(ready: bool) -> Value {
@@ -2500,7 +2450,7 @@ async fn services_endpoints_translated(bed: &Bed) {
         .await;
     assert!(note.contains(CONSUMER), "{note}");
     assert!(in_store_twin(bed, "endpointslice", "db-abcde-fabric").is_none());
-    provider_network(bed, "Connected");
+    fixture::provider_network(&bed.provider, "Connected").unwrap();
     let endpoints = &shadow["spec"]["template"]["endpoints"];
     assert_eq!(
         endpoints.as_array().map(Vec::len),
@@ -2524,13 +2474,13 @@ async fn services_endpoints_translated(bed: &Bed) {
     assert_eq!(labels[names::endpoint_slice::SERVICE_NAME], "db", "{real}");
     assert_eq!(real["ports"][0]["port"], 5432, "{real}");
     // The consumer's tunnel down: not ready nor serving there; back after.
-    set_provider_tunnel(bed, "Error");
+    fixture::set_provider_tunnel(&bed.provider, "Error").unwrap();
     bed.eventually("not ready while the consumer's network is down", || async {
         let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
         (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(false))]).then_some(())
     })
     .await;
-    set_provider_tunnel(bed, "Connected");
+    fixture::set_provider_tunnel(&bed.provider, "Connected").unwrap();
     bed.eventually("ready again once it is back", || async {
         let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
         (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(true), json!(true))]).then_some(())
@@ -2671,24 +2621,7 @@ async fn endpoints_attack(bed: &Bed) {
 /// The NamespaceMap the consumer's controller would write on the provider, written with the
 /// consumer's own identity: `mappings` of (home, twin).
 async fn set_map(bed: &Bed, mappings: &[(&str, &str)]) {
-    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
-    let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
-    let maps: Api<fabric_api::offloading::v1alpha1::NamespaceMap> =
-        Api::namespaced(client, &names::namespace::tenant(CONSUMER));
-    let namespaces: Vec<Value> = mappings
-        .iter()
-        .map(|(home, remote)| json!({"home": home, "remote": remote}))
-        .collect();
-    let map = json!({
-        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceMap",
-        "metadata": {"name": CONSUMER},
-        "spec": {"clusterId": CONSUMER, "namespaces": namespaces},
-    });
-    maps.patch(
-        CONSUMER,
-        &PatchParams::apply(names::field_manager::NAMESPACE_OFFLOADING).force(),
-        &Patch::Apply(&map),
-    )
-    .await
-    .unwrap();
+    fixture::namespace_map(&bed.identity, mappings)
+        .await
+        .unwrap();
 }
