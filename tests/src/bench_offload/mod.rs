@@ -38,6 +38,7 @@ use fabric_api::{
     names,
     offloading::v1alpha1::{ShadowPod, VirtualNode, VirtualNodeSpec},
 };
+use fabric_auth::identity::Credentials;
 use fabric_offloading::virtual_node::objects;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -50,7 +51,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 mod report;
-mod watch;
+pub(crate) mod watch;
 
 use report::{Burst, Deletion};
 use watch::{Stage, Step, first_event, first_seen, provider_stages};
@@ -116,16 +117,19 @@ fn apply(api: &ApiServer, obj: &Value) -> Result<()> {
     Ok(())
 }
 
-struct Stack {
-    consumer: ApiServer,
-    provider: ApiServer,
-    c: Client,
-    p: Client,
-    deployments: Deployments,
+/// The two clusters the offload and reflection benches run on (see the module's doc).
+pub(crate) struct Stack {
+    pub(crate) consumer: ApiServer,
+    pub(crate) provider: ApiServer,
+    pub(crate) c: Client,
+    pub(crate) p: Client,
+    pub(crate) deployments: Deployments,
     /// The provider's `sharing` and test node.
-    children: Vec<ChildGuard>,
+    pub(crate) children: Vec<ChildGuard>,
     binder: JoinHandle<()>,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
+    /// The consumer's identity on the provider (what its controllers write there with).
+    pub(crate) creds: Credentials,
 }
 
 impl Drop for Stack {
@@ -136,31 +140,32 @@ impl Drop for Stack {
 
 impl Stack {
     /// Both API servers' request counts now (consumer, provider).
-    fn requests(&self) -> Result<(apimetrics::Counts, apimetrics::Counts)> {
+    pub(crate) fn requests(&self) -> Result<(apimetrics::Counts, apimetrics::Counts)> {
         Ok((
             apimetrics::snapshot(&self.consumer)?,
             apimetrics::snapshot(&self.provider)?,
         ))
     }
 
-    /// The requests each API server served since `before`, per pod of the burst (the bench's
-    /// own creations, bindings and watches included).
-    fn print_requests(
+    /// The requests each API server served since `before`, per `unit` (`n` of them: e.g. the
+    /// pods of a burst; the bench's own creations, bindings and watches included).
+    pub(crate) fn print_requests(
         &self,
         before: &(apimetrics::Counts, apimetrics::Counts),
         n: usize,
+        unit: &str,
     ) -> Result<()> {
         let (c, p) = self.requests()?;
         for (label, before, after) in [("consumer", &before.0, c), ("provider", &before.1, p)] {
             println!(
-                "          {label} API requests per pod: {}",
+                "          {label} API requests per {unit}: {}",
                 apimetrics::summary(&apimetrics::delta(before, &after), n)
             );
         }
         Ok(())
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         let tail = |f: &str| {
             let text = std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
@@ -234,8 +239,10 @@ fn ready(n: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
-    let dir = fabric_netns::testbed::scratch_dir("bench-offload");
+/// Both clusters up (logs in a scratch directory named after `tag`), the provider's
+/// ShadowPod webhook too with `webhook`; see [`Stack::wait_ready`].
+pub(crate) fn start(rt: &tokio::runtime::Runtime, tag: &str, webhook: bool) -> Result<Stack> {
+    let dir = fabric_netns::testbed::scratch_dir(tag);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
 
@@ -243,16 +250,22 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
     // node with room for every burst.
     // The API server presents its client certificate to the webhook, as the webhook requires.
     let caller = crate::webhook::Caller::new(&dir.join("webhook-caller"))?;
-    let provider = ApiServer::start_with_auth_args("bench-offload-p", &caller.kubelite_args());
+    let provider = ApiServer::start_with_auth_args(&format!("{tag}-p"), &caller.kubelite_args());
     provider.install_crds();
     crate::auth_service::prepare_cluster(&provider, PROVIDER);
     let p = rt.block_on(provider.client());
     rt.block_on(sharing::admit_tenant(&p, CONSUMER))?;
     let creds = sharing::consumer_credentials(&provider, CONSUMER)?;
+    // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
+    let sharing_kubeconfig = crate::rights::component_kubeconfig(
+        &provider,
+        "fabric-sharing",
+        dir.join("sharing.kubeconfig"),
+    )?;
     let mut children = vec![
         Bin::new("fabric-controller")?
             .arg("sharing")
-            .kubeconfig(&provider.kubeconfig)
+            .kubeconfig(&sharing_kubeconfig)
             .pod_name("controller-0")
             .log(dir.join("provider-sharing.log"))
             .spawn()?,
@@ -289,7 +302,7 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
 
     // The consumer: what the sharing and network layers have made by the time a VirtualNode
     // exists (the provider connected, its pod CIDR remapped), and the VirtualNode controller.
-    let consumer = crate::offload_fixture::start_consumer("bench-offload-c", true)?;
+    let consumer = crate::offload_fixture::start_consumer(&format!("{tag}-c"), true)?;
     // The virtual kubelet serves its kubelet API, as deployed.
     consumer.publish_client_ca()?;
     let virtual_nodes = crate::offload_fixture::start_virtual_nodes(&consumer, &dir, &[])?;
@@ -314,6 +327,7 @@ fn start(rt: &tokio::runtime::Runtime, webhook: bool) -> Result<Stack> {
         children,
         binder,
         dir,
+        creds,
     })
 }
 
@@ -605,8 +619,32 @@ async fn clear(
 }
 
 impl Stack {
+    /// Waits for the virtual node and the hollow node to be Ready.
+    pub(crate) fn wait_ready(&self, rt: &tokio::runtime::Runtime) -> Result<()> {
+        rt.block_on(async {
+            let nodes: Api<Node> = Api::all(self.c.clone());
+            let pnodes: Api<Node> = Api::all(self.p.clone());
+            until_done(
+                "the virtual node and the hollow node Ready",
+                Duration::from_secs(120),
+                || async {
+                    Ok(nodes
+                        .get_opt(VIRTUAL_NODE)
+                        .await?
+                        .is_some_and(|n| ready(&n))
+                        && pnodes
+                            .get_opt(HOLLOW_NODE)
+                            .await?
+                            .is_some_and(|n| ready(&n)))
+                },
+            )
+            .await
+        })
+        .with_context(|| self.logs())
+    }
+
     /// The processes whose CPU time is counted, by what they are.
-    fn components(&self) -> Vec<(&'static str, Vec<i32>)> {
+    pub(crate) fn components(&self) -> Vec<(&'static str, Vec<i32>)> {
         let pid = |c: &ChildGuard| c.0.id() as i32;
         let vk = self
             .deployments
@@ -631,7 +669,7 @@ impl Stack {
     }
 }
 
-fn vk_name() -> String {
+pub(crate) fn vk_name() -> String {
     objects::name(&VirtualNode::new(
         PROVIDER,
         VirtualNodeSpec {
@@ -666,27 +704,8 @@ pub fn run(opts: &Options) -> Result<()> {
             "  with the provider's ShadowPod webhook as deployed (admission against the grant, charged on the Tenant)"
         );
     }
-    let stack = start(&rt, opts.webhook)?;
-    rt.block_on(async {
-        let nodes: Api<Node> = Api::all(stack.c.clone());
-        let pnodes: Api<Node> = Api::all(stack.p.clone());
-        until_done(
-            "the virtual node and the hollow node Ready",
-            Duration::from_secs(120),
-            || async {
-                Ok(nodes
-                    .get_opt(VIRTUAL_NODE)
-                    .await?
-                    .is_some_and(|n| ready(&n))
-                    && pnodes
-                        .get_opt(HOLLOW_NODE)
-                        .await?
-                        .is_some_and(|n| ready(&n)))
-            },
-        )
-        .await
-    })
-    .with_context(|| stack.logs())?;
+    let stack = start(&rt, "bench-offload", opts.webhook)?;
+    stack.wait_ready(&rt)?;
     println!(
         "  stack up in {} (two API servers with RBAC, sharing, virtual-nodes, the virtual kubelet, a hollow node)",
         secs(t0.elapsed())
@@ -723,7 +742,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .with_context(|| stack.logs())?;
         println!("  {n:>5} offloaded: {}", off.line());
         println!("{}", off.details());
-        stack.print_requests(&requests0, n)?;
+        stack.print_requests(&requests0, n, "pod")?;
         if i == last {
             let pids = stack.deployments.pids();
             let vk = stack.deployments.pid(NS, &vk_name());
@@ -749,7 +768,7 @@ pub fn run(opts: &Options) -> Result<()> {
             .with_context(|| stack.logs())?;
         println!("  {n:>5} local:     {}", local.line());
         println!("{}", local.details());
-        stack.print_requests(&requests0, n)?;
+        stack.print_requests(&requests0, n, "pod")?;
         let cleared = rt
             .block_on(async {
                 let off = clear(&stack, &stack.c, &off_ns, true, opts.grace, opts.timeout).await?;

@@ -44,7 +44,7 @@ pub(super) fn provider_stages(
         .collect()
 }
 
-pub(super) type Seen = (Arc<Mutex<HashMap<String, Instant>>>, JoinHandle<()>);
+pub(crate) type Seen = (Arc<Mutex<HashMap<String, Instant>>>, JoinHandle<()>);
 
 impl Stage {
     pub(super) async fn start(&self) -> Seen {
@@ -95,7 +95,7 @@ impl Stage {
 
 /// Watches `api` and records, per key `key_of` gives, when it was first given one; returns
 /// once the watch has listed what exists.
-pub(super) async fn first_seen<K, F>(api: Api<K>, key_of: F) -> Seen
+pub(crate) async fn first_seen<K, F>(api: Api<K>, key_of: F) -> Seen
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(&K) -> Option<String> + Send + 'static,
