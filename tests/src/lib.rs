@@ -16,6 +16,7 @@ pub mod bench_control;
 pub mod bench_offload;
 pub mod bench_operator;
 pub mod bench_peering;
+pub mod bench_reflection;
 pub mod client_ca;
 pub mod clusters;
 pub mod deployments;

@@ -6,7 +6,8 @@
 //! - `demo`: setup, build, run the two-cluster demo in network namespaces.
 //! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
 //! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
-//! - `bench peering`, `bench offload`: build, time the sharing layer on two API servers.
+//! - `bench peering`, `bench offload`, `bench reflection`: build, time the sharing layer on two
+//!   API servers.
 //! - `codegen`: regenerate deploy/crds from the Rust API types.
 //! - `deny`: the supply-chain check (cargo-deny: advisories, licenses, bans, sources).
 //! - `fuzz`: run one of the fuzz targets in fuzz/ (cargo-fuzz, nightly) from its seeds.
@@ -58,6 +59,10 @@ tasks:
                     `-- --webhook`: with the provider's ShadowPod webhook; `-- --grace 30`:
                     offloaded pods deleted with that grace period; `-- --release`: the
                     bench's binaries built and run in release mode)
+  bench reflection  build, time 1,000 EndpointSlice changes at home until translated on the
+                    provider (p50, p90, p99, max), then the virtual kubelet's and the provider's
+                    memory with 10,000 reflected objects (`-- --quick`: a tenth; `-- --rate N`:
+                    changes per second, default 20; `-- --release` as for offload)
   codegen           regenerate the CRD YAML in deploy/crds from the fabric-api types
   deny [CHECKS]     cargo-deny with deny.toml: RustSec advisories (offline from
                     ../shared/advisory-db when present), licenses, bans, sources
@@ -81,7 +86,7 @@ fn main() -> ExitCode {
             Some("gateway") => bench_gateway(&args[2..]),
             Some("control") => bench_control(),
             Some("peering") => bench_peering(&args[2..]),
-            Some("offload") => bench_offload(&args[2..]),
+            Some(which @ ("offload" | "reflection")) => bench_offload(which, &args[2..]),
             _ => {
                 eprint!("{USAGE}");
                 return ExitCode::from(2);
@@ -483,13 +488,16 @@ fn bench_peering(args: &[String]) -> Result<ExitCode> {
     run_child(&target_dir().join("debug/fabric-bench"), &a)
 }
 
-/// Needs no root: two API servers, processes on the host and a hollow test node.
-fn bench_offload(args: &[String]) -> Result<ExitCode> {
+/// `bench offload` or `bench reflection` (`which`), on the same stack: needs no root, two API
+/// servers, processes on the host and a hollow test node.
+fn bench_offload(which: &str, args: &[String]) -> Result<ExitCode> {
     let release = args.iter().any(|a| a == "--release");
     if release {
         // Only what the bench runs (the API servers are kubelite's): the controllers, the
         // virtual kubelet, the hollow node and the bench, which finds them beside itself.
-        step("build: the offload benchmark's binaries (release)");
+        step(&format!(
+            "build: the {which} benchmark's binaries (release)"
+        ));
         run(cargo().args([
             "build",
             "--locked",
@@ -514,8 +522,8 @@ fn bench_offload(args: &[String]) -> Result<ExitCode> {
         step("build: all binaries");
         build_bins(&[])?;
     }
-    step("bench offload");
-    let mut a = vec!["offload".to_owned()];
+    step(&format!("bench {which}"));
+    let mut a = vec![which.to_owned()];
     a.extend(
         args.iter()
             .filter(|a| *a != "--" && *a != "--release")

@@ -6,6 +6,8 @@
 //! (`cargo xtask bench peering`).
 //! `fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS]`: see
 //! `fabric_tests::bench_offload` (`cargo xtask bench offload`).
+//! `fabric-bench reflection [--quick] [--rate N]`: see `fabric_tests::bench_reflection`
+//! (`cargo xtask bench reflection`).
 use std::process::ExitCode;
 
 use fabric_tests::{bench, install_interrupt_handler, is_root};
@@ -15,13 +17,14 @@ fn main() -> ExitCode {
     let which = args.first().map(String::as_str);
     if !matches!(
         which,
-        Some("datapath" | "control" | "operator" | "peering" | "offload")
+        Some("datapath" | "control" | "operator" | "peering" | "offload" | "reflection")
     ) || args.iter().any(|a| a == "-h" || a == "--help")
     {
         eprintln!(
             "usage: fabric-bench datapath [--quick] | fabric-bench control | fabric-bench operator \
              | fabric-bench peering [--runs N] [--memory-peers N] \
-             | fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS]"
+             | fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS] \
+             | fabric-bench reflection [--quick] [--rate CHANGES-PER-SECOND]"
         );
         return ExitCode::from(2);
     }
@@ -78,6 +81,31 @@ fn main() -> ExitCode {
             }
         }
         return match fabric_tests::bench_offload::run(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabric-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if which == Some("reflection") {
+        // Two API servers and processes on the host, as offload: no root needed.
+        install_interrupt_handler();
+        let mut opts = if args.iter().any(|a| a == "--quick") {
+            fabric_tests::bench_reflection::Options::quick()
+        } else {
+            fabric_tests::bench_reflection::Options::default()
+        };
+        if let Some(i) = args.iter().position(|a| a == "--rate") {
+            match args.get(i + 1).and_then(|r| r.parse::<f64>().ok()) {
+                Some(r) if r > 0.0 => opts.rate = r,
+                _ => {
+                    eprintln!("fabric-bench reflection: --rate wants changes per second, e.g. 20");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        return match fabric_tests::bench_reflection::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabric-bench: {e:#}");
