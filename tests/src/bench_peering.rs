@@ -584,11 +584,7 @@ fn memory(rt: &tokio::runtime::Runtime, stack: &Stack, total: usize) -> Result<(
 
 pub fn run(opts: &Options) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let profile = crate::figures::profile();
     println!(
         "peering: fabricctl peer out-of-band to virtual Node Ready, {} runs (binaries: {profile} build)",
         opts.runs

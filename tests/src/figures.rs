@@ -8,6 +8,16 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The build the benchmark's binaries are (the bench runs those beside it): `debug` or
+/// `release`.
+pub fn profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 pub fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }

@@ -685,11 +685,7 @@ pub(crate) fn vk_name() -> String {
 
 pub fn run(opts: &Options) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let profile = crate::figures::profile();
     println!(
         "offload: pods bound to the virtual node until Running at home, bursts of {:?} (binaries: {profile} build)",
         opts.sizes

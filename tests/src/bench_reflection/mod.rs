@@ -580,11 +580,7 @@ pub fn run(opts: &Options) -> Result<()> {
         );
     }
     let rt = tokio::runtime::Runtime::new()?;
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
+    let profile = crate::figures::profile();
     println!(
         "reflection: EndpointSlice changes at home until translated on the provider, and the \
          reflectors' memory (binaries: {profile} build)"
