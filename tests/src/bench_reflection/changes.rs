@@ -200,8 +200,8 @@ mod tests {
         let (start, changes) = script(CIDR, 3, 2, 300);
         assert_eq!(start.len(), 3);
         assert_eq!(changes.len(), 300);
-        for s in 0..3 {
-            let mut states = HashSet::from([marker(&start[s])]);
+        for (s, first) in start.iter().enumerate() {
+            let mut states = HashSet::from([marker(first)]);
             let mine: Vec<&Change> = changes.iter().filter(|c| c.slice == s).collect();
             assert_eq!(mine.len(), 100);
             for c in &mine {
