@@ -316,35 +316,32 @@ impl Bed {
         // Its configuration: what the pod references goes to the twin, nothing else.
         apply(shop::config());
         // Beside web, a container calling the home API server as an in-cluster client does,
-        // verifying it with A's root CA (as published in the namespace; its own ConfigMap
-        // until the token's projected volume carries it).
-        let root_ca = self.wait("A's root CA in shop", Duration::from_secs(30), || {
-            let ca = a.api.kubectl_ok(&[
-                "get",
-                "configmap",
-                "kube-root-ca.crt",
-                "-n",
-                shop::NAMESPACE,
-                "-o",
-                "jsonpath={.data.ca\\.crt}",
-            ]);
-            ca.contains("BEGIN CERTIFICATE").then_some(ca)
-        });
-        apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "home-ca", "namespace": shop::NAMESPACE},
-            "data": {"ca.crt": root_ca}}));
+        // with the volume admission gives a pod (its token, A's root CA, its namespace) and a
+        // ServiceAccount of its own (the test API server makes no `default`): the token is
+        // requested at home, bound to the home pod, and delivered into the twin.
+        a.api
+            .kubectl_ok(&["create", "serviceaccount", "web", "-n", shop::NAMESPACE]);
         let mut web = shop::web();
         web["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/default-container": "app"});
+        web["spec"]["serviceAccountName"] = json!("web");
         web["spec"]["containers"]
             .as_array_mut()
             .unwrap()
             .push(json!({
                 "name": "api", "image": "fabric-test-pod",
-                "command": ["fabric-test-pod", "api", "/version", "--every", "1"],
-                "volumeMounts": [{"name": "home-ca", "readOnly": true,
+                "command": ["fabric-test-pod", "api",
+                            format!("/api/v1/namespaces/{}/configmaps", shop::NAMESPACE),
+                            "--every", "1"],
+                "volumeMounts": [{"name": "kube-api-access", "readOnly": true,
                                   "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
             }));
-        web["spec"]["volumes"] = json!([{"name": "home-ca", "configMap": {"name": "home-ca"}}]);
+        web["spec"]["volumes"] = json!([{"name": "kube-api-access", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt",
+                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                                        "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+        ]}}]);
         // Nothing about placement in the pod: the webhook adds it.
         a.create_pod(&web).unwrap();
         apply(shop::service("web"));
@@ -398,18 +395,53 @@ impl Bed {
             api_ip.as_str(),
             "{real}"
         );
-        let version = self.wait(
-            "web on B answered by A's API server",
+        // As web's own ServiceAccount at home, RBAC enforced: refused, then allowed once a
+        // RoleBinding says so.
+        let api_logs = || {
+            let o = a
+                .api
+                .kubectl(&["logs", "web", "-c", "api", "-n", shop::NAMESPACE]);
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let refused = self.wait(
+            "web on B refused by A's API server as shop:web",
             Duration::from_secs(60),
             || {
-                let o = a
-                    .api
-                    .kubectl(&["logs", "web", "-c", "api", "-n", shop::NAMESPACE]);
-                let out = String::from_utf8_lossy(&o.stdout).into_owned();
+                let out = api_logs();
+                out.contains("status 403").then_some(out)
+            },
+        );
+        assert!(
+            refused.contains("system:serviceaccount:shop:web"),
+            "{refused}"
+        );
+        a.api.kubectl_ok(&[
+            "create",
+            "role",
+            "web-reads",
+            "--verb=list",
+            "--resource=configmaps",
+            "-n",
+            shop::NAMESPACE,
+        ]);
+        a.api.kubectl_ok(&[
+            "create",
+            "rolebinding",
+            "web-reads",
+            "--role=web-reads",
+            "--serviceaccount=shop:web",
+            "-n",
+            shop::NAMESPACE,
+        ]);
+        let listed = self.wait(
+            "web on B answered by A's API server once allowed",
+            Duration::from_secs(60),
+            || {
+                let out = api_logs();
                 out.contains("status 200").then_some(out)
             },
         );
-        assert!(version.contains("gitVersion"), "{version}");
+        assert!(listed.contains("ConfigMapList"), "{listed}");
 
         // A home pod -> a Service whose endpoint is offloaded, by cluster IP.
         let web_ip = a.service_ip(shop::NAMESPACE, "web").unwrap();
