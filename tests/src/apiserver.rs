@@ -110,13 +110,24 @@ impl ApiServer {
             };
         }
         let dir = run_dir(tag);
-        let port = free_port();
-        let mut c = Command::new("bash");
-        c.env("KUBELITE_AUTH", if auth { "1" } else { "0" });
-        if !args.is_empty() {
-            c.env("KUBELITE_ARGS", args);
+        // The free ports are only free when looked at: a server of a test running beside
+        // this one may take one (etcd's) in between. Then it starts again on others.
+        let mut tries = 3;
+        loop {
+            let mut c = Command::new("bash");
+            c.env("KUBELITE_AUTH", if auth { "1" } else { "0" });
+            if !args.is_empty() {
+                c.env("KUBELITE_ARGS", args);
+            }
+            match Self::try_start_script(c, dir.clone(), free_port()) {
+                Ok(server) => return server,
+                Err(e) if tries > 1 => {
+                    tries -= 1;
+                    eprintln!("API server did not start, trying other ports: {e}");
+                }
+                Err(e) => panic!("API server did not start: {e}"),
+            }
         }
-        Self::run_start_script(c, dir, port)
     }
 
     /// Starts an API server inside network namespace `netns` (it must have loopback up and
@@ -195,7 +206,14 @@ impl ApiServer {
         Ok(server)
     }
 
-    fn run_start_script(mut c: Command, dir: PathBuf, port: u16) -> Self {
+    fn run_start_script(c: Command, dir: PathBuf, port: u16) -> Self {
+        Self::try_start_script(c, dir, port)
+            .unwrap_or_else(|e| panic!("API server did not start: {e}"))
+    }
+
+    /// Runs the start script; on failure, what it said (and whatever it left running is
+    /// stopped, as the server is dropped).
+    fn try_start_script(mut c: Command, dir: PathBuf, port: u16) -> Result<Self, String> {
         let script = std::env::var_os("FABRIC_TEST_APISERVER")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -213,13 +231,14 @@ impl ApiServer {
             run_dir: Some(dir.clone()),
             forwarder: None,
         };
-        assert!(
-            out.status.success(),
-            "API server did not start: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        server
+        if !out.status.success() {
+            return Err(format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(server)
     }
 
     /// The run directory's `certs/` (the cluster CA and its key, to mint client

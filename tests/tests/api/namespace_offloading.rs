@@ -456,14 +456,21 @@ async fn offload_and_unoffload_namespaces() {
         (!mappings(&p).await.contains_key("shop")).then_some(())
     })
     .await;
-    // Held by its finalizer while the provider removes the twin (unless it already has:
-    // its twin controller is quick).
-    if let Some(held) = offloading(&c, "shop").await {
-        assert_eq!(
-            serde_json::to_value(held.status.unwrap().phase).unwrap(),
-            json!("Terminating")
-        );
-    }
+    // Held by its finalizer while the provider removes the twin, and saying so (unless the
+    // provider's twin controller, which is quick, is done already).
+    eventually(
+        "shop Terminating, or gone",
+        Duration::from_secs(30),
+        || async {
+            match offloading(&c, "shop").await {
+                None => Some(()),
+                Some(held) => (held.status.and_then(|s| serde_json::to_value(s.phase).ok())
+                    == Some(json!("Terminating")))
+                .then_some(()),
+            }
+        },
+    )
+    .await;
     assert!(!labelled(&c, "shop").await, "the label goes first");
     let o = join(run).await;
     let out = text(&o);
