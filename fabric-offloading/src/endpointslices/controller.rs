@@ -46,7 +46,7 @@ use kube::{
 };
 use tracing::{debug, info};
 
-use super::translate::{self, Heartbeat, SILENT_AFTER, Translated};
+use super::translate::{self, Heartbeat, NotVouched, Refused, SILENT_AFTER, Translated};
 use crate::shadowpod::partition::{Heartbeats, tenant_namespace};
 
 /// The Event reason on a shadow whose consumer's network is not configured here yet.
@@ -73,6 +73,8 @@ struct Ctx {
     configurations: Store<Configuration>,
     connections: Store<Connection>,
     leases: Store<Lease>,
+    /// Our own real slices (by our managed-by label).
+    slices: Store<EndpointSlice>,
     heartbeats: Arc<Mutex<Heartbeats>>,
     events: Events,
 }
@@ -143,7 +145,21 @@ async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action
     let alive = liveness.is_ok();
     let Translated { slice, refused } = translate::real_slice(&shadow, &remaps, alive);
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Some(theirs) = slices.get_opt(&name).await?.filter(|s| !translate::ours(s)) {
+    // Our own slices are cached (by our label): one known there is ours and, if it already
+    // says what the shadow says, wants no write at all. Only a name not in the cache is looked
+    // up, so that a slice someone else wrote under that name is never taken over.
+    let cached = ctx.slices.get(&ObjectRef::new(&name).within(&ns));
+    if cached
+        .as_ref()
+        .is_some_and(|c| translate::written(c, &slice))
+    {
+        return said(&ctx, &shadow, &consumer, &refused, liveness).await;
+    }
+    let theirs = match cached {
+        Some(_) => None,
+        None => slices.get_opt(&name).await?.filter(|s| !translate::ours(s)),
+    };
+    if let Some(theirs) = theirs {
         let note = format!(
             "EndpointSlice {ns}/{name} exists and is not the fabric's (managed by {:?}): left alone",
             theirs.labels().get(MANAGED_BY)
@@ -153,6 +169,20 @@ async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action
             .await;
         return Ok(Action::await_change());
     }
+    let pp = PatchParams::apply(field_manager::SHADOW_ENDPOINT_SLICE).force();
+    slices.patch(&name, &pp, &Patch::Apply(&slice)).await?;
+    debug!(slice = %format!("{ns}/{name}"), consumer, alive, refused = refused.len(), "EndpointSlice written");
+    said(&ctx, &shadow, &consumer, &refused, liveness).await
+}
+
+/// The Events that say what the written (or already right) slice leaves out and why.
+async fn said(
+    ctx: &Ctx,
+    shadow: &ShadowEndpointSlice,
+    consumer: &str,
+    refused: &[Refused],
+    liveness: Result<(), NotVouched>,
+) -> Result<Action, Error> {
     if !refused.is_empty() {
         let list: Vec<String> = refused
             .iter()
@@ -163,19 +193,13 @@ async fn apply(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Action
             list.join("; ")
         );
         ctx.events
-            .publish(
-                &*shadow,
-                &Event::warning("AddressRefused", "Translate", note),
-            )
+            .publish(shadow, &Event::warning("AddressRefused", "Translate", note))
             .await;
     }
-    let pp = PatchParams::apply(field_manager::SHADOW_ENDPOINT_SLICE).force();
-    slices.patch(&name, &pp, &Patch::Apply(&slice)).await?;
-    debug!(slice = %format!("{ns}/{name}"), consumer, alive, refused = refused.len(), "EndpointSlice written");
     if let Err(why) = liveness {
         let note = format!("consumer {consumer}'s endpoints are not ready here: {why}");
         ctx.events
-            .publish(&*shadow, &Event::warning(why.reason(), "Translate", note))
+            .publish(shadow, &Event::warning(why.reason(), "Translate", note))
             .await;
     }
     Ok(Action::await_change())
@@ -281,7 +305,7 @@ fn turned_silent(
 pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> {
     let shadows: Api<ShadowEndpointSlice> = Api::all(client.clone());
     let ours = watcher::Config::default().labels(&format!("{MANAGED_BY}={REFLECTED}"));
-    let (_, slices) = cache::touched(Api::<EndpointSlice>::all(client.clone()), ours);
+    let (written, slices) = cache::touched(Api::<EndpointSlice>::all(client.clone()), ours);
     let (namespaces, _ns_task) = cache::lean(
         Api::<Namespace>::all(client.clone()),
         watcher::Config::default().labels(label::REMOTE_CLUSTER),
@@ -345,6 +369,7 @@ pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> 
         configurations,
         connections,
         leases,
+        slices: written,
         heartbeats,
         events,
     });

@@ -236,6 +236,36 @@ pub fn real_slice(shadow: &ShadowEndpointSlice, remaps: &Remaps, alive: bool) ->
     Translated { slice, refused }
 }
 
+/// Whether `current` (the cluster's copy, from the watch cache) already says all that
+/// `desired` says, so that writing it again would change nothing: what the server defaults
+/// (a port's protocol) is taken as defaulted, what others add besides our labels is not ours
+/// to compare.
+pub fn written(current: &EndpointSlice, desired: &EndpointSlice) -> bool {
+    let ports = |s: &EndpointSlice| -> Vec<EndpointPort> {
+        s.ports
+            .iter()
+            .flatten()
+            .map(|p| EndpointPort {
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                ..p.clone()
+            })
+            .collect()
+    };
+    let owners = |s: &EndpointSlice| -> Vec<(String, String)> {
+        s.owner_references()
+            .iter()
+            .map(|o| (o.name.clone(), o.uid.clone()))
+            .collect()
+    };
+    current.labels() == desired.labels()
+        && current.annotations() == desired.annotations()
+        && owners(current) == owners(desired)
+        && current.address_type == desired.address_type
+        && current.endpoints.as_deref().unwrap_or_default()
+            == desired.endpoints.as_deref().unwrap_or_default()
+        && ports(current) == ports(desired)
+}
+
 /// Whether `slice` is one this controller writes (ours to update or delete).
 pub fn ours(slice: &EndpointSlice) -> bool {
     slice.labels().get(MANAGED_BY).map(String::as_str) == Some(REFLECTED)
@@ -474,6 +504,38 @@ mod tests {
             Err(NotVouched::HomeApiDown)
         );
         assert_ne!(silent.reason(), NotVouched::HomeApiDown.reason());
+    }
+
+    #[test]
+    fn a_slice_that_already_says_it_is_not_written_again() {
+        let s = shadow(vec![endpoint(&["10.244.1.5"], true, false)]);
+        let desired = real_slice(&s, &remaps(), true).slice;
+        let mut current = desired.clone();
+        // What the server adds: its own metadata, a defaulted protocol.
+        current.metadata.resource_version = Some("7".into());
+        current.metadata.uid = Some("slice-uid".into());
+        for p in current.ports.iter_mut().flatten() {
+            p.protocol = None;
+        }
+        assert!(written(&current, &desired));
+        // Any change the shadow or the consumer's liveness makes is a write.
+        let not_ready = real_slice(&s, &remaps(), false).slice;
+        assert!(!written(&current, &not_ready));
+        let moved = real_slice(
+            &shadow(vec![endpoint(&["10.244.1.6"], true, false)]),
+            &remaps(),
+            true,
+        )
+        .slice;
+        assert!(!written(&current, &moved));
+        let mut relabelled = current.clone();
+        relabelled
+            .labels_mut()
+            .insert("kubernetes.io/service-name".into(), "other".into());
+        assert!(!written(&relabelled, &desired));
+        let mut reowned = current.clone();
+        reowned.owner_references_mut()[0].uid = "older-shadow".into();
+        assert!(!written(&reowned, &desired));
     }
 
     #[test]
