@@ -45,7 +45,6 @@ use crate::{
     auth_service::AuthService,
     clusters::{Cluster, Containers, PeeredClusters},
     deployments::{self, Deployments},
-    die_with_parent,
     host_kubelets::HostKubelets,
     locate_bin,
     manifests::Container,
@@ -65,17 +64,17 @@ pub const ADVERTISED_LABEL: &str = "example.com/provider";
 /// Starts `cmd` as a component's pod runs: `kubeconfig` its only credentials, its output to
 /// `log`, dying with this process.
 fn spawn_as_pod(
-    cmd: &mut std::process::Command,
+    mut cmd: std::process::Command,
     kubeconfig: &Path,
     log: std::fs::File,
 ) -> Result<std::process::Child> {
-    Ok(die_with_parent(cmd)
-        .env("KUBECONFIG", kubeconfig)
+    cmd.env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()?)
+        .stderr(log);
+    // From the process-long spawner thread: members start on threads of their own.
+    Ok(fabric_netns::process::spawn(cmd)?)
 }
 
 /// One cluster's sharing layer.
@@ -146,7 +145,7 @@ impl Member {
             )?;
             let mut cmd = container.command(&locate_bin("fabric-controller")?)?;
             cmd.args(&args);
-            let child = spawn_as_pod(&mut cmd, &own, log)
+            let child = spawn_as_pod(cmd, &own, log)
                 .with_context(|| format!("starting fabric-controller {name}"))?;
             procs.push((name.to_owned(), ChildGuard(child), container.clone()));
         }
@@ -174,7 +173,7 @@ impl Member {
                 .collect();
             let mut cmd = std::process::Command::new(&argv[0]);
             cmd.args(&argv[1..]);
-            let child = spawn_as_pod(&mut cmd, &own, std::fs::File::create(&log_path)?)
+            let child = spawn_as_pod(cmd, &own, std::fs::File::create(&log_path)?)
                 .context("starting the ShadowPod webhook")?;
             procs.push((
                 "shadowpod-webhook".to_owned(),
@@ -265,13 +264,26 @@ impl PeeringStack {
     /// authentication service, controllers and Deployment stand-in.
     pub async fn start(cl: &PeeredClusters) -> Result<Self> {
         let dir = cl.logs.join("sharing");
-        let mut members = Vec::new();
-        for c in [Some(&cl.a), Some(&cl.b), cl.c.as_ref()]
+        let clusters: Vec<&Cluster> = [Some(&cl.a), Some(&cl.b), cl.c.as_ref()]
             .into_iter()
             .flatten()
-        {
-            members.push(Member::start(c, cl.containers(), &dir).await?);
-        }
+            .collect();
+        // Each member waits for its processes (and runs kubectl) for seconds: all at once, each
+        // on a thread of its own driving its start on this runtime.
+        let rt = tokio::runtime::Handle::current();
+        let containers = cl.containers();
+        let members = tokio::task::block_in_place(|| {
+            std::thread::scope(|s| {
+                let started: Vec<_> = clusters
+                    .iter()
+                    .map(|c| s.spawn(|| rt.block_on(Member::start(c, containers, &dir))))
+                    .collect();
+                started
+                    .into_iter()
+                    .map(|h| h.join().expect("a sharing layer's start panicked"))
+                    .collect::<Result<Vec<_>>>()
+            })
+        })?;
         Ok(Self { members, dir })
     }
 

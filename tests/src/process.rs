@@ -191,8 +191,9 @@ impl Bin {
                 .with_context(|| format!("creating {}", path.display()))?;
             self.cmd.stdout(f.try_clone()?).stderr(f);
         }
-        let child = die_with_parent(&mut self.cmd)
-            .spawn()
+        // From the process-long spawner thread: a fixture may start it from a thread of its
+        // own, whose end must not kill it.
+        let child = fabric_netns::process::spawn(self.cmd)
             .with_context(|| format!("starting {}", self.name))?;
         Ok(ChildGuard(child))
     }

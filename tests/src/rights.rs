@@ -43,12 +43,14 @@ pub fn install(api: &ApiServer) -> Result<()> {
     // them again.
     static DONE: std::sync::Mutex<Vec<(PathBuf, Vec<i32>)>> = std::sync::Mutex::new(Vec::new());
     let key = (api.kubeconfig.clone(), api.daemon_pids());
-    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
-    if !key.1.is_empty() && done.contains(&key) {
+    let done = || DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !key.1.is_empty() && done().contains(&key) {
         return Ok(());
     }
+    // Not under the lock: several API servers take theirs at once (two installs on one
+    // server would both apply the same objects, which is harmless).
     install_now(api)?;
-    done.push(key);
+    done().push(key);
     Ok(())
 }
 

@@ -23,40 +23,37 @@ impl PeeredClusters {
         let ul = tb.add_netns("ul")?;
         tb.ip(&ul, &["link", "add", "br0", "type", "bridge"])?;
         tb.ip(&ul, &["link", "set", "br0", "up"])?;
-        let a = Self::cluster(
-            &mut tb,
-            &ul,
-            1,
-            "cluster-a",
-            nodes,
-            replicas_a,
-            overlay,
-            &logs,
-        )?;
-        let b = Self::cluster(
-            &mut tb,
-            &ul,
-            2,
-            "cluster-b",
-            nodes,
-            replicas_b,
-            overlay,
-            &logs,
-        )?;
-        let c = if third {
-            Some(Self::cluster(
-                &mut tb,
-                &ul,
-                3,
-                "cluster-c",
-                nodes,
-                1,
-                overlay,
-                &logs,
-            )?)
-        } else {
-            None
-        };
+        let mut which: Vec<(u8, &str, usize)> =
+            vec![(1, "cluster-a", replicas_a), (2, "cluster-b", replicas_b)];
+        if third {
+            which.push((3, "cluster-c", 1));
+        }
+        let sites = which
+            .iter()
+            .map(|&(i, id, _)| Self::site(&mut tb, i, id, &logs))
+            .collect::<Result<Vec<_>>>()?;
+        // Each API server takes seconds to start and to take the CRDs: all at once.
+        let tb_id = tb.id().to_owned();
+        let apis = std::thread::scope(|s| {
+            let started: Vec<_> = sites
+                .iter()
+                .zip(&which)
+                .map(|(site, &(_, id, _))| s.spawn(|| Self::control_plane(site, id, &tb_id)))
+                .collect();
+            started
+                .into_iter()
+                .map(|h| h.join().expect("an API server's start panicked"))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let mut built = Vec::new();
+        for ((site, api), &(i, id, replicas)) in sites.into_iter().zip(apis).zip(&which) {
+            built.push(Self::cluster(
+                &mut tb, &ul, i, id, nodes, replicas, overlay, &logs, site, api,
+            )?);
+        }
+        let mut built = built.into_iter();
+        let (a, b) = (built.next().unwrap(), built.next().unwrap());
+        let c = built.next();
         let lb = if lb {
             Some(LoadBalancer::start(&mut tb, &ul, &b)?)
         } else {
@@ -307,17 +304,9 @@ impl PeeredClusters {
         format!("gw{i}{}", Self::suffix(r))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn cluster(
-        tb: &mut Testbed,
-        ul: &str,
-        i: u8,
-        id: &str,
-        nodes: usize,
-        replicas: usize,
-        overlay: bool,
-        logs: &Path,
-    ) -> Result<Cluster> {
+    /// The cluster's network namespaces for its API server and its webhook, before anything
+    /// runs in them.
+    fn site(tb: &mut Testbed, i: u8, id: &str, logs: &Path) -> Result<Site> {
         // The cluster network: a bridge of its own, so that gateway replicas come and go on it
         // like pods on a node network.
         let lan = tb.add_netns(&format!("lan{i}"))?;
@@ -336,16 +325,6 @@ impl PeeredClusters {
         // certificate names what a cluster's does: its address and the `kubernetes`
         // Service's names, by which pods (offloaded ones too) reach it.
         let caller = crate::webhook::Caller::new(&logs.join(id).join("webhook-caller"))?;
-        let sans: Vec<&str> = std::iter::once(api_ip.as_str())
-            .chain(names::home_api::NAMES)
-            .collect();
-        let api = ApiServer::start_in_netns_with_args(
-            &format!("{id}-{}", tb.id()),
-            &api_ns,
-            &api_ip,
-            true,
-            &format!("{} --tls-sans={}", caller.kubelite_args(), sans.join(",")),
-        )?;
         let hook_ns = tb.add_netns(&format!("hook{i}"))?;
         let hook_ip = format!("10.0.{i}.50");
         tb.veth(&hook_ns, "lan", &lan, "hook")?;
@@ -353,6 +332,35 @@ impl PeeredClusters {
         tb.ip(
             &hook_ns,
             &["addr", "add", &format!("{hook_ip}/24"), "dev", "lan"],
+        )?;
+        Ok(Site {
+            lan,
+            api_ns,
+            api_ip,
+            hook_ns,
+            hook_ip,
+            caller,
+        })
+    }
+
+    /// Its API server with the fabric's CRDs, namespace and identity: the slow part of a
+    /// cluster, started for every cluster at once.
+    fn control_plane(site: &Site, id: &str, tb_id: &str) -> Result<ApiServer> {
+        let Site {
+            api_ns,
+            api_ip,
+            caller,
+            ..
+        } = site;
+        let sans: Vec<&str> = std::iter::once(api_ip.as_str())
+            .chain(names::home_api::NAMES)
+            .collect();
+        let api = ApiServer::start_in_netns_with_args(
+            &format!("{id}-{tb_id}"),
+            api_ns,
+            api_ip,
+            true,
+            &format!("{} --tls-sans={}", caller.kubelite_args(), sans.join(",")),
         )?;
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
         // (Waited for below, after the other objects: see ApiServer::install_crds.)
@@ -377,6 +385,32 @@ impl PeeredClusters {
         create.extend(identity.iter().map(String::as_str));
         api.kubectl_ok(&create);
         api.wait_crds_established();
+        // deploy/'s rights (its components' tokens need them): the longest apply of all.
+        crate::rights::install(&api)?;
+        Ok(api)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn cluster(
+        tb: &mut Testbed,
+        ul: &str,
+        i: u8,
+        id: &str,
+        nodes: usize,
+        replicas: usize,
+        overlay: bool,
+        logs: &Path,
+        site: Site,
+        api: ApiServer,
+    ) -> Result<Cluster> {
+        let Site {
+            lan,
+            api_ns,
+            hook_ns,
+            hook_ip,
+            caller,
+            ..
+        } = site;
         let dir = logs.join(id);
         std::fs::create_dir_all(&dir)?;
         if overlay {

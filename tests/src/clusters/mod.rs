@@ -97,6 +97,16 @@ pub struct WebhookSite {
     pub caller: crate::webhook::Caller,
 }
 
+/// A cluster's namespaces for its API server and webhook, made before its API server starts.
+struct Site {
+    lan: String,
+    api_ns: String,
+    api_ip: String,
+    hook_ns: String,
+    hook_ip: String,
+    caller: crate::webhook::Caller,
+}
+
 impl Cluster {
     /// Address of pod `k` (the same in both clusters).
     pub fn pod_ip(k: usize) -> String {
