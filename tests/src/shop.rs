@@ -47,6 +47,39 @@ pub fn web() -> Value {
     pod
 }
 
+/// The ServiceAccount [`web_calling_home`] runs as (the test API server makes no `default`).
+pub const WEB_ACCOUNT: &str = "web";
+
+/// [`web`] with a second container, `api`, that lists [`NAMESPACE`]'s ConfigMaps from the
+/// home API server every second as an in-cluster client does, as ServiceAccount
+/// [`WEB_ACCOUNT`], with the volume admission gives a pod (its token, the root CA, its
+/// namespace): offloaded, the token is requested at home, bound to the home pod and delivered
+/// into the twin. Its log says `status 403` until a RoleBinding allows it, then `status 200`.
+pub fn web_calling_home() -> Value {
+    let mut pod = web();
+    pod["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/default-container": "app"});
+    pod["spec"]["serviceAccountName"] = json!(WEB_ACCOUNT);
+    pod["spec"]["containers"]
+        .as_array_mut()
+        .expect("web has containers")
+        .push(json!({
+            "name": "api", "image": "fabric-test-pod",
+            "command": ["fabric-test-pod", "api",
+                        format!("/api/v1/namespaces/{NAMESPACE}/configmaps"),
+                        "--every", "1"],
+            "volumeMounts": [{"name": "kube-api-access", "readOnly": true,
+                              "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+        }));
+    pod["spec"]["volumes"] = json!([{"name": "kube-api-access", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"configMap": {"name": "kube-root-ca.crt",
+                       "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+                                    "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+    ]}}]);
+    pod
+}
+
 /// An echo pod `db` (label `app: db`).
 pub fn db() -> Value {
     let mut pod = echo_pod("db");

@@ -57,6 +57,8 @@ enum Outcome {
     Aborted(String),
     /// Its service-account token could not be made (why): not created.
     NoToken(String),
+    /// Its twin's Service of the home API server has no address yet (why): not created.
+    NoHomeApi(String),
 }
 
 /// How soon a pod whose token could not be made, or refreshed, is looked at again.
@@ -71,7 +73,12 @@ pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
     }
     let alive = matches!(
         step,
-        Step::Create | Step::Report | Step::Wait | Step::UpdateMetadata | Step::Resize
+        Step::Create
+            | Step::Report
+            | Step::Wait
+            | Step::UpdateMetadata
+            | Step::Resize
+            | Step::AwaitHomeApi(_)
     );
     let (outcome, failed) = match carry_out(pods, cx, step).await {
         Ok(o) => (o, None),
@@ -206,6 +213,13 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
             }
             Outcome::NoTwin(why)
         }
+        Step::AwaitHomeApi(why) => {
+            if !says(pod, status::reason::NO_HOME_API, &why) {
+                cx.event(&Event::normal(status::reason::NO_HOME_API, "Offload", &why))
+                    .await;
+            }
+            Outcome::NoHomeApi(why)
+        }
         Step::Aborted(why) => {
             // Failing the pod cannot be undone: offloaded pod by pod, it is not the twin's.
             if offloaded_to_tenant(cx, pod).await? {
@@ -313,6 +327,7 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
         Outcome::Gone | Outcome::Skip => return,
         Outcome::NoTwin(message) => Seen::NoTwin { message },
         Outcome::NoToken(message) => Seen::NoToken { message },
+        Outcome::NoHomeApi(message) => Seen::NoHomeApi { message },
         Outcome::Aborted(message) => Seen::Aborted { message },
         Outcome::Shadow(s) => Seen::Shadow(s),
         Outcome::Nothing => Seen::Nothing,

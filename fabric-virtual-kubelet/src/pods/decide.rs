@@ -64,6 +64,9 @@ pub enum Step {
     /// Its namespace is offloaded and has no twin on the provider: it waits, its status says
     /// why ([`super::twins::Route::NoTwin`]).
     AwaitTwin(String),
+    /// Its twin's Service of the home API server has no cluster IP yet: it waits, its status
+    /// says why.
+    AwaitHomeApi(String),
     /// It ran in its namespace's twin, which is gone: it failed (once a fresh read confirms
     /// it was not offloaded pod by pod instead).
     Aborted(String),
@@ -104,6 +107,7 @@ pub fn offloaded(pod: &Pod) -> bool {
                                 | status::reason::FORBIDDEN
                                 | status::reason::NO_TWIN
                                 | status::reason::NO_TOKEN
+                                | status::reason::NO_HOME_API
                         )
                     )
             })
@@ -292,6 +296,10 @@ pub(super) mod tests {
         // Nor one whose token could not be made.
         p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
             Some(status::reason::NO_TOKEN.into());
+        assert_eq!(decide(&p, Remote::Absent, true), Step::Create);
+        // Nor one waiting for its way to the home API server.
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
+            Some(status::reason::NO_HOME_API.into());
         assert_eq!(decide(&p, Remote::Absent, true), Step::Create);
     }
 

@@ -5,7 +5,7 @@
 //! ([`Placement::Tenant`]; which pods go where: [`super::twins`]). Its decisions are
 //! [`decide`]'s; its writes are [`super::act`]'s.
 use fabric_api::{
-    names::{label, service_account_token},
+    names::{home_api, label, service_account_token},
     offloading::v1alpha1::ShadowPod,
 };
 use fabric_offloading::shadowpod::forge::{self, HomeApi};
@@ -134,7 +134,10 @@ impl Kind for Pods {
         }
         let step = decide::decide(view.home, remote(view.remote), view.reachable);
         if step == Step::Create && self.home_api_for(view.home).is_none() {
-            return Step::Wait;
+            return Step::AwaitHomeApi(format!(
+                "Service {} in the twin namespace on the provider has no cluster IP yet: the pod starts once it has one (its way to this cluster's API server)",
+                home_api::SERVICE
+            ));
         }
         // An adopted ShadowPod gets our marks with a metadata write once nothing else is due.
         match (&step, view.remote, view.marks) {

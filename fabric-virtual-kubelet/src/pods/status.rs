@@ -54,6 +54,9 @@ pub mod reason {
     /// home, the request forbidden, a Secret of that name in the twin not ours): it waits,
     /// never started without it.
     pub const NO_TOKEN: &str = "ServiceAccountTokenFailed";
+    /// Its twin's Service of the home API server has no cluster IP yet on the provider: the
+    /// pod waits, never started without its way home (it would call the wrong server).
+    pub const NO_HOME_API: &str = "WaitingForHomeApiServer";
     /// The pod ran in its namespace's twin on the provider, and the twin is gone (the
     /// namespace unoffloaded, or this provider no longer selected): it failed, so that its
     /// controller makes another where the namespace's placement now allows.
@@ -76,6 +79,8 @@ pub enum Seen<'a> {
     NoTwin { message: &'a str },
     /// Not created: its service-account token could not be made (why).
     NoToken { message: &'a str },
+    /// Not created: its twin's Service of the home API server has no address yet (why).
+    NoHomeApi { message: &'a str },
     /// It ran in a twin that is gone (why).
     Aborted { message: &'a str },
     /// Its ShadowPod as last listed, and the provider refused to resize it to what the home
@@ -199,16 +204,16 @@ pub fn home_status(
             );
             s
         }
-        Seen::NoTwin { message } | Seen::NoToken { message } => {
+        Seen::NoTwin { message } | Seen::NoToken { message } | Seen::NoHomeApi { message } => {
             let mut s = PodStatus {
                 phase: Some("Pending".into()),
                 ..Default::default()
             };
             host(&mut s);
-            let why = if matches!(seen, Seen::NoTwin { .. }) {
-                reason::NO_TWIN
-            } else {
-                reason::NO_TOKEN
+            let why = match seen {
+                Seen::NoTwin { .. } => reason::NO_TWIN,
+                Seen::NoToken { .. } => reason::NO_TOKEN,
+                _ => reason::NO_HOME_API,
             };
             put(
                 &mut conds,

@@ -447,8 +447,19 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     println!("  Its configuration: ConfigMap settings (greeting) and Secret db (password).");
     apply(shop::config())?;
     println!("  A pod web created in shop with nothing about placement (A's pod webhook adds it),");
-    println!("  its environment from them, and Service web for it:");
-    d.cl.a.create_pod(&shop::web())?;
+    println!("  its environment from them, a container api calling A's API server with the token");
+    println!("  of its own ServiceAccount web, and Service web for it:");
+    kubectl(
+        &d.cl.a.api,
+        &[
+            "create",
+            "serviceaccount",
+            shop::WEB_ACCOUNT,
+            "-n",
+            shop::NAMESPACE,
+        ],
+    )?;
+    d.cl.a.create_pod(&shop::web_calling_home())?;
     apply(shop::service("web"))?;
     show(kubectl(
         &d.cl.a.api,
@@ -547,6 +558,78 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         "  (db, at home in A, sees web at {}: the address A shows for it)",
         web.ip
     );
+    println!(
+        "  web's container api, in cluster B, calls https://kubernetes.default.svc: A's API server"
+    );
+    println!(
+        "  (B's Service fabric-home-apiserver in the twin, its endpoint A's API server in B's view),"
+    );
+    println!(
+        "  with a token A issued to shop:web, bound to the home pod, delivered into the twin:"
+    );
+    let api_logs = || {
+        kubectl(
+            &d.cl.a.api,
+            &[
+                "logs",
+                "web",
+                "-c",
+                "api",
+                "-n",
+                shop::NAMESPACE,
+                "--tail",
+                "2",
+            ],
+        )
+        .unwrap_or_default()
+    };
+    let refused = wait(
+        "A's API server refusing shop:web",
+        Duration::from_secs(60),
+        || {
+            let out = api_logs();
+            out.contains("status 403").then_some(out)
+        },
+    )?;
+    indent(refused.lines().last().unwrap_or_default());
+    println!("  kubectl create role + rolebinding web-reads (list configmaps) for shop:web in A:");
+    kubectl(
+        &d.cl.a.api,
+        &[
+            "create",
+            "role",
+            "web-reads",
+            "--verb=list",
+            "--resource=configmaps",
+            "-n",
+            shop::NAMESPACE,
+        ],
+    )?;
+    kubectl(
+        &d.cl.a.api,
+        &[
+            "create",
+            "rolebinding",
+            "web-reads",
+            "--role=web-reads",
+            &format!("--serviceaccount={}:{}", shop::NAMESPACE, shop::WEB_ACCOUNT),
+            "-n",
+            shop::NAMESPACE,
+        ],
+    )?;
+    let listed = wait(
+        "A's API server answering shop:web",
+        Duration::from_secs(60),
+        || {
+            let out = api_logs();
+            out.contains("status 200").then_some(out)
+        },
+    )?;
+    let first = listed
+        .lines()
+        .find(|l| l.contains("status 200"))
+        .unwrap_or_default();
+    println!("  {first} (a ConfigMapList from A, read by a pod running in B)");
     println!("  fabricctl unoffload namespace shop (it says what goes first):");
     show(fabricctl(&d.cl.a.api, &["unoffload", "namespace", "shop"]));
     check_interrupt()?;

@@ -315,33 +315,15 @@ impl Bed {
 
         // Its configuration: what the pod references goes to the twin, nothing else.
         apply(shop::config());
-        // Beside web, a container calling the home API server as an in-cluster client does,
-        // with the volume admission gives a pod (its token, A's root CA, its namespace) and a
-        // ServiceAccount of its own (the test API server makes no `default`): the token is
-        // requested at home, bound to the home pod, and delivered into the twin.
-        a.api
-            .kubectl_ok(&["create", "serviceaccount", "web", "-n", shop::NAMESPACE]);
-        let mut web = shop::web();
-        web["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/default-container": "app"});
-        web["spec"]["serviceAccountName"] = json!("web");
-        web["spec"]["containers"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({
-                "name": "api", "image": "fabric-test-pod",
-                "command": ["fabric-test-pod", "api",
-                            format!("/api/v1/namespaces/{}/configmaps", shop::NAMESPACE),
-                            "--every", "1"],
-                "volumeMounts": [{"name": "kube-api-access", "readOnly": true,
-                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
-            }));
-        web["spec"]["volumes"] = json!([{"name": "kube-api-access", "projected": {"sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-            {"configMap": {"name": "kube-root-ca.crt",
-                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {"downwardAPI": {"items": [{"path": "namespace",
-                                        "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
-        ]}}]);
+        // Beside web, a container calling the home API server as an in-cluster client does.
+        a.api.kubectl_ok(&[
+            "create",
+            "serviceaccount",
+            shop::WEB_ACCOUNT,
+            "-n",
+            shop::NAMESPACE,
+        ]);
+        let web = shop::web_calling_home();
         // Nothing about placement in the pod: the webhook adds it.
         a.create_pod(&web).unwrap();
         apply(shop::service("web"));
