@@ -35,6 +35,7 @@ pub mod rights;
 pub mod sched;
 pub mod sharing;
 pub mod shop;
+pub mod storage;
 pub mod testnode;
 pub mod topo;
 pub mod traffic;
