@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::{
 
 use crate::quantity::milli;
 
+pub mod volumes;
+
 /// Why a pod does not fit a node; several reasons are counted per kind in the message.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Misfit {
@@ -24,6 +26,12 @@ pub enum Misfit {
     Insufficient(String),
     /// A request or an allocatable amount that is not a quantity.
     BadQuantity(String),
+    /// A bound claim's PV does not admit the node.
+    VolumeNodeAffinity,
+    /// A bound claim's PV does not exist.
+    VolumeMissing,
+    /// An unbound claim has neither a PV for the node nor a provisioner.
+    NoVolumeToBind,
 }
 
 impl Misfit {
@@ -34,6 +42,13 @@ impl Misfit {
             Misfit::Taint(t) => format!("node(s) had untolerated taint {{{t}}}"),
             Misfit::Insufficient(r) => format!("Insufficient {r}"),
             Misfit::BadQuantity(q) => format!("invalid quantity {q}"),
+            Misfit::VolumeNodeAffinity => "node(s) had volume node affinity conflict".into(),
+            Misfit::VolumeMissing => {
+                "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)".into()
+            }
+            Misfit::NoVolumeToBind => {
+                "node(s) didn't find available persistent volumes to bind".into()
+            }
         }
     }
 }
@@ -241,9 +256,19 @@ pub enum Decision {
 }
 
 /// Picks a node for `pod` among `nodes`, given every pod known (bound ones count against
-/// their node). Among the nodes that fit, the one with the fewest pods bound wins (then the
-/// name), which spreads pods as the default scoring roughly does.
-pub fn decide(pod: &Pod, nodes: &[&Node], pods: &[&Pod]) -> Decision {
+/// their node) and the cluster's storage ([`volumes`]). Among the nodes that fit, the one with
+/// the fewest pods bound wins (then the name), which spreads pods as the default scoring
+/// roughly does.
+pub fn decide(pod: &Pod, nodes: &[&Node], pods: &[&Pod], vols: &volumes::Volumes<'_>) -> Decision {
+    let claims = match volumes::pre_filter(pod, vols) {
+        Ok(c) => c,
+        Err(msg) => {
+            return Decision::Unschedulable(format!(
+                "0/{} nodes are available: {msg}.",
+                nodes.len()
+            ));
+        }
+    };
     let mut counts: BTreeMap<Misfit, usize> = BTreeMap::new();
     let mut best: Option<(usize, &str)> = None;
     for n in nodes {
@@ -255,7 +280,10 @@ pub fn decide(pod: &Pod, nodes: &[&Node], pods: &[&Pod]) -> Decision {
             .copied()
             .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
             .collect();
-        let m = misfits(pod, n, &bound);
+        let mut m = misfits(pod, n, &bound);
+        if let Err(v) = volumes::filter(&claims, n, vols) {
+            m.push(v);
+        }
         if m.is_empty() {
             let load = bound.iter().filter(|b| holds_resources(b)).count();
             if best.is_none_or(|(l, bn)| (load, name) < (l, bn)) {
@@ -582,7 +610,12 @@ mod tests {
         let b = node(json!({"metadata": {"name": "b"}}));
         let on_a = pod(json!({"metadata": {"name": "x"}, "spec": {"nodeName": "a"}}));
         assert_eq!(
-            decide(&pod(json!({})), &[&a, &b], &[&on_a]),
+            decide(
+                &pod(json!({})),
+                &[&a, &b],
+                &[&on_a],
+                &volumes::Volumes::default()
+            ),
             Decision::Bind("b".into())
         );
         let tainted = node(json!({"metadata": {"name": "t"},
@@ -590,7 +623,12 @@ mod tests {
         let picky = pod(json!({"spec": {"nodeSelector": {"zone": "z"},
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "64"}}}]}}));
         assert_eq!(
-            decide(&picky, &[&a, &b, &tainted], &[]),
+            decide(
+                &picky,
+                &[&a, &b, &tainted],
+                &[],
+                &volumes::Volumes::default()
+            ),
             Decision::Unschedulable(
                 "0/3 nodes are available: 1 node(s) had untolerated taint {k:NoSchedule}, \
                  3 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector."
@@ -598,9 +636,169 @@ mod tests {
             )
         );
         assert_eq!(
-            decide(&pod(json!({})), &[], &[]),
+            decide(&pod(json!({})), &[], &[], &volumes::Volumes::default()),
             Decision::Unschedulable("0/0 nodes are available.".into())
         );
+    }
+
+    mod storage_binding {
+        use k8s_openapi::api::{
+            core::v1::{PersistentVolume, PersistentVolumeClaim},
+            storage::v1::StorageClass,
+        };
+
+        use super::*;
+        use crate::sched::volumes::{Prebind, Volumes, filter, pre_filter};
+
+        fn with_claim() -> Pod {
+            pod(json!({"spec": {"volumes": [
+                {"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}}))
+        }
+
+        fn claim(v: serde_json::Value) -> PersistentVolumeClaim {
+            let mut base = json!({
+                "metadata": {"name": "data", "namespace": "default", "uid": "u1"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
+                         "resources": {"requests": {"storage": "1Gi"}}},
+            });
+            merge(&mut base, v);
+            serde_json::from_value(base).unwrap()
+        }
+
+        fn pv_on(node: &str, class: &str) -> PersistentVolume {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("pv-{node}")},
+                "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+                         "storageClassName": class, "hostPath": {"path": "/x"},
+                         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                             {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}},
+                "status": {"phase": "Available"},
+            }))
+            .unwrap()
+        }
+
+        fn class(name: &str, mode: &str, provisioner: &str) -> StorageClass {
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "provisioner": provisioner, "volumeBindingMode": mode}))
+            .unwrap()
+        }
+
+        fn nodes() -> (Node, Node) {
+            let n = |name: &str| {
+                node(json!({"metadata": {"name": name,
+                    "labels": {"kubernetes.io/hostname": name}}}))
+            };
+            (n("a"), n("b"))
+        }
+
+        fn decide_with(
+            claims: &[&PersistentVolumeClaim],
+            pvs: &[&PersistentVolume],
+            classes: &[&StorageClass],
+        ) -> Decision {
+            let (a, b) = nodes();
+            let v = Volumes {
+                claims,
+                volumes: pvs,
+                classes,
+            };
+            decide(&with_claim(), &[&a, &b], &[], &v)
+        }
+
+        #[test]
+        fn a_missing_or_immediate_unbound_claim_is_refused_with_upstreams_message() {
+            assert_eq!(
+                decide_with(&[], &[], &[]),
+                Decision::Unschedulable(
+                    "0/2 nodes are available: persistentvolumeclaim \"data\" not found.".into()
+                )
+            );
+            let fast = class("fast", "Immediate", "fabric-test/hostpath");
+            let c = claim(json!({"spec": {"storageClassName": "fast"}}));
+            assert_eq!(
+                decide_with(&[&c], &[], &[&fast]),
+                Decision::Unschedulable(
+                    "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+                        .into()
+                )
+            );
+        }
+
+        #[test]
+        fn a_bound_claim_pulls_the_pod_to_its_volumes_node() {
+            let pv = pv_on("b", "standard");
+            let c = claim(json!({"spec": {"volumeName": "pv-b"}}));
+            // Without the volume, "a" would win on the name.
+            assert_eq!(decide_with(&[&c], &[&pv], &[]), Decision::Bind("b".into()));
+            let elsewhere = pv_on("c", "standard");
+            let c = claim(json!({"spec": {"volumeName": "pv-c"}}));
+            assert_eq!(
+                decide_with(&[&c], &[&elsewhere], &[]),
+                Decision::Unschedulable(
+                    "0/2 nodes are available: 2 node(s) had volume node affinity conflict.".into()
+                )
+            );
+        }
+
+        #[test]
+        fn a_delayed_claim_selects_the_node_or_a_volume_there() {
+            let wffc = class("standard", "WaitForFirstConsumer", "fabric-test/hostpath");
+            let c = claim(json!({}));
+            assert_eq!(
+                decide_with(&[&c], &[], &[&wffc]),
+                Decision::Bind("a".into())
+            );
+            let (a, b) = nodes();
+            let (claims, classes) = ([&c], [&wffc]);
+            let v = Volumes {
+                claims: &claims,
+                volumes: &[],
+                classes: &classes,
+            };
+            let found = pre_filter(&with_claim(), &v).unwrap();
+            assert_eq!(
+                filter(&found, &a, &v),
+                Ok(vec![Prebind::SelectNode {
+                    namespace: "default".into(),
+                    claim: "data".into(),
+                    node: "a".into()
+                }])
+            );
+            // A static volume on "b" and no provisioner: only "b" fits, by claiming it.
+            let local = class(
+                "standard",
+                "WaitForFirstConsumer",
+                "kubernetes.io/no-provisioner",
+            );
+            let pv = pv_on("b", "standard");
+            assert_eq!(
+                decide_with(&[&c], &[&pv], &[&local]),
+                Decision::Bind("b".into())
+            );
+            let (pvs, classes) = ([&pv], [&local]);
+            let v = Volumes {
+                claims: &claims,
+                volumes: &pvs,
+                classes: &classes,
+            };
+            let found = pre_filter(&with_claim(), &v).unwrap();
+            assert_eq!(
+                filter(&found, &b, &v),
+                Ok(vec![Prebind::ClaimVolume {
+                    volume: "pv-b".into(),
+                    namespace: "default".into(),
+                    claim: "data".into(),
+                    uid: "u1".into()
+                }])
+            );
+            assert_eq!(
+                decide_with(&[&c], &[], &[&local]),
+                Decision::Unschedulable(
+                    "0/2 nodes are available: 2 node(s) didn't find available persistent volumes to bind."
+                        .into()
+                )
+            );
+        }
     }
 
     #[test]
