@@ -327,6 +327,18 @@ pub fn wants_scheduling(p: &Pod) -> bool {
 
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
+/// `fabric-test-scheduler` against `api` as its admin (the scheduler is the cluster's), its
+/// log at `log`; it stops when the guard drops.
+pub fn start(
+    api: &crate::apiserver::ApiServer,
+    log: &std::path::Path,
+) -> anyhow::Result<crate::ChildGuard> {
+    crate::process::Bin::new("fabric-test-scheduler")?
+        .kubeconfig(&api.kubeconfig)
+        .log(log)
+        .spawn()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

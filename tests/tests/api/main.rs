@@ -14,5 +14,6 @@ mod inband;
 mod namespace_offloading;
 mod offload;
 mod pod_placement;
+mod storage;
 mod twins;
 mod virtual_node;

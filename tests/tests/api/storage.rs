@@ -1,0 +1,233 @@
+//! The fixture's storage (`fabric-test-storage`: PV binder and hostpath provisioner) with the
+//! test scheduler's volume binding, against a real API server and two nodes: a claim of the
+//! default class stays Pending (no node selected, no PV) until its first consumer is
+//! scheduled, then is bound to a PV pinned to that node, whose directory exists; the
+//! replacement of that pod goes to the same node (the PV's affinity), not to the other node
+//! the scheduler would otherwise pick; a missing claim and an unbound claim of an `Immediate`
+//! class another provisioner serves get upstream's messages (that claim carries the
+//! provisioner annotations an external provisioner keys on); deleting the claim removes the
+//! PV and its directory. The pods' data (a file written, the pod replaced, the file read) is
+//! the network-namespace tier's (`netns::pods`): only test nodes run processes.
+use std::time::Duration;
+
+use fabric_tests::{
+    apiserver::{ApiServer, require_tools},
+    offload_fixture::{apply, scratch_dir, tail},
+    phase::phase,
+    sched, storage,
+    wait::{eventually_blocking, until},
+};
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(30);
+
+fn get(api: &ApiServer, kind: &str, name: &str, ns: Option<&str>) -> Option<Value> {
+    let mut args = vec!["get", kind, name, "-o", "json"];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    let o = api.kubectl(&args);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).unwrap())
+}
+
+fn node(api: &ApiServer, name: &str) {
+    apply(
+        api,
+        &json!({ "apiVersion": "v1", "kind": "Node",
+                 "metadata": { "name": name, "labels": { storage::HOSTNAME_LABEL: name } } }),
+    )
+    .unwrap();
+    let status = json!({ "status": { "allocatable": { "cpu": "4", "memory": "8Gi", "pods": "110" },
+                                     "capacity": { "cpu": "4", "memory": "8Gi", "pods": "110" } } });
+    api.kubectl_ok(&[
+        "patch",
+        "node",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+}
+
+fn claim(name: &str, class: Option<&str>) -> Value {
+    let mut c = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": { "name": name, "namespace": "app" },
+        "spec": { "accessModes": ["ReadWriteOnce"],
+                  "resources": { "requests": { "storage": "64Mi" } } },
+    });
+    if let Some(class) = class {
+        c["spec"]["storageClassName"] = json!(class);
+    }
+    c
+}
+
+fn pod(name: &str, claim: &str, extra: Value) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "namespace": "app" },
+        "spec": { "containers": [{ "name": "c", "image": "x",
+                                   "volumeMounts": [{ "name": "data", "mountPath": "/mnt" }] }],
+                  "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }] },
+    });
+    if let (Some(spec), Value::Object(extra)) = (p["spec"].as_object_mut(), extra) {
+        spec.extend(extra);
+    }
+    p
+}
+
+fn node_of(api: &ApiServer, pod: &str) -> Option<String> {
+    get(api, "pod", pod, Some("app"))?["spec"]["nodeName"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn unschedulable(api: &ApiServer, pod: &str) -> String {
+    eventually_blocking(&format!("{pod} marked unschedulable"), T, || {
+        let p = get(api, "pod", pod, Some("app"))?;
+        p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled" && c["reason"] == "Unschedulable")
+            .and_then(|c| c["message"].as_str().map(str::to_owned))
+    })
+}
+
+#[test]
+fn claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there() {
+    let test = "claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there";
+    if !require_tools(test) {
+        return;
+    }
+    let api = ApiServer::start("storage");
+    let dir = scratch_dir("storage").unwrap();
+    let root = dir.join("volumes");
+    let storage_log = dir.join("storage.log");
+    let sched_log = dir.join("scheduler.log");
+    let _storage = storage::start(&api, &root, &storage_log).unwrap();
+    let _scheduler = sched::start(&api, &sched_log).unwrap();
+    let logs = || {
+        format!(
+            "storage log:\n{}\nscheduler log:\n{}",
+            tail(&storage_log, 30),
+            tail(&sched_log, 30)
+        )
+    };
+    phase("cluster", || {
+        api.kubectl_ok(&["create", "namespace", "app"]);
+        apply(&api, &storage::default_class()).unwrap();
+        node(&api, "node-a");
+        node(&api, "node-b");
+    });
+
+    let (pv_name, pv_dir) = phase("first consumer", || {
+        apply(&api, &claim("data", None)).unwrap();
+        // The default class is filled in; nothing is provisioned before a consumer.
+        let c = eventually_blocking("the claim Pending of class standard", T, || {
+            get(&api, "pvc", "data", Some("app")).filter(|c| {
+                c["status"]["phase"] == "Pending" && c["spec"]["storageClassName"] == "standard"
+            })
+        });
+        assert_eq!(
+            c["metadata"]["annotations"][storage::SELECTED_NODE],
+            Value::Null
+        );
+        let pvs = api.kubectl_ok(&["get", "pv", "-o", "name"]);
+        assert!(pvs.trim().is_empty(), "no PV before a consumer: {pvs}");
+        // The first consumer asks for node-b (the scheduler alone would pick node-a).
+        apply(
+            &api,
+            &pod(
+                "writer",
+                "data",
+                json!({ "nodeSelector": { storage::HOSTNAME_LABEL: "node-b" } }),
+            ),
+        )
+        .unwrap();
+        let c = eventually_blocking("the claim Bound", T, || {
+            get(&api, "pvc", "data", Some("app")).filter(|c| c["status"]["phase"] == "Bound")
+        });
+        let anns = &c["metadata"]["annotations"];
+        assert_eq!(anns[storage::SELECTED_NODE], "node-b", "{c}");
+        assert_eq!(anns[storage::STORAGE_PROVISIONER], storage::PROVISIONER);
+        assert_eq!(
+            anns[storage::BETA_STORAGE_PROVISIONER],
+            storage::PROVISIONER
+        );
+        assert_eq!(anns[storage::BIND_COMPLETED], "yes");
+        let uid = c["metadata"]["uid"].as_str().unwrap();
+        let pv_name = format!("pvc-{uid}");
+        assert_eq!(c["spec"]["volumeName"], pv_name.as_str());
+        assert_eq!(c["status"]["capacity"]["storage"], "64Mi");
+        let pv = get(&api, "pv", &pv_name, None).unwrap();
+        assert_eq!(pv["status"]["phase"], "Bound");
+        assert_eq!(pv["spec"]["claimRef"]["uid"], uid);
+        assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+        assert_eq!(
+            pv["metadata"]["annotations"][storage::PROVISIONED_BY],
+            storage::PROVISIONER
+        );
+        assert_eq!(
+            pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+            json!(["node-b"])
+        );
+        let pv_dir = std::path::PathBuf::from(pv["spec"]["hostPath"]["path"].as_str().unwrap());
+        assert!(pv_dir.starts_with(std::fs::canonicalize(&root).unwrap()));
+        assert!(pv_dir.is_dir(), "{}", pv_dir.display());
+        until("the writer bound to node-b", T, || {
+            node_of(&api, "writer").as_deref() == Some("node-b")
+        });
+        (pv_name, pv_dir)
+    });
+
+    phase("replacement follows the data", || {
+        api.kubectl_ok(&["delete", "pod", "writer", "-n", "app", "--wait=true"]);
+        apply(&api, &pod("reader", "data", json!({}))).unwrap();
+        let n = eventually_blocking("the reader bound", T, || node_of(&api, "reader"));
+        assert_eq!(n, "node-b", "{}", logs());
+    });
+
+    phase("upstream's messages", || {
+        apply(&api, &pod("orphan", "nope", json!({}))).unwrap();
+        assert_eq!(
+            unschedulable(&api, "orphan"),
+            "0/2 nodes are available: persistentvolumeclaim \"nope\" not found."
+        );
+        // An Immediate class whose (external) provisioner never answers.
+        let mut fast = storage::class("fast", "Immediate", "Delete", false);
+        fast["provisioner"] = json!("example.com/nobody");
+        apply(&api, &fast).unwrap();
+        apply(&api, &claim("quick", Some("fast"))).unwrap();
+        apply(&api, &pod("eager", "quick", json!({}))).unwrap();
+        assert_eq!(
+            unschedulable(&api, "eager"),
+            "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+        );
+        let c = eventually_blocking("the provisioner annotations", T, || {
+            get(&api, "pvc", "quick", Some("app"))
+                .filter(|c| c["metadata"]["annotations"][storage::STORAGE_PROVISIONER].is_string())
+        });
+        assert_eq!(
+            c["metadata"]["annotations"][storage::STORAGE_PROVISIONER],
+            "example.com/nobody"
+        );
+        assert_eq!(
+            c["metadata"]["annotations"][storage::BETA_STORAGE_PROVISIONER],
+            "example.com/nobody"
+        );
+        assert_eq!(c["status"]["phase"], "Pending");
+        // Still unscheduled: never bound while the claim is not.
+        assert_eq!(node_of(&api, "eager"), None);
+    });
+
+    phase("claim deleted", || {
+        api.kubectl_ok(&["delete", "pod", "reader", "-n", "app", "--wait=true"]);
+        api.kubectl_ok(&["delete", "pvc", "data", "-n", "app", "--wait=true"]);
+        until("the PV and its directory gone", T, || {
+            get(&api, "pv", &pv_name, None).is_none() && !pv_dir.exists()
+        });
+    });
+}
