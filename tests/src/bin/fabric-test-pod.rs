@@ -6,6 +6,10 @@
 //! - `http --port P`: the same over HTTP/1.0 (`GET /` answers the client address).
 //! - `connect ADDR:PORT`: connects, prints what the server answered, exits 0 (1 on failure).
 //! - `exit CODE [--after SECONDS]`: prints a line and exits with CODE.
+//! - `write PATH TEXT`: writes TEXT to the file PATH (synced to disk), prints a line, exits 0.
+//! - `read PATH [--wait SECONDS]`: prints the file's contents and exits 0; with `--wait`, waits
+//!   that long for the file to appear; exits 1 when it cannot be read. With a claim's volume,
+//!   these show data outliving the pod that wrote it.
 //! - `api PATH`: calls the API server as an in-cluster client does (`https://` +
 //!   `KUBERNETES_SERVICE_HOST`:`KUBERNETES_SERVICE_PORT`, its certificate verified with the
 //!   CA of the service account directory, the bearer token there if there is one), prints
@@ -59,12 +63,52 @@ enum Cmd {
         #[arg(long)]
         every: Option<f64>,
     },
+    /// Writes TEXT to the file PATH.
+    Write {
+        path: std::path::PathBuf,
+        text: String,
+    },
+    /// Prints the contents of the file PATH.
+    Read {
+        path: std::path::PathBuf,
+        /// Wait this many seconds for the file to appear.
+        #[arg(long, default_value_t = 0.0)]
+        wait: f64,
+    },
     /// Prints a line and exits with CODE.
     Exit {
         code: i32,
         #[arg(long, default_value_t = 0.0)]
         after: f64,
     },
+}
+
+fn write_file(path: &std::path::Path, text: &str) -> Result<()> {
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    println!("wrote {} bytes to {}", text.len(), path.display());
+    Ok(())
+}
+
+fn read_file(path: &std::path::Path, wait: Duration) -> Result<()> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match std::fs::read_to_string(path) {
+            Ok(s) => {
+                println!("{s}");
+                return Ok(());
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
 }
 
 fn serve(port: u16, http: bool) -> Result<()> {
@@ -201,6 +245,8 @@ fn main() -> std::process::ExitCode {
                 },
             }
         }
+        Cmd::Write { path, text } => write_file(&path, &text),
+        Cmd::Read { path, wait } => read_file(&path, Duration::from_secs_f64(wait)),
         Cmd::Exit { code, after } => {
             println!("exiting with {code}");
             std::thread::sleep(Duration::from_secs_f64(after));

@@ -210,31 +210,45 @@ pub fn write(dir: &Path, files: &Files) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A bind mount into a container's mount namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The host directory.
+    pub from: String,
+    /// The mount path in the container.
+    pub at: String,
+    /// Volumes of files are; a claim's volume is not (unless the pod says so).
+    pub read_only: bool,
+}
+
 /// The shell script a container's process is started through (`sh -c SCRIPT sh CMD ARGS...`
 /// inside `ip netns exec`, which gives it a mount namespace of its own whose changes do not
 /// reach the host): `/etc/hosts` bound from `hosts`, a tmpfs over [`SECRETS_ROOT`], each
-/// (source directory, mount path) bound read-only; then the command. A mount path outside
-/// [`SECRETS_ROOT`] must exist on the host.
-pub fn mount_script(hosts: &Path, mounts: &[(String, String)]) -> String {
+/// [`Mount`] bound (and remounted read-only when it is); then the command. A mount path
+/// outside [`SECRETS_ROOT`] must exist on the host.
+pub fn mount_script(hosts: &Path, mounts: &[Mount]) -> String {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let mut s = format!(
         "set -e\nmount --bind {} /etc/hosts\n",
         q(&hosts.display().to_string())
     );
-    if mounts.iter().any(|(_, at)| at.starts_with(SECRETS_ROOT)) {
+    if mounts.iter().any(|m| m.at.starts_with(SECRETS_ROOT)) {
         // The one directory made on the host (empty there: the tmpfs is the pod's).
         s += &format!("mkdir -p {SECRETS_ROOT}\nmount -t tmpfs tmpfs {SECRETS_ROOT}\n");
     }
-    for (from, at) in mounts {
+    for Mount {
+        from,
+        at,
+        read_only,
+    } in mounts
+    {
         if at.starts_with(SECRETS_ROOT) {
             s += &format!("mkdir -p {}\n", q(at));
         }
-        s += &format!(
-            "mount --bind {} {}\nmount -o remount,bind,ro {}\n",
-            q(from),
-            q(at),
-            q(at)
-        );
+        s += &format!("mount --bind {} {}\n", q(from), q(at));
+        if *read_only {
+            s += &format!("mount -o remount,bind,ro {}\n", q(at));
+        }
     }
     s + "exec \"$@\"\n"
 }
@@ -324,11 +338,21 @@ mod tests {
     fn the_script_binds_read_only_under_a_private_secrets_root() {
         let s = mount_script(
             Path::new("/run/x/hosts"),
-            &[(
-                "/run/x/v/sa".into(),
-                "/var/run/secrets/kubernetes.io/serviceaccount".into(),
-            )],
+            &[
+                Mount {
+                    from: "/run/x/v/sa".into(),
+                    at: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+                    read_only: true,
+                },
+                Mount {
+                    from: "/tmp/v/pvc-1".into(),
+                    at: "/srv".into(),
+                    read_only: false,
+                },
+            ],
         );
+        assert!(s.contains("mount --bind '/tmp/v/pvc-1' '/srv'\n"), "{s}");
+        assert!(!s.contains("remount,bind,ro '/srv'"), "{s}");
         assert!(s.contains("mount --bind '/run/x/hosts' /etc/hosts"), "{s}");
         assert!(s.contains("mount -t tmpfs tmpfs /var/run/secrets"), "{s}");
         assert!(

@@ -11,10 +11,14 @@
 //! `kubectl port-forward`. With `--service-proxy` it is also the node's kube-proxy: Service
 //! cluster IPs DNATed to ready endpoints in the node's namespace ([`proxy`]).
 //!
+//! A `persistentVolumeClaim` volume is its bound PV's host directory, bind-mounted read-write
+//! ([`claims`]); the pod waits in `ContainerCreating` while the claim is unbound.
+//!
 //! Pure parts: [`status`] (restart decisions, phase, `PodStatus`), [`logs`] (the CRI log
-//! format and the logs query), [`pick_address`]. I/O: [`node`] (registration, Lease),
+//! format and the logs query), [`pick_address`], [`claims::resolve`]. I/O: [`node`] (registration, Lease),
 //! [`pods`] (the per-pod workers: processes, status), [`podnet`] (their network), [`server`] (kubelet API), [`proxy`] (its
 //! pure part: [`proxy::programme`], the nft script).
+pub mod claims;
 pub mod config;
 pub mod files;
 pub mod logs;

@@ -3,7 +3,7 @@
 //! processes inside it, writes their output as CRI logs, restarts them as the policy says,
 //! reports status, and tears everything down on deletion. The decisions are [`super::status`]'s.
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     io::{BufRead as _, BufReader, Read, Write as _},
     net::Ipv4Addr,
     path::{Path, PathBuf},
@@ -25,7 +25,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tracing::{info, warn};
 
 use super::{
-    HOLLOW_ANNOTATION, MIRROR_ANNOTATION, config, files,
+    HOLLOW_ANNOTATION, MIRROR_ANNOTATION, claims, config, files,
     logs::{Entry, Stream},
     pick_address,
     podnet::{build_net, remove_net},
@@ -217,6 +217,8 @@ struct Worker {
     dir: PathBuf,
     /// The volumes the test node materializes (configMap, secret, projected).
     volumes: BTreeSet<String>,
+    /// The claims' volumes: volume name → the bound PV's host directory.
+    claims: BTreeMap<String, PathBuf>,
 }
 
 async fn worker(
@@ -282,6 +284,7 @@ async fn worker(
         config: config::Loaded::new(),
         dir: pod_dir,
         volumes: BTreeSet::new(),
+        claims: BTreeMap::new(),
     };
     let r = w.live(&mut rx).await;
     w.teardown();
@@ -336,22 +339,58 @@ impl Worker {
                 };
             }
             self.report().await;
-            let wait = tokio::time::sleep(std::time::Duration::from_secs(1));
-            tokio::pin!(wait);
-            loop {
-                tokio::select! {
-                    _ = &mut wait => break,
-                    msg = rx.recv() => match msg {
-                        None | Some(Msg::Gone) => return false,
-                        Some(Msg::Update(p)) => {
-                            self.pod = *p;
-                            if self.pod.metadata.deletion_timestamp.is_some() {
-                                return false;
-                            }
+            if !self.pause(rx).await {
+                return false;
+            }
+        }
+    }
+
+    /// Waits a second for another look, following the pod's updates. `false`: the pod went or
+    /// is being deleted.
+    async fn pause(&mut self, rx: &mut UnboundedReceiver<Msg>) -> bool {
+        let wait = tokio::time::sleep(std::time::Duration::from_secs(1));
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => return true,
+                msg = rx.recv() => match msg {
+                    None | Some(Msg::Gone) => return false,
+                    Some(Msg::Update(p)) => {
+                        self.pod = *p;
+                        if self.pod.metadata.deletion_timestamp.is_some() {
+                            return false;
                         }
-                        Some(_) => {}
-                    },
+                    }
+                    Some(_) => {}
+                },
+            }
+        }
+    }
+
+    /// Waits until every claim the pod mounts is bound to a PV with a host directory, in
+    /// `ContainerCreating` with the kubelet's message meanwhile. `false`: the pod went.
+    async fn await_claims(&mut self, rx: &mut UnboundedReceiver<Msg>) -> bool {
+        if self.hollow || claims::wanted(&self.pod).is_empty() {
+            return true;
+        }
+        loop {
+            match claims::load(&self.node.client, &self.pod).await {
+                Ok(dirs) => {
+                    self.claims = dirs;
+                    return true;
                 }
+                Err(message) => {
+                    for c in &mut self.ctrs {
+                        c.state.run = Run::Waiting {
+                            reason: "ContainerCreating".into(),
+                            message: Some(message.clone()),
+                        };
+                    }
+                    self.report().await;
+                }
+            }
+            if !self.pause(rx).await {
+                return false;
             }
         }
     }
@@ -391,7 +430,9 @@ impl Worker {
     }
 
     async fn live(&mut self, rx: &mut UnboundedReceiver<Msg>) -> Result<()> {
-        if self.pod.metadata.deletion_timestamp.is_none() && !self.await_config(rx).await {
+        if self.pod.metadata.deletion_timestamp.is_none()
+            && !(self.await_config(rx).await && self.await_claims(rx).await)
+        {
             if self.pod.metadata.deletion_timestamp.is_some() {
                 return delete_now(&self.api, &self.pod).await;
             }
@@ -559,19 +600,26 @@ impl Worker {
         let log_dir = self.ctrs[idx].log_dir.clone();
         let env = self.env(idx);
         let ns = self.net.as_ref().map(|n| n.ns.clone()).unwrap_or_default();
-        let mounts: Vec<(String, String)> = self.ctrs[idx]
+        let mounts: Vec<files::Mount> = self.ctrs[idx]
             .spec
             .volume_mounts
             .iter()
             .flatten()
-            .filter(|m| self.volumes.contains(&m.name))
-            .map(|m| {
-                let from = self.dir.join("volumes").join(&m.name);
+            .filter_map(|m| {
+                let (from, read_only) = if self.volumes.contains(&m.name) {
+                    (self.dir.join("volumes").join(&m.name), true)
+                } else {
+                    (self.claims.get(&m.name)?.clone(), m.read_only == Some(true))
+                };
                 let from = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
                     Some(sub) => from.join(sub),
                     None => from,
                 };
-                (from.display().to_string(), m.mount_path.clone())
+                Some(files::Mount {
+                    from: from.display().to_string(),
+                    at: m.mount_path.clone(),
+                    read_only,
+                })
             })
             .collect();
         let script = files::mount_script(&self.dir.join("hosts"), &mounts);
