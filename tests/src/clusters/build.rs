@@ -152,6 +152,26 @@ impl PeeredClusters {
                 ],
                 endpoints_env,
             )?;
+            // Nor a PV controller or provisioner: the stand-in binds claims and gives PVs of
+            // the default class `standard` a directory of the test's scratch space.
+            crate::offload_fixture::apply(
+                &me.cluster_ref(which).api,
+                &crate::storage::default_class(),
+            )?;
+            let volumes = me.logs.join(format!("volumes{i}"));
+            me.spawn(
+                &format!("storage{i}"),
+                vec![
+                    "ip".into(),
+                    "netns".into(),
+                    "exec".into(),
+                    replicas[0].ns.clone(),
+                    bin("fabric-test-storage")?,
+                    "--root".into(),
+                    volumes.display().to_string(),
+                ],
+                env.clone(),
+            )?;
             for (k, node) in nodes.iter().enumerate() {
                 let root = me.logs.join(format!("testnode{i}-{k}"));
                 me.spawn(

@@ -70,7 +70,7 @@ fn pod(name: &str, claim: &str, extra: Value) -> Value {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": { "name": name, "namespace": "app" },
         "spec": { "containers": [{ "name": "c", "image": "x",
-                                   "volumeMounts": [{ "name": "data", "mountPath": "/mnt" }] }],
+                                   "volumeMounts": [{ "name": "data", "mountPath": "/srv" }] }],
                   "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }] },
     });
     if let (Some(spec), Value::Object(extra)) = (p["spec"].as_object_mut(), extra) {
