@@ -2,7 +2,8 @@
 //! node of their node runs them in network namespaces with addresses from the node's range.
 //! One pair of peered clusters for every check (they take most of the time): echo pods answer
 //! pods of their own cluster and of the peer through the fabric, `kubectl logs [-f]` works
-//! through the API server, an unsatisfiable node selector and an untolerated taint leave pods
+//! through the API server, a file written on a claim's volume outlives its pod and is read by the
+//! replacement the PV's node affinity pulls to the same node, an unsatisfiable node selector and an untolerated taint leave pods
 //! Pending as Unschedulable, OnFailure restarts a failing command, a hollow pod runs without a
 //! process, graceful deletion stops the process and removes the pod and its namespace, and the
 //! test nodes remove their pods' namespaces when they stop.
@@ -158,6 +159,8 @@ fn pods_run_talk_log_restart_and_stop() {
     }
     drop(follow);
 
+    storage_outlives_its_pod(&cl.a);
+
     // Scheduling: nowhere to go, then an untolerated taint.
     let mut nowhere = command_pod("nowhere", &["sleep", "60"]);
     nowhere["spec"]["nodeSelector"] = json!({ "disktype": "ssd" });
@@ -251,6 +254,96 @@ fn pods_run_talk_log_restart_and_stop() {
     assert_eq!(Cluster::pod_netns(&e1.uid), None);
     assert_eq!(Cluster::pod_netns(&eb.uid), None);
     eprintln!("done after {:?}", t0.elapsed());
+}
+
+/// `pod` mounting claim `claim` at /srv.
+fn with_claim(mut pod: serde_json::Value, claim: &str) -> serde_json::Value {
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([{ "name": "data", "mountPath": "/srv" }]);
+    pod["spec"]["volumes"] =
+        json!([{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }]);
+    pod
+}
+
+/// A claim of the default class is bound on node1, where its first consumer writes a file;
+/// the consumer goes, and its replacement (no node selector: the scheduler alone would pick
+/// node0, the name's tie-break) lands on node1 and reads the file. A pod put on a node with a
+/// claim that does not exist waits in ContainerCreating with the kubelet's message.
+fn storage_outlives_its_pod(cl: &Cluster) {
+    let claim = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": { "name": "data", "namespace": "default" },
+        "spec": { "accessModes": ["ReadWriteOnce"],
+                  "resources": { "requests": { "storage": "16Mi" } } },
+    });
+    cl.create(&claim).unwrap();
+    let text = "written on node1";
+    let writer = command_pod(
+        "writer",
+        &["fabric-test-pod", "write", "/srv/greeting", text],
+    );
+    cl.create_pod(&on_node(with_claim(writer, "data"), 1))
+        .unwrap();
+    let p = cl
+        .wait_pod("default", "writer", T, "Succeeded", |p| {
+            p["status"]["phase"] == "Succeeded"
+        })
+        .unwrap();
+    assert_eq!(p["spec"]["nodeName"], Cluster::node_name(1));
+    let pvc = cl.api.kubectl_ok(&[
+        "get",
+        "pvc",
+        "data",
+        "-o",
+        "jsonpath={.status.phase} {.metadata.annotations.volume\\.kubernetes\\.io/selected-node}",
+    ]);
+    assert_eq!(pvc, format!("Bound {}", Cluster::node_name(1)));
+    // The file is in the PV's directory, not in the host's /srv.
+    let dir = cl.api.kubectl_ok(&[
+        "get",
+        "pv",
+        &cl.api
+            .kubectl_ok(&["get", "pvc", "data", "-o", "jsonpath={.spec.volumeName}"]),
+        "-o",
+        "jsonpath={.spec.hostPath.path}",
+    ]);
+    let on_disk = std::path::Path::new(&dir).join("greeting");
+    assert_eq!(
+        std::fs::read_to_string(&on_disk).unwrap(),
+        text,
+        "{}",
+        on_disk.display()
+    );
+    assert!(!std::path::Path::new("/srv/greeting").exists());
+    cl.api
+        .kubectl_ok(&["delete", "pod", "writer", "--wait=true"]);
+    let reader = command_pod("reader", &["fabric-test-pod", "read", "/srv/greeting"]);
+    cl.create_pod(&with_claim(reader, "data")).unwrap();
+    let p = cl
+        .wait_pod("default", "reader", T, "Succeeded", |p| {
+            p["status"]["phase"] == "Succeeded"
+        })
+        .unwrap();
+    assert_eq!(p["spec"]["nodeName"], Cluster::node_name(1));
+    assert_eq!(cl.api.kubectl_ok(&["logs", "reader"]).trim(), text);
+    cl.api
+        .kubectl_ok(&["delete", "pod", "reader", "--wait=true"]);
+
+    let mut waiting = with_claim(command_pod("claimless", &["sleep", "60"]), "absent");
+    waiting["spec"]["nodeName"] = json!(Cluster::node_name(0));
+    cl.create_pod(&waiting).unwrap();
+    let p = cl
+        .wait_pod("default", "claimless", T, "ContainerCreating", |p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+                && p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].is_string()
+        })
+        .unwrap();
+    assert_eq!(p["status"]["phase"], "Pending", "{p}");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
+        "persistentvolumeclaim \"absent\" not found"
+    );
+    cl.api
+        .kubectl_ok(&["delete", "pod", "claimless", "--wait=true"]);
 }
 
 fn ip_of(addr: &str) -> String {
