@@ -407,13 +407,7 @@ pub fn plan(
                     // The claim names a volume with no claimRef: the controller claims it.
                     out.push(Action::PatchVolume {
                         name: bound_to.to_owned(),
-                        patch: json!({
-                            "metadata": { "annotations": { BOUND_BY_CONTROLLER: "yes" } },
-                            "spec": { "claimRef": {
-                                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                                "namespace": ns, "name": name, "uid": c.uid(),
-                            } },
-                        }),
+                        patch: claim_volume(&ns, &name, &c.uid().unwrap_or_default()),
                     });
                     bind_claim(c, v, false, &mut out);
                     out.push(Action::VolumePhase {
@@ -469,13 +463,7 @@ pub fn plan(
                 taken.insert(v.name_any());
                 out.push(Action::PatchVolume {
                     name: v.name_any(),
-                    patch: json!({
-                        "metadata": { "annotations": { BOUND_BY_CONTROLLER: "yes" } },
-                        "spec": { "claimRef": {
-                            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                            "namespace": ns, "name": name, "uid": c.uid(),
-                        } },
-                    }),
+                    patch: claim_volume(&ns, &name, &c.uid().unwrap_or_default()),
                 });
                 continue;
             }
@@ -509,6 +497,18 @@ pub fn plan(
         }
     }
     out
+}
+
+/// The merge patch by which a controller binds a PV to a claim: its `claimRef` (with the
+/// claim's uid) and [`BOUND_BY_CONTROLLER`].
+pub fn claim_volume(namespace: &str, claim: &str, uid: &str) -> Value {
+    json!({
+        "metadata": { "annotations": { BOUND_BY_CONTROLLER: "yes" } },
+        "spec": { "claimRef": {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "namespace": namespace, "name": claim, "uid": uid,
+        } },
+    })
 }
 
 fn by_key_ref(v: &PersistentVolume) -> Option<String> {

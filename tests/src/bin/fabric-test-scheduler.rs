@@ -313,11 +313,7 @@ async fn prebind(client: &Client, w: &Prebind) -> Result<()> {
             claim,
             uid,
         } => {
-            let patch = serde_json::json!({
-                "metadata": { "annotations": { fabric_tests::storage::BOUND_BY_CONTROLLER: "yes" } },
-                "spec": { "claimRef": { "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                    "namespace": namespace, "name": claim, "uid": uid } },
-            });
+            let patch = fabric_tests::storage::claim_volume(namespace, claim, uid);
             Api::<PersistentVolume>::all(client.clone())
                 .patch(volume, &pp, &Patch::Merge(&patch))
                 .await
