@@ -368,11 +368,18 @@ impl Worker {
     }
 
     /// Waits until every claim the pod mounts is bound to a PV with a host directory, in
-    /// `ContainerCreating` with the kubelet's message meanwhile. `false`: the pod went.
+    /// `ContainerCreating` with the kubelet's message meanwhile (and a `FailedMount` Warning
+    /// Event each time the message changes). `false`: the pod went.
     async fn await_claims(&mut self, rx: &mut UnboundedReceiver<Msg>) -> bool {
         if self.hollow || claims::wanted(&self.pod).is_empty() {
             return true;
         }
+        let events = fabric_kube::events::Events::new(
+            self.node.client.clone(),
+            "kubelet",
+            Some(self.node.name.clone()),
+        );
+        let mut said: Option<String> = None;
         loop {
             match claims::load(&self.node.client, &self.pod).await {
                 Ok(dirs) => {
@@ -380,6 +387,15 @@ impl Worker {
                     return true;
                 }
                 Err(message) => {
+                    if said.as_ref() != Some(&message) {
+                        let ev = fabric_kube::events::Event::warning(
+                            "FailedMount",
+                            "Mount",
+                            format!("Unable to attach or mount volumes: {message}"),
+                        );
+                        events.publish(&self.pod, &ev).await;
+                        said = Some(message.clone());
+                    }
                     for c in &mut self.ctrs {
                         c.state.run = Run::Waiting {
                             reason: "ContainerCreating".into(),

@@ -267,7 +267,8 @@ fn with_claim(mut pod: serde_json::Value, claim: &str) -> serde_json::Value {
 /// A claim of the default class is bound on node1, where its first consumer writes a file;
 /// the consumer goes, and its replacement (no node selector: the scheduler alone would pick
 /// node0, the name's tie-break) lands on node1 and reads the file. A pod put on a node with a
-/// claim that does not exist waits in ContainerCreating with the kubelet's message.
+/// claim that does not exist waits in ContainerCreating with the kubelet's message and a
+/// FailedMount Event.
 fn storage_outlives_its_pod(cl: &Cluster) {
     let claim = json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -342,6 +343,21 @@ fn storage_outlives_its_pod(cl: &Cluster) {
         p["status"]["containerStatuses"][0]["state"]["waiting"]["message"],
         "persistentvolumeclaim \"absent\" not found"
     );
+    let events: serde_json::Value =
+        serde_json::from_str(
+            &cl.api
+                .kubectl_ok(&["get", "events.events.k8s.io", "-o", "json"]),
+        )
+        .unwrap();
+    let failed_mount = events["items"].as_array().unwrap().iter().any(|e| {
+        e["regarding"]["name"] == "claimless"
+            && e["reason"] == "FailedMount"
+            && e["type"] == "Warning"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("persistentvolumeclaim \"absent\" not found"))
+    });
+    assert!(failed_mount, "{events}");
     cl.api
         .kubectl_ok(&["delete", "pod", "claimless", "--wait=true"]);
 }
