@@ -587,14 +587,15 @@ fn bind_claim(
     }
 }
 
-/// `fabric-test-storage` against `api` as its admin (the stand-in is the cluster's, as the
-/// test scheduler), its PV directories under `root`, its log at `log`; it stops when the guard
-/// drops.
+/// `fabric-test-storage --default-class` against `api` as its admin (the stand-in is the
+/// cluster's, as the test scheduler), its PV directories under `root`, its log at `log`; it
+/// stops when the guard drops.
 pub fn start(api: &ApiServer, root: &Path, log: &Path) -> Result<ChildGuard> {
     Bin::new("fabric-test-storage")?
         .kubeconfig(&api.kubeconfig)
         .arg("--root")
         .arg(root)
+        .arg("--default-class")
         .log(log)
         .spawn()
 }

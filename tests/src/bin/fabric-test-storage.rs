@@ -1,7 +1,8 @@
 //! The test clusters' storage controllers: the PV binder and the hostpath provisioner of
 //! `fabric_tests::storage` (which says what they do, as upstream). This is the I/O around
 //! [`storage::plan`]: watches of PVCs, PVs and StorageClasses (reflector stores), a pass after
-//! each burst of changes, the PV directories made and removed under `--root`.
+//! each burst of changes, the PV directories made and removed under `--root`; with
+//! `--default-class`, the class `standard` made at start.
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
@@ -26,6 +27,10 @@ struct Cli {
     /// The provisioner's volumes are directories `ROOT/<pv name>`.
     #[arg(long)]
     root: PathBuf,
+    /// Make the default class `standard` at start when it is missing (the fixture's clusters
+    /// have it; doing it here keeps a kubectl call off the fixture's start).
+    #[arg(long)]
+    default_class: bool,
 }
 
 #[tokio::main]
@@ -52,6 +57,17 @@ async fn run(cli: Cli) -> Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (KUBECONFIG)")?;
+    if cli.default_class {
+        let class: StorageClass = serde_json::from_value(storage::default_class())?;
+        match Api::<StorageClass>::all(client.clone())
+            .create(&PostParams::default(), &class)
+            .await
+        {
+            Ok(_) => info!(class = storage::DEFAULT_CLASS, "default class made"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e).context("making the default class"),
+        }
+    }
     let changed = Arc::new(Notify::new());
     let all = watcher::Config::default;
     let claims = notifying(

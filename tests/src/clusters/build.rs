@@ -152,12 +152,9 @@ impl PeeredClusters {
                 ],
                 endpoints_env,
             )?;
-            // Nor a PV controller or provisioner: the stand-in binds claims and gives PVs of
-            // the default class `standard` a directory of the test's scratch space.
-            crate::offload_fixture::apply(
-                &me.cluster_ref(which).api,
-                &crate::storage::default_class(),
-            )?;
+            // Nor a PV controller or provisioner: the stand-in makes the default class
+            // `standard`, binds claims and gives their PVs a directory of the test's scratch
+            // space.
             let volumes = me.logs.join(format!("volumes{i}"));
             me.spawn(
                 &format!("storage{i}"),
@@ -169,6 +166,7 @@ impl PeeredClusters {
                     bin("fabric-test-storage")?,
                     "--root".into(),
                     volumes.display().to_string(),
+                    "--default-class".into(),
                 ],
                 env.clone(),
             )?;

@@ -118,7 +118,6 @@ fn claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there() {
     };
     phase("cluster", || {
         api.kubectl_ok(&["create", "namespace", "app"]);
-        apply(&api, &storage::default_class()).unwrap();
         node(&api, "node-a");
         node(&api, "node-b");
     });
