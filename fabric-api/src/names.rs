@@ -326,6 +326,37 @@ pub mod home_api {
     ];
 }
 
+/// The storage fabric (issue 21): a virtual StorageClass whose claims are provisioned where
+/// their first consumer lands; on a virtual node, in the provider's twin namespace.
+pub mod storage {
+    /// The provisioner of the virtual StorageClass, and the CSI driver named by the
+    /// placeholder PersistentVolumes it makes (no node of this cluster runs one: nothing here
+    /// can mount them).
+    pub const PROVISIONER: &str = "fabric.io/storage";
+    /// The virtual StorageClass's default name (`deploy/base/storage.yaml`).
+    pub const CLASS: &str = "fabric";
+    /// Annotation of a claim: the provider's StorageClass its remote claim is to have (over
+    /// the class the provider lends by default).
+    pub const REMOTE_CLASS: &str = "storage.fabric.io/remote-class";
+    /// Annotation the scheduler puts on a `WaitForFirstConsumer` claim: its first consumer's
+    /// node.
+    pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+    /// Annotation of a PersistentVolume: its provisioner.
+    pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+    /// The finalizer a virtual kubelet puts on a claim it provisioned: the remote claim and
+    /// the placeholder volume go before it.
+    pub const FINALIZER: &str = "storage.fabric.io/remote-claim";
+    /// The Event reason of a claim sent back to the scheduler (its node's provider lends no
+    /// storage), as Liqo's.
+    pub const RESCHEDULING_REQUIRED: &str = "ReschedulingRequired";
+
+    /// The placeholder PersistentVolume of claim `uid`, as every external provisioner names
+    /// its volumes.
+    pub fn volume_name(uid: &str) -> String {
+        format!("pvc-{uid}")
+    }
+}
+
 pub mod config_map {
     /// The cluster's identity (`deploy/fabric-cluster.env`), see
     /// [`ClusterIdentity`](crate::identity::ClusterIdentity).

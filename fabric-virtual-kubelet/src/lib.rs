@@ -10,6 +10,8 @@
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
 //! - [`configs`], [`services`], [`endpointslices`]: what offloaded namespaces hold, reflected
 //!   into their twins; [`home_api`]: the home API server's Service there;
+//! - [`storage`]: claims of offloaded namespaces whose first consumer lands on the node,
+//!   provisioned in their twins, a placeholder volume at home pinning later consumers here;
 //! - [`tokens`]: the service-account tokens of offloaded pods, requested at home and kept as
 //!   Secrets in the twins;
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
@@ -25,6 +27,7 @@ pub mod provider;
 pub mod run;
 pub mod server;
 pub mod services;
+pub mod storage;
 pub mod tokens;
 
 /// The one field manager of everything the virtual kubelet writes (its Node, Lease and the

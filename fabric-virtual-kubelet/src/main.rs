@@ -54,6 +54,10 @@ struct Cli {
     /// fabric, as `kubernetes.default.svc`. Without it they are given nothing of it.
     #[arg(long, env = "FABRIC_HOME_API_ADDRESS")]
     home_api_address: Option<std::net::SocketAddrV4>,
+    /// The virtual StorageClass: its claims whose first consumer lands on this node are
+    /// provisioned on the provider (as `deploy/base/storage.yaml` names it).
+    #[arg(long, default_value = names::storage::CLASS)]
+    storage_class: String,
     #[command(flatten)]
     server: ServerArgs,
 }
@@ -167,6 +171,7 @@ async fn run_cli() -> Result<()> {
         pod_resync: cli.pod_resync,
         metrics,
         home_api_address: cli.home_api_address,
+        storage_class: cli.storage_class,
     };
     // On SIGTERM (a rollout, a drain) the Node and its conditions stay as they are: the next
     // replica carries on from them, and a Node that flapped NotReady on every restart would

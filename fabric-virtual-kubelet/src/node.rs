@@ -176,6 +176,7 @@ mod tests {
                     ("topology.kubernetes.io/zone".to_owned(), "z1".to_owned()),
                 ]),
                 at_most_once: None,
+                storage: None,
             },
         )
     }

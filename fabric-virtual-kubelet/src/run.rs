@@ -56,6 +56,8 @@ pub struct Opts {
     /// Where the home API server listens on this cluster's network, if offloaded pods are to
     /// reach it.
     pub home_api_address: Option<std::net::SocketAddrV4>,
+    /// The virtual StorageClass ([`crate::storage`]).
+    pub storage_class: String,
 }
 
 /// Whether the node status must be written: it says something new, or the last write is
@@ -233,12 +235,14 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         fabric_namespace: opts.fabric_namespace.clone(),
         resync: opts.pod_resync,
         home_api_address: opts.home_api_address,
+        storage_class: opts.storage_class.clone(),
     };
     let pod_loop = tokio::spawn(pods::run::run(
         local.clone(),
         pod_opts,
         secret_rx.clone(),
         ready_rx,
+        crate::storage::follow(vn_rx.clone()),
         opts.metrics.clone(),
     ));
     let (home_tx, home_rx) = watch::channel(true);

@@ -682,6 +682,7 @@ mod tests {
                 resources: [("cpu".into(), q("4"))].into(),
                 labels: [("node-type".into(), "gpu".into())].into(),
                 at_most_once: None,
+                storage: None,
             },
         );
         let objects = PeerObjects {

@@ -243,6 +243,7 @@ pub fn virtual_kubelet_name() -> String {
             resources: Default::default(),
             labels: Default::default(),
             at_most_once: None,
+            storage: None,
         },
     ))
 }

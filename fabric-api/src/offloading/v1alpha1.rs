@@ -81,6 +81,25 @@ pub struct VirtualNodeSpec {
     /// pods offloaded there Failed (reason `ProviderPartitioned`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_most_once: Option<AtMostOnce>,
+    /// The storage the provider lends (absent: none). The virtual kubelet then provisions the
+    /// claims of class [`crate::names::storage::CLASS`] whose first consumer lands on its
+    /// node in the provider's twin namespace; without it, such a claim is sent back to the
+    /// scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
+}
+
+/// The StorageClasses a provider lends its tenants' claims.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Storage {
+    /// The classes lent, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub classes: Vec<String>,
+    /// The class a claim gets when it names none (absent: the provider's default class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
 }
 
 /// At-most-once semantics for a consumer's offloaded pods (off by default): when the provider

@@ -107,6 +107,7 @@ pub fn virtual_node<'a>(
             resources,
             labels,
             at_most_once: most_patient(&terms),
+            storage: None,
         },
         status: None,
     })

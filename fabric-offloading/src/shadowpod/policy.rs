@@ -8,7 +8,10 @@
 //! capabilities, hostPath, hostPort, AppArmor, SELinux, `/proc` mount, seccomp, sysctls,
 //! Windows hostProcess), narrowed where a tenant's pod must not reach the provider itself:
 //! volumes only of the types on [`VOLUME_TYPES`] (no `serviceAccountToken` projection: the
-//! provider issues no tokens to tenants), and no scheduling of its own (`nodeName` and a
+//! provider issues no tokens to tenants; a `persistentVolumeClaim` only by a plain claim name,
+//! which Kubernetes resolves in the pod's own namespace, the tenant's twin or tenant
+//! namespace: what the claims there may bind is the tenant's own, policed where they are
+//! written, `fabric-consumer-twin-claims`), and no scheduling of its own (`nodeName` and a
 //! service account other than `default` are refused; node selectors, affinity, tolerations,
 //! priority, runtime class and scheduler only as the admin's [`Placement`] allows;
 //! `automountServiceAccountToken` is not refused but forced to false on the real pod,
@@ -66,12 +69,13 @@ pub const SELINUX_TYPES: [&str; 4] = [
 ];
 
 /// The volume types a tenant's pod may use; `projected` only of [`PROJECTED_SOURCES`].
-pub const VOLUME_TYPES: [&str; 5] = [
+pub const VOLUME_TYPES: [&str; 6] = [
     "configMap",
     "secret",
     "downwardAPI",
     "emptyDir",
     "projected",
+    "persistentVolumeClaim",
 ];
 
 /// What a projected volume may gather.
@@ -94,6 +98,7 @@ pub enum Rule {
     HostProcess,
     VolumeType(String),
     Projection(String),
+    ClaimName(String),
     NodeName,
     Priority,
     RuntimeClass,
@@ -135,6 +140,10 @@ impl fmt::Display for Rule {
                 f,
                 "{t} volumes are not allowed (only {})",
                 VOLUME_TYPES.join(", ")
+            ),
+            Rule::ClaimName(n) => write!(
+                f,
+                "claim {n:?} is not a claim name of the pod's own namespace (a DNS subdomain)"
             ),
             Rule::Projection(t) => write!(
                 f,
@@ -512,6 +521,19 @@ fn types_of<T: serde::Serialize>(v: &T) -> Vec<String> {
     }
 }
 
+/// Whether `name` is a DNS-1123 subdomain (an object name: no `/`, no `..`).
+fn dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
 /// What a volume breaks: its field below `volumes[i]`, and the rule.
 fn volume(v: &Volume) -> Option<(String, Rule)> {
     if v.host_path.is_some() {
@@ -522,6 +544,14 @@ fn volume(v: &Volume) -> Option<(String, Rule)> {
         .find(|t| !VOLUME_TYPES.contains(&t.as_str()))
     {
         return Some((format!(".{t}"), Rule::VolumeType(t)));
+    }
+    if let Some(c) = &v.persistent_volume_claim
+        && !dns_subdomain(&c.claim_name)
+    {
+        return Some((
+            ".persistentVolumeClaim.claimName".into(),
+            Rule::ClaimName(c.claim_name.clone()),
+        ));
     }
     for (k, s) in v
         .projected

@@ -125,6 +125,13 @@ pub const POD_RULES: &[(&str, &[&str], &[&str])] = &[
     ("", &["events"], &["create", "patch"]),
 ];
 
+/// The placeholder PersistentVolumes of the claims it provisions on the provider
+/// (`fabric_virtual_kubelet::storage`): made, read back and deleted by name, never listed.
+/// RBAC cannot narrow them to its own; the admission policy `fabric-virtual-kubelet-volumes`
+/// does (the virtual class, our provisioner, pinned to its own node).
+pub const VOLUME_RULES: &[(&str, &[&str], &[&str])] =
+    &[("", &["persistentvolumes"], &["get", "create", "delete"])];
+
 /// Its Node, by name. `create` cannot be limited to a name (the object has none yet when
 /// RBAC decides), so it is granted alone, as every kubelet has it; so are TokenReviews and
 /// SubjectAccessReviews (who calls its kubelet API, and whether they may). Pods:
@@ -158,6 +165,8 @@ pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
                     &["get", "list", "watch"],
                 ),
             ]
+            .into_iter()
+            .chain(VOLUME_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
             .into_iter()
             .chain(POD_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
             .collect(),
@@ -435,6 +444,7 @@ mod tests {
                 resources: Default::default(),
                 labels: Default::default(),
                 at_most_once: None,
+                storage: None,
             },
         );
         vn.metadata.namespace = Some("fabric-system".into());
@@ -472,7 +482,15 @@ mod tests {
             r.resources.as_deref() == Some(&["namespaceoffloadings".to_owned()][..])
                 && r.verbs == ["get", "list", "watch"]
         };
-        for r in rules.iter().filter(|r| !pod_rule(r) && !offloadings(r)) {
+        // Placeholder volumes: confined by an admission policy, never listed.
+        let volumes = |r: &PolicyRule| {
+            r.resources.as_deref() == Some(&["persistentvolumes".to_owned()][..])
+                && r.verbs == ["get", "create", "delete"]
+        };
+        for r in rules
+            .iter()
+            .filter(|r| !pod_rule(r) && !offloadings(r) && !volumes(r))
+        {
             let named = r.resource_names.as_ref().is_some_and(|n| !n.is_empty());
             assert!(
                 named || r.verbs == ["create"],

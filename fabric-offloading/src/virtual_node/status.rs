@@ -218,6 +218,7 @@ mod tests {
                 resources: Default::default(),
                 labels: Default::default(),
                 at_most_once: None,
+                storage: None,
             },
         )
     }

@@ -59,10 +59,14 @@ enum Outcome {
     NoToken(String),
     /// Its twin's Service of the home API server has no address yet (why): not created.
     NoHomeApi(String),
+    /// A claim it mounts is not in the twin yet (why): not created.
+    NoVolume(String),
 }
 
 /// How soon a pod whose token could not be made, or refreshed, is looked at again.
 const TOKEN_RETRY: Duration = Duration::from_secs(30);
+/// How soon a pod waiting for a claim in its twin is looked at again.
+const VOLUME_RETRY: Duration = Duration::from_secs(2);
 
 /// Carries out `step` for the pod of `cx`, then writes its home status. A failed step still
 /// reports what is known (the pod not Ready while the provider is out of reach, say) and is
@@ -86,6 +90,7 @@ pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
     };
     let next = match &outcome {
         Outcome::NoToken(_) => Next::After(TOKEN_RETRY),
+        Outcome::NoVolume(_) => Next::After(VOLUME_RETRY),
         Outcome::Shadow(_) if alive && cx.view.reachable && pods.placement == Placement::Twin => {
             refresh_tokens(cx).await
         }
@@ -328,6 +333,7 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
         Outcome::NoTwin(message) => Seen::NoTwin { message },
         Outcome::NoToken(message) => Seen::NoToken { message },
         Outcome::NoHomeApi(message) => Seen::NoHomeApi { message },
+        Outcome::NoVolume(message) => Seen::NoVolume { message },
         Outcome::Aborted(message) => Seen::Aborted { message },
         Outcome::Shadow(s) => Seen::Shadow(s),
         Outcome::Nothing => Seen::Nothing,
@@ -462,6 +468,39 @@ async fn resize(
     }
 }
 
+/// The claims `pod` mounts, by name.
+fn claims_of(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| Some(v.persistent_volume_claim.as_ref()?.claim_name.clone()))
+        .collect()
+}
+
+/// Why the pod of `cx` waits for one of `claims` in its twin (none of ours there yet);
+/// `None`: they are all there. Read fresh: the pod is created once, after.
+async fn missing_claim(cx: &Cx<'_, Pods>, claims: &[String]) -> Result<Option<String>> {
+    let (Some(client), Some(ns), Some(marks)) =
+        (cx.remote_client(), cx.remote_namespace(), cx.view.marks)
+    else {
+        return Ok(None);
+    };
+    let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), ns);
+    for c in claims {
+        let found = api
+            .get_opt(c)
+            .await
+            .with_context(|| format!("looking for claim {c} in the twin"))?;
+        if !found.is_some_and(|r| marks.on(&r.metadata)) {
+            return Ok(Some(format!(
+                "waiting for its PersistentVolumeClaim {c} on the provider (in {ns})"
+            )));
+        }
+    }
+    Ok(None)
+}
+
 async fn create(
     cx: &Cx<'_, Pods>,
     api: &Api<ShadowPod>,
@@ -471,6 +510,37 @@ async fn create(
     home_api: Option<forge::HomeApi>,
 ) -> Result<Outcome> {
     let home = cx.view.home.as_ref();
+    let claims = claims_of(home);
+    if !claims.is_empty() && !twin {
+        let message = format!(
+            "it mounts PersistentVolumeClaims ({}): only pods of a namespace offloaded to the \
+             provider take their claims there (offload namespace {})",
+            claims.join(", "),
+            home.namespace().unwrap_or_default()
+        );
+        cx.event(&Event::warning(
+            status::reason::REFUSED,
+            "Offload",
+            message.clone(),
+        ))
+        .await;
+        return Ok(Outcome::Refused {
+            message,
+            retry: false,
+        });
+    }
+    // Its claims first: the pod must not start without its data.
+    if let Some(message) = missing_claim(cx, &claims).await? {
+        if !says(home, status::reason::NO_VOLUME, &message) {
+            cx.event(&Event::normal(
+                status::reason::NO_VOLUME,
+                "Offload",
+                message.clone(),
+            ))
+            .await;
+        }
+        return Ok(Outcome::NoVolume(message));
+    }
     // In a twin, its tokens first: the pod must not start without them.
     let (rewritten, wanted) = with_tokens(home);
     let pod = if twin { &rewritten } else { home };

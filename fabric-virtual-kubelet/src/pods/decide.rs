@@ -108,6 +108,7 @@ pub fn offloaded(pod: &Pod) -> bool {
                                 | status::reason::NO_TWIN
                                 | status::reason::NO_TOKEN
                                 | status::reason::NO_HOME_API
+                                | status::reason::NO_VOLUME
                         )
                     )
             })

@@ -8,7 +8,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use anyhow::Result;
-use fabric_api::{names, networking::v1alpha1::Configuration};
+use fabric_api::{names, networking::v1alpha1::Configuration, offloading::v1alpha1::Storage};
 use fabric_kube::events::Events;
 use fabric_reflector::{Metrics, Options, Pair, Reachability, Reflection, mirror::Mirror};
 use k8s_openapi::api::core::v1::Secret;
@@ -21,6 +21,7 @@ use crate::{
     configs::{self, ConfigMaps, Secrets},
     endpointslices::EndpointSlices,
     services::Services,
+    storage::Claims,
 };
 
 use super::{
@@ -49,6 +50,8 @@ pub struct Opts {
     /// Where the home API server listens on this cluster's network, if offloaded pods are to
     /// reach it ([`crate::home_api`]).
     pub home_api_address: Option<std::net::SocketAddrV4>,
+    /// The virtual StorageClass ([`crate::storage`]).
+    pub storage_class: String,
 }
 
 /// Whether the provider answers, as the node's readiness says (not known before the node
@@ -114,6 +117,7 @@ pub async fn run(
     opts: Opts,
     secret: watch::Receiver<Option<Secret>>,
     ready: watch::Receiver<Option<Readiness>>,
+    storage: watch::Receiver<Option<Storage>>,
     metrics: Arc<Metrics>,
 ) -> Result<()> {
     let endpoints = crate::provider::endpoints(secret, opts.provider_id.clone());
@@ -195,6 +199,14 @@ pub async fn run(
                 node_name: opts.node_name.clone(),
             }),
             Options::new(CONFIG_SYNCS, opts.resync),
+        )
+        .register(
+            Claims {
+                node_name: opts.node_name.clone(),
+                class: opts.storage_class.clone(),
+                storage: storage.clone(),
+            },
+            Options::new(CONFIG_SYNCS, opts.resync).resync_on(storage),
         );
     let twin = Arc::new(twin);
     let pairs = twin.clone();

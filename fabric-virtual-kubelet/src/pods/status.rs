@@ -57,6 +57,10 @@ pub mod reason {
     /// Its twin's Service of the home API server has no cluster IP yet on the provider: the
     /// pod waits, never started without its way home (it would call the wrong server).
     pub const NO_HOME_API: &str = "WaitingForHomeApiServer";
+    /// A PersistentVolumeClaim the pod mounts has no claim of ours in the twin yet (its
+    /// virtual kubelet makes it once the claim's first consumer is placed on the node): the
+    /// pod waits, never started without its data.
+    pub const NO_VOLUME: &str = "RemoteVolumePending";
     /// The pod ran in its namespace's twin on the provider, and the twin is gone (the
     /// namespace unoffloaded, or this provider no longer selected): it failed, so that its
     /// controller makes another where the namespace's placement now allows.
@@ -81,6 +85,8 @@ pub enum Seen<'a> {
     NoToken { message: &'a str },
     /// Not created: its twin's Service of the home API server has no address yet (why).
     NoHomeApi { message: &'a str },
+    /// Not created: a claim it mounts is not on the provider yet (why).
+    NoVolume { message: &'a str },
     /// It ran in a twin that is gone (why).
     Aborted { message: &'a str },
     /// Its ShadowPod as last listed, and the provider refused to resize it to what the home
@@ -204,7 +210,10 @@ pub fn home_status(
             );
             s
         }
-        Seen::NoTwin { message } | Seen::NoToken { message } | Seen::NoHomeApi { message } => {
+        Seen::NoTwin { message }
+        | Seen::NoToken { message }
+        | Seen::NoHomeApi { message }
+        | Seen::NoVolume { message } => {
             let mut s = PodStatus {
                 phase: Some("Pending".into()),
                 ..Default::default()
@@ -213,6 +222,7 @@ pub fn home_status(
             let why = match seen {
                 Seen::NoTwin { .. } => reason::NO_TWIN,
                 Seen::NoToken { .. } => reason::NO_TOKEN,
+                Seen::NoVolume { .. } => reason::NO_VOLUME,
                 _ => reason::NO_HOME_API,
             };
             put(

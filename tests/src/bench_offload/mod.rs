@@ -679,6 +679,7 @@ pub(crate) fn vk_name() -> String {
             resources: Default::default(),
             labels: Default::default(),
             at_most_once: None,
+            storage: None,
         },
     ))
 }

@@ -515,6 +515,9 @@ fn manifests_apply_with_least_privilege() {
                 "patch",
                 "virtualnodes.offloading.fabric.io",
             ),
+            // Their placeholder volumes (fabric-virtual-kubelet-volumes confines them).
+            ("fabric-virtual-nodes", "create", "persistentvolumes"),
+            ("fabric-virtual-nodes", "delete", "persistentvolumes"),
             ("fabric-virtual-nodes", "create", "deployments.apps"),
             (
                 "fabric-virtual-nodes",
@@ -615,6 +618,10 @@ fn manifests_apply_with_least_privilege() {
             ),
             ("fabric-agent", "get", "secrets"),
             ("fabric-virtual-nodes", "create", "secrets"),
+            // Placeholder volumes are made and deleted by name, never listed nor changed.
+            ("fabric-virtual-nodes", "list", "persistentvolumes"),
+            ("fabric-virtual-nodes", "update", "persistentvolumes"),
+            ("fabric-virtual-nodes", "patch", "persistentvolumeclaims"),
             // Its own election's Lease only.
             (
                 "fabric-virtual-nodes",
@@ -976,6 +983,15 @@ fn manifests_apply_with_least_privilege() {
                 (&vk[..], "create", "serviceaccounts/token", true),
                 (&vk[..], "get", "serviceaccounts", false),
                 (&as_consumer[..], "create", "serviceaccounts/token", false),
+                // The claims of its offloaded namespace's storage, never a volume.
+                (&as_consumer[..], "create", "persistentvolumeclaims", true),
+                (&as_consumer[..], "delete", "persistentvolumeclaims", true),
+                (&as_consumer[..], "create", "persistentvolumes", false),
+                // The claims it provisions: bound and finalized, never made or deleted.
+                (&vk[..], "watch", "persistentvolumeclaims", true),
+                (&vk[..], "patch", "persistentvolumeclaims", true),
+                (&vk[..], "create", "persistentvolumeclaims", false),
+                (&vk[..], "delete", "persistentvolumeclaims", false),
             ] {
                 // `kubectl auth can-i VERB services/status` would ask about a Service named
                 // status.
@@ -1860,6 +1876,7 @@ fn manifests_apply_with_least_privilege() {
                 resources: Default::default(),
                 labels: Default::default(),
                 at_most_once: None,
+                storage: None,
             },
         );
         vn.metadata.namespace = Some(NS.into());

@@ -58,6 +58,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+mod storage;
+
 const HOME_NS: &str = "shop";
 const T: Duration = Duration::from_secs(40);
 

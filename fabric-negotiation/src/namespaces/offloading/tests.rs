@@ -26,6 +26,7 @@ fn vn(provider: &str, labels: &[(&str, &str)]) -> VirtualNode {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             at_most_once: None,
+            storage: None,
         },
         status: None,
     }

@@ -369,11 +369,31 @@ fn volumes_only_of_allowed_types() {
             vol(json!({"nfs": {"server": "10.0.0.1", "path": "/"}})),
             Some(("spec.volumes[1].nfs", Rule::VolumeType("nfs".into()))),
         ),
+        // A claim of the pod's own namespace (the tenant's): allowed; a name that is no
+        // claim's, refused; a claim made from a template (`ephemeral`), refused.
         (
-            vol(json!({"persistentVolumeClaim": {"claimName": "c"}})),
+            vol(json!({"persistentVolumeClaim": {"claimName": "data-0", "readOnly": true}})),
+            None,
+        ),
+        (
+            vol(json!({"persistentVolumeClaim": {"claimName": "other-tenant/data"}})),
             Some((
-                "spec.volumes[1].persistentVolumeClaim",
-                Rule::VolumeType("persistentVolumeClaim".into()),
+                "spec.volumes[1].persistentVolumeClaim.claimName",
+                Rule::ClaimName("other-tenant/data".into()),
+            )),
+        ),
+        (
+            vol(json!({"persistentVolumeClaim": {"claimName": "../data"}})),
+            Some((
+                "spec.volumes[1].persistentVolumeClaim.claimName",
+                Rule::ClaimName("../data".into()),
+            )),
+        ),
+        (
+            vol(json!({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}})),
+            Some((
+                "spec.volumes[1].ephemeral",
+                Rule::VolumeType("ephemeral".into()),
             )),
         ),
         (

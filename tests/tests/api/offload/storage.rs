@@ -1,0 +1,524 @@
+//! The storage fabric's virtual-node path (issue 21), on a bed of its own: a claim of the
+//! virtual class `fabric` in an offloaded namespace, its first consumer placed on the virtual
+//! node (the scheduler played: `volume.kubernetes.io/selected-node` set by hand), provisioned
+//! in the twin (the class the provider lends by default, our marks) with a placeholder volume
+//! at home pinned to the virtual node and the claim bound to it; the pod mounting it waits
+//! for the remote claim, then runs in the twin mounting it there; a provider lending no
+//! storage sends the claim back to the scheduler; someone else's claim in the twin is left
+//! alone; the claim deleted, both sides go. Then the attacks, with the attacker's own
+//! credentials: the consumer's identity on the provider (claims taking the provider's
+//! volumes, data of another namespace, a class not lent; a ShadowPod mounting a claim of
+//! another namespace) and the virtual kubelet's own ServiceAccount at home (a volume that is
+//! not a placeholder of its node, deleting another volume). Phases `Bound` are not relied on:
+//! no PV binder runs here.
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+use super::*;
+
+const LENT: &str = "standard";
+
+/// A home claim of the virtual class in `namespace`, its first consumer placed on
+/// `selected` (by the scheduler), with `annotations`.
+fn claim_in(namespace: &str, name: &str, selected: Option<&str>, annotations: Value) -> Value {
+    let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "db"},
+                     "annotations": annotations},
+        "spec": {"storageClassName": "fabric", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}}});
+    if let Some(node) = selected {
+        c["metadata"]["annotations"][names::storage::SELECTED_NODE] = json!(node);
+    }
+    c
+}
+
+fn claim(name: &str, selected: Option<&str>, annotations: Value) -> Value {
+    claim_in(STORE, name, selected, annotations)
+}
+
+/// Sets the selected node of home claim `name`, as the scheduler does.
+fn select(bed: &Bed, name: &str) {
+    let patch = json!({"metadata": {"annotations": {names::storage::SELECTED_NODE: NODE}}});
+    bed.consumer.kubectl_ok(&[
+        "patch",
+        "pvc",
+        name,
+        "-n",
+        STORE,
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+fn home_claim(bed: &Bed, name: &str) -> Option<Value> {
+    let o = bed
+        .consumer
+        .kubectl(&["get", "pvc", name, "-n", STORE, "-o", "json"]);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())
+        .flatten()
+}
+
+fn volume(bed: &Bed, name: &str) -> Option<Value> {
+    let o = bed.consumer.kubectl(&["get", "pv", name, "-o", "json"]);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())
+        .flatten()
+}
+
+/// The consumer's own identity on the provider, in the twin.
+async fn as_consumer<K>(bed: &Bed) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+    let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+    Api::namespaced(client, &store_twin())
+}
+
+#[tokio::test]
+async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider() {
+    let Some(bed) = phase_async("the bed", setup("twin-storage", &[])).await else {
+        return;
+    };
+    phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
+    let twin = store_twin();
+    phase_async("the namespace offloaded; the provider lends a class", async {
+        bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
+        apply(
+            &bed.consumer,
+            &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                    "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}}),
+        );
+        set_map(&bed, &[(STORE, &twin)]).await;
+        bed.eventually("the twin made by the provider", || async {
+            bed.provider.kubectl(&["get", "namespace", &twin]).status.success().then_some(())
+        })
+        .await;
+        // The provider's admin: what it lends, and a claim of its own in the twin.
+        apply(
+            &bed.provider,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "fabric-storage", "namespace": NS},
+                    "data": {"lent": format!("{LENT}, fast")}}),
+        );
+        apply(
+            &bed.provider,
+            &json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "theirs", "namespace": twin, "labels": {"owner": "admin"}},
+                    "spec": {"storageClassName": LENT, "accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": "5Gi"}}}}),
+        );
+    })
+    .await;
+    phase_async(
+        "a provider lending no storage: back to the scheduler",
+        async {
+            apply(&bed.consumer, &claim("early", Some(NODE), json!({})));
+            bed.eventually("early's selected node dropped", || async {
+                let c = home_claim(&bed, "early")?;
+                c["metadata"]["annotations"][names::storage::SELECTED_NODE]
+                    .is_null()
+                    .then_some(())
+            })
+            .await;
+            bed.event(&bed.consumer, STORE, "ReschedulingRequired on early", |e| {
+                e["reason"] == names::storage::RESCHEDULING_REQUIRED
+                    && e["type"] == "Warning"
+                    && e["regarding"]["name"] == "early"
+            })
+            .await;
+            let early = home_claim(&bed, "early").unwrap();
+            assert!(early["spec"]["volumeName"].is_null(), "{early}");
+            // The provider lends now: its VirtualNode says so.
+            apply(
+                &bed.consumer,
+                &fixture::virtual_node(
+                    json!({"storage": {"classes": [LENT, "fast"], "default": LENT}}),
+                ),
+            );
+        },
+    )
+    .await;
+    let uid = phase_async(
+        "the pod waits for its claim, then runs with it in the twin",
+        async {
+            apply(&bed.consumer, &claim("data", None, json!({})));
+            let mut pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "db", "namespace": STORE},
+                "spec": {
+                    "nodeName": NODE,
+                    "terminationGracePeriodSeconds": 5,
+                    "tolerations": [{"key": names::taint::VIRTUAL_NODE, "operator": "Exists"}],
+                    "containers": [{"name": "main", "image": "echo",
+                        "command": ["fabric-test-pod", "echo"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                },
+            });
+            pod["spec"]["terminationGracePeriodSeconds"] = json!(5);
+            apply(&bed.consumer, &pod);
+            bed.eventually("db waiting for its claim, saying so", || async {
+                let p = Api::<Pod>::namespaced(bed.c.clone(), STORE)
+                    .get_opt("db")
+                    .await
+                    .ok()??;
+                let v = serde_json::to_value(&p).unwrap();
+                cond_is(&v, OFFLOADED, "False", Some("RemoteVolumePending")).then_some(())
+            })
+            .await;
+            assert!(
+                in_store_twin(&bed, "shadowpod", "db").is_none(),
+                "no ShadowPod before its claim is on the provider"
+            );
+            // The scheduler places db's claim with it.
+            select(&bed, "data");
+            let home = bed
+                .eventually("data bound to its placeholder", || async {
+                    let c = home_claim(&bed, "data")?;
+                    c["spec"]["volumeName"].is_string().then_some(c)
+                })
+                .await;
+            let uid = home["metadata"]["uid"].as_str().unwrap().to_owned();
+            assert_eq!(home["spec"]["volumeName"], format!("pvc-{uid}"), "{home}");
+            assert_eq!(
+                home["metadata"]["finalizers"],
+                json!([names::storage::FINALIZER]),
+                "{home}"
+            );
+            let remote = bed
+                .eventually("data in the twin", || async {
+                    in_store_twin(&bed, "persistentvolumeclaim", "data")
+                })
+                .await;
+            assert_eq!(
+                remote["spec"]["storageClassName"], LENT,
+                "the lent default: {remote}"
+            );
+            assert_eq!(remote["spec"]["resources"]["requests"]["storage"], "1Gi");
+            assert_eq!(
+                remote["metadata"]["labels"][REFLECTED_FROM], CONSUMER,
+                "{remote}"
+            );
+            assert_eq!(remote["metadata"]["labels"]["app"], "db", "{remote}");
+            assert!(remote["spec"]["volumeName"].is_null(), "{remote}");
+            let pv = volume(&bed, &format!("pvc-{uid}")).expect("the placeholder");
+            assert_eq!(pv["spec"]["storageClassName"], "fabric", "{pv}");
+            assert_eq!(pv["spec"]["claimRef"]["uid"], uid.as_str(), "{pv}");
+            assert_eq!(pv["spec"]["claimRef"]["name"], "data", "{pv}");
+            assert_eq!(pv["spec"]["capacity"]["storage"], "1Gi", "{pv}");
+            assert_eq!(
+                pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"],
+                json!([{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]),
+                "every later consumer lands on the virtual node: {pv}"
+            );
+            assert_eq!(
+                pv["spec"]["csi"]["driver"],
+                names::storage::PROVISIONER,
+                "{pv}"
+            );
+            assert_eq!(
+                pv["metadata"]["annotations"][names::storage::PROVISIONED_BY],
+                names::storage::PROVISIONER
+            );
+            let shadow = bed
+                .eventually("db's ShadowPod in the twin", || async {
+                    in_store_twin(&bed, "shadowpod", "db")
+                })
+                .await;
+            assert_eq!(
+                shadow["spec"]["pod"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+                "data",
+                "{shadow}"
+            );
+            bed.eventually("db's real pod in the twin, admitted", || async {
+                in_store_twin(&bed, "pod", "db")
+            })
+            .await;
+            uid
+        },
+    )
+    .await;
+    phase_async(
+        "a class of the claim's choosing, refused when not lent",
+        async {
+            apply(
+                &bed.consumer,
+                &claim(
+                    "gold",
+                    Some(NODE),
+                    json!({names::storage::REMOTE_CLASS: "gold"}),
+                ),
+            );
+            bed.event(
+                &bed.consumer,
+                STORE,
+                "the provider's refusal said at home",
+                |e| {
+                    e["reason"] == "ReflectionRefused"
+                        && e["regarding"]["name"] == "gold"
+                        && e["note"]
+                            .as_str()
+                            .is_some_and(|n| n.contains("does not lend"))
+                },
+            )
+            .await;
+            let gold = home_claim(&bed, "gold").unwrap();
+            assert!(gold["spec"]["volumeName"].is_null(), "not bound: {gold}");
+            apply(
+                &bed.consumer,
+                &claim(
+                    "quick",
+                    Some(NODE),
+                    json!({names::storage::REMOTE_CLASS: "fast"}),
+                ),
+            );
+            let quick = bed
+                .eventually("quick in the twin", || async {
+                    in_store_twin(&bed, "persistentvolumeclaim", "quick")
+                })
+                .await;
+            assert_eq!(quick["spec"]["storageClassName"], "fast", "{quick}");
+        },
+    )
+    .await;
+    phase_async("someone else's claim in the twin: left alone", async {
+        apply(&bed.consumer, &claim("theirs", Some(NODE), json!({})));
+        bed.event(&bed.consumer, STORE, "the Warning on theirs at home", |e| {
+            e["reason"] == "FailedReflection" && e["regarding"]["name"] == "theirs"
+        })
+        .await;
+        let remote = in_store_twin(&bed, "persistentvolumeclaim", "theirs").unwrap();
+        assert_eq!(
+            remote["metadata"]["labels"],
+            json!({"owner": "admin"}),
+            "{remote}"
+        );
+        assert_eq!(remote["spec"]["resources"]["requests"]["storage"], "5Gi");
+        let home = home_claim(&bed, "theirs").unwrap();
+        assert!(home["spec"]["volumeName"].is_null(), "{home}");
+    })
+    .await;
+    phase_async("the claim deleted: both sides gone", async {
+        bed.consumer
+            .kubectl_ok(&["delete", "pod", "db", "-n", STORE, "--wait=false"]);
+        bed.consumer
+            .kubectl_ok(&["delete", "pvc", "data", "-n", STORE, "--wait=false"]);
+        bed.eventually("data gone from the twin", || async {
+            in_store_twin(&bed, "persistentvolumeclaim", "data")
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        bed.eventually("the placeholder gone", || async {
+            volume(&bed, &format!("pvc-{uid}")).is_none().then_some(())
+        })
+        .await;
+        bed.eventually("data gone at home", || async {
+            home_claim(&bed, "data").is_none().then_some(())
+        })
+        .await;
+    })
+    .await;
+    phase_async(
+        "the consumer's identity takes nothing of the provider's",
+        async { consumer_claims_attack(&bed).await },
+    )
+    .await;
+    phase_async(
+        "the virtual kubelet's identity makes only its placeholders",
+        async { virtual_kubelet_volumes_attack(&bed).await },
+    )
+    .await;
+}
+
+/// With the consumer's own identity, in its twin: claims naming a provider's volume (another
+/// tenant's, a hostPath one), selecting volumes, taking data of another namespace, of a class
+/// not lent; a ShadowPod mounting a claim of another namespace.
+async fn consumer_claims_attack(bed: &Bed) {
+    apply(
+        &bed.provider,
+        &json!({"apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": "provider-disk"},
+                "spec": {"storageClassName": LENT, "accessModes": ["ReadWriteOnce"],
+                         "capacity": {"storage": "1Gi"}, "hostPath": {"path": "/var/lib"}}}),
+    );
+    let claims: Api<PersistentVolumeClaim> = as_consumer(bed).await;
+    let attempt = |name: &str, spec: Value| {
+        let mut s = json!({"storageClassName": LENT, "accessModes": ["ReadWriteOnce"],
+                           "resources": {"requests": {"storage": "1Gi"}}});
+        merge(&mut s, spec);
+        serde_json::from_value::<PersistentVolumeClaim>(
+            json!({"metadata": {"name": name}, "spec": s}),
+        )
+        .unwrap()
+    };
+    for (name, spec, says) in [
+        (
+            "steal",
+            json!({"volumeName": "provider-disk"}),
+            "names no PersistentVolume",
+        ),
+        (
+            "pick",
+            json!({"selector": {"matchLabels": {"tenant": "other"}}}),
+            "selects no existing",
+        ),
+        (
+            "gold",
+            json!({"storageClassName": "gold"}),
+            "does not lend StorageClass gold",
+        ),
+        (
+            "classless",
+            json!({"storageClassName": null}),
+            "does not lend",
+        ),
+    ] {
+        let err = claims
+            .create(&Default::default(), &attempt(name, spec))
+            .await
+            .expect_err(name);
+        assert!(err.to_string().contains(says), "{name}: {err}");
+    }
+    // Data of another namespace: refused, or not taken at all (the API server drops the
+    // field while cross-namespace data sources are off).
+    let other = attempt(
+        "copy",
+        json!({"dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "secret-data",
+                                 "namespace": "fabric-tenant-other"}}),
+    );
+    match claims.create(&Default::default(), &other).await {
+        Err(e) => assert!(e.to_string().contains("another namespace"), "{e}"),
+        Ok(c) => {
+            let r = c.spec.and_then(|s| s.data_source_ref);
+            assert!(
+                r.and_then(|r| r.namespace).is_none(),
+                "another namespace's data taken"
+            );
+            claims.delete("copy", &Default::default()).await.unwrap();
+        }
+    }
+    // A plain one of a lent class: the consumer's to make.
+    claims
+        .create(&Default::default(), &attempt("plain", json!({})))
+        .await
+        .unwrap();
+    claims.delete("plain", &Default::default()).await.unwrap();
+    // A ShadowPod mounting a claim that is not one of its own namespace.
+    let shadows: Api<ShadowPod> = as_consumer(bed).await;
+    let mut evil = raw_shadow("evil", "100m");
+    evil.metadata.namespace = None;
+    evil.spec.home.namespace = STORE.into();
+    let spec = &mut evil.spec.pod.spec;
+    spec.volumes = Some(vec![
+        serde_json::from_value(json!({"name": "d",
+            "persistentVolumeClaim": {"claimName": "fabric-tenant-other/data"}}))
+        .unwrap(),
+    ]);
+    let err = shadows
+        .create(&Default::default(), &evil)
+        .await
+        .expect_err("a ShadowPod mounting another namespace's claim");
+    assert!(err.to_string().contains("claimName"), "{err}");
+}
+
+/// With the virtual kubelet's own ServiceAccount at home: a volume that is not a placeholder
+/// (a hostPath one), one pinned to another node, one bound to a claim of a namespace not
+/// offloaded; deleting a volume that is not one of its placeholders.
+async fn virtual_kubelet_volumes_attack(bed: &Bed) {
+    let kubeconfig = rights::component_kubeconfig(
+        &bed.consumer,
+        &fixture::virtual_kubelet_name(),
+        bed.dir.join("vk-attacker.kubeconfig"),
+    )
+    .unwrap();
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = Client::try_from(cfg).unwrap();
+    let volumes: Api<PersistentVolume> = Api::all(client);
+    bed.consumer
+        .kubectl_ok(&["create", "namespace", "elsewhere"]);
+    apply(
+        &bed.consumer,
+        &claim_in("elsewhere", "loot", Some(NODE), json!({})),
+    );
+    let placeholder = |name: &str, extra: Value| {
+        let mut pv = json!({"metadata": {"name": name,
+                "annotations": {names::storage::PROVISIONED_BY: names::storage::PROVISIONER}},
+            "spec": {"storageClassName": "fabric", "accessModes": ["ReadWriteOnce"],
+                     "capacity": {"storage": "1Gi"},
+                     "claimRef": {"namespace": STORE, "name": "theirs", "uid": "u"},
+                     "csi": {"driver": names::storage::PROVISIONER, "volumeHandle": "u"},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}});
+        merge(&mut pv["spec"], extra);
+        serde_json::from_value::<PersistentVolume>(pv).unwrap()
+    };
+    for (name, extra, says) in [
+        (
+            "host",
+            json!({"csi": null, "hostPath": {"path": "/etc"}}),
+            "writes only placeholder volumes",
+        ),
+        (
+            "pinned-elsewhere",
+            json!({"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["worker-1"]}]}]}}}),
+            "pinned to its own node",
+        ),
+        (
+            "no-pin",
+            json!({"nodeAffinity": null}),
+            "pinned to its own node",
+        ),
+        (
+            "not-offloaded",
+            json!({"claimRef": {"namespace": "elsewhere", "name": "loot", "uid": "u"}}),
+            "namespace offloaded to its provider",
+        ),
+        (
+            "other-class",
+            json!({"storageClassName": LENT}),
+            "writes only placeholder",
+        ),
+    ] {
+        let mut pv = placeholder(name, json!({}));
+        let mut v = serde_json::to_value(&pv).unwrap();
+        merge(&mut v["spec"], extra);
+        if let Some(spec) = v["spec"].as_object_mut() {
+            spec.retain(|_, x| !x.is_null());
+        }
+        pv = serde_json::from_value(v).unwrap();
+        let err = volumes
+            .create(&Default::default(), &pv)
+            .await
+            .expect_err(name);
+        assert!(err.to_string().contains(says), "{name}: {err}");
+    }
+    // What it may make: a placeholder of a claim of the offloaded namespace, on its node.
+    volumes
+        .create(&Default::default(), &placeholder("fine", json!({})))
+        .await
+        .unwrap();
+    volumes.delete("fine", &Default::default()).await.unwrap();
+    // Someone else's volume: not its to delete.
+    apply(
+        &bed.consumer,
+        &json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "local-disk"},
+                "spec": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+                         "capacity": {"storage": "1Gi"}, "hostPath": {"path": "/srv"}}}),
+    );
+    let err = volumes
+        .delete("local-disk", &Default::default())
+        .await
+        .expect_err("deleting a volume not its own");
+    assert!(err.to_string().contains("placeholder"), "{err}");
+    assert!(volume(bed, "local-disk").is_some());
+}
