@@ -27,11 +27,24 @@ const KINDS: [&str; 7] = [
 const FIELD_MANAGER: &str = "fabric-tests-rights";
 
 /// The objects of `deploy/` (rendered as [`Manifests::render`] does) that grant or confine
-/// the components' rights.
+/// the components' rights, with the ConfigMaps those policies take as params.
 pub fn objects(api: &ApiServer) -> Result<Vec<Value>> {
-    Ok(Manifests::rendered(api)?
-        .into_iter()
-        .filter(|o| KINDS.contains(&o["kind"].as_str().unwrap_or_default()))
+    let rendered = Manifests::rendered(api)?;
+    // The ConfigMaps the policies read as their params: a binding whose params are missing
+    // denies everything it matches.
+    let params: Vec<&str> = rendered
+        .iter()
+        .filter(|o| o["kind"] == "ValidatingAdmissionPolicyBinding")
+        .filter_map(|o| o["spec"]["paramRef"]["name"].as_str())
+        .collect();
+    let param = |o: &Value| {
+        o["kind"] == "ConfigMap"
+            && params.contains(&o["metadata"]["name"].as_str().unwrap_or_default())
+    };
+    Ok(rendered
+        .iter()
+        .filter(|o| KINDS.contains(&o["kind"].as_str().unwrap_or_default()) || param(o))
+        .cloned()
         .collect())
 }
 

@@ -167,7 +167,6 @@ pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
             ]
             .into_iter()
             .chain(VOLUME_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
-            .into_iter()
             .chain(POD_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
             .collect(),
         ),

@@ -98,12 +98,17 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
         })
         .await;
         // The provider's admin: what it lends, and a claim of its own in the twin.
-        apply(
-            &bed.provider,
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "fabric-storage", "namespace": NS},
-                    "data": {"lent": format!("{LENT}, fast")}}),
-        );
+        // (deploy/ ships it, lending nothing.)
+        bed.provider.kubectl_ok(&[
+            "patch",
+            "configmap",
+            "fabric-storage",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            &json!({"data": {"lent": format!("{LENT}, fast")}}).to_string(),
+        ]);
         apply(
             &bed.provider,
             &json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
