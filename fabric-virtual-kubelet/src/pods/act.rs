@@ -181,6 +181,14 @@ fn says(pod: &Pod, reason: &str, message: &str) -> bool {
         })
 }
 
+/// Publishes `event` about `pod` unless its Offloaded condition already says the event's
+/// reason and note (the Event was recorded when the condition was written).
+async fn say_once(cx: &Cx<'_, Pods>, pod: &Pod, event: Event) {
+    if !says(pod, event.reason, &event.note) {
+        cx.event(&event).await;
+    }
+}
+
 /// Whether `pod` was offloaded pod by pod, before its namespace was: its ShadowPod is in the
 /// tenant namespace, and the twin reflection leaves it to the tenant one. Read fresh: this
 /// decides whether a second ShadowPod is made, or the pod failed.
@@ -212,17 +220,21 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
         Step::Report | Step::Wait => own,
         Step::Skip => Outcome::Skip,
         Step::AwaitTwin(why) => {
-            if !says(pod, status::reason::NO_TWIN, &why) {
-                cx.event(&Event::warning(status::reason::NO_TWIN, "Offload", &why))
-                    .await;
-            }
+            say_once(
+                cx,
+                pod,
+                Event::warning(status::reason::NO_TWIN, "Offload", &why),
+            )
+            .await;
             Outcome::NoTwin(why)
         }
         Step::AwaitHomeApi(why) => {
-            if !says(pod, status::reason::NO_HOME_API, &why) {
-                cx.event(&Event::normal(status::reason::NO_HOME_API, "Offload", &why))
-                    .await;
-            }
+            say_once(
+                cx,
+                pod,
+                Event::normal(status::reason::NO_HOME_API, "Offload", &why),
+            )
+            .await;
             Outcome::NoHomeApi(why)
         }
         Step::Aborted(why) => {
@@ -531,14 +543,8 @@ async fn create(
     }
     // Its claims first: the pod must not start without its data.
     if let Some(message) = missing_claim(cx, &claims).await? {
-        if !says(home, status::reason::NO_VOLUME, &message) {
-            cx.event(&Event::normal(
-                status::reason::NO_VOLUME,
-                "Offload",
-                message.clone(),
-            ))
-            .await;
-        }
+        let event = Event::normal(status::reason::NO_VOLUME, "Offload", message.clone());
+        say_once(cx, home, event).await;
         return Ok(Outcome::NoVolume(message));
     }
     // In a twin, its tokens first: the pod must not start without them.
@@ -552,14 +558,8 @@ async fn create(
             }
             Err(e) => {
                 let message = e.to_string();
-                if !says(home, status::reason::NO_TOKEN, &message) {
-                    cx.event(&Event::warning(
-                        status::reason::NO_TOKEN,
-                        "Offload",
-                        message.clone(),
-                    ))
-                    .await;
-                }
+                let event = Event::warning(status::reason::NO_TOKEN, "Offload", message.clone());
+                say_once(cx, home, event).await;
                 warn!(pod = %key(home), error = message, "no service-account token");
                 return Ok(Outcome::NoToken(message));
             }
