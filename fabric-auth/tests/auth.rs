@@ -410,7 +410,13 @@ async fn again_while_removed(svc: &AuthService, p: &Client, token: &str) {
         .unwrap();
     tenants.delete(id, &Default::default()).await.unwrap();
     let (answered, released) = answer_while(svc, id, token, async {
-        // The cleanup ends: what it removes goes, then the Tenant.
+        // The cleanup ends: what it removes goes (the binding first, as
+        // fabric-negotiation's unpeer does: the new peering's binding is a new one), then the
+        // Tenant.
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(p.clone(), &ns)
+            .delete(fabric_auth::tenant::ROLE, &Default::default())
+            .await
+            .unwrap();
         Api::<Role>::namespaced(p.clone(), &ns)
             .delete(fabric_auth::tenant::ROLE, &Default::default())
             .await
@@ -471,6 +477,14 @@ async fn again_while_revoked(svc: &AuthService, p: &Client, token: &str) {
         .unwrap();
     fcs.delete(id, &Default::default()).await.unwrap();
     let tenants: Api<Tenant> = Api::namespaced(p.clone(), &names::namespace::tenant(id));
+    // The Tenant's cleanup (fabric-negotiation's unpeer, not running here) took its binding.
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(
+        p.clone(),
+        &names::namespace::tenant(id),
+    )
+    .delete(fabric_auth::tenant::ROLE, &Default::default())
+    .await
+    .unwrap();
     tenants.delete(id, &Default::default()).await.unwrap();
     let (answered, released) = answer_while(svc, id, token, async {
         let at = std::time::Instant::now();

@@ -1470,6 +1470,18 @@ fn manifests_apply_with_least_privilege() {
                 "the authentication service binding a tenant's Role to another consumer's peering",
                 apply_with(&auth, &alpha),
             );
+            // ... or re-pointing an existing tenant's binding to a new peering of the same id:
+            // the approver signs whatever group the binding names, so this would hand the
+            // consumer's pods, exec and tunnel to whoever holds the new peering's key.
+            let takeover = serde_json::to_value(fabric_auth::tenant::role_binding(
+                beta,
+                &fabric_api::names::user::peering(beta, "mallory"),
+            ))
+            .unwrap();
+            attacks.refused(
+                "the authentication service re-pointing an existing tenant's RoleBinding",
+                apply_with(&auth, &takeover),
+            );
             // A client CSR someone else asked for (any subject but system:masters would be
             // signed): not the service's to approve.
             let csr = api.kubeconfig.with_file_name("mallory.csr");
