@@ -134,6 +134,10 @@ pub mod annotation {
     pub const TWIN_OF_MAP: &str = "offloading.fabric.io/namespace-map";
     /// On a provider's twin namespace: the consumer's namespace it is the twin of.
     pub const TWIN_HOME: &str = "offloading.fabric.io/home-namespace";
+    /// On an offloaded pod (its ShadowPod's template, so the real pod) whose downward-API
+    /// volumes read its namespace: the home namespace, which those items read instead of the
+    /// provider's (the same key as [`TWIN_HOME`], on another kind).
+    pub const POD_HOME_NAMESPACE: &str = TWIN_HOME;
     /// On a ShadowPod whose pod finished, written by the consumer's virtual kubelet once the
     /// home pod's status says how it ended (the phase recorded): the provider then collects
     /// it after the retention; one without it is kept longer, so that a consumer that was

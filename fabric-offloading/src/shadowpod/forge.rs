@@ -13,15 +13,19 @@
 //!   of the provider's `default` account). A pod of an offloaded namespace comes here with
 //!   its token sources already replaced by Secrets of home tokens (the virtual kubelet's
 //!   `tokens`); only those of an opted-out pod, or a pod offloaded pod by pod, are left.
+//! - The downward API's namespace reads the home namespace ([`home_namespace`]).
 //! - [`home_api`], applied by the virtual kubelet to pods of twin namespaces: their
 //!   in-cluster clients reach the home API server, not the provider's.
 use std::collections::BTreeMap;
 
 use fabric_api::{
-    names::{home_api, label, taint},
+    names::{annotation, home_api, label, taint},
     offloading::v1alpha1::{HomePod, PodTemplate, ShadowPodSpec},
 };
-use k8s_openapi::api::core::v1::{Container, EnvVar, HostAlias, Pod, PodSpec, Toleration};
+use k8s_openapi::api::core::v1::{
+    Container, DownwardAPIVolumeFile, EnvVar, HostAlias, ObjectFieldSelector, Pod, PodSpec,
+    Toleration,
+};
 
 /// What the provider offers the consumer's pods: where they may run.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -125,16 +129,91 @@ pub fn forge(
 
     let mut labels = meta.labels.clone().unwrap_or_default();
     labels.insert(label::REMOTE_CLUSTER.to_owned(), consumer.to_owned());
+    let mut annotations = template_annotations(pod);
+    home_namespace(&mut spec, &mut annotations, &home.namespace);
     Ok(ShadowPodSpec {
         cluster_id: consumer.to_owned(),
         home,
         pod: PodTemplate {
             labels,
-            annotations: meta.annotations.clone().unwrap_or_default(),
+            annotations,
             spec,
         },
     })
 }
+
+/// The downward API's `metadata.namespace`, read the way it reads at home: on the provider
+/// the pod lives in a twin (`<namespace>-<consumer>`) or the tenant namespace, and an
+/// application that builds names, DNS suffixes or API paths from its namespace would read
+/// the provider's. Environment variables get the home namespace as a literal (a pod's
+/// namespace never changes); volume items read the pod's annotation
+/// [`annotation::POD_HOME_NAMESPACE`], which every offloaded pod carries (a file needs a
+/// source; the annotation is the pod's own, so no object more; [`template_annotations`]).
+pub fn home_namespace(
+    spec: &mut PodSpec,
+    annotations: &mut BTreeMap<String, String>,
+    namespace: &str,
+) {
+    let reads_namespace = |f: &Option<ObjectFieldSelector>| {
+        f.as_ref().is_some_and(|f| f.field_path == NAMESPACE_FIELD)
+    };
+    let literal = |c: &mut Container| {
+        for e in c.env.iter_mut().flatten() {
+            if e.value_from
+                .as_ref()
+                .is_some_and(|v| reads_namespace(&v.field_ref))
+            {
+                e.value = Some(namespace.to_owned());
+                e.value_from = None;
+            }
+        }
+    };
+    spec.containers.iter_mut().for_each(literal);
+    spec.init_containers.iter_mut().flatten().for_each(literal);
+    let annotated = |items: Option<&mut Vec<DownwardAPIVolumeFile>>| {
+        for i in items.into_iter().flatten() {
+            if reads_namespace(&i.field_ref) {
+                i.field_ref = Some(ObjectFieldSelector {
+                    api_version: i.field_ref.as_ref().and_then(|f| f.api_version.clone()),
+                    field_path: format!(
+                        "metadata.annotations['{}']",
+                        annotation::POD_HOME_NAMESPACE
+                    ),
+                });
+            }
+        }
+    };
+    for v in spec.volumes.iter_mut().flatten() {
+        annotated(v.downward_api.as_mut().and_then(|d| d.items.as_mut()));
+        for s in v
+            .projected
+            .as_mut()
+            .and_then(|p| p.sources.as_mut())
+            .into_iter()
+            .flatten()
+        {
+            annotated(s.downward_api.as_mut().and_then(|d| d.items.as_mut()));
+        }
+    }
+    annotations.insert(
+        annotation::POD_HOME_NAMESPACE.to_owned(),
+        namespace.to_owned(),
+    );
+}
+
+/// The annotations of the real pod of home pod `pod`: its own, and its home namespace
+/// ([`annotation::POD_HOME_NAMESPACE`], which [`home_namespace`]'s volume items read).
+pub fn template_annotations(pod: &Pod) -> BTreeMap<String, String> {
+    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(
+        annotation::POD_HOME_NAMESPACE.to_owned(),
+        pod.metadata.namespace.clone().unwrap_or_default(),
+    );
+    annotations
+}
+
+/// The downward API's field of a pod's namespace.
+const NAMESPACE_FIELD: &str = "metadata.namespace";
 
 /// Where an offloaded pod of a twin namespace reaches its home API server on the provider:
 /// the cluster IP of the twin's [`home_api::SERVICE`].
@@ -604,5 +683,79 @@ mod tests {
         let s = forged(&p).unwrap().pod.spec;
         let volumes: Vec<_> = s.volumes.unwrap().into_iter().map(|v| v.name).collect();
         assert_eq!(volumes, vec!["data", "config"]);
+    }
+
+    #[test]
+    fn the_downward_api_reads_the_home_namespace() {
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        let ns_ref = json!({"fieldRef": {"fieldPath": "metadata.namespace"}});
+        spec.containers[0].env = Some(
+            serde_json::from_value(json!([
+                {"name": "NS", "valueFrom": ns_ref},
+                {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "PLAIN", "value": "x"},
+            ]))
+            .unwrap(),
+        );
+        spec.init_containers = Some(vec![
+            serde_json::from_value(
+                json!({"name": "setup", "env": [{"name": "NS", "valueFrom": ns_ref}]}),
+            )
+            .unwrap(),
+        ]);
+        let items = json!([
+            {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+        ]);
+        spec.volumes.as_mut().unwrap().extend([
+            serde_json::from_value::<Volume>(
+                json!({"name": "info", "downwardAPI": {"items": items}}),
+            )
+            .unwrap(),
+            serde_json::from_value(json!({"name": "mixed", "projected": {"sources": [
+                {"configMap": {"name": "settings"}},
+                {"downwardAPI": {"items": items}},
+            ]}}))
+            .unwrap(),
+        ]);
+        let forged = forged(&p).unwrap().pod;
+        assert_eq!(forged.annotations[annotation::POD_HOME_NAMESPACE], "shop");
+        assert_eq!(forged.annotations["note"], "kept", "the pod's own stay");
+        let s = forged.spec;
+        let env = serde_json::to_value(&s.containers[0].env).unwrap();
+        assert_eq!(
+            env,
+            json!([
+                {"name": "NS", "value": "shop"},
+                {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "PLAIN", "value": "x"},
+            ]),
+            "only the namespace becomes a literal"
+        );
+        let init = serde_json::to_value(&s.init_containers.unwrap()[0].env).unwrap();
+        assert_eq!(init, json!([{"name": "NS", "value": "shop"}]));
+        let read = json!([
+            {"path": "namespace", "fieldRef": {"apiVersion": "v1",
+             "fieldPath": "metadata.annotations['offloading.fabric.io/home-namespace']"}},
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+        ]);
+        let volumes = serde_json::to_value(s.volumes.unwrap()).unwrap();
+        assert_eq!(volumes[1]["downwardAPI"]["items"], read, "{volumes}");
+        assert_eq!(
+            volumes[2]["projected"]["sources"][1]["downwardAPI"]["items"], read,
+            "{volumes}"
+        );
+    }
+
+    #[test]
+    fn every_real_pod_says_its_home_namespace() {
+        assert_eq!(
+            template_annotations(&pod()),
+            BTreeMap::from([
+                ("note".to_owned(), "kept".to_owned()),
+                (annotation::POD_HOME_NAMESPACE.to_owned(), "shop".to_owned()),
+            ])
+        );
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use fabric_api::{names::label, offloading::v1alpha1::ShadowPod};
-use fabric_offloading::shadowpod::resize;
+use fabric_offloading::shadowpod::{forge, resize};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::status::{self, OFFLOADED};
@@ -122,7 +122,7 @@ pub fn wanted_metadata(
 ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let mut labels = pod.metadata.labels.clone().unwrap_or_default();
     labels.insert(label::REMOTE_CLUSTER.to_owned(), consumer.to_owned());
-    (labels, pod.metadata.annotations.clone().unwrap_or_default())
+    (labels, forge::template_annotations(pod))
 }
 
 /// Whether `shadow` stands for no pod at home any more: `home` is the home pod of its name as
@@ -254,6 +254,7 @@ pub(super) mod tests {
                 },
                 pod: PodTemplate {
                     labels: labels.clone(),
+                    annotations: forge::template_annotations(&pod()),
                     ..Default::default()
                 },
             },

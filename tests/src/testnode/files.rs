@@ -1,7 +1,8 @@
 //! What a kubelet puts in a pod's filesystem, for the test node's pod processes: `/etc/hosts`
 //! (the pod's name and address, then its `hostAliases`, as the kubelet writes it) and the
-//! contents of its `configMap`, `secret` and `projected` (configMap, secret, downwardAPI
-//! name/namespace/uid/labels/annotations) volumes, as files under a directory per volume,
+//! contents of its `configMap`, `secret`, `downwardAPI` and `projected` (configMap, secret,
+//! downwardAPI) volumes (downward fields: name, namespace, uid, labels, annotations, one label
+//! or annotation), as files under a directory per volume,
 //! rewritten atomically (write aside, rename) when the objects change, as a kubelet's atomic
 //! writer does. Each container process runs in a mount namespace of its own where these are
 //! bind-mounted read-only ([`mount_script`]). Resolution is pure; [`write`] is the edge.
@@ -115,7 +116,17 @@ fn field(pod: &Pod, path: &str) -> Option<String> {
         "metadata.uid" => pod.uid()?,
         "metadata.labels" => pairs(pod.labels()),
         "metadata.annotations" => pairs(pod.annotations()),
-        _ => return None,
+        _ => {
+            // One annotation or label, as `metadata.annotations['key']`.
+            let (map, rest) = if let Some(r) = path.strip_prefix("metadata.annotations[") {
+                (pod.annotations(), r)
+            } else {
+                (pod.labels(), path.strip_prefix("metadata.labels[")?)
+            };
+            let key = rest.strip_suffix(']')?.trim_matches(['\'', '"']);
+            // As the kubelet: a missing key reads empty.
+            map.get(key).cloned().unwrap_or_default()
+        }
     })
 }
 
@@ -145,6 +156,12 @@ pub fn volumes(pod: &Pod, loaded: &Loaded) -> Result<BTreeMap<String, Files>, St
                 s.optional,
                 &mut files,
             )?;
+        } else if let Some(d) = &v.downward_api {
+            for i in d.items.iter().flatten() {
+                if let Some(value) = i.field_ref.as_ref().and_then(|f| field(pod, &f.field_path)) {
+                    files.insert(i.path.clone(), value);
+                }
+            }
         } else if let Some(p) = &v.projected {
             for src in p.sources.iter().flatten() {
                 if let Some(c) = &src.config_map {
@@ -360,5 +377,36 @@ mod tests {
             "{s}"
         );
         assert!(s.ends_with("exec \"$@\"\n"));
+    }
+
+    #[test]
+    fn a_downward_volume_reads_fields_and_single_annotations() {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop-x", "annotations": {"home": "shop"},
+                         "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c"}], "volumes": [
+                {"name": "info", "downwardAPI": {"items": [
+                    {"path": "ns", "fieldRef": {"fieldPath": "metadata.annotations['home']"}},
+                    {"path": "app", "fieldRef": {"fieldPath": "metadata.labels['app']"}},
+                    {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                    {"path": "none", "fieldRef": {"fieldPath": "metadata.annotations['absent']"}},
+                ]}},
+            ]},
+        }))
+        .unwrap();
+        let v = volumes(&p, &Loaded::new()).unwrap();
+        let files: Vec<_> = v["info"]
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("app", "web"),
+                ("name", "web"),
+                ("none", ""),
+                ("ns", "shop")
+            ]
+        );
     }
 }

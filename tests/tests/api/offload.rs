@@ -1611,8 +1611,12 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
                 "tolerations": [{ "key": names::taint::VIRTUAL_NODE, "operator": "Exists" }],
                 "containers": [{ "name": "main", "image": "echo",
                     "command": ["fabric-test-pod", "echo"],
-                    "env": [{"name": "G", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}}],
-                    "envFrom": [{"secretRef": {"name": "db"}}] }],
+                    "env": [{"name": "G", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
+                            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                    "envFrom": [{"secretRef": {"name": "db"}}],
+                    "volumeMounts": [{"name": "info", "mountPath": "/info"}] }],
+                "volumes": [{"name": "info", "downwardAPI": {"items": [
+                    {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}],
             },
         });
         pod["spec"]["terminationGracePeriodSeconds"] = json!(5);
@@ -1634,8 +1638,20 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
             })
             .await;
         assert_eq!(shadow["spec"]["home"]["namespace"], STORE, "{shadow}");
-        bed.eventually("web's real pod in the twin", || in_twin("pod", "web"))
+        let real = bed
+            .eventually("web's real pod in the twin", || in_twin("pod", "web"))
             .await;
+        // The downward API's namespace is the home one, not the twin's: a literal in the
+        // environment, the pod's own annotation in volumes.
+        let env = &real["spec"]["containers"][0]["env"];
+        assert_eq!(env[1], json!({"name": "NS", "value": STORE}), "{env}");
+        let home = names::annotation::POD_HOME_NAMESPACE;
+        assert_eq!(real["metadata"]["annotations"][home], STORE, "{real}");
+        assert_eq!(
+            real["spec"]["volumes"][0]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
+            format!("metadata.annotations['{home}']"),
+            "{real}"
+        );
         let settings = bed
             .eventually("the referenced ConfigMap in the twin", || {
                 in_twin("configmap", "settings")
