@@ -229,6 +229,9 @@ pub mod webhook {
     /// The path the API server posts creations of the other objects a consumer may make
     /// (ResourceSlices, PeeringNetworks) to, which are bounded in number per tenant.
     pub const TENANT_OBJECTS_PATH: &str = "/validate/tenant-objects";
+    /// The path the API server posts a consumer's claims (PersistentVolumeClaims created or
+    /// updated) to, charged against the storage it was granted.
+    pub const CLAIMS_PATH: &str = "/validate/claims";
     /// The consumer's MutatingWebhookConfiguration on pods of offloaded namespaces
     /// (cluster-scoped), served by the same webhook.
     pub const PODS_CONFIG: &str = "fabric-pods";

@@ -78,7 +78,10 @@ pub fn amounts(list: &BTreeMap<String, Quantity>) -> Result<Amounts, BadQuantity
 
 /// Resources counted in bytes, written with binary suffixes when they divide evenly.
 fn is_bytes(resource: &str) -> bool {
-    resource == "memory" || resource == "ephemeral-storage" || resource.starts_with("hugepages-")
+    resource == "memory"
+        || resource == "ephemeral-storage"
+        || resource.starts_with("hugepages-")
+        || resource.starts_with(crate::offloading::lent::RESOURCE_PREFIX)
 }
 
 /// `a` as quantities, the resources at zero left out.

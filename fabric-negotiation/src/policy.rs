@@ -13,6 +13,11 @@
 //!   in creation order, each from what the previous ones left.
 //! - **Tenant state**: Active tenants get what is there; Cordoned ones keep what they have
 //!   (never more) and get nothing new; Drained ones get zero.
+//! - **Storage** is what the provider's admin lends (ConfigMap `fabric-storage`, see
+//!   [`fabric_api::offloading::lent`]): resources `storage.fabric.io/CLASS`, offered whole
+//!   (the admin said how much; no node frees or takes any of it), shared out as the rest.
+//!   A grant with storage names the class a claim gets by default: the provider's default
+//!   when it is granted, else the first granted.
 //! - **Labels**: the slice's status carries the provider's configured labels, plus
 //!   `node-type=gpu` when the grant includes a GPU (a resource named `*/gpu`, such as
 //!   `nvidia.com/gpu`), so that workloads can select a virtual node by what it offers.
@@ -25,7 +30,7 @@ use fabric_api::{
         ResourceSliceStatus, Resources, TenantState, slice_condition::ACCEPTED,
     },
     names::label,
-    offloading::at_most_once,
+    offloading::{at_most_once, lent},
     quantity::{milli, quantity},
     requests,
 };
@@ -104,6 +109,8 @@ pub struct Capacity {
     pub allocatable: Amounts,
     /// Requests of the pods holding resources on them.
     pub used: Amounts,
+    /// The storage the admin lends: offered whole.
+    pub lent: lent::Lent,
 }
 
 impl Capacity {
@@ -145,15 +152,27 @@ impl Capacity {
         c
     }
 
-    /// What may be offered of each resource: `percent` of what is free, rounded down.
+    /// What may be offered of each resource: `percent` of what is free, rounded down; the
+    /// storage lent, whole.
     pub fn offerable(&self, percent: u8) -> Amounts {
-        self.allocatable
+        let mut out: Amounts = self
+            .allocatable
             .iter()
             .map(|(k, a)| {
                 let free = (a - self.used.get(k).copied().unwrap_or(0)).max(0);
                 (k.clone(), free * i128::from(percent.min(100)) / 100)
             })
-            .collect()
+            .collect();
+        out.extend(self.lent.amounts());
+        out
+    }
+
+    /// Whether this cluster has any of `resource` at all.
+    fn has(&self, resource: &str) -> bool {
+        match lent::class_of(resource) {
+            Some(class) => self.lent.classes.iter().any(|(c, v)| c == class && *v > 0),
+            None => self.allocatable.get(resource).is_some_and(|&a| a > 0),
+        }
     }
 }
 
@@ -213,6 +232,10 @@ pub enum Shortfall {
     TenantCap,
     /// No real node has any.
     NotOffered,
+    /// What is lent of a StorageClass is granted to others.
+    Lent,
+    /// The StorageClass is not lent.
+    NotLent,
     /// The tenant is cordoned: it keeps what it had, nothing more.
     Cordoned,
     /// The request is not a quantity.
@@ -225,6 +248,8 @@ impl fmt::Display for Shortfall {
             Shortfall::Capacity => "capacity: no more is free on this cluster's nodes",
             Shortfall::TenantCap => "the tenant's cap",
             Shortfall::NotOffered => "no node of this cluster has it",
+            Shortfall::Lent => "what this cluster lends of that StorageClass is granted",
+            Shortfall::NotLent => "this cluster does not lend that StorageClass",
             Shortfall::Cordoned => "the tenant is cordoned: it keeps what it had",
             Shortfall::Invalid => "not a quantity",
         })
@@ -250,6 +275,8 @@ pub struct Offer {
     pub message: String,
     /// The at-most-once semantics agreed to (absent on a refused slice).
     pub at_most_once: Option<fabric_api::offloading::v1alpha1::AtMostOnce>,
+    /// With storage granted: the class a claim gets when it names none.
+    pub default_storage_class: Option<String>,
 }
 
 /// Why a whole slice is refused.
@@ -398,6 +425,7 @@ pub fn decide(
                     verdict: Verdict::Refused,
                     message: why,
                     at_most_once: None,
+                    default_storage_class: None,
                 },
             );
             continue;
@@ -412,12 +440,19 @@ pub fn decide(
                 continue;
             }
             let cap = caps_left.get(&s.key.0).and_then(|c| c.get(r)).copied();
-            let why = if capacity.allocatable.get(r).is_none_or(|&a| a <= 0) {
-                Shortfall::NotOffered
+            let storage = lent::class_of(r).is_some();
+            let why = if !capacity.has(r) {
+                if storage {
+                    Shortfall::NotLent
+                } else {
+                    Shortfall::NotOffered
+                }
             } else if state == Some(TenantState::Cordoned) {
                 Shortfall::Cordoned
             } else if cap == Some(0) {
                 Shortfall::TenantCap
+            } else if storage {
+                Shortfall::Lent
             } else {
                 Shortfall::Capacity
             };
@@ -447,6 +482,14 @@ pub fn decide(
             .filter(|(_, v)| **v > 0)
             .map(|(r, &v)| (r.clone(), quantity(r, v)))
             .collect();
+        let classes: Vec<&str> = granted.keys().filter_map(|r| lent::class_of(r)).collect();
+        let default_storage_class = capacity
+            .lent
+            .default
+            .as_deref()
+            .filter(|d| classes.contains(d))
+            .or(classes.first().copied())
+            .map(str::to_owned);
         let mut labels = settings.labels.clone();
         if granted.keys().any(|r| r.ends_with("/gpu")) {
             labels.insert(GPU_LABEL.0.to_owned(), GPU_LABEL.1.to_owned());
@@ -462,6 +505,7 @@ pub fn decide(
                     s.at_most_once.filter(|_| verdict != Verdict::Refused),
                     &settings.at_most_once,
                 ),
+                default_storage_class,
             },
         );
     }
@@ -489,6 +533,7 @@ pub fn status(
         granted: offer.granted.clone(),
         node_labels: offer.labels.clone(),
         at_most_once: offer.at_most_once,
+        default_storage_class: offer.default_storage_class.clone(),
         observed_generation: generation,
         conditions,
     }

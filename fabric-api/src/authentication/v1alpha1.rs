@@ -157,6 +157,13 @@ pub struct TenantStatus {
     /// the pending charges' bytes, what the webhook bounds a creation or growth by.
     #[serde(default)]
     pub shadow_pod_bytes: u64,
+    /// Claims (PersistentVolumeClaims in the tenant's namespaces) the webhook admitted lately
+    /// against the storage granted (`storage.fabric.io/CLASS`), not seen in its listing of
+    /// them yet: counted until they are, or for a while only, should their creation have
+    /// failed. Written, as `used`, with the resourceVersion as precondition, so that its
+    /// replicas cannot together admit more than the grant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<Charge>,
 }
 
 /// The condition types of a Tenant.
@@ -168,7 +175,7 @@ pub mod tenant_condition {
     pub const DRAINED: &str = "Drained";
 }
 
-/// A ShadowPod creation or resize admitted against a tenant's grant.
+/// A ShadowPod creation or resize (or a claim) admitted against a tenant's grant.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Charge {
@@ -178,7 +185,8 @@ pub struct Charge {
     pub name: String,
     /// When it was admitted.
     pub at: Time,
-    /// The ShadowPod's requests once created or resized.
+    /// The ShadowPod's requests once created or resized (a claim's: its size, as
+    /// `storage.fabric.io/CLASS`).
     #[schemars(extend("maxProperties" = 64))]
     pub requests: Resources,
     /// The bytes it adds to the tenant's ShadowPods: all of it for a creation, the growth
@@ -304,6 +312,11 @@ pub struct ResourceSliceStatus {
     /// node follows them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_most_once: Option<AtMostOnce>,
+    /// When storage is granted (resources `storage.fabric.io/CLASS`): the class a claim gets
+    /// when it names none, one of those granted (the provider's default when it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub default_storage_class: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// See [`slice_condition`].

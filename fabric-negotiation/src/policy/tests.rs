@@ -453,3 +453,69 @@ fn at_most_once_is_agreed_within_bounds_and_written_in_the_status() {
     s.tenant = None;
     assert_eq!(one(&s, &cap).at_most_once, None);
 }
+
+#[test]
+fn storage_lent_is_offered_whole_shared_out_and_names_the_default_class() {
+    let mut c = cap(&[node("n1", &[("cpu", "10")])], &[]);
+    c.lent = fabric_api::offloading::lent::Lent::parse("standard=100Gi,fast=10Gi", None).unwrap();
+    let mut a = slice(
+        "a",
+        &[
+            ("cpu", "1"),
+            ("storage.fabric.io/standard", "60Gi"),
+            ("storage.fabric.io/fast", "4Gi"),
+        ],
+    );
+    a.created = at(1);
+    let mut b = slice(
+        "b",
+        &[
+            ("storage.fabric.io/standard", "60Gi"),
+            ("storage.fabric.io/fast", "1Gi"),
+            ("storage.fabric.io/gold", "1Gi"),
+        ],
+    );
+    b.created = at(2);
+    let out = decide(&settings(), &c, &[a.clone(), b.clone()]);
+    let (oa, ob) = (&out[&a.key], &out[&b.key]);
+    // Not 90%: the admin said how much it lends; in binary units, as storage is written.
+    assert_eq!(g(oa, "storage.fabric.io/standard"), "60Gi");
+    assert_eq!(g(oa, "storage.fabric.io/fast"), "4Gi");
+    assert_eq!(oa.verdict, Verdict::Granted);
+    assert_eq!(oa.default_storage_class.as_deref(), Some("standard"));
+    // The two together never more than is lent.
+    assert_eq!(g(ob, "storage.fabric.io/standard"), "40Gi");
+    assert_eq!(g(ob, "storage.fabric.io/fast"), "1Gi");
+    assert_eq!(ob.verdict, Verdict::PartiallyGranted);
+    assert!(
+        ob.message.contains(
+            "storage.fabric.io/standard: 40Gi of 60Gi (what this cluster lends of that StorageClass is granted)"
+        ),
+        "{}",
+        ob.message
+    );
+    assert!(
+        ob.message.contains(
+            "storage.fabric.io/gold: 0 of 1Gi (this cluster does not lend that StorageClass)"
+        ),
+        "{}",
+        ob.message
+    );
+    let st = status(ob, None, Some(1), Timestamp::from_second(0).unwrap());
+    assert_eq!(st.default_storage_class.as_deref(), Some("standard"));
+
+    // The provider's default not granted: the first class granted is the default.
+    let only_fast = slice("c", &[("storage.fabric.io/fast", "1Gi")]);
+    assert_eq!(
+        one(&only_fast, &c).default_storage_class.as_deref(),
+        Some("fast")
+    );
+    // No storage granted, no default class.
+    let none = one(&slice("d", &[("cpu", "1")]), &c);
+    assert_eq!(none.default_storage_class, None);
+    // Nothing lent: storage is refused, saying so.
+    let bare = cap(&[node("n1", &[("cpu", "10")])], &[]);
+    let o = one(&only_fast, &bare);
+    assert_eq!(o.verdict, Verdict::Refused);
+    assert!(o.message.contains("does not lend"), "{}", o.message);
+}

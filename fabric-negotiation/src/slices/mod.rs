@@ -14,7 +14,8 @@ use fabric_api::{
     names::{self, label},
     offloading::{
         at_most_once::most_patient,
-        v1alpha1::{VirtualNode, VirtualNodeSpec},
+        lent,
+        v1alpha1::{Storage, VirtualNode, VirtualNodeSpec},
     },
     quantity::{milli, quantity},
 };
@@ -60,7 +61,9 @@ pub fn accepted(status: &ResourceSliceStatus) -> bool {
 
 /// The VirtualNode standing for `provider`: the sum of what its accepted slices grant, with
 /// the labels they advertise and the longest at-most-once terms the provider agreed to in
-/// them; None when nothing is granted.
+/// them; None when nothing is granted. Storage granted (`storage.fabric.io/CLASS`) is not a
+/// resource of the Node (no pod requests it) but its `spec.storage`: the classes granted and
+/// the default the provider named (the first granted class should it name none of them).
 pub fn virtual_node<'a>(
     provider: &str,
     namespace: &str,
@@ -69,6 +72,7 @@ pub fn virtual_node<'a>(
     let mut total = Amounts::new();
     let mut labels = BTreeMap::new();
     let mut terms = Vec::new();
+    let mut defaults = Vec::new();
     for s in slices {
         let Some(st) = s.status.as_ref().filter(|st| accepted(st)) else {
             continue;
@@ -81,15 +85,30 @@ pub fn virtual_node<'a>(
         }
         labels.extend(st.node_labels.clone());
         terms.extend(st.at_most_once);
+        defaults.extend(st.default_storage_class.clone());
     }
-    let resources: Resources = total
+    let (storage, resources): (Vec<_>, Vec<_>) = total
         .iter()
         .filter(|(_, v)| **v > 0)
-        .map(|(r, v)| (r.clone(), quantity(r, *v)))
-        .collect();
-    if resources.is_empty() {
+        .partition(|(r, _)| lent::class_of(r).is_some());
+    if resources.is_empty() && storage.is_empty() {
         return None;
     }
+    let resources: Resources = resources
+        .into_iter()
+        .map(|(r, v)| (r.clone(), quantity(r, *v)))
+        .collect();
+    let classes: Vec<String> = storage
+        .iter()
+        .filter_map(|(r, _)| lent::class_of(r).map(str::to_owned))
+        .collect();
+    let storage = (!classes.is_empty()).then(|| Storage {
+        default: defaults
+            .into_iter()
+            .find(|d| classes.contains(d))
+            .or_else(|| classes.first().cloned()),
+        classes,
+    });
     Some(VirtualNode {
         metadata: ObjectMeta {
             name: Some(provider.to_owned()),
@@ -107,7 +126,7 @@ pub fn virtual_node<'a>(
             resources,
             labels,
             at_most_once: most_patient(&terms),
-            storage: None,
+            storage,
         },
         status: None,
     })

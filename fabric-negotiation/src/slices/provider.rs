@@ -2,6 +2,9 @@
 //! [`crate::policy`], from watch caches of Nodes, Pods, ResourceSlices and Tenants. Offers
 //! depend on each other (together they never exceed what is free), so any change to any of
 //! them decides all slices again, and only the statuses that change are written.
+//! The storage the admin lends is read from ConfigMap `fabric-storage` in the fabric's
+//! namespace (watched by name): a change to it is answered at once; one that does not parse
+//! lends nothing and says why in the log.
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -12,11 +15,12 @@ use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Tenant},
     core::v1alpha1::condition::RESOURCES,
     names,
+    offloading::lent::{self, Lent},
 };
 use fabric_kube::status::Verdict;
 use futures::{Stream, StreamExt};
 use k8s_openapi::{
-    api::core::v1::{Node, Pod},
+    api::core::v1::{ConfigMap, Node, Pod},
     jiff::Timestamp,
 };
 use kube::{
@@ -38,12 +42,16 @@ use crate::{
 const SETTLE: Duration = Duration::from_millis(200);
 
 /// A watch cache of `K` that pokes `changed` on every change it sees.
-fn cache<K>(api: Api<K>, changed: Arc<Notify>) -> (Store<K>, impl Stream<Item = ()>)
+fn cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: Arc<Notify>,
+) -> (Store<K>, impl Stream<Item = ()>)
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (store, events) = fabric_kube::cache::events(api, watcher::Config::default());
+    let (store, events) = fabric_kube::cache::events(api, config);
     let stream = events.map(move |ev| {
         if let Err(e) = ev {
             warn!(error = %e, "watch");
@@ -58,6 +66,27 @@ struct Caches {
     pods: Store<Pod>,
     slices: Store<ResourceSlice>,
     tenants: Store<Tenant>,
+    /// ConfigMap `fabric-storage` alone.
+    storage: Store<ConfigMap>,
+}
+
+/// What the admin lends, from the ConfigMap; nothing when it is missing or wrong (`told`: the
+/// error last logged, so that each is said once).
+fn lent(c: &Caches, told: &mut Option<lent::LentError>) -> Lent {
+    let map = c.storage.state().into_iter().next();
+    match Lent::from_data(map.as_ref().and_then(|m| m.data.as_ref())) {
+        Ok(l) => {
+            *told = None;
+            l
+        }
+        Err(e) => {
+            if told.as_ref() != Some(&e) {
+                warn!(error = %e, "the storage lent is not understood: none is offered");
+                *told = Some(e);
+            }
+            Lent::default()
+        }
+    }
 }
 
 /// The slice replicas the policy decides: those outside this cluster's own fabric namespace
@@ -107,13 +136,15 @@ async fn pass(
     settings: &policy::Settings,
     c: &Caches,
     told: &mut HashMap<String, Verdict<reasons::ResourcesGranted>>,
+    bad_lent: &mut Option<lent::LentError>,
 ) -> Result<(), Error> {
     let nodes = c.nodes.state();
     let pods = c.pods.state();
-    let capacity = Capacity::of(
+    let mut capacity = Capacity::of(
         nodes.iter().map(|n| n.as_ref()),
         pods.iter().map(|p| p.as_ref()),
     );
+    capacity.lent = lent(c, bad_lent);
     let (slices, views) = views(c, &ctx.namespace);
     let offers = policy::decide(settings, &capacity, &views);
     let now = Timestamp::now();
@@ -158,34 +189,49 @@ async fn pass(
 pub async fn run(ctx: Arc<Ctx>, settings: policy::Settings) {
     let changed = Arc::new(Notify::new());
     let client = ctx.client.clone();
-    let (nodes, n) = cache(Api::<Node>::all(client.clone()), changed.clone());
-    let (pods, p) = cache(Api::<Pod>::all(client.clone()), changed.clone());
-    let (slices, s) = cache(Api::<ResourceSlice>::all(client.clone()), changed.clone());
-    let (tenants, t) = cache(Api::<Tenant>::all(client), changed.clone());
+    let all = watcher::Config::default;
+    let (nodes, n) = cache(Api::<Node>::all(client.clone()), all(), changed.clone());
+    let (pods, p) = cache(Api::<Pod>::all(client.clone()), all(), changed.clone());
+    let (slices, s) = cache(
+        Api::<ResourceSlice>::all(client.clone()),
+        all(),
+        changed.clone(),
+    );
+    let (tenants, t) = cache(Api::<Tenant>::all(client.clone()), all(), changed.clone());
+    // By name: RBAC grants this ConfigMap alone.
+    let (storage, m) = cache(
+        Api::<ConfigMap>::namespaced(client, &ctx.namespace),
+        all().fields(&format!("metadata.name={}", lent::CONFIG_MAP)),
+        changed.clone(),
+    );
     let caches = Caches {
         nodes,
         pods,
         slices,
         tenants,
+        storage,
     };
-    let watches = futures::stream::select_all([n.boxed(), p.boxed(), s.boxed(), t.boxed()])
-        .for_each(|()| async {});
+    let watches =
+        futures::stream::select_all([n.boxed(), p.boxed(), s.boxed(), t.boxed(), m.boxed()])
+            .for_each(|()| async {});
     let decide = async {
         for store in [
             caches.nodes.wait_until_ready().await,
             caches.pods.wait_until_ready().await,
             caches.slices.wait_until_ready().await,
             caches.tenants.wait_until_ready().await,
+            caches.storage.wait_until_ready().await,
         ] {
             if store.is_err() {
                 return;
             }
         }
         let mut told = HashMap::new();
+        let mut bad_lent = None;
         loop {
             changed.notified().await;
             tokio::time::sleep(SETTLE).await;
-            if let Err(e) = pass(&ctx, &settings, &caches, &mut told).await {
+            if let Err(e) = pass(&ctx, &settings, &caches, &mut told, &mut bad_lent).await {
                 warn!(error = %e, "answering ResourceSlices failed; retrying");
                 told.clear();
                 tokio::time::sleep(ctx.remote_poll).await;

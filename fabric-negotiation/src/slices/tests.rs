@@ -46,6 +46,7 @@ fn slice(
         granted: res(granted),
         node_labels: BTreeMap::from([("node-type".to_owned(), "gpu".to_owned())]),
         at_most_once: None,
+        default_storage_class: None,
         observed_generation: None,
         conditions: vec![accepted_cond(r != "Refused", r)],
     });
@@ -138,4 +139,54 @@ fn resources_granted_says_the_best_answer() {
     assert!(!ok && reason == "Refused");
     assert_eq!(of(&[&n]).1, "Pending");
     assert_eq!(of(&[]).1, "NoSlice");
+}
+
+#[test]
+fn granted_storage_is_the_virtual_node_s_storage_not_its_resources() {
+    let with = |name, granted: &[(&str, &str)], default: Option<&str>| {
+        let mut s = slice(name, "prov", granted, Some("Granted"));
+        s.status.as_mut().unwrap().default_storage_class = default.map(str::to_owned);
+        s
+    };
+    let slices = [
+        with(
+            "a",
+            &[("cpu", "1"), ("storage.fabric.io/standard", "10Gi")],
+            Some("standard"),
+        ),
+        with("b", &[("storage.fabric.io/fast", "1Gi")], Some("fast")),
+    ];
+    let vn = virtual_node("prov", "ns", &slices).unwrap();
+    assert_eq!(
+        vn.spec.resources,
+        res(&[("cpu", "1")]),
+        "no pod asks for it"
+    );
+    let storage = vn.spec.storage.unwrap();
+    assert_eq!(storage.classes, vec!["fast", "standard"]);
+    assert_eq!(
+        storage.default.as_deref(),
+        Some("standard"),
+        "the first said"
+    );
+
+    // A default the provider did not grant is never taken: the first class granted is.
+    let odd = [with(
+        "a",
+        &[("cpu", "1"), ("storage.fabric.io/fast", "1Gi")],
+        Some("standard"),
+    )];
+    let storage = virtual_node("prov", "ns", &odd)
+        .unwrap()
+        .spec
+        .storage
+        .unwrap();
+    assert_eq!(storage.default.as_deref(), Some("fast"));
+
+    // No storage granted: none (the virtual kubelet sends claims back to the scheduler).
+    let none = [with("a", &[("cpu", "1")], None)];
+    assert_eq!(
+        virtual_node("prov", "ns", &none).unwrap().spec.storage,
+        None
+    );
 }
