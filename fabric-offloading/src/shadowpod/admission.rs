@@ -70,6 +70,32 @@ pub enum Denial {
         "consumer {cluster:?} is drained by the provider's admin: no new or larger ShadowPods, and its ShadowPods are deleted after the drain grace"
     )]
     Drained { cluster: String },
+    /// A claim past what the tenant was granted of its StorageClass.
+    #[error(
+        "claim {claim}: {asked} of StorageClass {class} asked; consumer {cluster:?} was granted {granted} of it, {claimed} is claimed, {left} is left"
+    )]
+    OverStorage {
+        cluster: String,
+        claim: String,
+        class: String,
+        asked: String,
+        claimed: String,
+        granted: String,
+        left: String,
+    },
+    /// A claim of a class the tenant was granted none of.
+    #[error(
+        "claim {claim}: this provider does not lend StorageClass {class} to consumer {cluster:?} (granted: {granted})"
+    )]
+    NotGranted {
+        cluster: String,
+        claim: String,
+        class: String,
+        granted: String,
+    },
+    /// A claim the charge cannot read: the field and the rule.
+    #[error("{0}")]
+    Claim(String),
     #[error("consumer {cluster:?} has no Tenant here")]
     NoTenant { cluster: String },
     /// The charge could not be written (the API server busy or unreachable): the consumer

@@ -11,6 +11,7 @@
 //! namespace today; twin namespaces (offloaded namespaces, a later issue) carry the
 //! consumer's label and Role the same way.
 pub mod admission;
+pub mod claims;
 pub mod controller;
 pub mod decide;
 pub mod drainer;

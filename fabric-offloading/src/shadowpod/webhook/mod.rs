@@ -23,6 +23,12 @@
 //! they parse into (the ShadowPod and its old version, each at most the API server's 1.5 MiB
 //! object limit as JSON), the caches (ResourceSlices, tenant namespaces) and the runtime.
 //!
+//! On a third ([`names::webhook::CLAIMS_PATH`]) it charges a consumer's claims
+//! (PersistentVolumeClaims created or grown in its namespaces) against the storage it was
+//! granted ([`super::claims`]): a fresh listing of its claims and the charges on its Tenant
+//! (`status.claims`) not listed yet, the new charge written with the Tenant's
+//! resourceVersion as precondition (again on a conflict), as ShadowPods are charged.
+//!
 //! On a consumer it also serves the pod webhook of offloaded namespaces
 //! ([`names::webhook::PODS_PATH`], MutatingWebhookConfiguration [`names::webhook::PODS_CONFIG`]):
 //! pods created in a namespace labelled [`label::SCHEDULING_ENABLED`] are placed as its
@@ -66,7 +72,7 @@ use k8s_openapi::{
         admissionregistration::v1::{
             MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
         },
-        core::v1::{Namespace, Secret},
+        core::v1::{Namespace, PersistentVolumeClaim, Secret},
     },
     jiff::Timestamp,
 };
@@ -87,6 +93,7 @@ use self::{
 };
 use super::{
     admission::{self, Denial, Verdict},
+    claims::{self, Claim},
     policy::Rules,
     quota,
 };
@@ -387,6 +394,8 @@ struct View {
     /// one.
     admitted: tokio::sync::Mutex<Admitted>,
     pending_ttl: Duration,
+    /// How long a claim's charge keeps trying over concurrent ones.
+    charge_budget: Duration,
 }
 
 /// Names of objects admitted lately with when, by kind (`group/Kind`) and namespace.
@@ -547,6 +556,123 @@ impl View {
         Ok(())
     }
 
+    /// Whether the claim created or updated in `req` keeps its consumer within the storage it
+    /// was granted of its class ([`claims::charge`]). Not a consumer's request, a
+    /// subresource, or an update that does not grow the claim: nothing to charge.
+    async fn decide_claim(&self, req: &AdmissionRequest<DynamicObject>) -> Result<(), Denial> {
+        let user = req.user_info.username.as_deref().unwrap_or_default();
+        let Some(consumer) = admission::consumer_of(user) else {
+            return Ok(());
+        };
+        let (Some(object), Operation::Create | Operation::Update) = (&req.object, &req.operation)
+        else {
+            return Ok(());
+        };
+        if req.sub_resource.is_some() {
+            return Ok(());
+        }
+        let namespace = req.namespace.clone().unwrap_or_default();
+        let pvc = |o: &DynamicObject| {
+            serde_json::to_value(o)
+                .and_then(serde_json::from_value::<PersistentVolumeClaim>)
+                .map_err(|e| Denial::Claim(format!("not a PersistentVolumeClaim: {e}")))
+        };
+        let ask = Claim::of(&pvc(object)?, &namespace)?;
+        if req.operation == Operation::Update
+            && let Some(old) = &req.old_object
+            && Claim::of(&pvc(old)?, &namespace).is_ok_and(|o| o.size >= ask.size)
+        {
+            return Ok(());
+        }
+        // Its claims are counted in its namespaces: one elsewhere would escape the count.
+        let owner = self
+            .namespaces
+            .get(&ObjectRef::new(&namespace))
+            .and_then(|n| n.labels().get(label::REMOTE_CLUSTER).cloned());
+        if owner.as_deref() != Some(consumer) {
+            return Err(Denial::ForeignNamespace {
+                namespace,
+                cluster: consumer.to_owned(),
+            });
+        }
+        let granted = admission::granted(consumer, self.slices.state().iter().map(|s| &**s))?;
+        self.charge_claim(consumer, &ask, &granted, req.dry_run)
+            .await
+    }
+
+    /// The consumer's claims as listed now, in the namespaces carrying its label; claims that
+    /// cannot be read count as nothing (this webhook admitted none such).
+    async fn claims_of(&self, consumer: &str) -> Result<Vec<Claim>, kube::Error> {
+        let mut out = Vec::new();
+        for ns in self.namespaces.state() {
+            if ns.labels().get(label::REMOTE_CLUSTER).map(String::as_str) != Some(consumer) {
+                continue;
+            }
+            let name = ns.name_any();
+            let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &name);
+            for pvc in api.list(&ListParams::default()).await? {
+                out.extend(Claim::of(&pvc, &name).ok());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Charges `ask` on the consumer's Tenant: read it, list the claims, decide, write over
+    /// the version read; again on a conflict within the budget. A dry run writes nothing.
+    async fn charge_claim(
+        &self,
+        consumer: &str,
+        ask: &Claim,
+        granted: &fabric_api::authentication::v1alpha1::Resources,
+        dry_run: bool,
+    ) -> Result<(), Denial> {
+        let tenants: Api<Tenant> =
+            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
+        let unaccounted = |e: kube::Error| Denial::Unaccounted {
+            cluster: consumer.to_owned(),
+            error: e.to_string(),
+        };
+        let give_up = Instant::now() + self.charge_budget;
+        loop {
+            // The Tenant first: a charge in it was admitted before this listing.
+            let Some(mut tenant) = tenants.get_opt(consumer).await.map_err(unaccounted)? else {
+                return Err(Denial::NoTenant {
+                    cluster: consumer.to_owned(),
+                });
+            };
+            let listed = self.claims_of(consumer).await.map_err(unaccounted)?;
+            let status = claims::charge(
+                &tenant.status.clone().unwrap_or_default(),
+                consumer,
+                ask,
+                &listed,
+                granted,
+                Timestamp::now(),
+                self.pending_ttl,
+            )?;
+            if dry_run {
+                return Ok(());
+            }
+            tenant.status = Some(status);
+            tenant.metadata.managed_fields = None;
+            let pp = PostParams {
+                field_manager: Some(USAGE_MANAGER.to_owned()),
+                ..Default::default()
+            };
+            match tenants.replace_status(consumer, &pp, &tenant).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
+                    debug!(consumer, claim = %ask.name, "claim charge conflicted; charging again");
+                    tokio::time::sleep(Duration::from_millis(
+                        u64::from(std::process::id() % 7) + 5,
+                    ))
+                    .await;
+                }
+                Err(e) => return Err(unaccounted(e)),
+            }
+        }
+    }
+
     /// Where the pod created in `req` may run ([`pod_placement::mutate`]), from the namespace's
     /// NamespaceOffloading: the watch cache's, or a fresh read when the cache has none yet
     /// (one created a moment ago, by `fabricctl offload` right after the namespace's label).
@@ -670,6 +796,14 @@ async fn handle(
             }
             Err(e) => Err(e),
         },
+        Endpoint::Claims => match review::parse_object(&body) {
+            Ok(request) => {
+                let verdict = view.decide_claim(&request).await;
+                logged(&request, &verdict);
+                Ok(review::answer(&request, &verdict))
+            }
+            Err(e) => Err(e),
+        },
         Endpoint::Pods => match review::parse_object(&body) {
             Ok(request) => {
                 let verdict = view.place(&request).await;
@@ -784,6 +918,7 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         max_tenant_bytes: s.max_tenant_bytes,
         admitted: Default::default(),
         pending_ttl: s.pending_ttl,
+        charge_budget: s.charge_budget,
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.

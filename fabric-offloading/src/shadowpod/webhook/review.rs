@@ -68,6 +68,9 @@ pub enum Endpoint {
     /// [`names::webhook::PODS_PATH`] (consumer): pods created in offloaded namespaces, placed
     /// by [`crate::pod_placement`].
     Pods,
+    /// [`names::webhook::CLAIMS_PATH`]: a consumer's claims, charged against the storage
+    /// granted ([`crate::shadowpod::claims`]).
+    Claims,
 }
 
 /// What a request's head allows before its body is read: the endpoint it is for.
@@ -81,14 +84,16 @@ pub fn check_head(
         names::webhook::SHADOWPODS_PATH => Endpoint::ShadowPods,
         names::webhook::TENANT_OBJECTS_PATH => Endpoint::TenantObjects,
         names::webhook::PODS_PATH => Endpoint::Pods,
+        names::webhook::CLAIMS_PATH => Endpoint::Claims,
         _ => {
             return Err(bad(
                 404,
                 format!(
-                    "no such endpoint; POST {}, {} or {}",
+                    "no such endpoint; POST {}, {}, {} or {}",
                     names::webhook::SHADOWPODS_PATH,
                     names::webhook::TENANT_OBJECTS_PATH,
-                    names::webhook::PODS_PATH
+                    names::webhook::PODS_PATH,
+                    names::webhook::CLAIMS_PATH
                 ),
             ));
         }
@@ -332,6 +337,15 @@ mod tests {
                 None
             ),
             Ok(Endpoint::TenantObjects)
+        );
+        assert_eq!(
+            check_head(
+                &Method::POST,
+                names::webhook::CLAIMS_PATH,
+                Some("application/json"),
+                None
+            ),
+            Ok(Endpoint::Claims)
         );
         assert_eq!(
             check_head(
