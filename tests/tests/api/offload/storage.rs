@@ -5,17 +5,34 @@
 //! at home pinned to the virtual node and the claim bound to it; the pod mounting it waits
 //! for the remote claim, then runs in the twin mounting it there; a provider lending no
 //! storage sends the claim back to the scheduler; someone else's claim in the twin is left
-//! alone; the claim deleted, both sides go. Then the attacks, with the attacker's own
-//! credentials: the consumer's identity on the provider (claims taking the provider's
-//! volumes, data of another namespace, a class not lent; a ShadowPod mounting a claim of
-//! another namespace) and the virtual kubelet's own ServiceAccount at home (a volume that is
-//! not a placeholder of its node, deleting another volume). Phases `Bound` are not relied on:
-//! no PV binder runs here.
+//! alone; the claim deleted, both sides go. The storage comes from the negotiation: the
+//! provider's admin lends classes by amount (ConfigMap `fabric-storage`), the consumer's
+//! ResourceSlice asks for some, the provider's policy grants it, and the VirtualNode's
+//! `spec.storage` is what the consumer's negotiation makes of that grant. Then the attacks,
+//! with the attacker's own credentials: the consumer's identity on the provider (claims
+//! taking the provider's volumes, data of another namespace, a class not lent, more than was
+//! granted of a class; a ShadowPod mounting a claim of another namespace) and the virtual
+//! kubelet's own ServiceAccount at home (a volume that is not a placeholder of its node,
+//! deleting another volume). Phases `Bound` are not relied on: no PV binder runs here.
+use fabric_api::{
+    authentication::v1alpha1::ResourceSlice,
+    offloading::{lent, v1alpha1::Storage},
+};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 use super::*;
 
 const LENT: &str = "standard";
+
+/// The consumer's own identity on the provider, in namespace `ns`.
+async fn as_consumer_in<K>(bed: &Bed, ns: &str) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+    let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+    Api::namespaced(client, ns)
+}
 
 /// A home claim of the virtual class in `namespace`, its first consumer placed on
 /// `selected` (by the scheduler), with `annotations`.
@@ -73,9 +90,7 @@ async fn as_consumer<K>(bed: &Bed) -> Api<K>
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
 {
-    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
-    let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
-    Api::namespaced(client, &store_twin())
+    as_consumer_in(bed, &store_twin()).await
 }
 
 #[tokio::test]
@@ -107,7 +122,7 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
             NS,
             "--type=merge",
             "-p",
-            &json!({"data": {"lent": format!("{LENT}, fast")}}).to_string(),
+            &json!({"data": {"lent": format!("{LENT}=8Gi, fast=1Gi")}}).to_string(),
         ]);
         apply(
             &bed.provider,
@@ -137,14 +152,12 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
             .await;
             let early = home_claim(&bed, "early").unwrap();
             assert!(early["spec"]["volumeName"].is_null(), "{early}");
-            // The provider lends now: its VirtualNode says so.
-            apply(
-                &bed.consumer,
-                &fixture::virtual_node(
-                    json!({"storage": {"classes": [LENT, "fast"], "default": LENT}}),
-                ),
-            );
         },
+    )
+    .await;
+    phase_async(
+        "storage asked for and granted: the VirtualNode's storage from the grant",
+        async { storage_negotiated(&bed).await },
     )
     .await;
     let uid = phase_async(
@@ -335,10 +348,131 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
     )
     .await;
     phase_async(
+        "the consumer's claims charged against its grant of their class",
+        async { consumer_claims_charged(&bed).await },
+    )
+    .await;
+    phase_async(
         "the virtual kubelet's identity makes only its placeholders",
         async { virtual_kubelet_volumes_attack(&bed).await },
     )
     .await;
+}
+
+/// The consumer's ResourceSlice (its replica on the provider, written with the consumer's own
+/// identity as its negotiation writes it) asks for storage, lent and not; the provider's
+/// policy grants what is lent, naming the default class; the VirtualNode the consumer's
+/// negotiation makes of that grant ([`fabric_negotiation::slices::virtual_node`]) lends those
+/// classes, and goes to the virtual kubelet.
+async fn storage_negotiated(bed: &Bed) {
+    let tenant = names::namespace::tenant(CONSUMER);
+    let slices: Api<ResourceSlice> = as_consumer_in(bed, &tenant).await;
+    let ask = json!({"spec": {"resources": {
+        lent::resource(LENT): "8Gi", lent::resource("fast"): "1Gi", lent::resource("gold"): "1Gi"}}});
+    slices
+        .patch(CONSUMER, &PatchParams::default(), &Patch::Merge(&ask))
+        .await
+        .expect("the consumer asks for storage");
+    let slice = bed
+        .eventually("the provider grants the storage it lends", || async {
+            let s = slices.get(CONSUMER).await.ok()?;
+            let st = s.status.as_ref()?;
+            (st.granted.get(&lent::resource(LENT)).map(|q| q.0.as_str()) == Some("8Gi"))
+                .then_some(s)
+        })
+        .await;
+    let st = slice.status.as_ref().unwrap();
+    assert_eq!(st.granted[&lent::resource("fast")].0, "1Gi", "{st:?}");
+    assert!(!st.granted.contains_key(&lent::resource("gold")), "{st:?}");
+    assert_eq!(st.granted["cpu"].0, "1", "the rest as before: {st:?}");
+    assert_eq!(st.default_storage_class.as_deref(), Some(LENT), "{st:?}");
+    let accepted = st.conditions.iter().find(|c| c.type_ == "Accepted").unwrap();
+    assert!(
+        accepted
+            .message
+            .contains("storage.fabric.io/gold: 0 of 1Gi (this cluster does not lend that StorageClass)"),
+        "{accepted:?}"
+    );
+    let vn = fabric_negotiation::slices::virtual_node(PROVIDER, NS, [&slice]).unwrap();
+    let storage = vn.spec.storage.clone().expect("storage granted");
+    assert_eq!(
+        storage,
+        Storage {
+            classes: vec!["fast".into(), LENT.into()],
+            default: Some(LENT.into()),
+        }
+    );
+    assert!(
+        !vn.spec.resources.keys().any(|r| r.starts_with(lent::RESOURCE_PREFIX)),
+        "storage is no resource of the Node: {:?}",
+        vn.spec.resources
+    );
+    apply(
+        &bed.consumer,
+        &fixture::virtual_node(json!({"storage": storage})),
+    );
+}
+
+/// With the consumer's own identity, in its twin, where the admin's claim `theirs` (5Gi of
+/// the class) stands: a claim past what is left of the 8Gi granted of the class is refused,
+/// saying the class, the size asked and what is left; what is left fits; past it, nothing.
+async fn consumer_claims_charged(bed: &Bed) {
+    let claims: Api<PersistentVolumeClaim> = as_consumer(bed).await;
+    let twin = store_twin();
+    let sized = |name: &str, size: &str| {
+        serde_json::from_value::<PersistentVolumeClaim>(json!({"metadata": {"name": name},
+            "spec": {"storageClassName": LENT, "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": size}}}}))
+        .unwrap()
+    };
+    let err = claims
+        .create(&Default::default(), &sized("big", "4Gi"))
+        .await
+        .expect_err("a claim past the grant of its class");
+    let says = format!(
+        "claim {twin}/big: 4Gi of StorageClass {LENT} asked; consumer \"{CONSUMER}\" was granted 8Gi of it"
+    );
+    assert!(err.to_string().contains(&says), "{err}");
+    assert!(err.to_string().contains("is left"), "{err}");
+    // What is left (8Gi - theirs' 5Gi) fits, once charges of claims gone have lapsed.
+    bed.within("what is left taken", Duration::from_secs(60), || async {
+        claims
+            .create(&Default::default(), &sized("fits", "3Gi"))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    let err = claims
+        .create(&Default::default(), &sized("more", "1Mi"))
+        .await
+        .expect_err("nothing is left");
+    assert!(
+        err.to_string().contains(&format!(
+            "claim {twin}/more: 1Mi of StorageClass {LENT} asked; consumer \"{CONSUMER}\" was granted 8Gi of it, 8Gi is claimed, 0 is left"
+        )),
+        "{err}"
+    );
+    // The other class is its own grant.
+    claims
+        .create(&Default::default(), &{
+            let mut c = sized("other-class", "1Mi");
+            c.spec.as_mut().unwrap().storage_class_name = Some("fast".into());
+            c
+        })
+        .await
+        .expect_err("fast's 1Gi is taken by quick");
+    // A claim deleted gives its share back.
+    claims.delete("fits", &Default::default()).await.unwrap();
+    bed.within("the share of a deleted claim back", Duration::from_secs(60), || async {
+        claims
+            .create(&Default::default(), &sized("again", "3Gi"))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    claims.delete("again", &Default::default()).await.unwrap();
 }
 
 /// With the consumer's own identity, in its twin: claims naming a provider's volume (another
