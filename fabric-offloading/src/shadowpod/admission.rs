@@ -70,19 +70,9 @@ pub enum Denial {
         "consumer {cluster:?} is drained by the provider's admin: no new or larger ShadowPods, and its ShadowPods are deleted after the drain grace"
     )]
     Drained { cluster: String },
-    /// A claim past what the tenant was granted of its StorageClass.
-    #[error(
-        "claim {claim}: {asked} of StorageClass {class} asked; consumer {cluster:?} was granted {granted} of it, {claimed} is claimed, {left} is left"
-    )]
-    OverStorage {
-        cluster: String,
-        claim: String,
-        class: String,
-        asked: String,
-        claimed: String,
-        granted: String,
-        left: String,
-    },
+    /// A claim past what the tenant was granted of its StorageClass (boxed: the largest).
+    #[error(transparent)]
+    OverStorage(Box<OverStorage>),
     /// A claim of a class the tenant was granted none of.
     #[error(
         "claim {claim}: this provider does not lend StorageClass {class} to consumer {cluster:?} (granted: {granted})"
@@ -113,6 +103,21 @@ pub enum Denial {
     /// and the rule.
     #[error("spec.pod.{0}")]
     Policy(#[from] Refusal),
+}
+
+/// A claim past what its tenant was granted of its StorageClass.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "claim {claim}: {asked} of StorageClass {class} asked; consumer {cluster:?} was granted {granted} of it, {claimed} is claimed, {left} is left"
+)]
+pub struct OverStorage {
+    pub cluster: String,
+    pub claim: String,
+    pub class: String,
+    pub asked: String,
+    pub claimed: String,
+    pub granted: String,
+    pub left: String,
 }
 
 /// Whether the pod of a ShadowPod created (`old` is `None`) or updated from `old` keeps to

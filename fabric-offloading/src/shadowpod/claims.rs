@@ -24,7 +24,7 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 
-use super::admission::Denial;
+use super::admission::{Denial, OverStorage};
 
 /// A claim as the charge counts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,7 +144,7 @@ pub fn charge(
     let limit = milli(&limit.0)?;
     if in_use + ask.size > limit {
         let shown = |v: i128| quantity(&resource, v).0;
-        return Err(Denial::OverStorage {
+        return Err(Denial::OverStorage(Box::new(OverStorage {
             cluster: consumer.to_owned(),
             claim: format!("{}/{}", ask.namespace, ask.name),
             class: ask.class.clone(),
@@ -152,7 +152,7 @@ pub fn charge(
             claimed: shown(in_use),
             granted: shown(limit),
             left: shown((limit - in_use).max(0)),
-        });
+        })));
     }
     kept.push(Charge {
         namespace: ask.namespace.clone(),
@@ -234,7 +234,7 @@ mod tests {
         let mut big = claim("twin-a", "c", "standard", 2);
         big.size += 1000;
         let e = charge(&st, "alpha", &big, &listed, &grant(), t(0), TTL).unwrap_err();
-        assert!(matches!(e, Denial::OverStorage { .. }));
+        assert!(matches!(e, Denial::OverStorage(_)));
         let e = charge(
             &st,
             "alpha",

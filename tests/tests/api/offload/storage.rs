@@ -386,11 +386,15 @@ async fn storage_negotiated(bed: &Bed) {
     assert!(!st.granted.contains_key(&lent::resource("gold")), "{st:?}");
     assert_eq!(st.granted["cpu"].0, "1", "the rest as before: {st:?}");
     assert_eq!(st.default_storage_class.as_deref(), Some(LENT), "{st:?}");
-    let accepted = st.conditions.iter().find(|c| c.type_ == "Accepted").unwrap();
+    let accepted = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Accepted")
+        .unwrap();
     assert!(
-        accepted
-            .message
-            .contains("storage.fabric.io/gold: 0 of 1Gi (this cluster does not lend that StorageClass)"),
+        accepted.message.contains(
+            "storage.fabric.io/gold: 0 of 1Gi (this cluster does not lend that StorageClass)"
+        ),
         "{accepted:?}"
     );
     let vn = fabric_negotiation::slices::virtual_node(PROVIDER, NS, [&slice]).unwrap();
@@ -403,7 +407,10 @@ async fn storage_negotiated(bed: &Bed) {
         }
     );
     assert!(
-        !vn.spec.resources.keys().any(|r| r.starts_with(lent::RESOURCE_PREFIX)),
+        !vn.spec
+            .resources
+            .keys()
+            .any(|r| r.starts_with(lent::RESOURCE_PREFIX)),
         "storage is no resource of the Node: {:?}",
         vn.spec.resources
     );
@@ -464,13 +471,17 @@ async fn consumer_claims_charged(bed: &Bed) {
         .expect_err("fast's 1Gi is taken by quick");
     // A claim deleted gives its share back.
     claims.delete("fits", &Default::default()).await.unwrap();
-    bed.within("the share of a deleted claim back", Duration::from_secs(60), || async {
-        claims
-            .create(&Default::default(), &sized("again", "3Gi"))
-            .await
-            .ok()
-            .map(|_| ())
-    })
+    bed.within(
+        "the share of a deleted claim back",
+        Duration::from_secs(60),
+        || async {
+            claims
+                .create(&Default::default(), &sized("again", "3Gi"))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
     .await;
     claims.delete("again", &Default::default()).await.unwrap();
 }
