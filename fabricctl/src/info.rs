@@ -204,6 +204,9 @@ pub struct VirtualNodeInfo {
     pub node: String,
     pub resources: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    /// The StorageClasses the provider lends (granted), the default marked `(default)`;
+    /// empty: none (claims landing there go back to the scheduler).
+    pub storage: Vec<String>,
     /// The Node's own Ready condition (what the scheduler and controllers act on).
     pub node_ready: State,
 }
@@ -288,6 +291,20 @@ impl PeerInfo {
             node: vn.spec.node_name.clone(),
             resources: quantities(&vn.spec.resources),
             labels: vn.spec.labels.clone(),
+            storage: vn
+                .spec
+                .storage
+                .iter()
+                .flat_map(|s| {
+                    s.classes.iter().map(|c| {
+                        if s.default.as_ref() == Some(c) {
+                            format!("{c} (default)")
+                        } else {
+                            c.clone()
+                        }
+                    })
+                })
+                .collect(),
             node_ready: State::find(
                 o.node
                     .iter()
@@ -409,10 +426,15 @@ impl PeerInfo {
             None => out += "  (none)\n",
             Some(v) => {
                 out += &format!(
-                    "  node            {}\n  capacity        {}\n  labels          {}\n",
+                    "  node            {}\n  capacity        {}\n  labels          {}\n  storage         {}\n",
                     v.node,
                     list(&v.resources),
-                    list(&v.labels)
+                    list(&v.labels),
+                    if v.storage.is_empty() {
+                        "- (claims landing there go back to the scheduler)".to_owned()
+                    } else {
+                        v.storage.join(", ")
+                    }
                 );
                 out += &line("node Ready", &v.node_ready);
             }
@@ -682,7 +704,10 @@ mod tests {
                 resources: [("cpu".into(), q("4"))].into(),
                 labels: [("node-type".into(), "gpu".into())].into(),
                 at_most_once: None,
-                storage: None,
+                storage: Some(fabric_api::offloading::v1alpha1::Storage {
+                    classes: vec!["fast".into(), "standard".into()],
+                    default: Some("standard".into()),
+                }),
             },
         );
         let objects = PeerObjects {
@@ -700,6 +725,10 @@ mod tests {
         let t = info.table();
         assert!(t.contains("PartiallyGranted: cpu: 4 of 8"), "{t}");
         assert!(t.contains("node-type=gpu"), "{t}");
+        assert!(
+            t.contains("storage         fast, standard (default)"),
+            "{t}"
+        );
         assert!(t.contains("(no network configured for this peer)"), "{t}");
         let json = serde_json::to_value(&info).unwrap();
         assert_eq!(json["cluster_id"], "b", "summary flattened: {json}");
