@@ -93,6 +93,13 @@ pub mod namespace {
     /// lists them without reading any other Secret.
     pub const PEERING_TOKENS: &str = "fabric-peering-tokens";
 
+    /// On a consumer: where the identities providers issued it live (Secrets
+    /// [`super::secret::identity`]), and nothing else. RBAC cannot grant a name prefix, so the
+    /// sharing controllers are given the Secrets of this namespace rather than those of the
+    /// fabric's own, where other components keep their keys (the authentication service's
+    /// TLS key among them).
+    pub const IDENTITIES: &str = "fabric-identities";
+
     /// A DNS label: `name` itself when it fits in 63 characters, otherwise a prefix and a hash
     /// of the whole name, so that distinct names stay distinct.
     pub fn bounded(name: &str) -> String {
@@ -199,7 +206,8 @@ pub mod secret {
     /// prints it). Shared by the gateway replicas, so a failover keeps the key peers know.
     pub const GATEWAY_KEY: &str = "fabric-gateway-key";
     pub const GATEWAY_KEY_FIELD: &str = "privateKey";
-    /// On a consumer: the kubeconfig a provider issued, under [`KUBECONFIG_FIELD`].
+    /// On a consumer: the kubeconfig a provider issued, under [`KUBECONFIG_FIELD`], in
+    /// namespace [`super::namespace::IDENTITIES`] (not the fabric's).
     pub fn identity(provider_cluster_id: &str) -> String {
         super::namespace::bounded(&format!("fabric-identity-{provider_cluster_id}"))
     }

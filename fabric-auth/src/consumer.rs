@@ -266,7 +266,10 @@ pub enum Step {
         expiry: Option<Timestamp>,
     },
     Stored {
+        /// Where the Identity is (the fabric's namespace).
         namespace: String,
+        /// Where its Secret is ([`names::namespace::IDENTITIES`]).
+        secret_namespace: String,
         secret: String,
         identity: String,
         foreign_cluster: String,
@@ -323,6 +326,7 @@ pub async fn authenticate(
     store(local, namespace, command, &credentials, expiry).await?;
     progress(Step::Stored {
         namespace: namespace.to_owned(),
+        secret_namespace: names::namespace::IDENTITIES.to_owned(),
         secret: names::secret::identity(&command.provider_id),
         identity: command.provider_id.clone(),
         foreign_cluster: command.provider_id.clone(),
@@ -342,8 +346,9 @@ fn certificate_is_for(cert_pem: &str, spki_der: &[u8]) -> bool {
     cert.tbs_certificate.subject_pki.raw == spki_der
 }
 
-/// Keeps the identity: the kubeconfig Secret, the `Identity` and the provider's
-/// `ForeignCluster` (role Provider added to what it was), all server-side applied.
+/// Keeps the identity: the kubeconfig Secret (in [`names::namespace::IDENTITIES`]), the
+/// `Identity` (in `namespace`) and the provider's `ForeignCluster` (role Provider added to
+/// what it was), all server-side applied.
 pub async fn store(
     local: &Client,
     namespace: &str,
@@ -354,8 +359,8 @@ pub async fn store(
     let provider = &command.provider_id;
     MANAGER
         .apply(
-            &Api::<Secret>::namespaced(local.clone(), namespace),
-            &identity::secret(namespace, provider, credentials),
+            &Api::<Secret>::namespaced(local.clone(), names::namespace::IDENTITIES),
+            &identity::secret(provider, credentials),
         )
         .await?;
     let identities = Api::<Identity>::namespaced(local.clone(), namespace);
@@ -428,7 +433,7 @@ pub async fn store(
         .await
 }
 
-/// Renews the identity issued by `provider` (kept in `namespace`) before it expires: a new
+/// Renews the identity issued by `provider` (its Identity kept in `namespace`) before it expires: a new
 /// key and CSR, sent to the provider's authentication service over TLS authenticated by the
 /// current certificate, and the new identity stored as the first one was. The service is
 /// verified with the pin recorded at the first authentication.
@@ -447,7 +452,7 @@ pub async fn renew(
         .and_then(|a| a.get(names::annotation::AUTH_PIN))
         .ok_or(ClientError::NoPin)?;
     let trust = Trust::Pin(tls::parse_pin(pin)?);
-    let secret = Api::<Secret>::namespaced(local.clone(), namespace)
+    let secret = Api::<Secret>::namespaced(local.clone(), names::namespace::IDENTITIES)
         .get(&identity.spec.secret_name)
         .await?;
     let current = identity::kubeconfig_of(&secret)

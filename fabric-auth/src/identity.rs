@@ -189,13 +189,13 @@ fn decode(field: &'static str, data: &str) -> Result<String, Error> {
     String::from_utf8(bytes).map_err(|_| Error::NotUtf8(field))
 }
 
-/// The Secret (in `namespace` of the consumer) keeping the kubeconfig issued by
-/// `provider_id`, under [`names::secret::KUBECONFIG_FIELD`].
-pub fn secret(namespace: &str, provider_id: &str, credentials: &Credentials) -> Secret {
+/// The Secret of the consumer keeping the kubeconfig issued by `provider_id`, under
+/// [`names::secret::KUBECONFIG_FIELD`], in [`names::namespace::IDENTITIES`].
+pub fn secret(provider_id: &str, credentials: &Credentials) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(names::secret::identity(provider_id)),
-            namespace: Some(namespace.to_owned()),
+            namespace: Some(names::namespace::IDENTITIES.to_owned()),
             labels: Some(
                 [(
                     names::label::REMOTE_CLUSTER.to_owned(),
@@ -236,13 +236,10 @@ pub fn kubeconfig_of(secret: &Secret) -> Option<String> {
 }
 
 /// A client for the API server of provider `provider_id`, acting as this cluster's identity
-/// there: reads Secret [`names::secret::identity`] in `namespace` through `local`. Its
-/// default namespace is the tenant namespace.
-pub async fn remote_client(
-    local: &kube::Client,
-    namespace: &str,
-    provider_id: &str,
-) -> Result<kube::Client, Error> {
+/// there: reads Secret [`names::secret::identity`] in [`names::namespace::IDENTITIES`]
+/// through `local`. Its default namespace is the tenant namespace.
+pub async fn remote_client(local: &kube::Client, provider_id: &str) -> Result<kube::Client, Error> {
+    let namespace = names::namespace::IDENTITIES;
     let name = names::secret::identity(provider_id);
     let secret = Api::<Secret>::namespaced(local.clone(), namespace)
         .get(&name)
@@ -311,8 +308,9 @@ mod tests {
     #[test]
     fn the_secret_keeps_the_kubeconfig_under_its_field() {
         let c = credentials();
-        let s = secret("fabric-system", "beta", &c);
+        let s = secret("beta", &c);
         assert_eq!(s.metadata.name.as_deref(), Some("fabric-identity-beta"));
+        assert_eq!(s.metadata.namespace.as_deref(), Some("fabric-identities"));
         assert_eq!(parse(&kubeconfig_of(&s).unwrap()).unwrap(), c);
     }
 

@@ -181,7 +181,7 @@ async fn out_of_band_authentication() {
         names::secret::identity("provider")
     );
     assert!(identity.status.unwrap().certificate_expiry.is_some());
-    let secret = Api::<Secret>::namespaced(c.clone(), NS)
+    let secret = Api::<Secret>::namespaced(c.clone(), names::namespace::IDENTITIES)
         .get(&names::secret::identity("provider"))
         .await
         .unwrap();
@@ -211,7 +211,7 @@ async fn out_of_band_authentication() {
     );
 
     // The identity works in its tenant namespace, and nowhere else.
-    let remote = fabric_auth::identity::remote_client(&c, NS, "provider")
+    let remote = fabric_auth::identity::remote_client(&c, "provider")
         .await
         .unwrap();
     let tenant_ns = "fabric-tenant-consumer";
@@ -507,7 +507,7 @@ async fn again_while_revoked(svc: &AuthService, p: &Client, token: &str) {
 /// The consumer renews with its current certificate; without one, or once its tenant is
 /// removed, it cannot, and removing the tenant's RoleBinding revokes its access.
 async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig: &std::path::Path) {
-    let old = Api::<Secret>::namespaced(c.clone(), NS)
+    let old = Api::<Secret>::namespaced(c.clone(), names::namespace::IDENTITIES)
         .get(&names::secret::identity("provider"))
         .await
         .unwrap();
@@ -515,7 +515,7 @@ async fn renewal(svc: &AuthService, p: &Client, c: &Client, consumer_kubeconfig:
     let old =
         fabric_auth::identity::parse(&fabric_auth::identity::kubeconfig_of(&old).unwrap()).unwrap();
     assert_ne!(renewed.certificate_pem, old.certificate_pem);
-    let remote = fabric_auth::identity::remote_client(c, NS, "provider")
+    let remote = fabric_auth::identity::remote_client(c, "provider")
         .await
         .unwrap();
     let tenants = Api::<Tenant>::namespaced(remote, "fabric-tenant-consumer");

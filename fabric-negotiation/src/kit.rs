@@ -89,7 +89,7 @@ pub async fn remote<T>(
 
 /// A client for provider `provider` from this cluster's Identity Secret.
 pub async fn remote_client(ctx: &Ctx, provider: &str) -> Result<Client, Error> {
-    fabric_auth::identity::remote_client(&ctx.client, &ctx.namespace, provider)
+    fabric_auth::identity::remote_client(&ctx.client, provider)
         .await
         .map_err(|source| Error::Identity {
             provider: provider.to_owned(),

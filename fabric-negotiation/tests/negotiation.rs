@@ -102,7 +102,7 @@ async fn pair(tag: &str) -> Pair {
     admit_tenant(&p, CONSUMER).await.unwrap();
     let creds = consumer_credentials(&ps, CONSUMER).unwrap();
     keep_identity(&c, NS, PROVIDER, &creds).await.unwrap();
-    let as_consumer = fabric_auth::identity::remote_client(&c, NS, PROVIDER)
+    let as_consumer = fabric_auth::identity::remote_client(&c, PROVIDER)
         .await
         .unwrap();
     // Each cluster's controllers as `fabric-controller sharing` runs them: a token of its

@@ -17,7 +17,7 @@ struct Cli {
     /// The VirtualNode this process stands for.
     #[arg(long)]
     virtual_node: String,
-    /// The VirtualNode's namespace (the identity Secret is there too).
+    /// The VirtualNode's namespace.
     #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
     namespace: String,
     /// Where the gateway operator reports the tunnels' Connections.

@@ -34,8 +34,8 @@ use crate::{
 
 #[derive(Debug, Clone)]
 pub struct Opts {
-    /// The VirtualNode this process stands for, and its namespace (where the identity Secret
-    /// is too).
+    /// The VirtualNode this process stands for, and its namespace (the identity Secret is in
+    /// [`names::namespace::IDENTITIES`]).
     pub virtual_node: String,
     pub namespace: String,
     /// Where the gateway operator reports Connections.
@@ -214,7 +214,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         &provider_id,
     );
     let mut secret_rx = follow(
-        Api::<Secret>::namespaced(local.clone(), &opts.namespace),
+        Api::<Secret>::namespaced(local.clone(), names::namespace::IDENTITIES),
         &names::secret::identity(&provider_id),
     );
     // Nothing is decided before each watch has said whether its object exists: after a

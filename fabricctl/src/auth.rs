@@ -85,11 +85,19 @@ pub async fn generate_peer_command(
 /// as deploy/ creates it) where nothing else lives, and that namespace's name.
 async fn token_secrets(client: &Client) -> Result<(Api<Secret>, &'static str)> {
     let ns = names::namespace::PEERING_TOKENS;
+    ensure_namespace(client, ns, "the peering tokens").await?;
+    Ok((Api::namespaced(client.clone(), ns), ns))
+}
+
+/// Creates namespace `ns` (where `what` live) unless it exists, as deploy/ creates it: the
+/// fabric's Secrets live in namespaces of their own, so that RBAC can grant each component
+/// its own and nothing else.
+async fn ensure_namespace(client: &Client, ns: &str, what: &str) -> Result<()> {
     let namespaces = Api::<Namespace>::all(client.clone());
     let present = namespaces
         .get_opt(ns)
         .await
-        .with_context(|| format!("reading namespace {ns}, where the peering tokens live"))?;
+        .with_context(|| format!("reading namespace {ns}, where {what} live"))?;
     if present.is_none() {
         let new = Namespace {
             metadata: ObjectMeta {
@@ -102,13 +110,12 @@ async fn token_secrets(client: &Client) -> Result<(Api<Secret>, &'static str)> {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("creating namespace {ns}, where the peering tokens live")
-                });
+                return Err(e)
+                    .with_context(|| format!("creating namespace {ns}, where {what} live"));
             }
         }
     }
-    Ok((Api::namespaced(client.clone(), ns), ns))
+    Ok(())
 }
 
 /// How long a token minted for a named consumer without `--ttl` is valid.
@@ -339,6 +346,12 @@ async fn authenticate(
         args.cluster_id,
         args.auth_url
     );
+    ensure_namespace(
+        local,
+        names::namespace::IDENTITIES,
+        "the identities providers issue",
+    )
+    .await?;
     let command = OutOfBand {
         auth_url: args.auth_url.clone(),
         provider_id: args.cluster_id.clone(),
@@ -357,11 +370,12 @@ async fn authenticate(
         ),
         Step::Stored {
             namespace,
+            secret_namespace,
             secret,
             identity,
             foreign_cluster,
         } => println!(
-            "✓ stored Secret {namespace}/{secret}, Identity {namespace}/{identity} and ForeignCluster {foreign_cluster}"
+            "✓ stored Secret {secret_namespace}/{secret}, Identity {namespace}/{identity} and ForeignCluster {foreign_cluster}"
         ),
         Step::Verified => println!("✓ the identity works on the provider's API server"),
     })

@@ -14,7 +14,8 @@ use crate::{
 };
 
 /// Creates namespaces fabric-system (with the `fabric-cluster` ConfigMap naming `cluster_id`,
-/// what `fabricctl` reads to know which cluster it is on) and the peering tokens'.
+/// what `fabricctl` reads to know which cluster it is on), the peering tokens' and the
+/// identities'.
 pub fn prepare_cluster(api: &ApiServer, cluster_id: &str) {
     let ns = fabric_api::names::DEFAULT_NAMESPACE;
     let _ = api.kubectl(&["create", "namespace", ns]);
@@ -23,6 +24,12 @@ pub fn prepare_cluster(api: &ApiServer, cluster_id: &str) {
         "create",
         "namespace",
         fabric_api::names::namespace::PEERING_TOKENS,
+    ]);
+    // Where a consumer keeps the identities providers issued it, as deploy/ creates it.
+    let _ = api.kubectl(&[
+        "create",
+        "namespace",
+        fabric_api::names::namespace::IDENTITIES,
     ]);
     let data = [
         ("FABRIC_CLUSTER_ID", cluster_id),

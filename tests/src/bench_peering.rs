@@ -330,7 +330,7 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
     .await?;
     delete(&Api::<Identity>::namespaced(c.clone(), NS), PROVIDER).await?;
     delete(
-        &Api::<Secret>::namespaced(c.clone(), NS),
+        &Api::<Secret>::namespaced(c.clone(), names::namespace::IDENTITIES),
         &names::secret::identity(PROVIDER),
     )
     .await?;
@@ -486,7 +486,7 @@ fn start(rt: &tokio::runtime::Runtime) -> Result<Stack> {
 fn memory(rt: &tokio::runtime::Runtime, stack: &Stack, total: usize) -> Result<()> {
     let extra = total.saturating_sub(1);
     rt.block_on(async {
-        let secrets: Api<Secret> = Api::namespaced(stack.c.clone(), NS);
+        let secrets: Api<Secret> = Api::namespaced(stack.c.clone(), names::namespace::IDENTITIES);
         let mut secret = secrets.get(&names::secret::identity(PROVIDER)).await?;
         let conns: Api<Connection> = Api::namespaced(stack.c.clone(), NS);
         let vns: Api<VirtualNode> = Api::namespaced(stack.c.clone(), NS);
@@ -494,7 +494,7 @@ fn memory(rt: &tokio::runtime::Runtime, stack: &Stack, total: usize) -> Result<(
             let id = format!("mem-{i}");
             secret.metadata = kube::api::ObjectMeta {
                 name: Some(names::secret::identity(&id)),
-                namespace: Some(NS.to_owned()),
+                namespace: Some(names::namespace::IDENTITIES.to_owned()),
                 ..Default::default()
             };
             secrets.create(&PostParams::default(), &secret).await?;

@@ -95,6 +95,7 @@ pub fn start_consumer(tag: &str, graceful: bool) -> Result<ApiServer> {
     };
     consumer.install_crds();
     consumer.kubectl_ok(&["create", "namespace", NS]);
+    consumer.kubectl_ok(&["create", "namespace", names::namespace::IDENTITIES]);
     apply(
         &consumer,
         &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",
@@ -216,7 +217,7 @@ pub async fn namespace_map(creds: &Credentials, mappings: &[(&str, &str)]) -> Re
 
 /// The consumer's identity Secret for the provider (what the virtual kubelet reaches it with).
 pub fn set_identity(consumer: &ApiServer, creds: &Credentials) -> Result<()> {
-    let secret = fabric_auth::identity::secret(NS, PROVIDER, creds);
+    let secret = fabric_auth::identity::secret(PROVIDER, creds);
     apply(consumer, &serde_json::to_value(&secret)?)
 }
 

@@ -252,17 +252,30 @@ pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
     Ok(())
 }
 
-/// On the consumer (in `namespace`), what `peer out-of-band` keeps about `provider`: the
-/// Identity with its kubeconfig Secret, and the ForeignCluster (role Provider).
+/// On the consumer, what `peer out-of-band` keeps about `provider`: the Identity (in
+/// `namespace`) with its kubeconfig Secret (in [`names::namespace::IDENTITIES`]), and the
+/// ForeignCluster (role Provider).
 pub async fn keep_identity(
     consumer: &Client,
     namespace: &str,
     provider: &str,
     credentials: &Credentials,
 ) -> Result<()> {
+    // Made by deploy/ (or by `fabricctl peer`, when missing).
     FM.apply(
-        &Api::<Secret>::namespaced(consumer.clone(), namespace),
-        &fabric_auth::identity::secret(namespace, provider, credentials),
+        &Api::<Namespace>::all(consumer.clone()),
+        &Namespace {
+            metadata: ObjectMeta {
+                name: Some(names::namespace::IDENTITIES.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await?;
+    FM.apply(
+        &Api::<Secret>::namespaced(consumer.clone(), names::namespace::IDENTITIES),
+        &fabric_auth::identity::secret(provider, credentials),
     )
     .await?;
     let mut identity = Identity::new(
@@ -406,7 +419,7 @@ impl PurgeProbe {
 }
 
 /// The kubeconfig of the identity `consumer` (an admin's view of it) holds on provider
-/// `provider_id` (from its identity Secret in fabric-system), written to `out`: what the
+/// `provider_id` (from its identity Secret in fabric-identities), written to `out`: what the
 /// consumer itself can do on its provider, for tests that attack the provider with it.
 pub fn identity_kubeconfig(consumer: &ApiServer, provider_id: &str, out: &Path) -> Result<()> {
     let o = consumer.kubectl(&[
@@ -414,7 +427,7 @@ pub fn identity_kubeconfig(consumer: &ApiServer, provider_id: &str, out: &Path) 
         "secret",
         &names::secret::identity(provider_id),
         "-n",
-        names::DEFAULT_NAMESPACE,
+        names::namespace::IDENTITIES,
         "-o",
         "json",
     ]);

@@ -229,7 +229,8 @@ pub struct IdentitySpec {
     #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
     #[schemars(length(max = 63))]
     pub tenant_namespace: String,
-    /// The Secret (same namespace) holding the kubeconfig under `kubeconfig`.
+    /// The Secret holding the kubeconfig under `kubeconfig`, in namespace `fabric-identities`
+    /// (where only the identities providers issued live), not the Identity's.
     #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
     #[schemars(length(max = 63))]
     pub secret_name: String,

@@ -49,6 +49,7 @@ impl Limits {
             || name == self.fabric_namespace
             || name.starts_with(&names::namespace::tenant(""))
             || name == names::namespace::PEERING_TOKENS
+            || name == names::namespace::IDENTITIES
             || self.reserved.contains(name)
     }
 }

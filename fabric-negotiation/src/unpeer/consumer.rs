@@ -148,7 +148,7 @@ async fn cleanup(fc: &ForeignCluster, ctx: &Ctx) -> Result<bool, Error> {
     leave(ctx, fc, &provider).await?;
     let ids: Api<Identity> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     delete_gone_ok(&ids, &provider).await?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), names::namespace::IDENTITIES);
     delete_gone_ok(&secrets, &names::secret::identity(&provider)).await?;
     info!(
         provider,

@@ -195,23 +195,25 @@ pub fn cluster_role_binding(vn: &VirtualNode) -> ClusterRoleBinding {
     }
 }
 
-/// The namespaced permissions, by namespace: its VirtualNode and identity Secret (the
-/// VirtualNode's namespace; watched with a `metadata.name` field selector, which RBAC checks
-/// against the names), its Lease, the tunnel's Connection, and the API server's client CA.
+/// The namespaced permissions, by namespace: its VirtualNode (the VirtualNode's namespace)
+/// and identity Secret ([`names::namespace::IDENTITIES`]), both watched with a
+/// `metadata.name` field selector, which RBAC checks against the names; its Lease, the
+/// tunnel's Connection, and the API server's client CA.
 fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<PolicyRule>> {
     let vn_name = vn.name_any();
     let secret = names::secret::identity(&vn.spec.cluster_id);
     let mut rules: BTreeMap<String, Vec<PolicyRule>> = BTreeMap::new();
     let ns = vn.namespace().unwrap_or_default();
-    rules.entry(ns.clone()).or_default().extend([
-        rule(
-            fabric_api::offloading::GROUP,
-            &["virtualnodes"],
-            &[&vn_name],
-            READ,
-        ),
-        rule("", &["secrets"], &[&secret], READ),
-    ]);
+    rules.entry(ns.clone()).or_default().push(rule(
+        fabric_api::offloading::GROUP,
+        &["virtualnodes"],
+        &[&vn_name],
+        READ,
+    ));
+    rules
+        .entry(names::namespace::IDENTITIES.to_owned())
+        .or_default()
+        .push(rule("", &["secrets"], &[&secret], READ));
     // The tunnel's Connection, and the Configuration whose remapped pod CIDR translates
     // the offloaded pods' addresses.
     rules
@@ -517,10 +519,11 @@ mod tests {
             }
         }
         // Same namespace for the VirtualNode and the Connections: one Role there, one for
-        // the Lease, one for the client CA.
+        // the identity Secret, one for the Lease, one for the client CA.
         assert_eq!(
             role_namespaces(&v, &settings()),
             vec![
+                "fabric-identities".to_owned(),
                 "fabric-system".to_owned(),
                 LEASE_NAMESPACE.to_owned(),
                 CLIENT_CA_CONFIGMAP_NAMESPACE.to_owned()

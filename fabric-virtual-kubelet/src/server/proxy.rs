@@ -254,7 +254,7 @@ impl Proxy {
             .map_err(|e| Unavailable::Pod(want.clone(), e))?;
         // Refused before the provider is asked anything.
         let uid = route::bound_here(&want, home.as_ref(), &node)?;
-        let remote = identity::remote_client(&self.local, &self.namespace, &provider).await?;
+        let remote = identity::remote_client(&self.local, &provider).await?;
         let tenant_ns = remote.default_namespace().to_owned();
         let unavailable = |e| Unavailable::ShadowPods(provider.clone(), e);
         // In the twin of its namespace under its own name, or (offloaded pod by pod) in the

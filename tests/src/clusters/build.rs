@@ -389,6 +389,11 @@ impl PeeredClusters {
             &crds.display().to_string(),
         ]);
         api.kubectl_ok(&["create", "namespace", NAMESPACE]);
+        api.kubectl_ok(&[
+            "create",
+            "namespace",
+            fabric_api::names::namespace::IDENTITIES,
+        ]);
         let identity: Vec<String> = [
             (cluster_key::CLUSTER_ID, id),
             (cluster_key::POD_CIDR, POD_CIDR),

@@ -166,6 +166,11 @@ fn manifests_apply_with_least_privilege() {
                 "namespace",
                 fabric_api::names::namespace::PEERING_TOKENS,
             ]);
+            api.kubectl_ok(&[
+                "create",
+                "namespace",
+                fabric_api::names::namespace::IDENTITIES,
+            ]);
             let out = api.kubectl_ok(&["apply", "--dry-run=server", "-k", deploy]);
             for kind in [
                 "customresourcedefinition",

@@ -135,7 +135,7 @@ async fn state(c: &Client, p: &Client) -> BTreeMap<String, Value> {
         get::<Identity>(c, Some(NS), PROVIDER).await,
         &["/spec", "/metadata/labels", "/metadata/annotations"],
     );
-    let secret = get::<Secret>(c, Some(NS), &names::secret::identity(PROVIDER))
+    let secret = get::<Secret>(c, Some(names::namespace::IDENTITIES), &names::secret::identity(PROVIDER))
         .await
         .map(|v| json!({ "type": v["type"], "keys": v["data"].as_object().map(|d| d.keys().cloned().collect::<Vec<_>>()) }));
     put("c/Secret", secret, &["/type", "/keys"]);
@@ -520,7 +520,7 @@ async fn in_band_peer_and_unpeer() {
         || async { nothing_on_provider(&p).await.ok() },
     )
     .await;
-    let as_consumer = fabric_auth::identity::remote_client(&c, NS, PROVIDER)
+    let as_consumer = fabric_auth::identity::remote_client(&c, PROVIDER)
         .await
         .unwrap();
     let denied = Api::<ResourceSlice>::namespaced(as_consumer, &names::namespace::tenant(CONSUMER))

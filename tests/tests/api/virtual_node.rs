@@ -292,10 +292,22 @@ fn least_privilege(bed: &Bed) {
         "get",
         &format!("secrets/{}", names::secret::identity(PROVIDER)),
         "-n",
-        NS
+        names::namespace::IDENTITIES
+    ]));
+    assert!(!can(&[
+        "get",
+        &format!("secrets/{}", names::secret::identity("another-provider")),
+        "-n",
+        names::namespace::IDENTITIES
     ]));
     assert!(!can(&["get", "secrets/fabric-gateway-key", "-n", NS]));
     assert!(!can(&["list", "secrets", "-n", NS]));
+    assert!(!can(&[
+        "list",
+        "secrets",
+        "-n",
+        names::namespace::IDENTITIES
+    ]));
 }
 
 fn lease_grant_and_tunnel(bed: &Bed) {
@@ -663,7 +675,7 @@ fn fifty_virtual_nodes_stay_under_100_mib_each() {
 impl Bed {
     /// The identity Secret for provider `id`: the same credentials (one test provider).
     fn set_identity_for(&self, id: &str) {
-        let secret = identity::secret(NS, id, &self.identity);
+        let secret = identity::secret(id, &self.identity);
         apply(&self.consumer, &serde_json::to_value(&secret).unwrap());
     }
 }

@@ -44,6 +44,7 @@ fn the_providers_own_names_are_reserved() {
         "fabric-system",
         "fabric-tenant-beta",
         "fabric-peering-tokens",
+        "fabric-identities",
         "prod",
     ] {
         let p = plan(KEY, &[m("x", name)], &BTreeMap::new(), &l);
