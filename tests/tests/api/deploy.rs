@@ -318,7 +318,8 @@ fn manifests_apply_with_least_privilege() {
                 "foreignclusters.core.fabric.io/status",
             ),
             ("fabric-sharing", "watch", "pods"),
-            ("fabric-sharing", "get", "secrets"),
+            // The gateway key, by name (the identities are in fabric-identities, below).
+            ("fabric-sharing", "get", "secrets/fabric-gateway-key"),
             (
                 "fabric-sharing",
                 "delete",
@@ -358,8 +359,8 @@ fn manifests_apply_with_least_privilege() {
                 "watch",
                 "configurations.networking.fabric.io",
             ),
-            // The renewal of the identities issued by providers (run by the sharing controllers).
-            ("fabric-sharing", "patch", "secrets"),
+            // The renewal of the identities issued by providers (run by the sharing controllers;
+            // their Secrets: below, in fabric-identities).
             (
                 "fabric-sharing",
                 "patch",
@@ -456,10 +457,8 @@ fn manifests_apply_with_least_privilege() {
                 "update",
                 "leases.coordination.k8s.io/fabric-virtual-nodes",
             ),
-            // Unpeering: the consumer's Identity and its Secret (named after the provider: RBAC
-            // cannot narrow it further than fabric-system), the provider's tenant area (the
-            // Tenant's finalizer, the consumer's ForeignCluster).
-            ("fabric-sharing", "delete", "secrets"),
+            // Unpeering: the consumer's Identity (its Secret: below, in fabric-identities), the
+            // provider's tenant area (the Tenant's finalizer, the consumer's ForeignCluster).
             ("fabric-sharing", "delete", "foreignclusters.core.fabric.io"),
             (
                 "fabric-sharing",
@@ -532,7 +531,6 @@ fn manifests_apply_with_least_privilege() {
             ("fabric-virtual-nodes", "delete", "nodes"),
             ("fabric-virtual-nodes", "delete", "pods"),
             ("fabric-virtual-nodes", "list", "pods"),
-            ("fabric-virtual-nodes", "watch", "secrets"),
             // ... for the virtual kubelets' API: who may call it, and the API server's client CA.
             (
                 "fabric-virtual-nodes",
@@ -612,6 +610,26 @@ fn manifests_apply_with_least_privilege() {
         for ((who, verb, what), yes) in allowed.into_iter().zip(answers) {
             assert!(yes, "{who} should be allowed to {verb} {what}");
         }
+        // The identities providers issued, where only they live: stored by the peering
+        // (server-side apply of a new one is a create), rewritten by renewals, deleted by
+        // unpeering; granted to each virtual kubelet by the VirtualNode controller, which holds
+        // what it grants.
+        let identities = fabric_api::names::namespace::IDENTITIES;
+        let allowed = [
+            ("fabric-sharing", "get", "secrets"),
+            ("fabric-sharing", "create", "secrets"),
+            ("fabric-sharing", "patch", "secrets"),
+            ("fabric-sharing", "delete", "secrets"),
+            ("fabric-virtual-nodes", "get", "secrets"),
+            ("fabric-virtual-nodes", "watch", "secrets"),
+        ];
+        let answers = can_all(&api, allowed.iter().map(|&(w, v, x)| (w, v, x, identities)));
+        for ((who, verb, what), yes) in allowed.into_iter().zip(answers) {
+            assert!(
+                yes,
+                "{who} should be allowed to {verb} {what} in {identities}"
+            );
+        }
     });
 
     phase("and nothing more", || {
@@ -623,6 +641,22 @@ fn manifests_apply_with_least_privilege() {
             ),
             ("fabric-agent", "get", "secrets"),
             ("fabric-virtual-nodes", "create", "secrets"),
+            // No Secret of fabric-system but the gateway key, read (and created when missing,
+            // confined by fabric-sharing-secrets): not the authentication service's TLS key,
+            // not the webhook's CA, nothing by listing.
+            ("fabric-sharing", "get", "secrets"),
+            ("fabric-sharing", "get", "secrets/fabric-auth-tls"),
+            (
+                "fabric-sharing",
+                "get",
+                "secrets/fabric-shadowpod-webhook-tls",
+            ),
+            ("fabric-sharing", "patch", "secrets/fabric-gateway-key"),
+            ("fabric-sharing", "delete", "secrets"),
+            ("fabric-sharing", "watch", "secrets"),
+            // The VirtualNode controller grants identities (in fabric-identities), nothing here.
+            ("fabric-virtual-nodes", "get", "secrets"),
+            ("fabric-virtual-nodes", "list", "secrets"),
             // Placeholder volumes are made and deleted by name, never listed nor changed.
             ("fabric-virtual-nodes", "list", "persistentvolumes"),
             ("fabric-virtual-nodes", "update", "persistentvolumes"),
@@ -1640,24 +1674,47 @@ fn manifests_apply_with_least_privilege() {
     );
 
     phase(
-        "the sharing controllers write only their own Secrets in fabric-system",
+        "the sharing controllers read and write only their own Secrets",
         || {
             let mut attacks = Attacks::default();
             let sharing = token_of(&api, "fabric-sharing");
+            let identities = fabric_api::names::namespace::IDENTITIES;
             let secret = |ns: &str, name: &str| {
                 serde_json::json!({"apiVersion": "v1", "kind": "Secret",
                     "metadata": {"name": name, "namespace": ns},
                     "stringData": {"k": "v"}})
             };
-            // What the peering and renewals write, and a missing gateway key.
+            // What the peering, renewals and unpeering do with an identity, in fabric-identities.
             let identity = "fabric-identity-beta";
             allowed(
                 "the sharing controllers writing an identity",
-                apply_with(&sharing, &secret(NS, identity)),
+                apply_with(&sharing, &secret(identities, identity)),
+            );
+            allowed(
+                "the sharing controllers reading an identity",
+                kubectl_with(
+                    &sharing,
+                    &["get", "secret", identity, "-n", identities],
+                    None,
+                ),
             );
             allowed(
                 "the sharing controllers deleting an identity",
-                kubectl_with(&sharing, &["delete", "secret", identity, "-n", NS], None),
+                kubectl_with(
+                    &sharing,
+                    &["delete", "secret", identity, "-n", identities],
+                    None,
+                ),
+            );
+            // Nothing but identities there.
+            attacks.refused(
+                "the sharing controllers planting a Secret of another name in fabric-identities",
+                apply_with(&sharing, &secret(identities, "planted")),
+            );
+            // An identity-named Secret in fabric-system is not where identities live.
+            attacks.refused(
+                "the sharing controllers writing an identity in fabric-system",
+                apply_with(&sharing, &secret(NS, identity)),
             );
             let _ = api.kubectl(&["delete", "secret", "fabric-gateway-key", "-n", NS]);
             allowed(
@@ -1668,8 +1725,16 @@ fn manifests_apply_with_least_privilege() {
                     Some(&secret(NS, "fabric-gateway-key").to_string()),
                 ),
             );
-            // Anything else of fabric-system's: another component's certificate, the gateway
-            // key once there, a Secret of any name.
+            allowed(
+                "the sharing controllers reading the gateway key",
+                kubectl_with(
+                    &sharing,
+                    &["get", "secret", "fabric-gateway-key", "-n", NS],
+                    None,
+                ),
+            );
+            // Anything else of fabric-system's: another component's keys are not theirs to read
+            // (the authentication service's TLS key, the webhook's CA), nor listed.
             api.kubectl_ok(&[
                 "create",
                 "secret",
@@ -1679,6 +1744,26 @@ fn manifests_apply_with_least_privilege() {
                 NS,
                 "--from-literal=tls.key=theirs",
             ]);
+            let _ = api.kubectl(&[
+                "create",
+                "secret",
+                "generic",
+                "fabric-shadowpod-webhook-tls",
+                "-n",
+                NS,
+                "--from-literal=ca.key=theirs",
+            ]);
+            for name in ["fabric-auth-tls", "fabric-shadowpod-webhook-tls"] {
+                attacks.refused(
+                    &format!("the sharing controllers reading {name}"),
+                    kubectl_with(&sharing, &["get", "secret", name, "-n", NS], None),
+                );
+            }
+            attacks.refused(
+                "the sharing controllers listing Secrets in fabric-system",
+                kubectl_with(&sharing, &["get", "secrets", "-n", NS], None),
+            );
+            // Nor written: another component's certificate, the gateway key once there.
             for name in ["fabric-auth-tls", "fabric-gateway-key"] {
                 attacks.refused(
                     &format!("the sharing controllers rewriting {name}"),
