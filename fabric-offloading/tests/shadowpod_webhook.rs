@@ -772,6 +772,52 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         );
     }
 
+    // The last place, raced for across the two replicas: eta's own identity fires 16
+    // creations at once when one ResourceSlice of the 32 is deleted, round after round. Each
+    // replica admitting on what it saw alone would let one through each (33); charged on the
+    // Tenant, exactly one is admitted, the others refused naming the bound.
+    let slices = Api::<ResourceSlice>::namespaced(eta.clone(), &eta_ns);
+    let bound = format!(
+        "consumer \"eta\" has 32 ResourceSlices in namespace \"{eta_ns}\", as many as a \
+         tenant may have"
+    );
+    for round in 0..6 {
+        Api::<ResourceSlice>::namespaced(admin.clone(), &eta_ns)
+            .delete(&format!("x{round}"), &Default::default())
+            .await
+            .unwrap();
+        let racing = (0..16).map(|i| {
+            let slices = slices.clone();
+            let mut slice = ResourceSlice::new(
+                &format!("r{round}-{i}"),
+                ResourceSliceSpec {
+                    consumer_cluster_id: "eta".into(),
+                    provider_cluster_id: "provider".into(),
+                    resources: Default::default(),
+                    at_most_once: None,
+                },
+            );
+            slice.metadata.namespace = Some(eta_ns.clone());
+            async move { slices.create(&PostParams::default(), &slice).await }
+        });
+        let results = futures::future::join_all(racing).await;
+        let admitted = results.iter().filter(|r| r.is_ok()).count();
+        for e in results.iter().filter_map(|r| r.as_ref().err()) {
+            assert!(e.to_string().contains(&bound), "round {round}: {e}");
+        }
+        let stored = Api::<ResourceSlice>::namespaced(admin.clone(), &eta_ns)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        assert_eq!(
+            (admitted, stored),
+            (1, 32),
+            "round {round}: creations admitted for the last place, ResourceSlices stored"
+        );
+    }
+
     // Every pod is charged: a container that asks for nothing is charged the provider's
     // default requests (100m CPU, 128Mi by default), as its real pod gets them, so a consumer
     // granted 1 CPU cannot run request-less pods without end. zeta fills its grant but 50m,

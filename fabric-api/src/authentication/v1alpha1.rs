@@ -164,6 +164,31 @@ pub struct TenantStatus {
     /// replicas cannot together admit more than the grant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<Charge>,
+    /// Creations of the other kinds a consumer makes here (ResourceSlices, PeeringNetworks)
+    /// admitted lately whose objects the webhook's listing did not show yet: counted with
+    /// those listed against the per-namespace bound until a listing shows them, or for a while
+    /// only, should their creation have failed. Kept here, written with the resourceVersion
+    /// as precondition, so that the webhook's replicas racing for the last place are ordered
+    /// by the API server: the second sees the first's charge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_objects: Vec<ObjectCharge>,
+}
+
+/// A creation of an object that is not a ShadowPod admitted against the per-namespace bound
+/// of its kind.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectCharge {
+    /// `group/Kind` of the object.
+    #[schemars(length(max = 317))]
+    pub kind: String,
+    #[schemars(length(max = 63))]
+    pub namespace: String,
+    /// Its name; the admission request's uid when the name was not known at admission.
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// When it was admitted.
+    pub at: Time,
 }
 
 /// The condition types of a Tenant.

@@ -13,10 +13,17 @@
 //!   `pending_ttl` has passed. A pending charge stops counting on its own once the listing
 //!   shows its ShadowPod with the requests it was charged for; until then it counts, so a
 //!   creation admitted but not stored yet is never recounted away.
-use std::{collections::BTreeMap, time::Duration};
+//! - The other kinds a consumer creates (ResourceSlices, PeeringNetworks) are bounded in
+//!   number per namespace ([`charge_object`]): those a fresh listing shows plus the creations
+//!   admitted since (`status.pendingObjects`), written on the Tenant the same way, so that
+//!   replicas racing for the last place are ordered by the API server too.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use fabric_api::{
-    authentication::v1alpha1::{Charge, Resources, TenantStatus},
+    authentication::v1alpha1::{Charge, ObjectCharge, Resources, TenantStatus},
     offloading::v1alpha1::ShadowPod,
     quantity::{Amounts, BadQuantity, amounts, quantities},
     requests::Defaults,
@@ -25,7 +32,7 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::ResourceExt;
 
 use super::{
-    admission::{Denial, requested, shown},
+    admission::{Denial, requested, shown, within_count},
     decide::terminal,
 };
 
@@ -153,8 +160,64 @@ pub fn charge_batch(
     (out, verdicts)
 }
 
+/// A creation of an object that is not a ShadowPod, to be counted against the bound of its
+/// kind in its namespace.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectAsk<'a> {
+    /// Who creates it: only consumers are bounded.
+    pub user: &'a str,
+    /// `group/Kind`, what its charge records.
+    pub kind: &'a str,
+    /// The kind as a refusal names it.
+    pub kind_name: &'a str,
+    pub namespace: &'a str,
+    /// Its name, or the request's uid when the name is not known yet.
+    pub name: &'a str,
+    pub max: u32,
+}
+
+/// Charges the creation `ask` on the Tenant's `status` as last read, where `listed` are the
+/// names of the objects of its kind in its namespace in a listing made *after* that read (so
+/// that a charge dropped by another admission was dropped because an earlier listing showed
+/// its object, which this one then shows too). Counted: those listed, and the charges of the
+/// same kind and namespace that the listing does not show yet and that are younger than
+/// `ttl` (a creation refused further down stops counting then). At `ask.max` the creation is
+/// refused; otherwise the status to write: its charge added, and the charges of that kind and
+/// namespace that were listed or lapsed dropped (they count no more).
+pub fn charge_object(
+    status: &TenantStatus,
+    ask: &ObjectAsk<'_>,
+    listed: &BTreeSet<String>,
+    now: Timestamp,
+    ttl: Duration,
+) -> Result<TenantStatus, Denial> {
+    let mine = |c: &ObjectCharge| c.kind == ask.kind && c.namespace == ask.namespace;
+    let mut out = status.clone();
+    out.pending_objects
+        .retain(|c| !mine(c) || (!listed.contains(&c.name) && !lapsed(&c.at, now, ttl)));
+    let pending = out.pending_objects.iter().filter(|c| mine(c)).count();
+    within_count(
+        ask.user,
+        ask.kind_name,
+        ask.namespace,
+        listed.len() + pending,
+        ask.max,
+    )?;
+    out.pending_objects.push(ObjectCharge {
+        kind: ask.kind.to_owned(),
+        namespace: ask.namespace.to_owned(),
+        name: ask.name.to_owned(),
+        at: Time(now),
+    });
+    Ok(out)
+}
+
 fn expired(c: &Charge, now: Timestamp, ttl: Duration) -> bool {
-    let age = now.duration_since(c.at.0);
+    lapsed(&c.at, now, ttl)
+}
+
+fn lapsed(at: &Time, now: Timestamp, ttl: Duration) -> bool {
+    let age = now.duration_since(at.0);
     // A charge stamped by a clock ahead of this one's is not old.
     !age.is_negative() && age.unsigned_abs() >= ttl
 }
@@ -218,9 +281,18 @@ pub fn recount<'a>(
             *used.entry(k.clone()).or_default() += v;
         }
     }
+    // Object charges are dropped by the next admission of their kind once listed; those
+    // that lapsed go here, so that none stays behind when no admission follows.
+    let pending_objects = status
+        .pending_objects
+        .iter()
+        .filter(|c| !lapsed(&c.at, now, ttl))
+        .cloned()
+        .collect();
     Ok(TenantStatus {
         used: quantities(&used),
         pending,
+        pending_objects,
         shadow_pods: u32::try_from(seen.len()).unwrap_or(u32::MAX),
         shadow_pod_bytes: bytes,
         ..status.clone()
@@ -253,7 +325,9 @@ pub fn next_expiry(status: &TenantStatus, ttl: Duration) -> Option<Timestamp> {
     status
         .pending
         .iter()
-        .filter_map(|c| c.at.0.checked_add(ttl).ok())
+        .map(|c| &c.at)
+        .chain(status.pending_objects.iter().map(|c| &c.at))
+        .filter_map(|at| at.0.checked_add(ttl).ok())
         .min()
 }
 
@@ -630,5 +704,117 @@ mod tests {
         .unwrap();
         assert_eq!(r.user, s.user);
         assert_eq!(cpu(&r), Some("1"));
+    }
+
+    const SLICES: &str = "authentication.fabric.io/ResourceSlice";
+
+    fn slice_ask<'a>(name: &'a str, max: u32) -> ObjectAsk<'a> {
+        ObjectAsk {
+            user: USER,
+            kind: SLICES,
+            kind_name: "ResourceSlice",
+            namespace: NS,
+            name,
+            max,
+        }
+    }
+
+    fn names(n: usize) -> BTreeSet<String> {
+        (0..n).map(|i| format!("x{i}")).collect()
+    }
+
+    fn pending_names(s: &TenantStatus) -> Vec<&str> {
+        s.pending_objects.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn two_racing_for_the_last_object_place_cannot_both_have_it() {
+        let listed = names(3);
+        let first = charge_object(
+            &TenantStatus::default(),
+            &slice_ask("a", 4),
+            &listed,
+            t(0),
+            TTL,
+        )
+        .unwrap();
+        assert_eq!(pending_names(&first), ["a"]);
+        // The second, on the status the first wrote (as the API server's precondition makes
+        // it read), with a listing that does not show the first's object yet: refused.
+        let e = charge_object(&first, &slice_ask("b", 4), &listed, t(1), TTL).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "consumer \"alpha\" has 4 ResourceSlices in namespace \"{NS}\", as many as a \
+                 tenant may have: delete one first"
+            )
+        );
+        // Once the listing shows it, it is counted once, not twice, and its charge goes.
+        let mut stored = listed.clone();
+        stored.insert("a".into());
+        let e = charge_object(&first, &slice_ask("b", 4), &stored, t(2), TTL).unwrap_err();
+        assert!(matches!(e, Denial::TooManyObjects { max: 4, .. }), "{e}");
+        let next = charge_object(&first, &slice_ask("b", 5), &stored, t(2), TTL).unwrap();
+        assert_eq!(pending_names(&next), ["b"]);
+    }
+
+    #[test]
+    fn an_object_charge_whose_creation_failed_counts_for_a_while_only() {
+        let listed = names(3);
+        let s = charge_object(
+            &TenantStatus::default(),
+            &slice_ask("a", 4),
+            &listed,
+            t(0),
+            TTL,
+        )
+        .unwrap();
+        assert!(charge_object(&s, &slice_ask("b", 4), &listed, t(29), TTL).is_err());
+        let s = charge_object(&s, &slice_ask("b", 4), &listed, t(30), TTL).unwrap();
+        assert_eq!(pending_names(&s), ["b"], "a's charge lapsed and went");
+        // The reconciler drops lapsed ones too (no admission may follow), and wakes for them.
+        assert_eq!(next_expiry(&s, TTL), Some(t(60)), "when b's charge lapses");
+        let r = recount(&s, "alpha", &[], t(59), TTL, &Defaults::new()).unwrap();
+        assert_eq!(pending_names(&r), ["b"]);
+        let r = recount(&s, "alpha", &[], t(60), TTL, &Defaults::new()).unwrap();
+        assert!(r.pending_objects.is_empty());
+    }
+
+    #[test]
+    fn object_charges_count_within_their_kind_and_namespace_only() {
+        let s = charge_object(
+            &TenantStatus::default(),
+            &slice_ask("a", 1),
+            &BTreeSet::new(),
+            t(0),
+            TTL,
+        )
+        .unwrap();
+        // A PeeringNetwork, and a ResourceSlice elsewhere: their own places, and a's charge
+        // (not listed where they look) stays.
+        let network = ObjectAsk {
+            kind: "networking.fabric.io/PeeringNetwork",
+            kind_name: "PeeringNetwork",
+            ..slice_ask("n", 1)
+        };
+        let s = charge_object(&s, &network, &names(0), t(1), TTL).unwrap();
+        let elsewhere = ObjectAsk {
+            namespace: "fabric-tenant-alpha-2",
+            ..slice_ask("a", 1)
+        };
+        let s = charge_object(&s, &elsewhere, &names(0), t(2), TTL).unwrap();
+        assert_eq!(pending_names(&s), ["a", "n", "a"]);
+        // Counted against the bound of its own kind and namespace only.
+        let e = charge_object(&s, &slice_ask("b", 1), &names(0), t(3), TTL).unwrap_err();
+        assert!(
+            matches!(&e, Denial::TooManyObjects { kind, namespace, .. }
+                if kind == "ResourceSlice" && namespace == NS),
+            "{e}"
+        );
+        assert_eq!(
+            s.used,
+            Resources::default(),
+            "no share of the grant charged"
+        );
     }
 }

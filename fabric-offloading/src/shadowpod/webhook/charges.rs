@@ -6,8 +6,14 @@
 //! and one write of the Tenant, its resourceVersion as precondition (a conflict, with another
 //! replica or the usage reconciler, means reading and charging the batch again), so the
 //! exact-quota guarantee is the one a single charge had.
+//!
+//! Creations of the other kinds bounded in number ([`Charger::charge_object`]) are charged on
+//! the same Tenant in the consumer's turn, one at a time: each reads the Tenant, then lists
+//! the objects, and writes its charge over the version read, so that replicas racing for the
+//! last place are ordered by the API server.
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
+    future::Future,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -21,7 +27,7 @@ use tracing::debug;
 use super::USAGE_MANAGER;
 use crate::shadowpod::{
     admission::Denial,
-    quota::{self, Ask},
+    quota::{self, Ask, ObjectAsk},
 };
 
 type Reply = oneshot::Sender<Result<(), Denial>>;
@@ -86,6 +92,81 @@ impl Charger {
                 error: "the batch it was charged in was abandoned".to_owned(),
             })
         })
+    }
+
+    /// Charges the creation `ask` of an object that is not a ShadowPod on `consumer`'s Tenant
+    /// ([`quota::charge_object`]) against `list()`, the names of the objects of its kind in its
+    /// namespace, listed afresh after each read of the Tenant. A dry run is decided the same
+    /// way and writes nothing. Charges lapse after `ttl`.
+    pub async fn charge_object<L, F>(
+        &self,
+        consumer: &str,
+        ask: &ObjectAsk<'_>,
+        ttl: Duration,
+        dry_run: bool,
+        list: L,
+    ) -> Result<(), Denial>
+    where
+        L: Fn() -> F,
+        F: Future<Output = Result<BTreeSet<String>, kube::Error>>,
+    {
+        let unaccounted = |e: kube::Error| Denial::Unaccounted {
+            cluster: consumer.to_owned(),
+            error: e.to_string(),
+        };
+        let turn = self
+            .queues()
+            .entry(consumer.to_owned())
+            .or_default()
+            .turn
+            .clone();
+        // This replica's admissions for the consumer one after the other: only another
+        // replica's (or the reconciler's) writes can conflict with this one.
+        let _turn = turn.lock().await;
+        let tenants: Api<Tenant> =
+            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
+        let give_up = Instant::now() + self.budget;
+        let mut attempt = 0u32;
+        loop {
+            let Some(mut tenant) = tenants.get_opt(consumer).await.map_err(unaccounted)? else {
+                return Err(Denial::NoTenant {
+                    cluster: consumer.to_owned(),
+                });
+            };
+            // Listed after the read: see [`quota::charge_object`].
+            let listed = list().await.map_err(unaccounted)?;
+            let status = quota::charge_object(
+                &tenant.status.clone().unwrap_or_default(),
+                ask,
+                &listed,
+                Timestamp::now(),
+                ttl,
+            )?;
+            if dry_run {
+                return Ok(());
+            }
+            tenant.status = Some(status);
+            tenant.metadata.managed_fields = None;
+            let pp = PostParams {
+                field_manager: Some(USAGE_MANAGER.to_owned()),
+                ..Default::default()
+            };
+            match tenants.replace_status(consumer, &pp, &tenant).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
+                    attempt += 1;
+                    debug!(
+                        consumer,
+                        attempt,
+                        kind = ask.kind,
+                        "object charge conflicted; charging it again"
+                    );
+                    let spread = u64::from(std::process::id() % 7 + attempt.min(10) * 3);
+                    tokio::time::sleep(Duration::from_millis(spread)).await;
+                }
+                Err(e) => return Err(unaccounted(e)),
+            }
+        }
     }
 
     /// Reads the Tenant, charges `asks` on it and writes it back over the version read; a

@@ -10,7 +10,8 @@
 //! On a second path ([`names::webhook::TENANT_OBJECTS_PATH`]) it bounds the other kinds a
 //! consumer creates (ResourceSlices, PeeringNetworks: what the configuration sends there) to
 //! [`Settings::max_objects`] of each in a namespace, counted on a fresh listing and the
-//! replica's own admissions since (replicas racing for the last place may each admit one).
+//! creations admitted since, those charged on the consumer's Tenant as ShadowPods are (with
+//! its resourceVersion as precondition), so that replicas racing for the last place admit one.
 //!
 //! Only the API server may call it: its client certificate, from the CA and with a
 //! CommonName the provider's admin configures (`--client-ca`, `--client-name`; the API
@@ -48,10 +49,9 @@ pub mod review;
 pub mod usage;
 
 use std::{
-    collections::{HashMap, HashSet},
     net::SocketAddr,
     sync::{Arc, RwLock},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -388,18 +388,11 @@ struct View {
     /// How large one ShadowPod of a tenant may be, and all of them together (bytes).
     max_shadow_pod_bytes: u64,
     max_tenant_bytes: u64,
-    /// Creations of those admitted by this replica, by kind and namespace, with when: counted
-    /// until a listing shows them (or `pending_ttl` has passed: refused further down). Locked
-    /// across the listing, so that this replica's creations racing for the last place admit
-    /// one.
-    admitted: tokio::sync::Mutex<Admitted>,
+    /// How long a charge of another kind's creation counts before a listing shows it.
     pending_ttl: Duration,
     /// How long a claim's charge keeps trying over concurrent ones.
     charge_budget: Duration,
 }
-
-/// Names of objects admitted lately with when, by kind (`group/Kind`) and namespace.
-type Admitted = HashMap<(String, String), Vec<(String, Instant)>>;
 
 /// How many ShadowPods a tenant may have unless the admin says otherwise: ten times the
 /// pods a node runs by default, a few tens of MB of the provider's store.
@@ -497,8 +490,9 @@ impl View {
     }
 
     /// Whether the creation in `req` of an object that is not a ShadowPod keeps its
-    /// consumer within [`Self::max_objects`] of its kind in its namespace, counted on a fresh
-    /// listing and this replica's admissions since.
+    /// consumer within [`Self::max_objects`] of its kind in its namespace: counted on a fresh
+    /// listing and the creations admitted since, charged on the consumer's Tenant
+    /// ([`charges::Charger::charge_object`]) so that every replica sees the others'.
     async fn decide_object(&self, req: &AdmissionRequest<DynamicObject>) -> Result<(), Denial> {
         let user = req.user_info.username.as_deref().unwrap_or_default();
         let Some(consumer) = admission::consumer_of(user) else {
@@ -520,40 +514,42 @@ impl View {
             kind: gvk.kind.clone(),
             plural: req.resource.resource.clone(),
         };
-        let key = (format!("{}/{}", gvk.group, gvk.kind), namespace.clone());
-        let mut admitted = self.admitted.lock().await;
-        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &namespace, &resource);
-        let listed: HashSet<String> = api
-            .list_metadata(&ListParams::default())
-            .await
-            .map_err(|e| Denial::Unaccounted {
-                cluster: consumer.to_owned(),
-                error: e.to_string(),
-            })?
-            .items
-            .into_iter()
-            .map(|o| o.name_any())
-            .collect();
-        let since = admitted.entry(key).or_default();
-        since.retain(|(name, at)| !listed.contains(name) && at.elapsed() < self.pending_ttl);
-        admission::within_count(
+        let kind = format!("{}/{}", gvk.group, gvk.kind);
+        // The name a listing will show; a generated one is set by the time a validating
+        // webhook is called, the request's uid stands in should it not be.
+        let name = [
+            req.name.as_str(),
+            req.object
+                .as_ref()
+                .and_then(|o| o.metadata.name.as_deref())
+                .unwrap_or_default(),
+            req.uid.as_str(),
+        ]
+        .into_iter()
+        .find(|n| !n.is_empty())
+        .unwrap_or_default()
+        .to_owned();
+        let ask = quota::ObjectAsk {
             user,
-            &gvk.kind,
-            &namespace,
-            listed.len() + since.len(),
-            self.max_objects,
-        )?;
-        if !req.dry_run {
-            // A generated name is not known yet: the request's uid stands for it until it
-            // lapses.
-            let name = if req.name.is_empty() {
-                req.uid.clone()
-            } else {
-                req.name.clone()
-            };
-            since.push((name, Instant::now()));
-        }
-        Ok(())
+            kind: &kind,
+            kind_name: &gvk.kind,
+            namespace: &namespace,
+            name: &name,
+            max: self.max_objects,
+        };
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &namespace, &resource);
+        let list = || async {
+            Ok(api
+                .list_metadata(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .map(|o| o.name_any())
+                .collect())
+        };
+        self.charger
+            .charge_object(consumer, &ask, self.pending_ttl, req.dry_run, list)
+            .await
     }
 
     /// Whether the claim created or updated in `req` keeps its consumer within the storage it
@@ -916,7 +912,6 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         max_objects: s.max_objects,
         max_shadow_pod_bytes: s.max_shadow_pod_bytes,
         max_tenant_bytes: s.max_tenant_bytes,
-        admitted: Default::default(),
         pending_ttl: s.pending_ttl,
         charge_budget: s.charge_budget,
     });
