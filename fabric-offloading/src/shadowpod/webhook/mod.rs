@@ -51,7 +51,7 @@ pub mod usage;
 use std::{
     net::SocketAddr,
     sync::{Arc, RwLock},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
