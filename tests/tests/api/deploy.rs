@@ -2028,6 +2028,44 @@ fn manifests_apply_with_least_privilege() {
             "a virtual kubelet failing a pod of another node",
             status("local"),
         );
+        // Deleting is policed the same way (RBAC grants pods delete cluster-wide).
+        let delete = |pod: &str| {
+            kubectl_with(
+                &vk,
+                &["delete", "pod", pod, "-n", "default", "--wait=false"],
+                None,
+            )
+        };
+        attacks.refused(
+            "a virtual kubelet deleting a pod of another node",
+            delete("local"),
+        );
+        allowed(
+            "a virtual kubelet deleting its own node's pod",
+            delete("offloaded"),
+        );
+        // The VirtualNode controller drains virtual nodes only.
+        let obj = serde_json::json!({ "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": "local-too", "namespace": "default" },
+            "spec": { "nodeName": "node0", "containers": [{ "name": "c", "image": "i" }] } });
+        let o = api.kubectl_stdin(&["create", "-f", "-"], &obj.to_string());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let vnodes = token_of(&api, "fabric-virtual-nodes");
+        attacks.refused(
+            "the VirtualNode controller deleting a pod of a real node",
+            kubectl_with(
+                &vnodes,
+                &[
+                    "delete",
+                    "pod",
+                    "local-too",
+                    "-n",
+                    "default",
+                    "--wait=false",
+                ],
+                None,
+            ),
+        );
         attacks.check();
     });
 
@@ -2062,6 +2100,48 @@ fn manifests_apply_with_least_privilege() {
                     &["create", "serviceaccount", "mallory", "-n", "kube-system"],
                     None,
                 ),
+            );
+            // Namespaced deletions of what is not its virtual kubelets', and Nodes that are
+            // not virtual nodes.
+            api.kubectl_ok(&["create", "serviceaccount", "bystander", "-n", NS]);
+            api.kubectl_ok(&[
+                "create",
+                "rolebinding",
+                "bystander",
+                "-n",
+                NS,
+                "--clusterrole=view",
+                "--serviceaccount",
+                &format!("{NS}:bystander"),
+            ]);
+            api.kubectl_ok(&[
+                "create",
+                "role",
+                "bystander",
+                "-n",
+                NS,
+                "--verb=get",
+                "--resource=pods",
+            ]);
+            for (kind, name) in [
+                ("rolebinding", "bystander"),
+                ("role", "bystander"),
+                ("serviceaccount", "bystander"),
+            ] {
+                attacks.refused(
+                    &format!("the VirtualNode controller deleting {kind} {name} in {NS}"),
+                    kubectl_with(&vnodes, &["delete", kind, name, "-n", NS], None),
+                );
+            }
+            api.kubectl_stdin(
+                &["create", "-f", "-"],
+                &serde_json::json!({"apiVersion": "v1", "kind": "Node",
+                                    "metadata": {"name": "node0"}})
+                .to_string(),
+            );
+            attacks.refused(
+                "the VirtualNode controller deleting a real Node",
+                kubectl_with(&vnodes, &["delete", "node", "node0"], None),
             );
             attacks.check();
         },
