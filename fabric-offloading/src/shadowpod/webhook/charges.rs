@@ -13,12 +13,17 @@
 //! last place are ordered by the API server.
 use std::{
     collections::{BTreeSet, HashMap},
+    convert::Infallible,
     future::Future,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use fabric_api::{authentication::v1alpha1::Tenant, names};
+use fabric_api::{
+    authentication::v1alpha1::{Tenant, TenantStatus},
+    names,
+};
+use fabric_kube::meta::is_conflict;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, api::PostParams};
 use tokio::sync::oneshot;
@@ -110,10 +115,6 @@ impl Charger {
         L: Fn() -> F,
         F: Future<Output = Result<BTreeSet<String>, kube::Error>>,
     {
-        let unaccounted = |e: kube::Error| Denial::Unaccounted {
-            cluster: consumer.to_owned(),
-            error: e.to_string(),
-        };
         let turn = self
             .queues()
             .entry(consumer.to_owned())
@@ -123,102 +124,136 @@ impl Charger {
         // This replica's admissions for the consumer one after the other: only another
         // replica's (or the reconciler's) writes can conflict with this one.
         let _turn = turn.lock().await;
-        let tenants: Api<Tenant> =
-            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
-        let give_up = Instant::now() + self.budget;
-        let mut attempt = 0u32;
-        loop {
-            let Some(mut tenant) = tenants.get_opt(consumer).await.map_err(unaccounted)? else {
-                return Err(Denial::NoTenant {
-                    cluster: consumer.to_owned(),
-                });
-            };
+        let list = &list;
+        rewrite_status(&self.client, consumer, self.budget, |status| async move {
             // Listed after the read: see [`quota::charge_object`].
-            let listed = list().await.map_err(unaccounted)?;
-            let status = quota::charge_object(
-                &tenant.status.clone().unwrap_or_default(),
-                ask,
-                &listed,
-                Timestamp::now(),
-                ttl,
-            )?;
-            if dry_run {
-                return Ok(());
-            }
-            tenant.status = Some(status);
-            tenant.metadata.managed_fields = None;
-            let pp = PostParams {
-                field_manager: Some(USAGE_MANAGER.to_owned()),
-                ..Default::default()
-            };
-            match tenants.replace_status(consumer, &pp, &tenant).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
-                    attempt += 1;
-                    debug!(
-                        consumer,
-                        attempt,
-                        kind = ask.kind,
-                        "object charge conflicted; charging it again"
-                    );
-                    let spread = u64::from(std::process::id() % 7 + attempt.min(10) * 3);
-                    tokio::time::sleep(Duration::from_millis(spread)).await;
-                }
-                Err(e) => return Err(unaccounted(e)),
-            }
-        }
+            let listed = list().await.map_err(Unwritten::Kube)?;
+            let status = quota::charge_object(&status, ask, &listed, Timestamp::now(), ttl)
+                .map_err(Unwritten::Denied)?;
+            Ok(if dry_run {
+                Rewrite::Answer(())
+            } else {
+                Rewrite::Write(status, ())
+            })
+        })
+        .await
+        .map_err(|e| e.denial(consumer))
     }
 
     /// Reads the Tenant, charges `asks` on it and writes it back over the version read; a
     /// verdict per ask.
     async fn write(&self, consumer: &str, asks: &[Ask]) -> Vec<Result<(), Denial>> {
-        let tenants: Api<Tenant> =
-            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
-        let every = |d: &dyn Fn() -> Denial| asks.iter().map(|_| Err(d())).collect::<Vec<_>>();
-        let unaccounted = |e: &kube::Error| {
-            every(&|| Denial::Unaccounted {
+        rewrite_status::<_, Infallible, _>(
+            &self.client,
+            consumer,
+            self.budget,
+            |status| async move {
+                let (status, verdicts) =
+                    quota::charge_batch(&status, consumer, asks, Timestamp::now());
+                Ok(if verdicts.iter().all(Result::is_err) {
+                    Rewrite::Answer(verdicts)
+                } else {
+                    Rewrite::Write(status, verdicts)
+                })
+            },
+        )
+        .await
+        .unwrap_or_else(|e| {
+            let error = match e {
+                Unwritten::NoTenant => None,
+                Unwritten::Kube(e) => Some(e.to_string()),
+                Unwritten::Denied(never) => match never {},
+            };
+            let cluster = consumer.to_owned();
+            let denial = || match &error {
+                None => Denial::NoTenant {
+                    cluster: cluster.clone(),
+                },
+                Some(error) => Denial::Unaccounted {
+                    cluster: cluster.clone(),
+                    error: error.clone(),
+                },
+            };
+            asks.iter().map(|_| Err(denial())).collect()
+        })
+    }
+}
+
+/// What a charge decided over the Tenant status it read.
+pub(super) enum Rewrite<T> {
+    /// Write this status over the version read, then answer `T`.
+    Write(TenantStatus, T),
+    /// Answer `T` and write nothing: a dry run, or every ask refused.
+    Answer(T),
+}
+
+/// Why a charge was not written.
+pub(super) enum Unwritten<D> {
+    NoTenant,
+    Kube(kube::Error),
+    /// The charge's own refusal.
+    Denied(D),
+}
+
+impl Unwritten<Denial> {
+    pub(super) fn denial(self, consumer: &str) -> Denial {
+        match self {
+            Self::NoTenant => Denial::NoTenant {
+                cluster: consumer.to_owned(),
+            },
+            Self::Kube(e) => Denial::Unaccounted {
                 cluster: consumer.to_owned(),
                 error: e.to_string(),
-            })
+            },
+            Self::Denied(d) => d,
+        }
+    }
+}
+
+/// Reads `consumer`'s Tenant, lets `decide` charge its status, and writes the result over the
+/// version read: that precondition orders racing webhook replicas and the usage reconciler. A
+/// conflict means reading and deciding again, until `budget` is spent.
+pub(super) async fn rewrite_status<T, D, F>(
+    client: &Client,
+    consumer: &str,
+    budget: Duration,
+    mut decide: impl FnMut(TenantStatus) -> F,
+) -> Result<T, Unwritten<D>>
+where
+    F: Future<Output = Result<Rewrite<T>, Unwritten<D>>>,
+{
+    let tenants: Api<Tenant> = Api::namespaced(client.clone(), &names::namespace::tenant(consumer));
+    let give_up = Instant::now() + budget;
+    let mut attempt = 0u32;
+    loop {
+        let mut tenant = tenants
+            .get_opt(consumer)
+            .await
+            .map_err(Unwritten::Kube)?
+            .ok_or(Unwritten::NoTenant)?;
+        let (status, answer) = match decide(tenant.status.clone().unwrap_or_default()).await? {
+            Rewrite::Answer(answer) => return Ok(answer),
+            Rewrite::Write(status, answer) => (status, answer),
         };
-        let give_up = Instant::now() + self.budget;
-        let mut attempt = 0u32;
-        loop {
-            let mut tenant = match tenants.get_opt(consumer).await {
-                Ok(Some(t)) => t,
-                Ok(None) => {
-                    return every(&|| Denial::NoTenant {
-                        cluster: consumer.to_owned(),
-                    });
-                }
-                Err(e) => return unaccounted(&e),
-            };
-            let (status, verdicts) = quota::charge_batch(
-                &tenant.status.clone().unwrap_or_default(),
-                consumer,
-                asks,
-                Timestamp::now(),
-            );
-            if verdicts.iter().all(Result::is_err) {
-                return verdicts;
+        tenant.status = Some(status);
+        tenant.metadata.managed_fields = None;
+        let pp = PostParams {
+            field_manager: Some(USAGE_MANAGER.to_owned()),
+            ..Default::default()
+        };
+        match tenants.replace_status(consumer, &pp, &tenant).await {
+            Ok(_) => return Ok(answer),
+            Err(e) if is_conflict(&e) && Instant::now() < give_up => {
+                attempt += 1;
+                debug!(
+                    consumer,
+                    attempt, "the Tenant changed under a charge; charging again"
+                );
+                // Spread the retries of replicas whose charges keep colliding.
+                let spread = u64::from(std::process::id() % 7 + attempt.min(10) * 3);
+                tokio::time::sleep(Duration::from_millis(spread)).await;
             }
-            tenant.status = Some(status);
-            tenant.metadata.managed_fields = None;
-            let pp = PostParams {
-                field_manager: Some(USAGE_MANAGER.to_owned()),
-                ..Default::default()
-            };
-            match tenants.replace_status(consumer, &pp, &tenant).await {
-                Ok(_) => return verdicts,
-                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
-                    attempt += 1;
-                    debug!(consumer, attempt, "charges conflicted; charging them again");
-                    // Spread the retries of replicas whose batches keep colliding.
-                    let spread = u64::from(std::process::id() % 7 + attempt.min(10) * 3);
-                    tokio::time::sleep(Duration::from_millis(spread)).await;
-                }
-                Err(e) => return unaccounted(&e),
-            }
+            Err(e) => return Err(Unwritten::Kube(e)),
         }
     }
 }

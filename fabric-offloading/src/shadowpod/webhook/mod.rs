@@ -51,7 +51,7 @@ pub mod usage;
 use std::{
     net::SocketAddr,
     sync::{Arc, RwLock},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -89,6 +89,7 @@ use tracing::{debug, info, warn};
 
 use self::{
     certs::{CertError, Material, Plan},
+    charges::{Rewrite, Unwritten},
     review::Endpoint,
 };
 use super::{
@@ -622,51 +623,32 @@ impl View {
         granted: &fabric_api::authentication::v1alpha1::Resources,
         dry_run: bool,
     ) -> Result<(), Denial> {
-        let tenants: Api<Tenant> =
-            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
-        let unaccounted = |e: kube::Error| Denial::Unaccounted {
-            cluster: consumer.to_owned(),
-            error: e.to_string(),
-        };
-        let give_up = Instant::now() + self.charge_budget;
-        loop {
-            // The Tenant first: a charge in it was admitted before this listing.
-            let Some(mut tenant) = tenants.get_opt(consumer).await.map_err(unaccounted)? else {
-                return Err(Denial::NoTenant {
-                    cluster: consumer.to_owned(),
-                });
-            };
-            let listed = self.claims_of(consumer).await.map_err(unaccounted)?;
-            let status = claims::charge(
-                &tenant.status.clone().unwrap_or_default(),
-                consumer,
-                ask,
-                &listed,
-                granted,
-                Timestamp::now(),
-                self.pending_ttl,
-            )?;
-            if dry_run {
-                return Ok(());
-            }
-            tenant.status = Some(status);
-            tenant.metadata.managed_fields = None;
-            let pp = PostParams {
-                field_manager: Some(USAGE_MANAGER.to_owned()),
-                ..Default::default()
-            };
-            match tenants.replace_status(consumer, &pp, &tenant).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
-                    debug!(consumer, claim = %ask.name, "claim charge conflicted; charging again");
-                    tokio::time::sleep(Duration::from_millis(
-                        u64::from(std::process::id() % 7) + 5,
-                    ))
-                    .await;
-                }
-                Err(e) => return Err(unaccounted(e)),
-            }
-        }
+        charges::rewrite_status(
+            &self.client,
+            consumer,
+            self.charge_budget,
+            |status| async move {
+                // The Tenant first: a charge in it was admitted before this listing.
+                let listed = self.claims_of(consumer).await.map_err(Unwritten::Kube)?;
+                let status = claims::charge(
+                    &status,
+                    consumer,
+                    ask,
+                    &listed,
+                    granted,
+                    Timestamp::now(),
+                    self.pending_ttl,
+                )
+                .map_err(Unwritten::Denied)?;
+                Ok(if dry_run {
+                    Rewrite::Answer(())
+                } else {
+                    Rewrite::Write(status, ())
+                })
+            },
+        )
+        .await
+        .map_err(|e| e.denial(consumer))
     }
 
     /// Where the pod created in `req` may run ([`pod_placement::mutate`]), from the namespace's
