@@ -99,6 +99,10 @@ pub mod namespace {
     /// fabric's own, where other components keep their keys (the authentication service's
     /// TLS key among them).
     pub const IDENTITIES: &str = "fabric-identities";
+    /// On a consumer: the real claims the storage fabric makes for claims of the virtual
+    /// class whose first consumer runs on a real node (nothing else: the provisioner may
+    /// create and delete claims here only).
+    pub const STORAGE: &str = "fabric-storage";
 
     /// A DNS label: `name` itself when it fits in 63 characters, otherwise a prefix and a hash
     /// of the whole name, so that distinct names stay distinct.
@@ -394,6 +398,8 @@ pub mod lease {
     pub const SHARING: &str = "fabric-sharing";
     /// The VirtualNode controller's replicas compete for it; its holder runs virtual kubelets.
     pub const VIRTUAL_NODES: &str = "fabric-virtual-nodes";
+    /// The storage provisioner's replicas compete for it; its holder provisions.
+    pub const STORAGE: &str = "fabric-storage";
     /// A consumer's heartbeat, in its tenant namespace on the provider: renewed by its virtual
     /// kubelet, watched by the provider: under at-most-once semantics (see
     /// [`crate::offloading::v1alpha1::AtMostOnce`]) its silence stops the consumer's pods; in

@@ -385,6 +385,29 @@ enum Cmd {
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         drain_grace: Duration,
     },
+    /// Provision claims of the virtual StorageClass whose first consumer runs on a real node:
+    /// a real claim in the storage namespace, and a volume over its volume bound to the claim
+    /// (those landing on a virtual node are its virtual kubelet's).
+    Storage {
+        /// Where the Lease is.
+        #[arg(long, env = "FABRIC_NAMESPACE", default_value = names::DEFAULT_NAMESPACE)]
+        namespace: String,
+        /// This replica's identity when several run (default: $POD_NAME, else the host name):
+        /// only the holder of the Lease provisions.
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        #[arg(long, default_value = names::lease::STORAGE)]
+        lease: String,
+        /// The virtual StorageClass (deploy/base/storage.yaml).
+        #[arg(long, default_value = names::storage::CLASS)]
+        storage_class: String,
+        /// The StorageClass of the real claims. Without it: the cluster's default class.
+        #[arg(long, env = "FABRIC_REAL_STORAGE_CLASS")]
+        real_storage_class: Option<String>,
+        /// Where the real claims are made.
+        #[arg(long, default_value = names::namespace::STORAGE)]
+        storage_namespace: String,
+    },
 }
 
 /// When the identities this cluster holds on providers are renewed.
@@ -906,6 +929,28 @@ async fn run() -> Result<()> {
             let work = || async {
                 virtual_node::controller::run(client.clone(), settings.clone(), drain_grace).await;
                 Ok(())
+            };
+            run_elected(leases(&client, &namespace), election, work).await
+        }
+        Cmd::Storage {
+            namespace,
+            identity,
+            lease,
+            storage_class,
+            real_storage_class,
+            storage_namespace,
+        } => {
+            // One active replica: two would race to make the same real claim and volume.
+            let election = fabric_kube::Election::new(lease, identity_or_hostname(identity)?);
+            let provisioner = fabric_offloading::storage::Provisioner {
+                class: storage_class,
+                real_class: real_storage_class.filter(|c| !c.is_empty()),
+                namespace: storage_namespace,
+            };
+            let work = || async {
+                fabric_offloading::storage::controller::run(client.clone(), provisioner.clone())
+                    .await
+                    .context("storage provisioner")
             };
             run_elected(leases(&client, &namespace), election, work).await
         }

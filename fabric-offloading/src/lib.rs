@@ -20,4 +20,5 @@
 pub mod endpointslices;
 pub mod pod_placement;
 pub mod shadowpod;
+pub mod storage;
 pub mod virtual_node;
