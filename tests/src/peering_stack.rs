@@ -8,6 +8,7 @@
 //! - `fabric-controller shadowpod-webhook`, in a namespace of its own on the cluster network,
 //!   registered as deploy/ registers it and called by the API server with the client
 //!   certificate it requires ([`crate::webhook`]);
+//! - `fabric-controller storage`, the storage fabric's real-node provisioner;
 //! - `fabric-controller virtual-nodes`, and the [`crate::deployments`] stand-in, which runs
 //!   the virtual kubelet Deployment that controller creates as a process, with a token of the
 //!   Deployment's ServiceAccount (so RBAC applies to it as to a pod).
@@ -18,6 +19,7 @@
 //! |------------------------------|-----------------|-----------------------------------|----------------------------------------|
 //! | `auth`                       | host namespace  | its ServiceAccount token, host forwarder | —                               |
 //! | `sharing`, `virtual-nodes`   | host namespace  | its ServiceAccount token, host forwarder | X's identity on it: the forwarder URL the peer's `auth` handed out, X's client certificate |
+//! | `storage`                    | host namespace  | its ServiceAccount token, host forwarder | —                                      |
 //! | `shadowpod-webhook`          | its own, on the cluster network | its ServiceAccount token, in-cluster | — (the API server calls it) |
 //! | virtual kubelet (Deployment) | host namespace  | its ServiceAccount token, host forwarder | the identity Secret (as above) |
 //! | `fabricctl` (the test)       | host namespace  | admin kubeconfig, host forwarder  | only the authentication service        |
@@ -82,7 +84,8 @@ pub struct Member {
     pub id: String,
     pub auth: AuthService,
     pub deployments: Deployments,
-    /// `sharing` and `virtual-nodes`, by name, with the container of deploy/ each runs as.
+    /// `sharing`, `virtual-nodes`, `storage` and the webhook, by name, with the container of
+    /// deploy/ each runs as.
     procs: Vec<(String, ChildGuard, Container)>,
     /// The authentication service's container.
     auth_container: Container,
@@ -134,6 +137,12 @@ impl Member {
                     "--home-api-address".into(),
                     cluster.api_address(),
                 ],
+            ),
+            (
+                "storage",
+                "fabric-storage",
+                &containers.storage,
+                vec!["storage".to_owned()],
             ),
         ] {
             let log = std::fs::File::create(dir.join(format!("{name}.log")))?;

@@ -3,7 +3,9 @@
 //! as a user peers them: the provider prints `fabricctl generate peer-command`, the consumer
 //! runs it asking for resources, and gets a tunnel its pods talk through (the eBPF double NAT)
 //! and a virtual node with the grant. A pod bound to the virtual node runs on the provider and
-//! answers the consumer's pods at the address the consumer sees it at. Everything is removed
+//! answers the consumer's pods at the address the consumer sees it at. A stateful pod of the
+//! consumer keeps its data on the fabric's StorageClass, provisioned on the real node it runs
+//! on. Everything is removed
 //! at the end, also on Ctrl-C or failure.
 use std::{
     io::{BufRead as _, BufReader},
@@ -21,7 +23,7 @@ use fabric_tests::{
     die_with_parent, install_interrupt_handler, is_root, locate_bin,
     peering_stack::{ADVERTISED_LABEL, PeeringStack},
     sharing, shop, traffic,
-    workloads::{ECHO_PORT, echo_pod},
+    workloads::{ECHO_PORT, command_pod, echo_pod, on_node},
 };
 use serde_json::{Value, json};
 
@@ -401,6 +403,9 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     );
     check_interrupt()?;
 
+    stateful_at_home(d)?;
+    check_interrupt()?;
+
     title("A namespace offloaded whole: fabricctl offload namespace shop (cluster A)");
     kubectl(&d.cl.a.api, &["create", "namespace", shop::NAMESPACE])?;
     let apply = |v: serde_json::Value| -> Result<()> {
@@ -652,6 +657,106 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         }
         let _ = std::fs::remove_file(&link);
     }
+    Ok(())
+}
+
+/// A claim of the fabric's StorageClass whose first consumer runs on a real node of A: the
+/// storage provisioner makes a real claim of A's default class and binds the claim to a volume
+/// over the real one; the file a pod writes there is read by the next pod.
+fn stateful_at_home(d: &Demo) -> Result<()> {
+    title(
+        "A stateful pod at home: a claim of the fabric's StorageClass on a real node (cluster A)",
+    );
+    let a = &d.cl.a;
+    let class = fabric_tests::manifests::Manifests::rendered(&a.api)?
+        .into_iter()
+        .find(|o| o["kind"] == "StorageClass" && o["metadata"]["name"] == names::storage::CLASS)
+        .context("deploy/ has no StorageClass fabric")?;
+    a.create(&class)?;
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "notes", "namespace": "default"},
+        "spec": {"storageClassName": names::storage::CLASS, "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "64Mi"}}}});
+    a.create(&claim)?;
+    let with_claim = |mut pod: Value| {
+        pod["spec"]["containers"][0]["volumeMounts"] =
+            json!([{ "name": "data", "mountPath": "/srv" }]);
+        pod["spec"]["volumes"] =
+            json!([{ "name": "data", "persistentVolumeClaim": { "claimName": "notes" } }]);
+        pod
+    };
+    let text = "written on cluster A's node, through the fabric's storage class";
+    println!("  a claim `notes` of class fabric, and a pod on A's node writing /srv/note:");
+    a.create_pod(&on_node(
+        with_claim(command_pod(
+            "writer",
+            &["fabric-test-pod", "write", "/srv/note", text],
+        )),
+        0,
+    ))?;
+    a.wait_pod(
+        "default",
+        "writer",
+        Duration::from_secs(60),
+        "Succeeded",
+        |p| p["status"]["phase"] == "Succeeded",
+    )?;
+    println!("  kubectl get pvc notes; the volume it is bound to (over the real one):");
+    show(kubectl(
+        &a.api,
+        &[
+            "get",
+            "pvc",
+            "notes",
+            "-o",
+            "custom-columns=NAME:.metadata.name,STATUS:.status.phase,CLASS:.spec.storageClassName,VOLUME:.spec.volumeName",
+        ],
+    ));
+    show(kubectl(
+        &a.api,
+        &[
+            "get",
+            "pv",
+            "-o",
+            "custom-columns=NAME:.metadata.name,CLASS:.spec.storageClassName,CLAIM:.spec.claimRef.name,PATH:.spec.hostPath.path",
+        ],
+    ));
+    println!(
+        "  kubectl get pvc -n {} (the real claim the provisioner made):",
+        names::namespace::STORAGE
+    );
+    show(kubectl(
+        &a.api,
+        &[
+            "get",
+            "pvc",
+            "-n",
+            names::namespace::STORAGE,
+            "-o",
+            "custom-columns=NAME:.metadata.name,STATUS:.status.phase,CLASS:.spec.storageClassName,FOR:.metadata.labels.storage\\.fabric\\.io/home-name",
+        ],
+    ));
+    kubectl(&a.api, &["delete", "pod", "writer", "--wait=true"])?;
+    a.create_pod(&with_claim(command_pod(
+        "reader",
+        &["fabric-test-pod", "read", "/srv/note"],
+    )))?;
+    a.wait_pod(
+        "default",
+        "reader",
+        Duration::from_secs(60),
+        "Succeeded",
+        |p| p["status"]["phase"] == "Succeeded",
+    )?;
+    println!("  the next pod reads it (kubectl logs reader):");
+    let read = kubectl(&a.api, &["logs", "reader"])?;
+    indent(read.trim());
+    if read.trim() != text {
+        bail!("the reader read {read:?}, not what the writer wrote");
+    }
+    kubectl(&a.api, &["delete", "pod", "reader", "--wait=true"])?;
+    kubectl(&a.api, &["delete", "pvc", "notes", "--wait=true"])?;
+    println!("  kubectl delete pvc notes: its volume, real claim and real volume are gone too.");
     Ok(())
 }
 

@@ -209,6 +209,8 @@ pub struct Containers {
     pub sharing: Container,
     pub virtual_nodes: Container,
     pub webhook: Container,
+    /// The storage fabric's real-node provisioner.
+    pub storage: Container,
 }
 
 impl Containers {
@@ -223,6 +225,7 @@ impl Containers {
             sharing: m.container("fabric-sharing", "sharing")?,
             virtual_nodes: m.container("fabric-virtual-nodes", "controller")?,
             webhook: m.container("fabric-shadowpod-webhook", "webhook")?,
+            storage: m.container("fabric-storage", "controller")?,
         };
         // One directory per replica stands for the emptyDirs of the gateway pod (its
         // configuration, key file, control and UAPI sockets): both containers mount them all.

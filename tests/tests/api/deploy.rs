@@ -171,11 +171,7 @@ fn manifests_apply_with_least_privilege() {
                 "namespace",
                 fabric_api::names::namespace::IDENTITIES,
             ]);
-            api.kubectl_ok(&[
-                "create",
-                "namespace",
-                fabric_api::names::namespace::STORAGE,
-            ]);
+            api.kubectl_ok(&["create", "namespace", fabric_api::names::namespace::STORAGE]);
             let out = api.kubectl_ok(&["apply", "--dry-run=server", "-k", deploy]);
             for kind in [
                 "customresourcedefinition",
