@@ -5,8 +5,7 @@
 //! and a virtual node with the grant. A pod bound to the virtual node runs on the provider and
 //! answers the consumer's pods at the address the consumer sees it at. A stateful pod of the
 //! consumer keeps its data on the fabric's StorageClass, provisioned on the real node it runs
-//! on. Everything is removed
-//! at the end, also on Ctrl-C or failure.
+//! on. Everything is removed at the end, also on Ctrl-C or failure.
 use std::{
     io::{BufRead as _, BufReader},
     process::{Command, ExitCode, Stdio},
