@@ -17,6 +17,7 @@ pub mod bench_offload;
 pub mod bench_operator;
 pub mod bench_peering;
 pub mod bench_reflection;
+pub mod blips;
 pub mod client_ca;
 pub mod clusters;
 pub mod deployments;

@@ -11,6 +11,7 @@ mod agent_health;
 mod datapath;
 mod discovery;
 mod failover;
+mod hitless;
 mod kubelet_streams;
 mod network_dump;
 mod offloaded_streams;
