@@ -62,7 +62,8 @@ pub struct Figures {
     /// The failed connections: when (from the phase's start) and why.
     pub failed: Vec<(Duration, String)>,
     pub slowest_connect: Duration,
-    /// The longest time without an echo that overlaps the phase.
+    /// The longest time without an echo that began in the phase (after its last echo before
+    /// the silence).
     pub max_stall: Duration,
     pub stream_breaks: usize,
 }
@@ -88,9 +89,10 @@ impl std::fmt::Display for Figures {
 }
 
 /// The figures of each phase: phases are `(label, start)` in order, each lasting until the
-/// next one starts, the last until `end`. An attempt belongs to the phase it started in; a
-/// stall counts in every phase it overlaps (its whole length), and so does a stream that
-/// sent no echo since the last one until `end`.
+/// next one starts, the last until `end`. An attempt belongs to the phase it started in, a
+/// stall (its whole length) to the phase it began in, and so does a stream silent from its
+/// last echo until `end`. (Mark a phase a moment before what it is about: a stall that began
+/// before the mark is the previous phase's.)
 pub fn figures(rec: &Record, phases: &[(String, Duration)], end: Duration) -> Vec<Figures> {
     // The gaps between echoes, from the first echo on, and the silence at the end.
     let mut gaps: Vec<(Duration, Duration)> = rec.echoes.windows(2).map(|w| (w[0], w[1])).collect();
@@ -118,7 +120,7 @@ pub fn figures(rec: &Record, phases: &[(String, Duration)], end: Duration) -> Ve
                 slowest_connect: attempts.iter().map(|a| a.took).max().unwrap_or_default(),
                 max_stall: gaps
                     .iter()
-                    .filter(|(from, to)| *to > *start && *from < stop)
+                    .filter(|(from, _)| *from >= *start && *from < stop)
                     .map(|(from, to)| *to - *from)
                     .max()
                     .unwrap_or_default(),
@@ -456,7 +458,7 @@ mod tests {
         let f = figures(&rec, &phases, ms(5000));
         assert_eq!(f.len(), 3);
         assert_eq!((f[0].connects, f[0].failed.len()), (1, 0));
-        // The stall that began in "before" counts there too: it was seen there.
+        // The stall that began in "before" is its, though it went on into "restart".
         assert_eq!(f[0].max_stall, ms(980));
         assert_eq!(f[0].length, ms(500));
         assert_eq!(f[1].connects, 2);

@@ -64,6 +64,8 @@ fn run(name: &str, overlay: bool) {
     ];
     for c in components {
         w.phase(c);
+        // Echoes between the mark and the kill: a stall the restart causes begins in its phase.
+        std::thread::sleep(Duration::from_millis(100));
         cl.restart(c).unwrap();
         std::thread::sleep(AFTER_RESTART);
     }
