@@ -6,6 +6,8 @@
 //! ← {"ok":{"status":{"name":"fabric",…}}}
 //! → {"request":"reload"}
 //! ← {"ok":"reloaded"}      or      {"error":{"kind":"config","message":"…"}}
+//! → {"request":"config"}
+//! ← {"ok":{"config":{"interface":{…},"peers":[…]}}}      or      {"ok":{"config":null}}
 //! ```
 
 use std::{
@@ -40,6 +42,10 @@ pub enum Request {
     Status,
     /// Read the configuration file again and apply what changed.
     Reload,
+    /// The configuration the gateway runs: the one it last started or reloaded with, all
+    /// of it applied. A restarted operator compares it with what it renders, so that an
+    /// unchanged configuration is neither written nor reloaded.
+    Config,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,6 +61,8 @@ pub enum Response {
 pub enum Reply {
     Status(Box<Status>),
     Reloaded,
+    /// None when the last start or reload was not applied in full (what runs is then a mix).
+    Config(Option<Box<crate::config::Config>>),
 }
 
 /// Why the gateway refused or failed a request.
@@ -227,6 +235,17 @@ impl Client {
         }
     }
 
+    /// The configuration the gateway runs in full (see [`Request::Config`]).
+    pub async fn config(&self) -> Result<Option<crate::config::Config>, ClientError> {
+        match self.request(Request::Config).await? {
+            Reply::Config(c) => Ok(c.map(|c| *c)),
+            reply => Err(ClientError::Unexpected {
+                request: Request::Config,
+                reply: Box::new(reply),
+            }),
+        }
+    }
+
     /// Sends `request` and waits (at most the timeout) for the answer.
     pub async fn request(&self, request: Request) -> Result<Reply, ClientError> {
         let answer = tokio::time::timeout(self.timeout, self.exchange(request))
@@ -296,6 +315,43 @@ mod tests {
         );
         let s = Response::Ok(Reply::Status(Box::new(status())));
         assert_eq!(Response::from_line(&s.to_line().unwrap()).unwrap(), s);
+        assert_eq!(Request::Config.to_line(), "{\"request\":\"config\"}\n");
+        assert_eq!(
+            Response::Ok(Reply::Config(None)).to_line().unwrap(),
+            "{\"ok\":{\"config\":null}}\n"
+        );
+    }
+
+    #[test]
+    fn a_running_configuration_crosses_the_wire_unchanged() {
+        // A peer with everything a rendered one has, so that the operator's comparison of
+        // what it renders with what the gateway runs is not fooled by the encoding.
+        let text = r#"
+[interface]
+name = "fabric"
+private_key_file = "/run/fabric/private.key"
+listen_port = 51820
+mtu = 1420
+
+[[peers]]
+name = "cluster-b"
+public_key = "dcGFsj+IrOEu7gw0p9y+wFYwusT1g7EmFh5fhfi6UFA="
+endpoint = "192.168.77.2:51820"
+allowed_ips = ["10.244.0.0/16", "10.99.0.2/32"]
+persistent_keepalive = 25
+addresses = ["10.99.0.1/32"]
+routes = ["10.64.0.0/16"]
+probe_address = "10.99.0.2"
+id = 1
+mss = 1380
+remaps = [{ local = "10.64.0.0/16", remote = "10.244.0.0/16" }]
+"#;
+        let cfg = crate::config::Config::parse(text).unwrap();
+        let r = Response::Ok(Reply::Config(Some(Box::new(cfg.clone()))));
+        match Response::from_line(&r.to_line().unwrap()).unwrap() {
+            Response::Ok(Reply::Config(Some(back))) => assert_eq!(*back, cfg),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -363,10 +419,12 @@ mod tests {
         let (path, task) = serve(|r| match r {
             Request::Status => Response::Ok(Reply::Status(Box::new(status()))),
             Request::Reload => Response::Error(ControlError::new(ErrorKind::Config, "bad mtu")),
+            Request::Config => Response::Ok(Reply::Config(None)),
         })
         .await;
         let c = Client::new(&path);
         assert_eq!(c.status().await.unwrap(), status());
+        assert_eq!(c.config().await.unwrap(), None);
         match c.reload().await.unwrap_err() {
             ClientError::Refused { request, error } => {
                 assert_eq!(request, Request::Reload);

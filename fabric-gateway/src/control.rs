@@ -1,5 +1,5 @@
 //! Control-plane listeners: the WireGuard UAPI socket (for `wg`), the fabric
-//! control socket (status/reload) and the Prometheus endpoint.
+//! control socket (status/reload/config) and the Prometheus endpoint.
 
 use std::{
     io,
@@ -133,6 +133,7 @@ where
             let reply = match Request::from_line(&line) {
                 Ok(Request::Status) => Ok(Reply::Status(Box::new(gw.status()))),
                 Ok(Request::Reload) => reload().await.map(|()| Reply::Reloaded),
+                Ok(Request::Config) => Ok(Reply::Config(gw.running_config().map(Box::new))),
                 Err(e) => Err(e),
             };
             match Response::from(reply).to_line() {

@@ -181,6 +181,7 @@ fn client(dir: &Path, name: &str, request: Request) -> Result<()> {
     match rt.block_on(client.request(request))? {
         Reply::Status(s) => println!("{}", serde_json::to_string_pretty(&s)?),
         Reply::Reloaded => println!("ok"),
+        Reply::Config(c) => println!("{}", serde_json::to_string_pretty(&c)?),
     }
     Ok(())
 }

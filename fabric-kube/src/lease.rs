@@ -176,6 +176,11 @@ pub async fn elect(api: Api<Lease>, e: Election, leading: watch::Sender<bool>) {
 
 /// [`elect`] for a replica whose fitness for the work (`fit`) can change: while it is false
 /// the replica hands the Lease over and takes nothing.
+///
+/// The outcome of the first round the API answers is always sent, also when it is `false`
+/// as before: a receiver that waits for `leading.changed()` once learns when the election
+/// has decided, so that a restarted holder does not act as a standby (and undo its work)
+/// for the moment before its first renewal.
 pub async fn elect_fit(
     api: Api<Lease>,
     e: Election,
@@ -197,6 +202,7 @@ pub async fn elect_fit(
             }
         }
     };
+    let mut decided = false;
     let publish = |now: bool| {
         leading.send_if_modified(|was| {
             if *was == now {
@@ -209,7 +215,7 @@ pub async fn elect_fit(
             }
             *was = now;
             true
-        });
+        })
     };
     loop {
         tokio::select! {
@@ -222,13 +228,14 @@ pub async fn elect_fit(
         let was_leading = tenure.leading(e.renew_deadline, sent);
         // The moment the tenure ends (or the replica turns unfit), not after this round.
         publish(was_leading && is_fit);
-        if was_leading {
+        let answered = if was_leading {
             // A request the API never answers must not outlast the tenure.
             let round = contend_fit(&api, &e, &mut seen, is_fit);
             tokio::select! {
                 r = tokio::time::timeout(e.renew_deadline, round) => record(&mut tenure, sent, r, &e),
                 () = tenure_end(&tenure) => {
                     warn!(lease = %e.lease, "no renewal accepted within the renew deadline: stepping down");
+                    true
                 }
             }
         } else {
@@ -238,26 +245,38 @@ pub async fn elect_fit(
                 sent,
                 tokio::time::timeout(e.duration, round).await,
                 &e,
-            );
-        }
+            )
+        };
         // An unfit holder whose hand-over failed still holds the Lease, but does not lead.
-        publish(tenure.leading(e.renew_deadline, std::time::Instant::now()) && is_fit);
+        let now = tenure.leading(e.renew_deadline, std::time::Instant::now()) && is_fit;
+        if !publish(now) && !decided && answered {
+            // Unchanged (a standby): said anyway, once the API has answered.
+            leading.send_replace(now);
+        }
+        decided |= answered;
     }
 }
 
-/// Notes the outcome of one round, sent at `sent`.
+/// Notes the outcome of one round, sent at `sent`; whether the API answered it.
 fn record(
     tenure: &mut Tenure,
     sent: std::time::Instant,
     r: Result<kube::Result<bool>, tokio::time::error::Elapsed>,
     e: &Election,
-) {
+) -> bool {
     match r {
         Ok(Ok(true)) => tenure.renewed(sent),
         Ok(Ok(false)) => tenure.ended(),
-        Ok(Err(err)) => warn!(error = %err, lease = %e.lease, "Lease"),
-        Err(_) => warn!(lease = %e.lease, "Lease: no answer from the API"),
+        Ok(Err(err)) => {
+            warn!(error = %err, lease = %e.lease, "Lease");
+            return false;
+        }
+        Err(_) => {
+            warn!(lease = %e.lease, "Lease: no answer from the API");
+            return false;
+        }
     }
+    true
 }
 
 /// Hands the Lease back on a clean shutdown, so a standby takes over at once instead of after

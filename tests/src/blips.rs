@@ -65,6 +65,8 @@ pub struct Figures {
     /// The longest time without an echo that began in the phase (after its last echo before
     /// the silence).
     pub max_stall: Duration,
+    /// When that stall began, from the phase's start.
+    pub max_stall_at: Duration,
     pub stream_breaks: usize,
 }
 
@@ -72,13 +74,14 @@ impl std::fmt::Display for Figures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:<28} {:>6.1} s  connects {:>4}  failed {:>3}  slowest {:>6.3} s  max stall {:>6.3} s  stream breaks {}",
+            "{:<28} {:>6.1} s  connects {:>4}  failed {:>3}  slowest {:>6.3} s  max stall {:>6.3} s (at +{:.2} s)  stream breaks {}",
             self.label,
             self.length.as_secs_f64(),
             self.connects,
             self.failed.len(),
             self.slowest_connect.as_secs_f64(),
             self.max_stall.as_secs_f64(),
+            self.max_stall_at.as_secs_f64(),
             self.stream_breaks
         )?;
         for (at, why) in &self.failed {
@@ -104,6 +107,10 @@ pub fn figures(rec: &Record, phases: &[(String, Duration)], end: Duration) -> Ve
         .enumerate()
         .map(|(i, (label, start))| {
             let stop = phases.get(i + 1).map_or(end, |(_, s)| *s);
+            let stall = gaps
+                .iter()
+                .filter(|(from, _)| *from >= *start && *from < stop)
+                .max_by_key(|(from, to)| *to - *from);
             let attempts: Vec<&Attempt> = rec
                 .attempts
                 .iter()
@@ -118,12 +125,8 @@ pub fn figures(rec: &Record, phases: &[(String, Duration)], end: Duration) -> Ve
                     .filter_map(|a| Some((a.at - *start, a.error.clone()?)))
                     .collect(),
                 slowest_connect: attempts.iter().map(|a| a.took).max().unwrap_or_default(),
-                max_stall: gaps
-                    .iter()
-                    .filter(|(from, _)| *from >= *start && *from < stop)
-                    .map(|(from, to)| *to - *from)
-                    .max()
-                    .unwrap_or_default(),
+                max_stall: stall.map(|(from, to)| *to - *from).unwrap_or_default(),
+                max_stall_at: stall.map(|(from, _)| *from - *start).unwrap_or_default(),
                 stream_breaks: rec
                     .breaks
                     .iter()
@@ -465,6 +468,7 @@ mod tests {
         assert_eq!(f[1].failed, vec![(ms(600), "no answer".to_owned())]);
         assert_eq!(f[1].slowest_connect, ms(3000));
         assert_eq!(f[1].max_stall, ms(1100));
+        assert_eq!(f[1].max_stall_at, ms(1400));
         // The silence until the end counts in the last phase, and so does the break.
         assert_eq!(f[2].max_stall, ms(2000));
         assert_eq!((f[2].connects, f[2].stream_breaks), (1, 1));

@@ -2,7 +2,8 @@
 //!
 //! The operator writes the file when the Secret's key is not the one it last wrote (compared by
 //! public key) or when the file is no longer the one it wrote (compared by `stat`). It neither
-//! keeps the key's text nor reads the file back on every pass.
+//! keeps the key's text nor reads the file back on every pass: only once, when it starts, to
+//! adopt a file that already holds the key (a restarted operator rewrites nothing).
 use std::{
     io::Write as _,
     os::unix::fs::{MetadataExt as _, OpenOptionsExt as _},
@@ -38,6 +39,8 @@ impl FileId {
 pub enum Synced {
     /// The file already holds this key.
     Unchanged,
+    /// Found holding this key at the first sync (left by an earlier operator): not written.
+    Adopted,
     /// Written: first time, or the file was changed or removed behind our back.
     Written,
     /// Written with a key other than the one written before: the gateway must take it up.
@@ -60,6 +63,13 @@ impl KeyFile {
     pub fn sync(&mut self, key: &PrivateKey) -> std::io::Result<Synced> {
         let public = key.public_key();
         let now = FileId::of(&self.path);
+        if self.written.is_none()
+            && let Some(id) = now
+            && PrivateKey::read_file(&self.path).is_ok_and(|k| k.public_key() == public)
+        {
+            self.written = Some((public, id));
+            return Ok(Synced::Adopted);
+        }
         let before = self.written.map(|(k, _)| k);
         if let Some((k, id)) = self.written
             && k == public
@@ -119,6 +129,7 @@ mod tests {
             PrivateKey::generate().unwrap(),
         );
         let mut f = KeyFile::new(path.clone());
+        let _ = std::fs::remove_file(&path);
         assert_eq!(f.sync(&a).unwrap(), Synced::Written);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -141,6 +152,19 @@ mod tests {
         assert_eq!(
             PrivateKey::read_file(&path).unwrap().public_key(),
             b.public_key()
+        );
+        // A restarted operator finds the key it would write and leaves the file alone (its
+        // inode and time stay); one that finds another key writes its own.
+        let before = FileId::of(&path);
+        let mut again = KeyFile::new(path.clone());
+        assert_eq!(again.sync(&b).unwrap(), Synced::Adopted);
+        assert_eq!(FileId::of(&path), before);
+        assert_eq!(again.sync(&b).unwrap(), Synced::Unchanged);
+        let mut other = KeyFile::new(path.clone());
+        assert_eq!(other.sync(&a).unwrap(), Synced::Written);
+        assert_eq!(
+            PrivateKey::read_file(&path).unwrap().public_key(),
+            a.public_key()
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -154,6 +154,33 @@ impl Operator {
         Ok(())
     }
 
+    /// Takes the configuration the gateway runs as the one written last, when the gateway
+    /// runs all of it and the file says the same (see [`adoptable`]): a restarted operator
+    /// whose rendering equals it then neither rewrites the file nor reloads the gateway.
+    /// Otherwise the first pass writes and reloads, as on a first start.
+    async fn adopt_running(&mut self) {
+        let running = match control(&self.o).config().await {
+            Ok(c) => c,
+            Err(e) => {
+                info!(error = %e, "not asking the gateway what it runs: the first pass writes and reloads");
+                None
+            }
+        };
+        let file = match fabric_gateway_api::Config::load(&self.o.config_path) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                info!(error = %e, "no usable configuration file: the first pass writes one");
+                None
+            }
+        };
+        self.written.config = adoptable(running, file);
+        if self.written.config.is_some() {
+            info!(
+                "the gateway runs the configuration file in full: adopted, reloaded only once it changes"
+            );
+        }
+    }
+
     /// Publishes this gateway's public key and endpoint for `fabricctl peer`.
     async fn publish_identity(
         &mut self,
@@ -407,6 +434,17 @@ impl Operator {
     }
 }
 
+/// What a starting operator may take as written and applied: the configuration the gateway
+/// runs in full (None: a part of its last reload failed, or it does not say), when the file
+/// holds the same. A file that differs (written by an operator that died before it asked for
+/// the reload) or is missing would be what a restarted gateway reads: it is written again.
+fn adoptable(
+    running: Option<fabric_gateway_api::Config>,
+    file: Option<fabric_gateway_api::Config>,
+) -> Option<fabric_gateway_api::Config> {
+    running.filter(|r| file.as_ref() == Some(r))
+}
+
 /// Points the gateway Service's EndpointSlice at this replica.
 async fn claim_service(client: &Client, ns: &str, slice: &EndpointSlice) -> kube::Result<()> {
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
@@ -502,6 +540,12 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
                 grace,
                 fit_tx,
             )));
+            // A restarted operator whose gateway runs on would otherwise hand the Lease over
+            // in its first round, only because it has not asked its gateway yet: the nodes
+            // would lose their next hop and the gateway its tunnels for a moment. The first
+            // answer comes within milliseconds; a gateway not running (yet) costs `grace`.
+            let mut first = fit.clone();
+            let _ = tokio::time::timeout(grace, first.wait_for(|fit| *fit)).await;
             tokio::spawn(lease::elect_fit(leases.clone(), election.clone(), tx, fit))
         }
         None => tokio::spawn(lease::elect(leases.clone(), election.clone(), tx)),
@@ -539,6 +583,15 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         r = caches.ready() => r?,
         () = &mut stop => stopped = true,
     }
+    // Nothing is decided before the election has: a restarted active replica would give its
+    // gateway the standby configuration (no peers) until its first renewal, and take every
+    // tunnel down with it. The elector says its first outcome even when it is "standby".
+    if !stopped {
+        tokio::select! {
+            r = leading.changed() => r?,
+            () = &mut stop => stopped = true,
+        }
+    }
     let events = Events::new(client.clone(), REPORTER, Some(o.election.identity.clone()));
     let mut op = Operator {
         client: client.clone(),
@@ -554,6 +607,9 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
     let slice =
         op.o.gateway_ip
             .map(|ip| super::service_endpoints(ip, pod.as_deref(), op.o.listen_port));
+    if !stopped {
+        op.adopt_running().await;
+    }
     let mut claimed = false;
     let mut was_active = false;
     while !stopped {
@@ -620,4 +676,28 @@ pub async fn run(client: Client, o: Opts) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(port: u16) -> fabric_gateway_api::Config {
+        fabric_gateway_api::Config::parse(&format!(
+            "[interface]\nname = \"gw\"\nprivate_key_file = \"/run/gw.key\"\nlisten_port = {port}\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_what_runs_in_full_and_is_on_file_is_adopted() {
+        let (a, b) = (config(51820), config(51821));
+        assert_eq!(adoptable(Some(a.clone()), Some(a.clone())), Some(a.clone()));
+        // The file was written after the gateway last reloaded (its operator died first).
+        assert_eq!(adoptable(Some(a.clone()), Some(b.clone())), None);
+        // No file: a restarted gateway would have nothing to read.
+        assert_eq!(adoptable(Some(a.clone()), None), None);
+        // The gateway's last reload failed in part, or it does not say what it runs.
+        assert_eq!(adoptable(None, Some(a)), None);
+    }
 }

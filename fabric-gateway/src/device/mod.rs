@@ -169,6 +169,9 @@ pub struct Gateway {
     /// Things put back by the drift repair: device state, addresses, routes, filters, map
     /// entries.
     repairs: AtomicU64,
+    /// The configuration last started or reloaded with when all of it was applied (None
+    /// after a reload that failed in part): what a restarted operator compares with.
+    running: Mutex<Option<Config>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -221,6 +224,7 @@ impl Gateway {
             repairs: AtomicU64::new(0),
             control: tokio::sync::Mutex::new(()),
             netlink,
+            running: Mutex::new(Some(cfg.clone())),
         });
         let dataplane = cfg.dataplane();
         for p in cfg.peers {

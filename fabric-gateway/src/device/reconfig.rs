@@ -15,6 +15,10 @@ impl Gateway {
     /// sessions and devices, so their traffic is not disturbed.
     pub async fn reload(self: &Arc<Self>, cfg: Config) -> Result<(), GatewayError> {
         let _guard = self.control.lock().await;
+        // Until this reload is through, what runs is neither the old configuration nor the
+        // new one.
+        *self.running.lock().unwrap() = None;
+        let wanted = cfg.clone();
         let i = &cfg.interface;
         if reconfig::needs_restart(&self.iface, i) {
             tracing::warn!("interface settings changed; they take effect only after a restart");
@@ -53,10 +57,17 @@ impl Gateway {
         }
         if errors.is_empty() {
             tracing::info!(peers = cfg.peers.len(), "configuration reloaded");
+            *self.running.lock().unwrap() = Some(wanted);
             Ok(())
         } else {
             Err(GatewayError::Reload(errors))
         }
+    }
+
+    /// The configuration this gateway runs in full: the last one it started or reloaded with,
+    /// None when that was not applied in full. (`wg set` changes are live only and not in it.)
+    pub fn running_config(&self) -> Option<Config> {
+        self.running.lock().unwrap().clone()
     }
 
     pub fn uapi_get(&self) -> uapi::DeviceSnapshot {
@@ -85,6 +96,9 @@ impl Gateway {
     /// Applies a `wg set`. Changes are live only: a reload restores the file's state.
     pub async fn uapi_set(self: &Arc<Self>, req: uapi::SetRequest) -> Result<(), uapi::UapiError> {
         let _guard = self.control.lock().await;
+        // What runs is no longer the configuration: the next reload must happen even when
+        // the configuration did not change, to undo this.
+        *self.running.lock().unwrap() = None;
         let running = self
             .peers()
             .iter()
