@@ -61,7 +61,9 @@ pub async fn run(
     };
     let (conn, handle, _) = rtnetlink::new_connection().context("opening rtnetlink socket")?;
     tokio::spawn(conn);
-    let gw = Gateway::start(cfg, handle)
+    // Beside the control socket: on the pod's emptyDir, so it outlives a container restart.
+    let endpoints = control_dir.join(format!("{name}.endpoints"));
+    let gw = Gateway::start(cfg, handle, Some(endpoints))
         .await
         .context("starting gateway")?;
 

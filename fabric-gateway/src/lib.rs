@@ -9,6 +9,7 @@ pub mod allowed_ips;
 pub mod control;
 pub mod daemon;
 pub mod device;
+pub mod endpoints;
 pub mod handshake_limit;
 pub mod netconf;
 pub mod offload;

@@ -1,10 +1,16 @@
 //! Link/address/route configuration of the per-peer TUN devices over rtnetlink.
 
-use std::net::IpAddr;
+use std::{collections::BTreeSet, net::IpAddr};
 
 use futures_util::TryStreamExt;
 use ipnetwork::IpNetwork;
-use rtnetlink::{Handle, LinkUnspec, RouteMessageBuilder};
+use rtnetlink::{
+    Handle, LinkUnspec, RouteMessageBuilder,
+    packet_route::{
+        AddressFamily,
+        route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteType},
+    },
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetconfError {
@@ -107,6 +113,95 @@ pub async fn sync_routes(
             .map_err(nl("route replace", ifindex))?;
     }
     Ok(())
+}
+
+/// rtm_protocol of the gateway's fallback routes (`ip route show proto 252`): neither the
+/// kernel's nor the fabric's node routes (250), so each owner finds only its own.
+pub const RTPROT_FALLBACK: u8 = 252;
+/// Their metric: the last resort, below the device routes (metric 0) that carry traffic.
+pub const FALLBACK_METRIC: u32 = u32::MAX;
+
+/// What to add and remove to make the fallback routes (blackholes, see [`sync_fallbacks`])
+/// exactly `want`.
+pub fn fallback_diff(
+    current: &BTreeSet<IpNetwork>,
+    want: &BTreeSet<IpNetwork>,
+) -> (Vec<IpNetwork>, Vec<IpNetwork>) {
+    (
+        want.difference(current).copied().collect(),
+        current.difference(want).copied().collect(),
+    )
+}
+
+fn fallback_msg(net: &IpNetwork) -> Result<RouteMessage, NetconfError> {
+    Ok(RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(net.network(), net.prefix())
+        .map_err(|e| NetconfError::Route(*net, e.to_string()))?
+        .kind(RouteType::BlackHole)
+        .protocol(RouteProtocol::Other(RTPROT_FALLBACK))
+        .priority(FALLBACK_METRIC)
+        .build())
+}
+
+/// The fallback routes in the namespace now.
+async fn fallbacks(h: &Handle) -> Result<BTreeSet<IpNetwork>, NetconfError> {
+    let mut out = BTreeSet::new();
+    for msg in [
+        RouteMessageBuilder::<std::net::Ipv4Addr>::new().build(),
+        RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
+    ] {
+        let mut s = h.route().get(msg).execute();
+        while let Some(m) = s.try_next().await.map_err(nl("route dump", 0))? {
+            if m.header.protocol != RouteProtocol::Other(RTPROT_FALLBACK)
+                || m.header.kind != RouteType::BlackHole
+            {
+                continue;
+            }
+            let dst = m.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Destination(RouteAddress::Inet(d)) => Some(IpAddr::V4(*d)),
+                RouteAttribute::Destination(RouteAddress::Inet6(d)) => Some(IpAddr::V6(*d)),
+                _ => None,
+            });
+            let dst = dst.unwrap_or(if m.header.address_family == AddressFamily::Inet6 {
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            });
+            if let Ok(n) = IpNetwork::new(dst, m.header.destination_prefix_length) {
+                out.insert(n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Makes the fallback routes exactly `want` (the prefixes routed into the tunnels): a
+/// blackhole of the last resort per prefix. They are not tied to a device, so they outlive
+/// the gateway process: while it restarts (its TUN devices, and their routes, go with it)
+/// packets for a peer are dropped quietly instead of answered with "network unreachable",
+/// which aborts a TCP connection being opened; its SYN is sent again and gets through once
+/// the tunnel is back. Returns (added, removed).
+pub async fn sync_fallbacks(
+    h: &Handle,
+    want: &BTreeSet<IpNetwork>,
+) -> Result<(Vec<IpNetwork>, Vec<IpNetwork>), NetconfError> {
+    let (add, del) = fallback_diff(&fallbacks(h).await?, want);
+    for net in &del {
+        match h.route().del(fallback_msg(net)?).execute().await {
+            Ok(()) => {}
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ESRCH => {}
+            Err(e) => return Err(nl("fallback route del", 0)(e)),
+        }
+    }
+    for net in &add {
+        h.route()
+            .add(fallback_msg(net)?)
+            .replace()
+            .execute()
+            .await
+            .map_err(nl("fallback route add", 0))?;
+    }
+    Ok((add, del))
 }
 
 fn rp_filter_path(device: &str) -> std::path::PathBuf {
@@ -275,6 +370,27 @@ pub async fn snapshot(h: &Handle) -> Result<Snapshot, NetconfError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fallbacks_are_last_resort_blackholes_of_our_own() {
+        let net = |s: &str| s.parse::<IpNetwork>().unwrap();
+        let m = super::fallback_msg(&net("10.64.0.0/16")).unwrap();
+        assert_eq!(m.header.kind, RouteType::BlackHole);
+        assert_eq!(m.header.protocol, RouteProtocol::Other(RTPROT_FALLBACK));
+        assert_eq!(m.header.destination_prefix_length, 16);
+        assert!(
+            m.attributes
+                .iter()
+                .any(|a| *a == RouteAttribute::Priority(FALLBACK_METRIC))
+        );
+        let cur: BTreeSet<_> = [net("10.64.0.0/16"), net("10.65.0.0/16")].into();
+        let want: BTreeSet<_> = [net("10.65.0.0/16"), net("10.66.0.0/16")].into();
+        assert_eq!(
+            fallback_diff(&cur, &want),
+            (vec![net("10.66.0.0/16")], vec![net("10.64.0.0/16")])
+        );
+        assert_eq!(fallback_diff(&want, &want), (vec![], vec![]));
+    }
+
     use super::*;
 
     #[test]

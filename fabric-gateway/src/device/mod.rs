@@ -172,6 +172,10 @@ pub struct Gateway {
     /// The configuration last started or reloaded with when all of it was applied (None
     /// after a reload that failed in part): what a restarted operator compares with.
     running: Mutex<Option<Config>>,
+    /// Where learnt endpoints are remembered across restarts (see `crate::endpoints`), and
+    /// what it holds.
+    endpoint_memory: Option<std::path::PathBuf>,
+    learnt: Mutex<crate::endpoints::Learnt>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -186,7 +190,25 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// Binds the socket, creates all peers and starts the data-plane threads.
     /// Must run inside a tokio runtime (netlink).
-    pub async fn start(cfg: Config, netlink: rtnetlink::Handle) -> Result<Arc<Self>, GatewayError> {
+    /// Starts the gateway with `cfg`. With `endpoint_memory`, peers without a configured
+    /// endpoint are dialled at the endpoint they were last seen at (remembered there by an
+    /// earlier run), and learnt endpoints are remembered there.
+    pub async fn start(
+        cfg: Config,
+        netlink: rtnetlink::Handle,
+        endpoint_memory: Option<std::path::PathBuf>,
+    ) -> Result<Arc<Self>, GatewayError> {
+        let learnt = endpoint_memory
+            .as_deref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|t| crate::endpoints::parse(&t))
+            .unwrap_or_default();
+        if !learnt.is_empty() {
+            tracing::info!(
+                peers = learnt.len(),
+                "endpoints learnt by the previous run: dialling them"
+            );
+        }
         let identity = Identity::new(PrivateKey::read_file(&cfg.interface.private_key_file)?);
         let addr = SocketAddr::new(cfg.interface.listen_address, cfg.interface.listen_port);
         let udp = UdpSocket::bind(addr).map_err(|source| GatewayError::Bind {
@@ -225,6 +247,8 @@ impl Gateway {
             control: tokio::sync::Mutex::new(()),
             netlink,
             running: Mutex::new(Some(cfg.clone())),
+            endpoint_memory,
+            learnt: Mutex::new(learnt),
         });
         let dataplane = cfg.dataplane();
         for p in cfg.peers {
@@ -237,6 +261,8 @@ impl Gateway {
             gw.shutdown().await;
             return Err(e);
         }
+        // Also drops those of peers removed while no gateway ran.
+        gw.sync_fallbacks().await;
         let g = gw.clone();
         let spin = gw.busy_poll();
         let (udp_beat, timer_beat) = (

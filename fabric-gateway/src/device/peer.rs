@@ -181,12 +181,16 @@ impl Gateway {
 
         // 24 bits: boringtun shifts the index left by 8 for its session counter.
         let index = self.next_index.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let endpoint = crate::endpoints::starting_endpoint(
+            cfg.endpoint,
+            self.learnt.lock().unwrap().get(&cfg.public_key).copied(),
+        );
         let peer = Arc::new(Peer {
             name: cfg.name.clone(),
             public_key: cfg.public_key,
             index,
             tunn: Mutex::new(self.new_tunn(&cfg.public_key, cfg.persistent_keepalive, index)),
-            endpoint: RwLock::new(cfg.endpoint),
+            endpoint: RwLock::new(endpoint),
             allowed: RwLock::new(AllowedIps::new(cfg.allowed_ips.iter().copied())),
             tun,
             counters: PeerCounters::default(),
@@ -215,15 +219,45 @@ impl Gateway {
             public_key = %peer.public_key,
             device = %peer.tun.name(),
             ifindex,
-            endpoint = ?cfg.endpoint,
+            endpoint = ?endpoint,
             role = if cfg.endpoint.is_some() { "client" } else { "server" },
             "peer added"
         );
-        // Clients dial right away instead of waiting for the first packet.
-        if cfg.endpoint.is_some() {
+        // Clients dial right away instead of waiting for the first packet, and so does a
+        // restarted server that remembers where its peer was (its sessions are gone).
+        if endpoint.is_some() {
             self.initiate_handshake(&peer);
         }
         Ok(())
+    }
+
+    /// Remembers the learnt endpoints of the running peers for the next run (see
+    /// `crate::endpoints`) when they changed. Only on an endpoint change, which takes an
+    /// authenticated datagram from a new address: rare, so written where it is noticed.
+    pub(super) fn remember_endpoints(&self) {
+        let Some(path) = &self.endpoint_memory else {
+            return;
+        };
+        let now = crate::endpoints::to_remember(self.peers().iter().map(|p| {
+            (
+                p.public_key,
+                p.cfg.lock().unwrap().endpoint,
+                *p.endpoint.read().unwrap(),
+            )
+        }));
+        let mut learnt = self.learnt.lock().unwrap();
+        if *learnt == now {
+            return;
+        }
+        let tmp = path.with_extension("tmp");
+        let res = std::fs::write(&tmp, crate::endpoints::render(&now))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        match res {
+            Ok(()) => *learnt = now,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "remembering learnt endpoints")
+            }
+        }
     }
 
     pub(super) fn initiate_handshake(&self, peer: &Peer) {

@@ -55,6 +55,7 @@ impl Gateway {
             tracing::error!(error = %e, "reload: data plane not applied");
             errors.push(e);
         }
+        self.sync_fallbacks().await;
         if errors.is_empty() {
             tracing::info!(peers = cfg.peers.len(), "configuration reloaded");
             *self.running.lock().unwrap() = Some(wanted);

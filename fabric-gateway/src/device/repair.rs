@@ -17,6 +17,24 @@ impl Gateway {
     /// delivery to the devices it covers go ahead (and stops it for the others, when it
     /// fails). The devices exist by now; filters on them go away with them, so a restarted
     /// gateway re-applies.
+    /// Keeps a fallback blackhole (see `netconf::sync_fallbacks`) for every prefix routed into
+    /// a tunnel, so that a restart of this process drops packets for a moment instead of
+    /// refusing them. A failure is logged: the tunnels work without them.
+    pub(super) async fn sync_fallbacks(&self) {
+        let want: std::collections::BTreeSet<ipnetwork::IpNetwork> = self
+            .peers()
+            .iter()
+            .flat_map(|p| p.cfg.lock().unwrap().routes.clone())
+            .collect();
+        match netconf::sync_fallbacks(&self.netlink, &want).await {
+            Ok((added, removed)) if !added.is_empty() || !removed.is_empty() => {
+                tracing::info!(?added, ?removed, "fallback routes")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "fallback routes not updated"),
+        }
+    }
+
     pub(super) fn apply_dataplane(
         &self,
         dp: Option<(PathBuf, fabric_dataplane::DataplaneConfig)>,

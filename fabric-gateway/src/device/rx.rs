@@ -299,6 +299,7 @@ impl Gateway {
             if cur != Some(from) {
                 tracing::info!(peer = %peer.name, old = ?cur, new = %from, "peer endpoint changed");
                 *peer.endpoint.write().unwrap() = Some(from);
+                self.remember_endpoints();
             }
         }
     }
