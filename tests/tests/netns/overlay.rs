@@ -17,21 +17,13 @@ fn remote_pod(k: usize) -> String {
     Cluster::pod_ip(k).replacen("10.244.", "10.64.", 1)
 }
 
-/// TCP from `client` to `dst`: the client address the server in `server` saw. Tried up to three
-/// times, a second apart: right after a component restarts, the path can still settle after
-/// ping already passed (see the note in peering.rs).
+/// TCP from `client` to `dst`: the client address the server in `server` saw. One try, also
+/// right after a component restarts (restarts are hitless, see hitless.rs).
 fn server_saw(server: &str, client: &str, dst: &str) -> String {
-    let mut last = None;
-    for attempt in 0..3 {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        match traffic::tcp_probe(client, server, dst, 7200) {
-            Ok(p) => return p.server_saw.ip().to_string(),
-            Err(e) => last = Some(e),
-        }
+    match traffic::tcp_probe(client, server, dst, 7200) {
+        Ok(p) => p.server_saw.ip().to_string(),
+        Err(e) => panic!("TCP from {client} to {dst}: {e:#}"),
     }
-    panic!("TCP from {client} to {dst}: {:#}", last.expect("tried"))
 }
 
 #[test]
