@@ -379,8 +379,7 @@ mod tests {
         assert_eq!(m.header.destination_prefix_length, 16);
         assert!(
             m.attributes
-                .iter()
-                .any(|a| *a == RouteAttribute::Priority(FALLBACK_METRIC))
+                .contains(&RouteAttribute::Priority(FALLBACK_METRIC))
         );
         let cur: BTreeSet<_> = [net("10.64.0.0/16"), net("10.65.0.0/16")].into();
         let want: BTreeSet<_> = [net("10.65.0.0/16"), net("10.66.0.0/16")].into();
