@@ -160,6 +160,11 @@ mod tests {
         assert_eq!(again.sync(&b).unwrap(), Synced::Adopted);
         assert_eq!(FileId::of(&path), before);
         assert_eq!(again.sync(&b).unwrap(), Synced::Unchanged);
+        // A key rotated after the adoption is one the gateway must take up.
+        let mut rotated = KeyFile::new(path.clone());
+        assert_eq!(rotated.sync(&b).unwrap(), Synced::Adopted);
+        assert_eq!(rotated.sync(&a).unwrap(), Synced::Rotated);
+        assert_eq!(rotated.sync(&b).unwrap(), Synced::Rotated);
         let mut other = KeyFile::new(path.clone());
         assert_eq!(other.sync(&a).unwrap(), Synced::Written);
         assert_eq!(
