@@ -203,6 +203,8 @@ pub mod finalizer {
     pub const NAMESPACE_MAP: &str = "offloading.fabric.io/namespace-map";
     /// On a provider's ShadowEndpointSlices: the real EndpointSlice is deleted before they go.
     pub const SHADOW_ENDPOINT_SLICE: &str = "offloading.fabric.io/shadowendpointslice";
+    /// On a provider's ShadowNetworkPolicies: the real NetworkPolicy is deleted before they go.
+    pub const SHADOW_NETWORK_POLICY: &str = "offloading.fabric.io/shadownetworkpolicy";
 }
 
 pub mod secret {
@@ -289,6 +291,18 @@ pub mod service_account_token {
     pub const EXPIRES: &str = "reflection.fabric.io/token-expires-at";
     /// On a token Secret: the UID of the home pod its token is bound to.
     pub const POD_UID: &str = "reflection.fabric.io/token-pod-uid";
+}
+
+pub mod network_policy {
+    /// The label marking the NetworkPolicies a provider writes from a consumer's
+    /// ShadowNetworkPolicies (value [`REFLECTED`]): the only NetworkPolicies its sharing
+    /// controllers may write (policy `fabric-sharing-networkpolicies`), and never reflected
+    /// back by a virtual kubelet (two clusters peered both ways do not loop).
+    pub const MANAGED_BY: &str = "networking.fabric.io/managed-by";
+    pub const REFLECTED: &str = "networkpolicy.reflection.fabric.io";
+    /// The label every namespace carries with its own name (Kubernetes sets it): what a
+    /// translated peer selects a twin by.
+    pub const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 }
 
 pub mod endpoint_slice {
@@ -444,6 +458,8 @@ pub mod field_manager {
     pub const NAMESPACE_MAP: &str = "fabric-namespace-map";
     /// The provider's ShadowEndpointSlice controller: the real EndpointSlices.
     pub const SHADOW_ENDPOINT_SLICE: &str = "fabric-shadowendpointslice";
+    /// The provider's ShadowNetworkPolicy controller: the real NetworkPolicies.
+    pub const SHADOW_NETWORK_POLICY: &str = "fabric-shadownetworkpolicy";
 }
 
 #[cfg(test)]

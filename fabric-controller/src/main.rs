@@ -830,6 +830,15 @@ async fn run() -> Result<()> {
                                 .context("ShadowEndpointSlice controller")
                         }
                     }));
+                    // One active replica: the real NetworkPolicies of consumers' shadows.
+                    let networkpolicies = AbortOnDropHandle::new(tokio::spawn({
+                        let (client, namespace) = (client.clone(), namespace.clone());
+                        async move {
+                            fabric_offloading::networkpolicies::controller::run(client, namespace)
+                                .await
+                                .context("ShadowNetworkPolicy controller")
+                        }
+                    }));
                     // The authentication service faces the internet: it asks, this approves.
                     let csrs = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
@@ -859,6 +868,7 @@ async fn run() -> Result<()> {
                         joined(negotiation),
                         joined(shadowpods),
                         joined(endpointslices),
+                        joined(networkpolicies),
                         joined(csrs),
                         joined(drains),
                         joined(renewals)

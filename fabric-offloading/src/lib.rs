@@ -18,6 +18,7 @@
 //! `fabric_api::names`. Negotiation creates the VirtualNodes this drives; the virtual kubelet
 //! uses the forge, resize and the virtual node's objects.
 pub mod endpointslices;
+pub mod networkpolicies;
 pub mod pod_placement;
 pub mod shadowpod;
 pub mod storage;

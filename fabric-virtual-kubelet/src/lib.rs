@@ -8,8 +8,8 @@
 //! - [`heartbeat`]: at-most-once semantics (opt-in): the heartbeat Lease on the provider, and
 //!   when the pods there may be declared stopped;
 //! - [`pods`]: pods bound to the node run on the provider as ShadowPods, status home;
-//! - [`configs`], [`services`], [`endpointslices`]: what offloaded namespaces hold, reflected
-//!   into their twins; [`home_api`]: the home API server's Service there;
+//! - [`configs`], [`services`], [`endpointslices`], [`networkpolicies`]: what offloaded
+//!   namespaces hold, reflected into their twins; [`home_api`]: the home API server's Service there;
 //! - [`storage`]: claims of offloaded namespaces whose first consumer lands on the node,
 //!   provisioned in their twins, a placeholder volume at home pinning later consumers here;
 //! - [`tokens`]: the service-account tokens of offloaded pods, requested at home and kept as
@@ -21,6 +21,7 @@ pub mod endpointslices;
 pub mod events;
 pub mod heartbeat;
 pub mod home_api;
+pub mod networkpolicies;
 pub mod node;
 pub mod pods;
 pub mod provider;

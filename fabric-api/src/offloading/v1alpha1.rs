@@ -369,6 +369,33 @@ pub struct ShadowEndpointSliceSpec {
     pub template: EndpointSliceTemplate,
 }
 
+/// A consumer's NetworkPolicy for this cluster, written in a twin namespace by its virtual
+/// kubelet: its peers that select home pods already turned into `ipBlock`s of the home pods'
+/// own addresses (the consumer's view), its peers that select pods running in this cluster's
+/// twins kept as selectors. The provider's ShadowNetworkPolicy controller writes the real
+/// NetworkPolicy of the same name there, each `ipBlock` remapped through its view of the
+/// consumer and whatever is not the consumer's own refused (addresses of this cluster,
+/// namespaces other than the consumer's twins).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "offloading.fabric.io",
+    version = "v1alpha1",
+    kind = "ShadowNetworkPolicy",
+    doc = "A consumer's NetworkPolicy for this cluster: the provider writes the real NetworkPolicy of the same name, its address blocks remapped.",
+    namespaced,
+    shortname = "shnetpol",
+    category = "fabric",
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowNetworkPolicySpec {
+    /// The NetworkPolicySpec (networking.k8s.io/v1), in the consumer's addresses. Not
+    /// described field by field: the provider's controller reads it as that type and keeps
+    /// only what it can vouch for, and the provider's API server validates the real one.
+    #[schemars(schema_with = "crate::cel::preserve_unknown_object")]
+    pub template: k8s_openapi::api::networking::v1::NetworkPolicySpec,
+}
+
 /// How the twin of an offloaded namespace is named on each provider
 /// ([`crate::offloading::namespaces::twin_name`]).
 #[derive(
@@ -621,6 +648,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         VirtualNode::crd(),
         ShadowPod::crd(),
         ShadowEndpointSlice::crd(),
+        ShadowNetworkPolicy::crd(),
         NamespaceOffloading::crd(),
         NamespaceMap::crd(),
     ]

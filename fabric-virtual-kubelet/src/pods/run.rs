@@ -20,6 +20,7 @@ use crate::{
     conditions::Readiness,
     configs::{self, ConfigMaps, Secrets},
     endpointslices::EndpointSlices,
+    networkpolicies::NetworkPolicies,
     services::Services,
     storage::Claims,
 };
@@ -184,6 +185,8 @@ pub async fn run(
             ))
         }
     };
+    // What NetworkPolicies' peers select at home, and where those pods run.
+    let inventory = crate::networkpolicies::follow(local.clone(), twins.clone());
     let mut twin = Reflection::new(local, events, metrics, endpoints, reachability);
     let configs = Options::new(CONFIG_SYNCS, opts.resync).resync_on(referenced.clone());
     let twin_options = match &home_api {
@@ -201,6 +204,13 @@ pub async fn run(
             Options::new(CONFIG_SYNCS, opts.resync),
         )
         .register(
+            Mirror(NetworkPolicies {
+                node_name: opts.node_name.clone(),
+                inventory: inventory.clone(),
+            }),
+            Options::new(CONFIG_SYNCS, opts.resync).resync_on(inventory.clone()),
+        )
+        .register(
             Claims {
                 node_name: opts.node_name.clone(),
                 class: opts.storage_class.clone(),
@@ -211,8 +221,12 @@ pub async fn run(
     let twin = Arc::new(twin);
     let pairs = twin.clone();
     tokio::spawn(async move {
-        let mut known = referenced;
-        if known.wait_for(Option::is_some).await.is_ok() {
+        let (mut known, mut peers) = (referenced, inventory);
+        // Nor before the peers of NetworkPolicies are known: a policy forged from no pods
+        // would narrow, then widen again.
+        if known.wait_for(Option::is_some).await.is_ok()
+            && peers.wait_for(Option::is_some).await.is_ok()
+        {
             follow_twins(pairs, twins, events_home).await;
         }
     });

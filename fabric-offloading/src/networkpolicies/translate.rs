@@ -1,0 +1,317 @@
+//! The real NetworkPolicy of a consumer's ShadowNetworkPolicy, pure. Who the consumer is
+//! comes from the namespace (as for EndpointSlices: [`crate::endpointslices::translate::consumer_of`]),
+//! never from what the consumer writes.
+//!
+//! NetworkPolicies add up: a pod selected by several is allowed what any of them allows. So a
+//! consumer's policy could widen what the provider's admin allows the consumer's pods (its
+//! own policies in the twin), and only what the consumer can vouch for is kept:
+//! - the policy's `podSelector`, `policyTypes` and ports as they are (they select and
+//!   concern the twin's pods only: the consumer's);
+//! - a peer selecting pods by `podSelector` alone (the twin's own pods);
+//! - a peer whose `namespaceSelector` names one namespace of this consumer (a twin or its
+//!   tenant namespace) by `kubernetes.io/metadata.name` and nothing else; any other selects
+//!   namespaces of the provider or of other tenants, and is refused;
+//! - an `ipBlock`, for the part of it that is the consumer's pod or external addresses,
+//!   remapped to how this cluster sees them (host part kept); a block that reaches beyond
+//!   them keeps only that part (`0.0.0.0/0` at home is the consumer's two CIDRs here: this
+//!   cluster's own network and the internet through it are not the consumer's to open);
+//!   `except`s are clipped and remapped the same way.
+//!
+//! A rule whose peers are all refused is dropped: an empty peer list would allow everyone.
+//! Every refusal is named, for a Warning Event on the shadow.
+use std::collections::BTreeMap;
+
+use fabric_api::{
+    names::{
+        annotation::REFLECTED_HASH,
+        network_policy::{MANAGED_BY, NAMESPACE_NAME, REFLECTED},
+    },
+    networking::remap::{Remap, Remaps},
+    offloading::v1alpha1::ShadowNetworkPolicy,
+};
+use ipnetwork::Ipv4Network;
+use k8s_openapi::{
+    api::networking::v1::{
+        IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule,
+        NetworkPolicyPeer, NetworkPolicySpec,
+    },
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+/// The real policy, and what was refused on the way (one line each).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translated {
+    pub policy: NetworkPolicy,
+    pub refused: Vec<String>,
+}
+
+/// `n` as a network (host bits cleared: `10.244.1.5/16` is `10.244.0.0/16`).
+fn network(n: Ipv4Network) -> Ipv4Network {
+    Ipv4Network::new(n.network(), n.prefix()).expect("a prefix of a network is valid")
+}
+
+/// Whether `inner` lies within `outer`.
+fn within(inner: Ipv4Network, outer: Ipv4Network) -> bool {
+    inner.prefix() >= outer.prefix() && outer.contains(inner.network())
+}
+
+/// The part of `block` (the consumer's address) that is `r`'s real CIDR, remapped; `None`:
+/// none of it.
+fn clip(block: Ipv4Network, r: &Remap) -> Option<Ipv4Network> {
+    if within(block, r.real) {
+        let seen = r.map(block.network())?;
+        Ipv4Network::new(seen, block.prefix()).ok()
+    } else if within(r.real, block) {
+        Some(r.seen)
+    } else {
+        None
+    }
+}
+
+/// The blocks `b` (in the consumer's addresses) is here, and why any of it is refused.
+pub fn block(b: &IPBlock, remaps: &Remaps) -> (Vec<IPBlock>, Option<String>) {
+    let parse = |s: &str| s.parse::<Ipv4Network>().ok().map(network);
+    let Some(cidr) = parse(&b.cidr) else {
+        return (
+            Vec::new(),
+            Some(format!("ipBlock {}: not an IPv4 CIDR", b.cidr)),
+        );
+    };
+    let mut excepts = Vec::new();
+    for e in b.except.iter().flatten() {
+        match parse(e) {
+            Some(n) => excepts.push(n),
+            // An exception not understood cannot be applied: the block would allow more.
+            None => {
+                return (
+                    Vec::new(),
+                    Some(format!(
+                        "ipBlock {}: except {e} is not an IPv4 CIDR",
+                        b.cidr
+                    )),
+                );
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for r in [&remaps.pod, &remaps.external] {
+        let Some(here) = clip(cidr, r) else { continue };
+        // Each exception, as far as it is in this part: a part wholly excepted goes.
+        let mut except = Vec::new();
+        let mut gone = false;
+        for e in &excepts {
+            if within(here_real(cidr, r), *e) {
+                gone = true;
+            } else if let Some(x) = clip(*e, r).filter(|x| within(*x, here)) {
+                except.push(x.to_string());
+            }
+        }
+        if !gone {
+            out.push(IPBlock {
+                cidr: here.to_string(),
+                except: (!except.is_empty()).then_some(except),
+            });
+        }
+    }
+    let whole = within(cidr, remaps.pod.real) || within(cidr, remaps.external.real);
+    let why = (!whole).then(|| {
+        format!(
+            "ipBlock {}: only the consumer's pod ({}) and external ({}) addresses in it are allowed here",
+            b.cidr, remaps.pod.real, remaps.external.real
+        )
+    });
+    (out, why)
+}
+
+/// The consumer's addresses a block covers in `r`'s real CIDR (before the remap).
+fn here_real(block: Ipv4Network, r: &Remap) -> Ipv4Network {
+    if within(block, r.real) { block } else { r.real }
+}
+
+/// The peers `peer` is here (none: refused, said in `refused`); `ours` says whether a
+/// namespace is the consumer's.
+fn peer(
+    p: &NetworkPolicyPeer,
+    remaps: &Remaps,
+    ours: &dyn Fn(&str) -> bool,
+    refused: &mut Vec<String>,
+) -> Vec<NetworkPolicyPeer> {
+    if let Some(b) = &p.ip_block {
+        let (blocks, why) = block(b, remaps);
+        refused.extend(why);
+        return blocks
+            .into_iter()
+            .map(|b| NetworkPolicyPeer {
+                ip_block: Some(b),
+                ..Default::default()
+            })
+            .collect();
+    }
+    match &p.namespace_selector {
+        None if p.pod_selector.is_some() => vec![p.clone()],
+        None => Vec::new(),
+        Some(sel) => {
+            let named = match (&sel.match_labels, &sel.match_expressions) {
+                (Some(l), None) if l.len() == 1 => l.get(NAMESPACE_NAME),
+                (Some(l), Some(e)) if l.len() == 1 && e.is_empty() => l.get(NAMESPACE_NAME),
+                _ => None,
+            };
+            match named {
+                Some(ns) if ours(ns) => vec![p.clone()],
+                _ => {
+                    refused.push(format!(
+                        "namespaceSelector {}: selects namespaces that are not the consumer's (only one of its twins, by {NAMESPACE_NAME}, is allowed)",
+                        serde_json::to_string(sel).unwrap_or_default()
+                    ));
+                    Vec::new()
+                }
+            }
+        }
+    }
+}
+
+/// A rule's peers here: `Ok(None)` everyone (as in the shadow), `Err(())` none left of a
+/// list that named some (the rule is dropped).
+fn peers(
+    list: Option<&Vec<NetworkPolicyPeer>>,
+    remaps: &Remaps,
+    ours: &dyn Fn(&str) -> bool,
+    refused: &mut Vec<String>,
+) -> Result<Option<Vec<NetworkPolicyPeer>>, ()> {
+    let Some(list) = list.filter(|l| !l.is_empty()) else {
+        return Ok(None);
+    };
+    let mut out: Vec<NetworkPolicyPeer> = Vec::new();
+    for p in list.iter().flat_map(|p| peer(p, remaps, ours, refused)) {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    if out.is_empty() {
+        Err(())
+    } else {
+        Ok(Some(out))
+    }
+}
+
+/// The real NetworkPolicy of `shadow` (same name and namespace, its labels with our
+/// [`MANAGED_BY`], owned by the shadow), each peer through `remaps` and `ours` (whether a
+/// namespace is one of the consumer's).
+pub fn real_policy(
+    shadow: &ShadowNetworkPolicy,
+    remaps: &Remaps,
+    ours: &dyn Fn(&str) -> bool,
+) -> Translated {
+    let spec = &shadow.spec.template;
+    let mut refused = Vec::new();
+    let policy_types = spec.policy_types.clone().unwrap_or_else(|| {
+        let mut t = vec!["Ingress".to_owned()];
+        if spec.egress.as_ref().is_some_and(|e| !e.is_empty()) {
+            t.push("Egress".to_owned());
+        }
+        t
+    });
+    let dropped = |dir: &str, i: usize, refused: &mut Vec<String>| {
+        refused.push(format!(
+            "{dir} rule {i}: none of its peers is allowed here, the rule is left out"
+        ));
+    };
+    let ingress = spec.ingress.as_ref().map(|rules| {
+        let mut out = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            match peers(r.from.as_ref(), remaps, ours, &mut refused) {
+                Ok(from) => out.push(NetworkPolicyIngressRule {
+                    from,
+                    ports: r.ports.clone(),
+                }),
+                Err(()) => dropped("ingress", i, &mut refused),
+            }
+        }
+        out
+    });
+    let egress = spec.egress.as_ref().map(|rules| {
+        let mut out = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            match peers(r.to.as_ref(), remaps, ours, &mut refused) {
+                Ok(to) => out.push(NetworkPolicyEgressRule {
+                    to,
+                    ports: r.ports.clone(),
+                }),
+                Err(()) => dropped("egress", i, &mut refused),
+            }
+        }
+        out
+    });
+    let mut labels = shadow.labels().clone();
+    labels.insert(MANAGED_BY.to_owned(), REFLECTED.to_owned());
+    let annotations: BTreeMap<String, String> = shadow
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.as_str() != REFLECTED_HASH)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let owner = OwnerReference {
+        api_version: ShadowNetworkPolicy::api_version(&()).into_owned(),
+        kind: ShadowNetworkPolicy::kind(&()).into_owned(),
+        name: shadow.name_any(),
+        uid: shadow.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let policy = NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(shadow.name_any()),
+            namespace: shadow.namespace(),
+            labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: spec.pod_selector.clone(),
+            policy_types: Some(policy_types),
+            ingress,
+            egress,
+        }),
+    };
+    Translated { policy, refused }
+}
+
+/// Whether `current` (the cluster's copy) already says all that `desired` says (what the
+/// server defaults, a port's protocol, taken as defaulted).
+pub fn written(current: &NetworkPolicy, desired: &NetworkPolicy) -> bool {
+    let spec = |p: &NetworkPolicy| {
+        let mut v = serde_json::to_value(p.spec.clone().unwrap_or_default()).unwrap_or_default();
+        default_protocols(&mut v);
+        v
+    };
+    let owners = |p: &NetworkPolicy| -> Vec<(String, String)> {
+        p.owner_references()
+            .iter()
+            .map(|o| (o.name.clone(), o.uid.clone()))
+            .collect()
+    };
+    current.labels() == desired.labels()
+        && current.annotations() == desired.annotations()
+        && owners(current) == owners(desired)
+        && spec(current) == spec(desired)
+}
+
+/// Every port with its protocol, as the API server defaults it (TCP).
+fn default_protocols(v: &mut serde_json::Value) {
+    for dir in ["ingress", "egress"] {
+        for rule in v[dir].as_array_mut().into_iter().flatten() {
+            for port in rule["ports"].as_array_mut().into_iter().flatten() {
+                if port.get("protocol").is_none() {
+                    port["protocol"] = "TCP".into();
+                }
+            }
+        }
+    }
+}
+
+/// Whether `policy` is one this controller writes (ours to update or delete).
+pub fn ours(policy: &NetworkPolicy) -> bool {
+    policy.labels().get(MANAGED_BY).map(String::as_str) == Some(REFLECTED)
+}
