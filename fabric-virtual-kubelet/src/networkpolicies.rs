@@ -363,3 +363,259 @@ pub fn follow(
     });
     rx
 }
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::names::label::REFLECTED_FROM;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const NODE: &str = "fabric-beta";
+
+    fn labels(v: Value) -> BTreeMap<String, String> {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pod(ns: &str, app: &str, ip: &str, node: &str) -> HomePod {
+        HomePod {
+            namespace: ns.into(),
+            labels: labels(json!({"app": app})),
+            ip: ip.parse().unwrap(),
+            node: Some(node.into()),
+        }
+    }
+
+    /// shop (offloaded, twin `shop-alpha` here) and db (offloaded, twin `db-alpha`), tools
+    /// (home only): pods at home, on this node (in twins) and on another provider's node.
+    fn inventory() -> Inventory {
+        Inventory {
+            namespaces: BTreeMap::from([
+                (
+                    "shop".into(),
+                    labels(json!({"kubernetes.io/metadata.name": "shop", "team": "a"})),
+                ),
+                (
+                    "db".into(),
+                    labels(
+                        json!({"kubernetes.io/metadata.name": "db", "team": "a", "tier": "data"}),
+                    ),
+                ),
+                (
+                    "tools".into(),
+                    labels(json!({"kubernetes.io/metadata.name": "tools", "team": "b"})),
+                ),
+            ]),
+            pods: vec![
+                pod("shop", "web", "10.244.1.5", "home-1"),
+                pod("shop", "web", "10.71.0.9", NODE),
+                pod("shop", "cache", "10.244.1.6", "home-1"),
+                pod("shop", "web", "10.73.0.4", "fabric-gamma"),
+                pod("db", "pg", "10.244.2.7", "home-2"),
+                pod("db", "pg", "10.71.0.10", NODE),
+                pod("tools", "probe", "10.244.3.8", "home-1"),
+            ],
+            twins: BTreeMap::from([
+                ("shop".into(), "shop-alpha".into()),
+                ("db".into(), "db-alpha".into()),
+            ]),
+        }
+    }
+
+    fn policy(spec: Value) -> NetworkPolicy {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "shop", "labels": {"app": "web"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn twin(spec: Value) -> Value {
+        serde_json::to_value(translate(&policy(spec), &inventory(), NODE)).unwrap()
+    }
+
+    fn block(ip: &str) -> Value {
+        json!({"ipBlock": {"cidr": format!("{ip}/32")}})
+    }
+
+    #[test]
+    fn same_namespace_pods_are_kept_by_selector_and_home_ones_by_address() {
+        let t = twin(json!({"podSelector": {"matchLabels": {"app": "db"}},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                         "ports": [{"port": 5432, "protocol": "TCP"}]}]}));
+        assert_eq!(
+            t["podSelector"],
+            json!({"matchLabels": {"app": "db"}}),
+            "kept: {t}"
+        );
+        assert_eq!(t["policyTypes"], json!(["Ingress"]), "written out: {t}");
+        // The web pod in the twin by selector; those at home and on another provider by
+        // address (the provider refuses the latter), in address order; never the one on this
+        // node by address.
+        assert_eq!(
+            t["ingress"][0]["from"],
+            json!([{"podSelector": {"matchLabels": {"app": "web"}}},
+                   block("10.73.0.4"), block("10.244.1.5")]),
+            "{t}"
+        );
+        assert_eq!(
+            t["ingress"][0]["ports"],
+            json!([{"port": 5432, "protocol": "TCP"}])
+        );
+    }
+
+    #[test]
+    fn an_empty_selector_is_every_pod_of_the_namespace() {
+        let t = twin(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}));
+        assert_eq!(
+            t["ingress"][0]["from"],
+            json!([{"podSelector": {}}, block("10.73.0.4"), block("10.244.1.5"), block("10.244.1.6")]),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn namespace_selectors_become_twins_by_name_and_addresses() {
+        let t = twin(json!({"podSelector": {},
+            "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"tier": "data"}},
+                                "podSelector": {"matchLabels": {"app": "pg"}}}]}]}));
+        assert_eq!(t["policyTypes"], json!(["Ingress", "Egress"]), "{t}");
+        assert_eq!(
+            t["egress"][0]["to"],
+            json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "db-alpha"}},
+                    "podSelector": {"matchLabels": {"app": "pg"}}},
+                   block("10.244.2.7")]),
+            "{t}"
+        );
+        // Every namespace of team a (its own among them), any pod: the own twin by selector.
+        let t = twin(json!({"podSelector": {},
+            "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [
+                {"key": "team", "operator": "In", "values": ["a"]}]}}]}]}));
+        let from = t["ingress"][0]["from"].as_array().unwrap().clone();
+        assert_eq!(
+            from[0],
+            json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "db-alpha"}}, "podSelector": {}})
+        );
+        assert_eq!(from[1], json!({"podSelector": {}}));
+        let blocks: Vec<&str> = from[2..]
+            .iter()
+            .map(|p| p["ipBlock"]["cidr"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            blocks,
+            ["10.73.0.4", "10.244.1.5", "10.244.1.6", "10.244.2.7"].map(|b| format!("{b}/32"))
+        );
+        // NotIn, DoesNotExist: only tools, which has no twin: addresses only.
+        let t = twin(json!({"podSelector": {},
+            "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [
+                {"key": "team", "operator": "NotIn", "values": ["a"]},
+                {"key": "tier", "operator": "DoesNotExist"}]}}]}]}));
+        assert_eq!(t["ingress"][0]["from"], json!([block("10.244.3.8")]), "{t}");
+    }
+
+    #[test]
+    fn a_rule_whose_peers_select_nothing_is_dropped_not_opened() {
+        // No namespace labelled so: the rule allows nothing, and must not become `from: []`.
+        let t = twin(json!({"podSelector": {},
+            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "nobody"}}}]},
+                        {"from": [{"ipBlock": {"cidr": "192.0.2.0/24"}}]}],
+            "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"team": "b"}},
+                                "podSelector": {"matchLabels": {"app": "none"}}}]}]}));
+        assert_eq!(
+            t["ingress"],
+            json!([{"from": [{"ipBlock": {"cidr": "192.0.2.0/24"}}]}]),
+            "{t}"
+        );
+        assert_eq!(t["egress"], json!([]), "{t}");
+        assert_eq!(
+            t["policyTypes"],
+            json!(["Ingress", "Egress"]),
+            "egress still isolated: {t}"
+        );
+        // An operator not known selects nothing.
+        let t = twin(json!({"podSelector": {},
+            "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [
+                {"key": "team", "operator": "Gt", "values": ["1"]}]}}]}]}));
+        assert_eq!(t["ingress"], json!([]), "{t}");
+    }
+
+    #[test]
+    fn default_deny_everyone_blocks_and_their_excepts_stay_as_they_are() {
+        let deny = json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]});
+        let t = twin(deny.clone());
+        assert_eq!(t, deny, "default-deny both ways");
+        let t = twin(
+            json!({"podSelector": {}, "ingress": [{}], "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}),
+        );
+        assert_eq!(t["ingress"], json!([{}]), "everyone stays everyone: {t}");
+        assert_eq!(
+            t["egress"],
+            json!([{"ports": [{"port": 53, "protocol": "UDP"}]}]),
+            "{t}"
+        );
+        let b = json!({"ipBlock": {"cidr": "10.244.0.0/16", "except": ["10.244.1.0/24"]}});
+        let t = twin(json!({"podSelector": {}, "ingress": [{"from": [b]}]}));
+        assert_eq!(
+            t["ingress"][0]["from"],
+            json!([b]),
+            "the provider remaps blocks: {t}"
+        );
+    }
+
+    #[test]
+    fn the_forge_copies_metadata_and_keeps_home_what_is_not_reflected() {
+        let (tx, rx) = watch::channel(None);
+        let forge = NetworkPolicies {
+            node_name: NODE.into(),
+            inventory: rx,
+        };
+        let home = policy(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}));
+        assert!(
+            forge.forge(&home).is_none(),
+            "no inventory yet: nothing forged"
+        );
+        tx.send(Some(Arc::new(inventory()))).unwrap();
+        let shadow = forge.forge(&home).unwrap();
+        assert_eq!(shadow.metadata.labels, home.metadata.labels);
+        assert_eq!(
+            shadow.metadata.annotations, None,
+            "kubectl's record left home"
+        );
+        assert_eq!(shadow.spec.template, translate(&home, &inventory(), NODE));
+        let mut never = home.clone();
+        never.metadata.annotations = Some(BTreeMap::from([(
+            crate::configs::REFLECT.into(),
+            "never".into(),
+        )]));
+        assert!(forge.forge(&never).is_none());
+        let mut from_peer = home.clone();
+        from_peer.metadata.labels = Some(BTreeMap::from([
+            (MANAGED_BY.into(), REFLECTED.into()),
+            (REFLECTED_FROM.into(), "gamma".into()),
+        ]));
+        assert!(forge.forge(&from_peer).is_none(), "never reflected back");
+    }
+
+    #[test]
+    fn home_pods_by_their_own_address_only() {
+        let p = |v: Value| home_pod(&serde_json::from_value::<Pod>(v).unwrap());
+        let base = json!({"metadata": {"name": "a", "namespace": "shop", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": []},
+            "status": {"phase": "Running", "podIP": "10.244.1.5", "podIPs": [{"ip": "fd00::5"}, {"ip": "10.244.1.5"}]}});
+        let got = p(base.clone()).unwrap();
+        assert_eq!(
+            (got.ip, got.node.as_deref()),
+            ("10.244.1.5".parse().unwrap(), Some("n1"))
+        );
+        let mut host = base.clone();
+        host["spec"]["hostNetwork"] = json!(true);
+        assert!(p(host).is_none(), "the node's address is not the pod's");
+        let mut done = base.clone();
+        done["status"]["phase"] = json!("Succeeded");
+        assert!(p(done).is_none(), "its address may be another pod's now");
+        let mut unaddressed = base;
+        unaddressed["status"] = json!({"phase": "Pending"});
+        assert!(p(unaddressed).is_none());
+    }
+}

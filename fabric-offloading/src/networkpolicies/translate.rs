@@ -315,3 +315,220 @@ fn default_protocols(v: &mut serde_json::Value) {
 pub fn ours(policy: &NetworkPolicy) -> bool {
     policy.labels().get(MANAGED_BY).map(String::as_str) == Some(REFLECTED)
 }
+
+#[cfg(test)]
+mod tests {
+    use fabric_api::networking::v1alpha1::{
+        ClusterCidrs, Configuration, ConfigurationSpec, ConfigurationStatus,
+    };
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// The consumer: pods 10.244.0.0/16 seen here as 10.245.0.0/16, external 10.70.0.0/16 as
+    /// 10.90.0.0/16.
+    fn remaps() -> Remaps {
+        let cidrs = |pod: &str, external: &str| ClusterCidrs {
+            pod: pod.into(),
+            external: external.into(),
+        };
+        let mut c = Configuration::new(
+            "alpha",
+            ConfigurationSpec {
+                cluster_id: "alpha".into(),
+                remote: cidrs("10.244.0.0/16", "10.70.0.0/16"),
+            },
+        );
+        c.status = Some(ConfigurationStatus {
+            remote: Some(cidrs("10.245.0.0/16", "10.90.0.0/16")),
+            ..Default::default()
+        });
+        Remaps::of(&c).unwrap()
+    }
+
+    fn shadow(template: Value) -> ShadowNetworkPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowNetworkPolicy",
+            "metadata": {"name": "p", "namespace": "shop-alpha", "uid": "u1",
+                         "labels": {"app": "web", "fabric.io/reflected-from": "alpha"},
+                         "annotations": {REFLECTED_HASH: "abc", "team": "shop"}},
+            "spec": {"template": template},
+        }))
+        .unwrap()
+    }
+
+    /// The consumer's namespaces here: its twins.
+    fn ours(ns: &str) -> bool {
+        ns.ends_with("-alpha")
+    }
+
+    fn real(template: Value) -> (Value, Vec<String>) {
+        let t = real_policy(&shadow(template), &remaps(), &ours);
+        (serde_json::to_value(t.policy.spec).unwrap(), t.refused)
+    }
+
+    fn blocks(b: Value) -> (Vec<IPBlock>, Option<String>) {
+        block(&serde_json::from_value(b).unwrap(), &remaps())
+    }
+
+    fn cidrs(v: &[IPBlock]) -> Vec<(String, Vec<String>)> {
+        v.iter()
+            .map(|b| (b.cidr.clone(), b.except.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn home_addresses_are_remapped_host_part_kept() {
+        let (b, why) = blocks(json!({"cidr": "10.244.1.5/32"}));
+        assert_eq!(cidrs(&b), [("10.245.1.5/32".into(), vec![])]);
+        assert_eq!(why, None);
+        let (b, _) = blocks(json!({"cidr": "10.70.3.0/24"}));
+        assert_eq!(cidrs(&b), [("10.90.3.0/24".into(), vec![])]);
+        // Host bits set: taken as its network.
+        let (b, _) = blocks(json!({"cidr": "10.244.1.5/24"}));
+        assert_eq!(cidrs(&b), [("10.245.1.0/24".into(), vec![])]);
+    }
+
+    #[test]
+    fn what_is_not_the_consumers_is_refused_and_wide_blocks_narrowed() {
+        // A pod of a third cluster, the provider's own service range: nothing.
+        for cidr in ["10.73.0.4/32", "10.96.0.0/12", "10.245.1.5/32"] {
+            let (b, why) = blocks(json!({"cidr": cidr}));
+            assert!(b.is_empty(), "{cidr}: {b:?}");
+            assert!(why.unwrap().contains(cidr));
+        }
+        // Everything at home is the consumer's two CIDRs here, nothing more.
+        let (b, why) = blocks(json!({"cidr": "0.0.0.0/0"}));
+        assert_eq!(
+            cidrs(&b),
+            [
+                ("10.245.0.0/16".into(), vec![]),
+                ("10.90.0.0/16".into(), vec![])
+            ]
+        );
+        assert!(why.unwrap().contains("only the consumer's"));
+        let (b, _) = blocks(json!({"cidr": "not-a-cidr"}));
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn excepts_are_clipped_and_remapped_with_their_block() {
+        let (b, why) =
+            blocks(json!({"cidr": "10.244.0.0/16", "except": ["10.244.1.0/24", "10.244.2.7/32"]}));
+        assert_eq!(
+            cidrs(&b),
+            [(
+                "10.245.0.0/16".into(),
+                vec!["10.245.1.0/24".into(), "10.245.2.7/32".into()]
+            )]
+        );
+        assert_eq!(why, None);
+        // 0.0.0.0/0 except the consumer's external CIDR (and a range of nobody's here): only
+        // its pods, no exception left to say.
+        let (b, _) =
+            blocks(json!({"cidr": "0.0.0.0/0", "except": ["10.64.0.0/10", "192.168.0.0/16"]}));
+        assert_eq!(cidrs(&b), [("10.245.0.0/16".into(), vec![])]);
+        // An exception not understood: the block would allow more than asked, so none of it.
+        let (b, why) = blocks(json!({"cidr": "10.244.0.0/16", "except": ["bad"]}));
+        assert!(b.is_empty() && why.unwrap().contains("bad"));
+    }
+
+    #[test]
+    fn selectors_of_the_twin_and_of_the_consumers_namespaces_only() {
+        let (spec, refused) = real(json!({"podSelector": {"matchLabels": {"app": "db"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [
+                {"podSelector": {"matchLabels": {"app": "web"}}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "db-alpha"}},
+                 "podSelector": {"matchLabels": {"app": "pg"}}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
+                {"namespaceSelector": {}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "db-alpha", "x": "y"}}},
+                {"ipBlock": {"cidr": "10.244.1.5/32"}},
+            ], "ports": [{"port": 5432}]}]}));
+        assert_eq!(spec["podSelector"], json!({"matchLabels": {"app": "db"}}));
+        assert_eq!(
+            spec["ingress"],
+            json!([{"from": [
+                {"podSelector": {"matchLabels": {"app": "web"}}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "db-alpha"}},
+                 "podSelector": {"matchLabels": {"app": "pg"}}},
+                {"ipBlock": {"cidr": "10.245.1.5/32"}},
+            ], "ports": [{"port": 5432}]}]),
+            "{spec}"
+        );
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(
+            refused.iter().all(|r| r.contains("namespaceSelector")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_rule_left_without_peers_is_dropped_never_opened() {
+        let (spec, refused) = real(json!({"podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"ipBlock": {"cidr": "10.96.0.1/32"}}]}, {}],
+            "egress": [{"to": [{"namespaceSelector": {}}], "ports": [{"port": 443}]}]}));
+        assert_eq!(spec["ingress"], json!([{}]), "{spec}");
+        assert_eq!(spec["egress"], json!([]), "{spec}");
+        assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+        assert!(
+            refused.iter().any(|r| r.contains("ingress rule 0")),
+            "{refused:?}"
+        );
+        assert!(
+            refused.iter().any(|r| r.contains("egress rule 0")),
+            "{refused:?}"
+        );
+        // Default deny: as it is; policy types written out when the shadow has none.
+        let (spec, refused) = real(json!({"podSelector": {}, "egress": [{}]}));
+        assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+        assert!(refused.is_empty());
+    }
+
+    #[test]
+    fn the_real_policy_is_ours_owned_by_its_shadow() {
+        let t = real_policy(&shadow(json!({"podSelector": {}})), &remaps(), &ours);
+        let m = &t.policy.metadata;
+        assert_eq!(
+            (m.name.as_deref(), m.namespace.as_deref()),
+            (Some("p"), Some("shop-alpha"))
+        );
+        assert!(ours_policy(&t.policy));
+        assert_eq!(m.labels.as_ref().unwrap()["app"], "web");
+        assert_eq!(
+            m.annotations,
+            Some(BTreeMap::from([("team".to_owned(), "shop".to_owned())]))
+        );
+        let owner = &m.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("ShadowNetworkPolicy", "u1")
+        );
+        // As the API server keeps it (protocols defaulted): already written.
+        let mut stored = t.policy.clone();
+        assert!(written(&stored, &t.policy));
+        let with_port = real_policy(
+            &shadow(json!({"podSelector": {}, "ingress": [{"ports": [{"port": 80}]}]})),
+            &remaps(),
+            &ours,
+        )
+        .policy;
+        stored = with_port.clone();
+        stored.spec.as_mut().unwrap().ingress.as_mut().unwrap()[0]
+            .ports
+            .as_mut()
+            .unwrap()[0]
+            .protocol = Some("TCP".into());
+        assert!(written(&stored, &with_port));
+        assert!(!written(&t.policy, &with_port));
+        let mut admin = t.policy.clone();
+        admin.metadata.labels = None;
+        assert!(!ours_policy(&admin));
+    }
+
+    fn ours_policy(p: &NetworkPolicy) -> bool {
+        super::ours(p)
+    }
+}

@@ -164,6 +164,8 @@ pub fn cluster_role(vn: &VirtualNode) -> ClusterRole {
                     &[],
                     &["get", "list", "watch"],
                 ),
+                // The namespaces' labels: what NetworkPolicies' namespaceSelectors select.
+                rule("", &["namespaces"], &[], &["get", "list", "watch"]),
             ]
             .into_iter()
             .chain(VOLUME_RULES.iter().map(|(g, r, v)| rule(g, r, &[], v)))
@@ -483,6 +485,11 @@ mod tests {
             r.resources.as_deref() == Some(&["namespaceoffloadings".to_owned()][..])
                 && r.verbs == ["get", "list", "watch"]
         };
+        // Namespaces' labels (NetworkPolicies' namespaceSelectors): read only.
+        let namespaces = |r: &PolicyRule| {
+            r.resources.as_deref() == Some(&["namespaces".to_owned()][..])
+                && r.verbs == ["get", "list", "watch"]
+        };
         // Placeholder volumes: confined by an admission policy, never listed.
         let volumes = |r: &PolicyRule| {
             r.resources.as_deref() == Some(&["persistentvolumes".to_owned()][..])
@@ -490,7 +497,7 @@ mod tests {
         };
         for r in rules
             .iter()
-            .filter(|r| !pod_rule(r) && !offloadings(r) && !volumes(r))
+            .filter(|r| !pod_rule(r) && !offloadings(r) && !namespaces(r) && !volumes(r))
         {
             let named = r.resource_names.as_ref().is_some_and(|n| !n.is_empty());
             assert!(

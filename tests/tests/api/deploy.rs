@@ -442,6 +442,22 @@ fn manifests_apply_with_least_privilege() {
                 "shadowendpointslices.offloading.fabric.io",
             ),
             ("fabric-sharing", "watch", "endpointslices.discovery.k8s.io"),
+            // The ShadowNetworkPolicy controller likewise.
+            (
+                "fabric-sharing",
+                "watch",
+                "shadownetworkpolicies.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "patch",
+                "shadownetworkpolicies.offloading.fabric.io",
+            ),
+            (
+                "fabric-sharing",
+                "watch",
+                "networkpolicies.networking.k8s.io",
+            ),
             (
                 "fabric-sharing",
                 "watch",
@@ -820,6 +836,23 @@ fn manifests_apply_with_least_privilege() {
                 "delete",
                 "shadowendpointslices.offloading.fabric.io",
             ),
+            // NetworkPolicies only where fabric-sharing-tenant is bound; the shadows are the
+            // consumer's.
+            (
+                "fabric-sharing",
+                "create",
+                "networkpolicies.networking.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "delete",
+                "networkpolicies.networking.k8s.io",
+            ),
+            (
+                "fabric-sharing",
+                "create",
+                "shadownetworkpolicies.offloading.fabric.io",
+            ),
             (
                 "fabric-auth",
                 "bind",
@@ -1032,6 +1065,40 @@ fn manifests_apply_with_least_privilege() {
                 (&vk[..], "patch", "persistentvolumeclaims", true),
                 (&vk[..], "create", "persistentvolumeclaims", false),
                 (&vk[..], "delete", "persistentvolumeclaims", false),
+                // NetworkPolicies: the consumer writes shadows the provider translates, never
+                // a real policy (one of its own could open what the provider's close); the
+                // virtual kubelet reads the home ones.
+                (
+                    &as_consumer[..],
+                    "create",
+                    "shadownetworkpolicies.offloading.fabric.io",
+                    true,
+                ),
+                (
+                    &as_consumer[..],
+                    "delete",
+                    "shadownetworkpolicies.offloading.fabric.io",
+                    true,
+                ),
+                (
+                    &as_consumer[..],
+                    "create",
+                    "networkpolicies.networking.k8s.io",
+                    false,
+                ),
+                (
+                    &as_consumer[..],
+                    "patch",
+                    "networkpolicies.networking.k8s.io",
+                    false,
+                ),
+                (&vk[..], "watch", "networkpolicies.networking.k8s.io", true),
+                (
+                    &vk[..],
+                    "create",
+                    "networkpolicies.networking.k8s.io",
+                    false,
+                ),
             ] {
                 // `kubectl auth can-i VERB services/status` would ask about a Service named
                 // status.
@@ -1958,6 +2025,59 @@ fn manifests_apply_with_least_privilege() {
                     None,
                 ),
             );
+            // NetworkPolicies in a twin likewise: the fabric's own only, never the provider's
+            // admin's (fabric-sharing-networkpolicies).
+            {
+                use fabric_api::names::network_policy::{MANAGED_BY, REFLECTED};
+                let policy = |name: &str, labels: serde_json::Value| {
+                    serde_json::json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                        "metadata": {"name": name, "namespace": &m.remote, "labels": labels},
+                        "spec": {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}})
+                };
+                allowed(
+                    "the sharing controllers writing their own NetworkPolicy in a twin",
+                    apply_with(
+                        &sharing,
+                        &policy("ours", serde_json::json!({MANAGED_BY: REFLECTED})),
+                    ),
+                );
+                attacks.refused(
+                    "the sharing controllers writing a NetworkPolicy that is not theirs",
+                    apply_with(
+                        &sharing,
+                        &policy("theirs", serde_json::json!({"owner": "admin"})),
+                    ),
+                );
+                let o = api.kubectl_stdin(
+                    &["create", "-f", "-"],
+                    &policy("admin-own", serde_json::json!({"owner": "admin"})).to_string(),
+                );
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+                attacks.refused(
+                    "the sharing controllers taking over the provider's admin's NetworkPolicy",
+                    kubectl_with(
+                        &sharing,
+                        &[
+                            "label",
+                            "--overwrite",
+                            "networkpolicy",
+                            "admin-own",
+                            "-n",
+                            &m.remote,
+                            &format!("{MANAGED_BY}={REFLECTED}"),
+                        ],
+                        None,
+                    ),
+                );
+                attacks.refused(
+                    "the sharing controllers deleting the provider's admin's NetworkPolicy",
+                    kubectl_with(
+                        &sharing,
+                        &["delete", "networkpolicy", "admin-own", "-n", &m.remote],
+                        None,
+                    ),
+                );
+            }
             attacks.check();
         },
     );
