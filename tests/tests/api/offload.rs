@@ -58,6 +58,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+mod netpol;
 mod storage;
 
 const HOME_NS: &str = "shop";
