@@ -31,7 +31,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
     runtime::{
-        Controller,
+        Controller, WatchStreamExt,
         controller::Action,
         reflector::{ObjectRef, Store},
         watcher,
@@ -216,10 +216,17 @@ pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> 
     let shadows: Api<ShadowNetworkPolicy> = Api::all(client.clone());
     let ours = watcher::Config::default().labels(&format!("{MANAGED_BY}={REFLECTED}"));
     let (written, policies) = cache::touched(Api::<NetworkPolicy>::all(client.clone()), ours);
-    let (namespaces, ns_changes) = cache::touched(
+    // The store fills on its own (it is awaited below, before the controller polls
+    // anything); the changes come from a watch of their own.
+    let consumers = watcher::Config::default().labels(label::REMOTE_CLUSTER);
+    let (namespaces, _ns_task) = cache::lean(
         Api::<Namespace>::all(client.clone()),
-        watcher::Config::default().labels(label::REMOTE_CLUSTER),
+        consumers.clone(),
+        "Namespace",
     );
+    let ns_changes = watcher::watcher(Api::<Namespace>::all(client.clone()), consumers)
+        .default_backoff()
+        .applied_objects();
     let (configurations, configs) = cache::touched(
         Api::<Configuration>::namespaced(client.clone(), &fabric_namespace),
         watcher::Config::default(),

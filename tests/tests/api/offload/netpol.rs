@@ -52,6 +52,35 @@ fn real(bed: &Bed, name: &str) -> Option<Value> {
     in_store_twin(bed, "networkpolicy", name)
 }
 
+/// What the twin holds of policies and what was said there, for a failure's message.
+fn dump(bed: &Bed) -> String {
+    let get = |what: &str| {
+        let o = bed
+            .provider
+            .kubectl(&["get", what, "-n", &store_twin(), "-o", "json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        serde_json::to_string(&v["items"]).unwrap_or_default()
+    };
+    format!(
+        "--- shadows ---\n{}\n--- policies ---\n{}\n--- events ---\n{}",
+        get("shadownetworkpolicies"),
+        get("networkpolicies"),
+        get("events.events.k8s.io")
+    )
+}
+
+/// [`Bed::eventually`], failing with what the twin holds.
+async fn until<T, F, Fut>(bed: &Bed, what: &str, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match try_eventually(what, T, f).await {
+        Ok(v) => v,
+        Err(e) => panic!("{e}\n{}\n{}", dump(bed), bed.logs()),
+    }
+}
+
 /// The first ingress rule's peers of `policy`.
 fn from(policy: &Value) -> Value {
     policy["spec"]["ingress"][0]["from"].clone()
@@ -91,7 +120,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
         }
         set_map(&bed, &[(STORE, &twin), (PAY, &pay_twin())]).await;
         for t in [twin.clone(), pay_twin()] {
-            bed.eventually("the twin made by the provider", || async {
+            until(&bed, "the twin made by the provider", || async {
                 let o = bed.provider.kubectl(&["get", "namespace", &t]);
                 o.status.success().then_some(())
             })
@@ -113,8 +142,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
                                  "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
                                               "ports": [{"port": 5432, "protocol": "TCP"}]}]}}),
             );
-            let shadow = bed
-                .eventually("the shadow in the twin", || async {
+            let shadow = until(&bed, "the shadow in the twin", || async {
                     in_store_twin(&bed, "shadownetworkpolicy", "db-in")
                 })
                 .await;
@@ -123,8 +151,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
                 CONSUMER,
                 "{shadow}"
             );
-            let p = bed
-                .eventually("the real policy, the client's address remapped", || async {
+            let p = until(&bed, "the real policy, the client's address remapped", || async {
                     let p = real(&bed, "db-in")?;
                     (from(&p)
                         == json!([{"podSelector": {"matchLabels": {"app": "client"}}},
@@ -152,7 +179,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
     .await;
     phase_async("pods moving, coming and going are followed", async {
         set_ip(&bed, STORE, "client", "10.244.2.8");
-        bed.eventually("the moved client's new address", || async {
+        until(&bed, "the moved client's new address", || async {
             let p = real(&bed, "db-in")?;
             (from(&p)
                 == json!([{"podSelector": {"matchLabels": {"app": "client"}}},
@@ -161,7 +188,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
         })
         .await;
         home_pod(&bed, STORE, "client-2", "client", "10.244.3.3");
-        bed.eventually("a second client's address", || async {
+        until(&bed, "a second client's address", || async {
             let p = real(&bed, "db-in")?;
             (from(&p)
                 == json!([{"podSelector": {"matchLabels": {"app": "client"}}},
@@ -178,7 +205,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
             "--grace-period=0",
             "--force",
         ]);
-        bed.eventually("the gone client's address removed", || async {
+        until(&bed, "the gone client's address removed", || async {
             let p = real(&bed, "db-in")?;
             (from(&p)
                 == json!([{"podSelector": {"matchLabels": {"app": "client"}}},
@@ -203,8 +230,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
                                          {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [TOOLS]}]},
                                       "podSelector": {"matchLabels": {"app": "probe"}}}]}]}}),
             );
-            let p = bed
-                .eventually("the policy with translated namespace peers", || async {
+            let p = until(&bed, "the policy with translated namespace peers", || async {
                     let p = real(&bed, "from-others")?;
                     (from(&p).as_array().map(Vec::len) == Some(2)).then_some(p)
                 })
@@ -232,7 +258,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
                 "-p",
                 r#"[{"op":"replace","path":"/spec/ingress/0/ports/0/port","value":5433}]"#,
             ]);
-            bed.eventually("the new port in the twin", || async {
+            until(&bed, "the new port in the twin", || async {
                 let p = real(&bed, "db-in")?;
                 (p["spec"]["ingress"][0]["ports"][0]["port"] == 5433).then_some(())
             })
@@ -240,7 +266,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
             bed.consumer
                 .kubectl_ok(&["delete", "networkpolicy", "db-in", "-n", STORE]);
             for kind in ["shadownetworkpolicy", "networkpolicy"] {
-                bed.eventually(&format!("the {kind} gone from the twin"), || async {
+                until(&bed, &format!("the {kind} gone from the twin"), || async {
                     in_store_twin(&bed, kind, "db-in").is_none().then_some(())
                 })
                 .await;
@@ -320,8 +346,7 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
                 .create(&Default::default(), &evil)
                 .await
                 .unwrap();
-            let p = bed
-                .eventually("the evil shadow's real policy", || async { real(&bed, "evil") })
+            let p = until(&bed, "the evil shadow's real policy", || async { real(&bed, "evil") })
                 .await;
             assert_eq!(
                 p["spec"]["egress"],
