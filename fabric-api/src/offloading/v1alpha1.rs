@@ -389,10 +389,10 @@ pub struct ShadowEndpointSliceSpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ShadowNetworkPolicySpec {
-    /// The NetworkPolicySpec (networking.k8s.io/v1), in the consumer's addresses. Not
-    /// described field by field: the provider's controller reads it as that type and keeps
-    /// only what it can vouch for, and the provider's API server validates the real one.
-    #[schemars(schema_with = "crate::cel::preserve_unknown_object")]
+    /// The NetworkPolicySpec (networking.k8s.io/v1), in the consumer's addresses, described
+    /// field by field: a shadow the provider's controller could not read as that type would
+    /// stop its watch for every consumer, so the API server refuses it first. The controller
+    /// keeps only what it can vouch for, and the provider's API server validates the real one.
     pub template: k8s_openapi::api::networking::v1::NetworkPolicySpec,
 }
 

@@ -307,6 +307,22 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
                 "spec": {"template": {"podSelector": {}, "ingress": [{}]}},
             }))
             .unwrap();
+            // A shadow the provider's controller could not read (its watch would stop for
+            // every consumer): refused by the API server, by the CRD's schema.
+            let unreadable: kube::api::DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowNetworkPolicy",
+                "metadata": {"name": "unreadable"},
+                "spec": {"template": {"podSelector": "all", "ingress": {"from": 1}}},
+            }))
+            .unwrap();
+            let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+            let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+            let resource = kube::api::ApiResource::erase::<ShadowNetworkPolicy>(&());
+            let err = Api::<kube::api::DynamicObject>::namespaced_with(client, &twin, &resource)
+                .create(&Default::default(), &unreadable)
+                .await
+                .expect_err("a shadow its controller cannot read");
+            assert!(err.to_string().contains("podSelector"), "{err}");
             for ns in [gamma, "default", NS, &names::namespace::tenant(CONSUMER)] {
                 let err = as_consumer_in::<ShadowNetworkPolicy>(&bed, ns)
                     .await
