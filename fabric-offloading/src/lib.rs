@@ -7,6 +7,9 @@
 //!   the admission webhook admits and charges (admission, quota, the webhook on
 //!   `fabric_http::https`), and the opt-in at-most-once stop of a silent consumer's pods
 //!   (partition, fence);
+//! - [`endpointslices`], [`networkpolicies`] (provider): a consumer's shadows of its offloaded
+//!   namespaces' EndpointSlices and NetworkPolicies written as real ones, addresses remapped
+//!   and whatever is not the consumer's refused;
 //! - [`pod_placement`] (consumer): where the pods of an offloaded namespace may run, the pure
 //!   mutation of the pod webhook (served by the same server as the ShadowPod webhook);
 //! - [`virtual_node`] (consumer): for each VirtualNode, its virtual kubelet and the RBAC it
