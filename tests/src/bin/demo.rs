@@ -634,6 +634,87 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         .find(|l| l.contains("status 200"))
         .unwrap_or_default();
     println!("  {first} (a ConfigMapList from A, read by a pod running in B)");
+    println!("  kubectl apply (in A) a NetworkPolicy: web takes connections from db's pods only:");
+    d.cl.a.create(
+        &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "web-from-db", "namespace": shop::NAMESPACE},
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}},
+                 "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "db"}}}],
+                              "ports": [{"port": ECHO_PORT}]}]}}),
+    )?;
+    let cidrs = ".spec.ingress[*].from[*].ipBlock.cidr";
+    let reflected = wait(
+        "the NetworkPolicy in the twin",
+        Duration::from_secs(30),
+        || {
+            let out = kubectl(
+                &d.cl.b.api,
+                &[
+                    "get",
+                    "networkpolicy",
+                    "web-from-db",
+                    "-n",
+                    &twin,
+                    "-o",
+                    &format!("jsonpath={{{cidrs}}}"),
+                ],
+            )
+            .ok()?;
+            (!out.trim().is_empty()).then_some(out)
+        },
+    );
+    let reflected = match reflected {
+        Ok(r) => r,
+        Err(e) => {
+            show(kubectl(
+                &d.cl.b.api,
+                &[
+                    "get",
+                    "shadownetworkpolicies,networkpolicies,events",
+                    "-n",
+                    &twin,
+                    "-o",
+                    "yaml",
+                ],
+            ));
+            show(kubectl(
+                &d.cl.a.api,
+                &[
+                    "get",
+                    "pods",
+                    "-n",
+                    shop::NAMESPACE,
+                    "-o",
+                    "wide",
+                    "--show-labels",
+                ],
+            ));
+            return Err(e);
+        }
+    };
+    println!(
+        "  On cluster B, in the twin: db (at home in A) is an address block, in B's view of A:"
+    );
+    show(kubectl(
+        &d.cl.b.api,
+        &[
+            "get",
+            "networkpolicy",
+            "-n",
+            &twin,
+            "-o",
+            &format!(
+                "custom-columns=NAME:.metadata.name,POD-SELECTOR:.spec.podSelector.matchLabels,FROM:{cidrs}"
+            ),
+        ],
+    ));
+    println!(
+        "  (the consumer writes a ShadowNetworkPolicy; B's controller writes this one, cut to A's"
+    );
+    println!(
+        "   own addresses: {}; enforcing it is B's network plugin's job)",
+        reflected.trim()
+    );
     println!("  fabricctl unoffload namespace shop (it says what goes first):");
     show(fabricctl(&d.cl.a.api, &["unoffload", "namespace", "shop"]));
     check_interrupt()?;
