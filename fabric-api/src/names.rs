@@ -145,6 +145,10 @@ pub mod annotation {
     pub const TWIN_OF_MAP: &str = "offloading.fabric.io/namespace-map";
     /// On a provider's twin namespace: the consumer's namespace it is the twin of.
     pub const TWIN_HOME: &str = "offloading.fabric.io/home-namespace";
+    /// On a provider's twin namespace: the `storageRetention` of its mapping when it was
+    /// made (`Retain` or `Delete`; absent: `Retain`), which decides whether the claims the
+    /// fabric made there outlive the twin's mapping.
+    pub const STORAGE_RETENTION: &str = "offloading.fabric.io/storage-retention";
     /// On an offloaded pod (its ShadowPod's template, so the real pod) whose downward-API
     /// volumes read its namespace: the home namespace, which those items read instead of the
     /// provider's (the same key as [`TWIN_HOME`], on another kind).

@@ -1,7 +1,7 @@
 //! The command line.
 use std::{ffi::OsString, path::PathBuf};
 
-use fabric_api::offloading::v1alpha1::{MappingStrategy, PodOffloadingStrategy};
+use fabric_api::offloading::v1alpha1::{MappingStrategy, PodOffloadingStrategy, StorageRetention};
 
 use clap::{
     Parser, Subcommand, ValueEnum,
@@ -144,6 +144,12 @@ pub enum OffloadCmd {
         /// the requirements of one --selector ANDed; repeated, ORed. None: every provider.
         #[arg(long = "selector", short = 'l')]
         selectors: Vec<String>,
+        /// What becomes of the claims of the namespace's volumes on a provider when its twin
+        /// would go (unoffloaded, no longer selected, unpeered): Retain (kept there, reported
+        /// on the ForeignCluster and by `fabricctl info peer`, deleted by `fabricctl forget
+        /// volumes`) or Delete (gone with the twin). Cannot change once offloaded.
+        #[arg(long, value_parser = retention, default_value = "Retain")]
+        storage_retention: StorageRetention,
         /// Print the NamespaceOffloadings instead of applying them.
         #[arg(long, short = 'o', value_parser = ["yaml"])]
         output: Option<String>,
@@ -174,6 +180,10 @@ fn api_enum<T: serde::de::DeserializeOwned>(s: &str, all: &str) -> Result<T, Str
 
 fn mapping_strategy(s: &str) -> Result<MappingStrategy, String> {
     api_enum(s, "DefaultName, EnforceSameName, SelectedName")
+}
+
+fn retention(s: &str) -> Result<StorageRetention, String> {
+    api_enum(s, "Retain, Delete")
 }
 
 fn pod_strategy(s: &str) -> Result<PodOffloadingStrategy, String> {

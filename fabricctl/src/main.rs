@@ -146,6 +146,7 @@ async fn run(cli: Cli) -> Result<()> {
             remote_namespace_name,
             pod_offloading_strategy,
             selectors,
+            storage_retention,
             output,
             timeout,
         }) => {
@@ -155,6 +156,7 @@ async fn run(cli: Cli) -> Result<()> {
                 remote_name: remote_namespace_name,
                 pods: pod_offloading_strategy,
                 selectors,
+                retention: storage_retention,
             };
             offload::offload(local, req, output.is_some(), timeout).await
         }

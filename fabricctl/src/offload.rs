@@ -15,7 +15,7 @@ use fabric_api::{
         namespaces::{self, twin_name},
         v1alpha1::{
             ClusterOffloading, MappingStrategy, NamespaceOffloading, NamespaceOffloadingSpec,
-            OffloadingPhase, PodOffloadingStrategy, TwinPhase, VirtualNode,
+            OffloadingPhase, PodOffloadingStrategy, StorageRetention, TwinPhase, VirtualNode,
         },
     },
 };
@@ -37,6 +37,7 @@ pub struct Request {
     pub pods: PodOffloadingStrategy,
     /// `--selector`, one term each.
     pub selectors: Vec<String>,
+    pub retention: StorageRetention,
 }
 
 /// The field manager of what `fabricctl offload` applies.
@@ -211,6 +212,7 @@ pub fn offloadings(req: &Request) -> Result<Vec<NamespaceOffloading>> {
         cluster_selector: (!terms.is_empty()).then_some(NodeSelector {
             node_selector_terms: terms,
         }),
+        storage_retention: req.retention,
     };
     let mut out = Vec::new();
     for name in &req.names {

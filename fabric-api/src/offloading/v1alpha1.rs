@@ -429,6 +429,32 @@ pub enum PodOffloadingStrategy {
     Local,
 }
 
+/// What becomes of the claims the fabric made in a twin (the remote claims of the namespace's
+/// volumes) when the twin would go: the namespace unoffloaded, a provider no longer selected,
+/// the peering ended.
+#[derive(
+    schemars::JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Default,
+)]
+pub enum StorageRetention {
+    /// The provider keeps the twin while it holds such claims (the consumer's rights there
+    /// removed, its pods stopped) and reports them; `fabricctl forget volumes` deletes them,
+    /// then the twin goes.
+    #[default]
+    Retain,
+    /// The twin goes with its claims and their data.
+    Delete,
+}
+
 /// A namespace of this (consumer) cluster offloaded to its providers: each provider the
 /// `clusterSelector` selects makes a twin namespace, where this namespace's pods run and its
 /// objects are reflected.
@@ -453,7 +479,8 @@ pub enum PodOffloadingStrategy {
 #[x_kube(
     validation = Rule::new("self.namespaceMappingStrategy != 'SelectedName' || has(self.remoteNamespaceName)").message("remoteNamespaceName is required with namespaceMappingStrategy SelectedName"),
     validation = Rule::new("!has(self.remoteNamespaceName) || self.namespaceMappingStrategy == 'SelectedName'").message("remoteNamespaceName is only for namespaceMappingStrategy SelectedName"),
-    validation = Rule::new("self.namespaceMappingStrategy == oldSelf.namespaceMappingStrategy && has(self.remoteNamespaceName) == has(oldSelf.remoteNamespaceName) && (!has(self.remoteNamespaceName) || self.remoteNamespaceName == oldSelf.remoteNamespaceName)").message("namespaceMappingStrategy and remoteNamespaceName cannot change after creation: unoffload the namespace and offload it again")
+    validation = Rule::new("self.namespaceMappingStrategy == oldSelf.namespaceMappingStrategy && has(self.remoteNamespaceName) == has(oldSelf.remoteNamespaceName) && (!has(self.remoteNamespaceName) || self.remoteNamespaceName == oldSelf.remoteNamespaceName)").message("namespaceMappingStrategy and remoteNamespaceName cannot change after creation: unoffload the namespace and offload it again"),
+    validation = Rule::new("self.storageRetention == oldSelf.storageRetention").message("storageRetention cannot change after creation: the provider marks each twin with it when it makes it, and decides the data's fate from that mark")
 )]
 pub struct NamespaceOffloadingSpec {
     #[serde(default)]
@@ -471,6 +498,10 @@ pub struct NamespaceOffloadingSpec {
     /// expressions of a term ANDed; absent or without terms: every provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_selector: Option<NodeSelector>,
+    /// What becomes of the twins' claims (and their data) when a twin would go.
+    #[serde(default)]
+    #[schemars(default = "StorageRetention::default")]
+    pub storage_retention: StorageRetention,
 }
 
 /// Where a NamespaceOffloading stands ([`crate::offloading::namespaces::phase`]).
@@ -555,6 +586,51 @@ pub struct NamespaceMapping {
     #[x_kube(validation = Rule::new(DNS_LABEL).message("must be a DNS label"))]
     #[schemars(length(max = 63))]
     pub remote: String,
+    /// What becomes of the twin's claims when it would go (absent: `Retain`); the provider
+    /// marks the twin with it when it makes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_retention: Option<StorageRetention>,
+}
+
+/// A claim in a twin, by namespace, name and UID.
+#[derive(
+    KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRef {
+    #[schemars(length(max = 63))]
+    pub namespace: String,
+    #[schemars(length(max = 253))]
+    pub name: String,
+    #[schemars(length(max = 64))]
+    pub uid: String,
+}
+
+/// A claim the fabric made in a twin that is kept after its twin was given up
+/// ([`StorageRetention::Retain`]): the consumer can no longer reach it.
+#[derive(
+    KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RetainedClaim {
+    /// The twin it is in.
+    #[schemars(length(max = 63))]
+    pub namespace: String,
+    /// The consumer's namespace that twin was the twin of.
+    #[schemars(length(max = 63))]
+    pub home: String,
+    #[schemars(length(max = 253))]
+    pub name: String,
+    #[schemars(length(max = 64))]
+    pub uid: String,
+    /// Its size (`spec.resources.requests.storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub size: Option<String>,
+    /// Its StorageClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub class: Option<String>,
 }
 
 /// The condition of one twin on the provider.
@@ -629,6 +705,12 @@ pub struct NamespaceMapSpec {
     #[schemars(length(max = 256))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["home"]))]
     pub namespaces: Vec<NamespaceMapping>,
+    /// Retained claims (`status.retained`) the consumer gives up: the provider deletes each
+    /// (its UID as precondition), and a retained twin left without claims goes. An entry
+    /// naming anything else is ignored. Written by `fabricctl forget volumes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub forget: Vec<ClaimRef>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -640,6 +722,10 @@ pub struct NamespaceMapStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["home"]))]
     pub namespaces: Vec<TwinStatus>,
+    /// The claims kept in twins this map no longer asks for (`storageRetention: Retain`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "name"]))]
+    pub retained: Vec<RetainedClaim>,
 }
 
 /// Every CRD of this group version.

@@ -128,6 +128,8 @@ async fn sync_map(
         spec: NamespaceMapSpec {
             cluster_id: nc.me.clone(),
             namespaces: mappings(offloadings, provider, all, &nc.me),
+            // `fabricctl forget volumes`'s, under its own field manager: not this apply's.
+            forget: Vec::new(),
         },
         status: None,
     };

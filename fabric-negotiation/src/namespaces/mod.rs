@@ -13,4 +13,5 @@
 pub mod consumer;
 pub mod offloading;
 pub mod provider;
+pub mod retention;
 pub mod twins;

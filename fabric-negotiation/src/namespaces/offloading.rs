@@ -124,7 +124,12 @@ pub fn mappings<'a>(
             continue;
         }
         if let Some(remote) = twin_name(&nso.spec, &home, me) {
-            out.insert(home.clone(), NamespaceMapping { home, remote });
+            let mapping = NamespaceMapping {
+                home: home.clone(),
+                remote,
+                storage_retention: Some(nso.spec.storage_retention),
+            };
+            out.insert(home, mapping);
         }
     }
     out.into_values().collect()

@@ -11,16 +11,18 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use fabric_api::{
     authentication::v1alpha1::Tenant,
     names::{self, annotation, label},
-    offloading::v1alpha1::{MappingPhase, NamespaceMap, TwinStatus, twin_reason},
+    offloading::v1alpha1::{
+        ClaimRef, MappingPhase, NamespaceMap, RetainedClaim, ShadowPod, TwinStatus, twin_reason,
+    },
 };
 use fabric_kube::{
     FieldManager,
     controller::Runner,
     events::Event,
-    meta::{add_finalizer, delete, only_uid, remove_finalizer},
+    meta::{add_finalizer, delete, delete_gone_ok, only_uid, remove_finalizer},
 };
 use k8s_openapi::api::{
-    core::v1::Namespace,
+    core::v1::{Namespace, PersistentVolumeClaim},
     rbac::v1::{RoleBinding, Subject},
 };
 use kube::{
@@ -28,9 +30,12 @@ use kube::{
     api::{ListParams, PostParams},
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
-use tracing::info;
+use tracing::{info, warn};
 
-use super::twins::{self, Change, Existing, Limits};
+use super::{
+    retention::{self, Claim, Fate},
+    twins::{self, Change, Existing, Limits},
+};
 use crate::kit::{Error, Shared};
 
 const FINALIZER: &str = names::finalizer::NAMESPACE_MAP;
@@ -42,6 +47,9 @@ const WAIT: Duration = Duration::from_millis(500);
 const RETRY_TAKEN: Duration = Duration::from_secs(30);
 /// How often a map is looked at again when nothing happens.
 const RESYNC: Duration = Duration::from_secs(300);
+/// How often a map with retained claims is looked at again: the claims are not watched (one
+/// deleted by the provider's admin lets its twin go).
+const RETAINED_POLL: Duration = Duration::from_secs(10);
 
 struct Ctx {
     base: Shared,
@@ -69,15 +77,84 @@ async fn delete_twin(client: &Client, ns: &Namespace) -> Result<(), Error> {
     Ok(())
 }
 
-/// Removes every twin of map `key`; how many are left (being deleted).
-pub async fn remove_twins(client: &Client, key: &str) -> Result<usize, Error> {
-    let twins = twins_of(client, key).await?;
-    for ns in twins.values() {
-        if ns.metadata.deletion_timestamp.is_none() {
-            delete_twin(client, ns).await?;
+/// The claims the fabric made for `consumer` in twin `twin`.
+async fn fabric_claims(client: &Client, twin: &str, consumer: &str) -> Result<Vec<Claim>, Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), twin);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|c| retention::fabric_made(c, consumer))
+        .map(Claim::of)
+        .collect())
+}
+
+/// Twin `twin` is kept for its claims: the consumer's rights there go (it can no longer read,
+/// change or delete them) and so do its ShadowPods (the consumer no longer runs anything
+/// there; their pods end with them). The ShadowPod controller's own binding stays, for
+/// those pods' removal.
+async fn release(client: &Client, twin: &str) -> Result<(), Error> {
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), twin);
+    delete_gone_ok(&bindings, fabric_auth::tenant::ROLE).await?;
+    let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), twin);
+    for s in shadows.list(&ListParams::default()).await?.items {
+        if s.metadata.deletion_timestamp.is_none() {
+            delete_gone_ok(&shadows, &s.name_any()).await?;
         }
     }
-    Ok(twins_of(client, key).await?.len())
+    Ok(())
+}
+
+/// Deletes the retained claims `forget` names, each only as the object seen (its UID).
+async fn forget_claims(client: &Client, forget: &[ClaimRef]) -> Result<(), Error> {
+    for c in forget {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &c.namespace);
+        delete(&api, &c.name, &only_uid(Some(c.uid.clone()), None)).await?;
+        info!(
+            twin = c.namespace,
+            claim = c.name,
+            "retained claim forgotten: deleted"
+        );
+    }
+    Ok(())
+}
+
+/// Removes every twin of map `key` (the map or its tenant going), but those kept for the
+/// fabric's claims in them (`Retain`: released, as when a mapping is withdrawn); how many are
+/// left being deleted.
+pub async fn remove_twins(client: &Client, key: &str) -> Result<usize, Error> {
+    // Only the map named after its consumer is served: its name is the consumer's id.
+    let consumer = key.split_once('/').map(|(_, n)| n).unwrap_or_default();
+    let twins = twins_of(client, key).await?;
+    let mut kept = Vec::new();
+    for (name, ns) in &twins {
+        if ns.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let e = Existing::of(ns);
+        let home = e.home.clone().unwrap_or_default();
+        let claims = fabric_claims(client, name, consumer).await?;
+        match retention::fate(name, &home, e.retention, &claims) {
+            Fate::Delete => delete_twin(client, ns).await?,
+            Fate::Retain { claims } => {
+                release(client, name).await?;
+                let listed: Vec<String> = claims.iter().map(retention::describe).collect();
+                warn!(
+                    map = key,
+                    twin = name,
+                    claims = listed.join(", "),
+                    "twin kept for the fabric's claims in it (storageRetention Retain): delete them (or the namespace) to let it go"
+                );
+                kept.push(name.clone());
+            }
+        }
+    }
+    Ok(twins_of(client, key)
+        .await?
+        .keys()
+        .filter(|n| !kept.contains(n))
+        .count())
 }
 
 /// The subjects of the consumer's RoleBinding in its tenant namespace `ns`: its current
@@ -113,18 +190,42 @@ async fn write_status(
     ctx: &Ctx,
     map: &NamespaceMap,
     namespaces: Vec<TwinStatus>,
+    retained: Vec<RetainedClaim>,
 ) -> Result<(), Error> {
     let old = map
         .status
         .as_ref()
         .map(|s| s.namespaces.clone())
         .unwrap_or_default();
+    let old_retained = map
+        .status
+        .as_ref()
+        .map(|s| s.retained.clone())
+        .unwrap_or_default();
     let observed = map.metadata.generation;
-    if old == namespaces && map.status.as_ref().and_then(|s| s.observed_generation) == observed {
+    if old == namespaces
+        && old_retained == retained
+        && map.status.as_ref().and_then(|s| s.observed_generation) == observed
+    {
         return Ok(());
     }
     for change in twins::changes(&old, &namespaces) {
         ctx.base.events.publish(map, &event(&change)).await;
+    }
+    let newly: Vec<String> = retained
+        .iter()
+        .filter(|c| !old_retained.iter().any(|o| o.uid == c.uid))
+        .map(retention::describe)
+        .collect();
+    if !newly.is_empty() {
+        let note = format!(
+            "claims kept after their twin was given up (storageRetention Retain), no longer the consumer's to reach: {}",
+            newly.join(", ")
+        );
+        ctx.base
+            .events
+            .publish(map, &Event::warning("RetainedVolumes", "Retain", note))
+            .await;
     }
     let api: Api<NamespaceMap> = Api::namespaced(
         ctx.base.client.clone(),
@@ -133,6 +234,7 @@ async fn write_status(
     let status = fabric_api::offloading::v1alpha1::NamespaceMapStatus {
         observed_generation: observed,
         namespaces,
+        retained,
     };
     MANAGER.apply_status(&api, &map.name_any(), &status).await?;
     Ok(())
@@ -215,7 +317,8 @@ async fn reconcile(map: Arc<NamespaceMap>, ctx: Arc<Ctx>) -> Result<Action, Erro
         .as_ref()
         .is_some_and(|t| t.metadata.deletion_timestamp.is_none());
     if let Some(why) = twins::not_served(&ns, &map.name_any(), &consumer, active) {
-        write_status(&ctx, &map, twins::refused_all(&map.spec.namespaces, &why)).await?;
+        let refused = twins::refused_all(&map.spec.namespaces, &why);
+        write_status(&ctx, &map, refused, Vec::new()).await?;
         return Ok(Action::requeue(RESYNC));
     }
     let level = tenant.and_then(|t| t.spec.pod_security).unwrap_or_default();
@@ -230,11 +333,23 @@ async fn reconcile(map: Arc<NamespaceMap>, ctx: Arc<Ctx>) -> Result<Action, Erro
             seen.insert(m.remote.clone(), n);
         }
     }
-    let existing = seen
+    let mut existing: BTreeMap<String, Existing> = seen
         .iter()
         .map(|(k, n)| (k.clone(), Existing::of(n)))
         .collect();
-    let plan = twins::plan(&key, &map.spec.namespaces, &existing, &ctx.limits);
+    for name in twins::given_up(&key, &map.spec.namespaces, &existing) {
+        let claims = fabric_claims(&ctx.base.client, &name, &consumer).await?;
+        if let Some(e) = existing.get_mut(&name) {
+            e.claims = claims;
+        }
+    }
+    let plan = twins::plan(
+        &key,
+        &map.spec.namespaces,
+        &map.spec.forget,
+        &existing,
+        &ctx.limits,
+    );
 
     let subjects = consumer_subjects(&ctx, &ns).await?;
     for m in &plan.create {
@@ -248,6 +363,10 @@ async fn reconcile(map: Arc<NamespaceMap>, ctx: Arc<Ctx>) -> Result<Action, Erro
     for m in &plan.keep {
         bind(&ctx, &consumer, &m.remote, &subjects).await?;
     }
+    for name in &plan.retain {
+        release(&ctx.base.client, name).await?;
+    }
+    forget_claims(&ctx.base.client, &plan.forget).await?;
     for name in &plan.delete {
         delete_twin(&ctx.base.client, &seen[name]).await?;
         info!(
@@ -264,9 +383,11 @@ async fn reconcile(map: Arc<NamespaceMap>, ctx: Arc<Ctx>) -> Result<Action, Erro
         .status
         .iter()
         .any(|s| s.reason.as_deref() == Some(twin_reason::NOT_OURS));
-    write_status(&ctx, &map, plan.status).await?;
-    Ok(if terminating {
+    write_status(&ctx, &map, plan.status, plan.retained).await?;
+    Ok(if terminating || !plan.forget.is_empty() {
         Action::requeue(WAIT)
+    } else if !plan.retain.is_empty() {
+        Action::requeue(RETAINED_POLL)
     } else if taken {
         Action::requeue(RETRY_TAKEN)
     } else {

@@ -7,13 +7,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use fabric_api::{
     authentication::v1alpha1::PodSecurity,
     names::{self, annotation, label},
-    offloading::v1alpha1::{MappingPhase, NamespaceMapping, TwinStatus, twin_reason},
+    offloading::v1alpha1::{
+        ClaimRef, MappingPhase, NamespaceMapping, RetainedClaim, StorageRetention, TwinStatus,
+        twin_reason,
+    },
 };
 use k8s_openapi::api::{
     core::v1::Namespace,
     rbac::v1::{RoleBinding, RoleRef, Subject},
 };
 use kube::api::ObjectMeta;
+
+use super::retention::{self, Claim, Fate};
 
 /// The ClusterRole (deploy/base/sharing.yaml) the consumer's peering group gets in each of its
 /// twins: its ShadowPods and their pods' streams, as the tenant Role gives them.
@@ -86,13 +91,18 @@ pub fn not_served(
 
 /// A namespace that exists on the provider under a name some mapping asks for, or one this
 /// map made, as the decision needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Existing {
     /// Its [`annotation::TWIN_OF_MAP`].
     pub twin_of: Option<String>,
     /// Its [`annotation::TWIN_HOME`].
     pub home: Option<String>,
     pub deleting: bool,
+    /// Its [`annotation::STORAGE_RETENTION`] ([`retention::retention_of`]).
+    pub retention: StorageRetention,
+    /// The claims the fabric made in it ([`retention::fabric_made`]), looked at for the twins
+    /// this map no longer asks for ([`given_up`]) only.
+    pub claims: Vec<Claim>,
 }
 
 impl Existing {
@@ -102,6 +112,8 @@ impl Existing {
             twin_of: ann(annotation::TWIN_OF_MAP),
             home: ann(annotation::TWIN_HOME),
             deleting: ns.metadata.deletion_timestamp.is_some(),
+            retention: retention::retention_of(ns),
+            claims: Vec::new(),
         }
     }
 
@@ -120,6 +132,13 @@ pub struct Plan {
     pub keep: Vec<NamespaceMapping>,
     /// Twins of this map no mapping wants any more: deleted with their content.
     pub delete: Vec<String>,
+    /// Twins of this map no mapping wants any more, kept for the fabric's claims in them
+    /// (`Retain`): the consumer's rights there and its ShadowPods go, the claims stay.
+    pub retain: Vec<String>,
+    /// The claims kept in [`Plan::retain`]'s twins (the map's `status.retained`).
+    pub retained: Vec<RetainedClaim>,
+    /// Retained claims the map's `spec.forget` gives up: deleted, UID-preconditioned.
+    pub forget: Vec<ClaimRef>,
     /// The map's status, once the above is done.
     pub status: Vec<TwinStatus>,
 }
@@ -134,11 +153,34 @@ fn refused(m: &NamespaceMapping, reason: &str, message: String) -> TwinStatus {
     }
 }
 
-/// Decides map `key` (`<namespace>/<name>`) with `mappings` (its spec), given `existing`: the
-/// provider's namespaces named by a mapping or made by this map (by name).
+/// The twins of map `key` that no mapping of `mappings` asks for (by name): whose fate
+/// depends on the claims in them, so the only ones whose claims are looked at.
+pub fn given_up(
+    key: &str,
+    mappings: &[NamespaceMapping],
+    existing: &BTreeMap<String, Existing>,
+) -> Vec<String> {
+    existing
+        .iter()
+        .filter(|(name, e)| {
+            e.twin_of.as_deref() == Some(key)
+                && e.home.as_ref().is_some_and(|home| {
+                    !mappings
+                        .iter()
+                        .any(|m| &m.remote == *name && &m.home == home)
+                })
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// Decides map `key` (`<namespace>/<name>`) with `mappings` (its spec) and `forget` (the
+/// retained claims its consumer gives up), given `existing`: the provider's namespaces named
+/// by a mapping or made by this map (by name), with their claims for those [`given_up`].
 pub fn plan(
     key: &str,
     mappings: &[NamespaceMapping],
+    forget: &[ClaimRef],
     existing: &BTreeMap<String, Existing>,
     limits: &Limits,
 ) -> Plan {
@@ -238,7 +280,16 @@ pub fn plan(
             continue;
         }
         if !e.deleting {
-            plan.delete.push(name.clone());
+            match retention::fate(name, &home, e.retention, &e.claims) {
+                Fate::Delete => plan.delete.push(name.clone()),
+                Fate::Retain { claims } => {
+                    // No status entry: the twin is no longer the consumer's (its
+                    // unoffloading is done), the claims are reported on their own.
+                    plan.retain.push(name.clone());
+                    plan.retained.extend(claims);
+                    continue;
+                }
+            }
         }
         // The status is a map by home: a home asking for another twin now has its entry (and
         // of two old twins of one home, the first tells).
@@ -252,6 +303,7 @@ pub fn plan(
             });
         }
     }
+    plan.forget = retention::forgotten(&plan.retained, forget);
     plan
 }
 
@@ -366,6 +418,13 @@ pub fn namespace(consumer: &str, key: &str, m: &NamespaceMapping, level: PodSecu
             annotations: Some(BTreeMap::from([
                 (annotation::TWIN_OF_MAP.to_owned(), key.to_owned()),
                 (annotation::TWIN_HOME.to_owned(), m.home.clone()),
+                // Marked once, when made (the sharing controllers write no namespace after,
+                // fabric-sharing-namespace-label): the NamespaceOffloading's retention cannot
+                // change, so the mark stays its.
+                (
+                    annotation::STORAGE_RETENTION.to_owned(),
+                    retention::mark(m.storage_retention.unwrap_or_default()).to_owned(),
+                ),
             ])),
             ..Default::default()
         },

@@ -1881,6 +1881,7 @@ fn manifests_apply_with_least_privilege() {
             let m = NamespaceMapping {
                 home: "shop".into(),
                 remote: "shop-beta".into(),
+                storage_retention: None,
             };
             let key = twins::map_key(&fabric_api::names::namespace::tenant(consumer), consumer);
             let twin = twins::namespace(consumer, &key, &m, Default::default());

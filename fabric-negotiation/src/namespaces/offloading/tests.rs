@@ -1,5 +1,6 @@
 use fabric_api::offloading::v1alpha1::{
-    MappingStrategy, NamespaceOffloadingSpec, OffloadingPhase, TwinStatus, VirtualNodeSpec,
+    MappingStrategy, NamespaceOffloadingSpec, OffloadingPhase, StorageRetention, TwinStatus,
+    VirtualNodeSpec,
 };
 use k8s_openapi::{
     api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm},
@@ -149,6 +150,7 @@ fn a_map_lists_every_live_offloading_selecting_its_provider() {
     gone.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     let mut same = nso("db", None);
     same.spec.namespace_mapping_strategy = MappingStrategy::EnforceSameName;
+    same.spec.storage_retention = StorageRetention::Delete;
     let all_nsos = [&eu, &any, &gone, &same];
     let m = mappings(all_nsos, "eu1", &all, "me");
     let pairs: Vec<(&str, &str)> = m
@@ -158,6 +160,16 @@ fn a_map_lists_every_live_offloading_selecting_its_provider() {
     assert_eq!(
         pairs,
         [("db", "db"), ("shop", "shop-me"), ("web", "web-me")]
+    );
+    // Each carries its namespace's retention to the provider (which marks the twin with it).
+    let kept: Vec<_> = m.iter().map(|m| m.storage_retention).collect();
+    assert_eq!(
+        kept,
+        [
+            Some(StorageRetention::Delete),
+            Some(StorageRetention::Retain),
+            Some(StorageRetention::Retain)
+        ]
     );
     let m = mappings(all_nsos, "us1", &all, "me");
     assert_eq!(m.len(), 2, "{m:?}");
@@ -175,6 +187,7 @@ fn map_status(home: &str, phase: MappingPhase, reason: Option<&str>) -> Namespac
             reason: reason.map(str::to_owned),
             message: reason.map(|r| format!("because {r}")),
         }],
+        retained: Vec::new(),
     }
 }
 
