@@ -113,10 +113,14 @@ pub enum Cmd {
     /// selector selects, where its pods may run.
     #[command(subcommand)]
     Offload(OffloadCmd),
-    /// Stop offloading namespaces: their twins are removed from the providers with everything
-    /// in them (said beforehand), and their pods running there end Failed.
+    /// Stop offloading namespaces: their twins are removed from the providers (said
+    /// beforehand), and their pods running there end Failed; the claims of their volumes stay
+    /// on the providers under storageRetention Retain (`fabricctl forget volumes`).
     #[command(subcommand)]
     Unoffload(UnoffloadCmd),
+    /// Delete what a provider keeps for this cluster.
+    #[command(subcommand)]
+    Forget(ForgetCmd),
 }
 
 #[derive(Subcommand)]
@@ -155,6 +159,24 @@ pub enum OffloadCmd {
         output: Option<String>,
         /// How long to wait for the providers' twins.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+        timeout: std::time::Duration,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ForgetCmd {
+    /// Delete the claims a provider keeps after their namespace was unoffloaded (or the
+    /// provider no longer selected) under storageRetention Retain, with their data: each
+    /// named first; their twins go once empty. `fabricctl info peer` lists them.
+    Volumes {
+        /// The provider's cluster id.
+        #[arg(long)]
+        peer: String,
+        /// Only this claim: NAMESPACE/NAME (the twin's namespace on the provider, or this
+        /// cluster's namespace it came from); default: every one.
+        #[arg(long)]
+        claim: Option<String>,
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "1m")]
         timeout: std::time::Duration,
     },
 }

@@ -232,6 +232,9 @@ pub struct PeerInfo {
     /// Beside the summary's `virtual_node` state: a key of its own.
     #[serde(rename = "virtual_node_detail")]
     pub virtual_node: Option<VirtualNodeInfo>,
+    /// Consumer side: what the provider keeps of this cluster's claims after their twins were
+    /// given up (the ForeignCluster's `RetainedVolumes` condition, when True).
+    pub retained_volumes: Option<String>,
 }
 
 /// What [`fetch_peer`] read about one peer.
@@ -321,6 +324,14 @@ impl PeerInfo {
                 "Ready",
             ),
         });
+        let retained_volumes = status
+            .conditions
+            .iter()
+            .find(|c| {
+                c.type_ == fabric_api::core::v1alpha1::condition::RETAINED_VOLUMES
+                    && c.status == "True"
+            })
+            .map(|c| c.message.clone());
         debug_assert_eq!(fc.spec.cluster_id, id);
         Some(PeerInfo {
             summary: PeerLine::of(fc),
@@ -337,6 +348,7 @@ impl PeerInfo {
             network,
             slices,
             virtual_node,
+            retained_volumes,
         })
     }
 
@@ -438,6 +450,9 @@ impl PeerInfo {
                 );
                 out += &line("node Ready", &v.node_ready);
             }
+        }
+        if let Some(kept) = &self.retained_volumes {
+            out += &format!("\nretained volumes\n  {kept}\n");
         }
         out
     }

@@ -17,6 +17,7 @@ mod auth;
 mod cli;
 mod dump;
 mod follow;
+mod forget;
 mod info;
 mod offload;
 mod peer;
@@ -24,7 +25,8 @@ mod status;
 mod unpeer;
 
 use cli::{
-    Cli, Cmd, GenerateCmd, InfoCmd, NetworkCmd, OffloadCmd, PeerFlow, TokenCmd, UnoffloadCmd,
+    Cli, Cmd, ForgetCmd, GenerateCmd, InfoCmd, NetworkCmd, OffloadCmd, PeerFlow, TokenCmd,
+    UnoffloadCmd,
 };
 
 fn main() -> std::process::ExitCode {
@@ -163,6 +165,11 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Unoffload(UnoffloadCmd::Namespace { names, timeout }) => {
             offload::unoffload(local, ns, &names, timeout).await
         }
+        Cmd::Forget(ForgetCmd::Volumes {
+            peer,
+            claim,
+            timeout,
+        }) => forget::forget_volumes(&local, &peer, claim.as_deref(), timeout).await,
     }
 }
 

@@ -367,8 +367,16 @@ pub fn removal(nso: &NamespaceOffloading, pods: &BTreeMap<String, usize>) -> Vec
     let mut lines = Vec::new();
     for c in clusters(nso).iter().filter(|c| c.twin.is_some()) {
         let n = pods.get(&c.cluster_id).copied().unwrap_or_default();
+        let fate = match nso.spec.storage_retention {
+            StorageRetention::Delete => "is removed with everything in it",
+            // The provider keeps the twin only while it holds claims of ours.
+            StorageRetention::Retain => {
+                "is removed with everything in it but the claims of this namespace's volumes \
+                 (storageRetention Retain: kept there, `fabricctl forget volumes` deletes them)"
+            }
+        };
         lines.push(format!(
-            "provider {}: namespace {twin} is removed with everything in it; {n} pod(s) of {ns} \
+            "provider {}: namespace {twin} {fate}; {n} pod(s) of {ns} \
              running there will end Failed (their controllers re-create them elsewhere)",
             c.cluster_id
         ));

@@ -23,6 +23,9 @@ pub mod condition {
     pub const RESOURCES: &str = "ResourcesGranted";
     /// The virtual node standing for the peer is Ready (consumer side).
     pub const VIRTUAL_NODE: &str = "VirtualNodeReady";
+    /// The provider keeps claims of this cluster's after their twins were given up
+    /// (`storageRetention: Retain`), listed in the message (consumer side).
+    pub const RETAINED_VOLUMES: &str = "RetainedVolumes";
 }
 
 /// How this cluster learnt about the peer.

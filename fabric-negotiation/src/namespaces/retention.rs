@@ -7,8 +7,17 @@ use fabric_api::{
     names::{annotation, label},
     offloading::v1alpha1::{ClaimRef, RetainedClaim, StorageRetention},
 };
+use fabric_kube::status::Verdict;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use kube::ResourceExt;
+
+fabric_kube::reasons! {
+    /// Why a consumer's ForeignCluster says what its provider keeps.
+    pub enum Retained {
+        Retained = "VolumesRetained",
+        None = "NoneRetained",
+    }
+}
 
 /// The retention twin `ns` was made with ([`annotation::STORAGE_RETENTION`]). Absent (a twin
 /// made before the mark existed) or a value that is not `Delete`: `Retain`, so that no mark
@@ -127,6 +136,25 @@ pub fn describe(c: &RetainedClaim) -> String {
     )
 }
 
+/// The consumer's `RetainedVolumes` condition from what its provider's map reports: True,
+/// naming each claim, while it keeps any.
+pub fn verdict(retained: &[RetainedClaim]) -> Verdict<Retained> {
+    if retained.is_empty() {
+        return Verdict::not(
+            Retained::None,
+            "the provider keeps no claim of this cluster's",
+        );
+    }
+    let listed: Vec<String> = retained.iter().map(describe).collect();
+    Verdict::ok(
+        Retained::Retained,
+        format!(
+            "kept after their namespaces were unoffloaded (storageRetention Retain), no longer reachable from here: {}; `fabricctl forget volumes --peer <id>` deletes them",
+            listed.join(", ")
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +237,30 @@ mod tests {
         assert_eq!(claims[0].home, "shop");
         assert_eq!(claims[0].uid, "uid-a");
         assert_eq!(describe(&claims[0]), "shop-c/a (1Gi, standard)");
+    }
+
+    #[test]
+    fn the_condition_names_every_retained_claim() {
+        let Fate::Retain { claims } = fate(
+            "shop-c",
+            "shop",
+            StorageRetention::Retain,
+            &[claim("a", false), claim("b", false)],
+        ) else {
+            panic!("kept");
+        };
+        let v = verdict(&claims);
+        assert!(v.ok);
+        assert_eq!(v.reason, Retained::Retained);
+        assert!(
+            v.message
+                .contains("shop-c/a (1Gi, standard), shop-c/b (1Gi, standard)"),
+            "{}",
+            v.message
+        );
+        let none = verdict(&[]);
+        assert!(!none.ok);
+        assert_eq!(none.reason, Retained::None);
     }
 
     #[test]

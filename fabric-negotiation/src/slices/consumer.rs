@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use fabric_api::{
     authentication::v1alpha1::{Identity, ResourceSlice},
-    core::v1alpha1::condition::RESOURCES,
-    offloading::v1alpha1::VirtualNode,
+    core::v1alpha1::condition::{RESOURCES, RETAINED_VOLUMES},
+    names,
+    offloading::v1alpha1::{NamespaceMap, VirtualNode},
 };
 use fabric_kube::{
     controller::{Runner, finalized},
@@ -29,6 +30,7 @@ use kube::{
 
 use super::{FINALIZER, replica, resources_granted, virtual_node};
 use crate::kit::{Ctx, Error, FIELD_MANAGER, answer_poll, remote, remote_client, set_fc_condition};
+use crate::namespaces::retention;
 
 struct SliceCtx {
     ctx: Arc<Ctx>,
@@ -86,6 +88,35 @@ async fn tenant_api(ctx: &Ctx, provider: &str) -> Result<Api<ResourceSlice>, Err
     ))
 }
 
+/// The claims `provider` keeps of this cluster's after their twins were given up (its
+/// NamespaceMap's `status.retained`, read with the identity as the slices are, in tenant
+/// namespace `ns`, where the map is named after this cluster) on the ForeignCluster's
+/// `RetainedVolumes` condition. Read with the slices: they are polled as long as the peering
+/// lasts, when no namespace is offloaded any more too.
+async fn report_retained(
+    ctx: &Ctx,
+    provider: &str,
+    slices: &Api<ResourceSlice>,
+    ns: &str,
+) -> Result<(), Error> {
+    let Some(me) = ns.strip_prefix(&names::namespace::tenant("")) else {
+        return Ok(());
+    };
+    let maps: Api<NamespaceMap> = Api::namespaced(slices.clone().into_client(), ns);
+    let retained = remote(provider, maps.get_opt(me))
+        .await?
+        .and_then(|m| m.status)
+        .map(|s| s.retained)
+        .unwrap_or_default();
+    set_fc_condition(
+        &ctx.client,
+        provider,
+        RETAINED_VOLUMES,
+        &retention::verdict(&retained),
+    )
+    .await
+}
+
 async fn apply(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error> {
     let ctx = &sc.ctx;
     let provider = slice.spec.provider_cluster_id.clone();
@@ -105,6 +136,7 @@ async fn apply(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error
         fresh.status = Some(status);
     }
     sync_provider(sc, &provider, Some(&fresh), None).await?;
+    report_retained(ctx, &provider, &api, &ns).await?;
     // The provider's answer follows its capacity: look again now and then.
     Ok(Action::requeue(next))
 }

@@ -248,6 +248,17 @@ fn an_unoffload_says_what_goes_on_each_provider() {
             && lines[0].contains("3 pod(s) of shop"),
         "{lines:?}"
     );
+    assert!(
+        lines[0].contains("but the claims of this namespace's volumes"),
+        "Retain by default: {lines:?}"
+    );
+    let mut deleting = n.clone();
+    deleting.spec.storage_retention = StorageRetention::Delete;
+    let lines = removal(&deleting, &BTreeMap::new());
+    assert!(
+        lines[0].contains("is removed with everything in it;"),
+        "Delete: {lines:?}"
+    );
     let none = with_status(1, 1, OffloadingPhase::NoClusterSelected, vec![]);
     assert!(removal(&none, &BTreeMap::new())[0].contains("nothing is removed"));
 }

@@ -477,8 +477,9 @@ async fn offload_and_unoffload_namespaces() {
     assert!(o.status.success(), "{out}");
     assert!(
         out.contains(
-            "provider prov: namespace shop-cons is removed with everything in it; 1 pod(s)"
-        ),
+            "provider prov: namespace shop-cons is removed with everything in it but the claims \
+             of this namespace's volumes (storageRetention Retain"
+        ) && out.contains("; 1 pod(s) of shop"),
         "{out}"
     );
     assert!(out.contains("✓ shop unoffloaded"), "{out}");
