@@ -281,13 +281,28 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
     let mut pending = Vec::new();
     let mut removed = Vec::new();
     for (id, answer) in answers(nc, &all, &concerned(&nso, &all)).await {
+        // What that provider keeps of this namespace's claims (storageRetention Retain).
+        let kept: Vec<String> = match &answer {
+            Ok(Some(map)) => map
+                .status
+                .iter()
+                .flat_map(|s| &s.retained)
+                .filter(|c| c.home == home)
+                .map(super::retention::describe)
+                .collect(),
+            _ => Vec::new(),
+        };
         let answer = match &answer {
             Ok(Some(map)) => Some(Answer::Map(map.status.as_ref())),
             Ok(None) => None,
             Err(why) => Some(Answer::Unreachable(why)),
         };
         match withdrawal(&home, answer, abandon) {
-            Withdrawal::Done => removed.push(id.clone()),
+            Withdrawal::Done if kept.is_empty() => removed.push(id.clone()),
+            Withdrawal::Done => removed.push(format!(
+                "{id} (its claims kept there, out of this cluster's reach: {}; `fabricctl forget volumes --peer {id}` deletes them)",
+                kept.join(", ")
+            )),
             Withdrawal::Unpeered => {}
             Withdrawal::Abandoned => removed.push(format!("{id} (out of reach: left there)")),
             Withdrawal::Pending => pending.push(id.clone()),

@@ -80,6 +80,30 @@ fn expired(c: &Charge, now: Timestamp, ttl: Duration) -> bool {
     !age.is_negative() && age.unsigned_abs() >= ttl
 }
 
+/// Whether charge `c` is counted by `listed` already: its claim is listed with the size (and
+/// class) it was charged for. A charge whose quantities do not parse was not written by this
+/// webhook: None.
+fn visible(c: &Charge, listed: &[Claim]) -> Option<bool> {
+    let asked = amounts(&c.requests).ok()?;
+    Some(listed.iter().any(|l| {
+        l.key() == (c.namespace.as_str(), c.name.as_str())
+            && asked == Amounts::from([(lent::resource(&l.class), l.size)])
+    }))
+}
+
+/// The charges of `claims` (a Tenant's `status.claims`) still to count, given `listed`, a
+/// fresh listing of the tenant's claims: those neither lapsed nor listed. A claim listed once
+/// is counted by the listing from then on, and released by it when deleted: its charge must
+/// not outlive it (else a claim deleted soon after its creation would hold its share until
+/// the charge lapses). The usage reconciler writes this, as a charge does.
+pub fn settle(claims: &[Charge], listed: &[Claim], now: Timestamp, ttl: Duration) -> Vec<Charge> {
+    claims
+        .iter()
+        .filter(|c| !expired(c, now, ttl) && visible(c, listed) == Some(false))
+        .cloned()
+        .collect()
+}
+
 /// Charges `ask` (a claim of `consumer` created, or grown from `old` bytes) against what was
 /// `granted`, given the Tenant's `status` as last read and `listed`, a fresh listing of the
 /// tenant's claims: the status to write (the charges still counting and this one), or why
@@ -109,11 +133,7 @@ pub fn charge(
         let Ok(asked) = amounts(&c.requests) else {
             continue;
         };
-        let visible = listed.iter().any(|l| {
-            l.key() == (c.namespace.as_str(), c.name.as_str())
-                && asked == Amounts::from([(lent::resource(&l.class), l.size)])
-        });
-        if visible {
+        if visible(c, listed) == Some(true) {
             continue;
         }
         if let Some(v) = asked.get(&resource) {
@@ -306,6 +326,63 @@ mod tests {
         assert_eq!(ok.claims[0].name, "b");
         // Deleted claims release their share: the listing no longer shows them.
         assert!(charge(&st2, "alpha", &second, &[], &grant(), t(40), TTL).is_ok());
+    }
+
+    #[test]
+    fn a_charge_settles_once_its_claim_is_listed_so_a_deletion_frees_its_share_at_once() {
+        let st = charge(
+            &TenantStatus::default(),
+            "alpha",
+            &claim("twin-a", "a", "standard", 6),
+            &[],
+            &grant(),
+            t(0),
+            TTL,
+        )
+        .unwrap();
+        // Not listed yet (its creation goes on): it still counts.
+        assert_eq!(settle(&st.claims, &[], t(1), TTL), st.claims);
+        // Listed with the size charged: the listing counts it from now on.
+        let listed = [claim("twin-a", "a", "standard", 6)];
+        assert!(settle(&st.claims, &listed, t(1), TTL).is_empty());
+        // Listed at another size (an expansion charged, not stored yet): still pending.
+        let smaller = [claim("twin-a", "a", "standard", 2)];
+        assert_eq!(settle(&st.claims, &smaller, t(1), TTL), st.claims);
+        // Never listed (its creation failed): it lapses.
+        assert!(settle(&st.claims, &[], t(30), TTL).is_empty());
+        // Settled, then the claim deleted well within the ttl: the whole grant is free again.
+        let settled = TenantStatus {
+            claims: settle(&st.claims, &listed, t(1), TTL),
+            ..st.clone()
+        };
+        let all = charge(
+            &settled,
+            "alpha",
+            &claim("twin-b", "b", "standard", 10),
+            &[],
+            &grant(),
+            t(2),
+            TTL,
+        );
+        assert!(all.is_ok(), "{all:?}");
+        // Without settling, the deleted claim's charge holds 6Gi until it lapses.
+        let held = charge(
+            &st,
+            "alpha",
+            &claim("twin-b", "b", "standard", 10),
+            &[],
+            &grant(),
+            t(2),
+            TTL,
+        );
+        assert!(held.is_err());
+        // A charge whose quantities do not parse was not this webhook's: dropped.
+        let mut odd = st.claims.clone();
+        odd[0].requests = Resources::from([(
+            "storage.fabric.io/standard".to_owned(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+        )]);
+        assert!(settle(&odd, &[], t(1), TTL).is_empty());
     }
 
     #[test]

@@ -2079,6 +2079,54 @@ fn manifests_apply_with_least_privilege() {
                     ),
                 );
             }
+            // Claims (a retained claim its consumer forgot): only the fabric's for the twin's
+            // consumer, only in twins (fabric-sharing-twin-claims).
+            use fabric_api::names::label::{REFLECTED_FROM, REFLECTED_TO};
+            let pvc = |ns: &str, name: &str, labels: serde_json::Value| {
+                let obj = serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": name, "namespace": ns, "labels": labels},
+                    "spec": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": "1Gi"}}}});
+                let o = api.kubectl_stdin(&["create", "-f", "-"], &obj.to_string());
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            };
+            let ours = serde_json::json!({REFLECTED_FROM: consumer, REFLECTED_TO: "provider"});
+            pvc(&m.remote, "retained", ours.clone());
+            pvc(&m.remote, "admins", serde_json::json!({"owner": "admin"}));
+            pvc(
+                &m.remote,
+                "alphas",
+                serde_json::json!({REFLECTED_FROM: "alpha", REFLECTED_TO: "provider"}),
+            );
+            pvc(NS, "outside", ours.clone());
+            pvc("default", "outside", ours);
+            let delete_pvc = |ns: &str, name: &str| {
+                kubectl_with(
+                    &sharing,
+                    &["delete", "pvc", name, "-n", ns, "--wait=false"],
+                    None,
+                )
+            };
+            attacks.refused(
+                "the sharing controllers deleting the admin's claim in a twin",
+                delete_pvc(&m.remote, "admins"),
+            );
+            attacks.refused(
+                "the sharing controllers deleting another consumer's claim in a twin",
+                delete_pvc(&m.remote, "alphas"),
+            );
+            attacks.refused(
+                "the sharing controllers deleting a marked claim in fabric-system",
+                delete_pvc(NS, "outside"),
+            );
+            attacks.refused(
+                "the sharing controllers deleting a marked claim in default",
+                delete_pvc("default", "outside"),
+            );
+            allowed(
+                "the sharing controllers deleting a retained claim of the twin's consumer",
+                delete_pvc(&m.remote, "retained"),
+            );
             attacks.check();
         },
     );

@@ -17,6 +17,7 @@ use std::{
 };
 
 use fabric_api::{
+    core::v1alpha1::{ForeignCluster, condition},
     names,
     offloading::v1alpha1::{NamespaceMap, NamespaceOffloading, VirtualNode},
 };
@@ -29,8 +30,9 @@ use fabric_tests::{
     wait::eventually,
 };
 use k8s_openapi::api::{
-    core::v1::{Namespace, Pod},
+    core::v1::{Namespace, PersistentVolumeClaim, Pod},
     events::v1::Event,
+    rbac::v1::RoleBinding,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -448,6 +450,20 @@ async fn offload_and_unoffload_namespaces() {
         )
         .await
         .unwrap();
+    // A claim of shop's volume in the twin, as the virtual kubelet reflects it (the fabric's
+    // ownership marks; tests/api/offload/storage.rs makes it the real way): under the
+    // default storageRetention (Retain) it outlives shop's unoffloading.
+    let claim = json!({ "metadata": { "name": "data", "labels": {
+            names::label::REFLECTED_FROM: CONSUMER, names::label::REFLECTED_TO: PROVIDER } },
+        "spec": { "storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+                  "resources": { "requests": { "storage": "1Gi" } } } });
+    Api::<PersistentVolumeClaim>::namespaced(p.clone(), "shop-cons")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(claim).unwrap(),
+        )
+        .await
+        .unwrap();
     let run = fabricctl_bg(
         &consumer_api,
         &["unoffload", "namespace", "shop", "--timeout", "60s"],
@@ -495,6 +511,7 @@ async fn offload_and_unoffload_namespaces() {
         BTreeMap::from([("db".to_owned(), "db".to_owned())]),
         "db's mapping stays"
     );
+    retained_volumes_reported_and_forgotten(&consumer_api, &c, &p).await;
     let t0 = Instant::now();
     let o = fabricctl(&consumer_api, &["unoffload", "namespace", "shop"]);
     assert!(
@@ -506,6 +523,83 @@ async fn offload_and_unoffload_namespaces() {
     for h in ctl {
         h.abort();
     }
+}
+
+/// The consumer's ForeignCluster of the provider: its `RetainedVolumes` condition (status,
+/// message).
+async fn retained_condition(c: &Client) -> Option<(String, String)> {
+    let fc = Api::<ForeignCluster>::all(c.clone())
+        .get_opt(PROVIDER)
+        .await
+        .unwrap()?;
+    fc.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == condition::RETAINED_VOLUMES)
+        .map(|c| (c.status, c.message))
+}
+
+async fn twin_present(p: &Client, name: &str) -> bool {
+    Api::<Namespace>::all(p.clone())
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some_and(|n| n.metadata.deletion_timestamp.is_none())
+}
+
+/// shop's claim kept in its twin after its unoffloading: the consumer's rights there gone,
+/// the ForeignCluster's `RetainedVolumes` and `fabricctl info peer` say so, `fabricctl forget
+/// volumes` deletes it and the twin goes.
+async fn retained_volumes_reported_and_forgotten(consumer_api: &ApiServer, c: &Client, p: &Client) {
+    let kept = "shop-cons/data (1Gi, standard)";
+    assert!(twin_present(p, "shop-cons").await, "kept for its claim");
+    assert!(
+        Api::<RoleBinding>::namespaced(p.clone(), "shop-cons")
+            .get_opt(fabric_auth::tenant::ROLE)
+            .await
+            .unwrap()
+            .is_none(),
+        "the consumer's rights there removed"
+    );
+    eventually(
+        "RetainedVolumes on the consumer's ForeignCluster",
+        Duration::from_secs(30),
+        || async {
+            retained_condition(c)
+                .await
+                .filter(|(status, message)| status == "True" && message.contains(kept))
+        },
+    )
+    .await;
+    let o = fabricctl(consumer_api, &["info", "peer", PROVIDER]);
+    let out = text(&o);
+    assert!(
+        o.status.success() && out.contains("retained volumes") && out.contains(kept),
+        "{out}"
+    );
+    let o = fabricctl(consumer_api, &["forget", "volumes", "--peer", PROVIDER]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains(&format!("{kept} (of shop)")),
+        "said first: {out}"
+    );
+    eventually(
+        "the twin gone once empty",
+        Duration::from_secs(30),
+        || async { (!twin_present(p, "shop-cons").await).then_some(()) },
+    )
+    .await;
+    eventually(
+        "RetainedVolumes False once forgotten",
+        Duration::from_secs(30),
+        || async {
+            retained_condition(c)
+                .await
+                .filter(|(status, _)| status == "False")
+        },
+    )
+    .await;
 }
 
 const KEY_C: &str = "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCA=";

@@ -4,7 +4,10 @@
 //! consumer's namespaces and writes it with the Tenant's resourceVersion as precondition, so
 //! a charge admitted meanwhile is never overwritten (the write conflicts, and it counts again).
 //! Finished and deleted ShadowPods release their share this way, and charges whose creation
-//! failed stop counting.
+//! failed stop counting. Claims' charges (`status.claims`) are settled the same way
+//! ([`claims::settle`]): dropped once a listing of the tenant's claims shows theirs, so that
+//! a claim deleted soon after its creation gives its share back at once; while any is
+//! pending the Tenant is looked at again every [`CLAIM_POLL`] (claims are not watched).
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
@@ -14,7 +17,10 @@ use fabric_api::{
     quantity::BadQuantity,
     requests::Defaults,
 };
-use k8s_openapi::{api::core::v1::Namespace, jiff::Timestamp};
+use k8s_openapi::{
+    api::core::v1::{Namespace, PersistentVolumeClaim},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, PostParams},
@@ -28,11 +34,14 @@ use fabric_kube::{
 };
 
 use super::USAGE_MANAGER;
-use crate::shadowpod::quota;
+use crate::shadowpod::{claims, quota};
 
 /// How often a Tenant is recounted when nothing happens (drift: a ShadowPod changed while
 /// the watch was down).
 const RESYNC: Duration = Duration::from_secs(300);
+/// How soon a Tenant with claims' charges pending is looked at again: until the listing
+/// shows their claims (created moments after the charge), then they settle.
+const CLAIM_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -70,6 +79,22 @@ pub(crate) async fn shadow_pods(client: &Client, consumer: &str) -> kube::Result
     Ok(listed)
 }
 
+/// A fresh listing of the claims in `consumer`'s namespaces, as the charge counts them (those
+/// it cannot read count as nothing: the webhook admitted none such).
+async fn claims_of(client: &Client, consumer: &str) -> kube::Result<Vec<claims::Claim>> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let theirs = ListParams::default().labels(&format!("{}={consumer}", label::REMOTE_CLUSTER));
+    let mut out = Vec::new();
+    for ns in namespaces.list(&theirs).await? {
+        let name = ns.name_any();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &name);
+        for pvc in api.list(&ListParams::default()).await? {
+            out.extend(claims::Claim::of(&pvc, &name).ok());
+        }
+    }
+    Ok(out)
+}
+
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let Some(consumer) = consumer_of(&tenant) else {
         return Ok(Action::await_change());
@@ -84,7 +109,12 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     let listed = shadow_pods(&ctx.client, consumer).await?;
     let status = fresh.status.clone().unwrap_or_default();
     let now = Timestamp::now();
-    let recounted = quota::recount(&status, consumer, &listed, now, ctx.ttl, &ctx.defaults)?;
+    let mut recounted = quota::recount(&status, consumer, &listed, now, ctx.ttl, &ctx.defaults)?;
+    // Listed after the Tenant was read, as the ShadowPods: a charge read was admitted before.
+    if !status.claims.is_empty() {
+        let stored = claims_of(&ctx.client, consumer).await?;
+        recounted.claims = claims::settle(&status.claims, &stored, now, ctx.ttl);
+    }
     if recounted != status {
         fresh.status = Some(recounted.clone());
         fresh.metadata.managed_fields = None;
@@ -97,12 +127,17 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             .await?;
         info!(consumer, used = ?recounted.used, pending = recounted.pending.len(), "recounted the usage");
     }
+    let resync = if recounted.claims.is_empty() {
+        RESYNC
+    } else {
+        CLAIM_POLL
+    };
     Ok(match quota::next_expiry(&recounted, ctx.ttl) {
         Some(at) => {
             let wait = at.duration_since(now).unsigned_abs() + Duration::from_millis(100);
-            Action::requeue(wait.min(RESYNC))
+            Action::requeue(wait.min(resync))
         }
-        None => Action::requeue(RESYNC),
+        None => Action::requeue(resync),
     })
 }
 

@@ -16,7 +16,10 @@
 //! deleting another volume). Phases `Bound` are not relied on: no PV binder runs here.
 use fabric_api::{
     authentication::v1alpha1::ResourceSlice,
-    offloading::{lent, v1alpha1::Storage},
+    offloading::{
+        lent,
+        v1alpha1::{NamespaceMap, Storage},
+    },
 };
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
@@ -357,6 +360,299 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
         async { virtual_kubelet_volumes_attack(&bed).await },
     )
     .await;
+    phase_async(
+        "unoffloaded under Delete: the twin goes with its claims",
+        async { unoffloaded_under_delete(&bed).await },
+    )
+    .await;
+    let kept = phase_async(
+        "unoffloaded under Retain: the claims stay, out of the consumer's reach, reported",
+        async { unoffloaded_under_retain(&bed).await },
+    )
+    .await;
+    phase_async(
+        "fabricctl forget volumes deletes them, then the twin goes",
+        async { forget_volumes(&bed, &kept).await },
+    )
+    .await;
+}
+
+/// The NamespaceMap on the provider as the consumer's controller writes it (its identity, its
+/// field manager): `mappings` whole.
+async fn set_mappings(bed: &Bed, mappings: Value) {
+    let maps: Api<NamespaceMap> = as_consumer_in(bed, &names::namespace::tenant(CONSUMER)).await;
+    let map = json!({
+        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceMap",
+        "metadata": {"name": CONSUMER},
+        "spec": {"clusterId": CONSUMER, "namespaces": mappings},
+    });
+    maps.patch(
+        CONSUMER,
+        &PatchParams::apply(names::field_manager::NAMESPACE_OFFLOADING).force(),
+        &Patch::Apply(&map),
+    )
+    .await
+    .unwrap();
+}
+
+/// The provider's NamespaceMap of the consumer, as its admin reads it.
+fn provider_map(bed: &Bed) -> Value {
+    let o = bed.provider.kubectl_ok(&[
+        "get",
+        "namespacemap",
+        CONSUMER,
+        "-n",
+        &names::namespace::tenant(CONSUMER),
+        "-o",
+        "json",
+    ]);
+    serde_json::from_str(&o).unwrap()
+}
+
+/// The retained claims the provider reports, as `namespace/name`.
+fn retained(bed: &Bed) -> Vec<String> {
+    let map = provider_map(bed);
+    map["status"]["retained"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c["namespace"].as_str().unwrap(),
+                c["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Namespace `name` on the provider: None when gone, else whether it is being deleted.
+fn provider_namespace(bed: &Bed, name: &str) -> Option<bool> {
+    let o = bed
+        .provider
+        .kubectl(&["get", "namespace", name, "-o", "json"]);
+    let ns: Value = o
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())
+        .flatten()?;
+    Some(!ns["metadata"]["deletionTimestamp"].is_null())
+}
+
+const SCRATCH: &str = "scratch";
+
+fn scratch_twin() -> String {
+    format!("{SCRATCH}-{CONSUMER}")
+}
+
+/// A namespace offloaded with `storageRetention: Delete` (the provider marks its twin so): a
+/// claim made there by the virtual kubelet goes with the twin once the mapping is withdrawn.
+async fn unoffloaded_under_delete(bed: &Bed) {
+    let twin = scratch_twin();
+    bed.consumer.kubectl_ok(&["create", "namespace", SCRATCH]);
+    apply(
+        &bed.consumer,
+        &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                "metadata": {"name": "offloading", "namespace": SCRATCH},
+                "spec": {"storageRetention": "Delete"}}),
+    );
+    set_mappings(
+        bed,
+        json!([{"home": STORE, "remote": store_twin()},
+               {"home": SCRATCH, "remote": twin, "storageRetention": "Delete"}]),
+    )
+    .await;
+    bed.eventually("the scratch twin made", || async {
+        provider_namespace(bed, &twin).filter(|d| !d).map(|_| ())
+    })
+    .await;
+    let ns = bed
+        .provider
+        .kubectl_ok(&["get", "namespace", &twin, "-o", "json"]);
+    let ns: Value = serde_json::from_str(&ns).unwrap();
+    assert_eq!(
+        ns["metadata"]["annotations"][names::annotation::STORAGE_RETENTION],
+        "Delete",
+        "{ns}"
+    );
+    apply(
+        &bed.consumer,
+        &claim_in(SCRATCH, "tmp", Some(NODE), json!({})),
+    );
+    bed.eventually("tmp in the scratch twin", || async {
+        let o = bed.provider.kubectl(&["get", "pvc", "tmp", "-n", &twin]);
+        o.status.success().then_some(())
+    })
+    .await;
+    set_mappings(bed, json!([{"home": STORE, "remote": store_twin()}])).await;
+    bed.eventually("the scratch twin removed with its claim", || async {
+        provider_namespace(bed, &twin)
+            .is_none_or(|deleting| deleting)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !retained(bed).iter().any(|c| c.starts_with(&twin)),
+        "nothing kept under Delete: {}",
+        provider_map(bed)
+    );
+}
+
+/// The store (its twin made before the mark existed in this test: no mark is `Retain`, the
+/// default) unoffloaded: the twin stays for the claims the fabric made there, which the
+/// consumer's own identity can no longer read, change or delete; the provider reports them,
+/// and not the admin's claim beside them. Returns the retained claim `kept`'s UID.
+async fn unoffloaded_under_retain(bed: &Bed) -> String {
+    let twin = store_twin();
+    apply(&bed.consumer, &claim("kept", Some(NODE), json!({})));
+    let remote = bed
+        .eventually("kept in the twin", || async {
+            in_store_twin(bed, "persistentvolumeclaim", "kept")
+        })
+        .await;
+    let uid = remote["metadata"]["uid"].as_str().unwrap().to_owned();
+    let claims: Api<PersistentVolumeClaim> = as_consumer(bed).await;
+    claims
+        .get("kept")
+        .await
+        .expect("the consumer reads its claim while offloaded");
+    set_mappings(bed, json!([])).await;
+    bed.eventually("the claims retained, reported on the map", || async {
+        let mut kept = retained(bed);
+        kept.sort();
+        (kept == [format!("{twin}/kept"), format!("{twin}/quick")]).then_some(())
+    })
+    .await;
+    let map = provider_map(bed);
+    let entry = map["status"]["retained"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "kept")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        entry,
+        json!({"namespace": twin, "home": STORE, "name": "kept", "uid": uid,
+               "size": "1Gi", "class": LENT}),
+        "{map}"
+    );
+    assert!(
+        map["status"]["namespaces"]
+            .as_array()
+            .is_none_or(|l| l.is_empty()),
+        "the twin is no longer the consumer's: {map}"
+    );
+    assert_eq!(
+        provider_namespace(bed, &twin),
+        Some(false),
+        "the twin stays for its claims"
+    );
+    let still = in_store_twin(bed, "persistentvolumeclaim", "kept").expect("kept stays");
+    assert_eq!(still["metadata"]["uid"], uid.as_str());
+    assert!(
+        in_store_twin(bed, "persistentvolumeclaim", "theirs").is_some(),
+        "the admin's claim untouched"
+    );
+    // With the consumer's own identity: nothing of them any more.
+    bed.eventually("the consumer's rights in the twin gone", || async {
+        in_store_twin(bed, "rolebinding", fabric_auth::tenant::ROLE)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let forbidden = |what: &str, r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("the consumer's identity {what} a retained claim: {other:?}"),
+    };
+    bed.within(
+        "the consumer's identity refused",
+        Duration::from_secs(10),
+        || async {
+            claims
+                .get("kept")
+                .await
+                .err()
+                .filter(|e| matches!(e, kube::Error::Api(a) if a.code == 403))
+                .map(|_| ())
+        },
+    )
+    .await;
+    forbidden("read", claims.get("kept").await.map(|_| ()));
+    let label = json!({"metadata": {"labels": {"taken": "yes"}}});
+    forbidden(
+        "changed",
+        claims
+            .patch("kept", &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .map(|_| ()),
+    );
+    forbidden(
+        "deleted",
+        claims.delete("kept", &Default::default()).await.map(|_| ()),
+    );
+    forbidden("listed", claims.list(&Default::default()).await.map(|_| ()));
+    let again = in_store_twin(bed, "persistentvolumeclaim", "kept").expect("kept stays");
+    assert!(again["metadata"]["labels"]["taken"].is_null(), "{again}");
+    uid
+}
+
+/// `fabricctl forget volumes` at home, with the consumer's identity: one claim by name (said
+/// first), then the rest; the twin goes once it holds none.
+async fn forget_volumes(bed: &Bed, kept_uid: &str) {
+    let twin = store_twin();
+    let run = |args: &[&str]| {
+        let o = fabric_tests::process::fabricctl(&bed.consumer.kubeconfig, args);
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), out)
+    };
+    let (ok, out) = run(&[
+        "forget",
+        "volumes",
+        "--peer",
+        PROVIDER,
+        "--claim",
+        "store/nothing",
+    ]);
+    assert!(!ok && out.contains("no such retained claim"), "{out}");
+    let (ok, out) = run(&[
+        "forget",
+        "volumes",
+        "--peer",
+        PROVIDER,
+        "--claim",
+        "store/kept",
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("{twin}/kept (1Gi, {LENT}) (of {STORE})")),
+        "said before: {out}"
+    );
+    assert!(
+        in_store_twin(bed, "persistentvolumeclaim", "kept")
+            .is_none_or(|c| c["metadata"]["uid"] != kept_uid
+                || !c["metadata"]["deletionTimestamp"].is_null()),
+        "kept deleted"
+    );
+    assert_eq!(retained(bed), [format!("{twin}/quick")]);
+    assert_eq!(
+        provider_namespace(bed, &twin),
+        Some(false),
+        "quick still holds the twin"
+    );
+    let (ok, out) = run(&["forget", "volumes", "--peer", PROVIDER]);
+    assert!(ok && out.contains(&format!("{twin}/quick")), "{out}");
+    bed.eventually("the twin gone once empty", || async {
+        provider_namespace(bed, &twin)
+            .is_none_or(|deleting| deleting)
+            .then_some(())
+    })
+    .await;
+    assert!(retained(bed).is_empty(), "{}", provider_map(bed));
 }
 
 /// The consumer's ResourceSlice (its replica on the provider, written with the consumer's own
