@@ -104,6 +104,22 @@ pub fn settle(claims: &[Charge], listed: &[Claim], now: Timestamp, ttl: Duration
         .collect()
 }
 
+/// The status once claim `namespace/name` is being deleted (its deletion admitted: it was
+/// stored, and goes): its pending charges dropped, as a listing would no longer count it.
+/// None when it has none (nothing to write).
+pub fn release(status: &TenantStatus, namespace: &str, name: &str) -> Option<TenantStatus> {
+    let claims: Vec<Charge> = status
+        .claims
+        .iter()
+        .filter(|c| (c.namespace.as_str(), c.name.as_str()) != (namespace, name))
+        .cloned()
+        .collect();
+    (claims.len() != status.claims.len()).then(|| TenantStatus {
+        claims,
+        ..status.clone()
+    })
+}
+
 /// Charges `ask` (a claim of `consumer` created, or grown from `old` bytes) against what was
 /// `granted`, given the Tenant's `status` as last read and `listed`, a fresh listing of the
 /// tenant's claims: the status to write (the charges still counting and this one), or why
@@ -326,6 +342,49 @@ mod tests {
         assert_eq!(ok.claims[0].name, "b");
         // Deleted claims release their share: the listing no longer shows them.
         assert!(charge(&st2, "alpha", &second, &[], &grant(), t(40), TTL).is_ok());
+    }
+
+    #[test]
+    fn a_claim_deleted_before_any_listing_showed_it_releases_its_charge() {
+        let st = charge(
+            &TenantStatus::default(),
+            "alpha",
+            &claim("twin-a", "a", "standard", 6),
+            &[],
+            &grant(),
+            t(0),
+            TTL,
+        )
+        .unwrap();
+        let st = charge(
+            &st,
+            "alpha",
+            &claim("twin-a", "b", "standard", 1),
+            &[],
+            &grant(),
+            t(0),
+            TTL,
+        )
+        .unwrap();
+        let released = release(&st, "twin-a", "a").expect("a's charge dropped");
+        assert_eq!(released.claims.len(), 1);
+        assert_eq!(released.claims[0].name, "b");
+        assert!(
+            release(&released, "twin-a", "a").is_none(),
+            "nothing left to drop"
+        );
+        assert!(release(&st, "twin-b", "a").is_none(), "another namespace's");
+        // Its 6Gi free at once, not after the ttl.
+        let next = charge(
+            &released,
+            "alpha",
+            &claim("twin-b", "c", "standard", 9),
+            &[],
+            &grant(),
+            t(1),
+            TTL,
+        );
+        assert!(next.is_ok(), "{next:?}");
     }
 
     #[test]

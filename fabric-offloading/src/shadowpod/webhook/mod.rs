@@ -561,6 +561,16 @@ impl View {
         let Some(consumer) = admission::consumer_of(user) else {
             return Ok(());
         };
+        if req.operation == Operation::Delete {
+            // A deletion is never refused here: it only gives the claim's share back.
+            if !req.dry_run && req.sub_resource.is_none() {
+                let namespace = req.namespace.clone().unwrap_or_default();
+                if let Err(e) = self.release_claim(consumer, &namespace, &req.name).await {
+                    warn!(consumer, claim = %req.name, namespace, error = %e, "the deleted claim's charge stays until it lapses");
+                }
+            }
+            return Ok(());
+        }
         let (Some(object), Operation::Create | Operation::Update) = (&req.object, &req.operation)
         else {
             return Ok(());
@@ -595,6 +605,46 @@ impl View {
         let granted = admission::granted(consumer, self.slices.state().iter().map(|s| &**s))?;
         self.charge_claim(consumer, &ask, &granted, req.dry_run)
             .await
+    }
+
+    /// Claim `namespace/name` of `consumer` is being deleted: its pending charges dropped from
+    /// the Tenant ([`claims::release`]), written over the version read, again on a conflict
+    /// within the budget. A claim created and deleted between two listings of the usage
+    /// reconciler would otherwise hold its share until the charge lapses.
+    async fn release_claim(
+        &self,
+        consumer: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), kube::Error> {
+        let tenants: Api<Tenant> =
+            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
+        let give_up = Instant::now() + self.charge_budget;
+        loop {
+            let Some(mut tenant) = tenants.get_opt(consumer).await? else {
+                return Ok(());
+            };
+            let status = tenant.status.clone().unwrap_or_default();
+            let Some(released) = claims::release(&status, namespace, name) else {
+                return Ok(());
+            };
+            tenant.status = Some(released);
+            tenant.metadata.managed_fields = None;
+            let pp = PostParams {
+                field_manager: Some(USAGE_MANAGER.to_owned()),
+                ..Default::default()
+            };
+            match tenants.replace_status(consumer, &pp, &tenant).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
+                    tokio::time::sleep(Duration::from_millis(
+                        u64::from(std::process::id() % 7) + 5,
+                    ))
+                    .await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The consumer's claims as listed now, in the namespaces carrying its label; claims that
