@@ -171,7 +171,7 @@ mod tests {
     #[test]
     fn the_forget_list_keeps_what_it_had_once() {
         let a = kept("t", "h", "a");
-        let before = forget_list(&[], &[a.clone()]);
+        let before = forget_list(&[], std::slice::from_ref(&a));
         assert_eq!(before.len(), 1);
         assert_eq!(before[0].uid, "uid-a");
         let after = forget_list(&before, &[a, kept("t", "h", "b")]);
