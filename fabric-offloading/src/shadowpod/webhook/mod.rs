@@ -617,33 +617,22 @@ impl View {
         namespace: &str,
         name: &str,
     ) -> Result<(), kube::Error> {
-        let tenants: Api<Tenant> =
-            Api::namespaced(self.client.clone(), &names::namespace::tenant(consumer));
-        let give_up = Instant::now() + self.charge_budget;
-        loop {
-            let Some(mut tenant) = tenants.get_opt(consumer).await? else {
-                return Ok(());
-            };
-            let status = tenant.status.clone().unwrap_or_default();
-            let Some(released) = claims::release(&status, namespace, name) else {
-                return Ok(());
-            };
-            tenant.status = Some(released);
-            tenant.metadata.managed_fields = None;
-            let pp = PostParams {
-                field_manager: Some(USAGE_MANAGER.to_owned()),
-                ..Default::default()
-            };
-            match tenants.replace_status(consumer, &pp, &tenant).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 409 && Instant::now() < give_up => {
-                    tokio::time::sleep(Duration::from_millis(
-                        u64::from(std::process::id() % 7) + 5,
-                    ))
-                    .await;
-                }
-                Err(e) => return Err(e),
-            }
+        let released = charges::rewrite_status::<_, std::convert::Infallible, _>(
+            &self.client,
+            consumer,
+            self.charge_budget,
+            |status| async move {
+                Ok(match claims::release(&status, namespace, name) {
+                    Some(released) => Rewrite::Write(released, ()),
+                    None => Rewrite::Answer(()),
+                })
+            },
+        )
+        .await;
+        match released {
+            Ok(()) | Err(Unwritten::NoTenant) => Ok(()),
+            Err(Unwritten::Kube(e)) => Err(e),
+            Err(Unwritten::Denied(never)) => match never {},
         }
     }
 
