@@ -385,6 +385,7 @@ pub struct ShadowEndpointSliceSpec {
     namespaced,
     shortname = "shnetpol",
     category = "fabric",
+    printcolumn = r#"{"name":"Policy-Types","type":"string","jsonPath":".spec.template.policyTypes"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
