@@ -5,5 +5,6 @@ pub mod lent;
 pub mod namespaces;
 pub mod node_labels;
 pub mod v1alpha1;
+pub mod volumes;
 
 pub const GROUP: &str = "offloading.fabric.io";

@@ -30,13 +30,14 @@ use fabric_kube::{
     cache,
     controller::{Backoff, FinalizerError, Runner, finalized},
     events::{Event, Events},
+    meta,
 };
 use k8s_openapi::api::{
     coordination::v1::Lease, core::v1::Namespace, discovery::v1::EndpointSlice,
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{Patch, PatchParams},
     runtime::{
         Controller,
         controller::Action,
@@ -209,21 +210,11 @@ async fn cleanup(shadow: Arc<ShadowEndpointSlice>, ctx: Arc<Ctx>) -> Result<Acti
     let ns = shadow.namespace().unwrap_or_default();
     let name = endpoint_slice::reflected(&shadow.name_any());
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Some(s) = slices.get_opt(&name).await?.filter(translate::ours) {
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: s.uid(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match slices.delete(&name, &dp).await {
-            Ok(_) => {
-                info!(slice = %format!("{ns}/{name}"), "its ShadowEndpointSlice went: EndpointSlice deleted")
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+    if let Some(s) = slices.get_opt(&name).await?.filter(translate::ours)
+        && meta::delete(&slices, &name, &meta::only_uid(s.uid(), None)).await?
+            == meta::Deleted::Asked
+    {
+        info!(slice = %format!("{ns}/{name}"), "its ShadowEndpointSlice went: EndpointSlice deleted");
     }
     Ok(Action::await_change())
 }

@@ -25,11 +25,12 @@ use fabric_kube::{
     cache,
     controller::{Backoff, FinalizerError, Runner, finalized},
     events::{Event, Events},
+    meta,
 };
 use k8s_openapi::api::{core::v1::Namespace, networking::v1::NetworkPolicy};
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{Patch, PatchParams},
     runtime::{
         Controller, WatchStreamExt,
         controller::Action,
@@ -158,21 +159,10 @@ async fn cleanup(shadow: Arc<ShadowNetworkPolicy>, ctx: Arc<Ctx>) -> Result<Acti
     let ns = shadow.namespace().unwrap_or_default();
     let name = shadow.name_any();
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Some(p) = api.get_opt(&name).await?.filter(translate::ours) {
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: p.uid(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(&name, &dp).await {
-            Ok(_) => {
-                info!(policy = %format!("{ns}/{name}"), "its ShadowNetworkPolicy went: NetworkPolicy deleted")
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+    if let Some(p) = api.get_opt(&name).await?.filter(translate::ours)
+        && meta::delete(&api, &name, &meta::only_uid(p.uid(), None)).await? == meta::Deleted::Asked
+    {
+        info!(policy = %format!("{ns}/{name}"), "its ShadowNetworkPolicy went: NetworkPolicy deleted");
     }
     Ok(Action::await_change())
 }

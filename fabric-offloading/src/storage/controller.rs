@@ -26,7 +26,6 @@ use serde_json::json;
 use tracing::info;
 
 use super::{FINALIZER, HOME_NAME, HOME_NAMESPACE, Provisioner, Step, node_kind, real_name};
-use fabric_api::names::storage::{PROVISIONED_BY, PROVISIONER};
 
 const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 /// How soon a claim whose selected node is not known yet is looked at again.
@@ -46,22 +45,6 @@ struct Ctx {
     nodes: Store<Node>,
     reals: Store<PersistentVolumeClaim>,
     events: Events,
-}
-
-/// Whether `pv` is the virtual volume of `claim`: our provisioner's, bound to that very claim.
-fn virtual_volume_of(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
-    let ours = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PROVISIONED_BY))
-        .is_some_and(|p| p == PROVISIONER);
-    let bound = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .is_some_and(|r| r.uid.is_some() && r.uid == claim.metadata.uid);
-    ours && bound
 }
 
 async fn reconcile(home: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -142,7 +125,7 @@ async fn reconcile(home: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Ac
                 Ok(_) => info!(claim = %key, volume = name, "virtual volume made"),
                 Err(e) if meta::is_conflict(&e) => {
                     let have = volumes.get(&name).await?;
-                    if !virtual_volume_of(&have, &home) {
+                    if !fabric_api::offloading::volumes::fabric_volume_of(&have, &home) {
                         return Err(Error::NotOurs(name));
                     }
                 }
@@ -174,7 +157,7 @@ async fn reconcile(home: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Ac
         Step::Release { real_uid } => {
             let name = fabric_api::names::storage::volume_name(&uid);
             if let Some(pv) = volumes.get_opt(&name).await?
-                && virtual_volume_of(&pv, &home)
+                && fabric_api::offloading::volumes::fabric_volume_of(&pv, &home)
             {
                 meta::delete(
                     &volumes,

@@ -5,7 +5,7 @@
 use anyhow::{Context as _, Result, bail};
 use fabric_api::names::{
     self,
-    storage::{FINALIZER, PROVISIONED_BY, PROVISIONER, RESCHEDULING_REQUIRED, SELECTED_NODE},
+    storage::{FINALIZER, RESCHEDULING_REQUIRED, SELECTED_NODE},
 };
 use fabric_kube::{
     events::Event,
@@ -140,22 +140,6 @@ impl Kind for Claims {
     }
 }
 
-/// Whether `pv` is the placeholder of `claim`: our provisioner's, bound to that very claim.
-fn placeholder_of(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
-    let ours = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PROVISIONED_BY))
-        .is_some_and(|p| p == PROVISIONER);
-    let bound = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .is_some_and(|r| r.uid.is_some() && r.uid == claim.metadata.uid);
-    ours && bound
-}
-
 /// Creates the placeholder, unless it is there already (a sync cut short).
 async fn ensure_volume(
     volumes: &Api<PersistentVolume>,
@@ -173,7 +157,7 @@ async fn ensure_volume(
                 .get(&name)
                 .await
                 .context("reading the placeholder")?;
-            if !placeholder_of(&have, claim) {
+            if !fabric_api::offloading::volumes::fabric_volume_of(&have, claim) {
                 bail!("a PersistentVolume {name} is there that is not this claim's placeholder");
             }
             Ok(())
@@ -195,7 +179,7 @@ async fn delete_volume(
     else {
         return Ok(());
     };
-    if !placeholder_of(&pv, claim) {
+    if !fabric_api::offloading::volumes::fabric_volume_of(&pv, claim) {
         return Ok(());
     }
     meta::delete(
