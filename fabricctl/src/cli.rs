@@ -84,6 +84,12 @@ pub enum Cmd {
         /// unreachable); prints what is left there.
         #[arg(long, conflicts_with = "network_only")]
         force: bool,
+        /// Unpeer even though the provider keeps claims of this cluster with their data
+        /// (storageRetention Retain), which this cluster can no longer see or delete
+        /// afterwards: they are left to the provider's admin. Without it, such an unpeer is
+        /// refused, naming them (`fabricctl forget volumes` deletes them first).
+        #[arg(long, conflicts_with = "network_only")]
+        leave_volumes: bool,
         #[arg(long, default_value_t = 60)]
         timeout_secs: u64,
     },

@@ -10,10 +10,11 @@ use fabric_api::{
     names,
     offloading::v1alpha1::{ClaimRef, NamespaceMap, RetainedClaim},
 };
-use fabric_negotiation::namespaces::retention::describe;
+use fabric_negotiation::namespaces::retention::{self, describe};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::{
     Api,
-    api::{Patch, PatchParams},
+    api::{ListParams, Patch, PatchParams},
 };
 
 /// The field manager of `spec.forget` (the consumer's controller applies the rest).
@@ -70,26 +71,80 @@ pub fn forget_list(before: &[ClaimRef], chosen: &[RetainedClaim]) -> Vec<ClaimRe
     out
 }
 
+/// This cluster's NamespaceMap on provider `peer`, read with this cluster's identity there.
+struct Provider {
+    client: kube::Client,
+    maps: Api<NamespaceMap>,
+    /// This cluster's id, as the provider knows it (the map's name).
+    me: String,
+    map: Option<NamespaceMap>,
+}
+
+impl Provider {
+    async fn read(local: &kube::Client, peer: &str) -> Result<Self> {
+        let client = fabric_auth::identity::remote_client(local, peer)
+            .await
+            .with_context(|| format!("reaching provider {peer} with this cluster's identity"))?;
+        let tenant = client.default_namespace().to_owned();
+        // The map is named after this cluster, whose tenant namespace it is in.
+        let Some(me) = tenant.strip_prefix(&names::namespace::tenant("")) else {
+            bail!("the identity for {peer} names namespace {tenant}, which is no tenant namespace");
+        };
+        let maps: Api<NamespaceMap> = Api::namespaced(client.clone(), &tenant);
+        let map = maps
+            .get_opt(me)
+            .await
+            .with_context(|| format!("reading NamespaceMap {tenant}/{me} on {peer}"))?;
+        Ok(Self {
+            me: me.to_owned(),
+            client,
+            maps,
+            map,
+        })
+    }
+}
+
+/// The claims provider `peer` would keep of this cluster, with their data, once their peering
+/// ends (see [`retention::kept_after_unpeer`]): read with this cluster's identity, the claims
+/// of each mapped twin listed there.
+pub async fn kept_after_unpeer(local: &kube::Client, peer: &str) -> Result<Vec<RetainedClaim>> {
+    let Provider {
+        client, me, map, ..
+    } = Provider::read(local, peer).await?;
+    let Some(map) = map else {
+        return Ok(Vec::new());
+    };
+    let mut claims = Vec::new();
+    for m in &map.spec.namespaces {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &m.remote);
+        match api.list(&ListParams::default()).await {
+            Ok(l) => claims.push((m.remote.clone(), l.items)),
+            // A twin the provider has not made (or has refused) holds nothing of ours.
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("listing the claims in twin {} on {peer}", m.remote));
+            }
+        }
+    }
+    let retained = map.status.map(|s| s.retained).unwrap_or_default();
+    Ok(retention::kept_after_unpeer(
+        &me,
+        &retained,
+        &map.spec.namespaces,
+        &claims,
+    ))
+}
+
 pub async fn forget_volumes(
     local: &kube::Client,
     peer: &str,
     claim: Option<&str>,
     timeout: Duration,
 ) -> Result<()> {
-    let remote = fabric_auth::identity::remote_client(local, peer)
-        .await
-        .with_context(|| format!("reaching provider {peer} with this cluster's identity"))?;
-    let tenant = remote.default_namespace().to_owned();
-    // The map is named after this cluster, whose tenant namespace it is in.
-    let Some(me) = tenant.strip_prefix(&names::namespace::tenant("")) else {
-        bail!("the identity for {peer} names namespace {tenant}, which is no tenant namespace");
-    };
-    let maps: Api<NamespaceMap> = Api::namespaced(remote, &tenant);
-    let Some(map) = maps
-        .get_opt(me)
-        .await
-        .with_context(|| format!("reading NamespaceMap {tenant}/{me} on {peer}"))?
-    else {
+    let Provider { maps, me, map, .. } = Provider::read(local, peer).await?;
+    let me = me.as_str();
+    let Some(map) = map else {
         println!("{peer} keeps no claims of this cluster (it has no NamespaceMap of it)");
         return Ok(());
     };
@@ -111,7 +166,7 @@ pub async fn forget_volumes(
     };
     maps.patch(me, &params, &Patch::Merge(&patch))
         .await
-        .with_context(|| format!("asking {peer} to delete them (NamespaceMap {tenant}/{me})"))?;
+        .with_context(|| format!("asking {peer} to delete them (its NamespaceMap {me})"))?;
     let started = Instant::now();
     loop {
         let left: Vec<RetainedClaim> = maps

@@ -116,6 +116,7 @@ async fn run(cli: Cli) -> Result<()> {
             remote_kubeconfig,
             network_only,
             force,
+            leave_volumes,
             timeout_secs,
         } => {
             let remote = match &remote_kubeconfig {
@@ -126,7 +127,14 @@ async fn run(cli: Cli) -> Result<()> {
             match (network_only, remote) {
                 (true, Some(remote)) => peer::unpeer(local, remote, ns, timeout).await,
                 (true, None) => anyhow::bail!("--network-only needs --remote-kubeconfig"),
-                (false, remote) => unpeer::unpeer(local, remote, ns, id, force, timeout).await,
+                (false, remote) => {
+                    let how = unpeer::How {
+                        force,
+                        leave_volumes,
+                        timeout,
+                    };
+                    unpeer::unpeer(local, remote, ns, id, how).await
+                }
             }
         }
         Cmd::Status { output } => status::status(&local, ns, output).await,

@@ -16,7 +16,10 @@ use fabric_api::{
     offloading::v1alpha1::VirtualNode,
 };
 use fabric_kube::meta;
-use fabric_negotiation::unpeer::{ConsumerSide, left_on_provider, pending};
+use fabric_negotiation::{
+    namespaces::retention::describe,
+    unpeer::{ConsumerSide, left_on_provider, pending},
+};
 use fabric_peering::{Cluster, Side};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
@@ -108,14 +111,31 @@ async fn read(local: &Client, ns: &str, provider: &str) -> Result<Local> {
     })
 }
 
+/// How long the unpeer waits to learn what the provider keeps.
+const CHECK_KEPT_FOR: Duration = Duration::from_secs(10);
+
+/// How `fabricctl unpeer` goes about it (its flags).
+#[derive(Debug, Clone, Copy)]
+pub struct How {
+    /// Without waiting for the provider.
+    pub force: bool,
+    /// Even though the provider keeps claims of this cluster.
+    pub leave_volumes: bool,
+    pub timeout: Duration,
+}
+
 pub async fn unpeer(
     local: Client,
     remote: Option<Client>,
     ns: &str,
     provider: Option<String>,
-    force: bool,
-    timeout: Duration,
+    how: How,
 ) -> Result<()> {
+    let How {
+        force,
+        leave_volumes,
+        timeout,
+    } = how;
     let provider = match (provider, &remote) {
         (Some(p), _) => p,
         (None, Some(r)) => Cluster::read(Side::Remote, r.clone(), ns)
@@ -140,6 +160,43 @@ pub async fn unpeer(
                  removed with --network-only --remote-kubeconfig"
             ),
         };
+    }
+    // Said (and refused unless asked) before anything goes: once the identity is gone, nobody
+    // here can see or forget what the provider keeps.
+    // Bounded: an unreachable provider (the case of --force) must not hold the unpeer up.
+    let asked = tokio::time::timeout(
+        timeout.min(CHECK_KEPT_FOR),
+        crate::forget::kept_after_unpeer(&local, &provider),
+    )
+    .await
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {CHECK_KEPT_FOR:?}")));
+    match asked {
+        Ok(kept) if !kept.is_empty() => {
+            let list: Vec<String> = kept
+                .iter()
+                .map(|c| format!("  {} (of {})", describe(c), c.home))
+                .collect();
+            if !leave_volumes {
+                bail!(
+                    "{provider} keeps these claims of this cluster with their data \
+                     (storageRetention Retain), and after the unpeer this cluster could no \
+                     longer see or delete them:\n{}\nDelete them first (unoffload their \
+                     namespaces, then `fabricctl forget volumes --peer {provider}`), or \
+                     unpeer with --leave-volumes to leave them to {provider}'s admin",
+                    list.join("\n")
+                );
+            }
+            println!(
+                "{provider} keeps these claims with their data, left to its admin \
+                 (--leave-volumes):\n{}",
+                list.join("\n")
+            );
+        }
+        Ok(_) => {}
+        Err(e) => println!(
+            "could not read what {provider} keeps of this cluster's volumes ({e:#}): any \
+             claim it retains stays there, left to its admin"
+        ),
     }
     let me = Cluster::read(Side::Local, local.clone(), ns).await?;
     println!(

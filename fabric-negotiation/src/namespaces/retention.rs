@@ -5,7 +5,7 @@
 //! twin's consumer) hold a twin: a claim the provider's admin put there does not.
 use fabric_api::{
     names::{annotation, label},
-    offloading::v1alpha1::{ClaimRef, RetainedClaim, StorageRetention},
+    offloading::v1alpha1::{ClaimRef, NamespaceMapping, RetainedClaim, StorageRetention},
 };
 use fabric_kube::status::Verdict;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
@@ -122,6 +122,36 @@ pub fn forgotten(retained: &[RetainedClaim], forget: &[ClaimRef]) -> Vec<ClaimRe
         })
         .filter(|r| forget.contains(r))
         .collect()
+}
+
+/// What the provider keeps of `consumer` once their peering ends: the claims it retains
+/// already, and the fabric's claims in each twin still mapped (`claims`, by twin name), under
+/// that mapping's retention: the Tenant's removal gives those twins up as an unoffload does.
+/// Nobody at home can see or forget them afterwards (no identity is left), which is why
+/// `fabricctl unpeer` says so first. Sorted, each claim once.
+pub fn kept_after_unpeer(
+    consumer: &str,
+    retained: &[RetainedClaim],
+    mappings: &[NamespaceMapping],
+    claims: &[(String, Vec<PersistentVolumeClaim>)],
+) -> Vec<RetainedClaim> {
+    let mut kept = retained.to_vec();
+    for m in mappings {
+        let fabric: Vec<Claim> = claims
+            .iter()
+            .filter(|(twin, _)| *twin == m.remote)
+            .flat_map(|(_, pvcs)| pvcs)
+            .filter(|pvc| fabric_made(pvc, consumer))
+            .map(Claim::of)
+            .collect();
+        let retention = m.storage_retention.unwrap_or(StorageRetention::Retain);
+        if let Fate::Retain { claims } = fate(&m.remote, &m.home, retention, &fabric) {
+            kept.extend(claims);
+        }
+    }
+    kept.sort();
+    kept.dedup_by(|a, b| a.namespace == b.namespace && a.name == b.name);
+    kept
 }
 
 /// One line per retained claim: `namespace/name (size, class)`, as the ForeignCluster's
@@ -313,5 +343,77 @@ mod tests {
             "not retained here"
         );
         assert!(forgotten(&claims, &[]).is_empty());
+    }
+
+    #[test]
+    fn an_unpeer_keeps_what_is_retained_and_the_fabric_s_claims_of_retained_twins() {
+        let pvc = |name: &str, from: &str| {
+            let mut p = PersistentVolumeClaim::default();
+            p.metadata.name = Some(name.into());
+            p.metadata.uid = Some(format!("uid-{name}"));
+            p.metadata.labels = Some(BTreeMap::from([
+                (label::REFLECTED_FROM.to_owned(), from.to_owned()),
+                (label::REFLECTED_TO.to_owned(), "p".to_owned()),
+            ]));
+            p
+        };
+        let mapping = |home: &str, r: Option<StorageRetention>| NamespaceMapping {
+            home: home.into(),
+            remote: format!("{home}-c"),
+            storage_retention: r,
+        };
+        let earlier = RetainedClaim {
+            namespace: "old-c".into(),
+            home: "old".into(),
+            name: "logs".into(),
+            uid: "uid-logs".into(),
+            size: None,
+            class: None,
+        };
+        let mut admin_s = pvc("admin", "c");
+        admin_s.metadata.labels = None;
+        let kept = kept_after_unpeer(
+            "c",
+            std::slice::from_ref(&earlier),
+            &[
+                mapping("shop", None),
+                mapping("cache", Some(StorageRetention::Delete)),
+                mapping("db", Some(StorageRetention::Retain)),
+            ],
+            &[
+                (
+                    "shop-c".into(),
+                    vec![pvc("data", "c"), admin_s, pvc("x", "other")],
+                ),
+                ("cache-c".into(), vec![pvc("tmp", "c")]),
+                ("db-c".into(), vec![pvc("wal", "c")]),
+                // A twin no longer mapped is the provider's to report (in `retained`).
+                ("gone-c".into(), vec![pvc("y", "c")]),
+            ],
+        );
+        let names: Vec<String> = kept
+            .iter()
+            .map(|c| format!("{}/{} of {}", c.namespace, c.name, c.home))
+            .collect();
+        assert_eq!(
+            names,
+            ["db-c/wal of db", "old-c/logs of old", "shop-c/data of shop"],
+            "the default is Retain; Delete twins, the admin's and other consumers' claims go"
+        );
+        assert!(kept_after_unpeer("c", &[], &[mapping("shop", None)], &[]).is_empty());
+        let twice = kept_after_unpeer(
+            "c",
+            &[RetainedClaim {
+                namespace: "shop-c".into(),
+                home: "shop".into(),
+                name: "data".into(),
+                uid: "uid-data".into(),
+                size: None,
+                class: None,
+            }],
+            &[mapping("shop", None)],
+            &[("shop-c".into(), vec![pvc("data", "c")])],
+        );
+        assert_eq!(twice.len(), 1, "{twice:?}");
     }
 }

@@ -632,6 +632,22 @@ async fn forget_volumes(bed: &Bed, kept_uid: &str) {
         );
         (o.status.success(), out)
     };
+    // Unpeering now would leave them where nobody here could see or forget them: refused,
+    // naming them, and nothing of the peering touched.
+    let (ok, out) = run(&["unpeer", PROVIDER, "--timeout-secs", "20"]);
+    assert!(
+        !ok && out.contains(&format!("{twin}/kept (1Gi, {LENT}) (of {STORE})"))
+            && out.contains(&format!("{twin}/quick"))
+            && out.contains("--leave-volumes"),
+        "{out}"
+    );
+    assert!(
+        bed.consumer
+            .kubectl(&["get", "foreigncluster", PROVIDER])
+            .status
+            .success(),
+        "the refused unpeer deleted nothing: {out}"
+    );
     let (ok, out) = run(&[
         "forget",
         "volumes",
