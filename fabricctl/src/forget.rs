@@ -55,9 +55,23 @@ pub fn select(
     Ok(chosen)
 }
 
-/// `spec.forget` with `chosen` added to `before` (kept, each once).
-pub fn forget_list(before: &[ClaimRef], chosen: &[RetainedClaim]) -> Vec<ClaimRef> {
-    let mut out = before.to_vec();
+/// `spec.forget` with `chosen` added to `before`, each once. Entries of `before` for claims no
+/// longer retained (deleted since, or being deleted) go: they ask for nothing any more, and the
+/// list would otherwise only grow.
+pub fn forget_list(
+    before: &[ClaimRef],
+    retained: &[RetainedClaim],
+    chosen: &[RetainedClaim],
+) -> Vec<ClaimRef> {
+    let mut out: Vec<ClaimRef> = before
+        .iter()
+        .filter(|r| {
+            retained
+                .iter()
+                .any(|c| c.uid == r.uid && c.name == r.name && c.namespace == r.namespace)
+        })
+        .cloned()
+        .collect();
     for c in chosen {
         let r = ClaimRef {
             namespace: c.namespace.clone(),
@@ -158,7 +172,7 @@ pub async fn forget_volumes(
     for c in &chosen {
         println!("  {} (of {})", describe(c), c.home);
     }
-    let forget = forget_list(&map.spec.forget, &chosen);
+    let forget = forget_list(&map.spec.forget, &retained, &chosen);
     let patch = serde_json::json!({ "spec": { "forget": forget } });
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -226,10 +240,16 @@ mod tests {
     #[test]
     fn the_forget_list_keeps_what_it_had_once() {
         let a = kept("t", "h", "a");
-        let before = forget_list(&[], std::slice::from_ref(&a));
+        let b = kept("t", "h", "b");
+        let both = [a.clone(), b.clone()];
+        let before = forget_list(&[], &both, std::slice::from_ref(&a));
         assert_eq!(before.len(), 1);
         assert_eq!(before[0].uid, "uid-a");
-        let after = forget_list(&before, &[a, kept("t", "h", "b")]);
+        let after = forget_list(&before, &both, &[a, b.clone()]);
         assert_eq!(after.len(), 2);
+        // `a` deleted since: its entry goes, `b`'s stays.
+        let later = forget_list(&after, std::slice::from_ref(&b), &[]);
+        assert_eq!(later.len(), 1);
+        assert_eq!(later[0].uid, "uid-b");
     }
 }
