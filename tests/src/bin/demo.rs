@@ -182,7 +182,30 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         bail!("not a peer command: {line}");
     }
 
-    let ask = ["--cpu", "1", "--memory", "2Gi", "--pods", "20"];
+    println!("  B lends storage too: 1Gi of its StorageClass standard (ConfigMap fabric-storage):");
+    let lent = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
+        "data": {"lent": "standard=1Gi"}});
+    let o =
+        d.cl.b
+            .api
+            .kubectl_stdin(&["apply", "-f", "-"], &lent.to_string());
+    if !o.status.success() {
+        bail!(
+            "lending storage on B: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let ask = [
+        "--cpu",
+        "1",
+        "--memory",
+        "2Gi",
+        "--pods",
+        "20",
+        "--resource",
+        "storage.fabric.io/standard=1Gi",
+    ];
     title(&format!(
         "On cluster A (the consumer): that command, plus {}",
         ask.join(" ")
@@ -715,8 +738,11 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         "   own addresses: {}; enforcing it is B's network plugin's job)",
         reflected.trim()
     );
-    println!("  fabricctl unoffload namespace shop (it says what goes first):");
+    check_interrupt()?;
+    stateful_offloaded(d, &b_id, &twin)?;
+    title("fabricctl unoffload namespace shop (cluster A; it says what goes first)");
     show(fabricctl(&d.cl.a.api, &["unoffload", "namespace", "shop"]));
+    retained_and_forgotten(d, &a_id, &b_id, &twin)?;
     check_interrupt()?;
 
     title("fabricctl status (cluster A)");
@@ -837,6 +863,198 @@ fn stateful_at_home(d: &Demo) -> Result<()> {
     kubectl(&a.api, &["delete", "pod", "reader", "--wait=true"])?;
     kubectl(&a.api, &["delete", "pvc", "notes", "--wait=true"])?;
     println!("  kubectl delete pvc notes: its volume, real claim and real volume are gone too.");
+    Ok(())
+}
+
+/// A claim of the fabric's StorageClass in the offloaded namespace whose first consumer runs on
+/// the virtual node: the claim is made in B's twin (B's class `standard`, lent to A), the volume
+/// at home is a placeholder pinned to the virtual node, so the next pod using it goes there
+/// too (data gravity) and reads what the first one wrote.
+fn stateful_offloaded(d: &Demo, b_id: &str, twin: &str) -> Result<()> {
+    title("A stateful pod offloaded: its claim lands in cluster B, the next pod follows the data");
+    let (a, b) = (&d.cl.a, &d.cl.b);
+    a.create(&json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ledger", "namespace": shop::NAMESPACE},
+        "spec": {"storageClassName": names::storage::CLASS, "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "64Mi"}}}}))?;
+    let with_claim = |name: &str, command: &[&str]| {
+        let mut pod = command_pod(name, command);
+        pod["metadata"]["namespace"] = json!(shop::NAMESPACE);
+        pod["spec"]["containers"][0]["volumeMounts"] =
+            json!([{ "name": "data", "mountPath": "/srv" }]);
+        pod["spec"]["volumes"] =
+            json!([{ "name": "data", "persistentVolumeClaim": { "claimName": "ledger" } }]);
+        pod
+    };
+    let text = "written in cluster B, on a volume of B's, for a pod of A's";
+    println!("  a claim `ledger` of class fabric in shop, and a pod writing /srv/ledger (shop's");
+    println!("  strategy Remote sends it to the virtual node):");
+    a.create_pod(&with_claim(
+        "ledger-writer",
+        &["fabric-test-pod", "write", "/srv/ledger", text],
+    ))?;
+    let done = |name: &str| {
+        a.wait_pod(
+            shop::NAMESPACE,
+            name,
+            Duration::from_secs(90),
+            "Succeeded",
+            |p| p["status"]["phase"] == "Succeeded",
+        )
+    };
+    if let Err(e) = done("ledger-writer") {
+        show(kubectl(
+            &a.api,
+            &["get", "pvc,pods", "-n", shop::NAMESPACE, "-o", "wide"],
+        ));
+        show(kubectl(&b.api, &["get", "pvc,pods,events", "-n", twin]));
+        return Err(e);
+    }
+    println!("  kubectl get pvc ledger -n shop; its volume at home, pinned to the virtual node:");
+    show(kubectl(
+        &a.api,
+        &[
+            "get",
+            "pvc",
+            "ledger",
+            "-n",
+            shop::NAMESPACE,
+            "-o",
+            "custom-columns=NAME:.metadata.name,STATUS:.status.phase,CLASS:.spec.storageClassName,VOLUME:.spec.volumeName",
+        ],
+    ));
+    let volume = kubectl(
+        &a.api,
+        &[
+            "get",
+            "pvc",
+            "ledger",
+            "-n",
+            shop::NAMESPACE,
+            "-o",
+            "jsonpath={.spec.volumeName}",
+        ],
+    )?;
+    show(kubectl(
+        &a.api,
+        &[
+            "get",
+            "pv",
+            volume.trim(),
+            "-o",
+            "custom-columns=NAME:.metadata.name,CLASS:.spec.storageClassName,NODE:.spec.nodeAffinity.required.nodeSelectorTerms[*].matchExpressions[*].values[*]",
+        ],
+    ));
+    println!(
+        "  On cluster B, in the twin: the claim itself, of B's class standard (kubectl get pvc -n {twin}):"
+    );
+    show(kubectl(
+        &b.api,
+        &[
+            "get",
+            "pvc",
+            "-n",
+            twin,
+            "-o",
+            "custom-columns=NAME:.metadata.name,STATUS:.status.phase,CLASS:.spec.storageClassName,VOLUME:.spec.volumeName",
+        ],
+    ));
+    kubectl(
+        &a.api,
+        &[
+            "delete",
+            "pod",
+            "ledger-writer",
+            "-n",
+            shop::NAMESPACE,
+            "--wait=true",
+        ],
+    )?;
+    a.create_pod(&with_claim(
+        "ledger-reader",
+        &["fabric-test-pod", "read", "/srv/ledger"],
+    ))?;
+    done("ledger-reader")?;
+    let node = kubectl(
+        &a.api,
+        &[
+            "get",
+            "pod",
+            "ledger-reader",
+            "-n",
+            shop::NAMESPACE,
+            "-o",
+            "jsonpath={.spec.nodeName}",
+        ],
+    )?;
+    println!(
+        "  the next pod using it ran on {} and read (kubectl logs ledger-reader -n shop):",
+        node.trim()
+    );
+    let read = kubectl(&a.api, &["logs", "ledger-reader", "-n", shop::NAMESPACE])?;
+    indent(read.trim());
+    if read.trim() != text {
+        bail!("ledger-reader read {read:?}, not what ledger-writer wrote");
+    }
+    if !node.trim().ends_with(b_id) {
+        bail!("ledger-reader ran on {node:?}, not on B's virtual node");
+    }
+    kubectl(
+        &a.api,
+        &[
+            "delete",
+            "pod",
+            "ledger-reader",
+            "-n",
+            shop::NAMESPACE,
+            "--wait=true",
+        ],
+    )?;
+    Ok(())
+}
+
+/// After the unoffload the claim stays on B with its data (storageRetention Retain, the
+/// default), out of A's reach but reported to it; an unpeer would be refused while it is kept;
+/// `fabricctl forget volumes` deletes it.
+fn retained_and_forgotten(d: &Demo, a_id: &str, b_id: &str, twin: &str) -> Result<()> {
+    let (a, b) = (&d.cl.a, &d.cl.b);
+    let tenant = names::namespace::tenant(a_id);
+    wait(
+        "the claim reported retained",
+        Duration::from_secs(30),
+        || {
+            let out = kubectl(
+                &b.api,
+                &[
+                    "get",
+                    "namespacemap",
+                    a_id,
+                    "-n",
+                    &tenant,
+                    "-o",
+                    "jsonpath={.status.retained[*].name}",
+                ],
+            )
+            .ok()?;
+            out.contains("ledger").then_some(())
+        },
+    )?;
+    println!("  The claim stays on B with its data (storageRetention Retain, the default); A's");
+    println!("  rights there are gone. fabricctl unpeer {b_id} (cluster A) now refuses:");
+    match fabricctl(&a.api, &["unpeer", b_id, "--timeout-secs", "20"]) {
+        Err(refused) => indent(&format!("{refused:#}")),
+        Ok(out) => bail!("the unpeer went ahead with a claim retained: {out}"),
+    }
+    println!("  fabricctl forget volumes --peer {b_id}:");
+    show(fabricctl(&a.api, &["forget", "volumes", "--peer", b_id]));
+    wait("the twin gone", Duration::from_secs(30), || {
+        kubectl(
+            &b.api,
+            &["get", "namespace", twin, "-o", "jsonpath={.status.phase}"],
+        )
+        .map_or(Some(()), |p| (p.trim() == "Terminating").then_some(()))
+    })?;
+    println!("  and B removed the twin {twin} once it held nothing.");
     Ok(())
 }
 
