@@ -283,6 +283,11 @@ enum Cmd {
         /// refused with TooManyNamespaces; existing twins keep their place).
         #[arg(long, default_value_t = fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT)]
         max_namespaces_per_tenant: u32,
+        /// As a provider, where this cluster's DNS pods are (NAMESPACE/KEY=VALUE[,...]): a
+        /// consumer's NetworkPolicy that lets its pods reach DNS lets them reach these too in
+        /// its twins, since offloaded pods resolve names here.
+        #[arg(long, default_value = "kube-system/k8s-app=kube-dns")]
+        cluster_dns: fabric_offloading::networkpolicies::translate::ClusterDns,
         #[command(flatten)]
         renewal: RenewalArgs,
         #[command(flatten)]
@@ -768,6 +773,7 @@ async fn run() -> Result<()> {
             unrecorded_retention,
             reserved_namespaces,
             max_namespaces_per_tenant,
+            cluster_dns,
             renewal,
             approver,
         } => {
@@ -802,6 +808,7 @@ async fn run() -> Result<()> {
                 let (client, settings) = (client.clone(), settings.clone());
                 let (namespace, policy) = (namespace.clone(), renewal.policy());
                 let (rules, approver) = (rules.clone(), approver.clone());
+                let cluster_dns = cluster_dns.clone();
                 async move {
                     let negotiation = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
@@ -833,10 +840,13 @@ async fn run() -> Result<()> {
                     // One active replica: the real NetworkPolicies of consumers' shadows.
                     let networkpolicies = AbortOnDropHandle::new(tokio::spawn({
                         let (client, namespace) = (client.clone(), namespace.clone());
+                        let dns = cluster_dns;
                         async move {
-                            fabric_offloading::networkpolicies::controller::run(client, namespace)
-                                .await
-                                .context("ShadowNetworkPolicy controller")
+                            fabric_offloading::networkpolicies::controller::run(
+                                client, namespace, dns,
+                            )
+                            .await
+                            .context("ShadowNetworkPolicy controller")
                         }
                     }));
                     // The authentication service faces the internet: it asks, this approves.

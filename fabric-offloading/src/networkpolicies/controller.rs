@@ -40,7 +40,7 @@ use kube::{
 };
 use tracing::{debug, info};
 
-use super::translate::{self, Translated};
+use super::translate::{self, ClusterDns, Translated};
 use crate::endpointslices::{controller::WAITING_FOR_NETWORK, translate::consumer_of};
 
 /// The Event reason of what a consumer's policy asked for and was refused here.
@@ -68,6 +68,7 @@ struct Ctx {
     /// Our own real policies (by our managed-by label).
     policies: Store<NetworkPolicy>,
     events: Events,
+    dns: ClusterDns,
 }
 
 impl Ctx {
@@ -117,7 +118,7 @@ async fn apply(shadow: Arc<ShadowNetworkPolicy>, ctx: Arc<Ctx>) -> Result<Action
         }
     };
     let ours = |n: &str| ctx.consumer_of(n).as_deref() == Some(consumer.as_str());
-    let Translated { policy, refused } = translate::real_policy(&shadow, &remaps, &ours);
+    let Translated { policy, refused } = translate::real_policy(&shadow, &remaps, &ours, &ctx.dns);
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     // Ours are cached (by our label): one known there is ours and, if it already says what
     // the shadow says, wants no write. Only a name not in the cache is looked up, so that a
@@ -202,7 +203,8 @@ fn of_consumer(
 
 /// Runs the controller until its watches end; `fabric_namespace`: where the Configurations
 /// are.
-pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> {
+/// Runs the controller; `dns` is where this cluster's DNS pods are (see [`ClusterDns`]).
+pub async fn run(client: Client, fabric_namespace: String, dns: ClusterDns) -> Result<(), Error> {
     let shadows: Api<ShadowNetworkPolicy> = Api::all(client.clone());
     let ours = watcher::Config::default().labels(&format!("{MANAGED_BY}={REFLECTED}"));
     let (written, policies) = cache::touched(Api::<NetworkPolicy>::all(client.clone()), ours);
@@ -244,6 +246,7 @@ pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> 
         configurations,
         policies: written,
         events,
+        dns,
     });
     Runner::new("shadownetworkpolicies", BACKOFF)
         .waits(|e| matches!(e, Error::NoConfiguration(_)).then_some(Duration::from_secs(5)))

@@ -19,6 +19,12 @@
 //!
 //! A rule whose peers are all refused is dropped: an empty peer list would allow everyone.
 //! Every refusal is named, for a Warning Event on the shadow.
+//!
+//! One rule is added: offloaded pods resolve names through this cluster's DNS, not the
+//! consumer's. A policy that lets its pods reach DNS (an egress rule with peers and port 53)
+//! lets them reach this cluster's DNS pods ([`ClusterDns`], the provider admin's) on those
+//! ports too; without it, such a policy translated faithfully breaks name resolution in the
+//! twin.
 use std::collections::BTreeMap;
 
 use fabric_api::{
@@ -33,11 +39,112 @@ use ipnetwork::Ipv4Network;
 use k8s_openapi::{
     api::networking::v1::{
         IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule,
-        NetworkPolicyPeer, NetworkPolicySpec,
+        NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
     },
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
+    apimachinery::pkg::{
+        apis::meta::v1::{LabelSelector, OwnerReference},
+        util::intstr::IntOrString,
+    },
 };
 use kube::{Resource, ResourceExt, api::ObjectMeta};
+
+/// Where this cluster's DNS pods are (the provider admin's setting, `fabric-controller
+/// sharing --cluster-dns NAMESPACE/KEY=VALUE[,KEY=VALUE...]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterDns {
+    pub namespace: String,
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+impl Default for ClusterDns {
+    /// CoreDNS as kubeadm and most distributions run it.
+    fn default() -> Self {
+        Self {
+            namespace: "kube-system".into(),
+            pod_labels: BTreeMap::from([("k8s-app".into(), "kube-dns".into())]),
+        }
+    }
+}
+
+impl std::str::FromStr for ClusterDns {
+    type Err = String;
+
+    /// `NAMESPACE/KEY=VALUE[,KEY=VALUE...]`: the namespace and the labels of the DNS pods.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let rule = "must be NAMESPACE/KEY=VALUE[,KEY=VALUE...] (e.g. kube-system/k8s-app=kube-dns)";
+        let (namespace, labels) = s
+            .split_once('/')
+            .filter(|(ns, l)| !ns.is_empty() && !l.is_empty())
+            .ok_or_else(|| format!("{s:?}: {rule}"))?;
+        let mut pod_labels = BTreeMap::new();
+        for kv in labels.split(',') {
+            let (k, v) = kv
+                .split_once('=')
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| format!("{s:?}: label {kv:?}: {rule}"))?;
+            pod_labels.insert(k.to_owned(), v.to_owned());
+        }
+        Ok(Self {
+            namespace: namespace.to_owned(),
+            pod_labels,
+        })
+    }
+}
+
+/// Whether `p` lets DNS through: port 53, or a range over it, or a port named as the DNS
+/// pods name theirs (`dns`, `dns-tcp`).
+fn dns_port(p: &NetworkPolicyPort) -> bool {
+    match &p.port {
+        Some(IntOrString::Int(n)) => *n == 53 || (*n < 53 && p.end_port.is_some_and(|e| e >= 53)),
+        Some(IntOrString::String(name)) => name == "dns" || name == "dns-tcp",
+        None => false,
+    }
+}
+
+/// The rule that lets the twin's pods reach `dns` as the consumer's policy lets them reach
+/// DNS, if it does: egress rules with peers (one without peers reaches everyone already)
+/// and ports covering 53. Its ports are those ports, narrowed to 53.
+fn cluster_dns_rule(
+    egress: &[NetworkPolicyEgressRule],
+    dns: &ClusterDns,
+) -> Option<NetworkPolicyEgressRule> {
+    let mut ports: Vec<NetworkPolicyPort> = Vec::new();
+    for r in egress
+        .iter()
+        .filter(|r| r.to.as_ref().is_some_and(|t| !t.is_empty()))
+    {
+        for p in r.ports.iter().flatten().filter(|p| dns_port(p)) {
+            let narrowed = NetworkPolicyPort {
+                port: match &p.port {
+                    Some(IntOrString::Int(_)) => Some(IntOrString::Int(53)),
+                    named => named.clone(),
+                },
+                end_port: None,
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+            };
+            if !ports.contains(&narrowed) {
+                ports.push(narrowed);
+            }
+        }
+    }
+    (!ports.is_empty()).then(|| NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    NAMESPACE_NAME.to_owned(),
+                    dns.namespace.clone(),
+                )])),
+                ..Default::default()
+            }),
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(dns.pod_labels.clone()),
+                ..Default::default()
+            }),
+            ip_block: None,
+        }]),
+        ports: Some(ports),
+    })
+}
 
 /// The real policy, and what was refused on the way (one line each).
 #[derive(Debug, Clone, PartialEq)]
@@ -202,6 +309,7 @@ pub fn real_policy(
     shadow: &ShadowNetworkPolicy,
     remaps: &Remaps,
     ours: &dyn Fn(&str) -> bool,
+    dns: &ClusterDns,
 ) -> Translated {
     let spec = &shadow.spec.template;
     let mut refused = Vec::new();
@@ -241,6 +349,7 @@ pub fn real_policy(
                 Err(()) => dropped("egress", i, &mut refused),
             }
         }
+        out.extend(cluster_dns_rule(rules, dns));
         out
     });
     let mut labels = shadow.labels().clone();
@@ -363,7 +472,7 @@ mod tests {
     }
 
     fn real(template: Value) -> (Value, Vec<String>) {
-        let t = real_policy(&shadow(template), &remaps(), &ours);
+        let t = real_policy(&shadow(template), &remaps(), &ours, &ClusterDns::default());
         (serde_json::to_value(t.policy.spec).unwrap(), t.refused)
     }
 
@@ -489,7 +598,8 @@ mod tests {
 
     #[test]
     fn the_real_policy_is_ours_owned_by_its_shadow() {
-        let t = real_policy(&shadow(json!({"podSelector": {}})), &remaps(), &ours);
+        let dns = ClusterDns::default();
+        let t = real_policy(&shadow(json!({"podSelector": {}})), &remaps(), &ours, &dns);
         let m = &t.policy.metadata;
         assert_eq!(
             (m.name.as_deref(), m.namespace.as_deref()),
@@ -513,6 +623,7 @@ mod tests {
             &shadow(json!({"podSelector": {}, "ingress": [{"ports": [{"port": 80}]}]})),
             &remaps(),
             &ours,
+            &dns,
         )
         .policy;
         stored = with_port.clone();
@@ -530,5 +641,69 @@ mod tests {
 
     fn ours_policy(p: &NetworkPolicy) -> bool {
         super::ours(p)
+    }
+
+    #[test]
+    fn a_policy_that_lets_dns_through_lets_it_reach_this_cluster_s_dns() {
+        // Egress isolated, DNS allowed to the home kube-dns pods (an address there) and TCP
+        // to one home block: the twin's pods may also ask this cluster's DNS, on those ports.
+        let (spec, _) = real(
+            json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [
+                {"to": [{"ipBlock": {"cidr": "10.244.0.10/32"}}],
+                 "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53}, {"port": 80}]},
+                {"to": [{"ipBlock": {"cidr": "10.244.2.0/24"}}], "ports": [{"port": 5432}]},
+            ]}),
+        );
+        let added = &spec["egress"][2];
+        assert_eq!(
+            added["to"],
+            json!([{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]),
+            "{spec}"
+        );
+        assert_eq!(
+            added["ports"],
+            json!([{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}])
+        );
+        assert_eq!(spec["egress"].as_array().unwrap().len(), 3);
+        // A range over 53 and the DNS pods' port names count; other ports do not.
+        let (spec, _) = real(json!({"podSelector": {}, "egress": [
+            {"to": [{"podSelector": {}}], "ports": [{"port": 1, "endPort": 100, "protocol": "UDP"},
+                                                    {"port": "dns-tcp"}]}]}));
+        assert_eq!(
+            spec["egress"][1]["ports"],
+            json!([{"port": 53, "protocol": "UDP"}, {"port": "dns-tcp", "protocol": "TCP"}])
+        );
+        for no_dns in [
+            json!({"podSelector": {}, "egress": [{"to": [{"podSelector": {}}], "ports": [{"port": 80}]}]}),
+            // No peers: it reaches everyone already, this cluster's DNS included.
+            json!({"podSelector": {}, "egress": [{"ports": [{"port": 53}]}]}),
+            // Every port to some peers is not DNS to anyone.
+            json!({"podSelector": {}, "egress": [{"to": [{"podSelector": {}}]}]}),
+            json!({"podSelector": {}, "policyTypes": ["Egress"]}),
+        ] {
+            let (spec, _) = real(no_dns.clone());
+            let rules = spec["egress"].as_array().map_or(0, Vec::len);
+            let asked = no_dns["egress"].as_array().map_or(0, Vec::len);
+            assert_eq!(rules, asked, "{no_dns} became {spec}");
+        }
+    }
+
+    #[test]
+    fn the_cluster_dns_setting_parses_or_says_the_rule() {
+        let d: ClusterDns = "dns/app=coredns,tier=infra".parse().unwrap();
+        assert_eq!(d.namespace, "dns");
+        assert_eq!(d.pod_labels.len(), 2);
+        assert_eq!(d.pod_labels["tier"], "infra");
+        for bad in [
+            "kube-system",
+            "/k=v",
+            "kube-system/",
+            "kube-system/k8s-app",
+            "ns/=v",
+        ] {
+            let e = bad.parse::<ClusterDns>().unwrap_err();
+            assert!(e.contains("NAMESPACE/KEY=VALUE"), "{bad}: {e}");
+        }
     }
 }

@@ -380,6 +380,40 @@ async fn an_offloaded_namespace_s_network_policies_are_in_its_twin() {
         },
     )
     .await;
+    phase_async(
+        "a policy that lets DNS through lets the twin's pods ask the provider's DNS",
+        async {
+            use fabric_api::offloading::v1alpha1::ShadowNetworkPolicy;
+            // As a home policy isolating egress but for DNS to the home kube-dns pod becomes.
+            let dns: ShadowNetworkPolicy = serde_json::from_value(json!({
+                "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowNetworkPolicy",
+                "metadata": {"name": "dns-only"},
+                "spec": {"template": {"podSelector": {}, "policyTypes": ["Egress"],
+                    "egress": [{"to": [{"ipBlock": {"cidr": "10.244.0.10/32"}}],
+                                "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}]}},
+            }))
+            .unwrap();
+            as_consumer_in::<ShadowNetworkPolicy>(&bed, &twin)
+                .await
+                .create(&Default::default(), &dns)
+                .await
+                .unwrap();
+            let p = until(&bed, "the DNS policy's real policy", || async {
+                real(&bed, "dns-only")
+            })
+            .await;
+            let rules = p["spec"]["egress"].as_array().unwrap();
+            assert_eq!(rules.len(), 2, "{p}");
+            assert_eq!(
+                rules[1],
+                json!({"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                               "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                       "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}),
+                "the provider's DNS pods (its --cluster-dns), on the ports the policy allows: {p}"
+            );
+        },
+    )
+    .await;
 }
 
 const CONSUMER_SEEN_POD: &str = fixture::CONSUMER_SEEN.0;
