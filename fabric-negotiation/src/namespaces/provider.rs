@@ -47,9 +47,10 @@ const WAIT: Duration = Duration::from_millis(500);
 const RETRY_TAKEN: Duration = Duration::from_secs(30);
 /// How often a map is looked at again when nothing happens.
 const RESYNC: Duration = Duration::from_secs(300);
-/// How often a map with retained claims is looked at again: the claims are not watched (one
-/// deleted by the provider's admin lets its twin go).
-const RETAINED_POLL: Duration = Duration::from_secs(10);
+/// How often a map with retained claims is looked at again besides the claims' own events
+/// (watched: one deleted by the provider's admin lets its twin go at once): a missed event
+/// costs at most this.
+const RETAINED_POLL: Duration = Duration::from_secs(60);
 
 struct Ctx {
     base: Shared,
@@ -416,6 +417,13 @@ pub async fn run(base: Shared, limits: Limits) {
             Api::<Tenant>::all(client.clone()),
             watcher::Config::default(),
             move |t| of_consumer(&t.spec.cluster_id),
+        )
+        // The fabric's claims (by its reflection mark, naming the consumer): a retained one
+        // deleted lets its twin go, and the map's report follows.
+        .watches(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default().labels(label::REFLECTED_FROM),
+            move |c| of_consumer(c.labels().get(label::REFLECTED_FROM)?),
         )
         .watches(
             Api::<RoleBinding>::all(client),
