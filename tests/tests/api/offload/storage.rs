@@ -684,19 +684,17 @@ async fn forget_volumes(bed: &Bed, kept_uid: &str) {
     );
     // The provider's admin deletes the other one: its claims are watched, so the report and
     // the twin follow at once (they were polled every 10 s before; the poll is now a minute).
-    bed.provider.kubectl_ok(&[
-        "delete",
-        "pvc",
-        "quick",
-        "-n",
-        &twin,
-        "--wait=false",
-    ]);
-    bed.within("the twin gone once empty", Duration::from_secs(5), || async {
-        (provider_namespace(bed, &twin).is_none_or(|deleting| deleting)
-            && retained(bed).is_empty())
-        .then_some(())
-    })
+    bed.provider
+        .kubectl_ok(&["delete", "pvc", "quick", "-n", &twin, "--wait=false"]);
+    bed.within(
+        "the twin gone once empty",
+        Duration::from_secs(5),
+        || async {
+            (provider_namespace(bed, &twin).is_none_or(|deleting| deleting)
+                && retained(bed).is_empty())
+            .then_some(())
+        },
+    )
     .await;
     let (ok, out) = run(&["forget", "volumes", "--peer", PROVIDER]);
     assert!(ok && out.contains("keeps no claims"), "{out}");
