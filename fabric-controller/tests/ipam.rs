@@ -1,5 +1,8 @@
 //! The IPAM controller against a real API server: grants, persistence across a restart,
-//! release on delete, and bad objects refused by the schema.
+//! release on delete, and bad objects refused by the schema. The API server enforces RBAC and
+//! the controller runs with a token of its own ServiceAccount (`fabric-controller`) holding
+//! exactly the rights `deploy/` gives it, in the namespace it is deployed to: a rule missing
+//! from `deploy/` fails here, not in a user's cluster.
 use std::{
     path::Path,
     time::{Duration, Instant},
@@ -13,24 +16,42 @@ use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
     process::Bin,
+    rights,
     wait::eventually,
 };
 use kube::{Api, api::ListParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabric-controller");
 
+/// The namespace `deploy/` runs the controller in, the only one its Role covers.
+const NS: &str = fabric_api::names::DEFAULT_NAMESPACE;
+
+/// The controller's ServiceAccount in `deploy/`.
+const SA: &str = "fabric-controller";
+
+/// An API server enforcing RBAC, with the fabric's CRDs and the rights of `deploy/`.
+fn server(tag: &str) -> ApiServer {
+    let server = ApiServer::start_with_auth(tag);
+    server.install_crds();
+    rights::install(&server).unwrap();
+    server
+}
+
 fn start_controller(api: &ApiServer, log: &Path) -> ChildGuard {
     start_replica(api, log, "ipam-0")
 }
 
-/// One IPAM replica; replicas compete for the Lease fabric-ipam (in `default` here).
+/// One IPAM replica, as its ServiceAccount and nothing else; replicas compete for the Lease
+/// fabric-ipam.
 fn start_replica(api: &ApiServer, log: &Path, identity: &str) -> ChildGuard {
+    let kubeconfig =
+        rights::component_kubeconfig(api, SA, log.with_extension("kubeconfig")).unwrap();
     Bin::at(BIN)
-        .kubeconfig(&api.kubeconfig)
+        .kubeconfig(&kubeconfig)
         .args([
             "ipam",
             "--namespace",
-            "default",
+            NS,
             "--identity",
             identity,
             "--pod-cidr",
@@ -49,7 +70,7 @@ fn start_replica(api: &ApiServer, log: &Path, identity: &str) -> ChildGuard {
 
 fn config_yaml(name: &str, pod: &str, ext: &str) -> String {
     format!(
-        "apiVersion: networking.fabric.io/v1alpha1\nkind: Configuration\nmetadata: {{name: {name}, namespace: default}}\nspec: {{clusterId: {name}, remote: {{pod: \"{pod}\", external: \"{ext}\"}}}}\n"
+        "apiVersion: networking.fabric.io/v1alpha1\nkind: Configuration\nmetadata: {{name: {name}, namespace: fabric-system}}\nspec: {{clusterId: {name}, remote: {{pod: \"{pod}\", external: \"{ext}\"}}}}\n"
     )
 }
 
@@ -72,22 +93,21 @@ async fn ipam_grants_persist_and_release() {
     if !require_tools("ipam_grants_persist_and_release") {
         return;
     }
-    let server = ApiServer::start("ipam");
-    server.install_crds();
+    let server = server("ipam");
     let logdir = std::env::temp_dir().join(format!("fabric-ctl-{}", std::process::id()));
     std::fs::create_dir_all(&logdir).unwrap();
     let client = server.client().await;
-    let cfgs: Api<Configuration> = Api::namespaced(client.clone(), "default");
-    let nets: Api<Network> = Api::namespaced(client.clone(), "default");
+    let cfgs: Api<Configuration> = Api::namespaced(client.clone(), NS);
+    let nets: Api<Network> = Api::namespaced(client.clone(), NS);
 
     let ctl = start_controller(&server, &logdir.join("c1.log"));
-    // A Configuration outside the fabric's namespace (here `default`) is nobody's to serve:
+    // A Configuration outside the fabric's namespace is nobody's to serve:
     // whoever may write in one namespace must not get ranges granted.
     server.kubectl_ok(&["create", "namespace", "elsewhere"]);
     let o = server.kubectl_stdin(
         &["apply", "-f", "-"],
         &config_yaml("x", "10.40.0.0/16", "10.41.0.0/16")
-            .replace("namespace: default", "namespace: elsewhere"),
+            .replace("namespace: fabric-system", "namespace: elsewhere"),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // b uses our own pod and external CIDRs; c does not clash at all.
@@ -119,7 +139,7 @@ async fn ipam_grants_persist_and_release() {
         "a Configuration outside the fabric's namespace was served: {:?}",
         x.status
     );
-    let table = server.kubectl_ok(&["get", "fconfig", "-n", "default"]);
+    let table = server.kubectl_ok(&["get", "fconfig", "-n", NS]);
     assert!(
         table.contains("SEEN AS") && table.contains("10.64.0.0/16"),
         "{table}"
@@ -147,14 +167,7 @@ async fn ipam_grants_persist_and_release() {
     assert_eq!(granted(&cfgs, "c").await, c);
 
     // Unpeer b: its Networks go, the finalizer lets it go, and its block is free again.
-    server.kubectl_ok(&[
-        "delete",
-        "configuration",
-        "b",
-        "-n",
-        "default",
-        "--timeout=20s",
-    ]);
+    server.kubectl_ok(&["delete", "configuration", "b", "-n", NS, "--timeout=20s"]);
     eventually("b's Networks removed", Duration::from_secs(10), || async {
         nets.list(&ListParams::default().labels(&format!("{}=b", label::CONFIGURATION)))
             .await
@@ -248,11 +261,10 @@ async fn ipam_standby_takes_over() {
     if !require_tools("ipam_standby_takes_over") {
         return;
     }
-    let server = ApiServer::start("ipam-ha");
-    server.install_crds();
+    let server = server("ipam-ha");
     let logdir = std::env::temp_dir().join(format!("fabric-ctl-ha-{}", std::process::id()));
     std::fs::create_dir_all(&logdir).unwrap();
-    let cfgs: Api<Configuration> = Api::namespaced(server.client().await, "default");
+    let cfgs: Api<Configuration> = Api::namespaced(server.client().await, NS);
     let first = start_replica(&server, &logdir.join("r0.log"), "ipam-0");
     let o = server.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -266,7 +278,7 @@ async fn ipam_standby_takes_over() {
         "lease",
         "fabric-ipam",
         "-n",
-        "default",
+        NS,
         "-o",
         "jsonpath={.spec.holderIdentity}",
     ]);
@@ -293,7 +305,7 @@ async fn ipam_standby_takes_over() {
         "lease",
         "fabric-ipam",
         "-n",
-        "default",
+        NS,
         "-o",
         "jsonpath={.spec.holderIdentity}",
     ]);
@@ -330,11 +342,15 @@ async fn two_leaders_never_grant_the_same_range_or_address() {
     if !require_tools("two_leaders_never_grant_the_same_range_or_address") {
         return;
     }
-    let server = ApiServer::start("ipam-fence");
-    server.install_crds();
-    let client = server.client().await;
+    let server = server("ipam-fence");
+    // The stores are the controller's own: its ServiceAccount writes the ledger.
+    let dir = std::env::temp_dir().join(format!("fabric-ctl-fence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let client = rights::component_client(&server, SA, dir.join("ctl.kubeconfig"))
+        .await
+        .unwrap();
     let settings = Settings {
-        namespace: "default".into(),
+        namespace: NS.into(),
         pools: vec!["10.64.0.0/12".parse().unwrap()],
         reserved: ["10.244.0.0/16", "10.96.0.0/12", "10.70.0.0/16"]
             .iter()
@@ -342,23 +358,23 @@ async fn two_leaders_never_grant_the_same_range_or_address() {
             .collect(),
         largest_claim: 12,
     };
-    let stale = Store::new(client.clone(), "default");
-    let fresh = Store::new(client.clone(), "default");
+    let stale = Store::new(client.clone(), NS);
+    let fresh = Store::new(client.clone(), NS);
     // The first leader grants b; then it stalls, and the second one, leading now, grants c.
-    let b = grant(&stale, &settings, "default/b").await;
-    let c = grant(&fresh, &settings, "default/c").await;
+    let b = grant(&stale, &settings, "fabric-system/b").await;
+    let c = grant(&fresh, &settings, "fabric-system/c").await;
     // The first one wakes up with its copy of the ledger (b only) and grants d.
-    let d = grant(&stale, &settings, "default/d").await;
+    let d = grant(&stale, &settings, "fabric-system/d").await;
     let mut all = vec![
-        ("default/b".to_owned(), b),
-        ("default/c".to_owned(), c),
-        ("default/d".to_owned(), d),
+        ("fabric-system/b".to_owned(), b),
+        ("fabric-system/c".to_owned(), c),
+        ("fabric-system/d".to_owned(), d),
     ];
     // Both keep granting at once.
     let racing = (0..10).map(|i| {
         let (store, settings) = (if i % 2 == 0 { &stale } else { &fresh }, &settings);
         async move {
-            let key = format!("default/r{i}");
+            let key = format!("fabric-system/r{i}");
             let g = grant(store, settings, &key).await;
             (key, g)
         }
@@ -387,8 +403,7 @@ async fn two_leaders_never_grant_the_same_range_or_address() {
 
 /// The ledger as stored in the API.
 async fn stored_ledger(client: &kube::Client) -> fabric_controller::ipam::ledger::Ledger {
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client.clone(), "default");
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
     let cm = cms
         .get(fabric_api::names::config_map::IPAM_LEDGER)
         .await
@@ -403,8 +418,8 @@ async fn stored_ledger(client: &kube::Client) -> fabric_controller::ipam::ledger
 async fn two_leaders_never_give_the_same_address(client: kube::Client) {
     use fabric_controller::ipam::store::Store;
     let external: ipnetwork::Ipv4Network = "10.70.0.0/16".parse().unwrap();
-    let stale = Store::new(client.clone(), "default");
-    let fresh = Store::new(client.clone(), "default");
+    let stale = Store::new(client.clone(), NS);
+    let fresh = Store::new(client.clone(), NS);
     let give = |store: &'static str, key: String| {
         let store = if store == "stale" { &stale } else { &fresh };
         async move {
@@ -416,14 +431,14 @@ async fn two_leaders_never_give_the_same_address(client: kube::Client) {
             (key, addr)
         }
     };
-    let mut all = vec![give("stale", "default/a".into()).await];
-    all.push(give("fresh", "default/b".into()).await);
+    let mut all = vec![give("stale", "fabric-system/a".into()).await];
+    all.push(give("fresh", "fabric-system/b".into()).await);
     // The first one wakes up with its copy of the ledger (a only).
-    all.push(give("stale", "default/c".into()).await);
+    all.push(give("stale", "fabric-system/c".into()).await);
     let racing = (0..10).map(|i| {
         give(
             if i % 2 == 0 { "stale" } else { "fresh" },
-            format!("default/r{i}"),
+            format!("fabric-system/r{i}"),
         )
     });
     all.extend(futures::future::join_all(racing).await);

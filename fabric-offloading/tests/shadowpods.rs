@@ -5,6 +5,8 @@
 //! pod that goes is never revived; deleting a ShadowPod deletes its pod. A ShadowPod whose pod
 //! breaks the provider's policy, stored past the webhook (none runs here, as before one is
 //! installed), never becomes a pod: its status says why, until its pod is made to comply.
+//! The API server enforces RBAC and the controller runs with a token of its own
+//! ServiceAccount (`fabric-sharing`) holding exactly the rights `deploy/` gives it.
 use std::time::Duration;
 
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
@@ -13,6 +15,7 @@ use fabric_tests::{
     ChildGuard,
     apiserver::{ApiServer, require_tools},
     process::Bin,
+    rights,
     wait::eventually,
 };
 use k8s_openapi::{
@@ -29,10 +32,14 @@ const T: Duration = Duration::from_secs(30);
 const CONSUMER: &str = "alpha";
 
 fn start_controller(api: &ApiServer, log: &std::path::Path) -> ChildGuard {
+    // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
+    let kubeconfig =
+        rights::component_kubeconfig(api, "fabric-sharing", log.with_extension("kubeconfig"))
+            .unwrap();
     // `fabric-controller`, built by `cargo build --workspace --bins`.
     Bin::new("fabric-controller")
         .unwrap()
-        .kubeconfig(&api.kubeconfig)
+        .kubeconfig(&kubeconfig)
         .pod_name("sharing-0")
         .args([
             "sharing",
@@ -105,7 +112,7 @@ async fn pod_with_uid_other_than(pods: &Api<Pod>, name: &str, old: Option<&str>)
 /// An API server with the fabric's CRDs and the consumer's tenant namespace, a scratch
 /// directory for logs, and the ShadowPods and pods of that namespace.
 async fn bed(tag: &str) -> (ApiServer, std::path::PathBuf, Api<ShadowPod>, Api<Pod>) {
-    let api = ApiServer::start(tag);
+    let api = ApiServer::start_with_auth(tag);
     api.install_crds();
     fabric_tests::auth_service::prepare_cluster(&api, "provider");
     let dir = std::env::temp_dir().join(format!("fabric-{tag}-{}", std::process::id()));
