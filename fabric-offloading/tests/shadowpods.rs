@@ -126,6 +126,15 @@ async fn bed(tag: &str) -> (ApiServer, std::path::PathBuf, Api<ShadowPod>, Api<P
         )
         .await
         .unwrap();
+    // What the authentication service binds there for the sharing controller: its rights on
+    // this tenant's pods (fabric-sharing-tenant), in this namespace only.
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &fabric_auth::tenant::sharing_binding(CONSUMER, names::DEFAULT_NAMESPACE),
+        )
+        .await
+        .unwrap();
     let shadows = Api::namespaced(client.clone(), &ns);
     let pods = Api::namespaced(client, &ns);
     (api, dir, shadows, pods)
