@@ -297,6 +297,13 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
     let o = api.kubectl_stdin(&["apply", "-f", "-"], &deployed_config());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
+    // As its pods: the webhook's ServiceAccount's token, with the rights deploy/ gives it.
+    let kubeconfig = fabric_tests::rights::component_kubeconfig(
+        &api,
+        "fabric-shadowpod-webhook",
+        dir.join("webhook.kubeconfig"),
+    )
+    .unwrap();
     let _webhooks: Vec<ChildGuard> = replicas
         .iter()
         .enumerate()
@@ -304,7 +311,7 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
             // `fabric-controller`, built by `cargo build --workspace --bins`.
             Bin::new("fabric-controller")
                 .unwrap()
-                .kubeconfig(&api.kubeconfig)
+                .kubeconfig(&kubeconfig)
                 .rust_log("info,fabric_offloading=debug")
                 .args([
                     "shadowpod-webhook",
