@@ -13,6 +13,7 @@ pub mod apiserver;
 pub mod auth_service;
 pub mod bench;
 pub mod bench_control;
+pub mod bench_fabric;
 pub mod bench_offload;
 pub mod bench_operator;
 pub mod bench_peering;

@@ -443,3 +443,75 @@ pub fn udp_send(ns: &str, dst: &str, port: u16, count: usize, gap: Duration) -> 
         Ok(())
     }))
 }
+
+/// Request/response at a fixed rate over one TCP connection from `client_ns` to `dst:port`
+/// (an echo server in `server_ns`): every `1/rate` s the client sends `size` bytes and waits
+/// for the server's echo of them; returns each request's latency (send to last byte back), in
+/// send order. A fixed rate, not ping at idle spacing, so that the path is warm as under load
+/// (idle wake-ups dominate a slow ping). A request that falls behind its slot is sent at once,
+/// without catching up the missed slots (so the count can fall short of `rate * duration`).
+pub fn request_response(
+    client_ns: &str,
+    server_ns: &str,
+    dst: &str,
+    port: u16,
+    rate: u32,
+    duration: Duration,
+    size: usize,
+) -> Result<Vec<Duration>> {
+    anyhow::ensure!(rate > 0, "request_response: rate must be above 0");
+    anyhow::ensure!(size > 0, "request_response: size must be above 0 bytes");
+    let dst = addr(dst, port)?;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let server = spawn_in_netns(server_ns, move || {
+        let l = TcpListener::bind(("0.0.0.0", port)).context("binding the echo server")?;
+        set_rcvtimeo(l.as_raw_fd(), Duration::from_secs(5));
+        let _ = ready_tx.send(());
+        let (mut s, _) = l.accept().context("echo server: no connection within 5s")?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = vec![0u8; size];
+        loop {
+            match s.read_exact(&mut buf) {
+                Ok(()) => s.write_all(&buf).context("echo server write")?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(anyhow!(e).context("echo server read")),
+            }
+        }
+    });
+    if ready_rx.recv_timeout(Duration::from_secs(5)).is_err() {
+        join(server)?;
+        bail!("echo server did not start");
+    }
+    let client = spawn_in_netns(client_ns, move || {
+        let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(3))
+            .with_context(|| format!("TCP connect to {dst}"))?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let gap = Duration::from_secs_f64(1.0 / f64::from(rate));
+        let n = (duration.as_secs_f64() * f64::from(rate)) as u64;
+        let req = vec![0x5au8; size];
+        let mut resp = vec![0u8; size];
+        let mut lat = Vec::with_capacity(n as usize);
+        let start = Instant::now();
+        for i in 0..n {
+            let slot = start + gap * i as u32;
+            let now = Instant::now();
+            if slot > now {
+                std::thread::sleep(slot - now);
+            }
+            let t = Instant::now();
+            s.write_all(&req).with_context(|| format!("request {i}"))?;
+            s.read_exact(&mut resp)
+                .with_context(|| format!("response {i} (2 s timeout)"))?;
+            lat.push(t.elapsed());
+        }
+        s.shutdown(std::net::Shutdown::Write)?;
+        Ok(lat)
+    });
+    let lat = join(client);
+    let srv = join(server);
+    let lat = lat?;
+    srv?;
+    Ok(lat)
+}

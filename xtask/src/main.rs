@@ -6,6 +6,7 @@
 //! - `demo`: setup, build, run the two-cluster demo in network namespaces.
 //! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
 //! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
+//! - `bench fabric`: setup, build, pod to pod across two clusters against pod to pod in one.
 //! - `bench peering`, `bench offload`, `bench reflection`: build, time the sharing layer on two
 //!   API servers.
 //! - `codegen`: regenerate deploy/crds from the Rust API types.
@@ -49,6 +50,11 @@ tasks:
   bench datapath    setup, build, benchmark plain forwarding vs eBPF remap vs nftables NAT
                     (extra args are passed to fabric-bench, e.g. `-- --quick`)
   bench gateway     setup, build (release), benchmark fabric-gateway vs boringtun-cli vs veth
+  bench fabric      setup, build, pod to pod across the fixture's two clusters (overlay, remap,
+                    same pod CIDR) against pod to pod inside one: TCP 1 and 4 streams,
+                    request/response p50/p99 at a fixed rate, new connections/s, gateway CPU
+                    per Gbit (`-- --quick`: a short run; `-- --release`: binaries built and run
+                    in release mode, as the figures in docs/benchmarks.md are)
   bench control     setup, build, time peering and API-to-route reactions, idle memory
   bench peering     build, time `fabricctl peer out-of-band` to the virtual node Ready (p50 of
                     5 runs), memory of 50 peers' virtual kubelets and the controllers
@@ -85,6 +91,7 @@ fn main() -> ExitCode {
             Some("datapath") => bench_datapath(&args[2..]),
             Some("gateway") => bench_gateway(&args[2..]),
             Some("control") => bench_control(),
+            Some("fabric") => bench_fabric(&args[2..]),
             Some("peering") => bench_peering(&args[2..]),
             Some(which @ ("offload" | "reflection")) => bench_offload(which, &args[2..]),
             _ => {
@@ -404,9 +411,14 @@ fn test(extra: &[String]) -> Result<ExitCode> {
 /// Runs one of our binaries as a child; Ctrl-C reaches it too (same process group), and we
 /// wait for it to finish its cleanup instead of dying first.
 fn run_child(bin: &Path, args: &[String]) -> Result<ExitCode> {
+    run_child_with_agent(bin, args, &agent_bin())
+}
+
+/// [`run_child`] with the agent binary `agent` (of the same build as `bin`).
+fn run_child_with_agent(bin: &Path, args: &[String], agent: &Path) -> Result<ExitCode> {
     let _ = ctrlc::set_handler(|| {});
     let mut c = Command::new(bin);
-    c.args(args).env("FABRIC_AGENT_BIN", agent_bin());
+    c.args(args).env("FABRIC_AGENT_BIN", agent);
     println!("    $ {}", show(&c));
     let st = c
         .status()
@@ -464,6 +476,35 @@ fn bench_gateway(args: &[String]) -> Result<ExitCode> {
     step("bench gateway");
     let a: Vec<String> = args.iter().filter(|a| *a != "--").cloned().collect();
     run_child(&target_dir().join("release/fabric-gateway-bench"), &a)
+}
+
+/// Every binary the two-cluster fixture runs, in release mode with `-- --release` (the
+/// gateway's and the agent's speed is what it measures).
+fn bench_fabric(args: &[String]) -> Result<ExitCode> {
+    need_root("the benchmark")?;
+    setup()?;
+    let release = args.iter().any(|a| a == "--release");
+    let profile = if release { "release" } else { "debug" };
+    step(&format!("build: all binaries ({profile})"));
+    let mut c = cargo();
+    c.args(["build", "--locked"]);
+    if release {
+        c.arg("--release");
+    }
+    c.args(workspace_args()).arg("--bins");
+    run(&mut c).context("building the binaries")?;
+    step("bench fabric");
+    let mut a = vec!["fabric".to_owned()];
+    a.extend(
+        args.iter()
+            .filter(|a| *a != "--" && *a != "--release")
+            .cloned(),
+    );
+    run_child_with_agent(
+        &target_dir().join(profile).join("fabric-bench"),
+        &a,
+        &target_dir().join(profile).join("fabric-agent"),
+    )
 }
 
 fn bench_control() -> Result<ExitCode> {

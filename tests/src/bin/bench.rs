@@ -6,6 +6,7 @@
 //! (`cargo xtask bench peering`).
 //! `fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS]`: see
 //! `fabric_tests::bench_offload` (`cargo xtask bench offload`).
+//! `fabric-bench fabric [--quick]`: see `fabric_tests::bench_fabric` (`cargo xtask bench fabric`).
 //! `fabric-bench reflection [--quick] [--rate N]`: see `fabric_tests::bench_reflection`
 //! (`cargo xtask bench reflection`).
 use std::process::ExitCode;
@@ -17,14 +18,15 @@ fn main() -> ExitCode {
     let which = args.first().map(String::as_str);
     if !matches!(
         which,
-        Some("datapath" | "control" | "operator" | "peering" | "offload" | "reflection")
+        Some("datapath" | "control" | "operator" | "peering" | "offload" | "reflection" | "fabric")
     ) || args.iter().any(|a| a == "-h" || a == "--help")
     {
         eprintln!(
             "usage: fabric-bench datapath [--quick] | fabric-bench control | fabric-bench operator \
              | fabric-bench peering [--runs N] [--memory-peers N] \
              | fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS] \
-             | fabric-bench reflection [--quick] [--rate CHANGES-PER-SECOND]"
+             | fabric-bench reflection [--quick] [--rate CHANGES-PER-SECOND] \
+             | fabric-bench fabric [--quick]"
         );
         return ExitCode::from(2);
     }
@@ -120,6 +122,20 @@ fn main() -> ExitCode {
     install_interrupt_handler();
     if which == Some("operator") {
         return match fabric_tests::bench_operator::run_operator(10) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabric-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if which == Some("fabric") {
+        let opts = if args.iter().any(|a| a == "--quick") {
+            fabric_tests::bench_fabric::Options::quick()
+        } else {
+            fabric_tests::bench_fabric::Options::standard()
+        };
+        return match fabric_tests::bench_fabric::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabric-bench: {e:#}");

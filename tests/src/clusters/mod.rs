@@ -434,6 +434,17 @@ impl PeeredClusters {
         Ok(())
     }
 
+    /// The process id of a running component (e.g. `gateway1`), for its CPU time: the
+    /// namespace and credential wrappers exec, so it is the component's own.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.procs
+            .iter()
+            .find(|p| p.name == name)?
+            .child
+            .as_ref()
+            .map(Child::id)
+    }
+
     /// Kills a component (SIGKILL: no clean shutdown), as when its pod dies; it stays down.
     pub fn kill(&mut self, name: &str) -> Result<()> {
         let p = self
