@@ -343,6 +343,18 @@ fn gateways(cl: &PeeredClusters) -> Result<Vec<(String, u32)>> {
         .collect()
 }
 
+/// /proc/loadavg's 1, 5 and 15 minute averages, with the machine's CPU count.
+fn load_average() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    match std::fs::read_to_string("/proc/loadavg") {
+        Ok(l) => format!(
+            "{} (1, 5, 15 min) on {cpus} CPUs",
+            l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        ),
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
 /// The whole benchmark, printed as it goes.
 pub fn run(o: &Options) -> Result<()> {
     println!(
@@ -356,9 +368,11 @@ pub fn run(o: &Options) -> Result<()> {
         o.iperf_secs, o.rr_size, o.rr_rate, o.rr_secs, o.conn_secs
     );
     println!(
-        "(all traffic inside namespaces fabt-{}-*)\n",
+        "(all traffic inside namespaces fabt-{}-*)",
         std::process::id()
     );
+    // Figures on a shared machine mean little without what else ran: say it with them.
+    println!("machine load at the start: {}\n", load_average());
     let mut cols = Vec::new();
     {
         println!("building the fixture's two clusters (fabric-gateway) ...");
@@ -413,6 +427,7 @@ pub fn run(o: &Options) -> Result<()> {
             );
         }
     }
+    println!("machine load at the end: {}", load_average());
     println!("\nratios (throughput, connections: higher is better; latency: lower is better):");
     print!("{}", ratio_lines(&cols, &targets()));
     Ok(())
