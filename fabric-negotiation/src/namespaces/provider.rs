@@ -98,6 +98,7 @@ async fn fabric_claims(client: &Client, twin: &str, consumer: &str) -> Result<Ve
 async fn release(client: &Client, twin: &str) -> Result<(), Error> {
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), twin);
     delete_gone_ok(&bindings, fabric_auth::tenant::ROLE).await?;
+    delete_gone_ok(&bindings, twins::REFLECTION_ROLE).await?;
     let shadows: Api<ShadowPod> = Api::namespaced(client.clone(), twin);
     for s in shadows.list(&ListParams::default()).await?.items {
         if s.metadata.deletion_timestamp.is_none() {
@@ -176,6 +177,12 @@ async fn bind(ctx: &Ctx, consumer: &str, name: &str, subjects: &[Subject]) -> Re
         .apply(
             &api,
             &twins::consumer_binding(consumer, name, subjects.to_vec()),
+        )
+        .await?;
+    MANAGER
+        .apply(
+            &api,
+            &twins::reflection_binding(consumer, name, subjects.to_vec()),
         )
         .await?;
     MANAGER

@@ -24,6 +24,14 @@ use super::retention::{self, Claim, Fate};
 /// twins: its ShadowPods and their pods' streams, as the tenant Role gives them.
 pub const TWIN_ROLE: &str = "fabric-consumer-twin";
 
+/// The ClusterRole (deploy/base/sharing.yaml) the consumer's peering group gets in each of its
+/// twins beside [`TWIN_ROLE`]: the custom resource kinds the provider's admin lets tenants
+/// write there (opt-in reflection of custom resources): its rules are the admin's (none by
+/// default: nothing granted; no status subresource, policy fabric-consumer-reflection-rules).
+/// Bound by name, so the admin's choice applies to every twin at once and changes without
+/// the twins being touched.
+pub const REFLECTION_ROLE: &str = "fabric-consumer-reflection";
+
 /// How many twins a tenant may have unless the provider's admin says otherwise.
 pub const DEFAULT_MAX_PER_TENANT: u32 = 32;
 
@@ -456,6 +464,12 @@ fn binding(consumer: &str, twin: &str, name: &str, subjects: Vec<Subject>) -> Ro
 /// namespace's RoleBinding (its current peering group; none while it has none).
 pub fn consumer_binding(consumer: &str, twin: &str, subjects: Vec<Subject>) -> RoleBinding {
     binding(consumer, twin, fabric_auth::tenant::ROLE, subjects)
+}
+
+/// The custom resource kinds the provider lets the consumer write in `twin`: [`REFLECTION_ROLE`]
+/// bound to the same `subjects` as [`consumer_binding`] (and dropped with it).
+pub fn reflection_binding(consumer: &str, twin: &str, subjects: Vec<Subject>) -> RoleBinding {
+    binding(consumer, twin, REFLECTION_ROLE, subjects)
 }
 
 /// The sharing controllers' pods in `twin`, as [`fabric_auth::tenant::sharing_binding`] gives

@@ -59,6 +59,7 @@ use kube::{
 use serde_json::{Value, json};
 
 mod netpol;
+mod reflection;
 mod storage;
 
 const HOME_NS: &str = "shop";

@@ -276,7 +276,7 @@ fn a_twin_carries_its_consumer_its_map_and_the_tenants_pod_security_level() {
 }
 
 #[test]
-fn the_twins_bindings_name_only_the_twin_role_and_the_sharing_role() {
+fn the_twins_bindings_name_only_the_twin_role_the_reflection_role_and_the_sharing_role() {
     let subjects = fabric_auth::tenant::role_binding("alpha", "g")
         .subjects
         .unwrap();
@@ -285,6 +285,12 @@ fn the_twins_bindings_name_only_the_twin_role_and_the_sharing_role() {
     assert_eq!(b.role_ref.kind, "ClusterRole");
     assert_eq!(b.role_ref.name, TWIN_ROLE);
     assert_eq!(b.subjects.unwrap(), subjects);
+    let r = reflection_binding("alpha", "shop-alpha", subjects.clone());
+    assert_eq!(r.metadata.name.as_deref(), Some(REFLECTION_ROLE));
+    assert_eq!(r.metadata.namespace.as_deref(), Some("shop-alpha"));
+    assert_eq!(r.role_ref.kind, "ClusterRole");
+    assert_eq!(r.role_ref.name, REFLECTION_ROLE);
+    assert_eq!(r.subjects.unwrap(), subjects);
     let s = sharing_binding("alpha", "shop-alpha", "fabric-system");
     assert_eq!(s.role_ref.name, fabric_auth::tenant::SHARING_ROLE);
     assert_eq!(s.subjects.unwrap()[0].name, "fabric-sharing");

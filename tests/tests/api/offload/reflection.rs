@@ -1,0 +1,216 @@
+//! Opt-in reflection of custom resources (issue 20), the provider's side: which custom kinds a
+//! consumer may write in its twins is the provider admin's choice, the rules of ClusterRole
+//! `fabric-consumer-reflection` (deploy/base/sharing.yaml), which the NamespaceMap controller
+//! (in `fabric-controller sharing`, with deploy/'s rights) binds in every twin to the
+//! consumer's peering group. Driven with the consumer's own identity on the provider: before
+//! the admin allows a kind, writing it in the twin is refused; once allowed, objects of that
+//! kind are written there, but never their status (the provider's operator writes it; the
+//! test plays the operator), never a kind not allowed, never outside the consumer's twins. The
+//! admin cannot offer a status subresource, `*` or a core kind by mistake (the policy
+//! fabric-consumer-reflection-rules says which field and why).
+use kube::{
+    api::{ApiResource, DynamicObject, PostParams},
+    core::GroupVersionKind,
+};
+
+use super::*;
+
+/// The kind the provider lets tenants write, and one it does not.
+const GROUP: &str = "example.com";
+
+fn crd(plural: &str, kind: &str) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": format!("{plural}.{GROUP}")},
+           "spec": {"group": GROUP, "scope": "Namespaced",
+                    "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                                  "subresources": {"status": {}},
+                                  "schema": {"openAPIV3Schema": {"type": "object",
+                                      "x-kubernetes-preserve-unknown-fields": true}}}]}})
+}
+
+fn resource(plural: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1", kind), plural)
+}
+
+/// `plural` objects of namespace `ns` on the provider, as the consumer's own identity.
+async fn as_consumer(bed: &Bed, ns: &str, plural: &str, kind: &str) -> Api<DynamicObject> {
+    let kubeconfig = identity::to_yaml(&identity::kubeconfig(PROVIDER, &bed.identity));
+    let client = identity::client_from_kubeconfig(&kubeconfig).await.unwrap();
+    Api::namespaced_with(client, ns, &resource(plural, kind))
+}
+
+fn object(kind: &str, name: &str, size: i64) -> DynamicObject {
+    let mut o = DynamicObject::new(name, &resource(&format!("{}s", kind.to_lowercase()), kind));
+    o.data = json!({"spec": {"size": size}});
+    o
+}
+
+/// Whether `r` is the API server's refusal for want of rights.
+fn forbidden<T: std::fmt::Debug>(r: &kube::Result<T>) -> bool {
+    matches!(r, Err(kube::Error::Api(s)) if s.code == 403)
+}
+
+/// The admin sets the rules of the reflection ClusterRole; the API server's answer.
+fn allow(bed: &Bed, rules: Value) -> std::process::Output {
+    bed.provider.kubectl(&[
+        "patch",
+        "clusterrole",
+        "fabric-consumer-reflection",
+        "--type=merge",
+        "-p",
+        &json!({"rules": rules}).to_string(),
+    ])
+}
+
+fn widget_rules(resources: &[&str]) -> Value {
+    json!([{"apiGroups": [GROUP], "resources": resources,
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}])
+}
+
+#[tokio::test]
+async fn the_provider_chooses_the_custom_kinds_a_consumer_writes_in_its_twins() {
+    let Some(bed) = phase_async("the bed", setup("twin-reflect", &[])).await else {
+        return;
+    };
+    let twin = store_twin();
+    // Another consumer's twin, as far as this consumer's rights go: a namespace the
+    // provider's admin made, bound to nothing of this consumer's.
+    let elsewhere = "store-cluster-z";
+    phase_async("a namespace offloaded, its twin made; the CRDs on the provider", async {
+        for c in [crd("widgets", "Widget"), crd("gadgets", "Gadget")] {
+            apply(&bed.provider, &c);
+        }
+        bed.provider
+            .kubectl_ok(&["create", "namespace", elsewhere]);
+        bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
+        apply(
+            &bed.consumer,
+            &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                    "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}}),
+        );
+        set_map(&bed, &[(STORE, &twin)]).await;
+        bed.eventually("the twin and its reflection binding made by the provider", || async {
+            let o = bed.provider.kubectl(&[
+                "get",
+                "rolebinding",
+                "fabric-consumer-reflection",
+                "-n",
+                &twin,
+            ]);
+            o.status.success().then_some(())
+        })
+        .await;
+        bed.eventually("the CRDs served", || async {
+            let o = bed.provider.kubectl(&["get", "widgets,gadgets", "-A"]);
+            o.status.success().then_some(())
+        })
+        .await;
+    })
+    .await;
+    phase_async(
+        "no kind allowed yet: the consumer's widget refused",
+        async {
+            let api = as_consumer(&bed, &twin, "widgets", "Widget").await;
+            let r = api
+                .create(&PostParams::default(), &object("Widget", "w1", 1))
+                .await;
+            assert!(
+                forbidden(&r),
+                "a widget before the provider allows it: {r:?}"
+            );
+        },
+    )
+    .await;
+    phase_async(
+        "the admin cannot offer a status subresource, `*` or a core kind",
+        async {
+            for (rules, field) in [
+                (
+                    widget_rules(&["widgets", "widgets/status"]),
+                    "no subresource",
+                ),
+                (widget_rules(&["*"]), "not '*'"),
+                (
+                    json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
+                    "the core group",
+                ),
+            ] {
+                let o = allow(&bed, rules.clone());
+                let err = String::from_utf8_lossy(&o.stderr).into_owned();
+                assert!(
+                    !o.status.success()
+                        && err.contains("fabric-consumer-reflection")
+                        && err.contains(field),
+                    "{rules} accepted or refused without saying why: {err}"
+                );
+            }
+        },
+    )
+    .await;
+    phase_async(
+        "widgets allowed: the consumer writes one in its twin",
+        async {
+            let o = allow(&bed, widget_rules(&["widgets"]));
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let api = as_consumer(&bed, &twin, "widgets", "Widget").await;
+            bed.eventually("the consumer's widget accepted in its twin", || async {
+                api.create(&PostParams::default(), &object("Widget", "w1", 1))
+                    .await
+                    .ok()
+            })
+            .await;
+            let mut w = api.get("w1").await.unwrap();
+            w.data["spec"]["size"] = json!(2);
+            api.replace("w1", &PostParams::default(), &w).await.unwrap();
+        },
+    )
+    .await;
+    phase_async(
+        "the operator writes status; the consumer never: nor another kind, nor elsewhere",
+        async {
+            // The provider's operator (the admin here) answers in status.
+            bed.provider.kubectl_ok(&[
+                "patch",
+                "widget",
+                "w1",
+                "-n",
+                &twin,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"ready":true}}"#,
+            ]);
+            let api = as_consumer(&bed, &twin, "widgets", "Widget").await;
+            let w = api.get("w1").await.unwrap();
+            assert_eq!(w.data["status"]["ready"], json!(true), "{w:?}");
+            let r = api
+                .patch_status(
+                    "w1",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"ready": false}})),
+                )
+                .await;
+            assert!(
+                forbidden(&r),
+                "the consumer wrote the widget's status: {r:?}"
+            );
+            let gadgets = as_consumer(&bed, &twin, "gadgets", "Gadget").await;
+            let r = gadgets
+                .create(&PostParams::default(), &object("Gadget", "g1", 1))
+                .await;
+            assert!(forbidden(&r), "a gadget the provider does not allow: {r:?}");
+            let there = as_consumer(&bed, elsewhere, "widgets", "Widget").await;
+            let r = there
+                .create(&PostParams::default(), &object("Widget", "w1", 1))
+                .await;
+            assert!(
+                forbidden(&r),
+                "a widget outside the consumer's twins: {r:?}"
+            );
+            let r = api.delete("w1", &DeleteParams::default()).await;
+            assert!(r.is_ok(), "the consumer deletes its own widget: {r:?}");
+        },
+    )
+    .await;
+}
