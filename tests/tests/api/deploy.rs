@@ -426,6 +426,16 @@ fn manifests_apply_with_least_privilege() {
             ),
             (
                 "fabric-sharing",
+                "bind",
+                "clusterroles.rbac.authorization.k8s.io/fabric-consumer-reflection",
+            ),
+            (
+                "fabric-sharing",
+                "delete",
+                "rolebindings.rbac.authorization.k8s.io/fabric-consumer-reflection",
+            ),
+            (
+                "fabric-sharing",
                 "watch",
                 "rolebindings.rbac.authorization.k8s.io/fabric-consumer",
             ),

@@ -262,6 +262,16 @@ fn twin_namespaces_are_made_confined_and_removed_and_never_adopted() {
             assert_eq!(twin_binding["subjects"], tenant_binding["subjects"]);
             assert_eq!(twin_binding["roleRef"]["kind"], "ClusterRole");
             assert_eq!(twin_binding["roleRef"]["name"], "fabric-consumer-twin");
+            // The custom kinds the provider's admin lets tenants write, to the same group.
+            let reflection = bed
+                .get(
+                    "rolebinding",
+                    Some("shop-cluster-a"),
+                    "fabric-consumer-reflection",
+                )
+                .unwrap();
+            assert_eq!(reflection["subjects"], tenant_binding["subjects"]);
+            assert_eq!(reflection["roleRef"]["name"], "fabric-consumer-reflection");
             let pods = bed
                 .get(
                     "rolebinding",
