@@ -424,3 +424,80 @@ async fn a_pod_finished_and_removed_while_the_controller_is_down_never_runs_agai
         Some("Succeeded")
     );
 }
+
+/// The provider's admin tightens a tenant's level (baseline to restricted on its Tenant): the
+/// pod made under baseline runs on, as Pod Security admission evicts none, but its ShadowPod
+/// says it breaks the current policy (condition and one Warning Event, naming field and rule).
+#[tokio::test]
+async fn a_running_pod_is_flagged_when_its_tenant_s_policy_is_tightened() {
+    if !require_tools("a_running_pod_is_flagged_when_its_tenant_s_policy_is_tightened") {
+        return;
+    }
+    use fabric_api::{
+        authentication::v1alpha1::Tenant, offloading::v1alpha1::shadow_pod_condition,
+    };
+    let (api, dir, shadows, pods) = bed("shadowpods-tighten").await;
+    let client = api.client().await;
+    let tenants: Api<Tenant> = Api::namespaced(client.clone(), &names::namespace::tenant(CONSUMER));
+    let tenant: Tenant = serde_json::from_value(json!({
+        "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": CONSUMER},
+        "spec": {"clusterId": CONSUMER},
+    }))
+    .unwrap();
+    tenants
+        .create(&PostParams::default(), &tenant)
+        .await
+        .unwrap();
+    let _controller = start_controller(&api, &dir.join("controller.log"));
+    shadows
+        .create(&PostParams::default(), &shadow("web"))
+        .await
+        .unwrap();
+    let pod = pod_with_uid_other_than(&pods, "web", None).await;
+    kubelet_reports(&pods, "web", "Running", 0).await;
+    let compliant = |s: &fabric_api::offloading::v1alpha1::ShadowPodStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == shadow_pod_condition::POLICY_COMPLIANT)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    status_where(&shadows, "web", "compliant under baseline", |s| {
+        compliant(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+
+    tenants
+        .patch(
+            CONSUMER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"podSecurity": "restricted"}})),
+        )
+        .await
+        .unwrap();
+    let st = status_where(&shadows, "web", "flagged under restricted", |s| {
+        compliant(s).is_some_and(|c| c.0 == "False")
+    })
+    .await;
+    let (_, reason, message) = compliant(&st).unwrap();
+    assert_eq!(reason, "BreaksCurrentPolicy", "{st:?}");
+    assert!(message.contains("restricted"), "names the rule: {message}");
+    let now = pods.get("web").await.unwrap();
+    assert_eq!(now.metadata.uid, pod.metadata.uid, "the pod runs on");
+    assert!(now.metadata.deletion_timestamp.is_none(), "the pod runs on");
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client, &names::namespace::tenant(CONSUMER));
+    eventually("the Warning Event", T, || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("BreaksCurrentPolicy")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+            })
+    })
+    .await;
+}

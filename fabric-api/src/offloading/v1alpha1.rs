@@ -151,6 +151,11 @@ pub mod shadow_pod_condition {
     /// provider stopped because its consumer's heartbeat stopped (see
     /// [`super::AtMostOnce`]).
     pub const PARTITIONED: &str = "Partitioned";
+    /// Whether the running pod keeps to the provider's policy as it is now: `False`
+    /// (`BreaksCurrentPolicy`, naming field and rule) for a pod made before the provider's
+    /// admin tightened it. Such a pod runs on (as Pod Security admission evicts none) but is
+    /// never made again.
+    pub const POLICY_COMPLIANT: &str = "PolicyCompliant";
 }
 
 /// The home of an offloaded pod: the consumer's pod it stands for.
@@ -200,6 +205,7 @@ pub struct PodTemplate {
     printcolumn = r#"{"name":"IP","type":"string","jsonPath":".status.podIP"}"#,
     printcolumn = r#"{"name":"Recreations","type":"integer","jsonPath":".status.recreations"}"#,
     printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.conditions[?(@.type==\"PodCreated\")].reason"}"#,
+    printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".status.conditions[?(@.type==\"PolicyCompliant\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

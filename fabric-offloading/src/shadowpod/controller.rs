@@ -28,8 +28,9 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
-        Controller,
+        Controller, WatchStreamExt,
         controller::Action,
+        predicates,
         reflector::{ObjectRef, Store},
         watcher,
     },
@@ -104,6 +105,22 @@ impl Ctx {
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A Warning Event on `shadow` when its pod has just been found to break the provider's
+    /// current policy (`status` written over the copy's): what the provider's admin looks for
+    /// after tightening it.
+    async fn say_breaking(&self, shadow: &ShadowPod, status: &ShadowPodStatus) {
+        let prev = shadow.status.clone().unwrap_or_default();
+        if let Some(why) = decide::newly_breaking(&prev, status) {
+            warn!(shadowpod = %key(shadow), %why, "a running pod breaks the provider's current policy");
+            self.events
+                .publish(
+                    shadow,
+                    &fabric_kube::events::Event::warning("BreaksCurrentPolicy", "Check", why),
+                )
+                .await;
         }
     }
 
@@ -291,6 +308,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         Cached::Settled => return Ok(Action::await_change()),
         Cached::Write(status) => {
             if ctx.write_over(&shadows, &cached, &status).await? {
+                ctx.say_breaking(&cached, &status).await;
                 return Ok(Action::await_change());
             }
             // The cache was behind: decided again below on a fresh read.
@@ -380,7 +398,13 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
                 return Ok(Action::await_change());
             };
             let now = Timestamp::now();
-            let mut st = decide::mirrored(&prev, &seen, false, generation, now);
+            let mut st = decide::with_compliance(
+                decide::mirrored(&prev, &seen, false, generation, now),
+                &shadow,
+                &ctx.rules_for(&shadow),
+                generation,
+                now,
+            );
             st.conditions = resize::pending(&st.conditions, refusal, generation, now);
             if pod.metadata.deletion_timestamp.is_none() {
                 // A pod made by an earlier release gets the finalizer.
@@ -433,6 +457,7 @@ async fn apply(cached: Arc<ShadowPod>, ctx: &Ctx) -> Result<Action, Error> {
         }
     };
     write_status(ctx, &shadows, &shadow, &status).await?;
+    ctx.say_breaking(&shadow, &status).await;
     Ok(Action::await_change())
 }
 
@@ -511,9 +536,20 @@ pub async fn run(
     // A consumer turned silent: every ShadowPod is looked at again (those of others are left
     // as they are), which is rare enough not to need a finer trigger.
     let silent = futures::stream::poll_fn(move |cx| silent.poll_recv(cx)).map(|_ns| ());
+    // A Tenant's spec changed (its pod security level, by the provider's admin): every
+    // ShadowPod is looked at again, so that its running pods are judged by the new level.
+    // Status writes (the webhook's charges) do not move the generation.
+    let tenant_specs = watcher::watcher(
+        Api::<Tenant>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default())
+    .filter_map(|t| futures::future::ready(t.ok().map(|_| ())));
     let controller = Controller::new(shadows, watcher::Config::default())
         .owns_stream(owned_pods)
-        .reconcile_all_on(silent);
+        .reconcile_all_on(futures::stream::select(silent, tenant_specs));
     // Read before any pod is made: a tenant's own level must never be missed for the default.
     let (tenants, _tenants_task) = cache::lean(
         Api::<Tenant>::all(client.clone()),

@@ -5,7 +5,10 @@
 //! pod may go (a finalizer on it: [`held`], [`recorded`]), never inferred from its absence.
 use fabric_api::{
     names::{finalizer, label},
-    offloading::v1alpha1::{ShadowPod, ShadowPodStatus, shadow_pod_condition::POD_CREATED},
+    offloading::v1alpha1::{
+        ShadowPod, ShadowPodStatus,
+        shadow_pod_condition::{POD_CREATED, POLICY_COMPLIANT},
+    },
 };
 use fabric_kube::status::{Verdict, with_condition};
 use k8s_openapi::{
@@ -35,6 +38,58 @@ fabric_kube::reasons! {
         /// `QuotaExceeded`).
         Refused(String),
     }
+}
+
+fabric_kube::reasons! {
+    /// Why a ShadowPod's PolicyCompliant condition says what it does.
+    pub enum PolicyCompliance {
+        Compliant = "Compliant",
+        /// Made under a looser policy than the provider's current one.
+        BreaksCurrentPolicy = "BreaksCurrentPolicy",
+    }
+}
+
+/// Whether `shadow`'s pod keeps to the provider's `rules` as they are now.
+pub fn compliance(shadow: &ShadowPod, rules: &Rules) -> Verdict<PolicyCompliance> {
+    match allowed(shadow, rules) {
+        Ok(()) => Verdict::ok(
+            PolicyCompliance::Compliant,
+            "the pod keeps to the provider's current policy",
+        ),
+        Err(refusal) => Verdict::not(
+            PolicyCompliance::BreaksCurrentPolicy,
+            format!(
+                "the pod was made under a looser policy and breaks the provider's current one ({refusal}): it runs on, but is never made again"
+            ),
+        ),
+    }
+}
+
+/// `status` with its PolicyCompliant condition, for a pod that runs (made and not finished):
+/// the provider's admin may have tightened the policy since the pod was made.
+pub fn with_compliance(
+    mut status: ShadowPodStatus,
+    shadow: &ShadowPod,
+    rules: &Rules,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ShadowPodStatus {
+    if status.pod_uid.is_some() && !terminal(status.phase.as_deref()) {
+        let c = compliance(shadow, rules).condition(POLICY_COMPLIANT, generation, now);
+        status.conditions = with_condition(&status.conditions, c);
+    }
+    status
+}
+
+/// The message of a pod that breaks the current policy in `next` and did not in `prev`: what
+/// a Warning Event says, once.
+pub fn newly_breaking(prev: &ShadowPodStatus, next: &ShadowPodStatus) -> Option<String> {
+    let breaks = |s: &ShadowPodStatus| {
+        Verdict::<PolicyCompliance>::find(&s.conditions, POLICY_COMPLIANT)
+            .filter(|v| v.reason == PolicyCompliance::BreaksCurrentPolicy)
+            .map(|v| v.message)
+    };
+    breaks(next).filter(|_| breaks(prev).is_none())
 }
 
 /// What to do about a ShadowPod.
@@ -283,7 +338,14 @@ pub fn from_cache(
     {
         return Cached::Fresh;
     }
-    let status = mirrored(&prev, pod, false, shadow.metadata.generation, now);
+    let generation = shadow.metadata.generation;
+    let status = with_compliance(
+        mirrored(&prev, pod, false, generation, now),
+        shadow,
+        rules,
+        generation,
+        now,
+    );
     if shadow.status.as_ref() == Some(&status) {
         Cached::Settled
     } else {
@@ -687,7 +749,13 @@ mod tests {
         };
         assert_eq!(
             *st,
-            mirrored(&ShadowPodStatus::default(), &p, false, None, now())
+            with_compliance(
+                mirrored(&ShadowPodStatus::default(), &p, false, None, now()),
+                &s,
+                &Rules::default(),
+                None,
+                now()
+            )
         );
         // Once written (and echoed back), nothing more.
         s.status = Some(*st);
@@ -774,5 +842,48 @@ mod tests {
         assert_eq!(st.recreations, 3);
         assert_eq!(st.conditions[0].reason, "Forbidden");
         assert_eq!(st.conditions[0].message, "exceeded quota");
+    }
+
+    #[test]
+    fn a_running_pod_made_under_a_looser_level_is_flagged_once() {
+        let mut s = shadow(None);
+        s.spec.pod.spec = serde_json::from_value(json!({"containers": [
+            {"name": "main", "image": "echo"}]}))
+        .unwrap();
+        let running = mirrored(
+            &ShadowPodStatus::default(),
+            &pod_of(&s, "pod-1", "Running"),
+            false,
+            Some(1),
+            now(),
+        );
+        let baseline = Rules::default();
+        let restricted = baseline.for_tenant(Some(
+            fabric_api::authentication::v1alpha1::PodSecurity::Restricted,
+        ));
+        let ok = with_compliance(running.clone(), &s, &baseline, Some(1), now());
+        let v = Verdict::<PolicyCompliance>::find(&ok.conditions, POLICY_COMPLIANT).unwrap();
+        assert!(v.ok, "{v:?}");
+        let flagged = with_compliance(ok.clone(), &s, &restricted, Some(1), now());
+        let v = Verdict::<PolicyCompliance>::find(&flagged.conditions, POLICY_COMPLIANT).unwrap();
+        assert!(!v.ok);
+        assert_eq!(v.reason, PolicyCompliance::BreaksCurrentPolicy);
+        assert!(v.message.contains("restricted"), "{}", v.message);
+        // Said once: on the change, not again while it stays so.
+        assert!(newly_breaking(&ok, &flagged).is_some());
+        assert!(newly_breaking(&flagged, &flagged).is_none());
+        assert!(newly_breaking(&ok, &ok).is_none());
+        // A pod not made, or finished, is not judged: it is never made again anyway.
+        let unmade = with_compliance(ShadowPodStatus::default(), &s, &restricted, Some(1), now());
+        assert!(Verdict::<PolicyCompliance>::find(&unmade.conditions, POLICY_COMPLIANT).is_none());
+        let done = mirrored(
+            &ShadowPodStatus::default(),
+            &pod_of(&s, "pod-1", "Succeeded"),
+            false,
+            Some(1),
+            now(),
+        );
+        let done = with_compliance(done, &s, &restricted, Some(1), now());
+        assert!(Verdict::<PolicyCompliance>::find(&done.conditions, POLICY_COMPLIANT).is_none());
     }
 }
