@@ -766,6 +766,14 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     Ok(())
 }
 
+/// `pod` with claim `claim` mounted at /srv.
+fn mounting(mut pod: Value, claim: &str) -> Value {
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([{ "name": "data", "mountPath": "/srv" }]);
+    pod["spec"]["volumes"] =
+        json!([{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }]);
+    pod
+}
+
 /// A claim of the fabric's StorageClass whose first consumer runs on a real node of A: the
 /// storage provisioner makes a real claim of A's default class and binds the claim to a volume
 /// over the real one; the file a pod writes there is read by the next pod.
@@ -784,13 +792,7 @@ fn stateful_at_home(d: &Demo) -> Result<()> {
         "spec": {"storageClassName": names::storage::CLASS, "accessModes": ["ReadWriteOnce"],
                  "resources": {"requests": {"storage": "64Mi"}}}});
     a.create(&claim)?;
-    let with_claim = |mut pod: Value| {
-        pod["spec"]["containers"][0]["volumeMounts"] =
-            json!([{ "name": "data", "mountPath": "/srv" }]);
-        pod["spec"]["volumes"] =
-            json!([{ "name": "data", "persistentVolumeClaim": { "claimName": "notes" } }]);
-        pod
-    };
+    let with_claim = |pod: Value| mounting(pod, "notes");
     let text = "written on cluster A's node, through the fabric's storage class";
     println!("  a claim `notes` of class fabric, and a pod on A's node writing /srv/note:");
     a.create_pod(&on_node(
@@ -880,11 +882,7 @@ fn stateful_offloaded(d: &Demo, b_id: &str, twin: &str) -> Result<()> {
     let with_claim = |name: &str, command: &[&str]| {
         let mut pod = command_pod(name, command);
         pod["metadata"]["namespace"] = json!(shop::NAMESPACE);
-        pod["spec"]["containers"][0]["volumeMounts"] =
-            json!([{ "name": "data", "mountPath": "/srv" }]);
-        pod["spec"]["volumes"] =
-            json!([{ "name": "data", "persistentVolumeClaim": { "claimName": "ledger" } }]);
-        pod
+        mounting(pod, "ledger")
     };
     let text = "written in cluster B, on a volume of B's, for a pod of A's";
     println!("  a claim `ledger` of class fabric in shop, and a pod writing /srv/ledger (shop's");

@@ -1916,27 +1916,24 @@ async fn an_offloaded_namespace_s_services_are_in_its_twin() {
     };
     phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
     let twin = store_twin();
-    phase_async("the namespace offloaded, a Service in the way in its twin", async {
-        bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
-        apply(
-            &bed.consumer,
-            &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
-                    "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}}),
-        );
-        set_map(&bed, &[(STORE, &twin)]).await;
-        bed.eventually("the twin made by the provider", || async {
-            let o = bed.provider.kubectl(&["get", "namespace", &twin]);
-            o.status.success().then_some(())
-        })
-        .await;
-        // The provider's admin's own Service, of a name the consumer uses too.
-        apply(
-            &bed.provider,
-            &json!({"apiVersion": "v1", "kind": "Service",
+    phase_async(
+        "the namespace offloaded, a Service in the way in its twin",
+        async {
+            offload_store(&bed, &twin).await;
+            bed.eventually("the twin made by the provider", || async {
+                let o = bed.provider.kubectl(&["get", "namespace", &twin]);
+                o.status.success().then_some(())
+            })
+            .await;
+            // The provider's admin's own Service, of a name the consumer uses too.
+            apply(
+                &bed.provider,
+                &json!({"apiVersion": "v1", "kind": "Service",
                     "metadata": {"name": "theirs", "namespace": twin, "labels": {"owner": "admin"}},
                     "spec": {"ports": [{"port": 9999}]}}),
-        );
-    })
+            );
+        },
+    )
     .await;
     let web_ip = phase_async(
         "Services in the twin, with the provider's cluster IPs",
@@ -2636,6 +2633,18 @@ async fn endpoints_attack(bed: &Bed) {
             .then_some(())
     })
     .await;
+}
+
+/// Namespace STORE made at home and offloaded (its NamespaceOffloading, and the map its
+/// controller would write) to `twin` on the provider.
+async fn offload_store(bed: &Bed, twin: &str) {
+    bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
+    apply(
+        &bed.consumer,
+        &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}}),
+    );
+    set_map(bed, &[(STORE, twin)]).await;
 }
 
 /// The NamespaceMap the consumer's controller would write on the provider, written with the

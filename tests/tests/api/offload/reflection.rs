@@ -77,36 +77,35 @@ async fn the_provider_chooses_the_custom_kinds_a_consumer_writes_in_its_twins() 
     // Another consumer's twin, as far as this consumer's rights go: a namespace the
     // provider's admin made, bound to nothing of this consumer's.
     let elsewhere = "store-cluster-z";
-    phase_async("a namespace offloaded, its twin made; the CRDs on the provider", async {
-        for c in [crd("widgets", "Widget"), crd("gadgets", "Gadget")] {
-            apply(&bed.provider, &c);
-        }
-        bed.provider
-            .kubectl_ok(&["create", "namespace", elsewhere]);
-        bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
-        apply(
-            &bed.consumer,
-            &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
-                    "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}}),
-        );
-        set_map(&bed, &[(STORE, &twin)]).await;
-        bed.eventually("the twin and its reflection binding made by the provider", || async {
-            let o = bed.provider.kubectl(&[
-                "get",
-                "rolebinding",
-                "fabric-consumer-reflection",
-                "-n",
-                &twin,
-            ]);
-            o.status.success().then_some(())
-        })
-        .await;
-        bed.eventually("the CRDs served", || async {
-            let o = bed.provider.kubectl(&["get", "widgets,gadgets", "-A"]);
-            o.status.success().then_some(())
-        })
-        .await;
-    })
+    phase_async(
+        "a namespace offloaded, its twin made; the CRDs on the provider",
+        async {
+            for c in [crd("widgets", "Widget"), crd("gadgets", "Gadget")] {
+                apply(&bed.provider, &c);
+            }
+            bed.provider.kubectl_ok(&["create", "namespace", elsewhere]);
+            offload_store(&bed, &twin).await;
+            bed.eventually(
+                "the twin and its reflection binding made by the provider",
+                || async {
+                    let o = bed.provider.kubectl(&[
+                        "get",
+                        "rolebinding",
+                        "fabric-consumer-reflection",
+                        "-n",
+                        &twin,
+                    ]);
+                    o.status.success().then_some(())
+                },
+            )
+            .await;
+            bed.eventually("the CRDs served", || async {
+                let o = bed.provider.kubectl(&["get", "widgets,gadgets", "-A"]);
+                o.status.success().then_some(())
+            })
+            .await;
+        },
+    )
     .await;
     phase_async(
         "no kind allowed yet: the consumer's widget refused",

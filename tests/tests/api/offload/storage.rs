@@ -103,38 +103,39 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
     };
     phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
     let twin = store_twin();
-    phase_async("the namespace offloaded; the provider lends a class", async {
-        bed.consumer.kubectl_ok(&["create", "namespace", STORE]);
-        apply(
-            &bed.consumer,
-            &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
-                    "metadata": {"name": "offloading", "namespace": STORE}, "spec": {}}),
-        );
-        set_map(&bed, &[(STORE, &twin)]).await;
-        bed.eventually("the twin made by the provider", || async {
-            bed.provider.kubectl(&["get", "namespace", &twin]).status.success().then_some(())
-        })
-        .await;
-        // The provider's admin: what it lends, and a claim of its own in the twin.
-        // (deploy/ ships it, lending nothing.)
-        bed.provider.kubectl_ok(&[
-            "patch",
-            "configmap",
-            "fabric-storage",
-            "-n",
-            NS,
-            "--type=merge",
-            "-p",
-            &json!({"data": {"lent": format!("{LENT}=8Gi, fast=1Gi")}}).to_string(),
-        ]);
-        apply(
-            &bed.provider,
-            &json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+    phase_async(
+        "the namespace offloaded; the provider lends a class",
+        async {
+            offload_store(&bed, &twin).await;
+            bed.eventually("the twin made by the provider", || async {
+                bed.provider
+                    .kubectl(&["get", "namespace", &twin])
+                    .status
+                    .success()
+                    .then_some(())
+            })
+            .await;
+            // The provider's admin: what it lends, and a claim of its own in the twin.
+            // (deploy/ ships it, lending nothing.)
+            bed.provider.kubectl_ok(&[
+                "patch",
+                "configmap",
+                "fabric-storage",
+                "-n",
+                NS,
+                "--type=merge",
+                "-p",
+                &json!({"data": {"lent": format!("{LENT}=8Gi, fast=1Gi")}}).to_string(),
+            ]);
+            apply(
+                &bed.provider,
+                &json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                     "metadata": {"name": "theirs", "namespace": twin, "labels": {"owner": "admin"}},
                     "spec": {"storageClassName": LENT, "accessModes": ["ReadWriteOnce"],
                              "resources": {"requests": {"storage": "5Gi"}}}}),
-        );
-    })
+            );
+        },
+    )
     .await;
     phase_async(
         "a provider lending no storage: back to the scheduler",
