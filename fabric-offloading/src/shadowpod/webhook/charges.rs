@@ -130,11 +130,7 @@ impl Charger {
             let listed = list().await.map_err(Unwritten::Kube)?;
             let status = quota::charge_object(&status, ask, &listed, Timestamp::now(), ttl)
                 .map_err(Unwritten::Denied)?;
-            Ok(if dry_run {
-                Rewrite::Answer(())
-            } else {
-                Rewrite::Write(status, ())
-            })
+            Ok(Rewrite::unless_dry_run(dry_run, status))
         })
         .await
         .map_err(|e| e.denial(consumer))
@@ -185,6 +181,17 @@ pub(super) enum Rewrite<T> {
     Write(TenantStatus, T),
     /// Answer `T` and write nothing: a dry run, or every ask refused.
     Answer(T),
+}
+
+impl Rewrite<()> {
+    /// `status` written, unless the review is a dry run (which must change nothing).
+    pub(super) fn unless_dry_run(dry_run: bool, status: TenantStatus) -> Self {
+        if dry_run {
+            Self::Answer(())
+        } else {
+            Self::Write(status, ())
+        }
+    }
 }
 
 /// Why a charge was not written.

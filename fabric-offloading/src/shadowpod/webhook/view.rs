@@ -60,16 +60,21 @@ pub(super) struct View {
     pub(super) charge_budget: Duration,
 }
 
+/// The object a review asks about, when it is one the webhook judges: the object itself
+/// (not a subresource) created or updated.
+fn judged<K: kube::Resource>(req: &AdmissionRequest<K>) -> Option<&K> {
+    match (&req.object, &req.operation) {
+        (Some(o), Operation::Create | Operation::Update) if req.sub_resource.is_none() => Some(o),
+        _ => None,
+    }
+}
+
 impl View {
     pub(super) async fn decide(&self, req: &AdmissionRequest<ShadowPod>) -> Result<(), Denial> {
         let user = req.user_info.username.as_deref().unwrap_or_default();
-        let (Some(shadow), Operation::Create | Operation::Update) = (&req.object, &req.operation)
-        else {
+        let Some(shadow) = judged(req) else {
             return Ok(());
         };
-        if req.sub_resource.is_some() {
-            return Ok(());
-        }
         let namespace = req.namespace.clone().unwrap_or_default();
         let name = if req.name.is_empty() {
             shadow.name_any()
@@ -235,13 +240,9 @@ impl View {
             }
             return Ok(());
         }
-        let (Some(object), Operation::Create | Operation::Update) = (&req.object, &req.operation)
-        else {
+        let Some(object) = judged(req) else {
             return Ok(());
         };
-        if req.sub_resource.is_some() {
-            return Ok(());
-        }
         let namespace = req.namespace.clone().unwrap_or_default();
         let pvc = |o: &DynamicObject| {
             serde_json::to_value(o)
@@ -343,11 +344,7 @@ impl View {
                     self.pending_ttl,
                 )
                 .map_err(Unwritten::Denied)?;
-                Ok(if dry_run {
-                    Rewrite::Answer(())
-                } else {
-                    Rewrite::Write(status, ())
-                })
+                Ok(Rewrite::unless_dry_run(dry_run, status))
             },
         )
         .await
