@@ -326,6 +326,9 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
                     // And 1 MiB of them per tenant.
                     "--max-shadowpod-bytes-per-tenant",
                     "1Mi",
+                    // The one runtime class the provider lends tenants.
+                    "--tenant-runtime-class",
+                    "gvisor",
                     "--client-ca",
                     &caller.ca().display().to_string(),
                 ])
@@ -492,6 +495,12 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
             json!({"schedulerName": "my-scheduler"}),
             "spec.pod.spec.schedulerName: ",
         ),
+        // A runtime class the provider did not lend (one running pods as host processes,
+        // say): its handler is the provider's node's, not the tenant's to pick.
+        (
+            json!({"runtimeClassName": "runc-host"}),
+            "spec.pod.spec.runtimeClassName: this runtime class is not lent to tenants",
+        ),
     ];
     for (extra, field) in placed {
         let mut one = shadow("placed", &alpha_ns, "alpha", "100m");
@@ -503,6 +512,19 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         let e = create(&alpha, &one).await.unwrap_err();
         assert!(e.contains(field) && e.contains("(403)"), "{extra}: {e}");
     }
+    // The runtime class it lends is admitted (dry run: the tenant's three pods stay free).
+    let mut sandboxed = shadow("sandboxed", &alpha_ns, "alpha", "100m");
+    sandboxed.spec.pod.spec.runtime_class_name = Some("gvisor".into());
+    Api::<ShadowPod>::namespaced(alpha.clone(), &alpha_ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &sandboxed,
+        )
+        .await
+        .unwrap();
     // An admitted plain pod made privileged by an UPDATE: refused, the pod left as it was.
     let alpha_shadows = Api::<ShadowPod>::namespaced(alpha.clone(), &alpha_ns);
     let mut web = alpha_shadows.get("web").await.unwrap();
