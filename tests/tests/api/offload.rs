@@ -413,6 +413,11 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
     )
     .await;
     phase_async(
+        "a hostile provider's status comes home bounded, its foreign address unreported",
+        a_hostile_provider_s_status_is_bounded(&bed),
+    )
+    .await;
+    phase_async(
         "resized in place within the grant, refused beyond it",
         resized_within_the_grant(&bed),
     )
@@ -549,6 +554,104 @@ async fn labels_and_restarts_follow(bed: &Bed) {
     bed.provider_runs(&web, "10.244.2.7", 2).await;
     bed.home_pod_where("web", "the restart count at home", |p| {
         p["status"]["containerStatuses"][0]["restartCount"] == 2
+    })
+    .await;
+}
+
+/// A provider writes what it likes into its pods' status (here as its kubelet would, through
+/// `pods/status`; its controller copies that into the ShadowPod): at home each string comes cut,
+/// the lists capped, the whole under half a MiB, and an address outside the provider's pod
+/// CIDR (its node's network, say) is not reported as the pod's.
+async fn a_hostile_provider_s_status_is_bounded(bed: &Bed) {
+    const MARKER: &str = "… [truncated]";
+    let web = forge::name(HOME_NS, "web");
+    let at = "2026-11-26T12:00:01Z";
+    let mut conditions = vec![
+        json!({"type": "Ready", "status": "True", "lastTransitionTime": at}),
+        json!({"type": "ContainersReady", "status": "True", "lastTransitionTime": at}),
+    ];
+    conditions.extend((0..40).map(|i| {
+        json!({"type": format!("example.com/flood-{i}"), "status": "True",
+               "reason": "r".repeat(1000), "message": "m".repeat(8 * 1024),
+               "lastTransitionTime": at})
+    }));
+    let containers: Vec<Value> = std::iter::once("main".to_owned())
+        .chain((0..40).map(|i| format!("ghost-{i}")))
+        .map(|name| {
+            json!({"name": name, "image": "i".repeat(4096), "imageID": "", "ready": true,
+                   "restartCount": 2,
+                   "state": {"waiting": {"reason": "w".repeat(1000), "message": "m".repeat(8 * 1024)}}})
+        })
+        .collect();
+    let hostile = json!({"status": {
+        "phase": "Running", "podIP": "192.0.2.7", "podIPs": [{"ip": "192.0.2.7"}],
+        "reason": "r".repeat(4096), "message": "m".repeat(256 * 1024),
+        "conditions": conditions, "containerStatuses": containers,
+    }});
+    bed.remote_pods()
+        .patch_status(&web, &PatchParams::default(), &Patch::Merge(&hostile))
+        .await
+        .unwrap();
+    let home = bed
+        .home_pod_where("web", "the provider's flood at home", |p| {
+            p["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("mmmm"))
+        })
+        .await;
+    let status = &home["status"];
+    let size = serde_json::to_vec(status).unwrap().len();
+    assert!(size <= 512 * 1024, "{size} bytes of status came home");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.len() <= 1024 && message.ends_with(MARKER),
+        "{}",
+        message.len()
+    );
+    let reason = status["reason"].as_str().unwrap();
+    assert!(reason.len() <= 128 && reason.ends_with(MARKER), "{reason}");
+    let conds = status["conditions"].as_array().unwrap();
+    let floods = conds
+        .iter()
+        .filter(|c| c["type"].as_str().unwrap().starts_with("example.com/"))
+        .count();
+    assert!(
+        floods <= 16,
+        "{floods} of the provider's 40 conditions came home"
+    );
+    for c in conds {
+        assert!(
+            c["message"].as_str().unwrap_or_default().len() <= 1024,
+            "{c}"
+        );
+    }
+    let statuses = status["containerStatuses"].as_array().unwrap();
+    assert!(
+        statuses.len() <= 16,
+        "{} container statuses",
+        statuses.len()
+    );
+    for c in statuses {
+        assert!(c["image"].as_str().unwrap().len() <= 512, "{}", c["name"]);
+    }
+    // The address is not the pod's in the provider's pod CIDR: none is reported, rather than
+    // one that would lead the consumer's traffic anywhere.
+    assert!(status["podIP"].is_null(), "{}", status["podIP"]);
+    assert!(status["podIPs"].is_null(), "{}", status["podIPs"]);
+
+    // The provider behaves again: the pod is whole at home again.
+    let healed = json!({"status": {"reason": null, "message": null}});
+    bed.remote_pods()
+        .patch_status(&web, &PatchParams::default(), &Patch::Merge(&healed))
+        .await
+        .unwrap();
+    bed.provider_runs(&web, "10.244.2.7", 2).await;
+    bed.home_pod_where("web", "web healed at home", |p| {
+        p["status"]["podIP"] == "10.71.2.7"
+            && p["status"]["message"].is_null()
+            && p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|c| c.len() == 1)
     })
     .await;
 }
