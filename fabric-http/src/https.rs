@@ -3,7 +3,10 @@
 //! API on a consumer. TLS (rustls with ring, as kube's client uses), HTTP/1.1, and the limits
 //! such a port needs: a connection gets a deadline for its TLS handshake and for its request
 //! headers; at most `max_connections` are served at once (the others wait in the listen
-//! backlog); `accept` failures back off instead of spinning. How a connection's requests are
+//! backlog), and one client address may hold at most `max_pending_per_peer` of them before it has
+//! sent a whole request (further ones are closed at once: a crowd of silent connections from
+//! one place cannot take every slot while the legitimate client waits for the deadlines);
+//! `accept` failures back off instead of spinning. How a connection's requests are
 //! served is its [`Exchange`]: one request within a deadline for the whole exchange, or
 //! keep-alive and HTTP upgrades for streams (exec, port-forward) that last as long as both
 //! ends. Reading a body ([`read_body`]) has its own deadline and a size cap. What to answer is
@@ -12,7 +15,14 @@
 //! The TLS configuration is asked for at each new connection, so a renewed certificate or a
 //! rotated client CA is taken without a restart, and the client's certificate (verified by
 //! the handshake against the configuration's client CA, when it has one) reaches the handler.
-use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, hash_map::Entry},
+    convert::Infallible,
+    future::Future,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -39,6 +49,11 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// The whole exchange, the handler's work included ([`Exchange::Once`] only).
     pub request_timeout: Duration,
+    /// Connections from one client address that have not sent a whole request yet (in their
+    /// TLS handshake or their headers); beyond, a new one is closed at once. None (the
+    /// default): no cap of its own, for a port reached through a proxy or a load balancer,
+    /// where one address is many clients.
+    pub max_pending_per_peer: Option<usize>,
 }
 
 impl Default for Limits {
@@ -49,6 +64,53 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
+            max_pending_per_peer: None,
+        }
+    }
+}
+
+/// Connections per client address that have not sent a whole request yet.
+#[derive(Debug, Default)]
+struct Pending(Mutex<HashMap<IpAddr, usize>>);
+
+impl Pending {
+    /// A place for one more connection from `peer`, unless it holds `max` already.
+    fn enter(self: &Arc<Self>, peer: IpAddr, max: usize) -> Option<Waiting> {
+        let peer = peer.to_canonical();
+        let mut counts = self.0.lock().expect("not poisoned");
+        let n = counts.entry(peer).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Waiting {
+            pending: self.clone(),
+            peer,
+        })
+    }
+
+    #[cfg(test)]
+    fn of(&self, peer: IpAddr) -> usize {
+        let counts = self.0.lock().expect("not poisoned");
+        counts.get(&peer.to_canonical()).copied().unwrap_or(0)
+    }
+}
+
+/// A connection's place among its address's pending ones, given back when dropped.
+#[derive(Debug)]
+struct Waiting {
+    pending: Arc<Pending>,
+    peer: IpAddr,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut counts = self.pending.0.lock().expect("not poisoned");
+        if let Entry::Occupied(mut e) = counts.entry(self.peer) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
         }
     }
 }
@@ -173,6 +235,7 @@ pub async fn serve<T, H, F, B>(
 {
     let handler = Arc::new(handler);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let pending = Arc::new(Pending::default());
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
@@ -184,6 +247,11 @@ pub async fn serve<T, H, F, B>(
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
+        };
+        let max = limits.max_pending_per_peer.unwrap_or(usize::MAX).max(1);
+        let Some(waiting) = pending.enter(peer.ip(), max) else {
+            debug!(%peer, "{name}: too many connections from this address without a request; closed");
+            continue;
         };
         let handler = handler.clone();
         let acceptor = TlsAcceptor::from(tls());
@@ -208,7 +276,10 @@ pub async fn serve<T, H, F, B>(
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .map(|c| c.as_ref().to_vec());
+            // Its place among the pending is given back with its first whole request.
+            let waiting = Mutex::new(Some(waiting));
             let service = service_fn(move |req| {
+                waiting.lock().expect("not poisoned").take();
                 let handler = handler.clone();
                 let client_cert = client_cert.clone();
                 async move { Ok::<_, Infallible>(handler(req, client_cert).await) }
@@ -391,6 +462,70 @@ mod tests {
             .expect("the silent connection is closed")
             .unwrap_or(0);
         assert_eq!(n, 0);
+    }
+
+    #[tokio::test]
+    async fn one_address_cannot_hold_every_slot_with_silent_connections() {
+        let (cert, key) = self_signed();
+        let limits = Limits {
+            max_connections: 4,
+            // Longer than the client below waits: only the cap lets it in.
+            handshake_timeout: Duration::from_secs(30),
+            max_pending_per_peer: Some(2),
+            ..Limits::default()
+        };
+        let addr = start(
+            server_config(&cert, &key, None).unwrap(),
+            limits,
+            Exchange::Once,
+        )
+        .await;
+        // Four silent connections from 127.0.0.1: two held, two closed at once.
+        let mut crowd = Vec::new();
+        for _ in 0..4 {
+            crowd.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let mut closed = 0;
+        for s in &mut crowd {
+            let mut buf = [0u8; 8];
+            if let Ok(r) = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await
+            {
+                assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+                closed += 1;
+            }
+        }
+        assert_eq!(closed, 2);
+        // Another address is served meanwhile.
+        let other = tokio::net::TcpSocket::new_v4().unwrap();
+        other.bind(([127, 0, 0, 2], 0).into()).unwrap();
+        let tcp = other.connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut s = client(&cert, None).connect(name, tcp).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        let r = String::from_utf8_lossy(&out);
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    }
+
+    #[test]
+    fn a_pending_place_is_given_back_and_addresses_are_counted_apart() {
+        let p = Arc::new(Pending::default());
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let first = p.enter(a, 2).unwrap();
+        let _second = p.enter(mapped, 2).unwrap();
+        assert!(
+            p.enter(a, 2).is_none(),
+            "an IPv4-mapped address is the same client"
+        );
+        let _other = p.enter(b, 2).unwrap();
+        drop(first);
+        assert_eq!(p.of(a), 1);
+        assert!(p.enter(a, 2).is_some());
     }
 
     #[test]

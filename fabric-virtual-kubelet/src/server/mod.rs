@@ -61,10 +61,15 @@ use self::access::ClientCa;
 /// What a client may hold of the server: connections served at once (each exec or
 /// port-forward session holds one), and how long its TLS handshake and its request headers
 /// may take. Streams have no deadline past that ([`Exchange::Streams`]), and bodies are
-/// streamed to the provider, not read here.
+/// streamed to the provider, not read here. One address (a pod, a node: anyone who reaches
+/// the port) holds at most a quarter of the connections before it has sent a request, so a
+/// crowd of silent ones leaves the API server room; the API server's own bursts of new
+/// connections stay well under that. (The API server reaches a kubelet directly, never
+/// through a proxy that would make many clients one address.)
 fn limits() -> https::Limits {
     https::Limits {
         max_connections: 256,
+        max_pending_per_peer: Some(64),
         handshake_timeout: Duration::from_secs(10),
         header_timeout: Duration::from_secs(10),
         ..Default::default()

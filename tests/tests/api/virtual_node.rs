@@ -138,6 +138,8 @@ fn setup(tag: &str) -> Option<Bed> {
     // The consumer: what the sharing layer has created by the time a VirtualNode exists
     // (kube-node-lease is there already, as in any cluster).
     let consumer = consumer.join().expect("starting the consumer").unwrap();
+    // Its client CA, as kube-apiserver publishes it: the kubelet API is served from the start.
+    consumer.publish_client_ca().unwrap();
     let fixture::VirtualNodes {
         controller,
         deployments,
@@ -180,6 +182,10 @@ fn a_virtual_node_follows_its_provider_and_tunnel_and_goes_with_its_virtual_node
         return;
     };
     phase("the Node registered", || registered(&bed));
+    phase(
+        "a crowd of silent connections cannot tie up the kubelet port",
+        || a_crowd_cannot_tie_up_the_kubelet_port(&bed),
+    );
     phase("the VirtualNode and the ForeignCluster say so", || {
         status_reported(&bed)
     });
@@ -251,6 +257,69 @@ fn registered(bed: &Bed) {
             .unwrap()
             .starts_with("fabric-virtual-kubelet/")
     );
+}
+
+/// One client address opening connections and never saying anything (no TLS handshake, no
+/// request): only a few of them are kept waiting, the rest closed at once, and those kept are
+/// cut at the handshake deadline (10 s), so the API server, from another address, is answered
+/// while the crowd holds on. Without the cap the crowd holds every one of the 256 slots and
+/// the API server waits for the deadline.
+fn a_crowd_cannot_tie_up_the_kubelet_port(bed: &Bed) {
+    use tokio::{io::AsyncReadExt as _, net::TcpSocket};
+    let port = bed.node().unwrap()["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .unwrap() as u16;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let mut crowd = Vec::new();
+        for i in 0..300 {
+            let s = TcpSocket::new_v4().unwrap();
+            s.bind(([127, 0, 0, 2], 0).into()).unwrap();
+            let c = tokio::time::timeout(Duration::from_secs(10), s.connect(target)).await;
+            crowd.push(
+                c.unwrap_or_else(|_| panic!("connection {i} timed out"))
+                    .unwrap(),
+            );
+        }
+        // The API server's address, while the crowd holds on: a request without credentials
+        // is answered (401) well before the crowd's deadline.
+        let url = format!("https://127.0.0.1:{port}/pods");
+        let code = tokio::task::spawn_blocking(move || {
+            let out = Command::new("curl")
+                .args([
+                    "-sk",
+                    "--max-time",
+                    "5",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                ])
+                .arg(&url)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            code, "401",
+            "the kubelet port did not answer while a crowd held it"
+        );
+        // Every one of the crowd's connections is closed: at once, or at the deadline.
+        for mut s in crowd {
+            let mut buf = [0u8; 64];
+            match tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => {}
+                Ok(Ok(n)) => panic!("{n} bytes for a client that said nothing"),
+                Err(_) => panic!("a silent connection is still held after 30 s"),
+            }
+        }
+    });
 }
 
 fn status_reported(bed: &Bed) {
