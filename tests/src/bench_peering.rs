@@ -308,6 +308,9 @@ where
 /// both sides go) and the identity; on the provider the consumer's ForeignCluster.
 async fn unpeer(c: &Client, p: &Client) -> Result<()> {
     let long = Duration::from_secs(60);
+    // Planted first: the consumer's side of the unpeer already has the provider remove its
+    // tenant (namespace included), so the namespace may be gone by the provider's step.
+    let probe = PurgeProbe::plant(p, CONSUMER).await?;
     let slices: Api<ResourceSlice> = Api::namespaced(c.clone(), NS);
     delete(&slices, PROVIDER).await?;
     until_done("the ResourceSlice removed", long, || {
@@ -337,7 +340,6 @@ async fn unpeer(c: &Client, p: &Client) -> Result<()> {
     // The provider's admin revokes the consumer (its Tenant, RBAC and namespace go with its
     // ForeignCluster); the next run peers afresh once the test API server's late purge of the
     // namespace has passed (see `PurgeProbe`).
-    let probe = PurgeProbe::plant(p, CONSUMER).await?;
     let pfcs: Api<ForeignCluster> = Api::all(p.clone());
     delete(&pfcs, CONSUMER).await?;
     let tenant = names::namespace::tenant(CONSUMER);
