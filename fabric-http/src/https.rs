@@ -376,7 +376,15 @@ mod tests {
         connector: &tokio_rustls::TlsConnector,
         requests: usize,
     ) -> String {
-        let tcp = TcpStream::connect(addr).await.unwrap();
+        get_on(TcpStream::connect(addr).await.unwrap(), connector, requests).await
+    }
+
+    /// [`get`] on a connection made already.
+    async fn get_on(
+        tcp: TcpStream,
+        connector: &tokio_rustls::TlsConnector,
+        requests: usize,
+    ) -> String {
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
         let mut s = connector.connect(name, tcp).await.unwrap();
         let mut req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n".repeat(requests - 1);
@@ -499,14 +507,7 @@ mod tests {
         let other = tokio::net::TcpSocket::new_v4().unwrap();
         other.bind(([127, 0, 0, 2], 0).into()).unwrap();
         let tcp = other.connect(addr).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let mut s = client(&cert, None).connect(name, tcp).await.unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut out = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-        let r = String::from_utf8_lossy(&out);
+        let r = get_on(tcp, &client(&cert, None), 1).await;
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
     }
 
