@@ -2269,9 +2269,14 @@ fn home_slice(ready: bool) -> Value {
 
 /// Object `kind/name` in the store's twin on the provider, if it is there.
 fn in_store_twin(bed: &Bed, kind: &str, name: &str) -> Option<Value> {
+    in_twin(bed, &store_twin(), kind, name)
+}
+
+/// Object `kind`/`name` in twin namespace `twin` on the provider, as its admin reads it.
+fn in_twin(bed: &Bed, twin: &str, kind: &str, name: &str) -> Option<Value> {
     let o = bed
         .provider
-        .kubectl(&["get", kind, name, "-n", &store_twin(), "-o", "json"]);
+        .kubectl(&["get", kind, name, "-n", twin, "-o", "json"]);
     o.status
         .success()
         .then(|| serde_json::from_slice(&o.stdout).ok())

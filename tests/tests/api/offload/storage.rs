@@ -376,6 +376,84 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
         async { unoffloaded_under_delete(&bed).await },
     )
     .await;
+    phase_async(
+        "unpeer --leave-volumes: not refused, the retained claim named and left on the provider",
+        async { unpeer_leaving_volumes(&bed).await },
+    )
+    .await;
+}
+
+/// `fabricctl unpeer --leave-volumes` while the provider retains a claim of this cluster: the
+/// unpeer is not refused (see [`forget_volumes`] for the refusal without the flag); it names
+/// the claim it leaves to the provider's admin before it touches anything, and the claim stays
+/// on the provider with its data. (The unpeer itself then needs this cluster's sharing
+/// controllers, which this bed does not run: it stops at the missing cluster identity. The
+/// peering tests run the rest of it.)
+async fn unpeer_leaving_volumes(bed: &Bed) {
+    const LEFT: &str = "left";
+    let twin = format!("{LEFT}-{CONSUMER}");
+    bed.consumer.kubectl_ok(&["create", "namespace", LEFT]);
+    apply(
+        &bed.consumer,
+        &json!({"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "NamespaceOffloading",
+                "metadata": {"name": "offloading", "namespace": LEFT}, "spec": {}}),
+    );
+    set_mappings(bed, json!([{"home": LEFT, "remote": twin}])).await;
+    bed.eventually("the left twin made", || async {
+        provider_namespace(bed, &twin).filter(|d| !d).map(|_| ())
+    })
+    .await;
+    apply(
+        &bed.consumer,
+        &claim_in(LEFT, "data", Some(NODE), json!({})),
+    );
+    let uid = bed
+        .eventually("data in the left twin", || async {
+            let o = bed.provider.kubectl(&[
+                "get",
+                "pvc",
+                "data",
+                "-n",
+                &twin,
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ]);
+            o.status
+                .success()
+                .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+        })
+        .await;
+    set_mappings(bed, json!([])).await;
+    bed.eventually("data retained", || async {
+        (retained(bed) == [format!("{twin}/data")]).then_some(())
+    })
+    .await;
+    let o = fabric_tests::process::fabricctl(
+        &bed.consumer.kubeconfig,
+        &[
+            "unpeer",
+            PROVIDER,
+            "--leave-volumes",
+            "--timeout-secs",
+            "60",
+        ],
+    );
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("left to its admin (--leave-volumes)")
+            && out.contains(&format!("{twin}/data (1Gi, {LENT}) (of {LEFT})"))
+            && !out.contains("Delete them first"),
+        "{out}"
+    );
+    let left = in_twin(bed, &twin, "persistentvolumeclaim", "data").expect("data stays");
+    assert!(
+        left["metadata"]["uid"] == uid.as_str() && left["metadata"]["deletionTimestamp"].is_null(),
+        "{left}"
+    );
 }
 
 /// The NamespaceMap on the provider as the consumer's controller writes it (its identity, its
