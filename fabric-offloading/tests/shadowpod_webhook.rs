@@ -512,6 +512,30 @@ async fn the_webhook_keeps_consumers_in_their_namespaces_and_grants() {
         let e = create(&alpha, &one).await.unwrap_err();
         assert!(e.contains(field) && e.contains("(403)"), "{extra}: {e}");
     }
+    // A pod spec of the wrong types (the schema keeps the pod spec open, as the pod's own
+    // API version decides it): refused, saying where and why, and nothing stored.
+    let resource = kube::discovery::ApiResource::erase::<ShadowPod>(&());
+    let raw: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(alpha.clone(), &alpha_ns, &resource);
+    let mistyped: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+        "metadata": {"name": "mistyped", "namespace": alpha_ns},
+        "spec": {"clusterId": "alpha",
+                 "home": {"namespace": "default", "name": "mistyped", "uid": "home-mistyped"},
+                 "pod": {"spec": {"hostPID": "yes",
+                                  "containers": [{"name": "main", "image": "echo",
+                                                  "resources": {"requests": {"cpu": "1m"}}}]}}},
+    }))
+    .unwrap();
+    let e = match raw.create(&PostParams::default(), &mistyped).await {
+        Err(kube::Error::Api(e)) => e,
+        other => panic!("a mistyped ShadowPod: {other:?}"),
+    };
+    assert!(
+        e.code == 400 && e.message.contains("spec.pod.spec") && e.message.contains("hostPID"),
+        "{e:?}"
+    );
+    assert!(raw.get_opt("mistyped").await.unwrap().is_none());
     // The runtime class it lends is admitted (dry run: the tenant's three pods stay free).
     let mut sandboxed = shadow("sandboxed", &alpha_ns, "alpha", "100m");
     sandboxed.spec.pod.spec.runtime_class_name = Some("gvisor".into());

@@ -254,11 +254,15 @@ async fn handle(
         Err(e @ BodyError::Read(_)) => return plain(400, e.to_string()),
     };
     let answer = match endpoint {
-        Endpoint::ShadowPods => match review::parse(&body) {
-            Ok(request) => {
+        Endpoint::ShadowPods => match review::parse_shadow_pod(&body) {
+            Ok(review::ShadowPodReview::Parsed(request)) => {
                 let verdict = view.decide(&request).await;
                 logged(&request, &verdict);
                 Ok(review::answer(&request, &verdict))
+            }
+            Ok(review::ShadowPodReview::Mistyped { request, why }) => {
+                debug!(user = %request.user_info.username.as_deref().unwrap_or_default(), %why, "shadowpod webhook: malformed ShadowPod refused");
+                Ok(review::answer_mistyped(&request, &why))
             }
             Err(e) => Err(e),
         },

@@ -123,6 +123,54 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<ShadowPod>, BadRequest> {
     parse_as(body, "a ShadowPod")
 }
 
+/// A ShadowPod review as it came: a request of ShadowPods, or one whose object does not
+/// parse as a ShadowPod. The CRD's schema keeps the pod spec open (the pod's API version
+/// decides it), so the API server stores whatever JSON a consumer writes there unless this
+/// webhook refuses it, and refuses it as a denial that says where, not as a failed call.
+#[derive(Debug)]
+pub enum ShadowPodReview {
+    Parsed(Box<AdmissionRequest<ShadowPod>>),
+    Mistyped {
+        request: Box<AdmissionRequest<DynamicObject>>,
+        why: String,
+    },
+}
+
+/// [`parse`], a well-formed review whose object is no ShadowPod told apart from garbage.
+pub fn parse_shadow_pod(body: &[u8]) -> Result<ShadowPodReview, BadRequest> {
+    match parse(body) {
+        Ok(request) => Ok(ShadowPodReview::Parsed(Box::new(request))),
+        Err(bad) => {
+            let request = parse_object(body).map_err(|_| bad)?;
+            let why = [&request.object, &request.old_object]
+                .into_iter()
+                .flatten()
+                .find_map(mistyped)
+                .unwrap_or_else(|| "the review does not parse as one of ShadowPods".to_owned());
+            Ok(ShadowPodReview::Mistyped {
+                request: Box::new(request),
+                why,
+            })
+        }
+    }
+}
+
+/// Where and why `object` is no ShadowPod, if it is not.
+fn mistyped(object: &DynamicObject) -> Option<String> {
+    let value = serde_json::to_value(object).ok()?;
+    serde_path_to_error::deserialize::<_, ShadowPod>(value)
+        .err()
+        .map(|e| format!("{}: {}", e.path(), e.inner()))
+}
+
+/// The refusal of a ShadowPod that does not parse, as a 400 that names the field.
+pub fn answer_mistyped(request: &AdmissionRequest<DynamicObject>, why: &str) -> Vec<u8> {
+    let mut r = AdmissionResponse::from(request).deny(format!("the ShadowPod is malformed: {why}"));
+    r.result.code = 400;
+    r.result.reason = "BadRequest".to_owned();
+    serde_json::to_vec(&r.into_review()).expect("an AdmissionReview serializes")
+}
+
 /// The request inside an `admission.k8s.io/v1` AdmissionReview of any object.
 pub fn parse_object(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
     parse_as(body, "an object")
@@ -190,6 +238,37 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn a_mistyped_shadow_pod_is_refused_naming_the_field() {
+        let object = json!({
+            "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
+            "metadata": {"name": "web", "namespace": "fabric-tenant-alpha"},
+            "spec": {"clusterId": "alpha",
+                     "home": {"namespace": "default", "name": "web", "uid": "u"},
+                     "pod": {"spec": {"hostPID": "yes", "containers": []}}},
+        });
+        let body = serde_json::to_vec(&review(object)).unwrap();
+        let ShadowPodReview::Mistyped { request, why } = parse_shadow_pod(&body).unwrap() else {
+            panic!("parsed")
+        };
+        assert!(
+            why.starts_with("spec.pod.spec.hostPID: invalid type"),
+            "{why}"
+        );
+        let out: Value = serde_json::from_slice(&answer_mistyped(&request, &why)).unwrap();
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["status"]["code"], 400);
+        assert!(
+            out["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("spec.pod.spec.hostPID"),
+            "{out}"
+        );
+        // Garbage is still garbage.
+        assert_eq!(parse_shadow_pod(b"{").unwrap_err().status, 400);
+    }
 
     fn review(object: Value) -> Value {
         json!({
