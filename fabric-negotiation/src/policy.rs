@@ -13,6 +13,11 @@
 //!   in creation order, each from what the previous ones left.
 //! - **Tenant state**: Active tenants get what is there; Cordoned ones keep what they have
 //!   (never more) and get nothing new; Drained ones get zero.
+//! - **Tethered** (docs/modes.md): while this cluster is tethered to one consumer (its
+//!   Tenant's `spec.mode`, see [`fabric_api::authentication::mode`]), that consumer is offered
+//!   all of what is free (100%, not the share) and every other consumer's slice is refused
+//!   saying so: the cluster has handed its resources to that one peer. Leaving it, the share
+//!   applies again and existing grants are kept only within it (pass 1 below).
 //! - **Storage** is what the provider's admin lends (ConfigMap `fabric-storage`, see
 //!   [`fabric_api::offloading::lent`]): resources `storage.fabric.io/CLASS`, offered whole
 //!   (the admin said how much; no node frees or takes any of it), shared out as the rest.
@@ -27,7 +32,7 @@ use std::{collections::BTreeMap, fmt};
 
 use fabric_api::{
     authentication::v1alpha1::{
-        ResourceSliceStatus, Resources, TenantState, slice_condition::ACCEPTED,
+        ResourceSliceStatus, Resources, TenantState, WorkingMode, slice_condition::ACCEPTED,
     },
     names::label,
     offloading::{at_most_once, lent},
@@ -56,6 +61,8 @@ pub struct Settings {
     pub labels: BTreeMap<String, String>,
     /// What it agrees to of at-most-once requests.
     pub at_most_once: at_most_once::Bounds,
+    /// The consumer this cluster is tethered to, if any (from the Tenants, per decision).
+    pub tethered: Option<String>,
 }
 
 impl Settings {
@@ -65,6 +72,16 @@ impl Settings {
             percent: 90,
             labels: BTreeMap::new(),
             at_most_once: Default::default(),
+            tethered: None,
+        }
+    }
+
+    /// The share of free capacity offered: all of it while tethered, else `percent`.
+    pub fn share(&self) -> u8 {
+        if self.tethered.is_some() {
+            100
+        } else {
+            self.percent
         }
     }
 }
@@ -277,6 +294,8 @@ pub struct Offer {
     pub at_most_once: Option<fabric_api::offloading::v1alpha1::AtMostOnce>,
     /// With storage granted: the class a claim gets when it names none.
     pub default_storage_class: Option<String>,
+    /// `Tethered` on the slices of the consumer this cluster is tethered to.
+    pub mode: WorkingMode,
 }
 
 /// Why a whole slice is refused.
@@ -302,6 +321,12 @@ fn refusal(s: &SliceView, settings: &Settings) -> Option<String> {
     if t.state == TenantState::Drained {
         return Some("the tenant is drained: nothing is granted".to_owned());
     }
+    if let Some(peer) = settings.tethered.as_deref().filter(|p| *p != t.cluster_id) {
+        return Some(format!(
+            "this cluster is tethered to {peer:?}: it offers its resources to that consumer \
+             alone until its admin sets it autonomous again (fabricctl mode autonomous)"
+        ));
+    }
     None
 }
 
@@ -317,7 +342,7 @@ pub fn decide(
     capacity: &Capacity,
     slices: &[SliceView],
 ) -> BTreeMap<SliceKey, Offer> {
-    let mut left = capacity.offerable(settings.percent);
+    let mut left = capacity.offerable(settings.share());
     // Per tenant namespace: what its cap still allows.
     let mut caps_left: BTreeMap<String, Amounts> = BTreeMap::new();
     let mut order: Vec<&SliceView> = slices.iter().collect();
@@ -426,6 +451,7 @@ pub fn decide(
                     message: why,
                     at_most_once: None,
                     default_storage_class: None,
+                    mode: WorkingMode::Autonomous,
                 },
             );
             continue;
@@ -506,6 +532,10 @@ pub fn decide(
                     &settings.at_most_once,
                 ),
                 default_storage_class,
+                mode: match &settings.tethered {
+                    Some(p) if *p == s.consumer => WorkingMode::Tethered,
+                    _ => WorkingMode::Autonomous,
+                },
             },
         );
     }
@@ -534,6 +564,7 @@ pub fn status(
         node_labels: offer.labels.clone(),
         at_most_once: offer.at_most_once,
         default_storage_class: offer.default_storage_class.clone(),
+        mode: offer.mode,
         observed_generation: generation,
         conditions,
     }

@@ -49,3 +49,12 @@ fabric_kube::reasons! {
         Provider(String),
     }
 }
+
+fabric_kube::reasons! {
+    /// A ForeignCluster's Tethered (both sides of a consumer–provider peering).
+    pub enum Mode {
+        /// The provider is tethered to the consumer (docs/modes.md).
+        Tethered = "Tethered",
+        Autonomous = "Autonomous",
+    }
+}

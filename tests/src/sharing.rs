@@ -224,6 +224,7 @@ pub async fn admit_tenant(provider: &Client, consumer: &str) -> Result<()> {
             state: TenantState::Active,
             caps: Default::default(),
             pod_security: None,
+            mode: Default::default(),
         },
     );
     tenant.metadata.namespace = Some(ns.clone());

@@ -4,3 +4,4 @@
 pub mod v1alpha1;
 
 pub const GROUP: &str = "authentication.fabric.io";
+pub mod mode;

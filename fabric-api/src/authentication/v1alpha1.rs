@@ -44,6 +44,41 @@ pub enum TenantState {
     Drained,
 }
 
+/// Whether this provider hands control of its resources to the tenant (docs/modes.md). The
+/// provider admin's (`fabricctl mode`); the consumer has no write on Tenants.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum WorkingMode {
+    /// The provider keeps control: the tenant is offered a share of what is free (90%), the
+    /// provider's own workloads run as ever.
+    #[default]
+    Autonomous,
+    /// The provider is tethered to this tenant, its only consumer: the tenant is offered all
+    /// of what is free, other consumers nothing, and new local workload pods are refused.
+    Tethered,
+}
+
+impl WorkingMode {
+    pub fn is_autonomous(&self) -> bool {
+        *self == WorkingMode::Autonomous
+    }
+
+    /// Its name, as `fabricctl mode` and `fabricctl status` say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkingMode::Autonomous => "autonomous",
+            WorkingMode::Tethered => "tethered",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How much a provider lets a tenant's pods do: a Pod Security Standards level, with the
 /// provider's own volume and scheduling rules (`fabric_offloading::shadowpod::policy`).
 #[derive(
@@ -102,6 +137,7 @@ impl std::str::FromStr for PodSecurity {
     category = "fabric",
     printcolumn = r#"{"name":"Consumer","type":"string","jsonPath":".spec.clusterId"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".spec.state"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
     printcolumn = r#"{"name":"User","type":"string","jsonPath":".status.user"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -123,6 +159,12 @@ pub struct TenantSpec {
     /// otherwise the level the provider's controllers were started with (`--pod-security`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security: Option<PodSecurity>,
+    /// `Tethered`: this provider hands control of its resources to this tenant (absent:
+    /// `Autonomous`). At most one Tenant may say so, and only while no other consumer is
+    /// peered: `fabricctl mode tethered` checks it, and the provider's offer policy honours
+    /// a single tethered Tenant only (docs/modes.md).
+    #[serde(default, skip_serializing_if = "WorkingMode::is_autonomous")]
+    pub mode: WorkingMode,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -343,6 +385,10 @@ pub struct ResourceSliceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub default_storage_class: Option<String>,
+    /// `Tethered` when the provider is tethered to this consumer (it offers all of its free
+    /// capacity, to this consumer alone); absent: `Autonomous`.
+    #[serde(default, skip_serializing_if = "WorkingMode::is_autonomous")]
+    pub mode: WorkingMode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// See [`slice_condition`].

@@ -26,6 +26,11 @@ pub mod condition {
     /// The provider keeps claims of this cluster's after their twins were given up
     /// (`storageRetention: Retain`), listed in the message (consumer side).
     pub const RETAINED_VOLUMES: &str = "RetainedVolumes";
+    /// The working mode between the two (docs/modes.md): True (reason `Tethered`) when the
+    /// provider is tethered to the consumer, on both sides' ForeignClusters; False (reason
+    /// `Autonomous`) otherwise. Written by the provider's slice controller for its consumer,
+    /// by the consumer's from the provider's slice answer.
+    pub const TETHERED: &str = "Tethered";
 }
 
 /// How this cluster learnt about the peer.
@@ -109,6 +114,7 @@ impl PeerRole {
     printcolumn = r#"{"name":"Network","type":"string","jsonPath":".status.conditions[?(@.type==\"NetworkReady\")].reason"}"#,
     printcolumn = r#"{"name":"Resources","type":"string","jsonPath":".status.conditions[?(@.type==\"ResourcesGranted\")].reason"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.conditions[?(@.type==\"VirtualNodeReady\")].reason"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.conditions[?(@.type==\"Tethered\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -31,6 +31,7 @@ fn tenant(id: &str) -> Tenant {
             state: TenantState::Active,
             caps: Default::default(),
             pod_security: None,
+            mode: Default::default(),
         },
     )
 }

@@ -519,3 +519,70 @@ fn storage_lent_is_offered_whole_shared_out_and_names_the_default_class() {
     assert_eq!(o.verdict, Verdict::Refused);
     assert!(o.message.contains("does not lend"), "{}", o.message);
 }
+
+fn tethered_to(peer: &str) -> Settings {
+    Settings {
+        tethered: Some(peer.to_owned()),
+        ..settings()
+    }
+}
+
+#[test]
+fn tethered_offers_all_of_what_is_free_to_its_peer_alone() {
+    let c = cap(
+        &[node("n1", &[("cpu", "10"), ("pods", "100")])],
+        &[pod("n1", &[("cpu", "2")])],
+    );
+    let mut x = slice("x", &[("cpu", "100"), ("pods", "1000")]);
+    let mut y = slice("y", &[("cpu", "1")]);
+    y.created = at(10);
+    x.created = at(20);
+
+    // Autonomous: 90% of the 8 free (7.2), the older slice (y) served first.
+    let o = decide(&settings(), &c, &[x.clone(), y.clone()]);
+    assert_eq!(g(&o[&y.key], "cpu"), "1");
+    assert_eq!(g(&o[&x.key], "cpu"), "6200m");
+    assert_eq!(o[&x.key].mode, WorkingMode::Autonomous);
+    x.granted = o[&x.key].granted.clone();
+    y.granted = o[&y.key].granted.clone();
+
+    // Tethered to x: all 8 free to x, even over y's existing grant; y refused, saying why.
+    let o = decide(&tethered_to("x"), &c, &[x.clone(), y.clone()]);
+    assert_eq!(g(&o[&x.key], "cpu"), "8");
+    // The pod running there takes one of the 100 pods.
+    assert_eq!(g(&o[&x.key], "pods"), "99");
+    assert_eq!(o[&x.key].mode, WorkingMode::Tethered);
+    assert_eq!(o[&y.key].verdict, Verdict::Refused);
+    assert!(o[&y.key].granted.is_empty());
+    assert_eq!(o[&y.key].mode, WorkingMode::Autonomous);
+    assert!(
+        o[&y.key].message.contains("tethered to \"x\""),
+        "{}",
+        o[&y.key].message
+    );
+    let st = status(&o[&x.key], None, Some(1), Timestamp::now());
+    assert_eq!(st.mode, WorkingMode::Tethered);
+    x.granted = o[&x.key].granted.clone();
+
+    // Back to autonomous: the existing grant is kept only within 90%.
+    let o = decide(&settings(), &c, std::slice::from_ref(&x));
+    assert_eq!(g(&o[&x.key], "cpu"), "7200m");
+    assert_eq!(o[&x.key].mode, WorkingMode::Autonomous);
+    assert_eq!(
+        status(&o[&x.key], None, None, Timestamp::now()).mode,
+        WorkingMode::Autonomous
+    );
+}
+
+#[test]
+fn tethered_still_honours_the_tenants_caps_and_the_request() {
+    let c = cap(&[node("n1", &[("cpu", "10")])], &[]);
+    let mut x = slice("x", &[("cpu", "4")]);
+    assert_eq!(g(&one(&x, &c), "cpu"), "4");
+    let o = decide(&tethered_to("x"), &c, std::slice::from_ref(&x));
+    assert_eq!(g(&o[&x.key], "cpu"), "4");
+    x.requested = res(&[("cpu", "20")]);
+    x.tenant = Some(tenant("x", TenantState::Active, &[("cpu", "9500m")]));
+    let o = decide(&tethered_to("x"), &c, std::slice::from_ref(&x));
+    assert_eq!(g(&o[&x.key], "cpu"), "9500m");
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use fabric_api::{
     authentication::v1alpha1::{Identity, ResourceSlice},
-    core::v1alpha1::condition::{RESOURCES, RETAINED_VOLUMES},
+    core::v1alpha1::condition::{RESOURCES, RETAINED_VOLUMES, TETHERED},
     names,
     offloading::v1alpha1::{NamespaceMap, VirtualNode},
 };
@@ -71,7 +71,9 @@ async fn sync_provider(
         }
     }
     let granted = resources_granted(mine.iter().map(|s| s.status.as_ref()));
-    set_fc_condition(&ctx.client, provider, RESOURCES, &granted).await
+    set_fc_condition(&ctx.client, provider, RESOURCES, &granted).await?;
+    let tethered = super::mode(mine.iter().map(|s| s.status.as_ref()));
+    set_fc_condition(&ctx.client, provider, TETHERED, &tethered).await
 }
 
 async fn tenant_api(ctx: &Ctx, provider: &str) -> Result<Api<ResourceSlice>, Error> {

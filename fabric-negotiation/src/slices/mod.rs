@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 
 use fabric_api::{
-    authentication::v1alpha1::{ResourceSlice, ResourceSliceStatus, Resources, slice_condition},
+    authentication::v1alpha1::{
+        ResourceSlice, ResourceSliceStatus, Resources, WorkingMode, slice_condition,
+    },
     names::{self, label},
     offloading::{
         at_most_once::most_patient,
@@ -22,7 +24,10 @@ use fabric_api::{
 use fabric_kube::status::Verdict;
 use kube::{ResourceExt, api::ObjectMeta};
 
-use crate::{policy::Amounts, reasons::ResourcesGranted as Granted};
+use crate::{
+    policy::Amounts,
+    reasons::{Mode, ResourcesGranted as Granted},
+};
 
 pub mod consumer;
 pub mod provider;
@@ -160,6 +165,30 @@ pub fn resources_granted<'a>(
         (Some(v), _, _) | (None, Some(v), _) => v,
         (None, None, true) => Verdict::not(Granted::Pending, "the provider has not answered yet"),
         (None, None, false) => Verdict::not(Granted::NoSlice, "no resources asked for"),
+    }
+}
+
+/// The Tethered condition of a ForeignCluster from the answers of the slices with that peer:
+/// tethered when the provider says so in any of them (it says so in all of the one
+/// consumer's, or in none).
+pub fn mode<'a>(
+    statuses: impl IntoIterator<Item = Option<&'a ResourceSliceStatus>>,
+) -> Verdict<Mode> {
+    if statuses
+        .into_iter()
+        .flatten()
+        .any(|s| s.mode == WorkingMode::Tethered)
+    {
+        Verdict::ok(
+            Mode::Tethered,
+            "the provider is tethered to the consumer: it offers all of its free capacity, to \
+             it alone, and refuses new local workload pods",
+        )
+    } else {
+        Verdict::not(
+            Mode::Autonomous,
+            "the provider keeps control of its resources",
+        )
     }
 }
 

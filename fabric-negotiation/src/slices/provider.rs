@@ -12,8 +12,11 @@ use std::{
 };
 
 use fabric_api::{
-    authentication::v1alpha1::{ResourceSlice, Tenant},
-    core::v1alpha1::condition::RESOURCES,
+    authentication::{
+        mode::{TenantRef, Tether},
+        v1alpha1::{ResourceSlice, Tenant},
+    },
+    core::v1alpha1::condition::{RESOURCES, TETHERED},
     names,
     offloading::lent::{self, Lent},
 };
@@ -129,14 +132,42 @@ fn views(c: &Caches, own_namespace: &str) -> (Vec<Arc<ResourceSlice>>, Vec<Slice
     (slices, views)
 }
 
+/// The working mode from the Tenants: the consumer this cluster is tethered to, if any (a
+/// conflict is said once and honoured for neither).
+fn tether(c: &Caches, told: &mut Option<Tether>) -> Option<String> {
+    let refs: Vec<TenantRef> = c.tenants.state().iter().map(|t| TenantRef::of(t)).collect();
+    let tether = Tether::of(&refs);
+    if told.as_ref() != Some(&tether) {
+        match &tether {
+            Tether::Conflict(peers) => warn!(
+                ?peers,
+                "more than one Tenant says Tethered: tethered to none until all but one are set back"
+            ),
+            Tether::To(peer) => info!(peer, "tethered: all of what is free is offered to it alone"),
+            Tether::Autonomous => info!("autonomous"),
+        }
+        *told = Some(tether.clone());
+    }
+    tether.peer().map(str::to_owned)
+}
+
+/// What a pass has already said: the conditions written per consumer, the storage lent that
+/// did not parse, the mode.
+#[derive(Default)]
+struct Told {
+    granted: HashMap<String, Verdict<reasons::ResourcesGranted>>,
+    mode: HashMap<String, Verdict<reasons::Mode>>,
+    bad_lent: Option<lent::LentError>,
+    tether: Option<Tether>,
+}
+
 /// One decision over everything; writes the statuses (and ForeignCluster conditions) that
-/// changed. `told` remembers the conditions already written per consumer.
+/// changed. `told` remembers what was already written or logged.
 async fn pass(
     ctx: &Ctx,
     settings: &policy::Settings,
     c: &Caches,
-    told: &mut HashMap<String, Verdict<reasons::ResourcesGranted>>,
-    bad_lent: &mut Option<lent::LentError>,
+    told: &mut Told,
 ) -> Result<(), Error> {
     let nodes = c.nodes.state();
     let pods = c.pods.state();
@@ -144,9 +175,13 @@ async fn pass(
         nodes.iter().map(|n| n.as_ref()),
         pods.iter().map(|p| p.as_ref()),
     );
-    capacity.lent = lent(c, bad_lent);
+    capacity.lent = lent(c, &mut told.bad_lent);
+    let settings = policy::Settings {
+        tethered: tether(c, &mut told.tether),
+        ..settings.clone()
+    };
     let (slices, views) = views(c, &ctx.namespace);
-    let offers = policy::decide(settings, &capacity, &views);
+    let offers = policy::decide(&settings, &capacity, &views);
     let now = Timestamp::now();
     let mut per_consumer: BTreeMap<String, Vec<_>> = BTreeMap::new();
     let mut failed = None;
@@ -174,9 +209,14 @@ async fn pass(
     }
     for (consumer, statuses) in per_consumer {
         let cond = resources_granted(statuses.iter().map(Some));
-        if told.get(&consumer) != Some(&cond) {
+        if told.granted.get(&consumer) != Some(&cond) {
             set_fc_condition(&ctx.client, &consumer, RESOURCES, &cond).await?;
-            told.insert(consumer, cond);
+            told.granted.insert(consumer.clone(), cond);
+        }
+        let mode = super::mode(statuses.iter().map(Some));
+        if told.mode.get(&consumer) != Some(&mode) {
+            set_fc_condition(&ctx.client, &consumer, TETHERED, &mode).await?;
+            told.mode.insert(consumer, mode);
         }
     }
     match failed {
@@ -226,14 +266,14 @@ pub async fn run(ctx: Arc<Ctx>, settings: policy::Settings) {
                 return;
             }
         }
-        let mut told = HashMap::new();
-        let mut bad_lent = None;
+        let mut told = Told::default();
         loop {
             changed.notified().await;
             tokio::time::sleep(SETTLE).await;
-            if let Err(e) = pass(&ctx, &settings, &caches, &mut told, &mut bad_lent).await {
+            if let Err(e) = pass(&ctx, &settings, &caches, &mut told).await {
                 warn!(error = %e, "answering ResourceSlices failed; retrying");
-                told.clear();
+                told.granted.clear();
+                told.mode.clear();
                 tokio::time::sleep(ctx.remote_poll).await;
                 changed.notify_one();
             }

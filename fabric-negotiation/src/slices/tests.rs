@@ -47,6 +47,7 @@ fn slice(
         node_labels: BTreeMap::from([("node-type".to_owned(), "gpu".to_owned())]),
         at_most_once: None,
         default_storage_class: None,
+        mode: Default::default(),
         observed_generation: None,
         conditions: vec![accepted_cond(r != "Refused", r)],
     });
