@@ -37,6 +37,10 @@ pub mod label {
     /// On a provider's twin namespaces (value "true"), beside [`REMOTE_CLUSTER`] naming
     /// their consumer: made by the provider for a NamespaceMap, removed with it.
     pub const TWIN_NAMESPACE: &str = "offloading.fabric.io/twin-namespace";
+    /// On a provider's namespaces (value "true", set by its admin): pods created there are
+    /// accepted while the cluster is tethered (docs/modes.md). The fabric's namespace and
+    /// `kube-system` are exempt without it.
+    pub const TETHERED_EXEMPT: &str = "fabric.io/tethered-exempt";
 }
 
 /// The taint every virtual node carries (effect NoExecute), so that only pods that tolerate
@@ -255,6 +259,9 @@ pub mod webhook {
     pub const PODS_CONFIG: &str = "fabric-pods";
     /// The path the API server posts pod creations in offloaded namespaces to.
     pub const PODS_PATH: &str = "/mutate/pods";
+    /// The path the API server posts pod creations on a provider to, refused while it is
+    /// tethered (docs/modes.md); in [`SHADOWPODS_CONFIG`].
+    pub const TETHERED_PODS_PATH: &str = "/validate/tethered-pods";
 }
 
 /// The gateway Service has no selector: the replica holding the gateway Lease writes this

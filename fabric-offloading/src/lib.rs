@@ -25,4 +25,5 @@ pub mod networkpolicies;
 pub mod pod_placement;
 pub mod shadowpod;
 pub mod storage;
+pub mod tethered;
 pub mod virtual_node;

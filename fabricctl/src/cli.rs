@@ -127,6 +127,29 @@ pub enum Cmd {
     /// Delete what a provider keeps for this cluster.
     #[command(subcommand)]
     Forget(ForgetCmd),
+    /// This (provider) cluster's working mode: `tethered` hands control of its resources to
+    /// its one consumer (docs/modes.md), `autonomous` takes it back.
+    #[command(subcommand)]
+    Mode(ModeCmd),
+}
+
+#[derive(Subcommand)]
+pub enum ModeCmd {
+    /// Hand this cluster's resources to consumer PEER: it is offered all of what is free (not
+    /// the usual share), no other consumer anything, and new local workload pods are refused.
+    /// Refused unless PEER is this cluster's only consumer.
+    Tethered {
+        /// The consumer's cluster id.
+        #[arg(long)]
+        peer: String,
+        /// Also evict the local workload pods running now (their grace periods and
+        /// PodDisruptionBudgets honoured); by default they keep running.
+        #[arg(long)]
+        drain_local: bool,
+    },
+    /// Take control back: the consumer is offered the usual share again, local pods are
+    /// accepted again.
+    Autonomous,
 }
 
 #[derive(Subcommand)]

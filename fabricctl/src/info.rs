@@ -85,6 +85,8 @@ pub struct PeerLine {
     pub network: State,
     pub resources: State,
     pub virtual_node: State,
+    /// The working mode between the two (docs/modes.md): `Tethered` or `Autonomous`.
+    pub mode: State,
 }
 
 impl PeerLine {
@@ -102,6 +104,7 @@ impl PeerLine {
             network: State::of(conditions, condition::NETWORK),
             resources: State::of(conditions, condition::RESOURCES),
             virtual_node: State::of(conditions, condition::VIRTUAL_NODE),
+            mode: State::of(conditions, condition::TETHERED),
         }
     }
 }
@@ -147,10 +150,10 @@ impl Overview {
                     printed by `fabricctl generate peer-command` on the provider)\n";
             return out;
         }
-        let row = |c: [&str; 7]| {
+        let row = |c: [&str; 8]| {
             format!(
-                "{:<20} {:<20} {:<7} {:<24} {:<24} {:<24} {}\n",
-                c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+                "{:<20} {:<20} {:<7} {:<24} {:<24} {:<24} {:<24} {}\n",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
             )
         };
         out += &row([
@@ -161,6 +164,7 @@ impl Overview {
             "NETWORK",
             "RESOURCES",
             "VIRTUAL NODE",
+            "MODE",
         ]);
         for p in &self.peers {
             out += &row([
@@ -171,6 +175,11 @@ impl Overview {
                 &p.network.short(),
                 &p.resources.short(),
                 &p.virtual_node.short(),
+                if p.mode.status == "Unknown" {
+                    "-"
+                } else {
+                    &p.mode.reason
+                },
             ]);
         }
         out
@@ -369,6 +378,7 @@ impl PeerInfo {
         out += &line("network", &s.network);
         out += &line("resources", &s.resources);
         out += &line("virtual node", &s.virtual_node);
+        out += &line("mode", &s.mode);
         let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
         out += &format!(
             "\nauthentication\n  auth service    {}\n  API server      {}\n  tenant ns       {}\n",

@@ -19,13 +19,14 @@ mod dump;
 mod follow;
 mod forget;
 mod info;
+mod mode;
 mod offload;
 mod peer;
 mod status;
 mod unpeer;
 
 use cli::{
-    Cli, Cmd, ForgetCmd, GenerateCmd, InfoCmd, NetworkCmd, OffloadCmd, PeerFlow, TokenCmd,
+    Cli, Cmd, ForgetCmd, GenerateCmd, InfoCmd, ModeCmd, NetworkCmd, OffloadCmd, PeerFlow, TokenCmd,
     UnoffloadCmd,
 };
 
@@ -178,6 +179,10 @@ async fn run(cli: Cli) -> Result<()> {
             claim,
             timeout,
         }) => forget::forget_volumes(&local, &peer, claim.as_deref(), timeout).await,
+        Cmd::Mode(ModeCmd::Tethered { peer, drain_local }) => {
+            mode::tethered(&local, ns, &peer, drain_local).await
+        }
+        Cmd::Mode(ModeCmd::Autonomous) => mode::autonomous(&local).await,
     }
 }
 

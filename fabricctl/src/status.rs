@@ -1,6 +1,13 @@
 //! `fabricctl status`: the local cluster's peers, from its Configurations and Connections.
 use anyhow::Result;
-use fabric_api::networking::v1alpha1::{Configuration, Connection};
+use fabric_api::{
+    authentication::{
+        mode::{TenantRef, Tether},
+        v1alpha1::Tenant,
+    },
+    core::v1alpha1::{ForeignCluster, condition},
+    networking::v1alpha1::{Configuration, Connection},
+};
 use kube::{Api, Client, api::ListParams};
 use serde::Serialize;
 
@@ -17,6 +24,24 @@ struct PeerRow {
     latency: Option<String>,
     rx_bytes: i64,
     tx_bytes: i64,
+    /// The working mode of a consumer–provider peering (its ForeignCluster's Tethered
+    /// condition): `Tethered` or `Autonomous`; none for a network-only peering.
+    mode: Option<String>,
+}
+
+/// The mode of each peer, from its ForeignCluster's Tethered condition.
+fn modes(fcs: &[ForeignCluster]) -> Vec<(String, String)> {
+    fcs.iter()
+        .filter_map(|fc| {
+            let c = fc
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition::TETHERED)?;
+            Some((fc.spec.cluster_id.clone(), c.reason.clone()))
+        })
+        .collect()
 }
 
 pub async fn status(c: &Client, ns: &str, output: Output) -> Result<()> {
@@ -28,11 +53,35 @@ pub async fn status(c: &Client, ns: &str, output: Output) -> Result<()> {
         .list(&ListParams::default())
         .await
         .map_err(|e| not_installed(e, "Connections"))?;
-    let rows = rows(&cfgs.items, &conns.items);
+    // Best effort: a user who may read the network objects but not these still gets them.
+    let fcs = Api::<ForeignCluster>::all(c.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let tenants: Vec<TenantRef> = Api::<Tenant>::all(c.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items.iter().map(TenantRef::of).collect())
+        .unwrap_or_default();
+    let mut rows = rows(&cfgs.items, &conns.items);
+    for (peer, mode) in modes(&fcs) {
+        if let Some(r) = rows.iter_mut().find(|r| r.peer == peer) {
+            r.mode = Some(mode);
+        }
+    }
+    let mode = match Tether::of(&tenants) {
+        Tether::Autonomous => "autonomous".to_owned(),
+        Tether::To(p) => format!("tethered to {p}"),
+        Tether::Conflict(ps) => format!(
+            "autonomous (Tenants {} all say Tethered: set all but one back)",
+            ps.join(", ")
+        ),
+    };
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
         Output::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
-        Output::Table => print!("{}", table(&rows)),
+        Output::Table => print!("this cluster: {mode}\n{}", table(&rows)),
     }
     Ok(())
 }
@@ -70,6 +119,7 @@ fn rows(cfgs: &[Configuration], conns: &[Connection]) -> Vec<PeerRow> {
                 latency: conn.as_ref().and_then(|s| s.latency.clone()),
                 rx_bytes: conn.as_ref().map_or(0, |s| s.rx_bytes),
                 tx_bytes: conn.as_ref().map_or(0, |s| s.tx_bytes),
+                mode: None,
             }
         })
         .collect()
@@ -77,12 +127,21 @@ fn rows(cfgs: &[Configuration], conns: &[Connection]) -> Vec<PeerRow> {
 
 fn table(rows: &[PeerRow]) -> String {
     let mut out = format!(
-        "{:<16} {:<18} {:<18} {:<18} {:<18} {:<11} {:>9} {:>12} {:>12}\n",
-        "PEER", "POD CIDR", "SEEN AS", "EXTERNAL CIDR", "SEEN AS", "TUNNEL", "LATENCY", "RX", "TX"
+        "{:<16} {:<18} {:<18} {:<18} {:<18} {:<11} {:>9} {:>12} {:>12} {}\n",
+        "PEER",
+        "POD CIDR",
+        "SEEN AS",
+        "EXTERNAL CIDR",
+        "SEEN AS",
+        "TUNNEL",
+        "LATENCY",
+        "RX",
+        "TX",
+        "MODE"
     );
     for r in rows {
         out += &format!(
-            "{:<16} {:<18} {:<18} {:<18} {:<18} {:<11} {:>9} {:>12} {:>12}\n",
+            "{:<16} {:<18} {:<18} {:<18} {:<18} {:<11} {:>9} {:>12} {:>12} {}\n",
             r.peer,
             r.pod_cidr,
             r.pod_seen_as.as_deref().unwrap_or("-"),
@@ -91,7 +150,8 @@ fn table(rows: &[PeerRow]) -> String {
             r.tunnel,
             r.latency.as_deref().unwrap_or("-"),
             r.rx_bytes,
-            r.tx_bytes
+            r.tx_bytes,
+            r.mode.as_deref().unwrap_or("-")
         );
     }
     if rows.is_empty() {

@@ -38,6 +38,10 @@
 //! server answers both roles, and only the configurations installed send it reviews. The
 //! module keeps its name (ShadowPods were its first and main concern).
 //!
+//! On a provider it also refuses new local workload pods while the cluster is tethered
+//! ([`names::webhook::TETHERED_PODS_PATH`], in the ValidatingWebhookConfiguration; the mode
+//! read from the Tenants' watch cache, the verdict [`crate::tethered`]'s).
+//!
 //! Its certificates ([`certs`]) live in Secret [`names::secret::SHADOWPOD_WEBHOOK_TLS`]: the
 //! first replica creates a CA and a serving certificate for the Service's name, every replica
 //! copies the CA into the `caBundle` of the ValidatingWebhookConfiguration and of the pods'
@@ -282,6 +286,14 @@ async fn handle(
             }
             Err(e) => Err(e),
         },
+        Endpoint::TetheredPods => match review::parse_object(&body) {
+            Ok(request) => {
+                let verdict = view.tethered_pod(&request);
+                logged(&request, &verdict);
+                Ok(review::answer(&request, &verdict))
+            }
+            Err(e) => Err(e),
+        },
         Endpoint::Pods => match review::parse_object(&body) {
             Ok(request) => {
                 let verdict = view.place(&request).await;
@@ -396,6 +408,7 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         max_tenant_bytes: s.max_tenant_bytes,
         pending_ttl: s.pending_ttl,
         charge_budget: s.charge_budget,
+        tethered_exempt: crate::tethered::Exemptions::new(&s.namespace),
     });
     // Recounting is idempotent and guarded by the Tenants' resourceVersion: every replica
     // does it, so usage is released with any one of them up.

@@ -15,7 +15,7 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::{pod_placement::Refusal, shadowpod::admission::Denial};
+use crate::pod_placement::Refusal;
 
 /// The largest review read: the object and its old version, each up to the API server's
 /// 1.5 MiB object limit, and the envelope.
@@ -71,6 +71,9 @@ pub enum Endpoint {
     /// [`names::webhook::CLAIMS_PATH`]: a consumer's claims, charged against the storage
     /// granted ([`crate::shadowpod::claims`]).
     Claims,
+    /// [`names::webhook::TETHERED_PODS_PATH`] (provider): pods created here, refused while
+    /// the cluster is tethered ([`crate::tethered`]).
+    TetheredPods,
 }
 
 /// What a request's head allows before its body is read: the endpoint it is for.
@@ -85,15 +88,17 @@ pub fn check_head(
         names::webhook::TENANT_OBJECTS_PATH => Endpoint::TenantObjects,
         names::webhook::PODS_PATH => Endpoint::Pods,
         names::webhook::CLAIMS_PATH => Endpoint::Claims,
+        names::webhook::TETHERED_PODS_PATH => Endpoint::TetheredPods,
         _ => {
             return Err(bad(
                 404,
                 format!(
-                    "no such endpoint; POST {}, {}, {} or {}",
+                    "no such endpoint; POST {}, {}, {}, {} or {}",
                     names::webhook::SHADOWPODS_PATH,
                     names::webhook::TENANT_OBJECTS_PATH,
                     names::webhook::PODS_PATH,
-                    names::webhook::CLAIMS_PATH
+                    names::webhook::CLAIMS_PATH,
+                    names::webhook::TETHERED_PODS_PATH
                 ),
             ));
         }
@@ -197,7 +202,10 @@ fn parse_as<K: Resource + DeserializeOwned>(
 }
 
 /// The AdmissionReview answering `req` with `verdict` (JSON).
-pub fn answer<K: Resource>(req: &AdmissionRequest<K>, verdict: &Result<(), Denial>) -> Vec<u8> {
+pub fn answer<K: Resource, D: std::fmt::Display>(
+    req: &AdmissionRequest<K>,
+    verdict: &Result<(), D>,
+) -> Vec<u8> {
     let response = AdmissionResponse::from(req);
     let response = match verdict {
         Ok(()) => response,
@@ -238,6 +246,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::shadowpod::admission::Denial;
 
     #[test]
     fn a_mistyped_shadow_pod_is_refused_naming_the_field() {
@@ -326,7 +335,7 @@ mod tests {
         let req = parse(&body).unwrap();
         assert_eq!(req.name, "web");
         assert_eq!(req.object.as_ref().unwrap().spec.cluster_id, "alpha");
-        let out: Value = serde_json::from_slice(&answer(&req, &Ok(()))).unwrap();
+        let out: Value = serde_json::from_slice(&answer(&req, &Ok::<(), Denial>(()))).unwrap();
         assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
         assert_eq!(out["kind"], "AdmissionReview");
         assert_eq!(
@@ -434,6 +443,15 @@ mod tests {
                 None
             ),
             Ok(Endpoint::Pods)
+        );
+        assert_eq!(
+            check_head(
+                &Method::POST,
+                names::webhook::TETHERED_PODS_PATH,
+                Some("application/json"),
+                None
+            ),
+            Ok(Endpoint::TetheredPods)
         );
         let status = |m: Method, p: &str, ct: Option<&str>, len: Option<&str>| {
             check_head(&m, p, ct, len).unwrap_err().status

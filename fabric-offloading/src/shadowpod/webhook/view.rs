@@ -4,6 +4,7 @@
 //! [`super::super::claims`].
 use std::time::Duration;
 
+use fabric_api::authentication::mode::{TenantRef, Tether};
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Tenant, TenantState},
     names::{self, label},
@@ -58,6 +59,8 @@ pub(super) struct View {
     pub(super) pending_ttl: Duration,
     /// How long a claim's charge keeps trying over concurrent ones.
     pub(super) charge_budget: Duration,
+    /// What is accepted while the cluster is tethered.
+    pub(super) tethered_exempt: crate::tethered::Exemptions,
 }
 
 /// The object a review asks about, when it is one the webhook judges: the object itself
@@ -349,6 +352,29 @@ impl View {
         )
         .await
         .map_err(|e| e.denial(consumer))
+    }
+
+    /// Whether the pod created in `req` may be, as the cluster's working mode (from the
+    /// Tenants' cache) says ([`crate::tethered::verdict`]).
+    pub(super) fn tethered_pod(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+    ) -> Result<(), crate::tethered::Refused> {
+        if req.operation != Operation::Create || req.sub_resource.is_some() {
+            return Ok(());
+        }
+        let tenants: Vec<TenantRef> = self
+            .tenants
+            .state()
+            .iter()
+            .map(|t| TenantRef::of(t))
+            .collect();
+        crate::tethered::verdict(
+            &Tether::of(&tenants),
+            req.namespace.as_deref().unwrap_or_default(),
+            req.user_info.username.as_deref().unwrap_or_default(),
+            &self.tethered_exempt,
+        )
     }
 
     /// Where the pod created in `req` may run ([`pod_placement::mutate`]), from the namespace's
