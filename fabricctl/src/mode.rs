@@ -16,7 +16,7 @@ use fabric_api::{
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{
     Api, Client, ResourceExt,
-    api::{EvictParams, ListParams, Patch, PatchParams},
+    api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams},
 };
 
 /// The field manager of `spec.mode`.
@@ -163,12 +163,21 @@ async fn drain(c: &Client, fabric_ns: &str) -> Result<()> {
     }
     let mut failed = Vec::new();
     for (ns, name) in victims {
-        match Api::<Pod>::namespaced(c.clone(), &ns)
-            .evict(&name, &EvictParams::default())
-            .await
-        {
+        let pods = Api::<Pod>::namespaced(c.clone(), &ns);
+        match pods.evict(&name, &EvictParams::default()).await {
             Ok(_) => println!("evicting {ns}/{name} (its grace period honoured)"),
-            Err(e) if fabric_kube::meta::is_not_found(&e) => {}
+            // A 404 is the pod gone, or an API server that serves no eviction: then deleted,
+            // still with its grace period (no PodDisruptionBudget is consulted).
+            Err(e) if fabric_kube::meta::is_not_found(&e) => {
+                match pods.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => println!(
+                        "evicting {ns}/{name} (deleted: this API server serves no eviction; its \
+                         grace period honoured)"
+                    ),
+                    Err(e) if fabric_kube::meta::is_not_found(&e) => {}
+                    Err(e) => failed.push(format!("{ns}/{name}: {e}")),
+                }
+            }
             Err(e) => failed.push(format!("{ns}/{name}: {e}")),
         }
     }

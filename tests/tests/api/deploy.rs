@@ -956,6 +956,18 @@ fn manifests_apply_with_least_privilege() {
                 "shadowpods.offloading.fabric.io",
             ),
             ("fabric-shadowpod-webhook", "create", "pods"),
+            // It reads the working mode (the Tenants' spec.mode) to judge pod creations while
+            // tethered; setting it is the provider admin's alone (fabricctl mode).
+            (
+                "fabric-shadowpod-webhook",
+                "patch",
+                "tenants.authentication.fabric.io",
+            ),
+            (
+                "fabric-shadowpod-webhook",
+                "update",
+                "tenants.authentication.fabric.io",
+            ),
             (
                 "fabric-shadowpod-webhook",
                 "update",
@@ -1058,6 +1070,19 @@ fn manifests_apply_with_least_privilege() {
                 (&as_consumer[..], "patch", "services/status", false),
                 (&as_consumer[..], "update", "services/status", false),
                 (&as_consumer[..], "create", "serviceaccounts", false),
+                // Its provider's working mode (a Tenant's spec.mode) is not the consumer's.
+                (
+                    &as_consumer[..],
+                    "patch",
+                    "tenants.authentication.fabric.io",
+                    false,
+                ),
+                (
+                    &as_consumer[..],
+                    "update",
+                    "tenants.authentication.fabric.io",
+                    false,
+                ),
                 (&vk[..], "watch", "services", true),
                 (&vk[..], "create", "services", false),
                 (&vk[..], "patch", "services", false),

@@ -15,5 +15,6 @@ mod namespace_offloading;
 mod offload;
 mod pod_placement;
 mod storage;
+mod tethered;
 mod twins;
 mod virtual_node;
