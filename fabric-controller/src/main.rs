@@ -302,6 +302,8 @@ async fn run() -> Result<()> {
                 let (rules, approver) = (rules.clone(), approver.clone());
                 let cluster_dns = cluster_dns.clone();
                 async move {
+                    // The drain of the excess after tethered mode charges as admission does.
+                    let defaults = rules.default_requests.clone();
                     let negotiation = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
                         async move {
@@ -353,7 +355,7 @@ async fn run() -> Result<()> {
                     let drains = AbortOnDropHandle::new(tokio::spawn({
                         let client = client.clone();
                         async move {
-                            shadowpod::drainer::run(client, drain_grace).await;
+                            shadowpod::drainer::run(client, drain_grace, defaults).await;
                             Ok(())
                         }
                     }));

@@ -240,6 +240,11 @@ pub mod tenant_condition {
     /// grace has passed) or `Stopped` (they were). Written by the provider's sharing
     /// controller.
     pub const DRAINED: &str = "Drained";
+    /// Whether the provider is tethered to this tenant (its `spec.mode`): reason `Tethered`
+    /// (True), `Leaving` (False since its lastTransitionTime, when the provider left tethered
+    /// mode: once the drain grace has passed, the tenant's ShadowPods beyond its grant are
+    /// deleted, newest first) or `Autonomous`. Written by the provider's sharing controller.
+    pub const TETHERED: &str = "Tethered";
 }
 
 /// A ShadowPod creation or resize (or a claim) admitted against a tenant's grant.

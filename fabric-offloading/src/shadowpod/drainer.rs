@@ -6,12 +6,19 @@
 //! that appear while it stays drained. Nothing here waits on the consumer: a consumer that
 //! keeps its ShadowPods is drained all the same. A tenant set back to Active or Cordoned
 //! within the grace loses nothing.
+//!
+//! The same for a provider leaving tethered mode (docs/modes.md): it records when (the
+//! Tenant's Tethered condition, `Leaving`), and once the grace has passed it deletes the
+//! tenant's ShadowPods beyond its grant (which the offer policy shrank back to the share),
+//! newest first ([`lifetime::excess`]), says so in an Event, and marks it done.
 use std::{sync::Arc, time::Duration};
 
 use fabric_api::{
-    authentication::v1alpha1::{Tenant, TenantState},
-    names::field_manager,
+    authentication::v1alpha1::{ResourceSlice, Tenant, TenantState},
+    names::{self, field_manager},
     offloading::v1alpha1::ShadowPod,
+    quantity::{Amounts, milli},
+    requests::Defaults,
 };
 use fabric_kube::{
     controller::{Backoff, Runner},
@@ -20,11 +27,13 @@ use fabric_kube::{
     status::FieldManager,
 };
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, Client, ResourceExt, runtime::controller::Action};
+use kube::{Api, Client, ResourceExt, api::ListParams, runtime::controller::Action};
 use tracing::info;
 
 use super::{
+    decide::terminal,
     lifetime::{self, Drain},
+    quota,
     webhook::usage,
 };
 
@@ -38,6 +47,86 @@ struct Ctx {
     client: Client,
     events: Events,
     grace: Duration,
+    /// The provider's default requests, charged as admission charges them.
+    defaults: Defaults,
+}
+
+/// What `consumer`'s slices are granted now, summed.
+async fn granted(client: &Client, consumer: &str) -> kube::Result<Amounts> {
+    let slices: Api<ResourceSlice> =
+        Api::namespaced(client.clone(), &names::namespace::tenant(consumer));
+    let mut out = Amounts::new();
+    for s in slices.list(&ListParams::default()).await? {
+        for (r, q) in s.status.map(|st| st.granted).unwrap_or_default() {
+            *out.entry(r).or_default() += milli(&q.0).unwrap_or(0).max(0);
+        }
+    }
+    Ok(out)
+}
+
+/// After leaving tethered mode, past the grace: the tenant's ShadowPods beyond its grant go,
+/// newest first. Returns how many were deleted.
+async fn stop_excess(tenant: &Tenant, consumer: &str, ctx: &Ctx) -> kube::Result<usize> {
+    let grant = granted(&ctx.client, consumer).await?;
+    let live: Vec<ShadowPod> = usage::shadow_pods(&ctx.client, consumer)
+        .await?
+        .into_iter()
+        .filter(|s| {
+            s.spec.cluster_id == consumer
+                && s.metadata.deletion_timestamp.is_none()
+                && !terminal(s.status.as_ref().and_then(|st| st.phase.as_deref()))
+        })
+        .collect();
+    let weighed: Vec<(String, Option<Timestamp>, Amounts)> = live
+        .iter()
+        .map(|s| {
+            (
+                format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()),
+                s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                quota::charged(s, &ctx.defaults),
+            )
+        })
+        .collect();
+    let victims = lifetime::excess(&weighed, &grant);
+    let mut deleted = 0;
+    for s in live.iter().filter(|s| {
+        victims.contains(&format!(
+            "{}/{}",
+            s.namespace().unwrap_or_default(),
+            s.name_any()
+        ))
+    }) {
+        let shadows: Api<ShadowPod> =
+            Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
+        if delete(
+            &shadows,
+            &s.name_any(),
+            &only_uid(s.metadata.uid.clone(), None),
+        )
+        .await?
+            == Deleted::Asked
+        {
+            deleted += 1;
+        }
+    }
+    if deleted > 0 {
+        info!(
+            consumer,
+            deleted,
+            ?victims,
+            "left tethered mode: deleted the ShadowPods beyond the grant"
+        );
+        let note = format!(
+            "the provider left tethered mode {}s ago: it deleted {deleted} ShadowPods beyond the \
+             grant, newest first ({})",
+            ctx.grace.as_secs(),
+            victims.join(", ")
+        );
+        ctx.events
+            .publish(tenant, &Event::normal("PodsBeyondGrant", "Drain", note))
+            .await;
+    }
+    Ok(deleted)
 }
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
@@ -66,6 +155,13 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::E
     // Recorded first, so that the grace is counted from a time the API server holds.
     let was_stopped = lifetime::stopped(&prev);
     let now_conditions = lifetime::drained(&prev, state, was_stopped, ctx.grace, generation, now);
+    let now_conditions = lifetime::tethered(
+        &now_conditions,
+        tenant.spec.mode,
+        ctx.grace,
+        generation,
+        now,
+    );
     if now_conditions != prev {
         write(now_conditions.clone()).await?;
         if state == TenantState::Drained && !was_stopped {
@@ -75,7 +171,15 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::E
         return Ok(Action::await_change());
     }
     match lifetime::drain(state, &prev, ctx.grace, now) {
-        Drain::Keep => Ok(Action::await_change()),
+        Drain::Keep => match lifetime::leaving(&prev, ctx.grace, now) {
+            Drain::Keep => Ok(Action::await_change()),
+            Drain::Wait(left) => Ok(Action::requeue(left + Duration::from_millis(100))),
+            Drain::Stop => {
+                let deleted = stop_excess(&tenant, consumer, &ctx).await?;
+                write(lifetime::settled(&prev, deleted, generation, now)).await?;
+                Ok(Action::await_change())
+            }
+        },
         Drain::Wait(left) => Ok(Action::requeue(left + Duration::from_millis(100))),
         Drain::Stop => {
             let mut deleted = 0;
@@ -114,7 +218,7 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::E
 
 /// Runs the drain of tenants until the task is dropped: a drained tenant's ShadowPods are
 /// deleted `grace` after it was drained.
-pub async fn run(client: Client, grace: Duration) {
+pub async fn run(client: Client, grace: Duration, defaults: Defaults) {
     // A ShadowPod that appears for a tenant already drained goes too.
     let controller = usage::tenants_and_their_shadow_pods(&client);
     let events = Events::new(client.clone(), field_manager::TENANT_DRAIN, None);
@@ -130,6 +234,7 @@ pub async fn run(client: Client, grace: Duration) {
             client,
             events,
             grace,
+            defaults,
         }),
     )
     .await;

@@ -8,10 +8,14 @@
 use std::time::Duration;
 
 use fabric_api::{
-    authentication::v1alpha1::{TenantState, tenant_condition::DRAINED},
+    authentication::v1alpha1::{
+        TenantState, WorkingMode,
+        tenant_condition::{DRAINED, TETHERED},
+    },
     offloading::v1alpha1::ShadowPodStatus,
+    quantity::Amounts,
 };
-use fabric_kube::status::{Verdict, with_condition};
+use fabric_kube::status::{Reason as _, Verdict, with_condition};
 use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
@@ -98,6 +102,128 @@ pub fn drain(
     }
 }
 
+fabric_kube::reasons! {
+    /// Why a Tenant's Tethered condition says what it does.
+    pub enum Tethered {
+        /// The provider is tethered to the tenant.
+        Tethered = "Tethered",
+        /// The provider left tethered mode: the tenant's ShadowPods beyond its (smaller) grant
+        /// are deleted once the drain grace has passed.
+        Leaving = "Leaving",
+        Autonomous = "Autonomous",
+    }
+}
+
+/// The Tethered condition of a tenant in `mode` whose conditions were `prev`: leaving
+/// tethered mode is recorded (its lastTransitionTime, which [`leaving`] counts the grace
+/// from) and kept until [`settled`] says the excess was stopped.
+pub fn tethered(
+    prev: &[Condition],
+    mode: WorkingMode,
+    grace: Duration,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let before = Verdict::<Tethered>::find(prev, TETHERED).map(|v| v.reason);
+    let verdict = match (mode, before) {
+        (WorkingMode::Tethered, _) => Verdict::ok(
+            Tethered::Tethered,
+            "the provider is tethered to this tenant: it is offered all of what is free",
+        ),
+        (WorkingMode::Autonomous, Some(Tethered::Tethered | Tethered::Leaving)) => Verdict::not(
+            Tethered::Leaving,
+            format!(
+                "the provider left tethered mode: its ShadowPods beyond its grant are deleted \
+                 {}s after, newest first",
+                grace.as_secs()
+            ),
+        ),
+        // As it was said (after leaving: how many went).
+        (WorkingMode::Autonomous, Some(Tethered::Autonomous)) => return prev.to_vec(),
+        (WorkingMode::Autonomous, None) => Verdict::not(
+            Tethered::Autonomous,
+            "the provider keeps control of its resources",
+        ),
+    };
+    with_condition(prev, verdict.condition(TETHERED, generation, now))
+}
+
+/// The Tethered condition once the ShadowPods beyond the grant were stopped (`stopped` of
+/// them) after leaving tethered mode.
+pub fn settled(
+    prev: &[Condition],
+    stopped: usize,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let verdict = Verdict::not(
+        Tethered::Autonomous,
+        format!("left tethered mode; {stopped} ShadowPods beyond the grant were deleted"),
+    );
+    with_condition(prev, verdict.condition(TETHERED, generation, now))
+}
+
+/// Whether the ShadowPods beyond the grant are to go: [`Drain::Stop`] once the grace has
+/// passed since the provider left tethered mode (the Tethered condition's `Leaving`).
+pub fn leaving(conditions: &[Condition], grace: Duration, now: Timestamp) -> Drain {
+    let since = conditions
+        .iter()
+        .find(|c| c.type_ == TETHERED && c.reason == Tethered::Leaving.as_str())
+        .map(|c| c.last_transition_time.0);
+    match since.map(|s| left(s, grace, now)) {
+        None => Drain::Keep,
+        Some(Some(wait)) => Drain::Wait(wait),
+        Some(None) => Drain::Stop,
+    }
+}
+
+/// Which live ShadowPods (key, creation time, what each is charged) go so that the rest fit
+/// `granted`: the newest first, until every resource of the grant holds; then any of those
+/// that fits again after all is kept, the older first (creation times are to the second:
+/// of two made together, the one whose going does not help stays). Resources the grant
+/// does not name are not weighed (the webhook admitted none beyond the grant).
+pub fn excess(shadows: &[(String, Option<Timestamp>, Amounts)], granted: &Amounts) -> Vec<String> {
+    let mut used = Amounts::new();
+    for (_, _, a) in shadows {
+        for (r, v) in a {
+            *used.entry(r.clone()).or_default() += v;
+        }
+    }
+    let over = |used: &Amounts| {
+        granted
+            .iter()
+            .any(|(r, g)| used.get(r).copied().unwrap_or(0) > *g)
+    };
+    let mut newest_first: Vec<&(String, Option<Timestamp>, Amounts)> = shadows.iter().collect();
+    newest_first.sort_by(|a, b| (b.1, &b.0).cmp(&(a.1, &a.0)));
+    let mut out = Vec::new();
+    for item in newest_first {
+        if !over(&used) {
+            break;
+        }
+        for (r, v) in &item.2 {
+            *used.entry(r.clone()).or_default() -= v;
+        }
+        out.push(item);
+    }
+    let mut kept = Vec::new();
+    for (i, (_, _, a)) in out.iter().enumerate().rev() {
+        let mut with = used.clone();
+        for (r, v) in a {
+            *with.entry(r.clone()).or_default() += v;
+        }
+        if !over(&with) {
+            used = with;
+            kept.push(i);
+        }
+    }
+    out.iter()
+        .enumerate()
+        .filter(|(i, _)| !kept.contains(i))
+        .map(|(_, (k, _, _))| k.clone())
+        .collect()
+}
+
 /// How long is left of `period` started at `since`, at `now`; None once it has passed. A
 /// start stamped by a clock ahead of this one's counts from now.
 fn left(since: Timestamp, period: Duration, now: Timestamp) -> Option<Duration> {
@@ -170,6 +296,74 @@ mod tests {
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn leaving_tethered_mode_is_recorded_and_the_excess_goes_after_the_grace() {
+        use WorkingMode::{Autonomous, Tethered as On};
+        let calm = tethered(&[], Autonomous, GRACE, Some(1), t(0));
+        assert_eq!(calm[0].reason, "Autonomous");
+        assert_eq!(leaving(&calm, GRACE, t(0)), Drain::Keep);
+        let on = tethered(&calm, On, GRACE, Some(2), t(5));
+        assert_eq!(
+            (on[0].status.as_str(), on[0].reason.as_str()),
+            ("True", "Tethered")
+        );
+        assert_eq!(leaving(&on, GRACE, t(5)), Drain::Keep);
+        // Left at 10: counted from then, kept so on later writes.
+        let left10 = tethered(&on, Autonomous, GRACE, Some(3), t(10));
+        let left30 = tethered(&left10, Autonomous, GRACE, Some(3), t(30));
+        assert_eq!(left30[0].reason, "Leaving");
+        assert_eq!(left30[0].last_transition_time, Time(t(10)));
+        assert_eq!(
+            leaving(&left30, GRACE, t(30)),
+            Drain::Wait(Duration::from_secs(40))
+        );
+        assert_eq!(leaving(&left30, GRACE, t(70)), Drain::Stop);
+        // Settled: nothing more goes; tethered again before the grace: nothing goes.
+        let done = settled(&left30, 1, Some(3), t(71));
+        assert_eq!(done[0].reason, "Autonomous");
+        assert_eq!(leaving(&done, GRACE, t(500)), Drain::Keep);
+        assert_eq!(tethered(&done, Autonomous, GRACE, Some(3), t(501)), done);
+        assert_eq!(
+            tethered(&done, Autonomous, GRACE, Some(3), t(501))[0].reason,
+            "Autonomous"
+        );
+        let back = tethered(&left30, On, GRACE, Some(4), t(40));
+        assert_eq!(leaving(&back, GRACE, t(500)), Drain::Keep);
+    }
+
+    #[test]
+    fn the_newest_shadow_pods_beyond_the_grant_go() {
+        let a = |cpu: i128, mem: i128| Amounts::from([("cpu".into(), cpu), ("memory".into(), mem)]);
+        let pods = vec![
+            ("old".to_owned(), Some(t(1)), a(1000, 10)),
+            ("mid".to_owned(), Some(t(2)), a(3000, 10)),
+            ("new".to_owned(), Some(t(3)), a(500, 10)),
+        ];
+        // Within the grant: none.
+        assert!(excess(&pods, &a(4500, 30)).is_empty());
+        // 4.5 CPU on 4: the newest alone suffices.
+        assert_eq!(
+            excess(&pods, &Amounts::from([("cpu".into(), 4000)])),
+            ["new"]
+        );
+        // 4.5 CPU on 1.2: the two newest.
+        assert_eq!(excess(&pods, &a(1200, 100)), ["new", "mid"]);
+        // Memory alone over: resources outside the grant are not weighed.
+        assert_eq!(
+            excess(&pods, &Amounts::from([("memory".into(), 15)])),
+            ["new", "mid"]
+        );
+        // Made in the same second: the small one whose going would not help stays.
+        let same = vec![
+            ("big".to_owned(), Some(t(5)), a(7500, 10)),
+            ("web".to_owned(), Some(t(5)), a(100, 10)),
+        ];
+        assert_eq!(
+            excess(&same, &Amounts::from([("cpu".into(), 7200)])),
+            ["big"]
+        );
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! naming the mode and the peer (one in an exempt namespace is not), `--drain-local` evicts
 //! the local pods that ran before, a ShadowPod of the consumer's still gets its pod, a
 //! consumer peering meanwhile is refused saying why, and the consumer's own identity cannot
-//! change the mode; autonomous again, the grant is back to 90% and local pods are accepted.
+//! change the mode; autonomous again, the grant is back to 90%, local pods are accepted, and
+//! after the drain grace the consumer's ShadowPod beyond the grant (one that only fit the
+//! tethered grant) is deleted, the one within it kept.
 use std::{collections::BTreeMap, process::Output, time::Duration};
 
 use fabric_api::{
@@ -144,8 +146,8 @@ fn create_pod(api: &ApiServer, ns: &str, name: &str) -> Output {
     api.kubectl_stdin(&["create", "-f", "-"], &local_pod(ns, name))
 }
 
-/// A ShadowPod as the consumer's identity can write one, asking for a little CPU.
-fn shadow(name: &str) -> ShadowPod {
+/// A ShadowPod as the consumer's identity can write one, asking for `cpu`.
+fn shadow(name: &str, cpu: &str) -> ShadowPod {
     serde_json::from_value(json!({
         "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowPod",
         "metadata": {"name": name, "namespace": names::namespace::tenant(CONSUMER)},
@@ -153,7 +155,7 @@ fn shadow(name: &str) -> ShadowPod {
             "clusterId": CONSUMER,
             "home": {"namespace": "default", "name": name, "uid": format!("home-{name}")},
             "pod": {"spec": {"containers": [{"name": "main", "image": "echo",
-                "resources": {"requests": {"cpu": "100m"}}}]}},
+                "resources": {"requests": {"cpu": cpu}}}]}},
         },
     }))
     .unwrap()
@@ -243,6 +245,8 @@ async fn a_provider_tethered_to_its_one_consumer_and_back() {
     let _sharing = Bin::new("fabric-controller")
         .unwrap()
         .arg("sharing")
+        // Leaving tethered mode, the pods beyond the grant go after this.
+        .args(["--drain-grace", "3s"])
         .kubeconfig(&sharing_kubeconfig)
         .pod_name("controller-0")
         .log(dir.join("provider-sharing.log"))
@@ -413,7 +417,12 @@ async fn a_provider_tethered_to_its_one_consumer_and_back() {
             // The consumer's ShadowPod gets its pod (made by the sharing controller).
             let identity = consumer_identity(&c).await;
             Api::<ShadowPod>::namespaced(identity.clone(), &names::namespace::tenant(CONSUMER))
-                .create(&Default::default(), &shadow("x-web"))
+                .create(&Default::default(), &shadow("x-web", "100m"))
+                .await
+                .unwrap();
+            // Room only a tethered provider gives: 7.6 CPU of the 8, beyond the 7.2 of 90%.
+            Api::<ShadowPod>::namespaced(identity.clone(), &names::namespace::tenant(CONSUMER))
+                .create(&Default::default(), &shadow("x-big", "7500m"))
                 .await
                 .unwrap();
             if try_eventually("the ShadowPod's pod", T, || async {
@@ -474,6 +483,40 @@ async fn a_provider_tethered_to_its_one_consumer_and_back() {
             both_say(&c, &p, "Autonomous").await;
             let o = create_pod(&provider_api, LOCAL, "after");
             assert!(o.status.success(), "{}", text(&o));
+            // The consumer's pods beyond the smaller grant go after the drain grace, the
+            // newest first: x-big (7.6 CPU on 7.2), not x-web.
+            let shadows: Api<ShadowPod> =
+                Api::namespaced(p.clone(), &names::namespace::tenant(CONSUMER));
+            let tenants: Api<Tenant> =
+                Api::namespaced(p.clone(), &names::namespace::tenant(CONSUMER));
+            let settled = try_eventually("the pods beyond the grant stopped", T, || async {
+                let t = tenants.get(CONSUMER).await.ok()?;
+                let c = t
+                    .status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Tethered")?;
+                (c.reason == "Autonomous" && c.message.contains("1 ShadowPods")).then_some(())
+            })
+            .await;
+            if settled.is_err() {
+                panic!(
+                    "the excess was not stopped: {:?}\n{}",
+                    tenants.get(CONSUMER).await.map(|t| t.status),
+                    logs()
+                );
+            }
+            let big = shadows.get_opt("x-big").await.unwrap();
+            assert!(
+                big.is_none_or(|b| b.metadata.deletion_timestamp.is_some()),
+                "x-big stays beyond the grant"
+            );
+            let web = shadows
+                .get_opt("x-web")
+                .await
+                .unwrap()
+                .expect("x-web stays");
+            assert!(web.metadata.deletion_timestamp.is_none());
         },
     )
     .await;
