@@ -51,23 +51,32 @@ struct Ctx {
     defaults: Defaults,
 }
 
-/// What `consumer`'s slices are granted now, summed.
-async fn granted(client: &Client, consumer: &str) -> kube::Result<Amounts> {
+/// What `consumer`'s slices are granted now, summed; None while one of them still holds the
+/// tethered grant (the offer policy, another controller, has not shrunk it yet).
+async fn granted(client: &Client, consumer: &str) -> kube::Result<Option<Amounts>> {
     let slices: Api<ResourceSlice> =
         Api::namespaced(client.clone(), &names::namespace::tenant(consumer));
     let mut out = Amounts::new();
     for s in slices.list(&ListParams::default()).await? {
-        for (r, q) in s.status.map(|st| st.granted).unwrap_or_default() {
+        let status = s.status.unwrap_or_default();
+        if !status.mode.is_autonomous() {
+            return Ok(None);
+        }
+        for (r, q) in status.granted {
             *out.entry(r).or_default() += milli(&q.0).unwrap_or(0).max(0);
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// After leaving tethered mode, past the grace: the tenant's ShadowPods beyond its grant go,
-/// newest first. Returns how many were deleted.
-async fn stop_excess(tenant: &Tenant, consumer: &str, ctx: &Ctx) -> kube::Result<usize> {
-    let grant = granted(&ctx.client, consumer).await?;
+/// newest first. Returns how many were deleted; None while its grant is still the tethered
+/// one (to be looked at again: judged against that grant, nothing would be beyond it, and
+/// the excess would stay for good).
+async fn stop_excess(tenant: &Tenant, consumer: &str, ctx: &Ctx) -> kube::Result<Option<usize>> {
+    let Some(grant) = granted(&ctx.client, consumer).await? else {
+        return Ok(None);
+    };
     let live: Vec<ShadowPod> = usage::shadow_pods(&ctx.client, consumer)
         .await?
         .into_iter()
@@ -126,7 +135,7 @@ async fn stop_excess(tenant: &Tenant, consumer: &str, ctx: &Ctx) -> kube::Result
             .publish(tenant, &Event::normal("PodsBeyondGrant", "Drain", note))
             .await;
     }
-    Ok(deleted)
+    Ok(Some(deleted))
 }
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
@@ -175,9 +184,21 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, kube::E
             Drain::Keep => Ok(Action::await_change()),
             Drain::Wait(left) => Ok(Action::requeue(left + Duration::from_millis(100))),
             Drain::Stop => {
-                let deleted = stop_excess(&tenant, consumer, &ctx).await?;
-                write(lifetime::settled(&prev, deleted, generation, now)).await?;
-                Ok(Action::await_change())
+                // Read afresh: the cache may not show this controller's own `settled` yet,
+                // and a second pass would then find nothing beyond the grant (the first one
+                // deleted it) and say so over what the first one said.
+                let fresh = tenants.get(&tenant.name_any()).await?;
+                let now_conditions = fresh.status.unwrap_or_default().conditions;
+                if lifetime::leaving(&now_conditions, ctx.grace, now) != Drain::Stop {
+                    return Ok(Action::await_change());
+                }
+                match stop_excess(&tenant, consumer, &ctx).await? {
+                    Some(deleted) => {
+                        write(lifetime::settled(&now_conditions, deleted, generation, now)).await?;
+                        Ok(Action::await_change())
+                    }
+                    None => Ok(Action::requeue(Duration::from_secs(1))),
+                }
             }
         },
         Drain::Wait(left) => Ok(Action::requeue(left + Duration::from_millis(100))),

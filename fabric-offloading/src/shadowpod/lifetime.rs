@@ -158,7 +158,10 @@ pub fn settled(
 ) -> Vec<Condition> {
     let verdict = Verdict::not(
         Tethered::Autonomous,
-        format!("left tethered mode; {stopped} ShadowPods beyond the grant were deleted"),
+        match stopped {
+            0 => "left tethered mode; none of the tenant's ShadowPods was beyond its grant".into(),
+            n => format!("left tethered mode; {n} ShadowPods beyond the grant were deleted"),
+        },
     );
     with_condition(prev, verdict.condition(TETHERED, generation, now))
 }
