@@ -42,14 +42,8 @@ const KEY_P: &str = "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPA=";
 
 fn settings() -> Settings {
     Settings {
-        namespace: NS.into(),
-        remote_poll: Duration::from_millis(500),
-        percent: 90,
         labels: BTreeMap::from([("example.io/zone".to_owned(), "z1".to_owned())]),
-        instance: Some("test".into()),
-        at_most_once: Default::default(),
-        reserved_namespaces: Vec::new(),
-        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
+        ..fabric_tests::sharing::negotiation_settings(NS, "test")
     }
 }
 

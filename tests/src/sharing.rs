@@ -365,6 +365,22 @@ pub async fn install_identity(
     Ok(())
 }
 
+/// The negotiation controllers' settings the sharing test beds run them with: in
+/// `namespace`, the remote polled every 500 ms (so tests need not wait), the usual 90% share,
+/// `instance` naming them in logs and leases.
+pub fn negotiation_settings(namespace: &str, instance: &str) -> fabric_negotiation::Settings {
+    fabric_negotiation::Settings {
+        namespace: namespace.into(),
+        remote_poll: std::time::Duration::from_millis(500),
+        percent: 90,
+        labels: Default::default(),
+        instance: Some(instance.into()),
+        at_most_once: Default::default(),
+        reserved_namespaces: Vec::new(),
+        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
+    }
+}
+
 /// kubelite deletes a namespace at once and its content after (a stand-in for the namespace
 /// controller, which on a real cluster empties a Terminating namespace before it goes, and
 /// refuses its re-creation meanwhile): a tenant namespace provisioned again in that window (a

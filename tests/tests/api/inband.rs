@@ -24,7 +24,7 @@ use fabric_api::{
     },
     offloading::v1alpha1::VirtualNode,
 };
-use fabric_negotiation::{Settings, run};
+use fabric_negotiation::run;
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     auth_service::AuthService,
@@ -57,22 +57,14 @@ fn text(o: &Output) -> String {
     fabric_tests::process::output_text(o)
 }
 
-fn settings() -> Settings {
-    Settings {
-        namespace: NS.into(),
-        remote_poll: Duration::from_millis(500),
-        percent: 90,
-        labels: BTreeMap::new(),
-        instance: Some("test".into()),
-        at_most_once: Default::default(),
-        reserved_namespaces: Vec::new(),
-        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
-    }
-}
-
 fn controllers(client: Client) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        if let Err(e) = run(client, settings()).await {
+        if let Err(e) = run(
+            client,
+            fabric_tests::sharing::negotiation_settings(NS, "test"),
+        )
+        .await
+        {
             panic!("sharing controllers: {e}");
         }
     })

@@ -17,7 +17,7 @@
 //! change the mode; autonomous again, the grant is back to 90%, local pods are accepted, and
 //! after the drain grace the consumer's ShadowPod beyond the grant (one that only fit the
 //! tethered grant) is deleted, the one within it kept.
-use std::{collections::BTreeMap, process::Output, time::Duration};
+use std::{process::Output, time::Duration};
 
 use fabric_api::{
     authentication::v1alpha1::{ResourceSlice, Tenant},
@@ -25,7 +25,7 @@ use fabric_api::{
     names,
     offloading::v1alpha1::ShadowPod,
 };
-use fabric_negotiation::{Settings, run};
+use fabric_negotiation::run;
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     auth_service::AuthService,
@@ -62,19 +62,6 @@ fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
 
 fn text(o: &Output) -> String {
     fabric_tests::process::output_text(o)
-}
-
-fn settings() -> Settings {
-    Settings {
-        namespace: NS.into(),
-        remote_poll: Duration::from_millis(500),
-        percent: 90,
-        labels: BTreeMap::new(),
-        instance: Some("test".into()),
-        at_most_once: Default::default(),
-        reserved_namespaces: Vec::new(),
-        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
-    }
 }
 
 /// The provider's answer to `consumer`'s slice `name`: (granted cpu, pods, Accepted reason,
@@ -264,7 +251,12 @@ async fn a_provider_tethered_to_its_one_consumer_and_back() {
     .await
     .unwrap();
     let consumer_controllers = tokio::spawn(async move {
-        if let Err(e) = run(own_c, settings()).await {
+        if let Err(e) = run(
+            own_c,
+            fabric_tests::sharing::negotiation_settings(NS, "test"),
+        )
+        .await
+        {
             panic!("sharing controllers: {e}");
         }
     });

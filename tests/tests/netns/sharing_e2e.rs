@@ -12,7 +12,7 @@ use fabric_api::{
     names,
     networking::v1alpha1::{Configuration, GatewayClient, GatewayServer, PeeringNetwork},
 };
-use fabric_negotiation::{Settings, run};
+use fabric_negotiation::run;
 use fabric_tests::{
     apiserver::require_tools,
     clusters::{Cluster, NAMESPACE, PeeredClusters},
@@ -21,19 +21,6 @@ use fabric_tests::{
     wait::try_eventually,
 };
 use kube::{Api, Client, api::DeleteParams};
-
-fn settings() -> Settings {
-    Settings {
-        namespace: NAMESPACE.into(),
-        remote_poll: Duration::from_millis(500),
-        percent: 90,
-        labels: Default::default(),
-        instance: Some("e2e".into()),
-        at_most_once: Default::default(),
-        reserved_namespaces: Vec::new(),
-        max_namespaces_per_tenant: fabric_negotiation::namespaces::twins::DEFAULT_MAX_PER_TENANT,
-    }
-}
 
 /// How A sees pod `k` of B (IPAM's first block of the pool, host bits kept).
 fn remote_pod(k: usize) -> String {
@@ -74,7 +61,12 @@ fn negotiation_alone_brings_the_tunnel_up_and_unpeer_removes_it() {
         .into_iter()
         .map(|c| {
             rt.spawn(async move {
-                if let Err(e) = run(c, settings()).await {
+                if let Err(e) = run(
+                    c,
+                    fabric_tests::sharing::negotiation_settings(NAMESPACE, "e2e"),
+                )
+                .await
+                {
                     panic!("sharing controllers: {e}");
                 }
             })
