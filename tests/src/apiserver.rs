@@ -308,12 +308,15 @@ impl ApiServer {
     }
 
     pub async fn client(&self) -> kube::Client {
-        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        kube::Client::try_from(cfg).unwrap()
+        client_for(&self.kubeconfig).await.unwrap()
     }
+}
+
+/// A client with the credentials of a kubeconfig file.
+pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(kube::Client::try_from(cfg)?)
 }
 
 impl ApiServer {

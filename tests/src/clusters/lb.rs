@@ -1,5 +1,7 @@
 //! Cluster B's gateway Service as kube-proxy makes it for a LoadBalancer: a namespace on the
 //! underlay that forwards WireGuard's port to the replica the Service's EndpointSlice names.
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
 use super::*;
 
 /// The address B's gateway Service has on the underlay.
@@ -39,30 +41,32 @@ impl LoadBalancer {
             .iter()
             .map(|r| (r.identity.clone(), r.underlay_ip.clone()))
             .collect();
+        // One client, not a kubectl process per round (about 70 ms of CPU each, five times a
+        // second for as long as the test runs).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let kubeconfig = b.api.kubeconfig.clone();
         let (stop, backend) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(None)));
         let thread = std::thread::spawn({
             let (stop, backend, ns) = (stop.clone(), backend.clone(), ns.clone());
             move || {
+                // (In this thread's runtime: `start` may be called from within another.)
+                let client = rt
+                    .block_on(crate::apiserver::client_for(&kubeconfig))
+                    .expect("a client of cluster B's API server");
+                let slices: kube::Api<EndpointSlice> = kube::Api::namespaced(client, NAMESPACE);
                 while !stop.load(Ordering::Relaxed) {
-                    let o = Command::new("kubectl")
-                        .env("KUBECONFIG", &kubeconfig)
-                        .args([
-                            "get",
-                            "endpointslice",
-                            names::endpoint_slice::GATEWAY,
-                            "-n",
-                            NAMESPACE,
-                            "-o",
-                            "jsonpath={.endpoints[*].targetRef.name}",
-                        ])
-                        .output();
-                    let selected = o
+                    // The first endpoint's replica; none while the slice does not exist.
+                    let selected = rt
+                        .block_on(slices.get_opt(names::endpoint_slice::GATEWAY))
                         .ok()
-                        .filter(|o| o.status.success())
-                        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-                    if let Some(sel) = selected {
-                        let want = sel.split_whitespace().next().map(str::to_owned);
+                        .map(|s| {
+                            s.and_then(|s| s.endpoints.into_iter().flatten().next())
+                                .and_then(|e| e.target_ref)
+                                .and_then(|r| r.name)
+                        });
+                    if let Some(want) = selected {
                         let mut cur = backend.lock().unwrap();
                         if *cur != want {
                             let ip = want
