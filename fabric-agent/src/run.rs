@@ -163,21 +163,14 @@ pub fn desired(
         let Some(remote) = c.status.as_ref().and_then(|s| s.remote.as_ref()) else {
             continue;
         };
-        for cidr in [&remote.pod, &remote.external] {
-            match cidr.parse::<Ipv4Network>() {
-                Ok(n) => {
-                    let dst = Ipv4Network::new(n.network(), n.prefix()).expect("valid");
-                    match refusal(dst, protected) {
-                        Some(why) => {
-                            refused.insert((dst, why));
-                        }
-                        None => {
-                            out.insert(Route { dst, via, dev });
-                        }
-                    }
+        for n in [remote.pod, remote.external] {
+            let dst = Ipv4Network::new(n.network(), n.prefix()).expect("valid");
+            match refusal(dst, protected) {
+                Some(why) => {
+                    refused.insert((dst, why));
                 }
-                Err(e) => {
-                    warn!(cidr, error = %e, "skipping unreadable CIDR in Configuration status")
+                None => {
+                    out.insert(Route { dst, via, dev });
                 }
             }
         }

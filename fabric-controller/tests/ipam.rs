@@ -82,7 +82,7 @@ async fn granted(api: &Api<Configuration>, name: &str) -> (String, String, i32) 
         || async {
             let s = api.get(name).await.ok()?.status?;
             let (r, id) = (s.remote?, s.peer_id?);
-            Some((r.pod, r.external, id))
+            Some((r.pod.to_string(), r.external.to_string(), id))
         },
     )
     .await

@@ -206,7 +206,7 @@ async fn the_network_is_negotiated_over_the_identity_and_removed_on_unpeer() {
         .get(PROVIDER)
         .await
         .unwrap();
-    assert_eq!(cfg.spec.remote.pod, "10.244.0.0/16");
+    assert_eq!(cfg.spec.remote.pod.to_string(), "10.244.0.0/16");
 
     // A gateway key rotated on either side (the gateway operator publishes the new one) is
     // negotiated again without anyone touching the peer's PublicKey: the provider re-answers

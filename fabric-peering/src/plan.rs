@@ -67,8 +67,8 @@ pub fn plan(local: Member<'_>, remote: Member<'_>, server: Side) -> Plan {
 /// The pod and external CIDRs a peer learns about a cluster.
 pub fn cidrs(c: &ClusterIdentity) -> ClusterCidrs {
     ClusterCidrs {
-        pod: c.pod_cidr.to_string(),
-        external: c.external_cidr.to_string(),
+        pod: c.pod_cidr,
+        external: c.external_cidr,
     }
 }
 
@@ -250,14 +250,20 @@ mod tests {
         let p = Pair::new();
         let plan = p.plan(Side::Remote);
         assert_eq!(plan.local.configuration.spec.cluster_id, "cluster-b");
-        assert_eq!(plan.local.configuration.spec.remote.pod, "10.245.0.0/16");
         assert_eq!(
-            plan.local.configuration.spec.remote.external,
+            plan.local.configuration.spec.remote.pod.to_string(),
+            "10.245.0.0/16"
+        );
+        assert_eq!(
+            plan.local.configuration.spec.remote.external.to_string(),
             "10.70.0.0/16"
         );
         assert_eq!(plan.local.public_key.spec.public_key, p.gb.public_key);
         assert_eq!(plan.remote.configuration.spec.cluster_id, "cluster-a");
-        assert_eq!(plan.remote.configuration.spec.remote.pod, "10.244.0.0/16");
+        assert_eq!(
+            plan.remote.configuration.spec.remote.pod.to_string(),
+            "10.244.0.0/16"
+        );
         assert_eq!(plan.remote.public_key.spec.public_key, p.ga.public_key);
         let named_and_labelled = |m: &&ObjectMeta, id: &str| {
             m.name.as_deref() == Some(id)

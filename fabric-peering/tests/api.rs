@@ -219,8 +219,8 @@ async fn peering_against_an_api_server() {
     )
     .await
     .unwrap();
-    assert_eq!(peered.views.local.pod, "10.245.0.0/16");
-    assert_eq!(peered.views.remote.pod, "10.244.0.0/16");
+    assert_eq!(peered.views.local.pod.to_string(), "10.245.0.0/16");
+    assert_eq!(peered.views.remote.pod.to_string(), "10.244.0.0/16");
     assert_eq!(peered.local_latency.as_deref(), Some("0.10ms"));
     let steps: Vec<_> = events
         .iter()

@@ -271,10 +271,10 @@ impl PeerInfo {
             let seen = cfg.status.as_ref().and_then(|s| s.remote.clone());
             let conn = o.connection.as_ref().and_then(|c| c.status.clone());
             NetworkInfo {
-                pod_cidr: cfg.spec.remote.pod.clone(),
-                pod_seen_as: seen.as_ref().map(|s| s.pod.clone()),
-                external_cidr: cfg.spec.remote.external.clone(),
-                external_seen_as: seen.map(|s| s.external),
+                pod_cidr: cfg.spec.remote.pod.to_string(),
+                pod_seen_as: seen.as_ref().map(|s| s.pod.to_string()),
+                external_cidr: cfg.spec.remote.external.to_string(),
+                external_seen_as: seen.map(|s| s.external.to_string()),
                 tunnel: conn
                     .as_ref()
                     .map_or("NoGateway".into(), |s| format!("{:?}", s.value)),

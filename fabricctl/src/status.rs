@@ -109,10 +109,10 @@ fn rows(cfgs: &[Configuration], conns: &[Connection]) -> Vec<PeerRow> {
                 .and_then(|x| x.status.clone());
             PeerRow {
                 peer: cfg.spec.cluster_id.clone(),
-                pod_cidr: cfg.spec.remote.pod.clone(),
-                pod_seen_as: seen.as_ref().map(|s| s.pod.clone()),
-                external_cidr: cfg.spec.remote.external.clone(),
-                external_seen_as: seen.map(|s| s.external),
+                pod_cidr: cfg.spec.remote.pod.to_string(),
+                pod_seen_as: seen.as_ref().map(|s| s.pod.to_string()),
+                external_cidr: cfg.spec.remote.external.to_string(),
+                external_seen_as: seen.map(|s| s.external.to_string()),
                 tunnel: conn
                     .as_ref()
                     .map_or("NoGateway".into(), |s| format!("{:?}", s.value)),
@@ -172,8 +172,8 @@ mod tests {
 
     fn cidrs(pod: &str, external: &str) -> ClusterCidrs {
         ClusterCidrs {
-            pod: pod.into(),
-            external: external.into(),
+            pod: pod.parse().unwrap(),
+            external: external.parse().unwrap(),
         }
     }
 

@@ -82,6 +82,7 @@ async fn route_latencies(
         let name = format!("r{round}-p{k}");
         // 10.<64+k/250>.<k%250>.0/24 keeps every peer's CIDR distinct.
         let seen = format!("10.{}.{}.0/24", 64 + k / 250, k % 250);
+        let seen_cidr: ipnetwork::Ipv4Network = seen.parse()?;
         let cfg = Configuration {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -90,8 +91,8 @@ async fn route_latencies(
             spec: ConfigurationSpec {
                 cluster_id: name.clone(),
                 remote: ClusterCidrs {
-                    pod: "10.244.0.0/16".into(),
-                    external: "10.70.0.0/16".into(),
+                    pod: "10.244.0.0/16".parse().unwrap(),
+                    external: "10.70.0.0/16".parse().unwrap(),
                 },
             },
             status: None,
@@ -101,7 +102,7 @@ async fn route_latencies(
             "apiVersion": "networking.fabric.io/v1alpha1",
             "kind": "Configuration",
             "status": ConfigurationStatus {
-                remote: Some(ClusterCidrs { pod: seen.clone(), external: format!("10.{}.{}.0/24", 128 + k / 250, k % 250) }),
+                remote: Some(ClusterCidrs { pod: seen_cidr, external: format!("10.{}.{}.0/24", 128 + k / 250, k % 250).parse()? }),
                 peer_id: Some(k as i32 + 1),
                 ..Default::default()
             },

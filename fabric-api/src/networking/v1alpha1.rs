@@ -8,6 +8,7 @@
 //!
 //! Validation happens in the API server where it can (CEL rules and OpenAPI bounds in the
 //! generated CRDs), so a bad object is refused with a message instead of reaching a controller.
+use ipnetwork::Ipv4Network;
 use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::Condition,
@@ -32,8 +33,8 @@ pub struct ClusterCidrs {
         validation = Rule::new(AT_MOST_SLASH_8).message("must be a /8 or longer prefix: a shorter one would route most addresses to the peer"),
         validation = Rule::new(UNICAST).message("must be a unicast range (not loopback, link-local, multicast or 0.0.0.0/8)")
     )]
-    #[schemars(length(max = 18))]
-    pub pod: String,
+    #[schemars(with = "String", length(max = 18))]
+    pub pod: Ipv4Network,
     /// External CIDR: the addresses under which the cluster exposes non-pod IPs to peers.
     #[x_kube(
         validation = Rule::new(IPV4_CIDR).message("must be an IPv4 CIDR such as 10.70.0.0/16"),
@@ -41,8 +42,8 @@ pub struct ClusterCidrs {
         validation = Rule::new(AT_MOST_SLASH_8).message("must be a /8 or longer prefix: a shorter one would route most addresses to the peer"),
         validation = Rule::new(UNICAST).message("must be a unicast range (not loopback, link-local, multicast or 0.0.0.0/8)")
     )]
-    #[schemars(length(max = 18))]
-    pub external: String,
+    #[schemars(with = "String", length(max = 18))]
+    pub external: Ipv4Network,
 }
 
 /// How this cluster reaches one peer's networks.
@@ -326,14 +327,16 @@ pub struct IPStatus {
 #[serde(rename_all = "camelCase")]
 pub struct NetworkSpec {
     #[x_kube(validation = Rule::new(IPV4_CIDR).message("must be an IPv4 CIDR"))]
-    pub cidr: String,
+    #[schemars(with = "String")]
+    pub cidr: Ipv4Network,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cidr: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub cidr: Option<Ipv4Network>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }

@@ -76,7 +76,6 @@ fabric_kube::reasons! {
     /// Why a Configuration or an `IP` is (not) Ready: what IPAM granted.
     pub enum Ready {
         Allocated = "Allocated",
-        InvalidSpec = "InvalidSpec",
         IpamFailed = "IPAMFailed",
         ExternalCidrFull = "ExternalCIDRFull",
     }
@@ -165,14 +164,12 @@ async fn persist(
             owner_references: cfg.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
-        spec: NetworkSpec {
-            cidr: wanted.to_string(),
-        },
+        spec: NetworkSpec { cidr: wanted },
         status: None,
     };
     FIELD_MANAGER.apply(&api, &net).await?;
     let status = NetworkStatus {
-        cidr: Some(granted.to_string()),
+        cidr: Some(granted),
         conditions: vec![],
     };
     FIELD_MANAGER.apply_status(&api, &name, status).await?;
@@ -189,28 +186,7 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let parse = |what: &str, s: &str| {
-        s.parse::<Ipv4Network>()
-            .map_err(|e| Error::Invalid(format!("spec.remote.{what} {s:?}: {e}")))
-    };
-    let wanted = parse("pod", &cfg.spec.remote.pod)
-        .and_then(|p| Ok((p, parse("external", &cfg.spec.remote.external)?)));
-    let (pod, ext) = match wanted {
-        Ok(w) => w,
-        Err(e) => {
-            let status = ConfigurationStatus {
-                conditions: ready(
-                    conditions,
-                    Verdict::not(Ready::InvalidSpec, e.to_string()),
-                    generation,
-                ),
-                observed_generation: generation,
-                ..Default::default()
-            };
-            patch_status(&api, &cfg.name_any(), status).await?;
-            return Ok(Action::await_change());
-        }
-    };
+    let (pod, ext) = (cfg.spec.remote.pod, cfg.spec.remote.external);
     // Read afresh on every allocation: a node added since must never be covered by a grant.
     let in_use = in_use(&ctx.client).await?;
     let granted = ctx
@@ -241,8 +217,8 @@ async fn apply(cfg: Arc<Configuration>, ctx: &Ctx) -> Result<Action, Error> {
     persist(&ctx.client, &cfg, "external", ext, ge).await?;
     let status = ConfigurationStatus {
         remote: Some(ClusterCidrs {
-            pod: gp.to_string(),
-            external: ge.to_string(),
+            pod: gp,
+            external: ge,
         }),
         peer_id: Some(id as i32),
         observed_generation: generation,

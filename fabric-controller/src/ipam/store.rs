@@ -9,7 +9,7 @@ use kube::{
     api::{ListParams, ObjectMeta, PostParams},
 };
 use tokio::sync::Mutex;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{
     Error,
@@ -142,12 +142,7 @@ async fn records(ns: &Api<ConfigMap>, client: &Client) -> Result<Ledger, Error> 
             continue;
         };
         let k = format!("{}/{cfg}", n.namespace().unwrap_or_default());
-        match granted.parse() {
-            Ok(c) => {
-                ledger.grants.insert(owner(&k, role), c);
-            }
-            Err(e) => warn!(network = %n.name_any(), error = %e, "unreadable grant"),
-        }
+        ledger.grants.insert(owner(&k, role), *granted);
     }
     let cfgs: Api<Configuration> = Api::namespaced(client.clone(), ns);
     for c in cfgs.list(&ListParams::default()).await? {

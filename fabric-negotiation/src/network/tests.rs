@@ -12,8 +12,8 @@ fn params(id: &str, endpoint: Option<(&str, i32)>) -> PeerNetworkParams {
     PeerNetworkParams {
         cluster_id: id.into(),
         cidrs: ClusterCidrs {
-            pod: "10.244.0.0/16".into(),
-            external: "10.70.0.0/16".into(),
+            pod: "10.244.0.0/16".parse().unwrap(),
+            external: "10.70.0.0/16".parse().unwrap(),
         },
         public_key: format!("{}=", "K".repeat(43)),
         endpoint: endpoint.map(|(a, p)| Endpoint {

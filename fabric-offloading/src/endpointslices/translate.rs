@@ -287,8 +287,8 @@ mod tests {
 
     fn remaps() -> Remaps {
         let cidrs = |pod: &str, external: &str| ClusterCidrs {
-            pod: pod.into(),
-            external: external.into(),
+            pod: pod.parse().unwrap(),
+            external: external.parse().unwrap(),
         };
         let mut c = fabric_api::networking::v1alpha1::Configuration::new(
             "alpha",

@@ -438,8 +438,8 @@ mod tests {
     /// 10.90.0.0/16.
     fn remaps() -> Remaps {
         let cidrs = |pod: &str, external: &str| ClusterCidrs {
-            pod: pod.into(),
-            external: external.into(),
+            pod: pod.parse().unwrap(),
+            external: external.parse().unwrap(),
         };
         let mut c = Configuration::new(
             "alpha",

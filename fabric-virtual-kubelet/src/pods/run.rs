@@ -300,8 +300,8 @@ mod tests {
 
         let cfg = |seen: &str, generation: i64| {
             let cidrs = |pod: &str| ClusterCidrs {
-                pod: pod.into(),
-                external: "10.70.0.0/16".into(),
+                pod: pod.parse().unwrap(),
+                external: "10.70.0.0/16".parse().unwrap(),
             };
             let mut c = Configuration::new(
                 "b",
@@ -324,14 +324,15 @@ mod tests {
         remap.changed().await.unwrap();
         let first = remap.borrow_and_update().clone().unwrap();
         assert_eq!(first.seen, "10.71.0.0/16".parse().unwrap());
-        // Another status of the same remap is not a change; a malformed one is, and says why.
+        // Another status of the same remap is not a change; a bad one (a grant not the real
+        // CIDR's size) is, and says why.
         tx.send_replace(Some(cfg("10.71.0.0/16", 2)));
         // (The test's runtime has one thread: the follower runs while this one yields.)
         for _ in 0..8 {
             tokio::task::yield_now().await;
         }
         assert!(!remap.has_changed().unwrap());
-        tx.send_replace(Some(cfg("10.71.0.0/33", 3)));
+        tx.send_replace(Some(cfg("10.71.0.0/24", 3)));
         remap.changed().await.unwrap();
         assert!(matches!(
             *remap.borrow_and_update(),
