@@ -2352,6 +2352,34 @@ fn manifests_apply_with_least_privilege() {
         },
     );
 
+    phase(
+        "the provider's choice of custom kinds survives re-applying the manifests",
+        || {
+            // The admin chooses the kinds tenants may write in their twins by creating the
+            // ClusterRole the twins bind; an upgrade (`kubectl apply -k deploy/` again) must not
+            // take that choice back.
+            let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole", "metadata": {"name": "fabric-consumer-reflection"},
+                "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"],
+                           "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]});
+            let o = api.kubectl_stdin(&["apply", "-f", "-"], &role.to_string());
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            api.kubectl_ok(&["apply", "-k", deploy]);
+            let rules = api.kubectl_ok(&[
+                "get",
+                "clusterrole",
+                "fabric-consumer-reflection",
+                "-o",
+                "jsonpath={.rules[*].resources}",
+            ]);
+            assert_eq!(
+                rules.trim(),
+                r#"["widgets"]"#,
+                "the admin's kinds after re-applying deploy/"
+            );
+        },
+    );
+
     phase("removed with kubectl delete -k", || {
         // Removal: nothing the manifests create carries a finalizer, so `kubectl delete -k`
         // finishes (waiting for each deletion, as it does by default). The finalizers of the

@@ -1,6 +1,6 @@
 //! Opt-in reflection of custom resources (issue 20), the provider's side: which custom kinds a
 //! consumer may write in its twins is the provider admin's choice, the rules of ClusterRole
-//! `fabric-consumer-reflection` (deploy/base/sharing.yaml), which the NamespaceMap controller
+//! `fabric-consumer-reflection` (which the admin creates: deploy/ does not ship it), which the NamespaceMap controller
 //! (in `fabric-controller sharing`, with deploy/'s rights) binds in every twin to the
 //! consumer's peering group. Driven with the consumer's own identity on the provider: before
 //! the admin allows a kind, writing it in the twin is refused; once allowed, objects of that
@@ -51,16 +51,13 @@ fn forbidden<T: std::fmt::Debug>(r: &kube::Result<T>) -> bool {
     matches!(r, Err(kube::Error::Api(s)) if s.code == 403)
 }
 
-/// The admin sets the rules of the reflection ClusterRole; the API server's answer.
+/// The admin sets the rules of the reflection ClusterRole (deploy/ does not ship it: the
+/// admin creates it); the API server's answer.
 fn allow(bed: &Bed, rules: Value) -> std::process::Output {
-    bed.provider.kubectl(&[
-        "patch",
-        "clusterrole",
-        "fabric-consumer-reflection",
-        "--type=merge",
-        "-p",
-        &json!({"rules": rules}).to_string(),
-    ])
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                      "metadata": {"name": "fabric-consumer-reflection"}, "rules": rules});
+    bed.provider
+        .kubectl_stdin(&["apply", "-f", "-"], &role.to_string())
 }
 
 fn widget_rules(resources: &[&str]) -> Value {
