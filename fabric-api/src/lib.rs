@@ -18,6 +18,7 @@ pub mod names;
 pub mod networking;
 pub mod offloading;
 pub mod quantity;
+pub mod reflection;
 pub mod requests;
 
 /// A group version of the API and the CRDs it defines.

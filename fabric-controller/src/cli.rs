@@ -366,6 +366,15 @@ pub(crate) enum Cmd {
         /// Without it they are given nothing of it.
         #[arg(long, env = "FABRIC_HOME_API_ADDRESS")]
         home_api_address: Option<std::net::SocketAddrV4>,
+        /// A custom kind every virtual kubelet reflects into its twins, spec out and status
+        /// back, as RESOURCE.GROUP/VERSION (`widgets.example.com/v1`; repeatable). The
+        /// virtual kubelets' rights on it are ClusterRole fabric-virtual-kubelet-reflection's
+        /// (the admin's to fill); each provider's admin decides whether it accepts it.
+        #[arg(
+            long = "reflect-custom-resource",
+            value_name = "RESOURCE.GROUP/VERSION"
+        )]
+        reflect_custom_resource: Vec<fabric_api::reflection::CustomResource>,
         /// How long a removed VirtualNode's pods may take to be deleted through the provider
         /// before they are failed (`VirtualNodeRemoved`) and deleted at home. A forced unpeer
         /// does not wait.

@@ -429,6 +429,7 @@ async fn run() -> Result<()> {
             virtual_kubelet_image,
             virtual_kubelet_port,
             home_api_address,
+            reflect_custom_resource,
             drain_grace,
         } => {
             // One active replica: two would both apply every virtual kubelet and publish
@@ -439,6 +440,7 @@ async fn run() -> Result<()> {
                 fabric_namespace: namespace.clone(),
                 kubelet_port: virtual_kubelet_port,
                 home_api_address: home_api_address.map(|a| a.to_string()),
+                reflect: reflect_custom_resource,
             };
             let work = || async {
                 virtual_node::controller::run(client.clone(), settings.clone(), drain_grace).await;

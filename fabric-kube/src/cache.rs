@@ -54,6 +54,26 @@ where
     (store, events.touched_objects())
 }
 
+/// [`touched`] for a type known at run time (`dt`: a [`kube::api::DynamicObject`]'s
+/// `ApiResource`), which has no default.
+pub fn touched_with<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    dt: K::DynamicType,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dt);
+    let store = writer.as_reader();
+    let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
+    (store, stream.touched_objects())
+}
+
 /// A cache driven on a task of its own that wakes `changed` on every watch event (a failed
 /// watch is logged and retried; the cache keeps what it had meanwhile).
 pub fn notifying<K>(

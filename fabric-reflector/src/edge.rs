@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 use crate::{
     gate::{Gate, Reachability, RemoteCache},
     key::{Key, Pair},
-    kind::{Endpoint, Kind, Next, owned},
+    kind::{Endpoint, Kind, Next, everywhere, namespaced, owned},
     metrics::{KindMetrics, Share},
     queue::{Queue, Retries},
     sync::{self, Snapshot},
@@ -112,6 +112,8 @@ pub(crate) struct RemoteSide<K: Kind> {
     pub endpoint: Endpoint,
     pub namespace: String,
     pub store: Store<K::Remote>,
+    /// The remote objects' run-time type ([`Kind::remote_type`]).
+    pub dt: <K::Remote as kube::Resource>::DynamicType,
 }
 
 impl<K: Kind> RemoteSide<K> {
@@ -123,12 +125,12 @@ impl<K: Kind> RemoteSide<K> {
     pub fn lookup(&self, name: &str) -> Option<Option<Arc<K::Remote>>> {
         self.listed().then(|| {
             self.store
-                .get(&ObjectRef::new(name).within(&self.namespace))
+                .get(&ObjectRef::new_with(name, self.dt.clone()).within(&self.namespace))
         })
     }
 
     pub fn api(&self) -> Api<K::Remote> {
-        Api::namespaced(self.endpoint.client.clone(), &self.namespace)
+        namespaced(self.endpoint.client.clone(), &self.namespace, &self.dt)
     }
 }
 
@@ -204,8 +206,9 @@ fn remote_side<K: Kind>(
     endpoint: Endpoint,
 ) -> (Arc<RemoteSide<K>>, Watch, BoxFuture<'static, ()>) {
     let namespace = pair.remote_namespace(&endpoint.client).to_owned();
-    let api: Api<K::Remote> = Api::namespaced(endpoint.client.clone(), &namespace);
-    let (store, stream) = cache::touched(api, shared.kind.watch_remote());
+    let dt = shared.kind.remote_type();
+    let api: Api<K::Remote> = namespaced(endpoint.client.clone(), &namespace, &dt);
+    let (store, stream) = cache::touched_with(api, shared.kind.watch_remote(), dt.clone());
     let (kind, p) = (shared.clone(), pair.clone());
     let watch = Watch::drive(
         stream,
@@ -225,6 +228,7 @@ fn remote_side<K: Kind>(
         endpoint,
         namespace,
         store,
+        dt,
     };
     (Arc::new(side), watch, listed)
 }
@@ -237,13 +241,14 @@ pub(crate) fn orphans<K: Kind>(
     side: &RemoteSide<K>,
     home: &Store<K::Home>,
 ) -> Vec<Key> {
+    let dt = kind.home_type();
     side.store
         .state()
         .iter()
         .filter(|r| owned(kind, &side.endpoint.marks, r))
         .filter_map(|r| {
             let k = kind.key_of(pair, r)?;
-            let h = home.get(&ObjectRef::new(&k.name).within(&k.namespace));
+            let h = home.get(&ObjectRef::new_with(&k.name, dt.clone()).within(&k.namespace));
             kind.orphaned(r, h.as_deref()).then_some(k)
         })
         .collect()
@@ -385,11 +390,12 @@ pub(crate) async fn run<K: Kind>(
     inputs: Inputs,
     mut stop: oneshot::Receiver<()>,
 ) -> Result<(), Ended> {
+    let home_dt = shared.kind.home_type();
     let home_api: Api<K::Home> = match &pair.home {
-        Some(ns) => Api::namespaced(shared.home.clone(), ns),
-        None => Api::all(shared.home.clone()),
+        Some(ns) => namespaced(shared.home.clone(), ns, &home_dt),
+        None => everywhere(shared.home.clone(), &home_dt),
     };
-    let (home, home_stream) = cache::touched(home_api, shared.kind.watch_home());
+    let (home, home_stream) = cache::touched_with(home_api, shared.kind.watch_home(), home_dt);
     let p = pair.clone();
     let mut home_watch = Some(Watch::drive(
         home_stream,
@@ -541,6 +547,7 @@ mod tests {
                 marks: marks.clone(),
             },
             namespace: "shop-alpha".into(),
+            dt: (),
             store: {
                 let mut going = twin("going", Some(&marks));
                 going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));

@@ -7,7 +7,7 @@ use fabric_kube::{
     meta,
     written::Writes,
 };
-use kube::{Api, Client, Resource, core::NamespaceResourceScope, runtime::watcher};
+use kube::{Api, Client, Resource, api::ApiResource, core::NamespaceScope, runtime::watcher};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
@@ -16,9 +16,11 @@ use crate::{
     marks::Marks,
 };
 
-/// A namespaced Kubernetes object type a reflector watches and writes.
+/// A namespaced Kubernetes object type a reflector watches and writes: a static type (its
+/// `DynamicType` is `()`), or [`DynamicObject`](kube::api::DynamicObject), whose type (an [`ApiResource`]) the kind
+/// carries at run time ([`Kind::home_type`], [`Kind::remote_type`]).
 pub trait Object:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    Resource<DynamicType: Dyn, Scope: NamespaceScope>
     + Clone
     + fmt::Debug
     + DeserializeOwned
@@ -30,7 +32,7 @@ pub trait Object:
 }
 
 impl<T> Object for T where
-    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    T: Resource<DynamicType: Dyn, Scope: NamespaceScope>
         + Clone
         + fmt::Debug
         + DeserializeOwned
@@ -39,6 +41,45 @@ impl<T> Object for T where
         + Sync
         + 'static
 {
+}
+
+/// The run-time type of an [`Object`]: `()` for a static type, an [`ApiResource`] for a
+/// [`DynamicObject`](kube::api::DynamicObject) (a custom kind chosen by configuration).
+pub trait Dyn: Clone + Eq + std::hash::Hash + fmt::Debug + Send + Sync + 'static {
+    /// The type when it is known at compile time (`()`); `None`: the kind must say it.
+    fn fixed() -> Option<Self>;
+}
+
+impl Dyn for () {
+    fn fixed() -> Option<Self> {
+        Some(())
+    }
+}
+
+impl Dyn for ApiResource {
+    fn fixed() -> Option<Self> {
+        None
+    }
+}
+
+/// The type of `O` when the kind does not say it: known for static types only.
+pub(crate) fn fixed<O: Object>() -> O::DynamicType {
+    <O::DynamicType as Dyn>::fixed().unwrap_or_else(|| {
+        panic!(
+            "a kind of {} objects must say their type (Kind::home_type, Kind::remote_type)",
+            std::any::type_name::<O>()
+        )
+    })
+}
+
+/// The `O` objects of namespace `ns` through `client`, of run-time type `dt`.
+pub fn namespaced<O: Object>(client: Client, ns: &str, dt: &O::DynamicType) -> Api<O> {
+    Api::all_with(client, dt).constrain(ns)
+}
+
+/// The `O` objects of every namespace (list and watch only).
+pub fn everywhere<O: Object>(client: Client, dt: &O::DynamicType) -> Api<O> {
+    Api::all_with(client, dt)
 }
 
 /// One reflected kind: how its home objects and remote objects correspond, and what to do
@@ -57,6 +98,17 @@ pub trait Kind: Send + Sync + Sized + 'static {
 
     /// The kind in logs and metrics (`kind="pods"`): the home resource's plural.
     const NAME: &'static str;
+
+    /// The run-time type of the home objects. Default: that of a static type; a kind of
+    /// [`DynamicObject`](kube::api::DynamicObject)s says its [`ApiResource`].
+    fn home_type(&self) -> <Self::Home as Resource>::DynamicType {
+        fixed::<Self::Home>()
+    }
+
+    /// The run-time type of the remote objects (default as [`Kind::home_type`]).
+    fn remote_type(&self) -> <Self::Remote as Resource>::DynamicType {
+        fixed::<Self::Remote>()
+    }
 
     /// How home objects are watched in the pair's home namespace (a field or label
     /// selector: the pods bound to one node). Default: all of them.
@@ -163,15 +215,20 @@ pub enum Deleted {
 impl<K: Kind> Cx<'_, K> {
     /// The home objects of the key's namespace.
     pub fn home_api(&self) -> Api<K::Home> {
-        Api::namespaced(self.home_client.clone(), &self.view.key.namespace)
+        namespaced(
+            self.home_client.clone(),
+            &self.view.key.namespace,
+            &self.kind.home_type(),
+        )
     }
 
     /// The remote objects of the pair's remote namespace; `None`: no remote client.
     pub fn remote_api(&self) -> Option<Api<K::Remote>> {
         let e = self.endpoint?;
-        Some(Api::namespaced(
+        Some(namespaced(
             e.client.clone(),
             self.view.pair.remote_namespace(&e.client),
+            &self.kind.remote_type(),
         ))
     }
 
@@ -202,7 +259,8 @@ impl<K: Kind> Cx<'_, K> {
 
     /// Publishes `ev` on the home object (a failure is logged, never fails the sync).
     pub async fn event(&self, ev: &Event) {
-        self.events.publish(self.view.home.as_ref(), ev).await;
+        let home = self.view.home.object_ref(&self.kind.home_type());
+        self.events.publish_ref(&home, ev).await;
     }
 
     /// The Events publisher of the home cluster (for Events on other objects).

@@ -115,6 +115,7 @@
 //! - Every virtual kubelet of a provider runs every kind. Kinds of a namespace, not of a node
 //!   (Services, ConfigMaps), should run in one of them only (Liqo's leader mode;
 //!   `fabric_kube::Election` is there).
+pub mod custom;
 pub mod edge;
 pub mod gate;
 pub mod key;

@@ -10,7 +10,7 @@ use crate::{
     edge::{PairState, RemoteSide},
     gate::{Gate, Remote},
     key::Key,
-    kind::{Cx, Deleted, Kind, Next, View, delete_preconditioned, owned},
+    kind::{Cx, Deleted, Kind, Next, View, delete_preconditioned, namespaced, owned},
 };
 
 /// What the loop knew when it started a sync.
@@ -36,7 +36,7 @@ pub(crate) async fn sync<K: Kind>(
     let remote = Remote::of(listed.as_ref().map(|o| o.as_deref()), ours);
     let cached = state
         .home
-        .get(&ObjectRef::new(&key.name).within(&key.namespace));
+        .get(&ObjectRef::new_with(&key.name, kind.home_type()).within(&key.namespace));
     let Some(cached) = cached else {
         state.writes.forget(key);
         state.foreign().remove(key);
@@ -88,7 +88,8 @@ async fn delete_orphan<K: Kind>(
     side: &RemoteSide<K>,
 ) -> Result<Next, String> {
     let kind = &state.shared.kind;
-    let home: Api<K::Home> = Api::namespaced(state.shared.home.clone(), &key.namespace);
+    let home: Api<K::Home> =
+        namespaced(state.shared.home.clone(), &key.namespace, &kind.home_type());
     let fresh = home
         .get_opt(&key.name)
         .await
@@ -139,7 +140,10 @@ async fn tell_foreign<K: Kind>(
     state
         .shared
         .events
-        .publish(home, &Event::warning(NOT_OURS, "Reflect", note))
+        .publish_ref(
+            &home.object_ref(&state.shared.kind.home_type()),
+            &Event::warning(NOT_OURS, "Reflect", note),
+        )
         .await;
 }
 

@@ -17,6 +17,7 @@
 //! - [`server`]: the kubelet API (logs, exec, attach, port-forward) proxied to the provider.
 pub mod conditions;
 pub mod configs;
+pub mod custom;
 pub mod endpointslices;
 pub mod events;
 pub mod heartbeat;

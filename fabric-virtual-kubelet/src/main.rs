@@ -58,6 +58,14 @@ struct Cli {
     /// provisioned on the provider (as `deploy/base/storage.yaml` names it).
     #[arg(long, default_value = names::storage::CLASS)]
     storage_class: String,
+    /// A custom kind reflected into the twin namespaces, spec out and status back, as
+    /// RESOURCE.GROUP/VERSION (`widgets.example.com/v1`; repeatable; namespaced kinds only,
+    /// resolved through this cluster's discovery at start).
+    #[arg(
+        long = "reflect-custom-resource",
+        value_name = "RESOURCE.GROUP/VERSION"
+    )]
+    reflect_custom_resource: Vec<fabric_api::reflection::CustomResource>,
     #[command(flatten)]
     server: ServerArgs,
 }
@@ -130,6 +138,10 @@ async fn run_cli() -> Result<()> {
     } else {
         (server::Listen::At(address), cli.kubelet_port)
     };
+    // A kind that does not resolve stops the process at start, naming the flag: the admin
+    // sees it in the pod's state rather than in a reflection that never happens.
+    let reflect =
+        fabric_virtual_kubelet::custom::resolve_all(&client, &cli.reflect_custom_resource).await?;
     let metrics = std::sync::Arc::new(fabric_reflector::Metrics::new());
     let server = server::Config {
         cert: cli
@@ -172,6 +184,7 @@ async fn run_cli() -> Result<()> {
         metrics,
         home_api_address: cli.home_api_address,
         storage_class: cli.storage_class,
+        reflect,
     };
     // On SIGTERM (a rollout, a drain) the Node and its conditions stay as they are: the next
     // replica carries on from them, and a Node that flapped NotReady on every restart would

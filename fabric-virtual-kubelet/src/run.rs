@@ -58,6 +58,8 @@ pub struct Opts {
     pub home_api_address: Option<std::net::SocketAddrV4>,
     /// The virtual StorageClass ([`crate::storage`]).
     pub storage_class: String,
+    /// The custom kinds reflected into twins, resolved ([`crate::custom`]).
+    pub reflect: Vec<kube::discovery::ApiResource>,
 }
 
 /// Whether the node status must be written: it says something new, or the last write is
@@ -236,6 +238,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         resync: opts.pod_resync,
         home_api_address: opts.home_api_address,
         storage_class: opts.storage_class.clone(),
+        reflect: opts.reflect.clone(),
     };
     let pod_loop = tokio::spawn(pods::run::run(
         local.clone(),

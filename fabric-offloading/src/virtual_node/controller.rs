@@ -141,6 +141,7 @@ struct Desired {
     service_account: ServiceAccount,
     cluster_role: ClusterRole,
     cluster_role_binding: ClusterRoleBinding,
+    reflection_binding: ClusterRoleBinding,
     roles: Vec<(Role, RoleBinding)>,
     deployment: Deployment,
 }
@@ -161,6 +162,7 @@ async fn apply_objects(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
         service_account: objects::service_account(vn),
         cluster_role: objects::cluster_role(vn),
         cluster_role_binding: objects::cluster_role_binding(vn),
+        reflection_binding: objects::reflection_binding(vn),
         roles: objects::roles(vn, &ctx.settings),
         deployment: objects::deployment(vn, &ctx.settings),
     };
@@ -186,6 +188,11 @@ async fn apply_objects(ctx: &Ctx, vn: &VirtualNode) -> Result<(), Error> {
     apply(
         &Api::<ClusterRoleBinding>::all(c.clone()),
         &desired.cluster_role_binding,
+    )
+    .await?;
+    apply(
+        &Api::<ClusterRoleBinding>::all(c.clone()),
+        &desired.reflection_binding,
     )
     .await?;
     for (role, binding) in &desired.roles {
@@ -356,6 +363,8 @@ async fn reconcile_cleanup(vn: Arc<VirtualNode>, ctx: &Ctx) -> Result<Action, Er
         delete(&Api::<Role>::namespaced(c.clone(), &rns), &name).await?;
     }
     delete(&Api::<ClusterRoleBinding>::all(c.clone()), &name).await?;
+    let reflection = objects::reflection_binding(&vn).name_any();
+    delete(&Api::<ClusterRoleBinding>::all(c.clone()), &reflection).await?;
     delete(&Api::<ClusterRole>::all(c.clone()), &name).await?;
     delete(&Api::<ServiceAccount>::namespaced(c.clone(), &ns), &name).await?;
     set_foreign_cluster(ctx, &vn, None).await;

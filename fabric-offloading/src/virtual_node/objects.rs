@@ -54,6 +54,33 @@ pub struct Settings {
     /// Where this cluster's API server listens on the cluster network (`IP:PORT`), passed to
     /// every virtual kubelet (`--home-api-address`): offloaded pods reach it there.
     pub home_api_address: Option<String>,
+    /// The custom kinds every virtual kubelet reflects into its twins
+    /// (`--reflect-custom-resource`); its rights on them at home are the admin's
+    /// ClusterRole [`REFLECTION_ROLE`].
+    pub reflect: Vec<fabric_api::reflection::CustomResource>,
+}
+
+/// The ClusterRole (deploy/base/rbac.yaml, shipped with no rules) holding what every virtual
+/// kubelet may do with the custom kinds the admin has it reflect: read them, write their
+/// status. Bound to each virtual kubelet by [`reflection_binding`].
+pub const REFLECTION_ROLE: &str = "fabric-virtual-kubelet-reflection";
+
+/// The binding of [`REFLECTION_ROLE`] to `vn`'s virtual kubelet.
+pub fn reflection_binding(vn: &VirtualNode) -> ClusterRoleBinding {
+    let mut metadata = meta(vn, None);
+    // The ServiceAccount's name and a suffix (the admission policy
+    // fabric-virtual-nodes-rbac checks it so); a ClusterRoleBinding's name is not bounded
+    // to 63 characters as the ServiceAccount's is.
+    metadata.name = Some(format!("{}-reflection", name(vn)));
+    ClusterRoleBinding {
+        metadata,
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: REFLECTION_ROLE.to_owned(),
+        },
+        subjects: Some(vec![subject(vn)]),
+    }
 }
 
 /// The name of every object of a VirtualNode's virtual kubelet: derived from its Node's
@@ -394,6 +421,9 @@ pub fn deployment(vn: &VirtualNode, s: &Settings) -> Deployment {
                                     .iter()
                                     .flat_map(|a| ["--home-api-address".to_owned(), a.clone()]),
                             )
+                            .chain(s.reflect.iter().flat_map(|r| {
+                                ["--reflect-custom-resource".to_owned(), r.to_string()]
+                            }))
                             .collect(),
                         ),
                         env: Some(vec![
@@ -461,6 +491,7 @@ mod tests {
             fabric_namespace: "fabric-system".into(),
             kubelet_port: KUBELET_PORT,
             home_api_address: None,
+            reflect: Vec::new(),
         }
     }
 
@@ -570,8 +601,10 @@ mod tests {
             .unwrap();
         assert!(args.windows(2).any(|w| w == ["--kubelet-port", "0"]));
         assert!(!args.iter().any(|a| a == "--home-api-address"));
+        assert!(!args.iter().any(|a| a == "--reflect-custom-resource"));
         let home = Settings {
             home_api_address: Some("10.0.1.100:6443".into()),
+            reflect: vec!["widgets.example.com/v1".parse().unwrap()],
             ..settings()
         };
         let args = deployment(&v, &home).spec.template.spec.unwrap().containers[0]
@@ -581,6 +614,17 @@ mod tests {
         assert!(
             args.windows(2)
                 .any(|w| w == ["--home-api-address", "10.0.1.100:6443"])
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--reflect-custom-resource", "widgets.example.com/v1"])
+        );
+        let b = reflection_binding(&v);
+        assert_eq!(b.role_ref.name, REFLECTION_ROLE);
+        assert_eq!(
+            b.subjects,
+            cluster_role_binding(&v).subjects,
+            "to the virtual kubelet alone"
         );
         let ip_rules: Vec<_> = roles(&v, &home)
             .into_iter()

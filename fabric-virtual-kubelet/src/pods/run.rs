@@ -10,7 +10,9 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use anyhow::Result;
 use fabric_api::{names, networking::v1alpha1::Configuration, offloading::v1alpha1::Storage};
 use fabric_kube::events::Events;
-use fabric_reflector::{Metrics, Options, Pair, Reachability, Reflection, mirror::Mirror};
+use fabric_reflector::{
+    Metrics, Options, Pair, Reachability, Reflection, custom::Customs, mirror::Mirror,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use tokio::{sync::watch, task::JoinHandle};
@@ -53,6 +55,9 @@ pub struct Opts {
     pub home_api_address: Option<std::net::SocketAddrV4>,
     /// The virtual StorageClass ([`crate::storage`]).
     pub storage_class: String,
+    /// The custom kinds reflected into twins, spec out and status back
+    /// ([`fabric_reflector::custom`]).
+    pub reflect: Vec<kube::discovery::ApiResource>,
 }
 
 /// Whether the provider answers, as the node's readiness says (not known before the node
@@ -218,6 +223,12 @@ pub async fn run(
             },
             Options::new(CONFIG_SYNCS, opts.resync).resync_on(storage),
         );
+    for resource in &opts.reflect {
+        twin.register(
+            Customs::new(resource.clone()),
+            Options::new(CONFIG_SYNCS, opts.resync),
+        );
+    }
     let twin = Arc::new(twin);
     let pairs = twin.clone();
     tokio::spawn(async move {

@@ -1,0 +1,393 @@
+//! Custom resources reflected by choice of the consumer's admin (issue 20): objects of a kind
+//! known only at run time (an [`ApiResource`], resolved from a flag through discovery) copied
+//! into the remote namespace, spec out and status back.
+//!
+//! - **Spec out**: the remote copy holds the home object's `spec`, its labels and annotations
+//!   (minus ours and kubectl's), with the usual marks; written, deleted and left alone as any
+//!   [`Mirror`] does ([`mirror::plan`]).
+//! - **Status back**: when our remote copy's `status` differs from the home object's, it is
+//!   written onto the home object's status subresource ([`status_back`], pure). Never the
+//!   other way: the remote status is the provider's operator's.
+//! - **A kind the provider does not accept** (403: its admin did not grant it to tenants):
+//!   a `ReflectionRefused` Warning Event at home naming the kind, and no retry storm: no key of
+//!   that kind is applied again in that cluster before [`Customs::recheck`] has passed
+//!   ([`refused_wait`], pure).
+use std::{
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use fabric_api::names::{self, annotation::REFLECTED_HASH};
+use fabric_kube::events::Event;
+use kube::{
+    Resource as _, ResourceExt as _,
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+use tracing::{debug, info};
+
+use crate::{
+    gate::Remote,
+    key::{Key, Pair},
+    kind::{Cx, Kind, Next, View},
+    mirror::{self, Forge, Mirror, Plan, REFUSED},
+};
+
+/// How long a kind the remote cluster refused (403) is left before it is tried again.
+pub const RECHECK: Duration = Duration::from_secs(300);
+
+/// kubectl's record of what it applied: the home side's business, not the copy's.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The forge of a custom kind: `spec`, labels and annotations (minus ours).
+pub struct Spec {
+    pub resource: ApiResource,
+}
+
+impl Forge for Spec {
+    type Home = DynamicObject;
+    type Remote = DynamicObject;
+    const NAME: &'static str = "customresources";
+
+    fn forge(&self, home: &DynamicObject) -> Option<DynamicObject> {
+        let mut o = DynamicObject::new(&home.name_any(), &self.resource);
+        o.metadata.labels = home.metadata.labels.clone().map(|mut l| {
+            l.remove(names::label::REFLECTED_FROM);
+            l.remove(names::label::REFLECTED_TO);
+            l
+        });
+        o.metadata.annotations = home.metadata.annotations.clone().map(|mut a| {
+            a.remove(REFLECTED_HASH);
+            a.remove(LAST_APPLIED);
+            a
+        });
+        o.data = match home.data.get("spec") {
+            Some(spec) => json!({ "spec": spec }),
+            None => json!({}),
+        };
+        Some(o)
+    }
+}
+
+/// The status to write onto `home`'s status subresource, given our remote copy `remote`: the
+/// remote one when it has one and it differs from home's; `None`: nothing to write.
+pub fn status_back(home: &DynamicObject, remote: Option<&DynamicObject>) -> Option<Value> {
+    let theirs = remote?.data.get("status").filter(|s| !s.is_null())?;
+    (home.data.get("status") != Some(theirs)).then(|| theirs.clone())
+}
+
+/// How long to wait before applying again a kind the remote cluster refused at `refused`
+/// (`None`: never refused, or `recheck` has passed since: go ahead).
+pub fn refused_wait(refused: Option<Instant>, now: Instant, recheck: Duration) -> Option<Duration> {
+    let until = refused? + recheck;
+    (now < until).then(|| until - now)
+}
+
+/// The [`Kind`] of one custom kind: a [`Mirror`] of [`Spec`], with status back and the
+/// refused-kind gate.
+pub struct Customs {
+    mirror: Mirror<Spec>,
+    /// The flag value it came from (`widgets.example.com/v1`), for Events and logs.
+    name: String,
+    /// When the remote cluster last refused an object of this kind (403).
+    refused: Mutex<Option<Instant>>,
+    /// How long a refused kind is left alone ([`RECHECK`]).
+    pub recheck: Duration,
+}
+
+impl Customs {
+    pub fn new(resource: ApiResource) -> Self {
+        let name = if resource.group.is_empty() {
+            format!("{}/{}", resource.plural, resource.version)
+        } else {
+            format!(
+                "{}.{}/{}",
+                resource.plural, resource.group, resource.version
+            )
+        };
+        Self {
+            mirror: Mirror(Spec { resource }),
+            name,
+            refused: Mutex::new(None),
+            recheck: RECHECK,
+        }
+    }
+
+    fn refused(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What to do about one custom object: the mirror's plan, and a status to bring home.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub plan: Plan<DynamicObject>,
+    pub status: Option<Value>,
+}
+
+/// Why a custom object's sync failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Mirror(#[from] mirror::Error),
+    #[error("applying {kind} {namespace}/{name} in the remote cluster: {source}")]
+    Apply {
+        kind: String,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the status of {kind} {key} at home: {source}")]
+    Status {
+        kind: String,
+        key: Key,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// `view` as the mirror of `kind` sees it (the same objects).
+fn as_mirror<'a>(view: &View<'a, Customs>) -> View<'a, Mirror<Spec>> {
+    View {
+        key: view.key,
+        pair: view.pair,
+        home: view.home,
+        remote: view.remote,
+        reachable: view.reachable,
+        marks: view.marks,
+    }
+}
+
+impl Kind for Customs {
+    type Home = DynamicObject;
+    type Remote = DynamicObject;
+    type Step = Step;
+    type Error = Error;
+    const NAME: &'static str = Spec::NAME;
+
+    fn home_type(&self) -> ApiResource {
+        self.mirror.0.resource.clone()
+    }
+
+    fn remote_type(&self) -> ApiResource {
+        self.mirror.0.resource.clone()
+    }
+
+    fn remote_name(&self, key: &Key) -> String {
+        self.mirror.remote_name(key)
+    }
+
+    fn key_of(&self, pair: &Pair, remote: &DynamicObject) -> Option<Key> {
+        self.mirror.key_of(pair, remote)
+    }
+
+    fn orphaned(&self, remote: &DynamicObject, home: Option<&DynamicObject>) -> bool {
+        self.mirror.orphaned(remote, home)
+    }
+
+    fn decide(&self, view: &View<'_, Self>) -> Step {
+        let plan = mirror::plan(&self.mirror.0, &as_mirror(view));
+        let status = match view.remote {
+            Remote::Ours(r) if view.reachable => status_back(view.home, Some(r)),
+            _ => None,
+        };
+        Step { plan, status }
+    }
+
+    async fn act(&self, cx: &Cx<'_, Self>, step: Step) -> Result<Next, Error> {
+        let mut next = Next::Done;
+        match step.plan {
+            Plan::Apply(obj) => next = self.apply(cx, *obj).await?,
+            plan => {
+                let mcx = Cx {
+                    view: as_mirror(&cx.view),
+                    kind: &self.mirror,
+                    home_client: cx.home_client,
+                    endpoint: cx.endpoint,
+                    events: cx.events,
+                    writes: cx.writes,
+                };
+                self.mirror.act(&mcx, plan).await?;
+            }
+        }
+        if let Some(status) = step.status {
+            let pp = PatchParams::default();
+            let after = cx
+                .home_api()
+                .patch_status(
+                    &cx.view.key.name,
+                    &pp,
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+                .map_err(|source| Error::Status {
+                    kind: self.name.clone(),
+                    key: cx.view.key.clone(),
+                    source,
+                })?;
+            debug!(kind = %self.name, key = %cx.view.key, "status brought home");
+            cx.wrote_home(after);
+        }
+        Ok(next)
+    }
+}
+
+impl Customs {
+    /// Applies `obj` in the remote namespace, unless the remote cluster refused this kind a
+    /// short while ago; a refusal for want of rights is said at home and waited out.
+    async fn apply(&self, cx: &Cx<'_, Self>, mut obj: DynamicObject) -> Result<Next, Error> {
+        let (Some(api), Some(namespace)) = (cx.remote_api(), cx.remote_namespace()) else {
+            return Ok(Next::Done);
+        };
+        let now = Instant::now();
+        if let Some(wait) = refused_wait(*self.refused(), now, self.recheck) {
+            return Ok(Next::After(wait));
+        }
+        let name = cx.remote_name();
+        obj.meta_mut().namespace = Some(namespace.to_owned());
+        let pp = PatchParams::apply(names::field_manager::REFLECTION).force();
+        match api.patch(&name, &pp, &Patch::Apply(&obj)).await {
+            Ok(_) => {
+                *self.refused() = None;
+                debug!(kind = %self.name, key = %cx.view.key, "reflected");
+                Ok(Next::Done)
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                let cluster = cx.endpoint.map(|e| e.marks.destination()).unwrap_or("?");
+                let note = format!(
+                    "cluster {cluster} does not accept {} from this cluster (its admin grants \
+                     tenants the kinds they may write there): not reflected; tried again in \
+                     {}s. It said: {}",
+                    self.name,
+                    self.recheck.as_secs(),
+                    s.message
+                );
+                info!(kind = %self.name, key = %cx.view.key, "{note}");
+                *self.refused() = Some(now);
+                cx.event(&Event::warning(REFUSED, "Reflect", note)).await;
+                Ok(Next::After(self.recheck))
+            }
+            Err(source) => Err(Error::Apply {
+                kind: self.name.clone(),
+                namespace: namespace.to_owned(),
+                name,
+                source,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::GroupVersionKind;
+
+    use super::*;
+    use crate::marks::Marks;
+
+    fn widgets() -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+            "widgets",
+        )
+    }
+
+    fn widget(name: &str, data: Value) -> DynamicObject {
+        let mut o = DynamicObject::new(name, &widgets()).within("shop");
+        o.metadata.uid = Some(format!("uid-{name}"));
+        o.data = data;
+        o
+    }
+
+    #[test]
+    fn the_copy_holds_the_spec_and_labels_but_not_status_nor_our_marks() {
+        let mut home = widget("w", json!({"spec": {"size": 3}, "status": {"ready": true}}));
+        home.metadata.labels = Some(
+            [("app", "web"), (names::label::REFLECTED_TO, "x")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+        );
+        home.metadata.annotations = Some([(LAST_APPLIED.to_owned(), "{}".to_owned())].into());
+        let copy = Spec {
+            resource: widgets(),
+        }
+        .forge(&home)
+        .unwrap();
+        assert_eq!(copy.data, json!({"spec": {"size": 3}}));
+        assert_eq!(copy.types.as_ref().unwrap().api_version, "example.com/v1");
+        assert_eq!(copy.types.as_ref().unwrap().kind, "Widget");
+        let labels = copy.metadata.labels.unwrap();
+        assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+        assert!(!labels.contains_key(names::label::REFLECTED_TO));
+        assert!(copy.metadata.annotations.unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_spec_change_is_applied_and_an_unchanged_one_is_not() {
+        let marks = Marks::new("alpha", "beta");
+        let pair = Pair::namespaces("shop", "shop-alpha");
+        let spec = Spec {
+            resource: widgets(),
+        };
+        let home = widget("w", json!({"spec": {"size": 3}}));
+        let Plan::Apply(first) = mirror::plan_of(&spec, &pair, &home, Remote::Absent, true, &marks)
+        else {
+            panic!("expected an apply")
+        };
+        let mut there = *first;
+        there.metadata.uid = Some("remote".into());
+        // The operator's status there is no drift.
+        there.data["status"] = json!({"ready": true});
+        assert_eq!(
+            mirror::plan_of(&spec, &pair, &home, Remote::Ours(&there), true, &marks),
+            Plan::Nothing
+        );
+        let bigger = widget("w", json!({"spec": {"size": 4}}));
+        assert!(matches!(
+            mirror::plan_of(&spec, &pair, &bigger, Remote::Ours(&there), true, &marks),
+            Plan::Apply(_)
+        ));
+    }
+
+    #[test]
+    fn the_remote_status_comes_home_when_it_differs() {
+        let home = widget("w", json!({"spec": {"size": 3}}));
+        let there = widget("w", json!({"spec": {"size": 3}, "status": {"ready": true}}));
+        assert_eq!(
+            status_back(&home, Some(&there)),
+            Some(json!({"ready": true}))
+        );
+        let home_done = widget("w", json!({"spec": {"size": 3}, "status": {"ready": true}}));
+        assert_eq!(status_back(&home_done, Some(&there)), None, "already home");
+        // No status there (yet), or no copy: home's is left as it is.
+        let bare = widget("w", json!({"spec": {"size": 3}}));
+        assert_eq!(status_back(&home_done, Some(&bare)), None);
+        assert_eq!(status_back(&home_done, None), None);
+        let changed = widget("w", json!({"status": {"ready": false}}));
+        assert_eq!(
+            status_back(&home_done, Some(&changed)),
+            Some(json!({"ready": false}))
+        );
+    }
+
+    #[test]
+    fn a_refused_kind_waits_for_the_recheck() {
+        let t0 = Instant::now();
+        let recheck = Duration::from_secs(300);
+        assert_eq!(refused_wait(None, t0, recheck), None, "never refused");
+        assert_eq!(
+            refused_wait(Some(t0), t0 + Duration::from_secs(100), recheck),
+            Some(Duration::from_secs(200))
+        );
+        assert_eq!(refused_wait(Some(t0), t0 + recheck, recheck), None);
+        assert_eq!(
+            refused_wait(Some(t0), t0 + Duration::from_secs(301), recheck),
+            None
+        );
+    }
+
+    #[test]
+    fn the_kind_is_named_as_the_flag_names_it() {
+        assert_eq!(Customs::new(widgets()).name, "widgets.example.com/v1");
+    }
+}
