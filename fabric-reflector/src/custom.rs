@@ -123,6 +123,10 @@ impl Customs {
 pub struct Step {
     pub plan: Plan<DynamicObject>,
     pub status: Option<Value>,
+    /// The remote cache has not listed while the remote cluster answers: ask for the object
+    /// once, to tell a kind still listing from one the remote cluster does not let us read
+    /// (its watch is refused for ever, and the mirror would wait for ever without a word).
+    pub probe: bool,
 }
 
 /// Why a custom object's sync failed.
@@ -192,11 +196,20 @@ impl Kind for Customs {
             Remote::Ours(r) if view.reachable => status_back(view.home, Some(r)),
             _ => None,
         };
-        Step { plan, status }
+        let probe =
+            matches!(view.remote, Remote::Unknown) && view.reachable && view.marks.is_some();
+        Step {
+            plan,
+            status,
+            probe,
+        }
     }
 
     async fn act(&self, cx: &Cx<'_, Self>, step: Step) -> Result<Next, Error> {
         let mut next = Next::Done;
+        if step.probe {
+            return self.probe(cx).await;
+        }
         match step.plan {
             Plan::Apply(obj) => next = self.apply(cx, *obj).await?,
             plan => {
@@ -234,6 +247,43 @@ impl Kind for Customs {
 }
 
 impl Customs {
+    /// The refusal of this kind by the remote cluster, said at home and waited out
+    /// ([`Customs::recheck`]).
+    async fn refused_now(&self, cx: &Cx<'_, Self>, now: Instant, said: &str) -> Next {
+        let cluster = cx.endpoint.map(|e| e.marks.destination()).unwrap_or("?");
+        let note = format!(
+            "cluster {cluster} does not accept {} from this cluster (its admin grants tenants \
+             the kinds they may write there): not reflected; tried again in {}s. It said: \
+             {said}",
+            self.name,
+            self.recheck.as_secs(),
+        );
+        info!(kind = %self.name, key = %cx.view.key, "{note}");
+        *self.refused() = Some(now);
+        cx.event(&Event::warning(REFUSED, "Reflect", note)).await;
+        Next::After(self.recheck)
+    }
+
+    /// Reads the key's remote object once while the remote cache has not listed: a 403 is
+    /// this kind refused there.
+    async fn probe(&self, cx: &Cx<'_, Self>) -> Result<Next, Error> {
+        let Some(api) = cx.remote_api() else {
+            return Ok(Next::Done);
+        };
+        let now = Instant::now();
+        if let Some(wait) = refused_wait(*self.refused(), now, self.recheck) {
+            return Ok(Next::After(wait));
+        }
+        match api.get_opt(&cx.remote_name()).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                Ok(self.refused_now(cx, now, &s.message).await)
+            }
+            // Still listing, or out of reach for a moment: the cache's listing syncs the key
+            // again.
+            _ => Ok(Next::Done),
+        }
+    }
+
     /// Applies `obj` in the remote namespace, unless the remote cluster refused this kind a
     /// short while ago; a refusal for want of rights is said at home and waited out.
     async fn apply(&self, cx: &Cx<'_, Self>, mut obj: DynamicObject) -> Result<Next, Error> {
@@ -254,19 +304,7 @@ impl Customs {
                 Ok(Next::Done)
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
-                let cluster = cx.endpoint.map(|e| e.marks.destination()).unwrap_or("?");
-                let note = format!(
-                    "cluster {cluster} does not accept {} from this cluster (its admin grants \
-                     tenants the kinds they may write there): not reflected; tried again in \
-                     {}s. It said: {}",
-                    self.name,
-                    self.recheck.as_secs(),
-                    s.message
-                );
-                info!(kind = %self.name, key = %cx.view.key, "{note}");
-                *self.refused() = Some(now);
-                cx.event(&Event::warning(REFUSED, "Reflect", note)).await;
-                Ok(Next::After(self.recheck))
+                Ok(self.refused_now(cx, now, &s.message).await)
             }
             Err(source) => Err(Error::Apply {
                 kind: self.name.clone(),
@@ -383,6 +421,39 @@ mod tests {
         assert_eq!(
             refused_wait(Some(t0), t0 + Duration::from_secs(301), recheck),
             None
+        );
+    }
+
+    #[test]
+    fn a_kind_whose_remote_cache_does_not_list_is_probed_while_reachable() {
+        let kind = Customs::new(widgets());
+        let marks = Marks::new("alpha", "beta");
+        let pair = Pair::namespaces("shop", "shop-alpha");
+        let key = Key::new("shop", "w");
+        let home = std::sync::Arc::new(widget("w", json!({"spec": {"size": 1}})));
+        let step = |remote, reachable| {
+            kind.decide(&View {
+                key: &key,
+                pair: &pair,
+                home: &home,
+                remote,
+                reachable,
+                marks: Some(&marks),
+            })
+        };
+        let unknown = step(Remote::Unknown, true);
+        assert!(
+            unknown.probe && unknown.plan == Plan::Nothing,
+            "{unknown:?}"
+        );
+        assert!(
+            !step(Remote::Unknown, false).probe,
+            "not while out of reach"
+        );
+        let absent = step(Remote::Absent, true);
+        assert!(
+            !absent.probe && matches!(absent.plan, Plan::Apply(_)),
+            "{absent:?}"
         );
     }
 

@@ -293,6 +293,17 @@ const OFFLOADED: &str = "offloading.fabric.io/Offloaded";
 /// The bed; `sharing_args`: flags of the provider's `fabric-controller sharing` beyond the
 /// defaults.
 async fn setup(tag: &str, sharing_args: &[&str]) -> Option<Bed> {
+    setup_with(tag, sharing_args, &[], &[]).await
+}
+
+/// [`setup`], with `vn_args` for the consumer's VirtualNode controller and `home_crds`
+/// installed (and served) at home before it starts.
+async fn setup_with(
+    tag: &str,
+    sharing_args: &[&str],
+    vn_args: &[&str],
+    home_crds: &[Value],
+) -> Option<Bed> {
     if !require_tools(tag) {
         return None;
     }
@@ -333,11 +344,21 @@ async fn setup(tag: &str, sharing_args: &[&str]) -> Option<Bed> {
     // VirtualNode exists, including the remap of the provider's pod CIDR.
     let consumer = consumer.join().expect("starting the consumer").unwrap();
     consumer.kubectl_ok(&["create", "namespace", HOME_NS]);
+    for crd in home_crds {
+        apply(&consumer, crd);
+        let name = format!("crd/{}", crd["metadata"]["name"].as_str().unwrap());
+        consumer.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            &name,
+            "--timeout=60s",
+        ]);
+    }
     let fixture::VirtualNodes {
         controller: vn_controller,
         deployments,
         ..
-    } = fixture::start_virtual_nodes(&consumer, &dir, &[]).unwrap();
+    } = fixture::start_virtual_nodes(&consumer, &dir, vn_args).unwrap();
     let c = consumer.client().await;
     let bed = Bed {
         consumer,

@@ -210,3 +210,218 @@ async fn the_provider_chooses_the_custom_kinds_a_consumer_writes_in_its_twins() 
     )
     .await;
 }
+
+/// A widget (or gadget) at home, as its owner writes it.
+fn home_object(kind: &str, name: &str, size: i64) -> Value {
+    json!({"apiVersion": format!("{GROUP}/v1"), "kind": kind,
+           "metadata": {"name": name, "namespace": STORE},
+           "spec": {"size": size}})
+}
+
+/// Object `name` of `plural` in `ns` of `api`, as its admin reads it (`None`: not there).
+fn read(api: &ApiServer, plural: &str, ns: &str, name: &str) -> Option<Value> {
+    let o = api.kubectl(&["get", plural, name, "-n", ns, "-o", "json"]);
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())
+        .flatten()
+}
+
+/// The consumer's side of custom-resource reflection (issue 20), with the real virtual
+/// kubelet and only the rights deploy/ gives it (its home rights on widgets and gadgets are
+/// what the consumer's admin puts in ClusterRole fabric-virtual-kubelet-reflection): the
+/// VirtualNode controller runs it with `--reflect-custom-resource` for widgets and gadgets;
+/// the provider's admin accepts widgets only. A widget of an offloaded namespace appears in
+/// the twin with its spec and our marks; the status the provider's operator writes there
+/// comes home onto the home widget's status; a spec change follows; a widget of the same
+/// name someone else made in the twin is left alone (a Warning Event at home); the gadget
+/// the provider refuses gets a `ReflectionRefused` Event at home naming the kind and no
+/// object there; the home widget deleted, its copy goes.
+#[tokio::test]
+async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
+    let kinds = [crd("widgets", "Widget"), crd("gadgets", "Gadget")];
+    let Some(bed) = phase_async(
+        "the bed, the CRDs at home, the virtual kubelet reflecting widgets and gadgets",
+        setup_with(
+            "crd-reflect",
+            &[],
+            &[
+                "--reflect-custom-resource",
+                "widgets.example.com/v1",
+                "--reflect-custom-resource",
+                "gadgets.example.com/v1",
+            ],
+            &kinds,
+        ),
+    )
+    .await
+    else {
+        return;
+    };
+    let twin = store_twin();
+    phase_async(
+        "the admins: the consumer's grants its virtual kubelets both kinds, the provider accepts widgets",
+        async {
+            let o = bed.consumer.kubectl(&[
+                "patch",
+                "clusterrole",
+                "fabric-virtual-kubelet-reflection",
+                "--type=merge",
+                "-p",
+                &json!({"rules": [
+                    {"apiGroups": [GROUP], "resources": ["widgets", "gadgets"],
+                     "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": [GROUP], "resources": ["widgets/status", "gadgets/status"],
+                     "verbs": ["patch"]}]})
+                .to_string(),
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            for c in &kinds {
+                apply(&bed.provider, c);
+            }
+            let o = allow(&bed, widget_rules(&["widgets"]));
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        },
+    )
+    .await;
+    phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
+    phase_async("a namespace offloaded, its twin made", async {
+        offload_store(&bed, &twin).await;
+        bed.eventually(
+            "the twin's reflection binding made by the provider",
+            || async {
+                let o = bed.provider.kubectl(&[
+                    "get",
+                    "rolebinding",
+                    "fabric-consumer-reflection",
+                    "-n",
+                    &twin,
+                ]);
+                o.status.success().then_some(())
+            },
+        )
+        .await;
+    })
+    .await;
+    phase_async(
+        "a widget at home appears in the twin with its spec",
+        async {
+            apply(&bed.consumer, &home_object("Widget", "w1", 1));
+            bed.eventually("w1 in the twin", || async {
+                let w = read(&bed.provider, "widgets", &twin, "w1")?;
+                let labels = &w["metadata"]["labels"];
+                (w["spec"]["size"] == json!(1)
+                    && labels[names::label::REFLECTED_TO].is_string()
+                    && labels[names::label::REFLECTED_FROM].is_string())
+                .then_some(())
+            })
+            .await;
+        },
+    )
+    .await;
+    phase_async(
+        "the provider's operator writes status there: it comes home",
+        async {
+            bed.provider.kubectl_ok(&[
+                "patch",
+                "widget",
+                "w1",
+                "-n",
+                &twin,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"ready":true,"replicas":3}}"#,
+            ]);
+            bed.eventually("w1's status at home", || async {
+                let w = read(&bed.consumer, "widgets", STORE, "w1")?;
+                (w["status"] == json!({"ready": true, "replicas": 3})).then_some(())
+            })
+            .await;
+            // Home's spec stays home's: the status write touched nothing else.
+            let w = read(&bed.consumer, "widgets", STORE, "w1").unwrap();
+            assert_eq!(w["spec"]["size"], json!(1), "{w}");
+        },
+    )
+    .await;
+    phase_async("a spec change at home follows", async {
+        apply(&bed.consumer, &home_object("Widget", "w1", 2));
+        bed.eventually("w1's new size in the twin", || async {
+            let w = read(&bed.provider, "widgets", &twin, "w1")?;
+            (w["spec"]["size"] == json!(2)).then_some(())
+        })
+        .await;
+        let w = read(&bed.provider, "widgets", &twin, "w1").unwrap();
+        assert_eq!(
+            w["status"]["ready"],
+            json!(true),
+            "the operator's status kept: {w}"
+        );
+    })
+    .await;
+    phase_async(
+        "a widget someone else made in the twin is left alone, said at home",
+        async {
+            let mut theirs = home_object("Widget", "w2", 7);
+            theirs["metadata"]["namespace"] = json!(twin);
+            apply(&bed.provider, &theirs);
+            apply(&bed.consumer, &home_object("Widget", "w2", 1));
+            bed.event(&bed.consumer, STORE, "the not-ours Event on w2", |e| {
+                e["reason"] == "FailedReflection"
+                    && e["regarding"]["name"] == "w2"
+                    && e["regarding"]["kind"] == "Widget"
+            })
+            .await;
+            let w = read(&bed.provider, "widgets", &twin, "w2").unwrap();
+            assert_eq!(
+                w["spec"]["size"],
+                json!(7),
+                "someone else's widget written: {w}"
+            );
+            assert!(
+                w["metadata"]["labels"][names::label::REFLECTED_TO].is_null(),
+                "marked as ours: {w}"
+            );
+        },
+    )
+    .await;
+    phase_async(
+        "a gadget, which the provider does not accept: said at home, nothing there",
+        async {
+            apply(&bed.consumer, &home_object("Gadget", "g1", 1));
+            bed.event(
+                &bed.consumer,
+                STORE,
+                "the ReflectionRefused Event on g1",
+                |e| {
+                    e["reason"] == "ReflectionRefused"
+                        && e["regarding"]["name"] == "g1"
+                        && e["note"].as_str().is_some_and(|n| {
+                            n.contains("gadgets.example.com/v1") && n.contains("does not accept")
+                        })
+                },
+            )
+            .await;
+            assert!(
+                read(&bed.provider, "gadgets", &twin, "g1").is_none(),
+                "a gadget in the twin"
+            );
+        },
+    )
+    .await;
+    phase_async("the home widget deleted: its copy goes", async {
+        bed.consumer
+            .kubectl_ok(&["delete", "widget", "w1", "-n", STORE, "--wait=false"]);
+        bed.eventually("w1 gone from the twin", || async {
+            read(&bed.provider, "widgets", &twin, "w1")
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        assert!(
+            read(&bed.provider, "widgets", &twin, "w2").is_some(),
+            "someone else's widget kept"
+        );
+    })
+    .await;
+}
