@@ -49,6 +49,14 @@ impl Forge for Spec {
     type Remote = DynamicObject;
     const NAME: &'static str = "customresources";
 
+    fn home_type(&self) -> ApiResource {
+        self.resource.clone()
+    }
+
+    fn remote_type(&self) -> ApiResource {
+        self.resource.clone()
+    }
+
     fn forge(&self, home: &DynamicObject) -> Option<DynamicObject> {
         let mut o = DynamicObject::new(&home.name_any(), &self.resource);
         o.metadata.labels = home.metadata.labels.clone().map(|mut l| {

@@ -48,6 +48,16 @@ pub trait Forge: Send + Sync + 'static {
     /// is deleted.
     fn forge(&self, home: &Self::Home) -> Option<Self::Remote>;
 
+    /// The run-time type of the home objects ([`Kind::home_type`]; default: a static type's).
+    fn home_type(&self) -> <Self::Home as kube::Resource>::DynamicType {
+        crate::kind::fixed::<Self::Home>()
+    }
+
+    /// The run-time type of the remote objects ([`Kind::remote_type`]).
+    fn remote_type(&self) -> <Self::Remote as kube::Resource>::DynamicType {
+        crate::kind::fixed::<Self::Remote>()
+    }
+
     /// The name of the remote object of home object `name` (default: the same).
     fn remote_name(&self, name: &str) -> String {
         name.to_owned()
@@ -258,6 +268,14 @@ impl<F: Forge> Kind for Mirror<F> {
 
     fn watch_home(&self) -> watcher::Config {
         self.0.watch_home()
+    }
+
+    fn home_type(&self) -> <F::Home as kube::Resource>::DynamicType {
+        self.0.home_type()
+    }
+
+    fn remote_type(&self) -> <F::Remote as kube::Resource>::DynamicType {
+        self.0.remote_type()
     }
 
     fn remote_name(&self, key: &Key) -> String {
