@@ -24,7 +24,7 @@ pub enum Unresolved {
     Discovery {
         flag: CustomResource,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -51,7 +51,7 @@ pub async fn resolve(client: &Client, cr: &CustomResource) -> Result<ApiResource
         Err(kube::Error::Api(s)) if s.code == 404 => Err(Unresolved::NotServed(cr.clone())),
         Err(source) => Err(Unresolved::Discovery {
             flag: cr.clone(),
-            source,
+            source: Box::new(source),
         }),
     }
 }

@@ -2298,6 +2298,55 @@ fn manifests_apply_with_least_privilege() {
                 None,
             ),
         );
+            // The admin's custom kinds (ClusterRole fabric-virtual-kubelet-reflection, which
+            // it may bind): to a virtual kubelet's own ServiceAccount only, as
+            // fabric-vk-NODE-reflection.
+            attacks.refused(
+                "the VirtualNode controller binding fabric-virtual-kubelet-reflection to another ServiceAccount",
+                kubectl_with(
+                    &vnodes,
+                    &["create", "clusterrolebinding", "fabric-vk-n1-reflection",
+                      "--clusterrole=fabric-virtual-kubelet-reflection",
+                      "--serviceaccount=fabric-system:mallory"],
+                    None,
+                ),
+            );
+            attacks.refused(
+                "the VirtualNode controller binding fabric-virtual-kubelet-reflection to a user",
+                kubectl_with(
+                    &vnodes,
+                    &[
+                        "create",
+                        "clusterrolebinding",
+                        "fabric-vk-n1-reflection",
+                        "--clusterrole=fabric-virtual-kubelet-reflection",
+                        "--user=mallory",
+                    ],
+                    None,
+                ),
+            );
+            allowed(
+                "the VirtualNode controller binding fabric-virtual-kubelet-reflection to a virtual kubelet",
+                kubectl_with(
+                    &vnodes,
+                    &[
+                        "create",
+                        "clusterrolebinding",
+                        "fabric-vk-n1-reflection",
+                        "--clusterrole=fabric-virtual-kubelet-reflection",
+                        "--serviceaccount=fabric-system:fabric-vk-n1",
+                    ],
+                    None,
+                ),
+            );
+            allowed(
+                "the VirtualNode controller deleting a virtual kubelet's reflection binding",
+                kubectl_with(
+                    &vnodes,
+                    &["delete", "clusterrolebinding", "fabric-vk-n1-reflection"],
+                    None,
+                ),
+            );
             attacks.refused(
                 "the VirtualNode controller creating a ServiceAccount in kube-system",
                 kubectl_with(
