@@ -2332,9 +2332,9 @@ fn manifests_apply_with_least_privilege() {
                     &[
                         "create",
                         "clusterrolebinding",
-                        "fabric-vk-n1-reflection",
+                        "fabric-vk-n2-reflection",
                         "--clusterrole=fabric-virtual-kubelet-reflection",
-                        "--serviceaccount=fabric-system:fabric-vk-n1",
+                        "--serviceaccount=fabric-system:fabric-vk-n2",
                     ],
                     None,
                 ),
@@ -2343,7 +2343,7 @@ fn manifests_apply_with_least_privilege() {
                 "the VirtualNode controller deleting a virtual kubelet's reflection binding",
                 kubectl_with(
                     &vnodes,
-                    &["delete", "clusterrolebinding", "fabric-vk-n1-reflection"],
+                    &["delete", "clusterrolebinding", "fabric-vk-n2-reflection"],
                     None,
                 ),
             );
