@@ -276,6 +276,40 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
                 .to_string(),
             ]);
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            // Reading kinds and patching their status, no more: the policy
+            // fabric-virtual-kubelet-reflection-rules says which field.
+            for (rules, field) in [
+                (
+                    json!([{"apiGroups": [GROUP], "resources": ["widgets"],
+                            "verbs": ["get", "update"]}]),
+                    "rules[].verbs",
+                ),
+                (
+                    json!([{"apiGroups": [GROUP], "resources": ["widgets/scale"],
+                            "verbs": ["get"]}]),
+                    "rules[].resources",
+                ),
+                (
+                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
+                    "rules[].apiGroups",
+                ),
+            ] {
+                let o = bed.consumer.kubectl(&[
+                    "patch",
+                    "clusterrole",
+                    "fabric-virtual-kubelet-reflection",
+                    "--type=merge",
+                    "-p",
+                    &json!({"rules": rules}).to_string(),
+                ]);
+                let err = String::from_utf8_lossy(&o.stderr).into_owned();
+                assert!(
+                    !o.status.success()
+                        && err.contains("fabric-virtual-kubelet-reflection")
+                        && err.contains(field),
+                    "{rules} accepted or refused without saying why: {err}"
+                );
+            }
             for c in &kinds {
                 apply(&bed.provider, c);
             }
