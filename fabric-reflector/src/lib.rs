@@ -59,6 +59,13 @@
 //! copy (the pod kind: status home, resizes, deletion through the remote) implements
 //! [`Kind`] itself, its decision still pure and its writes in [`Kind::act`].
 //!
+//! # Kinds known at run time
+//! An [`Object`] is a static type (its `DynamicType` is `()`) or a
+//! [`kube::api::DynamicObject`], whose [`kube::api::ApiResource`] the kind says
+//! ([`Kind::home_type`], [`Kind::remote_type`]; a forge: [`mirror::Forge::home_type`]). The
+//! edge builds every `Api`, cache and lookup with it. [`custom::Customs`] is such a kind: the
+//! custom resources a consumer's admin chooses, spec out and status back.
+//!
 //! # What the edge guarantees
 //! - **Keys.** Everything is synced per key, the home object's (namespace, name), whichever
 //!   side changed: a remote object's event is synced as [`Kind::key_of`] it.
