@@ -262,20 +262,23 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
     phase_async(
         "the admins: the consumer's grants its virtual kubelets both kinds, the provider accepts widgets",
         async {
-            let o = bed.consumer.kubectl(&[
-                "patch",
-                "clusterrole",
-                "fabric-virtual-kubelet-reflection",
-                "--type=merge",
-                "-p",
-                &json!({"rules": [
-                    {"apiGroups": [GROUP], "resources": ["widgets", "gadgets"],
-                     "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": [GROUP], "resources": ["widgets/status", "gadgets/status"],
-                     "verbs": ["patch"]}]})
-                .to_string(),
-            ]);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            // The API server takes a moment to put a new policy in force: a bad rule set
+            // tried without persisting it until it is refused.
+            bed.eventually("policy fabric-virtual-kubelet-reflection-rules in force", || async {
+                let o = bed.consumer.kubectl(&[
+                    "patch",
+                    "clusterrole",
+                    "fabric-virtual-kubelet-reflection",
+                    "--type=merge",
+                    "--dry-run=server",
+                    "-p",
+                    &json!({"rules": [{"apiGroups": [GROUP], "resources": ["widgets"],
+                                       "verbs": ["update"]}]})
+                    .to_string(),
+                ]);
+                (!o.status.success()).then_some(())
+            })
+            .await;
             // Reading kinds and patching their status, no more: the policy
             // fabric-virtual-kubelet-reflection-rules says which field.
             for (rules, field) in [
@@ -310,6 +313,20 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
                     "{rules} accepted or refused without saying why: {err}"
                 );
             }
+            let o = bed.consumer.kubectl(&[
+                "patch",
+                "clusterrole",
+                "fabric-virtual-kubelet-reflection",
+                "--type=merge",
+                "-p",
+                &json!({"rules": [
+                    {"apiGroups": [GROUP], "resources": ["widgets", "gadgets"],
+                     "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": [GROUP], "resources": ["widgets/status", "gadgets/status"],
+                     "verbs": ["patch"]}]})
+                .to_string(),
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             for c in &kinds {
                 apply(&bed.provider, c);
             }
