@@ -2402,7 +2402,7 @@ fn manifests_apply_with_least_privilege() {
     );
 
     phase(
-        "the provider's choice of custom kinds survives re-applying the manifests",
+        "the admins' choices of custom kinds survive re-applying the manifests",
         || {
             // The admin chooses the kinds tenants may write in their twins by creating the
             // ClusterRole the twins bind; an upgrade (`kubectl apply -k deploy/` again) must not
@@ -2411,21 +2411,33 @@ fn manifests_apply_with_least_privilege() {
                 "kind": "ClusterRole", "metadata": {"name": "fabric-consumer-reflection"},
                 "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"],
                            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]});
-            let o = api.kubectl_stdin(&["apply", "-f", "-"], &role.to_string());
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            // The same for the consumer's admin's grant to its virtual kubelets.
+            let vk_role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole", "metadata": {"name": "fabric-virtual-kubelet-reflection"},
+                "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"],
+                           "verbs": ["get", "list", "watch"]}]});
+            for r in [&role, &vk_role] {
+                let o = api.kubectl_stdin(&["apply", "-f", "-"], &r.to_string());
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            }
             api.kubectl_ok(&["apply", "-k", deploy]);
-            let rules = api.kubectl_ok(&[
-                "get",
-                "clusterrole",
+            for name in [
                 "fabric-consumer-reflection",
-                "-o",
-                "jsonpath={.rules[*].resources}",
-            ]);
-            assert_eq!(
-                rules.trim(),
-                r#"["widgets"]"#,
-                "the admin's kinds after re-applying deploy/"
-            );
+                "fabric-virtual-kubelet-reflection",
+            ] {
+                let rules = api.kubectl_ok(&[
+                    "get",
+                    "clusterrole",
+                    name,
+                    "-o",
+                    "jsonpath={.rules[*].resources}",
+                ]);
+                assert_eq!(
+                    rules.trim(),
+                    r#"["widgets"]"#,
+                    "the admin's kinds in {name} after re-applying deploy/"
+                );
+            }
         },
     );
 

@@ -227,6 +227,14 @@ fn read(api: &ApiServer, plural: &str, ns: &str, name: &str) -> Option<Value> {
         .flatten()
 }
 
+/// ClusterRole fabric-virtual-kubelet-reflection with `rules`, as the consumer's admin creates
+/// it (deploy/ does not ship it).
+fn vk_role(rules: Value) -> String {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+           "metadata": {"name": "fabric-virtual-kubelet-reflection"}, "rules": rules})
+    .to_string()
+}
+
 /// The consumer's side of custom-resource reflection (issue 20), with the real virtual
 /// kubelet and only the rights deploy/ gives it (its home rights on widgets and gadgets are
 /// what the consumer's admin puts in ClusterRole fabric-virtual-kubelet-reflection): the
@@ -265,17 +273,11 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
             // The API server takes a moment to put a new policy in force: a bad rule set
             // tried without persisting it until it is refused.
             bed.eventually("policy fabric-virtual-kubelet-reflection-rules in force", || async {
-                let o = bed.consumer.kubectl(&[
-                    "patch",
-                    "clusterrole",
-                    "fabric-virtual-kubelet-reflection",
-                    "--type=merge",
-                    "--dry-run=server",
-                    "-p",
-                    &json!({"rules": [{"apiGroups": [GROUP], "resources": ["widgets"],
-                                       "verbs": ["update"]}]})
-                    .to_string(),
-                ]);
+                let o = bed.consumer.kubectl_stdin(
+                    &["apply", "--dry-run=server", "-f", "-"],
+                    &vk_role(json!([{"apiGroups": [GROUP], "resources": ["widgets"],
+                                     "verbs": ["update"]}])),
+                );
                 (!o.status.success()).then_some(())
             })
             .await;
@@ -297,14 +299,9 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
                     "rules[].apiGroups",
                 ),
             ] {
-                let o = bed.consumer.kubectl(&[
-                    "patch",
-                    "clusterrole",
-                    "fabric-virtual-kubelet-reflection",
-                    "--type=merge",
-                    "-p",
-                    &json!({"rules": rules}).to_string(),
-                ]);
+                let o = bed
+                    .consumer
+                    .kubectl_stdin(&["apply", "-f", "-"], &vk_role(rules.clone()));
                 let err = String::from_utf8_lossy(&o.stderr).into_owned();
                 assert!(
                     !o.status.success()
@@ -313,19 +310,14 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
                     "{rules} accepted or refused without saying why: {err}"
                 );
             }
-            let o = bed.consumer.kubectl(&[
-                "patch",
-                "clusterrole",
-                "fabric-virtual-kubelet-reflection",
-                "--type=merge",
-                "-p",
-                &json!({"rules": [
+            let o = bed.consumer.kubectl_stdin(
+                &["apply", "-f", "-"],
+                &vk_role(json!([
                     {"apiGroups": [GROUP], "resources": ["widgets", "gadgets"],
                      "verbs": ["get", "list", "watch"]},
                     {"apiGroups": [GROUP], "resources": ["widgets/status", "gadgets/status"],
-                     "verbs": ["patch"]}]})
-                .to_string(),
-            ]);
+                     "verbs": ["patch"]}])),
+            );
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             for c in &kinds {
                 apply(&bed.provider, c);
