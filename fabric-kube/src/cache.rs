@@ -32,7 +32,25 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    let (store, writer) = reflector::store();
+    events_with(api, cfg, Default::default())
+}
+
+/// [`events`] for a type known at run time (`dt`: a [`kube::api::DynamicObject`]'s
+/// `ApiResource`), which has no default.
+pub fn events_with<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    dt: K::DynamicType,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dt);
+    let store = writer.as_reader();
     let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
     (store, stream)
 }
@@ -68,10 +86,8 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    let writer = reflector::store::Writer::new(dt);
-    let store = writer.as_reader();
-    let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
-    (store, stream.touched_objects())
+    let (store, events) = events_with(api, cfg, dt);
+    (store, events.touched_objects())
 }
 
 /// A cache driven on a task of its own that wakes `changed` on every watch event (a failed
