@@ -247,39 +247,52 @@ impl ApiServer {
         self.run_dir.as_ref().map(|d| d.join("certs"))
     }
 
-    /// Installs the fabric's CRDs (deploy/crds) and waits until the server serves them.
+    /// Installs the fabric's CRDs and waits until the server serves them. They are the
+    /// objects `fabric_api::crds()` makes, which `deploy/crds` holds (a test of fabric-api
+    /// keeps the files current), applied server-side in-process.
     pub fn install_crds(&self) {
-        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-        // No client-side validation: it fetches the server's whole OpenAPI document first
-        // (a second per server), and the server checks CRDs itself.
-        self.kubectl_ok(&[
-            "apply",
-            "--validate=false",
-            "-k",
-            &crds.display().to_string(),
-        ]);
+        let crds: Vec<serde_json::Value> = fabric_api::crds()
+            .iter()
+            .map(|c| serde_json::to_value(c).expect("CRDs serialize"))
+            .collect();
+        crate::kube_sync::apply(&self.kubeconfig, "fabric-tests-crds", true, &crds)
+            .unwrap_or_else(|e| panic!("installing the CRDs: {e:#}"));
         self.wait_crds_established();
     }
 
-    /// Waits until every CRD on the server is Established (`kubectl wait` takes two seconds
-    /// even when they all are already).
+    /// Waits until every CRD on the server is Established.
     pub fn wait_crds_established(&self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let query = r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Established")].status}{"\n"}{end}"#;
-        loop {
-            // A CRD without conditions yet makes the filter fail: not established either.
-            let o = self.kubectl(&["get", "crd", "-o", query]);
-            let out = String::from_utf8_lossy(&o.stdout);
-            let pending: Vec<&str> = out.lines().filter(|l| !l.ends_with("=True")).collect();
-            if o.status.success() && pending.is_empty() {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "CRDs not established after 30s: {pending:?} {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: kube::Api<CustomResourceDefinition> = kube::Api::all(
+            crate::kube_sync::client(&self.kubeconfig).expect("a client of the test API server"),
+        );
+        let pending = crate::kube_sync::block(async move {
+            crate::wait::try_eventually(
+                "every CRD Established",
+                std::time::Duration::from_secs(30),
+                || {
+                    let api = api.clone();
+                    async move {
+                        let crds = api.list(&Default::default()).await.ok()?;
+                        crds.items
+                            .iter()
+                            .all(|c| {
+                                c.status
+                                    .as_ref()
+                                    .and_then(|s| s.conditions.as_ref())
+                                    .is_some_and(|cs| {
+                                        cs.iter()
+                                            .any(|c| c.type_ == "Established" && c.status == "True")
+                                    })
+                            })
+                            .then_some(())
+                    }
+                },
+            )
+            .await
+        });
+        if let Err(e) = pending {
+            panic!("CRDs not established: {e}");
         }
     }
 

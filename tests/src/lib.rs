@@ -25,6 +25,7 @@ pub mod deployments;
 pub mod endpoints;
 pub mod figures;
 pub mod host_kubelets;
+pub mod kube_sync;
 pub mod manifests;
 pub mod netns;
 pub mod offload_fixture;

@@ -7,7 +7,7 @@
 //! with a fixture cluster as the provider).
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result};
 use fabric_api::{
     names,
     offloading::v1alpha1::{VirtualNode, VirtualNodeSpec},
@@ -33,13 +33,12 @@ pub const NODE: &str = "fabric-cluster-b";
 pub const PROVIDER_POD_CIDR: &str = "10.244.0.0/16";
 pub const REMAPPED_POD_CIDR: &str = "10.71.0.0/16";
 
-/// `kubectl apply --server-side` of one object.
+/// Server-side apply of one object, as `kubectl apply --server-side` (in-process, under
+/// kubectl's field manager, so that a test's own `kubectl apply --server-side` of the same
+/// object later owns the same fields).
 pub fn apply(api: &ApiServer, obj: &Value) -> Result<()> {
-    let o = api.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &obj.to_string());
-    if !o.status.success() {
-        bail!("apply {obj}: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    Ok(())
+    crate::kube_sync::apply(&api.kubeconfig, "kubectl", false, std::slice::from_ref(obj))
+        .with_context(|| format!("apply {obj}"))
 }
 
 /// A fresh scratch directory for a test's logs: `fabt-<pid>-<tag>` under the temp dir.

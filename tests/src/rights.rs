@@ -80,24 +80,8 @@ fn install_now(api: &ApiServer) -> Result<()> {
         .map(|ns| json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } }))
         .collect();
     for items in [namespaces, objects] {
-        let list = json!({ "apiVersion": "v1", "kind": "List", "items": items });
-        let o = api.kubectl_stdin(
-            &[
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager",
-                FIELD_MANAGER,
-                "-f",
-                "-",
-            ],
-            &list.to_string(),
-        );
-        ensure!(
-            o.status.success(),
-            "installing the rights of deploy/: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        crate::kube_sync::apply(&api.kubeconfig, FIELD_MANAGER, true, &items)
+            .context("installing the rights of deploy/")?;
     }
     Ok(())
 }
@@ -111,17 +95,7 @@ pub fn token_kubeconfig(
     name: &str,
     out: &Path,
 ) -> Result<()> {
-    let o = std::process::Command::new("kubectl")
-        .env("KUBECONFIG", admin)
-        .args(["create", "token", name, "-n", namespace, "--duration=24h"])
-        .output()
-        .context("running kubectl")?;
-    ensure!(
-        o.status.success(),
-        "a token of {namespace}/{name}: {}",
-        String::from_utf8_lossy(&o.stderr).trim()
-    );
-    let token = String::from_utf8(o.stdout)?.trim().to_owned();
+    let token = crate::kube_sync::token(admin, namespace, name, 24 * 3600)?;
     let text = std::fs::read_to_string(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
     // kubelite's start script writes the user as one flow mapping on one line.

@@ -1,53 +1,34 @@
 //! The manifests under deploy/ against a real API server with RBAC enforced: the kustomization
 //! applies (server-side dry run, then for real), and each component's ServiceAccount can do
 //! what its code does and nothing more.
-use std::{
-    path::Path,
-    sync::{
-        Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
-};
+use std::path::Path;
 
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
+    kube_sync::{self, Access},
     phase::phase,
 };
 
 /// The components' namespace.
 const NS: &str = "fabric-system";
 
+/// Whether component `who`'s ServiceAccount may `verb` the `what` (as `kubectl auth can-i`
+/// takes it: `plural[.group][/name]`) in namespace `ns`.
 fn can_in(api: &ApiServer, who: &str, verb: &str, what: &str, ns: &str) -> bool {
-    let sa = format!("system:serviceaccount:fabric-system:{who}");
-    let o = api.kubectl(&["auth", "can-i", verb, what, "-n", ns, "--as", &sa]);
-    String::from_utf8_lossy(&o.stdout).trim() == "yes"
+    can_all(api, std::iter::once((who, verb, what, ns)))[0]
 }
 
-/// [`can_in`] for each `(who, verb, what, namespace)`, in order. Asked a few at a time: each is
-/// a `kubectl` process and a round trip, and one after the other they were most of this
-/// test's time.
+/// [`can_in`] for each `(who, verb, what, namespace)`, in order: SubjectAccessReviews made
+/// in-process, a few at a time (one `kubectl auth can-i` process each was most of this
+/// test's CPU).
 fn can_all<'a>(
     api: &ApiServer,
     checks: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str)>,
 ) -> Vec<bool> {
-    let checks: Vec<_> = checks.collect();
-    let answers = Mutex::new(vec![false; checks.len()]);
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..4 {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(who, verb, what, ns)) = checks.get(i) else {
-                        break;
-                    };
-                    let yes = can_in(api, who, verb, what, ns);
-                    answers.lock().unwrap()[i] = yes;
-                }
-            });
-        }
-    });
-    answers.into_inner().unwrap()
+    let questions: Vec<Access> = checks
+        .map(|(who, verb, what, ns)| Access::service_account(NS, who, verb, what, ns))
+        .collect();
+    kube_sync::can_i(&api.kubeconfig, &questions).expect("SubjectAccessReviews")
 }
 
 /// Whether ServiceAccount `who` may approve (or deny) CSRs of `signer`: the `approve` verb on
@@ -1052,118 +1033,98 @@ fn manifests_apply_with_least_privilege() {
                 "--serviceaccount=fabric-system:vk",
             ]);
             let consumer = fabric_api::names::user::consumer("beta");
-            let as_consumer = [
-                "--as",
-                consumer.as_str(),
-                "--as-group",
-                users.as_str(),
-                "--as-group",
-                fabric_api::names::user::CONSUMERS_GROUP,
-            ];
-            let vk = ["--as", "system:serviceaccount:fabric-system:vk"];
+            let as_consumer: &dyn Fn(&str, &str) -> Access = &|verb, what| {
+                let groups = [users.as_str(), fabric_api::names::user::CONSUMERS_GROUP];
+                Access::user(&consumer, &groups, verb, what, ns)
+            };
+            let vk: &dyn Fn(&str, &str) -> Access =
+                &|verb, what| Access::service_account(NS, "vk", verb, what, ns);
             for (who, verb, what, yes) in [
-                (&as_consumer[..], "create", "services", true),
-                (&as_consumer[..], "patch", "services", true),
-                (&as_consumer[..], "delete", "services", true),
-                (&as_consumer[..], "watch", "services", true),
+                (&as_consumer, "create", "services", true),
+                (&as_consumer, "patch", "services", true),
+                (&as_consumer, "delete", "services", true),
+                (&as_consumer, "watch", "services", true),
                 // Load balancer addresses are the provider's (CVE-2020-8554).
-                (&as_consumer[..], "patch", "services/status", false),
-                (&as_consumer[..], "update", "services/status", false),
-                (&as_consumer[..], "create", "serviceaccounts", false),
+                (&as_consumer, "patch", "services/status", false),
+                (&as_consumer, "update", "services/status", false),
+                (&as_consumer, "create", "serviceaccounts", false),
                 // Its provider's working mode (a Tenant's spec.mode) is not the consumer's.
                 (
-                    &as_consumer[..],
+                    &as_consumer,
                     "patch",
                     "tenants.authentication.fabric.io",
                     false,
                 ),
                 (
-                    &as_consumer[..],
+                    &as_consumer,
                     "update",
                     "tenants.authentication.fabric.io",
                     false,
                 ),
-                (&vk[..], "watch", "services", true),
-                (&vk[..], "create", "services", false),
-                (&vk[..], "patch", "services", false),
+                (&vk, "watch", "services", true),
+                (&vk, "create", "services", false),
+                (&vk, "patch", "services", false),
                 // The tokens of its offloaded pods, here only (below); the consumer mints
                 // none on its provider.
-                (&vk[..], "create", "serviceaccounts/token", true),
-                (&vk[..], "get", "serviceaccounts", false),
-                (&as_consumer[..], "create", "serviceaccounts/token", false),
+                (&vk, "create", "serviceaccounts/token", true),
+                (&vk, "get", "serviceaccounts", false),
+                (&as_consumer, "create", "serviceaccounts/token", false),
                 // The claims of its offloaded namespace's storage, never a volume.
-                (&as_consumer[..], "create", "persistentvolumeclaims", true),
-                (&as_consumer[..], "delete", "persistentvolumeclaims", true),
-                (&as_consumer[..], "create", "persistentvolumes", false),
+                (&as_consumer, "create", "persistentvolumeclaims", true),
+                (&as_consumer, "delete", "persistentvolumeclaims", true),
+                (&as_consumer, "create", "persistentvolumes", false),
                 // The claims it provisions: bound and finalized, never made or deleted.
-                (&vk[..], "watch", "persistentvolumeclaims", true),
-                (&vk[..], "patch", "persistentvolumeclaims", true),
-                (&vk[..], "create", "persistentvolumeclaims", false),
-                (&vk[..], "delete", "persistentvolumeclaims", false),
+                (&vk, "watch", "persistentvolumeclaims", true),
+                (&vk, "patch", "persistentvolumeclaims", true),
+                (&vk, "create", "persistentvolumeclaims", false),
+                (&vk, "delete", "persistentvolumeclaims", false),
                 // NetworkPolicies: the consumer writes shadows the provider translates, never
                 // a real policy (one of its own could open what the provider's close); the
                 // virtual kubelet reads the home ones.
                 (
-                    &as_consumer[..],
+                    &as_consumer,
                     "create",
                     "shadownetworkpolicies.offloading.fabric.io",
                     true,
                 ),
                 (
-                    &as_consumer[..],
+                    &as_consumer,
                     "delete",
                     "shadownetworkpolicies.offloading.fabric.io",
                     true,
                 ),
                 (
-                    &as_consumer[..],
+                    &as_consumer,
                     "create",
                     "networkpolicies.networking.k8s.io",
                     false,
                 ),
                 (
-                    &as_consumer[..],
+                    &as_consumer,
                     "patch",
                     "networkpolicies.networking.k8s.io",
                     false,
                 ),
-                (&vk[..], "watch", "networkpolicies.networking.k8s.io", true),
-                (
-                    &vk[..],
-                    "create",
-                    "networkpolicies.networking.k8s.io",
-                    false,
-                ),
+                (&vk, "watch", "networkpolicies.networking.k8s.io", true),
+                (&vk, "create", "networkpolicies.networking.k8s.io", false),
             ] {
                 // `kubectl auth can-i VERB services/status` would ask about a Service named
-                // status.
-                let (what, sub) = what.split_once('/').unwrap_or((what, ""));
-                let sub = format!("--subresource={sub}");
-                let mut args = vec!["auth", "can-i", verb, what, "-n", ns];
-                if sub != "--subresource=" {
-                    args.push(&sub);
-                }
-                args.extend(who);
-                let o = api.kubectl(&args);
-                let answer = String::from_utf8_lossy(&o.stdout).trim() == "yes";
-                assert_eq!(answer, yes, "{who:?} {verb} {what} {sub}");
+                // status: `status` is the subresource.
+                let q = match what.split_once('/') {
+                    Some((what, sub)) => who(verb, what).of(sub),
+                    None => who(verb, what),
+                };
+                let answer =
+                    kube_sync::can_i(&api.kubeconfig, std::slice::from_ref(&q)).unwrap()[0];
+                assert_eq!(answer, yes, "{q:?}");
             }
             // The virtual kubelet's token right is the offloaded namespace's binding's alone.
             for who in ["vk", "fabric-virtual-nodes"] {
-                let sa = format!("system:serviceaccount:{NS}:{who}");
                 for elsewhere in ["default", NS, "kube-system"] {
-                    let o = api.kubectl(&[
-                        "auth",
-                        "can-i",
-                        "create",
-                        "serviceaccounts",
-                        "--subresource=token",
-                        "-n",
-                        elsewhere,
-                        "--as",
-                        &sa,
-                    ]);
-                    let answer = String::from_utf8_lossy(&o.stdout).trim() == "yes";
+                    let q =
+                        Access::service_account(NS, who, "create", "serviceaccounts", elsewhere)
+                            .of("token");
+                    let answer = kube_sync::can_i(&api.kubeconfig, &[q]).unwrap()[0];
                     assert!(
                         !answer,
                         "{who} creating serviceaccounts/token in {elsewhere}"
@@ -1369,17 +1330,7 @@ fn manifests_apply_with_least_privilege() {
             String::from_utf8_lossy(&o.stderr)
         );
         let can_in = |verb: &str, ns: &str, resource: &str| {
-            let o = api.kubectl(&[
-                "auth",
-                "can-i",
-                verb,
-                resource,
-                "-n",
-                ns,
-                "--as",
-                "system:serviceaccount:fabric-system:fabric-sharing",
-            ]);
-            String::from_utf8_lossy(&o.stdout).trim() == "yes"
+            self::can_in(&api, "fabric-sharing", verb, resource, ns)
         };
         for resource in ["pods", "endpointslices.discovery.k8s.io"] {
             for verb in ["create", "delete", "get"] {
@@ -1477,7 +1428,6 @@ fn manifests_apply_with_least_privilege() {
     phase("the virtual kubelets' client CA and Leases", || {
         // The client CA the VirtualNode controller lets virtual kubelets read is the API
         // server's, in kube-system, and no other ConfigMap there.
-        let vnodes = "system:serviceaccount:fabric-system:fabric-virtual-nodes";
         // The virtual kubelets' node Leases, in kube-node-lease only (the denied tables above:
         // no other Lease, anywhere else); no listing of the real kubelets' Leases there.
         for verb in ["create", "get", "update", "patch", "delete"] {
@@ -1499,19 +1449,8 @@ fn manifests_apply_with_least_privilege() {
             "leases.coordination.k8s.io",
             "kube-node-lease"
         ));
-        let can_cm = |what: &str| {
-            let o = api.kubectl(&[
-                "auth",
-                "can-i",
-                "get",
-                what,
-                "-n",
-                "kube-system",
-                "--as",
-                vnodes,
-            ]);
-            String::from_utf8_lossy(&o.stdout).trim() == "yes"
-        };
+        let can_cm =
+            |what: &str| self::can_in(&api, "fabric-virtual-nodes", "get", what, "kube-system");
         assert!(can_cm("configmaps/extension-apiserver-authentication"));
         assert!(!can_cm("configmaps/kubeadm-config"));
         assert!(!can_cm("configmaps"));

@@ -1,0 +1,381 @@
+//! Blocking Kubernetes API calls for the tests' own steps, made in-process: what the tests
+//! asked a `kubectl` process for. Measured over a whole CI run (BSD process accounting), 2,700
+//! `kubectl` starts cost about 130 ms of CPU each, close to 40% of the test phase's CPU on a
+//! 2-CPU machine, before their discovery requests on the API servers. The fixtures' bulk
+//! steps (CRDs, the components' rights, tokens, applies) and the hot polls go through here.
+//!
+//! Every call runs on one runtime of this module and blocks its caller, as a `kubectl` process
+//! did, so that it works from plain `#[test]`s and from async tests alike (`block_on` inside a
+//! runtime would panic). Clients are kept per kubeconfig file and its content: a server
+//! restarted in the same run directory gets a fresh one.
+use std::{
+    collections::HashMap,
+    future::Future,
+    path::{Path, PathBuf},
+    sync::{LazyLock, Mutex},
+};
+
+use anyhow::{Context as _, Result, anyhow};
+use futures::{StreamExt as _, stream};
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+    core::v1::ServiceAccount,
+};
+use kube::{
+    Api, Client, Resource,
+    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
+    core::{ClusterResourceScope, NamespaceResourceScope},
+    discovery::{Discovery, Scope, pinned_kind},
+};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("fabric-tests-kube")
+        .enable_all()
+        .build()
+        .expect("the tests' client runtime")
+});
+
+/// Runs `fut` on this module's runtime until it is done, blocking the calling thread.
+pub fn block<F>(fut: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    RUNTIME.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().expect("the tests' client runtime runs the call")
+}
+
+/// The client of kubeconfig `kc` (its credentials and server), made once per file content.
+pub fn client(kc: &Path) -> Result<Client> {
+    static CLIENTS: LazyLock<Mutex<HashMap<(PathBuf, String), Client>>> =
+        LazyLock::new(Mutex::default);
+    let text = std::fs::read_to_string(kc).with_context(|| format!("reading {}", kc.display()))?;
+    let key = (kc.to_path_buf(), text);
+    if let Some(c) = CLIENTS.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(c.clone());
+    }
+    let path = kc.to_path_buf();
+    // Made on the runtime: the client's service spawns its buffer task there.
+    let c = block(async move { crate::apiserver::client_for(&path).await })?;
+    CLIENTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, c.clone());
+    Ok(c)
+}
+
+/// Object `ns/name` of namespaced kind `K`, or `None` when there is none.
+pub fn get<K>(kc: &Path, ns: &str, name: &str) -> Result<Option<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    get_from(Api::namespaced(client(kc)?, ns), name)
+}
+
+/// Object `name` of cluster-scoped kind `K`, or `None` when there is none.
+pub fn get_cluster<K>(kc: &Path, name: &str) -> Result<Option<K>>
+where
+    K: Resource<DynamicType = (), Scope = ClusterResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    get_from(Api::all(client(kc)?), name)
+}
+
+fn get_from<K>(api: Api<K>, name: &str) -> Result<Option<K>>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug + Send + 'static,
+{
+    let name = name.to_owned();
+    block(async move { api.get_opt(&name).await })
+        .with_context(|| format!("getting {}", K::kind(&())))
+}
+
+/// The API of `resource` as `kubectl get` takes it: its plural or its kind in lower case,
+/// then `.group` unless it is in the core group (`node`, `pods`, `events.events.k8s.io`).
+/// Looked up once per server (a discovery of that group).
+async fn resolve(client: &Client, key: &Path, resource: &str) -> Result<(ApiResource, Scope)> {
+    type Found = HashMap<(PathBuf, String), (ApiResource, Scope)>;
+    static FOUND: LazyLock<Mutex<Found>> = LazyLock::new(Mutex::default);
+    let k = (key.to_path_buf(), resource.to_owned());
+    if let Some(found) = FOUND.lock().unwrap_or_else(|e| e.into_inner()).get(&k) {
+        return Ok(found.clone());
+    }
+    let (name, group) = resource.split_once('.').unwrap_or((resource, ""));
+    let find = |discovery: &Discovery| {
+        discovery
+            .groups()
+            .flat_map(|g| g.recommended_resources())
+            .find(|(ar, _)| ar.plural == name || ar.kind.to_lowercase() == name)
+            .map(|(ar, caps)| (ar, caps.scope))
+    };
+    let discover = |d: Discovery| async move {
+        d.run()
+            .await
+            .with_context(|| format!("discovering the API of {resource}"))
+    };
+    // The core group, or the one named; a bare name outside the core group (`lease`) is
+    // looked for in every group, as kubectl does.
+    let mut found = find(&discover(Discovery::new(client.clone()).filter(&[group])).await?);
+    if found.is_none() && group.is_empty() {
+        found = find(&discover(Discovery::new(client.clone())).await?);
+    }
+    let found = found.ok_or_else(|| anyhow!("the server does not serve {resource}"))?;
+    FOUND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(k, found.clone());
+    Ok(found)
+}
+
+/// `kubectl get RESOURCE [NAME] [-n NS] -o json`, in-process: the object (`None` when there
+/// is none), or with no `name` the list (`{"items": [...]}`). `resource` as [`resolve`]
+/// takes it; `ns` is ignored for a cluster-scoped kind, as kubectl does.
+pub fn get_json(
+    kc: &Path,
+    resource: &str,
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> Result<Option<Value>> {
+    let client = client(kc)?;
+    let (key, resource, ns, name) = (
+        kc.to_path_buf(),
+        resource.to_owned(),
+        ns.unwrap_or("default").to_owned(),
+        name.map(str::to_owned),
+    );
+    block(async move {
+        let (ar, scope) = resolve(&client, &key, &resource).await?;
+        let api: Api<DynamicObject> = match scope {
+            Scope::Namespaced => Api::namespaced_with(client, &ns, &ar),
+            Scope::Cluster => Api::all_with(client, &ar),
+        };
+        Ok(match name {
+            Some(name) => api
+                .get_opt(&name)
+                .await?
+                .map(serde_json::to_value)
+                .transpose()?,
+            None => {
+                let list = api.list(&Default::default()).await?;
+                Some(serde_json::json!({ "items": list.items }))
+            }
+        })
+    })
+}
+
+/// The kinds' APIs already looked up by one call (each lookup is a discovery request).
+type Kinds = HashMap<GroupVersionKind, (ApiResource, Scope)>;
+
+/// Where `obj` goes: its kind's API, in its namespace (`default` when it names none, as
+/// `kubectl` with the fixtures' kubeconfigs does) when the kind is namespaced.
+async fn api_for(
+    client: &Client,
+    kinds: &mut Kinds,
+    obj: &DynamicObject,
+) -> Result<Api<DynamicObject>> {
+    let types = obj
+        .types
+        .as_ref()
+        .ok_or_else(|| anyhow!("an object without apiVersion and kind"))?;
+    let gvk = GroupVersionKind::try_from(types)?;
+    if !kinds.contains_key(&gvk) {
+        let (ar, caps) = pinned_kind(client, &gvk)
+            .await
+            .with_context(|| format!("the server does not serve {}", types.kind))?;
+        kinds.insert(gvk.clone(), (ar, caps.scope));
+    }
+    let (ar, scope) = &kinds[&gvk];
+    Ok(match scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            obj.metadata.namespace.as_deref().unwrap_or("default"),
+            ar,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), ar),
+    })
+}
+
+fn dynamic(obj: &Value) -> Result<DynamicObject> {
+    serde_json::from_value(obj.clone()).with_context(|| format!("not an object: {obj}"))
+}
+
+fn name_of(obj: &DynamicObject) -> Result<String> {
+    obj.metadata
+        .name
+        .clone()
+        .ok_or_else(|| anyhow!("an object without a name"))
+}
+
+/// Server-side apply of each of `objects`, in order, as `field_manager` (taking fields over
+/// from other managers when `force`), as `kubectl apply --server-side` does.
+pub fn apply(kc: &Path, field_manager: &str, force: bool, objects: &[Value]) -> Result<()> {
+    let client = client(kc)?;
+    let objects = objects.iter().map(dynamic).collect::<Result<Vec<_>>>()?;
+    let mut pp = PatchParams::apply(field_manager);
+    pp.force = force;
+    block(async move {
+        let mut kinds = Kinds::new();
+        for obj in objects {
+            let name = name_of(&obj)?;
+            let api = api_for(&client, &mut kinds, &obj).await?;
+            api.patch(&name, &pp, &Patch::Apply(&obj))
+                .await
+                .with_context(|| format!("applying {} {name}", kind_of(&obj)))?;
+        }
+        Ok(())
+    })
+}
+
+fn kind_of(obj: &DynamicObject) -> &str {
+    obj.types.as_ref().map_or("?", |t| t.kind.as_str())
+}
+
+/// Creates `obj`, as `kubectl create -f -` does; what the server stored.
+pub fn create(kc: &Path, obj: &Value) -> Result<Value> {
+    let client = client(kc)?;
+    let obj = dynamic(obj)?;
+    block(async move {
+        let api = api_for(&client, &mut Kinds::new(), &obj).await?;
+        let made = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating {} {:?}", kind_of(&obj), obj.metadata.name))?;
+        Ok(serde_json::to_value(made)?)
+    })
+}
+
+/// A token of ServiceAccount `ns/name` valid for `seconds`, for the server's own audiences
+/// (`kubectl create token`).
+pub fn token(kc: &Path, ns: &str, name: &str, seconds: i64) -> Result<String> {
+    let api: Api<ServiceAccount> = Api::namespaced(client(kc)?, ns);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(seconds),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sa = name.to_owned();
+    let made = block(async move {
+        api.create_token_request(&sa, &PostParams::default(), &request)
+            .await
+    })
+    .with_context(|| format!("a token of {ns}/{name}"))?;
+    made.status
+        .and_then(|s| s.token)
+        .ok_or_else(|| anyhow!("a TokenRequest answered without a token"))
+}
+
+/// One question of [`can_i`]: may `user` (with `groups`) `verb` the `resource` (`plural` or
+/// `plural.group`, with `/name` for one object, as `kubectl auth can-i` takes it) in
+/// namespace `namespace`?
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub user: String,
+    pub groups: Vec<String>,
+    pub verb: String,
+    pub resource: String,
+    /// `kubectl auth can-i --subresource`.
+    pub subresource: Option<String>,
+    pub namespace: String,
+}
+
+impl Access {
+    /// The question for ServiceAccount `sa_ns/sa`, with the groups the API server gives a
+    /// ServiceAccount (and `kubectl auth can-i --as` its impersonation).
+    pub fn service_account(sa_ns: &str, sa: &str, verb: &str, resource: &str, ns: &str) -> Self {
+        Self::user(
+            &format!("system:serviceaccount:{sa_ns}:{sa}"),
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{sa_ns}"),
+            ],
+            verb,
+            resource,
+            ns,
+        )
+    }
+
+    /// The question for `user` in `groups` (and `system:authenticated`, which the API server
+    /// adds to every user it authenticates, as to `kubectl auth can-i --as U --as-group G`).
+    pub fn user(user: &str, groups: &[&str], verb: &str, resource: &str, ns: &str) -> Self {
+        let mut groups: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
+        groups.push("system:authenticated".into());
+        Self {
+            user: user.into(),
+            groups,
+            verb: verb.into(),
+            resource: resource.into(),
+            subresource: None,
+            namespace: ns.into(),
+        }
+    }
+
+    /// The same question about `subresource`.
+    pub fn of(mut self, subresource: &str) -> Self {
+        self.subresource = Some(subresource.into());
+        self
+    }
+
+    fn review(&self) -> SubjectAccessReview {
+        let (what, name) = match self.resource.split_once('/') {
+            Some((what, name)) => (what, Some(name.to_owned())),
+            None => (self.resource.as_str(), None),
+        };
+        let (plural, group) = what.split_once('.').unwrap_or((what, ""));
+        SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(self.user.clone()),
+                groups: Some(self.groups.clone()),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.into()),
+                    resource: Some(plural.into()),
+                    name,
+                    subresource: self.subresource.clone(),
+                    namespace: Some(self.namespace.clone()),
+                    verb: Some(self.verb.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+/// The server's answer to each question, in order (SubjectAccessReviews, a few at a time).
+pub fn can_i(kc: &Path, questions: &[Access]) -> Result<Vec<bool>> {
+    let api: Api<SubjectAccessReview> = Api::all(client(kc)?);
+    let reviews: Vec<SubjectAccessReview> = questions.iter().map(Access::review).collect();
+    let answers: Vec<Result<bool>> = block(async move {
+        stream::iter(reviews)
+            .map(|r| {
+                let api = api.clone();
+                async move {
+                    let done = api.create(&PostParams::default(), &r).await?;
+                    Ok(done.status.is_some_and(|s| s.allowed))
+                }
+            })
+            .buffered(8)
+            .collect()
+            .await
+    });
+    answers.into_iter().collect()
+}
