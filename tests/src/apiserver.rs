@@ -320,8 +320,52 @@ impl ApiServer {
         crate::process::kubectl_stdin(&self.kubeconfig, args, input)
     }
 
+    /// `kubectl get KIND NAME [-n NS] -o json`, in-process ([`crate::kube_sync`]): `None`
+    /// when there is no such object (or the server did not answer). Panics on a kind the
+    /// server does not serve: a mistake of the test, not a state to wait out.
+    #[track_caller]
+    pub fn get_json(&self, kind: &str, ns: Option<&str>, name: &str) -> Option<serde_json::Value> {
+        served(crate::kube_sync::get_json(&self.kubeconfig, kind, ns, name)).flatten()
+    }
+
+    /// `kubectl get KIND [-n NS | -A] -o json`, in-process: `{"items": [...]}` of namespace
+    /// `ns` (of every namespace when `None`), or `None` when the server did not answer.
+    pub fn list_json(&self, kind: &str, ns: Option<&str>) -> Option<serde_json::Value> {
+        let items = served(crate::kube_sync::list(&self.kubeconfig, kind, ns, ""))?;
+        Some(serde_json::json!({ "items": items }))
+    }
+
+    /// [`ApiServer::get_json`] or [`ApiServer::list_json`] with the arguments of `kubectl get
+    /// KIND [NAME] [-n NS | -A]`, for tests written with kubectl's.
+    #[track_caller]
+    pub fn get_args_json(&self, args: &[&str]) -> Option<serde_json::Value> {
+        let (kind, rest) = match args {
+            ["get", kind, rest @ ..] => (*kind, rest),
+            _ => panic!("get_args_json takes `get KIND [NAME] [-n NS]`, not {args:?}"),
+        };
+        match rest {
+            [] => self.list_json(kind, Some("default")),
+            ["-A"] => self.list_json(kind, None),
+            ["-n", ns] => self.list_json(kind, Some(ns)),
+            [name] => self.get_json(kind, None, name),
+            [name, "-n", ns] => self.get_json(kind, Some(ns), name),
+            _ => panic!("get_args_json takes `get KIND [NAME] [-n NS]`, not {args:?}"),
+        }
+    }
+
     pub async fn client(&self) -> kube::Client {
         client_for(&self.kubeconfig).await.unwrap()
+    }
+}
+
+/// The answer, `None` on an error of the server or the way to it; panics on a kind it does
+/// not serve.
+#[track_caller]
+fn served<T>(r: anyhow::Result<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) if e.is::<crate::kube_sync::NotServed>() => panic!("{e}"),
+        Err(_) => None,
     }
 }
 

@@ -107,6 +107,12 @@ where
         .with_context(|| format!("getting {}", K::kind(&())))
 }
 
+/// A resource name the server does not serve (a short name such as `pvc` among them: the
+/// lookup takes plurals and kinds only).
+#[derive(Debug, thiserror::Error)]
+#[error("the server does not serve {0} (plural or kind, `.group` outside the core group)")]
+pub struct NotServed(pub String);
+
 /// The API of `resource` as `kubectl get` takes it: its plural or its kind in lower case,
 /// then `.group` unless it is in the core group (`node`, `pods`, `events.events.k8s.io`).
 /// Looked up once per server (a discovery of that group).
@@ -136,7 +142,7 @@ async fn resolve(client: &Client, key: &Path, resource: &str) -> Result<(ApiReso
     if found.is_none() && group.is_empty() {
         found = find(&discover(Discovery::new(client.clone())).await?);
     }
-    let found = found.ok_or_else(|| anyhow!("the server does not serve {resource}"))?;
+    let found = found.ok_or_else(|| NotServed(resource.to_owned()))?;
     FOUND
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -144,39 +150,55 @@ async fn resolve(client: &Client, key: &Path, resource: &str) -> Result<(ApiReso
     Ok(found)
 }
 
-/// `kubectl get RESOURCE [NAME] [-n NS] -o json`, in-process: the object (`None` when there
-/// is none), or with no `name` the list (`{"items": [...]}`). `resource` as [`resolve`]
-/// takes it; `ns` is ignored for a cluster-scoped kind, as kubectl does.
-pub fn get_json(
-    kc: &Path,
+/// The API of `resource` ([`resolve`]) in namespace `ns` (every namespace when `None`);
+/// a cluster-scoped kind's whatever `ns`, as kubectl ignores `-n` for those.
+async fn dynamic_api(
+    client: Client,
+    key: &Path,
     resource: &str,
     ns: Option<&str>,
-    name: Option<&str>,
-) -> Result<Option<Value>> {
+) -> Result<Api<DynamicObject>> {
+    let (ar, scope) = resolve(&client, key, resource).await?;
+    Ok(match (scope, ns) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client, ns, &ar),
+        _ => Api::all_with(client, &ar),
+    })
+}
+
+/// `kubectl get RESOURCE NAME [-n NS] -o json`, in-process: the object, `None` when there is
+/// none. `resource` as [`resolve`] takes it; `ns` defaults to `default` as with the fixtures'
+/// kubeconfigs, and does not matter for a cluster-scoped kind.
+pub fn get_json(kc: &Path, resource: &str, ns: Option<&str>, name: &str) -> Result<Option<Value>> {
     let client = client(kc)?;
     let (key, resource, ns, name) = (
         kc.to_path_buf(),
         resource.to_owned(),
         ns.unwrap_or("default").to_owned(),
-        name.map(str::to_owned),
+        name.to_owned(),
     );
     block(async move {
-        let (ar, scope) = resolve(&client, &key, &resource).await?;
-        let api: Api<DynamicObject> = match scope {
-            Scope::Namespaced => Api::namespaced_with(client, &ns, &ar),
-            Scope::Cluster => Api::all_with(client, &ar),
-        };
-        Ok(match name {
-            Some(name) => api
-                .get_opt(&name)
-                .await?
-                .map(serde_json::to_value)
-                .transpose()?,
-            None => {
-                let list = api.list(&Default::default()).await?;
-                Some(serde_json::json!({ "items": list.items }))
-            }
-        })
+        let api = dynamic_api(client, &key, &resource, Some(&ns)).await?;
+        Ok(api
+            .get_opt(&name)
+            .await?
+            .map(serde_json::to_value)
+            .transpose()?)
+    })
+}
+
+/// `kubectl get RESOURCE [-n NS | -A] [-l SELECTOR] -o json`'s items, in-process: in `ns`,
+/// or in every namespace when `None`.
+pub fn list(kc: &Path, resource: &str, ns: Option<&str>, selector: &str) -> Result<Vec<Value>> {
+    let client = client(kc)?;
+    let (key, resource, ns) = (kc.to_path_buf(), resource.to_owned(), ns.map(str::to_owned));
+    let lp = kube::api::ListParams::default().labels(selector);
+    block(async move {
+        let api = dynamic_api(client, &key, &resource, ns.as_deref()).await?;
+        let list = api.list(&lp).await?;
+        list.items
+            .into_iter()
+            .map(|o| Ok(serde_json::to_value(o)?))
+            .collect()
     })
 }
 
@@ -216,6 +238,20 @@ fn dynamic(obj: &Value) -> Result<DynamicObject> {
     serde_json::from_value(obj.clone()).with_context(|| format!("not an object: {obj}"))
 }
 
+/// The objects of `objects`, each `kind: List` replaced by its items, as kubectl reads them.
+fn flattened(objects: &[Value]) -> Result<Vec<DynamicObject>> {
+    let mut out = Vec::new();
+    for o in objects {
+        if o["kind"] == "List" && o["apiVersion"] == "v1" {
+            let items = o["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+            out.extend(flattened(items)?);
+        } else {
+            out.push(dynamic(o)?);
+        }
+    }
+    Ok(out)
+}
+
 fn name_of(obj: &DynamicObject) -> Result<String> {
     obj.metadata
         .name
@@ -223,11 +259,11 @@ fn name_of(obj: &DynamicObject) -> Result<String> {
         .ok_or_else(|| anyhow!("an object without a name"))
 }
 
-/// Server-side apply of each of `objects`, in order, as `field_manager` (taking fields over
+/// Server-side apply of each of `objects` (the items of a `List`), in order, as `field_manager` (taking fields over
 /// from other managers when `force`), as `kubectl apply --server-side` does.
 pub fn apply(kc: &Path, field_manager: &str, force: bool, objects: &[Value]) -> Result<()> {
     let client = client(kc)?;
-    let objects = objects.iter().map(dynamic).collect::<Result<Vec<_>>>()?;
+    let objects = flattened(objects)?;
     let mut pp = PatchParams::apply(field_manager);
     pp.force = force;
     block(async move {
@@ -247,17 +283,23 @@ fn kind_of(obj: &DynamicObject) -> &str {
     obj.types.as_ref().map_or("?", |t| t.kind.as_str())
 }
 
-/// Creates `obj`, as `kubectl create -f -` does; what the server stored.
-pub fn create(kc: &Path, obj: &Value) -> Result<Value> {
+/// Creates `obj` (each item of a `List`), as `kubectl create -f -` does; what the server
+/// stored.
+pub fn create(kc: &Path, obj: &Value) -> Result<Vec<Value>> {
     let client = client(kc)?;
-    let obj = dynamic(obj)?;
+    let objects = flattened(std::slice::from_ref(obj))?;
     block(async move {
-        let api = api_for(&client, &mut Kinds::new(), &obj).await?;
-        let made = api
-            .create(&PostParams::default(), &obj)
-            .await
-            .with_context(|| format!("creating {} {:?}", kind_of(&obj), obj.metadata.name))?;
-        Ok(serde_json::to_value(made)?)
+        let mut kinds = Kinds::new();
+        let mut made = Vec::new();
+        for obj in objects {
+            let api = api_for(&client, &mut kinds, &obj).await?;
+            let stored = api
+                .create(&PostParams::default(), &obj)
+                .await
+                .with_context(|| format!("creating {} {:?}", kind_of(&obj), obj.metadata.name))?;
+            made.push(serde_json::to_value(stored)?);
+        }
+        Ok(made)
     })
 }
 

@@ -87,18 +87,7 @@ impl Cluster {
 
     /// Creates any object from its manifest (`kubectl create`).
     pub fn create(&self, obj: &Value) -> Result<()> {
-        let o = self
-            .api
-            .kubectl_stdin(&["create", "-f", "-"], &obj.to_string());
-        if !o.status.success() {
-            bail!(
-                "creating {} {}: {}",
-                obj["kind"].as_str().unwrap_or("object"),
-                obj["metadata"]["name"],
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        Ok(())
+        crate::kube_sync::create(&self.api.kubeconfig, obj).map(drop)
     }
 
     /// The Service's cluster IP (allocated by the API server at creation).
@@ -124,27 +113,15 @@ impl Cluster {
     /// The ready endpoint addresses of the Service, from all its EndpointSlices (whoever
     /// wrote them), sorted.
     pub fn service_endpoints(&self, ns: &str, name: &str) -> Result<Vec<String>> {
-        let o = self.api.kubectl(&[
-            "get",
-            "endpointslices",
-            "-n",
-            ns,
-            "-l",
+        let slices = crate::kube_sync::list(
+            &self.api.kubeconfig,
+            "endpointslices.discovery.k8s.io",
+            Some(ns),
             &format!("{}={name}", crate::endpoints::SERVICE_NAME_LABEL),
-            "-o",
-            "json",
-        ]);
-        if !o.status.success() {
-            bail!(
-                "listing the slices of {ns}/{name}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        let v: Value = serde_json::from_slice(&o.stdout)?;
-        let mut ready: Vec<String> = v["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        )
+        .with_context(|| format!("listing the slices of {ns}/{name}"))?;
+        let mut ready: Vec<String> = slices
+            .iter()
             .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
             // Unset means ready.
             .filter(|e| e["conditions"]["ready"] != false)
@@ -181,17 +158,8 @@ impl Cluster {
 
     /// The pod as JSON; None when it does not exist.
     pub fn get_pod(&self, ns: &str, name: &str) -> Result<Option<Value>> {
-        let o = self
-            .api
-            .kubectl(&["get", "pod", name, "-n", ns, "-o", "json"]);
-        if !o.status.success() {
-            let err = String::from_utf8_lossy(&o.stderr);
-            if err.contains("NotFound") || err.contains("not found") {
-                return Ok(None);
-            }
-            bail!("getting pod {ns}/{name}: {err}");
-        }
-        Ok(Some(serde_json::from_slice(&o.stdout)?))
+        crate::kube_sync::get_json(&self.api.kubeconfig, "pods", Some(ns), name)
+            .with_context(|| format!("getting pod {ns}/{name}"))
     }
 
     /// Waits until `ok` holds for the pod (polling); returns it. `what` names the wait in the

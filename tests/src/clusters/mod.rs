@@ -147,13 +147,7 @@ impl Cluster {
     /// The gateway Lease as (holderIdentity, published gateway address); None while it does
     /// not exist. Empty strings for fields not set.
     pub fn gateway_lease(&self) -> Option<(String, String)> {
-        let o = self
-            .api
-            .kubectl(&["get", "lease", GATEWAY_LEASE, "-n", NAMESPACE, "-o", "json"]);
-        if !o.status.success() {
-            return None;
-        }
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        let v = self.api.get_json("lease", Some(NAMESPACE), GATEWAY_LEASE)?;
         Some((
             v["spec"]["holderIdentity"]
                 .as_str()

@@ -41,10 +41,7 @@ fn set_status(api: &ApiServer, name: &str, ip: &str, ready: bool) {
 }
 
 fn slice(api: &ApiServer, name: &str) -> Option<Value> {
-    let o = api.kubectl(&["get", "endpointslice", name, "-n", "app", "-o", "json"]);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).unwrap())
+    api.get_json("endpointslice", Some("app"), name)
 }
 
 /// (address, ready, serving, terminating) of each endpoint, and the ports' numbers.

@@ -114,8 +114,7 @@ impl Bed {
     /// Waits for an Event (events.k8s.io) in `ns` of `api` that `matches`.
     async fn event(&self, api: &ApiServer, ns: &str, what: &str, matches: impl Fn(&Value) -> bool) {
         self.eventually(what, || async {
-            let o = api.kubectl(&["get", "events.events.k8s.io", "-n", ns, "-o", "json"]);
-            let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+            let v = api.list_json("events.events.k8s.io", Some(ns))?;
             v["items"].as_array()?.iter().any(&matches).then_some(())
         })
         .await;
@@ -480,8 +479,7 @@ async fn pods_on_the_virtual_node_run_on_the_provider_and_come_home() {
 /// The virtual kubelet has registered its Node, Ready.
 async fn virtual_node_ready(bed: &Bed) {
     bed.eventually("the virtual node Ready", || async {
-        let n = bed.consumer.kubectl(&["get", "node", NODE, "-o", "json"]);
-        let n: Value = serde_json::from_slice(&n.stdout).ok()?;
+        let n = bed.consumer.get_json("node", None, NODE)?;
         cond_is(&n, "Ready", "True", None).then_some(())
     })
     .await;
@@ -948,10 +946,10 @@ async fn quota_holds_while_pods_hold(bed: &Bed) {
     let ns = names::namespace::tenant(CONSUMER);
     let theirs = bed.consumer_shadows().await;
     let tenant = || async {
-        let o = bed
-            .provider
-            .kubectl(&["get", "tenant", CONSUMER, "-n", &ns, "-o", "json"]);
-        serde_json::from_slice::<Value>(&o.stdout).unwrap()["status"].clone()
+        bed.provider
+            .get_json("tenant", Some(&ns), CONSUMER)
+            .expect("the consumer's Tenant")["status"]
+            .clone()
     };
     let shadow = |name: &str, cpu: String| raw_shadow(name, &cpu);
     let milli_of = |v: &Value| fabric_tests::quantity::milli(v.as_str().unwrap_or("0")).unwrap();
@@ -1378,8 +1376,7 @@ async fn at_most_once(bed: &Bed) {
     // Healed: nothing revived on either side, nothing duplicated; a new pod runs.
     bed.set_identity(&bed.identity);
     bed.eventually("the virtual node Ready again", || async {
-        let n = bed.consumer.kubectl(&["get", "node", NODE, "-o", "json"]);
-        let n: Value = serde_json::from_slice(&n.stdout).ok()?;
+        let n = bed.consumer.get_json("node", None, NODE)?;
         cond_is(&n, "Ready", "True", None).then_some(())
     })
     .await;
@@ -1750,13 +1747,7 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
         let in_twin = |kind: &'static str, name: &'static str| {
             let twin = twin.clone();
             let provider = &bed.provider;
-            async move {
-                let o = provider.kubectl(&["get", kind, name, "-n", &twin, "-o", "json"]);
-                o.status
-                    .success()
-                    .then(|| serde_json::from_slice::<Value>(&o.stdout).ok())
-                    .flatten()
-            }
+            async move { provider.get_json(kind, Some(&twin), name) }
         };
         let shadow = bed
             .eventually("web's ShadowPod in the twin, under its own name", || {
@@ -2017,13 +2008,7 @@ async fn an_offloaded_namespace_runs_in_its_twin_with_its_configuration() {
 
 /// A Service of the twin as the provider's admin reads it (None: not there).
 fn service_in_twin(bed: &Bed, name: &str) -> Option<Value> {
-    let o = bed
-        .provider
-        .kubectl(&["get", "service", name, "-n", &store_twin(), "-o", "json"]);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())
-        .flatten()
+    bed.provider.get_json("service", Some(&store_twin()), name)
 }
 
 /// Services of an offloaded namespace in its twin (issue 20), on the third fixture's bed: each
@@ -2295,13 +2280,7 @@ fn in_store_twin(bed: &Bed, kind: &str, name: &str) -> Option<Value> {
 
 /// Object `kind`/`name` in twin namespace `twin` on the provider, as its admin reads it.
 fn in_twin(bed: &Bed, twin: &str, kind: &str, name: &str) -> Option<Value> {
-    let o = bed
-        .provider
-        .kubectl(&["get", kind, name, "-n", twin, "-o", "json"]);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())
-        .flatten()
+    bed.provider.get_json(kind, Some(twin), name)
 }
 
 /// The addresses and readiness of each endpoint of `slice`.
@@ -2360,13 +2339,7 @@ async fn service_account_tokens(bed: &Bed) {
     apply(&bed.consumer, &pod("lost", "missing", json!({})));
     let get = |kind: &'static str, name: String| {
         let (twin, provider) = (twin.clone(), &bed.provider);
-        async move {
-            let o = provider.kubectl(&["get", kind, &name, "-n", &twin, "-o", "json"]);
-            o.status
-                .success()
-                .then(|| serde_json::from_slice::<Value>(&o.stdout).ok())
-                .flatten()
-        }
+        async move { provider.get_json(kind, Some(&twin), &name) }
     };
     let shadow = bed
         .eventually("api-client's ShadowPod in the twin", || {
@@ -2717,10 +2690,9 @@ async fn endpoints_attack(bed: &Bed) {
         "only the consumer's own pod, translated: {real}"
     );
     bed.eventually("a Warning naming the refused addresses", || async {
-        let o = bed
+        let v = bed
             .provider
-            .kubectl(&["get", "events.events.k8s.io", "-n", &twin, "-o", "json"]);
-        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+            .list_json("events.events.k8s.io", Some(&twin))?;
         v["items"]
             .as_array()?
             .iter()

@@ -24,14 +24,7 @@ use serde_json::{Value, json};
 const T: Duration = Duration::from_secs(30);
 
 fn get(api: &ApiServer, kind: &str, name: &str, ns: Option<&str>) -> Option<Value> {
-    let mut args = vec!["get", kind, name, "-o", "json"];
-    if let Some(ns) = ns {
-        args.extend(["-n", ns]);
-    }
-    let o = api.kubectl(&args);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).unwrap())
+    api.get_json(kind, ns, name)
 }
 
 fn node(api: &ApiServer, name: &str) {
@@ -128,7 +121,7 @@ fn claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there() {
         apply(&api, &claim("data", None)).unwrap();
         // The default class is filled in; nothing is provisioned before a consumer.
         let c = eventually_blocking("the claim Pending of class standard", T, || {
-            get(&api, "pvc", "data", Some("app")).filter(|c| {
+            get(&api, "persistentvolumeclaims", "data", Some("app")).filter(|c| {
                 c["status"]["phase"] == "Pending" && c["spec"]["storageClassName"] == "standard"
             })
         });
@@ -149,7 +142,8 @@ fn claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there() {
         )
         .unwrap();
         let c = eventually_blocking("the claim Bound", T, || {
-            get(&api, "pvc", "data", Some("app")).filter(|c| c["status"]["phase"] == "Bound")
+            get(&api, "persistentvolumeclaims", "data", Some("app"))
+                .filter(|c| c["status"]["phase"] == "Bound")
         });
         let anns = &c["metadata"]["annotations"];
         assert_eq!(anns[storage::SELECTED_NODE], "node-b", "{c}");
@@ -163,7 +157,7 @@ fn claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there() {
         let pv_name = format!("pvc-{uid}");
         assert_eq!(c["spec"]["volumeName"], pv_name.as_str());
         assert_eq!(c["status"]["capacity"]["storage"], "64Mi");
-        let pv = get(&api, "pv", &pv_name, None).unwrap();
+        let pv = get(&api, "persistentvolumes", &pv_name, None).unwrap();
         assert_eq!(pv["status"]["phase"], "Bound");
         assert_eq!(pv["spec"]["claimRef"]["uid"], uid);
         assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
@@ -208,7 +202,7 @@ fn claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there() {
             "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims."
         );
         let c = eventually_blocking("the provisioner annotations", T, || {
-            get(&api, "pvc", "quick", Some("app"))
+            get(&api, "persistentvolumeclaims", "quick", Some("app"))
                 .filter(|c| c["metadata"]["annotations"][storage::STORAGE_PROVISIONER].is_string())
         });
         assert_eq!(
@@ -228,7 +222,7 @@ fn claims_bind_where_their_first_consumer_lands_and_pull_later_ones_there() {
         api.kubectl_ok(&["delete", "pod", "reader", "-n", "app", "--wait=true"]);
         api.kubectl_ok(&["delete", "pvc", "data", "-n", "app", "--wait=true"]);
         until("the PV and its directory gone", T, || {
-            get(&api, "pv", &pv_name, None).is_none() && !pv_dir.exists()
+            get(&api, "persistentvolumes", &pv_name, None).is_none() && !pv_dir.exists()
         });
     });
 }
@@ -315,7 +309,8 @@ fn claims_of_the_virtual_class_on_a_real_node_get_a_real_volume() {
         )
         .unwrap();
         let c = eventually_blocking("the claim bound", T, || {
-            get(&api, "pvc", "data", Some("app")).filter(|c| c["spec"]["volumeName"].is_string())
+            get(&api, "persistentvolumeclaims", "data", Some("app"))
+                .filter(|c| c["spec"]["volumeName"].is_string())
         });
         let uid = c["metadata"]["uid"].as_str().unwrap().to_owned();
         assert_eq!(c["spec"]["volumeName"], format!("pvc-{uid}"), "{}", logs());
@@ -328,7 +323,7 @@ fn claims_of_the_virtual_class_on_a_real_node_get_a_real_volume() {
         );
         let real = get(
             &api,
-            "pvc",
+            "persistentvolumeclaims",
             &format!("home-{uid}"),
             Some(names::namespace::STORAGE),
         )
@@ -341,12 +336,13 @@ fn claims_of_the_virtual_class_on_a_real_node_get_a_real_volume() {
         assert_eq!(real["spec"]["resources"]["requests"]["storage"], "64Mi");
         let real_pv = get(
             &api,
-            "pv",
+            "persistentvolumes",
             real["spec"]["volumeName"].as_str().unwrap(),
             None,
         )
         .expect("the real volume");
-        let pv = get(&api, "pv", &format!("pvc-{uid}"), None).expect("the virtual volume");
+        let pv = get(&api, "persistentvolumes", &format!("pvc-{uid}"), None)
+            .expect("the virtual volume");
         assert_eq!(pv["spec"]["storageClassName"], names::storage::CLASS);
         assert_eq!(pv["spec"]["claimRef"]["uid"], uid.as_str());
         assert_eq!(
@@ -392,11 +388,11 @@ fn claims_of_the_virtual_class_on_a_real_node_get_a_real_volume() {
         api.kubectl_ok(&["delete", "pod", "reader", "-n", "app", "--wait=true"]);
         api.kubectl_ok(&["delete", "pvc", "data", "-n", "app", "--wait=false"]);
         until("the claim, both volumes and the directory gone", T, || {
-            get(&api, "pvc", "data", Some("app")).is_none()
-                && get(&api, "pv", &format!("pvc-{uid}"), None).is_none()
+            get(&api, "persistentvolumeclaims", "data", Some("app")).is_none()
+                && get(&api, "persistentvolumes", &format!("pvc-{uid}"), None).is_none()
                 && get(
                     &api,
-                    "pvc",
+                    "persistentvolumeclaims",
                     &format!("home-{uid}"),
                     Some(names::namespace::STORAGE),
                 )

@@ -62,14 +62,7 @@ impl Bed {
 
     /// An object of the provider as its admin reads it (None: not there).
     fn get(&self, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {
-        let mut args = vec!["get", kind, name, "-o", "json"];
-        if let Some(ns) = ns {
-            args.extend(["-n", ns]);
-        }
-        let o = self.provider.kubectl(&args);
-        o.status
-            .success()
-            .then(|| serde_json::from_slice(&o.stdout).unwrap())
+        self.provider.get_json(kind, ns, name)
     }
 
     /// The status entry of `home` in `consumer`'s map.

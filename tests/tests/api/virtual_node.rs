@@ -104,23 +104,8 @@ impl Bed {
     }
 }
 
-/// `kubectl get ARGS -o json` (`get KIND [NAME] [-n NS]`), in-process: `None` when there is
-/// no such object or the server did not answer.
 fn get_json(api: &ApiServer, args: &[&str]) -> Option<Value> {
-    let (kind, rest) = match args {
-        ["get", kind, rest @ ..] => (*kind, rest),
-        _ => panic!("get_json takes `get KIND [NAME] [-n NS]`, not {args:?}"),
-    };
-    let (name, ns) = match rest {
-        [] => (None, None),
-        ["-n", ns] => (None, Some(*ns)),
-        [name] => (Some(*name), None),
-        [name, "-n", ns] => (Some(*name), Some(*ns)),
-        _ => panic!("get_json takes `get KIND [NAME] [-n NS]`, not {args:?}"),
-    };
-    fabric_tests::kube_sync::get_json(&api.kubeconfig, kind, ns, name)
-        .ok()
-        .flatten()
+    api.get_args_json(args)
 }
 
 #[track_caller]

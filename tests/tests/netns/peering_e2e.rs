@@ -60,13 +60,7 @@ fn text(o: &Output) -> String {
 }
 
 fn get_json(api: &ApiServer, args: &[&str]) -> Option<Value> {
-    let mut a = args.to_vec();
-    a.extend(["-o", "json"]);
-    let o = api.kubectl(&a);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())
-        .flatten()
+    api.get_args_json(args)
 }
 
 fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {

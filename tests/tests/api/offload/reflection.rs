@@ -220,11 +220,7 @@ fn home_object(kind: &str, name: &str, size: i64) -> Value {
 
 /// Object `name` of `plural` in `ns` of `api`, as its admin reads it (`None`: not there).
 fn read(api: &ApiServer, plural: &str, ns: &str, name: &str) -> Option<Value> {
-    let o = api.kubectl(&["get", plural, name, "-n", ns, "-o", "json"]);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())
-        .flatten()
+    api.get_json(plural, Some(ns), name)
 }
 
 /// ClusterRole fabric-virtual-kubelet-reflection with `rules`, as the consumer's admin creates

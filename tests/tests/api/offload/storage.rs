@@ -71,21 +71,12 @@ fn select(bed: &Bed, name: &str) {
 }
 
 fn home_claim(bed: &Bed, name: &str) -> Option<Value> {
-    let o = bed
-        .consumer
-        .kubectl(&["get", "pvc", name, "-n", STORE, "-o", "json"]);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())
-        .flatten()
+    bed.consumer
+        .get_json("persistentvolumeclaims", Some(STORE), name)
 }
 
 fn volume(bed: &Bed, name: &str) -> Option<Value> {
-    let o = bed.consumer.kubectl(&["get", "pv", name, "-o", "json"]);
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())
-        .flatten()
+    bed.consumer.get_json("persistentvolumes", None, name)
 }
 
 /// The consumer's own identity on the provider, in the twin.
