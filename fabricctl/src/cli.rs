@@ -127,6 +127,9 @@ pub enum Cmd {
     /// Delete what a provider keeps for this cluster.
     #[command(subcommand)]
     Forget(ForgetCmd),
+    /// Move what the fabric holds.
+    #[command(subcommand)]
+    Move(MoveCmd),
     /// This (provider) cluster's working mode: `tethered` hands control of its resources to
     /// its one consumer (docs/modes.md), `autonomous` takes it back.
     #[command(subcommand)]
@@ -189,6 +192,20 @@ pub enum OffloadCmd {
         /// How long to wait for the providers' twins.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
         timeout: std::time::Duration,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum MoveCmd {
+    /// Move a claim's data (a claim of the fabric's class) to a provider or back home, offline:
+    /// refused while a pod uses the claim (scale its workload to 0 first). The claim keeps
+    /// its name; on any failure the data stays where it was and the claim points to it.
+    Volume {
+        /// The claim: NAMESPACE/NAME.
+        claim: String,
+        /// A provider's cluster id, or `local` (a real node of this cluster).
+        #[arg(long)]
+        to: String,
     },
 }
 

@@ -20,14 +20,15 @@ mod follow;
 mod forget;
 mod info;
 mod mode;
+mod movevol;
 mod offload;
 mod peer;
 mod status;
 mod unpeer;
 
 use cli::{
-    Cli, Cmd, ForgetCmd, GenerateCmd, InfoCmd, ModeCmd, NetworkCmd, OffloadCmd, PeerFlow, TokenCmd,
-    UnoffloadCmd,
+    Cli, Cmd, ForgetCmd, GenerateCmd, InfoCmd, ModeCmd, MoveCmd, NetworkCmd, OffloadCmd, PeerFlow,
+    TokenCmd, UnoffloadCmd,
 };
 
 fn main() -> std::process::ExitCode {
@@ -183,6 +184,15 @@ async fn run(cli: Cli) -> Result<()> {
             mode::tethered(&local, ns, &peer, drain_local).await
         }
         Cmd::Mode(ModeCmd::Autonomous) => mode::autonomous(&local).await,
+        Cmd::Move(MoveCmd::Volume { claim, to }) => {
+            let Some((claim_ns, name)) = claim
+                .split_once('/')
+                .filter(|(n, m)| !n.is_empty() && !m.is_empty())
+            else {
+                anyhow::bail!("claim {claim:?}: must be NAMESPACE/NAME");
+            };
+            movevol::move_volume(&local, claim_ns, name, &to).await
+        }
     }
 }
 
