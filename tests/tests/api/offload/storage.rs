@@ -257,6 +257,11 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
     )
     .await;
     phase_async(
+        "fabricctl move volume: refused while db uses it, or to no provider",
+        async { move_refused(&bed).await },
+    )
+    .await;
+    phase_async(
         "a class of the claim's choosing, refused when not lent",
         async {
             apply(
@@ -687,6 +692,40 @@ async fn unoffloaded_under_retain(bed: &Bed) -> String {
     let again = in_store_twin(bed, "persistentvolumeclaim", "kept").expect("kept stays");
     assert!(again["metadata"]["labels"]["taken"].is_null(), "{again}");
     uid
+}
+
+/// `fabricctl move volume` (issue 21) checks before it writes anything: a destination that
+/// is neither `local` nor a provider is refused naming the providers; a claim a running pod
+/// mounts (db, on the provider) is refused naming the pod (a volume moves offline). Neither
+/// touches the claim.
+async fn move_refused(bed: &Bed) {
+    let run = |args: &[&str]| {
+        let o = fabric_tests::process::fabricctl(&bed.consumer.kubeconfig, args);
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), out)
+    };
+    let before = home_claim(bed, "data").unwrap();
+    let target = format!("{STORE}/data");
+    let (ok, out) = run(&["move", "volume", &target, "--to", "nowhere"]);
+    assert!(
+        !ok && out.contains("--to nowhere") && out.contains(&format!("providers: {PROVIDER}")),
+        "an unknown cluster refused: {out}"
+    );
+    let (ok, out) = run(&["move", "volume", &target, "--to", "local"]);
+    assert!(
+        !ok && out.contains("in use by pod(s) db") && out.contains("scale"),
+        "a claim in use refused naming the pod: {out}"
+    );
+    let after = home_claim(bed, "data").unwrap();
+    assert_eq!(
+        (&after["spec"], &after["metadata"]["resourceVersion"]),
+        (&before["spec"], &before["metadata"]["resourceVersion"]),
+        "the claim untouched"
+    );
 }
 
 /// `fabricctl forget volumes` at home, with the consumer's identity: one claim by name (said
