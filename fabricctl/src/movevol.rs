@@ -112,6 +112,107 @@ pub fn location(pv: &PersistentVolume, peers: &[ForeignCluster]) -> Place {
         .map_or(Place::Local, |id| Place::Provider(id.to_owned()))
 }
 
+// The copy's pure parts, unit-tested; the orchestration that uses them (claim at the
+// destination, the two pods, logs followed, the claim re-pointed) is the next step.
+pub mod copy {
+    // Allowed unused outside tests until the orchestration uses them.
+    #![cfg_attr(not(test), allow(dead_code))]
+    use super::*;
+
+    /// The port the receiver listens on.
+    pub const PORT: u16 = 7070;
+    /// Label of the transfer pods: the claim they move.
+    pub const MOVE_LABEL: &str = "storage.fabric.io/move";
+
+    /// One side of the transfer: `receive` beside the fresh claim, `send` mounting the source.
+    /// Placed on `place` (a provider: its virtual node, so it goes through the ShadowPod path
+    /// with this cluster's identity like any tenant pod; `local`: off virtual nodes). The image
+    /// is the fabric's own (`--image`), which holds `fabric-volume-transfer`.
+    pub fn transfer_pod(
+        claim: &str,
+        volume_claim: &str,
+        place: &Place,
+        image: &str,
+        args: &[String],
+    ) -> Pod {
+        let side = args.first().map_or("transfer", String::as_str);
+        let mut spec = serde_json::json!({
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "transfer", "image": image,
+                "command": std::iter::once("fabric-volume-transfer".to_owned()).chain(args.iter().cloned()).collect::<Vec<_>>(),
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": volume_claim}}],
+        });
+        match place {
+            Place::Provider(id) => {
+                spec["nodeSelector"] =
+                    serde_json::json!({"kubernetes.io/hostname": names::node::virtual_node(id)});
+                spec["tolerations"] =
+                    serde_json::json!([{"key": names::taint::VIRTUAL_NODE, "operator": "Exists"}]);
+            }
+            Place::Local => {
+                spec["affinity"] = serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": names::label::NODE_TYPE,
+                        "operator": "NotIn", "values": [names::label::VIRTUAL_NODE_TYPE]}]}]}}});
+            }
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": names::namespace::bounded(&format!("move-{claim}-{side}")),
+                         "labels": {MOVE_LABEL: claim}},
+            "spec": spec,
+        }))
+        .expect("a pod")
+    }
+
+    /// What one side's log says: the bytes so far and, once done, the digest.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub struct Progress {
+        pub bytes: u64,
+        pub sha256: Option<String>,
+    }
+
+    /// Reads `sent N bytes [sha256 HEX]` / `received N bytes sha256 HEX` lines (the last wins).
+    pub fn progress(log: &str, verb: &str) -> Progress {
+        let mut out = Progress::default();
+        for line in log.lines() {
+            let mut w = line.split_whitespace();
+            if w.next() != Some(verb) {
+                continue;
+            }
+            let (Some(n), Some("bytes")) = (w.next().and_then(|n| n.parse().ok()), w.next()) else {
+                continue;
+            };
+            out.bytes = n;
+            if w.next() == Some("sha256") {
+                out.sha256 = w.next().map(str::to_owned);
+            }
+        }
+        out
+    }
+
+    /// The copy is good only when both sides finished with the same digest over the same number
+    /// of bytes; otherwise why not (the source is then kept).
+    pub fn verdict(sent: &Progress, received: &Progress) -> Result<String, String> {
+        match (&sent.sha256, &received.sha256) {
+            (Some(s), Some(r)) if s == r && sent.bytes == received.bytes => Ok(s.clone()),
+            (Some(s), Some(r)) => Err(format!(
+                "checksums differ: sent {} bytes sha256 {s}, received {} bytes sha256 {r}",
+                sent.bytes, received.bytes
+            )),
+            (None, _) => Err(format!(
+                "the sender did not finish (after {} bytes)",
+                sent.bytes
+            )),
+            (_, None) => Err(format!(
+                "the receiver did not finish (after the sender's {} bytes)",
+                sent.bytes
+            )),
+        }
+    }
+}
+
 pub async fn move_volume(local: &kube::Client, ns: &str, claim: &str, to: &str) -> Result<()> {
     let pvc = Api::<PersistentVolumeClaim>::namespaced(local.clone(), ns)
         .get_opt(claim)
@@ -166,7 +267,7 @@ pub async fn move_volume(local: &kube::Client, ns: &str, claim: &str, to: &str) 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{copy::*, *};
     use serde_json::json;
 
     fn pod(name: &str, claim: &str, phase: &str) -> Pod {
@@ -210,6 +311,97 @@ mod tests {
         assert!(e.contains("--to c") && e.contains("providers: b"), "{e}");
         let e = destination("zz", &[]).unwrap_err();
         assert!(e.contains("providers: none"), "{e}");
+    }
+
+    #[test]
+    fn both_digests_must_match() {
+        let log = "connecting to 1.2.3.4:7070: refused; again\nsent 65536 bytes\nsent 131072 bytes\nsent 140000 bytes sha256 ab12\n";
+        let sent = progress(log, "sent");
+        assert_eq!(
+            sent,
+            Progress {
+                bytes: 140_000,
+                sha256: Some("ab12".into())
+            }
+        );
+        assert_eq!(
+            progress("sent 10 bytes\n", "sent"),
+            Progress {
+                bytes: 10,
+                sha256: None
+            }
+        );
+        let got = progress(
+            "listening on 7070\nreceived 140000 bytes sha256 ab12\n",
+            "received",
+        );
+        assert_eq!(verdict(&sent, &got), Ok("ab12".into()));
+        let other = Progress {
+            bytes: 140_000,
+            sha256: Some("cd34".into()),
+        };
+        assert!(
+            verdict(&sent, &other)
+                .unwrap_err()
+                .contains("checksums differ")
+        );
+        assert!(
+            verdict(&sent, &Progress::default())
+                .unwrap_err()
+                .contains("receiver did not finish")
+        );
+        assert!(
+            verdict(
+                &Progress {
+                    bytes: 5,
+                    sha256: None
+                },
+                &got
+            )
+            .unwrap_err()
+            .contains("sender did not finish (after 5 bytes)")
+        );
+    }
+
+    #[test]
+    fn transfer_pods_go_where_their_claim_is() {
+        let args = [
+            "receive".to_owned(),
+            "--port".into(),
+            PORT.to_string(),
+            "--dir".into(),
+            "/data".into(),
+        ];
+        let p = transfer_pod(
+            "data",
+            "data-moved",
+            &Place::Provider("b".into()),
+            "fabric-controller",
+            &args,
+        );
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["metadata"]["name"], "move-data-receive");
+        assert_eq!(
+            v["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+            "fabric-b"
+        );
+        assert_eq!(
+            v["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "data-moved"
+        );
+        assert_eq!(
+            v["spec"]["containers"][0]["command"][0],
+            "fabric-volume-transfer"
+        );
+        assert_eq!(v["spec"]["containers"][0]["command"][1], "receive");
+        let l = serde_json::to_value(transfer_pod("data", "data", &Place::Local, "img", &args))
+            .unwrap();
+        assert!(l["spec"]["nodeSelector"].is_null());
+        assert_eq!(
+            l["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"],
+            "NotIn"
+        );
     }
 
     #[test]
