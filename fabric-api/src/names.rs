@@ -393,6 +393,10 @@ pub mod storage {
     /// The Event reason of a claim sent back to the scheduler (its node's provider lends no
     /// storage), as Liqo's.
     pub const RESCHEDULING_REQUIRED: &str = "ReschedulingRequired";
+    /// Annotation of a remote claim: the UID of the home claim it was made for (a home claim
+    /// of the same name made again later is another claim, and does not get its data unless
+    /// this names it: `fabricctl move volume` hands a filled claim over that way).
+    pub const HOME_UID: &str = "storage.fabric.io/home-uid";
 
     /// The placeholder PersistentVolume of claim `uid`, as every external provisioner names
     /// its volumes.

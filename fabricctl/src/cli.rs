@@ -206,6 +206,10 @@ pub enum MoveCmd {
         /// A provider's cluster id, or `local` (a real node of this cluster).
         #[arg(long)]
         to: String,
+        /// The image of the transfer pods: one holding `fabric-volume-transfer` (the
+        /// `fabricctl` image of deploy/docker/Dockerfile does).
+        #[arg(long, default_value = "fabricctl")]
+        image: String,
     },
 }
 

@@ -184,14 +184,14 @@ async fn run(cli: Cli) -> Result<()> {
             mode::tethered(&local, ns, &peer, drain_local).await
         }
         Cmd::Mode(ModeCmd::Autonomous) => mode::autonomous(&local).await,
-        Cmd::Move(MoveCmd::Volume { claim, to }) => {
+        Cmd::Move(MoveCmd::Volume { claim, to, image }) => {
             let Some((claim_ns, name)) = claim
                 .split_once('/')
                 .filter(|(n, m)| !n.is_empty() && !m.is_empty())
             else {
                 anyhow::bail!("claim {claim:?}: must be NAMESPACE/NAME");
             };
-            movevol::move_volume(&local, claim_ns, name, &to).await
+            movevol::move_volume(&local, ns, claim_ns, name, &to, &image).await
         }
     }
 }

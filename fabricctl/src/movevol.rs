@@ -7,16 +7,28 @@
 //! volume being written is not the volume), and a destination that is neither `local` nor a
 //! provider of this cluster is refused naming those there are.
 //!
-//! The copy (`fabric-volume-transfer receive` beside a fresh claim at the destination, `send`
-//! mounting the source, both digests compared, then the claim re-pointed) is not wired yet:
-//! after the checks the command says so and changes nothing, so the source stays where it is.
+//! The copy, home to a provider ([`to_provider`]; the other directions are refused, changing
+//! nothing): the claim of the same name made in the namespace's twin with this cluster's
+//! identity, a receiver pod (`fabric-volume-transfer receive`) bound to the provider's virtual
+//! node mounting it there, a sender pod here mounting the source, progress printed from the
+//! sender's log, both digests compared ([`copy::verdict`]). Only then is the home claim made
+//! again under its name and handed the filled claim ([`hand_over`]), its volume here (the
+//! source) going with the old one. Before that, any failure removes the transfer pods and the
+//! claim in the twin and leaves the home claim and its data as they were.
+use std::time::{Duration, Instant};
+
 use anyhow::{Context as _, Result, bail};
+
 use fabric_api::{
     core::v1alpha1::{ForeignCluster, PeerRole},
     names,
+    offloading::v1alpha1::{NamespaceMap, VirtualNode},
 };
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::{Api, ResourceExt as _, api::ListParams};
+use kube::{
+    Api, ResourceExt as _,
+    api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions},
+};
 
 /// Where a claim's data is, or is to go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,8 +127,6 @@ pub fn location(pv: &PersistentVolume, peers: &[ForeignCluster]) -> Place {
 // The copy's pure parts, unit-tested; the orchestration that uses them (claim at the
 // destination, the two pods, logs followed, the claim re-pointed) is the next step.
 pub mod copy {
-    // Allowed unused outside tests until the orchestration uses them.
-    #![cfg_attr(not(test), allow(dead_code))]
     use super::*;
 
     /// The port the receiver listens on.
@@ -146,8 +156,10 @@ pub mod copy {
         });
         match place {
             Place::Provider(id) => {
-                spec["nodeSelector"] =
-                    serde_json::json!({"kubernetes.io/hostname": names::node::virtual_node(id)});
+                // Bound by name, not scheduled: the claim it mounts may have a volume that
+                // keeps its consumers off virtual nodes (the data still at home, the claim
+                // in the twin not yet its own).
+                spec["nodeName"] = serde_json::json!(names::node::virtual_node(id));
                 spec["tolerations"] =
                     serde_json::json!([{"key": names::taint::VIRTUAL_NODE, "operator": "Exists"}]);
             }
@@ -211,9 +223,110 @@ pub mod copy {
             )),
         }
     }
+    /// The claim the receiver fills on provider `to`, made in the twin `twin` with this
+    /// cluster's identity: the home claim's name (an offloaded pod's claim names its twin's
+    /// claim of the same name, so the data must end up under it), labels, access modes, size
+    /// and volume mode, the provider's class `class` (`None`: its default), and the marks
+    /// (`origin` this cluster's id there, `to` the provider's) with [`names::storage::HOME_UID`]
+    /// naming the home claim as it is now: the virtual kubelet then lets the receiver mount it,
+    /// and does not sweep it as an orphan while the home claim stands.
+    pub fn twin_claim(
+        home: &PersistentVolumeClaim,
+        twin: &str,
+        class: Option<&str>,
+        origin: &str,
+        to: &str,
+    ) -> PersistentVolumeClaim {
+        let spec = home.spec.clone().unwrap_or_default();
+        let mut labels = home.metadata.labels.clone().unwrap_or_default();
+        labels.extend(marks(origin, to));
+        PersistentVolumeClaim {
+            metadata: kube::api::ObjectMeta {
+                name: home.metadata.name.clone(),
+                namespace: Some(twin.to_owned()),
+                labels: Some(labels),
+                annotations: Some(
+                    [(
+                        names::storage::HOME_UID.to_owned(),
+                        home.metadata.uid.clone().unwrap_or_default(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+                access_modes: spec.access_modes,
+                resources: spec.resources,
+                volume_mode: spec.volume_mode,
+                storage_class_name: class.map(str::to_owned),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// The ownership marks the virtual kubelet stamps on what it makes on provider `to`.
+    pub fn marks(origin: &str, to: &str) -> std::collections::BTreeMap<String, String> {
+        [
+            (names::label::REFLECTED_FROM.to_owned(), origin.to_owned()),
+            (names::label::REFLECTED_TO.to_owned(), to.to_owned()),
+        ]
+        .into()
+    }
+
+    /// The home claim made again under its name once the data is on provider `node`'s side:
+    /// its labels, annotations (but those of its binding and its scheduling), access modes,
+    /// size, volume mode and class; its selected node `node`, so that the virtual kubelet
+    /// of that node provisions it there: it finds the filled claim in the twin made for it
+    /// and pins a placeholder volume to its node (data gravity).
+    pub fn remade(home: &PersistentVolumeClaim, node: &str) -> PersistentVolumeClaim {
+        let spec = home.spec.clone().unwrap_or_default();
+        let mut annotations: std::collections::BTreeMap<String, String> = home
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| {
+                ![
+                    "pv.kubernetes.io/",
+                    "volume.kubernetes.io/",
+                    "volume.beta.kubernetes.io/",
+                ]
+                .iter()
+                .any(|p| k.starts_with(p))
+                    && k != "kubectl.kubernetes.io/last-applied-configuration"
+            })
+            .collect();
+        annotations.insert(names::storage::SELECTED_NODE.to_owned(), node.to_owned());
+        PersistentVolumeClaim {
+            metadata: kube::api::ObjectMeta {
+                name: home.metadata.name.clone(),
+                namespace: home.metadata.namespace.clone(),
+                labels: home.metadata.labels.clone(),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+                access_modes: spec.access_modes,
+                resources: spec.resources,
+                volume_mode: spec.volume_mode,
+                storage_class_name: spec.storage_class_name,
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
 }
 
-pub async fn move_volume(local: &kube::Client, ns: &str, claim: &str, to: &str) -> Result<()> {
+pub async fn move_volume(
+    local: &kube::Client,
+    fabric_ns: &str,
+    ns: &str,
+    claim: &str,
+    to: &str,
+    image: &str,
+) -> Result<()> {
     let pvc = Api::<PersistentVolumeClaim>::namespaced(local.clone(), ns)
         .get_opt(claim)
         .await
@@ -259,10 +372,377 @@ pub async fn move_volume(local: &kube::Client, ns: &str, claim: &str, to: &str) 
     if from == dest {
         bail!("claim {ns}/{claim}: its data is already on {dest}");
     }
-    bail!(
-        "claim {ns}/{claim} ({from} to {dest}): the checks pass, but the copy itself is not \
-         available in this build yet; nothing was changed, the data stays on {from}"
-    )
+    match (&from, &dest) {
+        (Place::Local, Place::Provider(id)) => to_provider(local, fabric_ns, &pvc, id, image).await,
+        _ => bail!(
+            "claim {ns}/{claim} ({from} to {dest}): only a move from this cluster to a provider \
+             is available in this build; nothing was changed, the data stays on {from}"
+        ),
+    }
+}
+
+/// How long the receiver has to start on the provider, and the sender to make progress.
+const START: Duration = Duration::from_secs(180);
+const STALL: Duration = Duration::from_secs(120);
+
+/// The data of home claim `pvc` (on a real node here) to provider `id`: a claim of the same
+/// name in the namespace's twin there (this cluster's identity), filled by a receiver pod
+/// bound to the provider's virtual node (offloaded as any pod, its ShadowPod admitted by the
+/// provider's policy) from a sender pod here mounting the claim, over the fabric (the
+/// receiver's address as this cluster sees it); both digests compared; then the home claim
+/// made again under its name and handed the filled claim (see [`hand_over`]). Until the
+/// digests match, a failure removes the transfer pods and the claim in the twin, and leaves
+/// the home claim and its data as they were.
+async fn to_provider(
+    local: &kube::Client,
+    fabric_ns: &str,
+    pvc: &PersistentVolumeClaim,
+    id: &str,
+    image: &str,
+) -> Result<()> {
+    let ns = pvc.namespace().unwrap_or_default();
+    let claim = pvc.name_any();
+    let node = names::node::virtual_node(id);
+    // What the provider lends (the twin claim's class), from its VirtualNode here.
+    let lent = Api::<VirtualNode>::namespaced(local.clone(), fabric_ns)
+        .list(&ListParams::default())
+        .await
+        .context("listing VirtualNodes")?
+        .items
+        .into_iter()
+        .find(|v| v.spec.cluster_id == id)
+        .with_context(|| format!("provider {id} has no VirtualNode in {fabric_ns}"))?
+        .spec
+        .storage
+        .with_context(|| format!("provider {id} lends no storage to this cluster"))?;
+    let class = pvc
+        .annotations()
+        .get(names::storage::REMOTE_CLASS)
+        .filter(|c| !c.is_empty())
+        .cloned()
+        .or(lent.default);
+    let remote = fabric_auth::identity::remote_client(local, id)
+        .await
+        .with_context(|| format!("reaching provider {id} with this cluster's identity"))?;
+    let tenant = remote.default_namespace().to_owned();
+    let Some(me) = tenant.strip_prefix(&names::namespace::tenant("")) else {
+        bail!("the identity for {id} names namespace {tenant}, which is no tenant namespace");
+    };
+    let twin = Api::<NamespaceMap>::namespaced(remote.clone(), &tenant)
+        .get_opt(me)
+        .await
+        .with_context(|| format!("reading NamespaceMap {tenant}/{me} on {id}"))?
+        .and_then(|m| m.spec.namespaces.into_iter().find(|m| m.home == ns))
+        .map(|m| m.remote)
+        .with_context(|| {
+            format!(
+                "namespace {ns} is not offloaded to {id}: offload it there first \
+                 (`fabricctl offload namespace {ns}`); nothing was changed"
+            )
+        })?;
+    let twin_claims: Api<PersistentVolumeClaim> = Api::namespaced(remote.clone(), &twin);
+    if let Some(there) = twin_claims.get_opt(&claim).await? {
+        bail!(
+            "claim {claim} already exists in twin {twin} on {id} (uid {}): nothing was changed",
+            there.uid().unwrap_or_default()
+        );
+    }
+    let made = twin_claims
+        .create(
+            &PostParams::default(),
+            &copy::twin_claim(pvc, &twin, class.as_deref(), me, id),
+        )
+        .await
+        .with_context(|| format!("making claim {claim} in twin {twin} on {id}"))?;
+    println!(
+        "claim {claim} made in twin {twin} on {id} (class {})",
+        class.as_deref().unwrap_or("(its default)")
+    );
+    let pods: Api<Pod> = Api::namespaced(local.clone(), &ns);
+    let outcome = transfer(&pods, &claim, &Place::Provider(id.to_owned()), image).await;
+    // The transfer pods go whatever the outcome: the claims are free again.
+    let removed = remove_transfer_pods(&pods, &claim).await;
+    let digest = match outcome.and_then(|d| removed.map(|()| d)) {
+        Ok(d) => d,
+        Err(e) => {
+            let undo = twin_claims
+                .delete(
+                    &claim,
+                    &DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: made.uid(),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    },
+                )
+                .await;
+            let left = match undo {
+                Ok(_) => String::new(),
+                Err(u) => format!(
+                    " (claim {claim} in twin {twin} on {id} could not be removed: {u}; \
+                     delete it there)"
+                ),
+            };
+            return Err(e.context(format!(
+                "moving claim {ns}/{claim} to {id} failed: nothing was changed, the data stays \
+                 here and the claim points to it{left}"
+            )));
+        }
+    };
+    println!("checksums match: sha256 {digest}");
+    hand_over(local, pvc, &twin_claims, made, &node, me, id).await?;
+    println!("claim {ns}/{claim} moved to {id}: its pods now run on {node}");
+    Ok(())
+}
+
+/// The copy: receiver beside the claim at `dest`, sender here mounting the claim, progress
+/// printed from the sender's log, both digests compared. The digest, or why not.
+async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Result<String> {
+    let port = copy::PORT.to_string();
+    let receive = [
+        "receive".to_owned(),
+        "--port".into(),
+        port.clone(),
+        "--dir".into(),
+        "/data".into(),
+    ];
+    let receiver = pods
+        .create(
+            &PostParams::default(),
+            &copy::transfer_pod(claim, claim, dest, image, &receive),
+        )
+        .await
+        .context("creating the receiver pod")?
+        .name_any();
+    let ip = wait_pod(pods, &receiver, START, "running with an address", |p| {
+        let s = p.status.as_ref()?;
+        if matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")) {
+            return Some(Err(format!(
+                "it ended ({})",
+                s.phase.as_deref().unwrap_or_default()
+            )));
+        }
+        (s.phase.as_deref() == Some("Running"))
+            .then(|| s.pod_ip.clone())
+            .flatten()
+            .map(Ok)
+    })
+    .await?;
+    println!("receiver {receiver} running on {dest}, at {ip}");
+    let send = [
+        "send".to_owned(),
+        "--to".into(),
+        format!("{ip}:{port}"),
+        "--dir".into(),
+        "/data".into(),
+    ];
+    let sender = pods
+        .create(
+            &PostParams::default(),
+            &copy::transfer_pod(claim, claim, &Place::Local, image, &send),
+        )
+        .await
+        .context("creating the sender pod")?
+        .name_any();
+    let logs = |name: String| async move {
+        pods.logs(&name, &LogParams::default())
+            .await
+            .unwrap_or_default()
+    };
+    let mut shown = 0;
+    let mut moved_at = Instant::now();
+    let sent = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = copy::progress(&logs(sender.clone()).await, "sent");
+        if now.bytes != shown {
+            println!("sent {} bytes", now.bytes);
+            shown = now.bytes;
+            moved_at = Instant::now();
+        }
+        let phase = |p: Option<Pod>| {
+            p.and_then(|p| p.status?.phase)
+                .unwrap_or_else(|| "gone".to_owned())
+        };
+        let s = phase(pods.get_opt(&sender).await?);
+        let r = phase(pods.get_opt(&receiver).await?);
+        match (s.as_str(), r.as_str()) {
+            ("Succeeded", _) => break now,
+            ("Failed" | "gone", _) => bail!(
+                "the sender {sender} failed after {} bytes: {}",
+                now.bytes,
+                last_line(&logs(sender.clone()).await)
+            ),
+            (_, "Failed" | "gone") => bail!(
+                "the receiver {receiver} is {} (after the sender's {} bytes)",
+                if r == "gone" { "gone" } else { "failed" },
+                now.bytes
+            ),
+            _ if moved_at.elapsed() > STALL => bail!(
+                "no progress for {}s (sender {s}, receiver {r}, {} bytes sent)",
+                STALL.as_secs(),
+                now.bytes
+            ),
+            _ => {}
+        }
+    };
+    // The receiver ends once the stream was whole and it printed its digest.
+    wait_pod(pods, &receiver, STALL, "finished", |p| {
+        match p.status.as_ref()?.phase.as_deref()? {
+            "Succeeded" => Some(Ok(())),
+            "Failed" => Some(Err("it failed".to_owned())),
+            _ => None,
+        }
+    })
+    .await?;
+    let received = copy::progress(&logs(receiver.clone()).await, "received");
+    println!(
+        "sent {} bytes sha256 {}",
+        sent.bytes,
+        sent.sha256.as_deref().unwrap_or("-")
+    );
+    println!(
+        "received {} bytes sha256 {}",
+        received.bytes,
+        received.sha256.as_deref().unwrap_or("-")
+    );
+    copy::verdict(&sent, &received).map_err(anyhow::Error::msg)
+}
+
+fn last_line(log: &str) -> &str {
+    log.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no log)")
+}
+
+/// Waits until `f` says something of pod `name`: its value, or why it cannot be (an error).
+async fn wait_pod<T>(
+    pods: &Api<Pod>,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    f: impl Fn(&Pod) -> Option<Result<T, String>>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match pods.get_opt(name).await? {
+            None => bail!("pod {name} is gone (waiting for it {what})"),
+            Some(p) => match f(&p) {
+                Some(Ok(v)) => return Ok(v),
+                Some(Err(why)) => bail!("pod {name}: {why} (waiting for it {what})"),
+                None => {}
+            },
+        }
+        if Instant::now() > deadline {
+            bail!("pod {name} not {what} after {}s", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Deletes the transfer pods of `claim` and waits until they are gone (their claims free).
+async fn remove_transfer_pods(pods: &Api<Pod>, claim: &str) -> Result<()> {
+    let lp = ListParams::default().labels(&format!("{}={claim}", copy::MOVE_LABEL));
+    for p in pods.list(&lp).await?.items {
+        match pods.delete(&p.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).context("deleting a transfer pod"),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pods.list(&lp).await?.items.is_empty() {
+        if Instant::now() > deadline {
+            bail!("the transfer pods of {claim} are not gone after 60s");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// The filled claim `made` in the twin handed to the home claim, made again under its name:
+/// its marks taken off first (a claim of ours standing for no home claim would be swept as an
+/// orphan while the name is free), the home claim deleted (its volume here goes with it: the
+/// source data is removed only now), made again with its selected node the virtual node, then
+/// the marks put back with its new UID: the virtual kubelet provisions it there, finding its
+/// claim filled, and pins a placeholder volume to the node. A failure here says where the
+/// data is.
+async fn hand_over(
+    local: &kube::Client,
+    pvc: &PersistentVolumeClaim,
+    twin_claims: &Api<PersistentVolumeClaim>,
+    made: PersistentVolumeClaim,
+    node: &str,
+    me: &str,
+    id: &str,
+) -> Result<()> {
+    let ns = pvc.namespace().unwrap_or_default();
+    let claim = pvc.name_any();
+    let twin = made.namespace().unwrap_or_default();
+    let kept = format!(
+        "the data is in claim {claim} of twin {twin} on {id} (uid {})",
+        made.uid().unwrap_or_default()
+    );
+    let unmark = serde_json::json!({"metadata": {
+        "labels": {names::label::REFLECTED_FROM: null, names::label::REFLECTED_TO: null},
+        "annotations": {names::storage::HOME_UID: null}}});
+    twin_claims
+        .patch(&claim, &PatchParams::default(), &Patch::Merge(&unmark))
+        .await
+        .with_context(|| format!("unmarking claim {claim} in twin {twin} on {id}"))?;
+    let home: Api<PersistentVolumeClaim> = Api::namespaced(local.clone(), &ns);
+    let _remade = async {
+        home.delete(
+            &claim,
+            &DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: pvc.uid(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while home.get_opt(&claim).await?.is_some() {
+            if Instant::now() > deadline {
+                bail!("claim {ns}/{claim} not gone after 120s");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let again = home
+            .create(&PostParams::default(), &copy::remade(pvc, node))
+            .await?;
+        let mark = serde_json::json!({"metadata": {
+            "labels": copy::marks(me, id),
+            "annotations": {names::storage::HOME_UID: again.uid()}}});
+        twin_claims
+            .patch(&claim, &PatchParams::default(), &Patch::Merge(&mark))
+            .await?;
+        anyhow::Ok(again)
+    }
+    .await
+    .with_context(|| format!("handing the data over to claim {ns}/{claim}: {kept}"))?;
+    println!("the data here removed; claim {ns}/{claim} made again for {node}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = home.get_opt(&claim).await?;
+        let bound = now
+            .as_ref()
+            .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+            .filter(|v| !v.is_empty());
+        if let Some(v) = bound {
+            println!("claim {ns}/{claim} bound to {v}, pinned to {node}");
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "claim {ns}/{claim} not bound by the virtual kubelet of {node} after 120s: {kept}"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 #[cfg(test)]
@@ -381,10 +861,7 @@ mod tests {
         );
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v["metadata"]["name"], "move-data-receive");
-        assert_eq!(
-            v["spec"]["nodeSelector"]["kubernetes.io/hostname"],
-            "fabric-b"
-        );
+        assert_eq!(v["spec"]["nodeName"], "fabric-b");
         assert_eq!(
             v["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
             "data-moved"
@@ -396,12 +873,73 @@ mod tests {
         assert_eq!(v["spec"]["containers"][0]["command"][1], "receive");
         let l = serde_json::to_value(transfer_pod("data", "data", &Place::Local, "img", &args))
             .unwrap();
-        assert!(l["spec"]["nodeSelector"].is_null());
+        assert!(l["spec"]["nodeName"].is_null());
         assert_eq!(
             l["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
                 ["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"],
             "NotIn"
         );
+    }
+
+    fn home_claim() -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "data", "namespace": "store", "uid": "u1",
+                "labels": {"app": "db"},
+                "annotations": {"note": "kept", "pv.kubernetes.io/bind-completed": "yes",
+                    "volume.kubernetes.io/selected-node": "worker-1",
+                    "volume.beta.kubernetes.io/storage-provisioner": "fabric.io/storage"}},
+            "spec": {"storageClassName": "fabric", "accessModes": ["ReadWriteOnce"],
+                "volumeMode": "Filesystem", "volumeName": "pvc-u1",
+                "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_twin_claim_is_marked_for_the_home_claim_as_it_is() {
+        let t = serde_json::to_value(twin_claim(
+            &home_claim(),
+            "store-a1",
+            Some("standard"),
+            "a",
+            "b",
+        ))
+        .unwrap();
+        assert_eq!(t["metadata"]["name"], "data");
+        assert_eq!(t["metadata"]["namespace"], "store-a1");
+        assert_eq!(t["metadata"]["labels"]["app"], "db");
+        assert_eq!(t["metadata"]["labels"]["reflection.fabric.io/origin"], "a");
+        assert_eq!(
+            t["metadata"]["labels"]["reflection.fabric.io/destination"],
+            "b"
+        );
+        assert_eq!(
+            t["metadata"]["annotations"],
+            json!({"storage.fabric.io/home-uid": "u1"})
+        );
+        assert_eq!(t["spec"]["storageClassName"], "standard");
+        assert_eq!(t["spec"]["resources"]["requests"]["storage"], "1Gi");
+        // Nothing of the home side's binding: the provider binds it.
+        assert!(t["spec"]["volumeName"].is_null(), "{t}");
+        assert!(t["metadata"]["uid"].is_null(), "{t}");
+    }
+
+    #[test]
+    fn the_home_claim_is_made_again_for_the_virtual_node() {
+        let r = serde_json::to_value(remade(&home_claim(), "fabric-b")).unwrap();
+        assert_eq!(r["metadata"]["name"], "data");
+        assert_eq!(r["metadata"]["namespace"], "store");
+        assert!(r["metadata"]["uid"].is_null(), "{r}");
+        assert_eq!(
+            r["metadata"]["annotations"],
+            json!({"note": "kept", "volume.kubernetes.io/selected-node": "fabric-b"})
+        );
+        assert_eq!(r["spec"]["storageClassName"], "fabric");
+        assert_eq!(r["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+        assert_eq!(r["spec"]["resources"]["requests"]["storage"], "1Gi");
+        assert!(r["spec"]["volumeName"].is_null(), "{r}");
+        assert!(r["status"].is_null(), "{r}");
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub mod act;
 
 /// Annotation of a remote claim: the UID of the home claim it was made for (a home claim of
 /// the same name made again later is another claim, and does not get its data).
-pub const HOME_UID: &str = "storage.fabric.io/home-uid";
+pub const HOME_UID: &str = storage::HOME_UID;
 
 /// The claims of the offloaded namespaces whose first consumer lands on this virtual node.
 pub struct Claims {
