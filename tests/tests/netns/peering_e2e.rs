@@ -591,6 +591,209 @@ impl Bed {
         );
     }
 
+    /// `fabricctl move volume` (issue 21) from A to B over the fabric: a claim of the class
+    /// `fabric` in namespace `store` (offloaded to B, pods at home or there) is provisioned on
+    /// A's node, where a pod writes it; the pod gone, `fabricctl` (A's admin, as a user runs
+    /// it) copies it to B: both digests printed and equal, the claim keeps its name and is
+    /// now pinned to A's virtual node for B, where the next pod of the claim lands (gravity)
+    /// and reads the same bytes; the source volume at home is gone. Before that, a move whose
+    /// receiver is deleted mid-copy fails saying why, and leaves the claim (same UID, same
+    /// volume) and its data where they were, with no transfer pod and no claim left on B.
+    fn volume_moves(&self, provider: &str) {
+        const NS: &str = "store";
+        let (a, b) = (&self.cl.a, &self.cl.b);
+        let t = Duration::from_secs(60);
+        // The fabric's StorageClass, as deploy/ installs it.
+        let class = fabric_tests::manifests::Manifests::rendered(&a.api)
+            .unwrap()
+            .into_iter()
+            .find(|o| o["kind"] == "StorageClass")
+            .expect("deploy/ has the fabric's StorageClass");
+        a.api
+            .kubectl_stdin(&["apply", "-f", "-"], &class.to_string())
+            .status
+            .success()
+            .then_some(())
+            .expect("the class applied");
+        a.api.kubectl_ok(&["create", "namespace", NS]);
+        let selector = format!("{ADVERTISED}={provider}");
+        let o = fabricctl(
+            &a.api,
+            &[
+                "offload",
+                "namespace",
+                NS,
+                "--pod-offloading-strategy",
+                "LocalAndRemote",
+                "--selector",
+                &selector,
+            ],
+        );
+        assert!(o.status.success(), "offload: {}\n{}", text(&o), self.logs());
+        let twin = format!("{NS}-{}", a.id);
+        let claim = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"storageClassName": "fabric", "accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "64Mi"}}}})
+        };
+        let pod = |name: &str, claim: &str, command: &[&str]| {
+            let mut p = workloads::command_pod(name, command);
+            p["metadata"]["namespace"] = json!(NS);
+            p["spec"]["containers"][0]["volumeMounts"] =
+                json!([{ "name": "data", "mountPath": "/srv" }]);
+            p["spec"]["volumes"] =
+                json!([{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }]);
+            p
+        };
+        let done = |name: &str| {
+            a.wait_pod(NS, name, t, "Succeeded", |p| {
+                p["status"]["phase"] == "Succeeded"
+            })
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()))
+        };
+        // A claim written on A's node: its volume, and where the data is on the host.
+        let written = |name: &str, text: &str| -> (Value, std::path::PathBuf) {
+            a.create(&claim(name)).unwrap();
+            let writer = format!("{name}-writer");
+            a.create_pod(&workloads::on_node(
+                pod(
+                    &writer,
+                    name,
+                    &["fabric-test-pod", "write", "/srv/greeting", text],
+                ),
+                0,
+            ))
+            .unwrap();
+            done(&writer);
+            a.api
+                .kubectl_ok(&["delete", "pod", &writer, "-n", NS, "--wait=true"]);
+            let pvc = get_json(&a.api, &["get", "pvc", name, "-n", NS]).unwrap();
+            let volume = pvc["spec"]["volumeName"].as_str().unwrap().to_owned();
+            let dir =
+                a.api
+                    .kubectl_ok(&["get", "pv", &volume, "-o", "jsonpath={.spec.hostPath.path}"]);
+            let dir = std::path::PathBuf::from(dir);
+            assert_eq!(
+                std::fs::read_to_string(dir.join("greeting")).unwrap(),
+                text,
+                "written at home"
+            );
+            (pvc, dir)
+        };
+
+        // A failed move: the receiver deleted mid-copy (a file big enough to take a while).
+        let (before, dir) = written("kept", "stays home");
+        let big: Vec<u8> = (0..(48u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.join("big"), &big).unwrap();
+        let mut child = fabric_tests::die_with_parent(&mut std::process::Command::new(
+            locate_bin("fabricctl").unwrap(),
+        ))
+        .env("KUBECONFIG", &a.api.kubeconfig)
+        .args(["move", "volume", &format!("{NS}/kept"), "--to", provider])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            seen.push_str(&line);
+            if n == 0 || line.starts_with("sent ") {
+                break;
+            }
+        }
+        assert!(seen.contains("sent "), "no progress before the end: {seen}");
+        a.api.kubectl_ok(&[
+            "delete",
+            "pod",
+            "move-kept-receive",
+            "-n",
+            NS,
+            "--wait=false",
+        ]);
+        let o = child.wait_with_output().unwrap();
+        let rest = format!("{seen}{}", text(&o));
+        eprintln!("the failed move said:\n{rest}");
+        assert!(!o.status.success(), "{rest}");
+        assert!(
+            rest.contains("failed: nothing was changed, the data stays here"),
+            "{rest}"
+        );
+        let after = get_json(&a.api, &["get", "pvc", "kept", "-n", NS]).unwrap();
+        assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
+        assert_eq!(after["spec"]["volumeName"], before["spec"]["volumeName"]);
+        assert_eq!(
+            std::fs::read(dir.join("big")).unwrap(),
+            big,
+            "the source kept"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("greeting")).unwrap(),
+            "stays home"
+        );
+        let left = a.api.kubectl_ok(&["get", "pods", "-n", NS, "-o", "name"]);
+        assert!(!left.contains("move-kept"), "transfer pods left: {left}");
+        assert!(
+            get_json(&b.api, &["get", "pvc", "kept", "-n", &twin]).is_none(),
+            "no claim left in the twin"
+        );
+
+        // The move: digests equal, the claim pinned to the virtual node, the data there.
+        let text_home = "written at home, read on B";
+        let (before, dir) = written("data", text_home);
+        let o = fabricctl(
+            &a.api,
+            &["move", "volume", &format!("{NS}/data"), "--to", provider],
+        );
+        let out = text(&o);
+        eprintln!("the move said:\n{out}");
+        assert!(o.status.success(), "move: {out}\n{}", self.logs());
+        let digest = |verb: &str| {
+            out.lines()
+                .find(|l| l.starts_with(verb) && l.contains(" sha256 "))
+                .and_then(|l| l.split(" sha256 ").nth(1))
+                .unwrap_or_else(|| panic!("no {verb} digest in {out}"))
+                .to_owned()
+        };
+        assert_eq!(digest("sent "), digest("received "), "{out}");
+        assert!(out.contains("checksums match"), "{out}");
+        let moved = get_json(&a.api, &["get", "pvc", "data", "-n", NS]).unwrap();
+        assert_ne!(moved["metadata"]["uid"], before["metadata"]["uid"]);
+        let pv = get_json(
+            &a.api,
+            &["get", "pv", moved["spec"]["volumeName"].as_str().unwrap()],
+        )
+        .unwrap();
+        let vnode = names::node::virtual_node(provider);
+        assert_eq!(
+            pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+                [0],
+            vnode.as_str(),
+            "{pv}"
+        );
+        assert!(!dir.join("greeting").exists(), "the source removed at home");
+        // Gravity: the next pod of the claim lands on the virtual node and reads the data.
+        a.create_pod(&pod(
+            "reader",
+            "data",
+            &["fabric-test-pod", "read", "/srv/greeting"],
+        ))
+        .unwrap();
+        let p = done("reader");
+        assert_eq!(p["spec"]["nodeName"], vnode.as_str());
+        let read = self.wait("the reader's log through the virtual kubelet", t, || {
+            let o = a.api.kubectl(&["logs", "reader", "-n", NS]);
+            o.status
+                .success()
+                .then(|| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .filter(|l| !l.is_empty())
+        });
+        assert_eq!(read, text_home);
+    }
+
     /// The virtual node of `provider` on cluster `c`, once it is Ready.
     fn ready_node(&self, c: u8, provider: &str) -> Value {
         self.wait(
@@ -683,8 +886,32 @@ fn out_of_band_peering_end_to_end() {
     );
 
     phase("A peers with B", || {
+        // B's admin lends storage of its class `standard` (deploy/ ships the ConfigMap
+        // lending nothing): A asks for some, for the volume it moves there below.
+        let lend = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
+            "data": {"lent": "standard=1Gi"}});
+        let o = bed
+            .cl
+            .b
+            .api
+            .kubectl_stdin(&["apply", "-f", "-"], &lend.to_string());
+        assert!(o.status.success(), "{}", text(&o));
         // A (consumer) peers with B (provider) with the command B printed.
-        let out = bed.peer(1, 2, &["--cpu", "1", "--memory", "2Gi", "--pods", "20"]);
+        let out = bed.peer(
+            1,
+            2,
+            &[
+                "--cpu",
+                "1",
+                "--memory",
+                "2Gi",
+                "--pods",
+                "20",
+                "--resource",
+                "storage.fabric.io/standard=512Mi",
+            ],
+        );
         for step in [
             "✓ authenticated",
             "✓ asked cluster-b for resources",
@@ -724,6 +951,11 @@ fn out_of_band_peering_end_to_end() {
     phase("A offloads a namespace to B", || {
         bed.offloaded_namespace(&b_id);
         eprintln!("namespace offloaded and back after {:?}", t0.elapsed());
+    });
+
+    phase("a volume moves from A to B", || {
+        bed.volume_moves(&b_id);
+        eprintln!("volume moved after {:?}", t0.elapsed());
     });
 
     phase("A's virtual kubelet killed mid-traffic", || {
