@@ -18,7 +18,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-
 use fabric_api::{
     core::v1alpha1::{ForeignCluster, PeerRole},
     names,
@@ -131,6 +130,9 @@ pub mod copy {
 
     /// The port the receiver listens on.
     pub const PORT: u16 = 7070;
+    /// Where the transfer pods mount the volume: a directory that exists in every image
+    /// (the test node mounts onto its host's own directories, and makes none).
+    pub const MOUNT: &str = "/srv";
     /// Label of the transfer pods: the claim they move.
     pub const MOVE_LABEL: &str = "storage.fabric.io/move";
 
@@ -151,7 +153,7 @@ pub mod copy {
             "terminationGracePeriodSeconds": 5,
             "containers": [{"name": "transfer", "image": image,
                 "command": std::iter::once("fabric-volume-transfer".to_owned()).chain(args.iter().cloned()).collect::<Vec<_>>(),
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "volumeMounts": [{"name": "data", "mountPath": MOUNT}]}],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": volume_claim}}],
         });
         match place {
@@ -505,7 +507,7 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
         "--port".into(),
         port.clone(),
         "--dir".into(),
-        "/data".into(),
+        copy::MOUNT.into(),
     ];
     let receiver = pods
         .create(
@@ -518,10 +520,7 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
     let ip = wait_pod(pods, &receiver, START, "running with an address", |p| {
         let s = p.status.as_ref()?;
         if matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")) {
-            return Some(Err(format!(
-                "it ended ({})",
-                s.phase.as_deref().unwrap_or_default()
-            )));
+            return Some(Err(format!("it ended: {}", ended(p))));
         }
         (s.phase.as_deref() == Some("Running"))
             .then(|| s.pod_ip.clone())
@@ -535,7 +534,7 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
         "--to".into(),
         format!("{ip}:{port}"),
         "--dir".into(),
-        "/data".into(),
+        copy::MOUNT.into(),
     ];
     let sender = pods
         .create(
@@ -590,7 +589,7 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
     wait_pod(pods, &receiver, STALL, "finished", |p| {
         match p.status.as_ref()?.phase.as_deref()? {
             "Succeeded" => Some(Ok(())),
-            "Failed" => Some(Err("it failed".to_owned())),
+            "Failed" => Some(Err(format!("it failed: {}", ended(p)))),
             _ => None,
         }
     })
@@ -607,6 +606,34 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
         received.sha256.as_deref().unwrap_or("-")
     );
     copy::verdict(&sent, &received).map_err(anyhow::Error::msg)
+}
+
+/// How a pod ended: its phase, and its container's exit code and reason.
+fn ended(p: &Pod) -> String {
+    let s = p.status.as_ref();
+    let phase = s.and_then(|s| s.phase.as_deref()).unwrap_or("unknown");
+    let how = s
+        .and_then(|s| {
+            s.container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .terminated
+                .clone()
+        })
+        .map(|t| {
+            format!(
+                ", exit code {}{}",
+                t.exit_code,
+                t.message
+                    .or(t.reason)
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    format!("{phase}{how}")
 }
 
 fn last_line(log: &str) -> &str {
@@ -850,7 +877,7 @@ mod tests {
             "--port".into(),
             PORT.to_string(),
             "--dir".into(),
-            "/data".into(),
+            copy::MOUNT.into(),
         ];
         let p = transfer_pod(
             "data",
