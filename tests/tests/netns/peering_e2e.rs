@@ -684,8 +684,14 @@ impl Bed {
 
         // A failed move: the receiver deleted mid-copy (a file big enough to take a while).
         let (before, dir) = written("kept", "stays home");
-        let big: Vec<u8> = (0..(48u32 << 20)).map(|i| (i % 251) as u8).collect();
-        std::fs::write(dir.join("big"), &big).unwrap();
+        // Some bytes to check, and 2 GiB of a sparse file (nothing on the disk here; the sender
+        // reads it as zeros) so that the copy takes seconds.
+        let some: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.join("some"), &some).unwrap();
+        std::fs::File::create(dir.join("sparse"))
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
         let mut child = fabric_tests::die_with_parent(&mut std::process::Command::new(
             locate_bin("fabricctl").unwrap(),
         ))
@@ -721,6 +727,7 @@ impl Bed {
             NS,
             "--wait=false",
         ]);
+        std::io::Read::read_to_string(&mut out, &mut seen).unwrap();
         let o = child.wait_with_output().unwrap();
         let rest = format!("{seen}{}", text(&o));
         eprintln!("the failed move said:\n{rest}");
@@ -733,9 +740,13 @@ impl Bed {
         assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
         assert_eq!(after["spec"]["volumeName"], before["spec"]["volumeName"]);
         assert_eq!(
-            std::fs::read(dir.join("big")).unwrap(),
-            big,
+            std::fs::read(dir.join("some")).unwrap(),
+            some,
             "the source kept"
+        );
+        assert_eq!(
+            std::fs::metadata(dir.join("sparse")).unwrap().len(),
+            2 << 30
         );
         assert_eq!(
             std::fs::read_to_string(dir.join("greeting")).unwrap(),
