@@ -276,6 +276,20 @@ pub mod copy {
         .into()
     }
 
+    /// The merge patch that hands a claim in the twin over: `Some((origin, to, uid))` marks it
+    /// ours for home claim `uid`; `None` takes our marks and that UID off (nothing at home
+    /// then sweeps it as an orphan, nor mounts it).
+    pub fn ownership(owner: Option<(&str, &str, &str)>) -> serde_json::Value {
+        match owner {
+            Some((origin, to, uid)) => serde_json::json!({"metadata": {
+                "labels": marks(origin, to),
+                "annotations": {names::storage::HOME_UID: uid}}}),
+            None => serde_json::json!({"metadata": {
+                "labels": {names::label::REFLECTED_FROM: null, names::label::REFLECTED_TO: null},
+                "annotations": {names::storage::HOME_UID: null}}}),
+        }
+    }
+
     /// The home claim made again under its name once the data is on provider `node`'s side:
     /// its labels, annotations (but those of its binding and its scheduling), access modes,
     /// size, volume mode and class; its selected node `node`, so that the virtual kubelet
@@ -711,9 +725,7 @@ async fn hand_over(
         "the data is in claim {claim} of twin {twin} on {id} (uid {})",
         made.uid().unwrap_or_default()
     );
-    let unmark = serde_json::json!({"metadata": {
-        "labels": {names::label::REFLECTED_FROM: null, names::label::REFLECTED_TO: null},
-        "annotations": {names::storage::HOME_UID: null}}});
+    let unmark = copy::ownership(None);
     twin_claims
         .patch(&claim, &PatchParams::default(), &Patch::Merge(&unmark))
         .await
@@ -741,9 +753,7 @@ async fn hand_over(
         let again = home
             .create(&PostParams::default(), &copy::remade(pvc, node))
             .await?;
-        let mark = serde_json::json!({"metadata": {
-            "labels": copy::marks(me, id),
-            "annotations": {names::storage::HOME_UID: again.uid()}}});
+        let mark = copy::ownership(Some((me, id, &again.uid().unwrap_or_default())));
         twin_claims
             .patch(&claim, &PatchParams::default(), &Patch::Merge(&mark))
             .await?;
@@ -950,6 +960,43 @@ mod tests {
         // Nothing of the home side's binding: the provider binds it.
         assert!(t["spec"]["volumeName"].is_null(), "{t}");
         assert!(t["metadata"]["uid"].is_null(), "{t}");
+    }
+
+    #[test]
+    fn the_twin_claim_is_handed_over_by_its_marks() {
+        let mut t =
+            serde_json::to_value(twin_claim(&home_claim(), "store-a1", None, "a", "b")).unwrap();
+        // Unmarked: no marks, no home UID; the home claim's own labels stay.
+        json_patch_merge(&mut t, &ownership(None));
+        assert_eq!(t["metadata"]["labels"], json!({"app": "db"}));
+        assert_eq!(t["metadata"]["annotations"], json!({}));
+        // Marked again for the claim made again.
+        json_patch_merge(&mut t, &ownership(Some(("a", "b", "u2"))));
+        assert_eq!(t["metadata"]["labels"]["reflection.fabric.io/origin"], "a");
+        assert_eq!(
+            t["metadata"]["labels"]["reflection.fabric.io/destination"],
+            "b"
+        );
+        assert_eq!(
+            t["metadata"]["annotations"]["storage.fabric.io/home-uid"],
+            "u2"
+        );
+    }
+
+    /// RFC 7386, as the API server applies a merge patch.
+    fn json_patch_merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+        match (target, patch) {
+            (serde_json::Value::Object(t), serde_json::Value::Object(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        json_patch_merge(t.entry(k.clone()).or_insert(json!({})), v);
+                    }
+                }
+            }
+            (t, p) => *t = p.clone(),
+        }
     }
 
     #[test]
