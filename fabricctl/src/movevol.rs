@@ -123,8 +123,9 @@ pub fn location(pv: &PersistentVolume, peers: &[ForeignCluster]) -> Place {
         .map_or(Place::Local, |id| Place::Provider(id.to_owned()))
 }
 
-// The copy's pure parts, unit-tested; the orchestration that uses them (claim at the
-// destination, the two pods, logs followed, the claim re-pointed) is the next step.
+/// The copy's pure parts, unit-tested: the transfer pods, progress read from their logs, the
+/// verdict on the two digests, the hand-over's ownership patches. [`to_provider`] and
+/// [`hand_over`] are the I/O around them.
 pub mod copy {
     use super::*;
 
