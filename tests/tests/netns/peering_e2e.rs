@@ -668,11 +668,15 @@ impl Bed {
             done(&writer);
             a.api
                 .kubectl_ok(&["delete", "pod", &writer, "-n", NS, "--wait=true"]);
-            let pvc = get_json(&a.api, &["get", "pvc", name, "-n", NS]).unwrap();
+            let pvc = get_json(&a.api, &["get", "persistentvolumeclaim", name, "-n", NS]).unwrap();
             let volume = pvc["spec"]["volumeName"].as_str().unwrap().to_owned();
-            let dir =
-                a.api
-                    .kubectl_ok(&["get", "pv", &volume, "-o", "jsonpath={.spec.hostPath.path}"]);
+            let dir = a.api.kubectl_ok(&[
+                "get",
+                "persistentvolume",
+                &volume,
+                "-o",
+                "jsonpath={.spec.hostPath.path}",
+            ]);
             let dir = std::path::PathBuf::from(dir);
             assert_eq!(
                 std::fs::read_to_string(dir.join("greeting")).unwrap(),
@@ -736,7 +740,7 @@ impl Bed {
             rest.contains("failed: nothing was changed, the data stays here"),
             "{rest}"
         );
-        let after = get_json(&a.api, &["get", "pvc", "kept", "-n", NS]).unwrap();
+        let after = get_json(&a.api, &["get", "persistentvolumeclaim", "kept", "-n", NS]).unwrap();
         assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
         assert_eq!(after["spec"]["volumeName"], before["spec"]["volumeName"]);
         assert_eq!(
@@ -755,7 +759,11 @@ impl Bed {
         let left = a.api.kubectl_ok(&["get", "pods", "-n", NS, "-o", "name"]);
         assert!(!left.contains("move-kept"), "transfer pods left: {left}");
         assert!(
-            get_json(&b.api, &["get", "pvc", "kept", "-n", &twin]).is_none(),
+            get_json(
+                &b.api,
+                &["get", "persistentvolumeclaim", "kept", "-n", &twin]
+            )
+            .is_none(),
             "no claim left in the twin"
         );
 
@@ -778,11 +786,15 @@ impl Bed {
         };
         assert_eq!(digest("sent "), digest("received "), "{out}");
         assert!(out.contains("checksums match"), "{out}");
-        let moved = get_json(&a.api, &["get", "pvc", "data", "-n", NS]).unwrap();
+        let moved = get_json(&a.api, &["get", "persistentvolumeclaim", "data", "-n", NS]).unwrap();
         assert_ne!(moved["metadata"]["uid"], before["metadata"]["uid"]);
         let pv = get_json(
             &a.api,
-            &["get", "pv", moved["spec"]["volumeName"].as_str().unwrap()],
+            &[
+                "get",
+                "persistentvolume",
+                moved["spec"]["volumeName"].as_str().unwrap(),
+            ],
         )
         .unwrap();
         let vnode = names::node::virtual_node(provider);
