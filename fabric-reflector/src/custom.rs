@@ -5,9 +5,10 @@
 //! - **Spec out**: the remote copy holds the home object's `spec`, its labels and annotations
 //!   (minus ours and kubectl's), with the usual marks; written, deleted and left alone as any
 //!   [`Mirror`] does ([`mirror::plan`]).
-//! - **Status back**: when our remote copy's `status` differs from the home object's, it is
-//!   written onto the home object's status subresource ([`status_back`], pure). Never the
-//!   other way: the remote status is the provider's operator's.
+//! - **Status back**: when our remote copy's `status` differs from the home object's, the
+//!   home object's status subresource is made the same, fields the remote status dropped
+//!   removed too ([`status_back`], pure). Never the other way: the remote status is the
+//!   provider's operator's.
 //! - **A kind the provider does not accept** (403: its admin did not grant it to tenants):
 //!   a `ReflectionRefused` Warning Event at home naming the kind, and no retry storm: no key of
 //!   that kind is applied again in that cluster before [`Customs::recheck`] has passed
@@ -77,11 +78,43 @@ impl Forge for Spec {
     }
 }
 
-/// The status to write onto `home`'s status subresource, given our remote copy `remote`: the
-/// remote one when it has one and it differs from home's; `None`: nothing to write.
+/// The merge patch of `home`'s status that makes it our remote copy `remote`'s, when that one
+/// has a status and it differs from home's; `None`: nothing to write. Fields the remote
+/// status no longer has are removed at home (a plain merge of the remote status would leave
+/// them there for ever).
 pub fn status_back(home: &DynamicObject, remote: Option<&DynamicObject>) -> Option<Value> {
     let theirs = remote?.data.get("status").filter(|s| !s.is_null())?;
-    (home.data.get("status") != Some(theirs)).then(|| theirs.clone())
+    let ours = home.data.get("status").unwrap_or(&Value::Null);
+    (ours != theirs).then(|| merge_patch(ours, theirs))
+}
+
+/// The JSON merge patch (RFC 7386) that turns `from` into `to`: objects field by field, a
+/// field `to` lacks set to null; anything else (arrays among them) replaced whole. A null in
+/// `to` means absent, as merge patches cannot say otherwise.
+fn merge_patch(from: &Value, to: &Value) -> Value {
+    match (from, to) {
+        (Value::Object(from), Value::Object(to)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, was) in from {
+                match to.get(k) {
+                    None => {
+                        patch.insert(k.clone(), Value::Null);
+                    }
+                    Some(now) if now != was => {
+                        patch.insert(k.clone(), merge_patch(was, now));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (k, now) in to {
+                if !from.contains_key(k) {
+                    patch.insert(k.clone(), now.clone());
+                }
+            }
+            Value::Object(patch)
+        }
+        _ => to.clone(),
+    }
 }
 
 /// How long to wait before applying again a kind the remote cluster refused at `refused`
@@ -413,6 +446,20 @@ mod tests {
         assert_eq!(
             status_back(&home_done, Some(&changed)),
             Some(json!({"ready": false}))
+        );
+        // What the remote status dropped goes at home too, nested fields included; lists are
+        // replaced whole.
+        let home_more = widget(
+            "w",
+            json!({"status": {"ready": true, "phase": "Old", "at": {"a": 1, "b": 2}, "l": [1, 2]}}),
+        );
+        let there_less = widget(
+            "w",
+            json!({"status": {"ready": true, "at": {"a": 1}, "l": [2], "new": "x"}}),
+        );
+        assert_eq!(
+            status_back(&home_more, Some(&there_less)),
+            Some(json!({"phase": null, "at": {"b": null}, "l": [2], "new": "x"}))
         );
     }
 

@@ -380,6 +380,23 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
             // Home's spec stays home's: the status write touched nothing else.
             let w = read(&bed.consumer, "widgets", STORE, "w1").unwrap();
             assert_eq!(w["spec"]["size"], json!(1), "{w}");
+            // A field the operator drops there goes at home too.
+            bed.provider.kubectl_ok(&[
+                "patch",
+                "widget",
+                "w1",
+                "-n",
+                &twin,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"replicas":null}}"#,
+            ]);
+            bed.eventually("w1's status at home without replicas", || async {
+                let w = read(&bed.consumer, "widgets", STORE, "w1")?;
+                (w["status"] == json!({"ready": true})).then_some(())
+            })
+            .await;
         },
     )
     .await;
