@@ -219,6 +219,11 @@ impl Kind for Customs {
         self.mirror.0.resource.clone()
     }
 
+    /// As the flag names it (`widgets.example.com/v1`): every custom kind is a `Customs`.
+    fn label(&self) -> std::borrow::Cow<'static, str> {
+        self.name.clone().into()
+    }
+
     fn remote_name(&self, key: &Key) -> String {
         self.mirror.remote_name(key)
     }
@@ -514,6 +519,9 @@ mod tests {
 
     #[test]
     fn the_kind_is_named_as_the_flag_names_it() {
-        assert_eq!(Customs::new(widgets()).name, "widgets.example.com/v1");
+        let widgets = Customs::new(widgets());
+        assert_eq!(widgets.name, "widgets.example.com/v1");
+        // Its metrics too, apart from any other custom kind's.
+        assert_eq!(widgets.label(), "widgets.example.com/v1");
     }
 }

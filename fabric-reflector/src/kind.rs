@@ -99,6 +99,12 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// The kind in logs and metrics (`kind="pods"`): the home resource's plural.
     const NAME: &'static str;
 
+    /// The kind's label in metrics. Default: [`Kind::NAME`]; a kind of a type known only at
+    /// run time names itself, so that two such kinds are told apart.
+    fn label(&self) -> std::borrow::Cow<'static, str> {
+        Self::NAME.into()
+    }
+
     /// The run-time type of the home objects. Default: that of a static type; a kind of
     /// [`DynamicObject`](kube::api::DynamicObject)s says its [`ApiResource`].
     fn home_type(&self) -> <Self::Home as Resource>::DynamicType {

@@ -86,11 +86,12 @@ impl Reflection {
             info!(kind = K::NAME, "no workers: not reflected");
             return self;
         }
+        let metrics = self.metrics.of(&kind.label());
         self.kinds.push(Box::new(Arc::new(Shared {
             kind,
             home: self.home.clone(),
             events: self.events.clone(),
-            metrics: self.metrics.of(K::NAME),
+            metrics,
             options,
         })));
         self

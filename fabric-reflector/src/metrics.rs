@@ -16,7 +16,7 @@ use prometheus_client::{
 /// The `Content-Type` of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-type Labels = [(&'static str, &'static str); 1];
+type Labels = [(&'static str, String); 1];
 
 fn latency_histogram() -> Histogram {
     // 5 ms to ~41 s: a sync is a few API calls; the slow end is a remote that times out.
@@ -96,8 +96,8 @@ impl Metrics {
     }
 
     /// The metrics of kind `kind` (created at zero the first time).
-    pub(crate) fn of(&self, kind: &'static str) -> KindMetrics {
-        let l = [("kind", kind)];
+    pub(crate) fn of(&self, kind: &str) -> KindMetrics {
+        let l = [("kind", kind.to_owned())];
         KindMetrics {
             syncs: self.syncs.get_or_create_owned(&l),
             errors: self.errors.get_or_create_owned(&l),
