@@ -124,6 +124,31 @@ pub fn refused_wait(refused: Option<Instant>, now: Instant, recheck: Duration) -
     (now < until).then(|| until - now)
 }
 
+/// The custom kinds a remote cluster refuses now, by kind (as the flag names it), with what
+/// it said: shared by the [`Customs`] of one remote cluster and whoever reports them (the
+/// virtual node's conditions). A kind leaves it once an object of it is accepted again.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals(std::sync::Arc<Mutex<std::collections::BTreeMap<String, String>>>);
+
+impl Refusals {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The kinds refused now, and what the remote cluster said of each.
+    pub fn now(&self) -> std::collections::BTreeMap<String, String> {
+        self.lock().clone()
+    }
+
+    fn refused(&self, kind: &str, said: &str) {
+        self.lock().insert(kind.to_owned(), said.to_owned());
+    }
+
+    fn accepted(&self, kind: &str) {
+        self.lock().remove(kind);
+    }
+}
+
 /// The [`Kind`] of one custom kind: a [`Mirror`] of [`Spec`], with status back and the
 /// refused-kind gate.
 pub struct Customs {
@@ -134,6 +159,8 @@ pub struct Customs {
     refused: Mutex<Option<Instant>>,
     /// How long a refused kind is left alone ([`RECHECK`]).
     pub recheck: Duration,
+    /// Where its refusal is reported.
+    refusals: Refusals,
 }
 
 impl Customs {
@@ -151,7 +178,13 @@ impl Customs {
             name,
             refused: Mutex::new(None),
             recheck: RECHECK,
+            refusals: Refusals::default(),
         }
+    }
+
+    /// The same kind, its refusals reported in `refusals`.
+    pub fn reporting(self, refusals: Refusals) -> Self {
+        Self { refusals, ..self }
     }
 
     fn refused(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
@@ -306,6 +339,7 @@ impl Customs {
         );
         info!(kind = %self.name, key = %cx.view.key, "{note}");
         *self.refused() = Some(now);
+        self.refusals.refused(&self.name, said);
         cx.event(&Event::warning(REFUSED, "Reflect", note)).await;
         Next::After(self.recheck)
     }
@@ -346,6 +380,7 @@ impl Customs {
         match api.patch(&name, &pp, &Patch::Apply(&obj)).await {
             Ok(_) => {
                 *self.refused() = None;
+                self.refusals.accepted(&self.name);
                 debug!(kind = %self.name, key = %cx.view.key, "reflected");
                 Ok(Next::Done)
             }
@@ -514,6 +549,19 @@ mod tests {
         assert!(
             !absent.probe && matches!(absent.plan, Plan::Apply(_)),
             "{absent:?}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_reported_until_the_kind_is_accepted() {
+        let r = Refusals::default();
+        let reported = r.clone();
+        r.refused("gadgets.example.com/v1", "forbidden");
+        r.refused("widgets.example.com/v1", "forbidden too");
+        r.accepted("widgets.example.com/v1");
+        assert_eq!(
+            reported.now().into_iter().collect::<Vec<_>>(),
+            [("gadgets.example.com/v1".to_owned(), "forbidden".to_owned())]
         );
     }
 

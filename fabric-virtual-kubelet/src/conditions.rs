@@ -7,7 +7,7 @@
 //! node's `NetworkUnavailable` condition says whether the tunnel is the cause. The Lease keeps
 //! being renewed while this process runs, so the reason written here stays visible instead
 //! of being replaced by the node lifecycle controller's "Kubelet stopped posting node status".
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use fabric_api::networking::v1alpha1::ConnectionState;
 use k8s_openapi::{
@@ -16,6 +16,9 @@ use k8s_openapi::{
 
 pub const READY: &str = "Ready";
 pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+/// Whether the provider refuses custom kinds this virtual kubelet reflects (only on a node
+/// that reflects some: `--reflect-custom-resource`).
+pub const CUSTOM_RESOURCES_REFUSED: &str = "CustomResourcesRefused";
 
 /// Reasons of the Ready condition.
 pub mod reason {
@@ -36,6 +39,10 @@ pub mod reason {
     pub const NO_IDENTITY: &str = "IdentityUnavailable";
     /// Reason of NetworkUnavailable=False.
     pub const TUNNEL_CONNECTED: &str = "TunnelConnected";
+    /// CustomResourcesRefused=True: the provider answered 403 to some of them.
+    pub const PROVIDER_REFUSES_KINDS: &str = "ProviderRefusesKinds";
+    /// CustomResourcesRefused=False.
+    pub const ALL_ACCEPTED: &str = "AllAccepted";
 }
 
 /// The outcome of one probe of the provider's API.
@@ -72,6 +79,9 @@ pub struct Observed {
     /// When the provider last answered.
     pub last_answer: Option<Timestamp>,
     pub tunnel: Tunnel,
+    /// The custom kinds the provider refuses now, with what it said (`None`: this virtual
+    /// kubelet reflects no custom kind).
+    pub refused_kinds: Option<BTreeMap<String, String>>,
 }
 
 impl Observed {
@@ -81,6 +91,7 @@ impl Observed {
             last_probe: None,
             last_answer: None,
             tunnel: Tunnel::Missing,
+            refused_kinds: None,
         }
     }
 
@@ -259,7 +270,49 @@ pub fn node_conditions(
         ),
         Err((r, m)) => condition(NETWORK_UNAVAILABLE, "True", r, m, previous, now),
     };
-    vec![ready, network]
+    let mut all = vec![ready, network];
+    if let Some(refused) = &o.refused_kinds {
+        all.push(kinds_condition(&o.provider, refused, previous, now));
+    }
+    all
+}
+
+/// CustomResourcesRefused: which kinds the provider refuses and what it said, or that it
+/// refuses none. The pods go on either way: only those kinds are not reflected.
+fn kinds_condition(
+    provider: &str,
+    refused: &BTreeMap<String, String>,
+    previous: &[NodeCondition],
+    now: Timestamp,
+) -> NodeCondition {
+    if refused.is_empty() {
+        let m = format!("provider {provider} accepts the custom kinds reflected so far");
+        return condition(
+            CUSTOM_RESOURCES_REFUSED,
+            "False",
+            reason::ALL_ACCEPTED,
+            m,
+            previous,
+            now,
+        );
+    }
+    let each: Vec<String> = refused
+        .iter()
+        .map(|(kind, said)| format!("{kind} ({said})"))
+        .collect();
+    let m = format!(
+        "provider {provider} does not accept {} from this cluster: not reflected, tried again \
+         from time to time (its admin grants tenants the kinds they may write)",
+        each.join("; ")
+    );
+    condition(
+        CUSTOM_RESOURCES_REFUSED,
+        "True",
+        reason::PROVIDER_REFUSES_KINDS,
+        m,
+        previous,
+        now,
+    )
 }
 
 /// Whether two sets of conditions say the same (heartbeat times aside): if so, the node's
@@ -420,5 +473,34 @@ mod tests {
         let down = node_conditions(&o, &later, at(40), Policy::default());
         assert_eq!(down[0].last_transition_time, Some(Time(at(40))));
         assert!(!same_state(&later, &down));
+    }
+
+    #[test]
+    fn refused_custom_kinds_are_named_on_a_node_that_reflects_some() {
+        let mut o = Observed::new("b");
+        o.probed(at(0), Probe::Answered);
+        let kinds = |c: &[NodeCondition]| {
+            c.iter()
+                .find(|c| c.type_ == CUSTOM_RESOURCES_REFUSED)
+                .map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
+        };
+        // A node reflecting no custom kind has no such condition.
+        assert_eq!(
+            kinds(&node_conditions(&o, &[], at(0), Policy::default())),
+            None
+        );
+        o.refused_kinds = Some(BTreeMap::new());
+        let (status, _) = kinds(&node_conditions(&o, &[], at(0), Policy::default())).unwrap();
+        assert_eq!(status, "False");
+        o.refused_kinds = Some(BTreeMap::from([(
+            "gadgets.example.com/v1".to_owned(),
+            "gadgets is forbidden".to_owned(),
+        )]));
+        let (status, message) = kinds(&node_conditions(&o, &[], at(1), Policy::default())).unwrap();
+        assert_eq!(status, "True");
+        assert!(
+            message.contains("gadgets.example.com/v1 (gadgets is forbidden)"),
+            "{message}"
+        );
     }
 }

@@ -230,6 +230,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         .await
         .context("the identity Secret watch ended")?;
     let (ready_tx, ready_rx) = watch::channel(None);
+    let refusals = fabric_reflector::custom::Refusals::default();
     let pod_opts = pods::run::Opts {
         node_name: vn.spec.node_name.clone(),
         node_ip: opts.settings.address.clone(),
@@ -239,6 +240,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         home_api_address: opts.home_api_address,
         storage_class: opts.storage_class.clone(),
         reflect: opts.reflect.clone(),
+        refusals: refusals.clone(),
     };
     let pod_loop = tokio::spawn(pods::run::run(
         local.clone(),
@@ -285,6 +287,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
             }
         }
         observed.tunnel = tunnel_of(conn_rx.borrow_and_update().as_ref());
+        observed.refused_kinds = (!opts.reflect.is_empty()).then(|| refusals.now());
         let vn = vn_rx.borrow_and_update().clone();
         // Gone or going: the VirtualNode controller removes the Node and this Deployment, and
         // a write from here could bring the Node back after it.

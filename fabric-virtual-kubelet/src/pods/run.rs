@@ -58,6 +58,8 @@ pub struct Opts {
     /// The custom kinds reflected into twins, spec out and status back
     /// ([`fabric_reflector::custom`]).
     pub reflect: Vec<kube::discovery::ApiResource>,
+    /// Where the provider's refusals of those kinds are reported (the node's conditions).
+    pub refusals: fabric_reflector::custom::Refusals,
 }
 
 /// Whether the provider answers, as the node's readiness says (not known before the node
@@ -225,7 +227,7 @@ pub async fn run(
         );
     for resource in &opts.reflect {
         twin.register(
-            Customs::new(resource.clone()),
+            Customs::new(resource.clone()).reporting(opts.refusals.clone()),
             Options::new(CONFIG_SYNCS, opts.resync),
         );
     }

@@ -462,6 +462,26 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
                 read(&bed.provider, "gadgets", &twin, "g1").is_none(),
                 "a gadget in the twin"
             );
+            // The virtual node says so too, naming the kind; widgets are not named.
+            bed.eventually(
+                "the virtual node's CustomResourcesRefused naming gadgets",
+                || async {
+                    let node =
+                        bed.consumer
+                            .get_json("node", None, fabric_tests::offload_fixture::NODE)?;
+                    let c = node["status"]["conditions"]
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["type"] == "CustomResourcesRefused")?
+                        .clone();
+                    let m = c["message"].as_str().unwrap_or_default();
+                    (c["status"] == "True"
+                        && m.contains("gadgets.example.com/v1")
+                        && !m.contains("widgets"))
+                    .then_some(())
+                },
+            )
+            .await;
         },
     )
     .await;
