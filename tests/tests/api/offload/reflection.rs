@@ -82,20 +82,7 @@ async fn the_provider_chooses_the_custom_kinds_a_consumer_writes_in_its_twins() 
             }
             bed.provider.kubectl_ok(&["create", "namespace", elsewhere]);
             offload_store(&bed, &twin).await;
-            bed.eventually(
-                "the twin and its reflection binding made by the provider",
-                || async {
-                    let o = bed.provider.kubectl(&[
-                        "get",
-                        "rolebinding",
-                        "fabric-consumer-reflection",
-                        "-n",
-                        &twin,
-                    ]);
-                    o.status.success().then_some(())
-                },
-            )
-            .await;
+            twin_bound(&bed, &twin).await;
             bed.eventually("the CRDs served", || async {
                 let o = bed.provider.kubectl(&["get", "widgets,gadgets", "-A"]);
                 o.status.success().then_some(())
@@ -206,6 +193,20 @@ async fn the_provider_chooses_the_custom_kinds_a_consumer_writes_in_its_twins() 
             );
             let r = api.delete("w1", &DeleteParams::default()).await;
             assert!(r.is_ok(), "the consumer deletes its own widget: {r:?}");
+        },
+    )
+    .await;
+}
+
+/// Waits for the provider to have made twin `twin` and bound the consumer there to
+/// `fabric-consumer-reflection`, the admin's choice of kinds.
+async fn twin_bound(bed: &Bed, twin: &str) {
+    bed.eventually(
+        "the twin's reflection binding made by the provider",
+        || async {
+            bed.provider
+                .get_json("rolebinding", Some(twin), "fabric-consumer-reflection")
+                .map(drop)
         },
     )
     .await;
@@ -326,20 +327,7 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
     phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
     phase_async("a namespace offloaded, its twin made", async {
         offload_store(&bed, &twin).await;
-        bed.eventually(
-            "the twin's reflection binding made by the provider",
-            || async {
-                let o = bed.provider.kubectl(&[
-                    "get",
-                    "rolebinding",
-                    "fabric-consumer-reflection",
-                    "-n",
-                    &twin,
-                ]);
-                o.status.success().then_some(())
-            },
-        )
-        .await;
+        twin_bound(&bed, &twin).await;
     })
     .await;
     phase_async(
