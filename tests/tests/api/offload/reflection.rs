@@ -153,17 +153,7 @@ async fn the_provider_chooses_the_custom_kinds_a_consumer_writes_in_its_twins() 
         "the operator writes status; the consumer never: nor another kind, nor elsewhere",
         async {
             // The provider's operator (the admin here) answers in status.
-            bed.provider.kubectl_ok(&[
-                "patch",
-                "widget",
-                "w1",
-                "-n",
-                &twin,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"ready":true}}"#,
-            ]);
+            operator_status(&bed, &twin, r#"{"status":{"ready":true}}"#);
             let api = as_consumer(&bed, &twin, "widgets", "Widget").await;
             let w = api.get("w1").await.unwrap();
             assert_eq!(w.data["status"]["ready"], json!(true), "{w:?}");
@@ -196,6 +186,22 @@ async fn the_provider_chooses_the_custom_kinds_a_consumer_writes_in_its_twins() 
         },
     )
     .await;
+}
+
+/// The provider's operator (its admin here) writes `status` (a merge patch) on widget w1 in
+/// twin `twin`.
+fn operator_status(bed: &Bed, twin: &str, status: &str) {
+    bed.provider.kubectl_ok(&[
+        "patch",
+        "widget",
+        "w1",
+        "-n",
+        twin,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ]);
 }
 
 /// Waits for the provider to have made twin `twin` and bound the consumer there to
@@ -349,17 +355,7 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
     phase_async(
         "the provider's operator writes status there: it comes home",
         async {
-            bed.provider.kubectl_ok(&[
-                "patch",
-                "widget",
-                "w1",
-                "-n",
-                &twin,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"ready":true,"replicas":3}}"#,
-            ]);
+            operator_status(&bed, &twin, r#"{"status":{"ready":true,"replicas":3}}"#);
             bed.eventually("w1's status at home", || async {
                 let w = read(&bed.consumer, "widgets", STORE, "w1")?;
                 (w["status"] == json!({"ready": true, "replicas": 3})).then_some(())
@@ -369,17 +365,7 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
             let w = read(&bed.consumer, "widgets", STORE, "w1").unwrap();
             assert_eq!(w["spec"]["size"], json!(1), "{w}");
             // A field the operator drops there goes at home too.
-            bed.provider.kubectl_ok(&[
-                "patch",
-                "widget",
-                "w1",
-                "-n",
-                &twin,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"replicas":null}}"#,
-            ]);
+            operator_status(&bed, &twin, r#"{"status":{"replicas":null}}"#);
             bed.eventually("w1's status at home without replicas", || async {
                 let w = read(&bed.consumer, "widgets", STORE, "w1")?;
                 (w["status"] == json!({"ready": true})).then_some(())

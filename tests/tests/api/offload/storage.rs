@@ -699,15 +699,7 @@ async fn unoffloaded_under_retain(bed: &Bed) -> String {
 /// mounts (db, on the provider) is refused naming the pod (a volume moves offline). Neither
 /// touches the claim.
 async fn move_refused(bed: &Bed) {
-    let run = |args: &[&str]| {
-        let o = fabric_tests::process::fabricctl(&bed.consumer.kubeconfig, args);
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        (o.status.success(), out)
-    };
+    let run = |args: &[&str]| fabricctl_at_home(bed, args);
     let before = home_claim(bed, "data").unwrap();
     let target = format!("{STORE}/data");
     let (ok, out) = run(&["move", "volume", &target, "--to", "nowhere"]);
@@ -728,19 +720,17 @@ async fn move_refused(bed: &Bed) {
     );
 }
 
+/// `fabricctl ARGS` at home as its admin: whether it succeeded, and what it said.
+fn fabricctl_at_home(bed: &Bed, args: &[&str]) -> (bool, String) {
+    let o = fabric_tests::process::fabricctl(&bed.consumer.kubeconfig, args);
+    (o.status.success(), fabric_tests::process::output_text(&o))
+}
+
 /// `fabricctl forget volumes` at home, with the consumer's identity: one claim by name (said
 /// first), then the rest; the twin goes once it holds none.
 async fn forget_volumes(bed: &Bed, kept_uid: &str) {
     let twin = store_twin();
-    let run = |args: &[&str]| {
-        let o = fabric_tests::process::fabricctl(&bed.consumer.kubeconfig, args);
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        (o.status.success(), out)
-    };
+    let run = |args: &[&str]| fabricctl_at_home(bed, args);
     // Unpeering now would leave them where nobody here could see or forget them: refused,
     // naming them, and nothing of the peering touched.
     let (ok, out) = run(&["unpeer", PROVIDER, "--timeout-secs", "20"]);
