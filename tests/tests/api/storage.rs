@@ -436,12 +436,19 @@ fn provisioner_attacks(api: &ApiServer, kubeconfig: &std::path::Path, uid: &str)
         }
         s
     };
+    // The policies came with the bed seconds ago: the API server enforces a new policy once
+    // its informers have it (a fresh-clone CI run saw this first attack allowed, with the
+    // bed's steps in-process and so quicker). Asked as a server dry run until refused.
+    let first = volume("pvc-u9x", base(json!({})));
+    eventually_blocking("the provisioner's policies in force", T, || {
+        let o = as_provisioner(
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&first.to_string()),
+        );
+        (!o.status.success()).then_some(())
+    });
     for (name, pv, says) in [
-        (
-            "pvc-u9x",
-            volume("pvc-u9x", base(json!({}))),
-            "writes only its own volumes",
-        ),
+        ("pvc-u9x", first.clone(), "writes only its own volumes"),
         (
             "pvc-u9",
             volume(
