@@ -23,12 +23,10 @@ use k8s_openapi::api::{
     core::v1::ServiceAccount,
 };
 use kube::{
-    Api, Client, Resource,
+    Api, Client,
     api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
-    core::{ClusterResourceScope, NamespaceResourceScope},
     discovery::{Discovery, Scope, pinned_kind},
 };
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
@@ -70,41 +68,6 @@ pub fn client(kc: &Path) -> Result<Client> {
         .unwrap_or_else(|e| e.into_inner())
         .insert(key, c.clone());
     Ok(c)
-}
-
-/// Object `ns/name` of namespaced kind `K`, or `None` when there is none.
-pub fn get<K>(kc: &Path, ns: &str, name: &str) -> Result<Option<K>>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
-    get_from(Api::namespaced(client(kc)?, ns), name)
-}
-
-/// Object `name` of cluster-scoped kind `K`, or `None` when there is none.
-pub fn get_cluster<K>(kc: &Path, name: &str) -> Result<Option<K>>
-where
-    K: Resource<DynamicType = (), Scope = ClusterResourceScope>
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
-    get_from(Api::all(client(kc)?), name)
-}
-
-fn get_from<K>(api: Api<K>, name: &str) -> Result<Option<K>>
-where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug + Send + 'static,
-{
-    let name = name.to_owned();
-    block(async move { api.get_opt(&name).await })
-        .with_context(|| format!("getting {}", K::kind(&())))
 }
 
 /// A resource name the server does not serve (a short name such as `pvc` among them: the
