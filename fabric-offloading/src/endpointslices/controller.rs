@@ -5,12 +5,13 @@
 //! are seen here, whether its tunnel is up: a change of either re-translates all of that
 //! consumer's slices), and of the consumers' heartbeat Leases (whether their virtual kubelets
 //! still vouch for what they reflected: when each last changed is noted by this process's
-//! clock, and a slice whose consumer could turn silent is looked at again then). The real slice is server-side applied under one field manager, never
+//! clock, and a slice whose consumer could turn silent is looked at again then; only a change
+//! of what a heartbeat vouches for re-translates the consumer's slices, not each renewal). The real slice is server-side applied under one field manager, never
 //! over a slice that is not ours (the provider's own endpoint controller's), and deleted
 //! with its shadow (a finalizer: the test API server, like some clusters, runs no garbage
 //! collector). Refused addresses are said in a Warning Event on the shadow.
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -326,6 +327,9 @@ pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> 
     let (s1, n1) = (store.clone(), namespaces.clone());
     let (s2, n2) = (store.clone(), namespaces.clone());
     let (s3, n3, h3) = (store, namespaces.clone(), heartbeats.clone());
+    // What each consumer's heartbeat vouched for when its slices were last sent to be
+    // translated (by tenant namespace).
+    let vouched: Mutex<HashMap<String, Heartbeat>> = Mutex::default();
     let controller = controller
         .watches_stream(configs, move |c: Configuration| {
             of_consumer(&s1, &n1, &c.spec.cluster_id)
@@ -338,12 +342,25 @@ pub async fn run(client: Client, fabric_namespace: String) -> Result<(), Error> 
             // First seen counts as a change now: after this process starts, a silent
             // consumer is taken as silent only once the limit has passed here. (A Lease
             // from `turned_silent` is the same version: nothing noted.)
-            h3.lock().expect("heartbeats poisoned").observe(
-                &tenant,
-                &l.resource_version().unwrap_or_default(),
-                Duration::ZERO,
-                Instant::now(),
-            );
+            let now = Instant::now();
+            let still = {
+                let mut h = h3.lock().expect("heartbeats poisoned");
+                h.observe(
+                    &tenant,
+                    &l.resource_version().unwrap_or_default(),
+                    Duration::ZERO,
+                    now,
+                );
+                h.still_for(&tenant, now)
+            };
+            let now_says = translate::heartbeat(Some(&l), still);
+            let before = vouched
+                .lock()
+                .expect("vouched poisoned")
+                .insert(tenant.clone(), now_says);
+            if !translate::vouches_differently(before, now_says) {
+                return Vec::new();
+            }
             let consumer = n3
                 .get(&ObjectRef::new(&tenant))
                 .and_then(|ns| translate::consumer_of(&ns));

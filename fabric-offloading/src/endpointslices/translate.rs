@@ -97,6 +97,22 @@ pub fn heartbeat(lease: Option<&Lease>, still: Option<Duration>) -> Heartbeat {
     }
 }
 
+/// Whether a consumer's slices are to be translated again now that its heartbeat reads
+/// `after`, having read `before` when they last were (`None`: not yet): only when what the
+/// heartbeat vouches for changes. A renewal that changes nothing re-translates nothing: with
+/// thousands of slices a consumer renewing every few seconds would otherwise cost thousands
+/// of reconciles (and, while it is not vouched for, as many Events) each time.
+pub fn vouches_differently(before: Option<Heartbeat>, after: Heartbeat) -> bool {
+    fn says(h: Heartbeat) -> u8 {
+        match h {
+            Heartbeat::Unknown | Heartbeat::Fresh { .. } => 0,
+            Heartbeat::Silent(_) => 1,
+            Heartbeat::HomeApiDown => 2,
+        }
+    }
+    before.is_none_or(|b| says(b) != says(after))
+}
+
 /// Why a consumer's endpoints are taken as not ready here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NotVouched {
@@ -456,6 +472,25 @@ mod tests {
             &[conn("alpha", ConnectionState::Connecting)]
         ));
         assert!(alive("alpha", &[conn("alpha", ConnectionState::Connected)]));
+    }
+
+    #[test]
+    fn only_a_change_of_what_the_heartbeat_vouches_for_translates_again() {
+        let fresh = |s| Heartbeat::Fresh {
+            silent_in: Duration::from_secs(s),
+        };
+        let silent = |s| Heartbeat::Silent(Duration::from_secs(s));
+        assert!(vouches_differently(None, fresh(30)));
+        assert!(!vouches_differently(Some(fresh(30)), fresh(20)));
+        assert!(!vouches_differently(Some(Heartbeat::Unknown), fresh(30)));
+        assert!(!vouches_differently(Some(silent(30)), silent(45)));
+        assert!(vouches_differently(Some(fresh(1)), silent(30)));
+        assert!(vouches_differently(Some(silent(30)), fresh(30)));
+        assert!(vouches_differently(Some(fresh(30)), Heartbeat::HomeApiDown));
+        assert!(vouches_differently(
+            Some(Heartbeat::HomeApiDown),
+            silent(30)
+        ));
     }
 
     #[test]
