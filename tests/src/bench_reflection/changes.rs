@@ -7,7 +7,9 @@
 //! changes before it on that slice (superseded, or coalesced by a reflector) with it.
 use std::{collections::VecDeque, net::Ipv4Addr};
 
-/// Addresses a slice may use: its own block of the consumer's pod CIDR.
+/// Addresses a slice may use at most: its own block of the consumer's pod CIDR (smaller when
+/// the CIDR holds too few for that many slices: every address stays in it, as an endpoint
+/// controller's would, and none is refused on the provider).
 const BLOCK: u32 = 1024;
 
 /// One endpoint of a home slice.
@@ -44,16 +46,24 @@ pub fn marker(endpoints: &[Endpoint]) -> Marker {
 
 /// The endpoints each of `slices` slices starts with (`initial` each), and `changes` changes
 /// made round-robin over them, in the order they are written. `pod_cidr` is the consumer's
-/// (an IPv4 network: its base address); slice `i` takes addresses from `i * 1024` on.
+/// (an IPv4 network: its base address and prefix length); slice `i` takes addresses from
+/// `i * block` on, the block 1024 addresses or what the network has room for.
 pub fn script(
     pod_cidr: Ipv4Addr,
+    prefix: u8,
     slices: usize,
     initial: usize,
     changes: usize,
 ) -> (Vec<Vec<Endpoint>>, Vec<Change>) {
     let base = u32::from(pod_cidr);
+    let room = (1u64 << (32 - u32::from(prefix.min(32)))) / slices.max(1) as u64;
+    let block = room.min(u64::from(BLOCK)) as u32;
+    assert!(
+        block as usize > initial + 1,
+        "{pod_cidr}/{prefix} holds too few addresses for {slices} slices of {initial}"
+    );
     // Past the network's first address, as an endpoint controller would never write it.
-    let address = |slice: usize, n: u32| Ipv4Addr::from(base + slice as u32 * BLOCK + 1 + n);
+    let address = |slice: usize, n: u32| Ipv4Addr::from(base + slice as u32 * block + 1 + n);
     let mut state: Vec<(VecDeque<Endpoint>, u32)> = (0..slices)
         .map(|s| {
             let eps = (0..initial as u32)
@@ -83,7 +93,7 @@ pub fn script(
         match kind {
             Kind::Add => {
                 assert!(
-                    *next + 1 < BLOCK,
+                    *next + 1 < block,
                     "too many changes for a slice's addresses"
                 );
                 eps.push_back(Endpoint {
@@ -196,8 +206,21 @@ mod tests {
     const CIDR: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 0);
 
     #[test]
+    fn many_slices_keep_their_addresses_in_the_network() {
+        let (start, _) = script(CIDR, 16, 4500, 2, 0);
+        let net = u32::from(CIDR);
+        let all: HashSet<Ipv4Addr> = start.iter().flatten().map(|e| e.address).collect();
+        assert_eq!(all.len(), 4500 * 2, "every address its own");
+        assert!(
+            all.iter()
+                .all(|a| u32::from(*a) > net && u32::from(*a) < net + (1 << 16) - 1),
+            "every address inside 10.244.0.0/16, past its first"
+        );
+    }
+
+    #[test]
     fn every_state_of_a_slice_is_new_and_the_changes_rotate() {
-        let (start, changes) = script(CIDR, 3, 2, 300);
+        let (start, changes) = script(CIDR, 16, 3, 2, 300);
         assert_eq!(start.len(), 3);
         assert_eq!(changes.len(), 300);
         for (s, first) in start.iter().enumerate() {
@@ -243,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_state_shown_marks_its_change_and_those_it_superseded() {
-        let (start, changes) = script(CIDR, 2, 1, 8);
+        let (start, changes) = script(CIDR, 16, 2, 1, 8);
         let mut t = Tracker::new(&start, &changes, |e| e.to_vec());
         // Slice 0's changes are 0, 2, 4, 6.
         assert!(t.started(0, &start[0]));

@@ -40,6 +40,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Namespace, Pod, Service},
     discovery::v1::EndpointSlice,
+    events::v1::Event,
 };
 use kube::{
     Api, ResourceExt,
@@ -259,9 +260,10 @@ async fn offload(stack: &Stack) -> Result<()> {
 /// The changes, written at `opts.rate` after the slices they change were seen on the
 /// provider in their start state.
 async fn latency(stack: &Stack, opts: &Options) -> Result<Latency> {
-    let (pod_cidr, _) = net(CONSUMER_CIDRS.0)?;
+    let (pod_cidr, pod_prefix) = net(CONSUMER_CIDRS.0)?;
     let (seen_cidr, prefix) = net(CONSUMER_SEEN.0)?;
-    let (start, script) = changes::script(pod_cidr, opts.services, INITIAL, opts.changes);
+    let (start, script) =
+        changes::script(pod_cidr, pod_prefix, opts.services, INITIAL, opts.changes);
     let tracker = Tracker::new(&start, &script, |e| {
         changes::seen(e, pod_cidr, seen_cidr, prefix)
     });
@@ -480,9 +482,9 @@ async fn weigh(stack: &Stack, opts: &Options) -> Result<Weight> {
             .await,
         ),
     ];
-    let (pod_cidr, _) = net(CONSUMER_CIDRS.0)?;
+    let (pod_cidr, prefix) = net(CONSUMER_CIDRS.0)?;
     // More of the latency's Services and slices (theirs counted), each slice its start state.
-    let (start, _) = changes::script(pod_cidr, services, INITIAL, 0);
+    let (start, _) = changes::script(pod_cidr, prefix, services, INITIAL, 0);
     let c = &stack.c;
     let t0 = Instant::now();
     let cms: Vec<ConfigMap> = (0..config_maps)
@@ -563,6 +565,35 @@ async fn weigh(stack: &Stack, opts: &Options) -> Result<Weight> {
     })
 }
 
+/// The Events `events` grouped by who said what about which kind, most first: an Event series
+/// counts as many as it folds.
+fn events_by_reason(events: &[Event]) -> String {
+    let mut counts: HashMap<String, i64> = HashMap::new();
+    for e in events {
+        let key = format!(
+            "{} {} {} {}",
+            e.reporting_controller.as_deref().unwrap_or("-"),
+            e.type_.as_deref().unwrap_or("-"),
+            e.reason.as_deref().unwrap_or("-"),
+            e.regarding
+                .as_ref()
+                .and_then(|r| r.kind.as_deref())
+                .unwrap_or("-"),
+        );
+        *counts.entry(key).or_default() += e.series.as_ref().map_or(1, |s| i64::from(s.count));
+    }
+    let mut counts: Vec<_> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if counts.is_empty() {
+        return "none".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn verdict(ok: bool) -> &'static str {
     if ok { "ok" } else { "MISSED" }
 }
@@ -639,6 +670,11 @@ pub fn run(opts: &Options) -> Result<()> {
         );
     }
     stack.print_requests(&requests0, opts.objects, "reflected object")?;
+    let events = rt.block_on(Api::<Event>::all(stack.p.clone()).list(&Default::default()))?;
+    println!(
+        "          Events on the provider (reporting controller, type, reason, kind: count): {}",
+        events_by_reason(&events.items)
+    );
     for (label, kib) in &w.rss {
         match kib {
             Some(k) => println!(
@@ -651,4 +687,37 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     println!("  (logs in {})", stack.dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(controller: &str, reason: &str, kind: &str, series: Option<i32>) -> Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": "e", "namespace": "n"},
+            "eventTime": "2026-11-29T00:00:00.000000Z",
+            "reportingController": controller,
+            "type": "Warning",
+            "reason": reason,
+            "regarding": {"kind": kind, "name": "x"},
+            "series": series.map(|c| json!({"count": c, "lastObservedTime": "2026-11-29T00:00:00.000000Z"})),
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn events_are_counted_by_who_said_what_about_which_kind_series_folded() {
+        let events = [
+            event("sharing", "ConsumerSilent", "ShadowEndpointSlice", None),
+            event("sharing", "ConsumerSilent", "ShadowEndpointSlice", Some(3)),
+            event("sharing", "ConsumerSilent", "Tenant", None),
+        ];
+        assert_eq!(
+            events_by_reason(&events),
+            "sharing Warning ConsumerSilent ShadowEndpointSlice: 4, \
+             sharing Warning ConsumerSilent Tenant: 1"
+        );
+        assert_eq!(events_by_reason(&[]), "none");
+    }
 }
