@@ -19,6 +19,9 @@ pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 /// Whether the provider refuses custom kinds this virtual kubelet reflects (only on a node
 /// that reflects some: `--reflect-custom-resource`).
 pub const CUSTOM_RESOURCES_REFUSED: &str = "CustomResourcesRefused";
+/// Custom kinds this virtual kubelet is to reflect that its own cluster does not serve (their
+/// CRD not installed yet): only while there are some.
+pub const CUSTOM_RESOURCES_NOT_SERVED: &str = "CustomResourcesNotServed";
 
 /// Reasons of the Ready condition.
 pub mod reason {
@@ -43,6 +46,8 @@ pub mod reason {
     pub const PROVIDER_REFUSES_KINDS: &str = "ProviderRefusesKinds";
     /// CustomResourcesRefused=False.
     pub const ALL_ACCEPTED: &str = "AllAccepted";
+    /// CustomResourcesNotServed=True.
+    pub const NOT_SERVED_HERE: &str = "NotServedHere";
 }
 
 /// The outcome of one probe of the provider's API.
@@ -82,6 +87,8 @@ pub struct Observed {
     /// The custom kinds the provider refuses now, with what it said (`None`: this virtual
     /// kubelet reflects no custom kind).
     pub refused_kinds: Option<BTreeMap<String, String>>,
+    /// The custom kinds to reflect that this cluster does not serve, with why.
+    pub unserved_kinds: BTreeMap<String, String>,
 }
 
 impl Observed {
@@ -92,6 +99,7 @@ impl Observed {
             last_answer: None,
             tunnel: Tunnel::Missing,
             refused_kinds: None,
+            unserved_kinds: BTreeMap::new(),
         }
     }
 
@@ -273,6 +281,23 @@ pub fn node_conditions(
     let mut all = vec![ready, network];
     if let Some(refused) = &o.refused_kinds {
         all.push(kinds_condition(&o.provider, refused, previous, now));
+    }
+    if !o.unserved_kinds.is_empty() {
+        let each: Vec<&str> = o.unserved_kinds.values().map(String::as_str).collect();
+        let m = format!(
+            "{}; not reflected until this cluster serves them (looked up every {}s; the \
+             virtual kubelet restarts to take a kind up)",
+            each.join("; "),
+            crate::custom::LOOK_AGAIN.as_secs()
+        );
+        all.push(condition(
+            CUSTOM_RESOURCES_NOT_SERVED,
+            "True",
+            reason::NOT_SERVED_HERE,
+            m,
+            previous,
+            now,
+        ));
     }
     all
 }
@@ -473,6 +498,46 @@ mod tests {
         let down = node_conditions(&o, &later, at(40), Policy::default());
         assert_eq!(down[0].last_transition_time, Some(Time(at(40))));
         assert!(!same_state(&later, &down));
+    }
+
+    #[test]
+    fn custom_kinds_this_cluster_does_not_serve_are_named_while_there_are_some() {
+        let mut o = Observed::new("b");
+        o.tunnel = connected();
+        o.probed(at(0), Probe::Answered);
+        let unserved = |c: &[NodeCondition]| {
+            c.iter()
+                .find(|c| c.type_ == CUSTOM_RESOURCES_NOT_SERVED)
+                .map(|c| {
+                    (
+                        c.status.clone(),
+                        c.reason.clone().unwrap_or_default(),
+                        c.message.clone().unwrap_or_default(),
+                    )
+                })
+        };
+        assert_eq!(
+            unserved(&node_conditions(&o, &[], at(0), Policy::default())),
+            None
+        );
+        o.unserved_kinds = BTreeMap::from([(
+            "doohickeys.example.com/v1".to_owned(),
+            "--reflect-custom-resource doohickeys.example.com/v1: this cluster does not serve it"
+                .to_owned(),
+        )]);
+        let all = node_conditions(&o, &[], at(0), Policy::default());
+        let (status, reason, message) = unserved(&all).unwrap();
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", reason::NOT_SERVED_HERE)
+        );
+        assert!(
+            message.contains("doohickeys.example.com/v1: this cluster does not serve it")
+                && message.contains("not reflected until"),
+            "{message}"
+        );
+        // The node is Ready all the same: only that kind waits.
+        assert_eq!(all[0].status, "True", "{:?}", all[0]);
     }
 
     #[test]

@@ -56,16 +56,52 @@ pub async fn resolve(client: &Client, cr: &CustomResource) -> Result<ApiResource
     }
 }
 
-/// Every one of `crs`, resolved; the first that does not resolve is the error.
-pub async fn resolve_all(
+impl Unresolved {
+    /// The flag value it is about.
+    pub fn flag(&self) -> &CustomResource {
+        match self {
+            Unresolved::NotServed(f) | Unresolved::ClusterScoped(f) => f,
+            Unresolved::Discovery { flag, .. } => flag,
+        }
+    }
+}
+
+/// Each of `crs`, resolved or not and why. A kind that does not resolve (its CRD not
+/// installed yet, discovery not answering) costs only that kind: the virtual node and the
+/// other kinds go on, and [`served_at_last`] looks again.
+pub async fn resolve_each(
     client: &Client,
     crs: &[CustomResource],
-) -> Result<Vec<ApiResource>, Unresolved> {
-    let mut out = Vec::with_capacity(crs.len());
+) -> (Vec<ApiResource>, Vec<Unresolved>) {
+    let mut resolved = Vec::with_capacity(crs.len());
+    let mut unresolved = Vec::new();
     for cr in crs {
-        out.push(resolve(client, cr).await?);
+        match resolve(client, cr).await {
+            Ok(ar) => resolved.push(ar),
+            Err(e) => unresolved.push(e),
+        }
     }
-    Ok(out)
+    (resolved, unresolved)
+}
+
+/// How often the kinds that did not resolve at start are looked up again.
+pub const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Returns the first of `pending` that resolves now, looking every [`LOOK_AGAIN`]; never
+/// returns when `pending` is empty. The reflectors are set up at start, so the caller
+/// restarts the process to take the kind up (as a rollout would; the Node stays as it is).
+pub async fn served_at_last(client: Client, pending: Vec<CustomResource>) -> CustomResource {
+    if pending.is_empty() {
+        return std::future::pending().await;
+    }
+    loop {
+        tokio::time::sleep(LOOK_AGAIN).await;
+        for cr in &pending {
+            if resolve(&client, cr).await.is_ok() {
+                return cr.clone();
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -138,10 +138,19 @@ async fn run_cli() -> Result<()> {
     } else {
         (server::Listen::At(address), cli.kubelet_port)
     };
-    // A kind that does not resolve stops the process at start, naming the flag: the admin
-    // sees it in the pod's state rather than in a reflection that never happens.
-    let reflect =
-        fabric_virtual_kubelet::custom::resolve_all(&client, &cli.reflect_custom_resource).await?;
+    // A kind that does not resolve costs only that kind: said in the log and on the Node
+    // (CustomResourcesNotServed), looked up again until it resolves.
+    let (reflect, unresolved) =
+        fabric_virtual_kubelet::custom::resolve_each(&client, &cli.reflect_custom_resource).await;
+    for u in &unresolved {
+        tracing::error!(error = %u, "a custom kind not reflected until this cluster serves it");
+    }
+    let unserved_kinds: std::collections::BTreeMap<String, String> = unresolved
+        .iter()
+        .map(|u| (u.flag().to_string(), u.to_string()))
+        .collect();
+    let pending: Vec<_> = unresolved.iter().map(|u| u.flag().clone()).collect();
+    let client_for_kinds = client.clone();
     let metrics = std::sync::Arc::new(fabric_reflector::Metrics::new());
     let server = server::Config {
         cert: cli
@@ -185,6 +194,7 @@ async fn run_cli() -> Result<()> {
         home_api_address: cli.home_api_address,
         storage_class: cli.storage_class,
         reflect,
+        unserved_kinds,
     };
     // On SIGTERM (a rollout, a drain) the Node and its conditions stay as they are: the next
     // replica carries on from them, and a Node that flapped NotReady on every restart would
@@ -192,6 +202,10 @@ async fn run_cli() -> Result<()> {
     tokio::select! {
         r = run::run(client, opts) => r,
         r = server => r.context("the kubelet API server")?.context("the kubelet API server"),
+        cr = fabric_virtual_kubelet::custom::served_at_last(client_for_kinds, pending) => {
+            tracing::info!(kind = %cr, "a custom kind is served now: restarting to reflect it");
+            Ok(())
+        }
         () = fabric_kube::controller::shutdown_signal() => {
             tracing::info!("stopping: leaving the Node as it is");
             Ok(())

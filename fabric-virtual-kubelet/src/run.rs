@@ -60,6 +60,8 @@ pub struct Opts {
     pub storage_class: String,
     /// The custom kinds reflected into twins, resolved ([`crate::custom`]).
     pub reflect: Vec<kube::discovery::ApiResource>,
+    /// The `--reflect-custom-resource` kinds this cluster does not serve (yet), with why.
+    pub unserved_kinds: std::collections::BTreeMap<String, String>,
 }
 
 /// Whether the node status must be written: it says something new, or the last write is
@@ -288,6 +290,7 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
         }
         observed.tunnel = tunnel_of(conn_rx.borrow_and_update().as_ref());
         observed.refused_kinds = (!opts.reflect.is_empty()).then(|| refusals.now());
+        observed.unserved_kinds = opts.unserved_kinds.clone();
         let vn = vn_rx.borrow_and_update().clone();
         // Gone or going: the VirtualNode controller removes the Node and this Deployment, and
         // a write from here could bring the Node back after it.

@@ -261,6 +261,9 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
                 "widgets.example.com/v1",
                 "--reflect-custom-resource",
                 "gadgets.example.com/v1",
+                // Not served at home until its CRD is installed, late.
+                "--reflect-custom-resource",
+                "doohickeys.example.com/v1",
             ],
             &kinds,
         ),
@@ -330,7 +333,27 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
         },
     )
     .await;
-    phase_async("the virtual node Ready", virtual_node_ready(&bed)).await;
+    phase_async(
+        "the virtual node Ready though doohickeys are not served at home, and says so",
+        async {
+            virtual_node_ready(&bed).await;
+            bed.eventually(
+                "the virtual node's CustomResourcesNotServed naming doohickeys",
+                || async {
+                    let c = node_condition(&bed, "CustomResourcesNotServed")?;
+                    let m = c["message"].as_str().unwrap_or_default();
+                    (c["status"] == "True"
+                        && c["reason"] == "NotServedHere"
+                        && m.contains("doohickeys.example.com/v1")
+                        && m.contains("does not serve it")
+                        && !m.contains("widgets"))
+                    .then_some(())
+                },
+            )
+            .await;
+        },
+    )
+    .await;
     phase_async("a namespace offloaded, its twin made", async {
         offload_store(&bed, &twin).await;
         twin_bound(&bed, &twin).await;
@@ -440,14 +463,7 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
             bed.eventually(
                 "the virtual node's CustomResourcesRefused naming gadgets",
                 || async {
-                    let node =
-                        bed.consumer
-                            .get_json("node", None, fabric_tests::offload_fixture::NODE)?;
-                    let c = node["status"]["conditions"]
-                        .as_array()?
-                        .iter()
-                        .find(|c| c["type"] == "CustomResourcesRefused")?
-                        .clone();
+                    let c = node_condition(&bed, "CustomResourcesRefused")?;
                     let m = c["message"].as_str().unwrap_or_default();
                     (c["status"] == "True"
                         && m.contains("gadgets.example.com/v1")
@@ -474,4 +490,52 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
         );
     })
     .await;
+    phase_async(
+        "doohickeys served at home at last: the virtual kubelet takes them up",
+        async {
+            let doohickeys = crd("doohickeys", "Doohickey");
+            apply(&bed.consumer, &doohickeys);
+            apply(&bed.provider, &doohickeys);
+            let o = bed.consumer.kubectl_stdin(
+                &["apply", "-f", "-"],
+                &vk_role(json!([
+                    {"apiGroups": [GROUP], "resources": ["widgets", "gadgets", "doohickeys"],
+                     "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": [GROUP],
+                     "resources": ["widgets/status", "gadgets/status", "doohickeys/status"],
+                     "verbs": ["patch"]}])),
+            );
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let o = allow(&bed, widget_rules(&["widgets", "doohickeys"]));
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            bed.eventually("d1 made at home, the CRD established", || async {
+                fixture::apply(&bed.consumer, &home_object("Doohickey", "d1", 5)).ok()
+            })
+            .await;
+            bed.eventually("d1 in the twin", || async {
+                let d = read(&bed.provider, "doohickeys", &twin, "d1")?;
+                (d["spec"]["size"] == json!(5)).then_some(())
+            })
+            .await;
+            bed.eventually("CustomResourcesNotServed gone", || async {
+                node_condition(&bed, "CustomResourcesNotServed")
+                    .is_none()
+                    .then_some(())
+            })
+            .await;
+        },
+    )
+    .await;
+}
+
+/// The condition of type `type_` of the virtual node (None: none, or no node).
+fn node_condition(bed: &Bed, type_: &str) -> Option<Value> {
+    let node = bed
+        .consumer
+        .get_json("node", None, fabric_tests::offload_fixture::NODE)?;
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
 }
