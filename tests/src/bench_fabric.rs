@@ -5,21 +5,33 @@
 //! address A's IPAM remapped it to (10.244.x.y -> 10.64.x.y): node, overlay, gateway, tunnel,
 //! gateway, overlay, node. Measured against, in the same run:
 //! - `in-cluster`: pod 0 to pod 1 of cluster A, across two nodes over the same node network
-//!   (what the cluster's own pod network gives, with no gateway on the way).
+//!   (what the cluster's own pod network gives, with no gateway on the way);
+//! - `wireguard-go`, `boringtun-cli`: the same clusters with fabric-gateway stopped and the
+//!   other implementation in the gateway namespaces, its tunnel configured with `wg` and the
+//!   remap done by nftables ([`crate::other_gateways`]). The operators (the gateways' ends of
+//!   the VXLAN overlay) and the agents (the nodes' ends, the routes to the remapped CIDR) stay:
+//!   the path is the same up to the gateway's process, and nothing of the fabric is on it
+//!   from there to the other gateway's overlay.
 //!
 //! Per path: iperf3 TCP with 1 and 4 streams; request/response at a fixed rate over one
 //! connection (p50, p99 of per-request latency); new TCP connections per second; and for
 //! paths through gateways, each gateway process's CPU seconds per Gbit moved during the
 //! 1-stream run (from /proc/PID/stat; equal to cores busy per Gbit/s). Figures from one run,
 //! ratios to the in-cluster path of the same run: a benchmark, never a timed test.
-use std::{fmt::Write as _, time::Duration};
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 
 use crate::{
     check_interrupt,
-    clusters::{Cluster, Options as FixtureOptions, PeeredClusters},
+    clusters::{Cluster, Options as FixtureOptions, POD_CIDR, PeeredClusters},
     figures::{cpu_secs, percentile, profile},
+    other_gateways::{self, Implementation, Kind},
     traffic,
 };
 
@@ -35,6 +47,9 @@ pub struct Options {
     /// Seconds of the connection-rate loop, and its bound on connections.
     pub conn_secs: f64,
     pub max_conns: u64,
+    /// The other gateways to measure (in this order), and why any is not.
+    pub others: Vec<Implementation>,
+    pub missing: Vec<(Kind, String)>,
 }
 
 impl Options {
@@ -46,6 +61,8 @@ impl Options {
             rr_size: 64,
             conn_secs: 5.0,
             max_conns: 50_000,
+            others: Vec::new(),
+            missing: Vec::new(),
         }
     }
 
@@ -57,8 +74,52 @@ impl Options {
             rr_size: 64,
             conn_secs: 2.0,
             max_conns: 20_000,
+            others: Vec::new(),
+            missing: Vec::new(),
         }
     }
+
+    /// With the other gateways this machine has: wireguard-go from `$WIREGUARD_GO` (which
+    /// `cargo xtask bench fabric` sets to the Debian build it unpacked) or the PATH,
+    /// boringtun-cli from `$BORINGTUN_CLI`, the PATH or ~/.cargo/bin; both need `wg`.
+    pub fn with_other_gateways(mut self) -> Self {
+        let wg = Command::new("wg")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        for (kind, env, name) in [
+            (Kind::WireguardGo, "WIREGUARD_GO", "wireguard-go"),
+            (Kind::Boringtun, "BORINGTUN_CLI", "boringtun-cli"),
+        ] {
+            let found = find_bin(env, name);
+            match (wg, found) {
+                (false, _) => self.missing.push((
+                    kind,
+                    "`wg` (wireguard-tools) configures it and is not installed".into(),
+                )),
+                (true, Some(bin)) => self.others.push(Implementation { kind, bin }),
+                (true, None) => self.missing.push((
+                    kind,
+                    format!("not found (${env}, PATH, ~/.cargo/bin); `cargo xtask bench fabric` provides it"),
+                )),
+            }
+        }
+        self
+    }
+}
+
+/// `$env` when set, else `name` in the PATH or ~/.cargo/bin.
+fn find_bin(env: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return Some(p.into());
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin")));
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// One path's figures.
@@ -170,6 +231,8 @@ pub fn table(cols: &[Column]) -> String {
 pub enum Target {
     AtLeast(f64),
     AtMost(f64),
+    /// Printed for the record, judged against nothing.
+    None,
 }
 
 /// One line per ratio: `what: value (target >= t: met|MISSED)`; "not measured" when a path
@@ -182,28 +245,26 @@ pub fn ratio_lines(cols: &[Column], wanted: &[Ratio]) -> String {
             (Some(n), Some(d)) => ratio((r.get)(n), (r.get)(d)),
             _ => None,
         };
-        let (sign, t) = match r.target {
-            Target::AtLeast(t) => (">=", t),
-            Target::AtMost(t) => ("<=", t),
+        let target = match r.target {
+            Target::AtLeast(t) => format!("target >= {t}x"),
+            Target::AtMost(t) => format!("target <= {t}x"),
+            Target::None => "no target".to_owned(),
         };
         let _ = match value {
             Some(v) => {
                 let met = match r.target {
-                    Target::AtLeast(t) => v >= t,
-                    Target::AtMost(t) => v <= t,
+                    Target::AtLeast(t) => Some(v >= t),
+                    Target::AtMost(t) => Some(v <= t),
+                    Target::None => None,
                 };
-                writeln!(
-                    s,
-                    "  {:<44} {v:>6.2}x  (target {sign} {t}x: {})",
-                    r.what,
-                    if met { "met" } else { "MISSED" }
-                )
+                let verdict = match met {
+                    Some(true) => ": met",
+                    Some(false) => ": MISSED",
+                    None => "",
+                };
+                writeln!(s, "  {:<44} {v:>6.2}x  ({target}{verdict})", r.what)
             }
-            None => writeln!(
-                s,
-                "  {:<44} {:>7}  (target {sign} {t}x: not measured)",
-                r.what, "-"
-            ),
+            None => writeln!(s, "  {:<44} {:>7}  ({target}: not measured)", r.what, "-"),
         };
     }
     s
@@ -220,6 +281,8 @@ pub struct Ratio {
 
 pub const IN_CLUSTER: &str = "in-cluster";
 pub const FABRIC: &str = "fabric";
+pub const WIREGUARD_GO: &str = "wireguard-go";
+pub const BORINGTUN: &str = "boringtun-cli";
 
 /// The ratios issue 22 sets targets for.
 pub fn targets() -> Vec<Ratio> {
@@ -238,11 +301,28 @@ pub fn targets() -> Vec<Ratio> {
             get: |m| m.rr_p99.as_secs_f64(),
             target: Target::AtMost(1.5),
         },
+        Ratio {
+            what: "TCP 1 stream, fabric / wireguard-go",
+            num: FABRIC,
+            den: WIREGUARD_GO,
+            get: |m| m.tcp1_bps,
+            target: Target::AtLeast(2.0),
+        },
+        Ratio {
+            what: "TCP 1 stream, fabric / boringtun-cli",
+            num: FABRIC,
+            den: BORINGTUN,
+            get: |m| m.tcp1_bps,
+            target: Target::None,
+        },
     ]
 }
 
-/// How cluster A's pods see pod `k` of B: both IPAMs pick 10.64.0.0/16 for their peer and
-/// keep the host bits.
+/// How each cluster sees the other's pods: both IPAMs pick the first /16 of the fixture's
+/// pool for their peer.
+pub const PEER_VIEW: &str = "10.64.0.0/16";
+
+/// How cluster A's pods see pod `k` of B: in [`PEER_VIEW`], host bits kept.
 pub fn remote_pod(k: usize) -> String {
     Cluster::pod_ip(k).replacen("10.244.", "10.64.", 1)
 }
@@ -343,6 +423,63 @@ fn gateways(cl: &PeeredClusters) -> Result<Vec<(String, u32)>> {
         .collect()
 }
 
+/// Stops both fabric gateways (cleanly: their TUN devices, remap programs and routes go with
+/// them) so that another implementation can take their place, port and namespace. Their
+/// operators and the agents stay: they own the overlay and the nodes' routes, which the
+/// other gateways use as they are.
+fn replace_gateways(cl: &mut PeeredClusters) -> Result<()> {
+    for name in [
+        cl.a.replicas[0].identity.clone(),
+        cl.b.replicas[0].identity.clone(),
+    ] {
+        cl.stop(&name)
+            .with_context(|| format!("stopping fabric gateway {name}"))?;
+    }
+    // Nothing of the fabric is left to carry the traffic: the remapped pod is unreachable
+    // until the other gateway runs (else the column would measure something else).
+    let o = cl.tb.exec_any(
+        &cl.a.pods[0],
+        &["ping", "-c", "1", "-W", "1", &remote_pod(0)],
+    )?;
+    anyhow::ensure!(
+        !o.status.success(),
+        "{} still answers with the fabric gateways stopped",
+        remote_pod(0)
+    );
+    Ok(())
+}
+
+/// The other implementation in both gateway namespaces, measured on the same path as the
+/// fabric's; stopped again before returning.
+fn measure_other(
+    cl: &mut PeeredClusters,
+    imp: &Implementation,
+    o: &Options,
+) -> Result<Measurement> {
+    let end = |c: &Cluster, side| other_gateways::End {
+        ns: c.replicas[0].ns.clone(),
+        side,
+        underlay_ip: c.replicas[0].underlay_ip.clone(),
+    };
+    let (ea, eb) = (end(&cl.a, 'a'), end(&cl.b, 'b'));
+    let running = other_gateways::start(&cl.tb, imp, &ea, &eb, PEER_VIEW, POD_CIDR, &cl.logs)
+        .with_context(|| format!("starting {}", imp.kind.label()))?;
+    let (a0, b0) = (cl.a.pods[0].clone(), cl.b.pods[0].clone());
+    cl.wait_reachable(&a0, &remote_pod(0), Duration::from_secs(30))
+        .map_err(|e| anyhow::anyhow!("{e:#}\n{}", running.log_tails()))?;
+    // The first handshake is behind us.
+    std::thread::sleep(Duration::from_secs(1));
+    let m = measure(cl, &a0, &b0, &remote_pod(0), &running.pids(), o).with_context(|| {
+        format!(
+            "measuring the {} path\n{}",
+            imp.kind.label(),
+            running.log_tails()
+        )
+    })?;
+    drop(running);
+    Ok(m)
+}
+
 /// /proc/loadavg's 1, 5 and 15 minute averages, with the machine's CPU count.
 fn load_average() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
@@ -407,6 +544,27 @@ pub fn run(o: &Options) -> Result<()> {
             label: FABRIC.into(),
             m,
         });
+        for (kind, why) in &o.missing {
+            println!("  {}: not measured: {why}", kind.label());
+        }
+        if !o.others.is_empty() {
+            replace_gateways(&mut cl)?;
+        }
+        for imp in &o.others {
+            check_interrupt()?;
+            let label = imp.kind.label();
+            println!(
+                "  {label}: {} -> {} (A's pod 0 to B's pod 0; {} in the gateway namespaces,                  nftables NAT)",
+                Cluster::pod_ip(0),
+                remote_pod(0),
+                imp.bin.display()
+            );
+            let m = measure_other(&mut cl, imp, o)?;
+            cols.push(Column {
+                label: label.into(),
+                m,
+            });
+        }
     }
     println!();
     print!("{}", table(&cols));

@@ -29,6 +29,7 @@ pub mod kube_sync;
 pub mod manifests;
 pub mod netns;
 pub mod offload_fixture;
+pub mod other_gateways;
 pub mod peering_stack;
 pub mod phase;
 pub mod process;

@@ -134,7 +134,8 @@ fn main() -> ExitCode {
             fabric_tests::bench_fabric::Options::quick()
         } else {
             fabric_tests::bench_fabric::Options::standard()
-        };
+        }
+        .with_other_gateways();
         return match fabric_tests::bench_fabric::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -453,6 +453,31 @@ impl PeeredClusters {
         Ok(())
     }
 
+    /// Stops a component cleanly (SIGTERM, then SIGKILL after 5 s) and leaves it down: a
+    /// gateway removes its devices and pins on the way, as when its pod is deleted. For
+    /// putting something else in its place (the other gateways of `bench fabric`).
+    pub fn stop(&mut self, name: &str) -> Result<()> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no process {name}"))?;
+        if let Some(mut c) = p.child.take() {
+            // SAFETY: a child of ours not yet waited for, so the pid is still its own.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        Ok(())
+    }
+
     /// Sends `sig` to a running component: SIGSTOP makes it hang as a wedged process would
     /// (alive, its sockets open, answering nothing), SIGCONT lets it go on.
     pub fn signal(&self, name: &str, sig: i32) -> Result<()> {
