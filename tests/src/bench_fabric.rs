@@ -467,6 +467,17 @@ fn measure_other(
     let (a0, b0) = (cl.a.pods[0].clone(), cl.b.pods[0].clone());
     cl.wait_reachable(&a0, &remote_pod(0), Duration::from_secs(30))
         .map_err(|e| anyhow::anyhow!("{e:#}\n{}", running.log_tails()))?;
+    // The double NAT as the fabric does it: B's pod sees A's pod under the address B's IPAM
+    // remapped it to, not its real one (the same string here: both views are PEER_VIEW).
+    let p = traffic::tcp_probe(&a0, &b0, &remote_pod(0), 5403)
+        .with_context(|| format!("TCP probe through {}", imp.kind.label()))?;
+    anyhow::ensure!(
+        p.server_saw.ip().to_string() == remote_pod(0),
+        "through {}, B's pod saw A's pod as {}, not as B's view of it {}",
+        imp.kind.label(),
+        p.server_saw.ip(),
+        remote_pod(0)
+    );
     // The first handshake is behind us.
     std::thread::sleep(Duration::from_secs(1));
     let m = measure(cl, &a0, &b0, &remote_pod(0), &running.pids(), o).with_context(|| {
@@ -554,7 +565,8 @@ pub fn run(o: &Options) -> Result<()> {
             check_interrupt()?;
             let label = imp.kind.label();
             println!(
-                "  {label}: {} -> {} (A's pod 0 to B's pod 0; {} in the gateway namespaces,                  nftables NAT)",
+                "  {label}: {} -> {} (A's pod 0 to B's pod 0; {} in the gateway namespaces, \
+                 nftables NAT)",
                 Cluster::pod_ip(0),
                 remote_pod(0),
                 imp.bin.display()

@@ -28,6 +28,7 @@ use anyhow::{Context as _, Result, bail};
 mod deny;
 mod setup;
 mod testrun;
+mod wggo;
 
 use setup::{setup, setup_nightly};
 
@@ -416,9 +417,20 @@ fn run_child(bin: &Path, args: &[String]) -> Result<ExitCode> {
 
 /// [`run_child`] with the agent binary `agent` (of the same build as `bin`).
 fn run_child_with_agent(bin: &Path, args: &[String], agent: &Path) -> Result<ExitCode> {
+    run_child_with_env(bin, args, agent, &[])
+}
+
+/// [`run_child_with_agent`] with more environment variables.
+fn run_child_with_env(
+    bin: &Path,
+    args: &[String],
+    agent: &Path,
+    env: &[(&str, PathBuf)],
+) -> Result<ExitCode> {
     let _ = ctrlc::set_handler(|| {});
     let mut c = Command::new(bin);
     c.args(args).env("FABRIC_AGENT_BIN", agent);
+    c.envs(env.iter().map(|(k, v)| (k, v)));
     println!("    $ {}", show(&c));
     let st = c
         .status()
@@ -493,6 +505,15 @@ fn bench_fabric(args: &[String]) -> Result<ExitCode> {
     }
     c.args(workspace_args()).arg("--bins");
     run(&mut c).context("building the binaries")?;
+    step("setup: wireguard-go (Debian sid's, for the wireguard-go column)");
+    // Without it the bench still runs, and says the column was not measured.
+    let env: Vec<(&str, PathBuf)> = match wggo::wireguard_go() {
+        Ok(bin) => vec![("WIREGUARD_GO", bin)],
+        Err(e) => {
+            println!("    wireguard-go unavailable, its column is skipped: {e:#}");
+            vec![]
+        }
+    };
     step("bench fabric");
     let mut a = vec!["fabric".to_owned()];
     a.extend(
@@ -500,10 +521,11 @@ fn bench_fabric(args: &[String]) -> Result<ExitCode> {
             .filter(|a| *a != "--" && *a != "--release")
             .cloned(),
     );
-    run_child_with_agent(
+    run_child_with_env(
         &target_dir().join(profile).join("fabric-bench"),
         &a,
         &target_dir().join(profile).join("fabric-agent"),
+        &env,
     )
 }
 
