@@ -681,4 +681,36 @@ mod tests {
         let s = ratio_lines(&cols[..1], &targets());
         assert!(s.lines().all(|l| l.contains("not measured")), "{s}");
     }
+
+    #[test]
+    fn ratios_to_the_other_gateways() {
+        // The columns are labelled by the implementations' own labels.
+        assert_eq!(Kind::WireguardGo.label(), WIREGUARD_GO);
+        assert_eq!(Kind::Boringtun.label(), BORINGTUN);
+        let cols = [
+            col(IN_CLUSTER, 10.0, 100, &[]),
+            col(FABRIC, 3.0, 150, &[]),
+            col(WIREGUARD_GO, 1.0, 300, &[]),
+        ];
+        let s = ratio_lines(&cols, &targets());
+        let lines: Vec<&str> = s.lines().collect();
+        assert!(
+            lines[2].contains("fabric / wireguard-go")
+                && lines[2].contains("3.00x")
+                && lines[2].contains(">= 2x: met"),
+            "{s}"
+        );
+        // boringtun-cli not measured; its ratio has no target to meet.
+        assert!(
+            lines[3].contains("fabric / boringtun-cli")
+                && lines[3].contains("(no target: not measured)"),
+            "{s}"
+        );
+        let s = ratio_lines(
+            &[cols[1].clone(), col(BORINGTUN, 6.0, 100, &[])],
+            &targets(),
+        );
+        let last = s.lines().last().unwrap();
+        assert!(last.contains("0.50x  (no target)"), "{s}");
+    }
 }
