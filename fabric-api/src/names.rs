@@ -397,6 +397,10 @@ pub mod storage {
     /// of the same name made again later is another claim, and does not get its data unless
     /// this names it: `fabricctl move volume` hands a filled claim over that way).
     pub const HOME_UID: &str = "storage.fabric.io/home-uid";
+    /// Label of `fabricctl move volume`'s transfer pods: the claim they move (one they mount).
+    /// The offloaded namespaces' pod webhook leaves such a pod where fabricctl placed it, so
+    /// that a move works whatever the namespace's `podOffloadingStrategy`.
+    pub const TRANSFER: &str = "storage.fabric.io/move";
 
     /// The placeholder PersistentVolume of claim `uid`, as every external provisioner names
     /// its volumes.

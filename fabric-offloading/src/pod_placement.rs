@@ -20,10 +20,21 @@
 //!
 //! A NamespaceOffloading being deleted (unoffload) imposes nothing: its twins are going, new
 //! pods stay home.
+//!
+//! A volume-transfer pod of `fabricctl move volume` ([`is_volume_transfer`]: labelled
+//! [`names::storage::TRANSFER`] with the name of a claim it mounts) is left as it is: its
+//! sender must run at home beside the data (the claim's volume keeps its consumers off
+//! virtual nodes) and its receiver is bound by name to the provider's virtual node, whatever
+//! the strategy. Under `Remote` the imposed "virtual nodes only" would contradict the
+//! volume's affinity and the sender could never be scheduled. Whoever can create pods in the
+//! namespace can set that label; what it buys is a pod placed by its own spec, which is not a
+//! boundary: where pods run at home is this cluster's own placement policy (its users' pods
+//! run at home in every namespace not offloaded), and a pod bound for a provider still goes
+//! through the provider's ShadowPod policy, unchanged.
 #[cfg(doc)]
 use fabric_api::names;
 use fabric_api::{
-    names::{label, taint},
+    names::{label, storage, taint},
     offloading::{
         namespaces::{self, BadSelector},
         v1alpha1::{NamespaceOffloading, PodOffloadingStrategy},
@@ -154,6 +165,28 @@ pub fn merge_terms(own: &[Value], imposed: &[Value]) -> Vec<Value> {
     out
 }
 
+/// Whether `pod` is a volume-transfer pod of `fabricctl move volume`: labelled
+/// [`storage::TRANSFER`] with the name of a claim it mounts (see the module's doc).
+pub fn is_volume_transfer(pod: &Value) -> bool {
+    let Some(claim) = pod
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(storage::TRANSFER))
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+    else {
+        return false;
+    };
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|v| {
+            v.pointer("/persistentVolumeClaim/claimName")
+                .and_then(Value::as_str)
+                == Some(claim)
+        })
+}
+
 /// The JSON patch that places `pod` (as the API server sent it) as the NamespaceOffloading of
 /// its namespace `namespace` says; `None` when the pod is left as it is. `offloading` is `None`
 /// when the namespace has none (the webhook is only called for labelled namespaces: refused).
@@ -169,6 +202,7 @@ pub fn mutate(
     };
     if offloading.spec.pod_offloading_strategy == PodOffloadingStrategy::Local
         || offloading.metadata.deletion_timestamp.is_some()
+        || is_volume_transfer(pod)
     {
         return Ok(None);
     }
@@ -553,6 +587,47 @@ mod tests {
         let mut going = offloading(PodOffloadingStrategy::Remote, None);
         going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(mutate(NS, &pod, Some(&going)), Ok(None));
+    }
+
+    /// A transfer pod (the mark naming a claim it mounts) is left where fabricctl put it under
+    /// every strategy; the mark alone, or naming another claim, places the pod as any.
+    #[test]
+    fn a_volume_transfer_pod_is_left_where_fabricctl_put_it() {
+        let sender = |mark: Option<&str>| {
+            let mut p = json!({"metadata": {"name": "move-data-send", "labels": {}},
+                "spec": {"containers": [{"name": "transfer"}],
+                    "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+                        {"matchExpressions": [real_only()]}]}}},
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}});
+            if let Some(m) = mark {
+                p["metadata"]["labels"][storage::TRANSFER] = json!(m);
+            }
+            p
+        };
+        for strategy in [
+            PodOffloadingStrategy::Remote,
+            PodOffloadingStrategy::LocalAndRemote,
+            PodOffloadingStrategy::Local,
+        ] {
+            for selector in [None, Some(vec![term(vec![req("region", "In", &["eu"])])])] {
+                let o = offloading(strategy, selector);
+                assert!(is_volume_transfer(&sender(Some("data"))));
+                assert_eq!(mutate(NS, &sender(Some("data")), Some(&o)), Ok(None));
+            }
+        }
+        let remote = offloading(PodOffloadingStrategy::Remote, None);
+        for not_one in [None, Some("other"), Some("")] {
+            let p = sender(not_one);
+            assert!(!is_volume_transfer(&p), "{p}");
+            let out = placed(&p, Some(&remote)).unwrap();
+            assert_eq!(
+                required(&out).unwrap(),
+                &json!([{"matchExpressions": [real_only(), virtual_only()]}]),
+                "{not_one:?}: placed as any pod (and so unschedulable, as the sender was)"
+            );
+        }
+        // Still refused in a labelled namespace that is not offloaded.
+        assert!(mutate(NS, &sender(Some("data")), None).is_err());
     }
 
     #[test]

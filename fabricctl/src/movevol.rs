@@ -135,7 +135,7 @@ pub mod copy {
     /// (the test node mounts onto its host's own directories, and makes none).
     pub const MOUNT: &str = "/srv";
     /// Label of the transfer pods: the claim they move.
-    pub const MOVE_LABEL: &str = "storage.fabric.io/move";
+    pub const MOVE_LABEL: &str = names::storage::TRANSFER;
 
     /// One side of the transfer: `receive` beside the fresh claim, `send` mounting the source.
     /// Placed on `place` (a provider: its virtual node, so it goes through the ShadowPod path
@@ -179,6 +179,27 @@ pub mod copy {
             "spec": spec,
         }))
         .expect("a pod")
+    }
+
+    /// Why pod `p` cannot be scheduled, when the scheduler said so (condition `PodScheduled`
+    /// False, reason `Unschedulable`): its message, which names what no node satisfied.
+    pub fn unschedulable(p: &Pod) -> Option<String> {
+        p.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+            .map(|c| {
+                c.message
+                    .clone()
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| "Unschedulable".to_owned())
+            })
     }
 
     /// What one side's log says: the bytes so far and, once done, the digest.
@@ -401,6 +422,10 @@ pub async fn move_volume(
 /// How long the receiver has to start on the provider, and the sender to make progress.
 const START: Duration = Duration::from_secs(180);
 const STALL: Duration = Duration::from_secs(120);
+/// How long the sender may stay unschedulable before the move fails with the scheduler's
+/// reason: long enough for a retry of the scheduler to place it (a node Ready again), far
+/// shorter than waiting for progress that cannot come.
+const UNSCHEDULABLE: Duration = Duration::from_secs(15);
 
 /// The data of home claim `pvc` (on a real node here) to provider `id`: a claim of the same
 /// name in the namespace's twin there (this cluster's identity), filled by a receiver pod
@@ -566,6 +591,7 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
     };
     let mut shown = 0;
     let mut moved_at = Instant::now();
+    let mut unschedulable_since: Option<Instant> = None;
     let sent = loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let now = copy::progress(&logs(sender.clone()).await, "sent");
@@ -578,7 +604,20 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
             p.and_then(|p| p.status?.phase)
                 .unwrap_or_else(|| "gone".to_owned())
         };
-        let s = phase(pods.get_opt(&sender).await?);
+        let sender_pod = pods.get_opt(&sender).await?;
+        match sender_pod.as_ref().and_then(copy::unschedulable) {
+            Some(why) => {
+                let since = *unschedulable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > UNSCHEDULABLE {
+                    bail!(
+                        "the sender {sender} cannot be scheduled here (for {}s): {why}",
+                        since.elapsed().as_secs()
+                    );
+                }
+            }
+            None => unschedulable_since = None,
+        }
+        let s = phase(sender_pod);
         let r = phase(pods.get_opt(&receiver).await?);
         match (s.as_str(), r.as_str()) {
             ("Succeeded", _) => break now,
@@ -1015,6 +1054,37 @@ mod tests {
         assert_eq!(r["spec"]["resources"]["requests"]["storage"], "1Gi");
         assert!(r["spec"]["volumeName"].is_null(), "{r}");
         assert!(r["status"].is_null(), "{r}");
+    }
+
+    #[test]
+    fn an_unschedulable_pod_says_why() {
+        let p = |conditions: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "s"},
+                "status": {"phase": "Pending", "conditions": conditions}}))
+            .unwrap()
+        };
+        let why = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.";
+        assert_eq!(
+            unschedulable(&p(json!([{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": why}]))),
+            Some(why.to_owned())
+        );
+        assert_eq!(
+            unschedulable(&p(json!([{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable"}]))),
+            Some("Unschedulable".to_owned())
+        );
+        // Scheduled, or not yet tried: nothing to say.
+        assert_eq!(
+            unschedulable(&p(json!([{"type": "PodScheduled", "status": "True"}]))),
+            None
+        );
+        assert_eq!(
+            unschedulable(&p(json!([{"type": "PodScheduled", "status": "False",
+                "reason": "SchedulingGated"}]))),
+            None
+        );
+        assert_eq!(unschedulable(&p(json!([]))), None);
     }
 
     #[test]

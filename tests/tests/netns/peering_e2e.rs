@@ -592,8 +592,9 @@ impl Bed {
     }
 
     /// `fabricctl move volume` (issue 21) from A to B over the fabric: a claim of the class
-    /// `fabric` in namespace `store` (offloaded to B, pods at home or there) is provisioned on
-    /// A's node, where a pod writes it; the pod gone, `fabricctl` (A's admin, as a user runs
+    /// `fabric` in namespace `store` is provisioned on A's node, where a pod writes it; the
+    /// namespace is then offloaded to B `Remote` (its pods to the virtual nodes only, yet the
+    /// transfer's sender runs at home); the pod gone, `fabricctl` (A's admin, as a user runs
     /// it) copies it to B: both digests printed and equal, the claim keeps its name and is
     /// now pinned to A's virtual node for B, where the next pod of the claim lands (gravity)
     /// and reads the same bytes; the source volume at home is gone. Before that, a move whose
@@ -616,20 +617,6 @@ impl Bed {
             .then_some(())
             .expect("the class applied");
         a.api.kubectl_ok(&["create", "namespace", NS]);
-        let selector = format!("{ADVERTISED}={provider}");
-        let o = fabricctl(
-            &a.api,
-            &[
-                "offload",
-                "namespace",
-                NS,
-                "--pod-offloading-strategy",
-                "LocalAndRemote",
-                "--selector",
-                &selector,
-            ],
-        );
-        assert!(o.status.success(), "offload: {}\n{}", text(&o), self.logs());
         let twin = format!("{NS}-{}", a.id);
         let claim = |name: &str| {
             json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -686,8 +673,29 @@ impl Bed {
             (pvc, dir)
         };
 
-        // A failed move: the receiver deleted mid-copy (a file big enough to take a while).
+        // Both claims written at home before the namespace is offloaded `Remote` (its pods to
+        // the virtual nodes only): the data of a namespace that ran here, to follow it there.
+        // The transfer pods are placed by fabricctl whatever the strategy (the sender at home,
+        // beside the data).
         let (before, dir) = written("kept", "stays home");
+        let text_home = "written at home, read on B";
+        let (before_data, dir_data) = written("data", text_home);
+        let selector = format!("{ADVERTISED}={provider}");
+        let o = fabricctl(
+            &a.api,
+            &[
+                "offload",
+                "namespace",
+                NS,
+                "--pod-offloading-strategy",
+                "Remote",
+                "--selector",
+                &selector,
+            ],
+        );
+        assert!(o.status.success(), "offload: {}\n{}", text(&o), self.logs());
+
+        // A failed move: the receiver deleted mid-copy (a file big enough to take a while).
         // Some bytes to check, and 2 GiB of a sparse file (nothing on the disk here; the sender
         // reads it as zeros) so that the copy takes seconds.
         let some: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
@@ -768,8 +776,7 @@ impl Bed {
         );
 
         // The move: digests equal, the claim pinned to the virtual node, the data there.
-        let text_home = "written at home, read on B";
-        let (before, dir) = written("data", text_home);
+        let (before, dir) = (before_data, dir_data);
         let o = fabricctl(
             &a.api,
             &["move", "volume", &format!("{NS}/data"), "--to", provider],
