@@ -447,6 +447,7 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         d.cl.a
             .wait_pod_running(shop::NAMESPACE, "db", Duration::from_secs(60))?;
     println!("  db Running on {} at {}", db.node, db.ip);
+    orders_at_home(d)?;
     let selector = format!("{ADVERTISED_LABEL}={b_id}");
     println!(
         "  fabricctl offload namespace shop --pod-offloading-strategy Remote --selector {selector}"
@@ -740,6 +741,8 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     );
     check_interrupt()?;
     stateful_offloaded(d, &b_id, &twin)?;
+    check_interrupt()?;
+    orders_moved(d, &b_id)?;
     title("fabricctl unoffload namespace shop (cluster A; it says what goes first)");
     show(fabricctl(&d.cl.a.api, &["unoffload", "namespace", "shop"]));
     retained_and_forgotten(d, &a_id, &b_id, &twin)?;
@@ -867,6 +870,124 @@ fn stateful_at_home(d: &Demo) -> Result<()> {
     kubectl(&a.api, &["delete", "pod", "reader", "--wait=true"])?;
     kubectl(&a.api, &["delete", "pvc", "notes", "--wait=true"])?;
     println!("  kubectl delete pvc notes: its volume, real claim and real volume are gone too.");
+    Ok(())
+}
+
+/// What shop's pods wrote at home before it was offloaded: a claim `orders` of the fabric's
+/// class, written by a pod on A's node (a few bytes: the demo stays quick).
+const ORDERS: &str = "order 1: 3 mugs; order 2: 1 teapot";
+
+fn orders_at_home(d: &Demo) -> Result<()> {
+    let a = &d.cl.a;
+    a.create(&json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "orders", "namespace": shop::NAMESPACE},
+        "spec": {"storageClassName": names::storage::CLASS, "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "16Mi"}}}}))?;
+    let mut pod = command_pod(
+        "orders-writer",
+        &["fabric-test-pod", "write", "/srv/orders", ORDERS],
+    );
+    pod["metadata"]["namespace"] = json!(shop::NAMESPACE);
+    a.create_pod(&mounting(pod, "orders"))?;
+    a.wait_pod(
+        shop::NAMESPACE,
+        "orders-writer",
+        Duration::from_secs(60),
+        "Succeeded",
+        |p| p["status"]["phase"] == "Succeeded",
+    )?;
+    kubectl(
+        &a.api,
+        &[
+            "delete",
+            "pod",
+            "orders-writer",
+            "-n",
+            shop::NAMESPACE,
+            "--wait=true",
+        ],
+    )?;
+    println!("  and a claim `orders` of class fabric its pods wrote at home: {ORDERS:?}");
+    Ok(())
+}
+
+/// The claim `orders` written at home moved to B with `fabricctl move volume` (offline,
+/// checksummed; shop being `Remote` does not keep the sender off A's node), then read by a
+/// pod that lands on the virtual node, where the data now is.
+fn orders_moved(d: &Demo, b_id: &str) -> Result<()> {
+    title("A volume moved: fabricctl move volume shop/orders --to B (cluster A)");
+    let a = &d.cl.a;
+    let out = fabricctl(
+        &a.api,
+        &[
+            "move",
+            "volume",
+            &format!("{}/orders", shop::NAMESPACE),
+            "--to",
+            b_id,
+        ],
+    )?;
+    // The progress lines aside: the copy and its two digests.
+    let shown: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with("sent ") || l.contains(" sha256 "))
+        .collect();
+    indent(&shown.join("\n"));
+    let digest = |verb: &str| {
+        out.lines()
+            .find(|l| l.starts_with(verb) && l.contains(" sha256 "))
+            .and_then(|l| l.split(" sha256 ").nth(1))
+            .map(str::to_owned)
+    };
+    match (digest("sent "), digest("received ")) {
+        (Some(s), Some(r)) if s == r => {}
+        (s, r) => bail!("the move's digests differ or are missing: sent {s:?}, received {r:?}"),
+    }
+    let mut pod = command_pod("orders-reader", &["fabric-test-pod", "read", "/srv/orders"]);
+    pod["metadata"]["namespace"] = json!(shop::NAMESPACE);
+    a.create_pod(&mounting(pod, "orders"))?;
+    a.wait_pod(
+        shop::NAMESPACE,
+        "orders-reader",
+        Duration::from_secs(60),
+        "Succeeded",
+        |p| p["status"]["phase"] == "Succeeded",
+    )?;
+    let node = kubectl(
+        &a.api,
+        &[
+            "get",
+            "pod",
+            "orders-reader",
+            "-n",
+            shop::NAMESPACE,
+            "-o",
+            "jsonpath={.spec.nodeName}",
+        ],
+    )?;
+    let read = kubectl(&a.api, &["logs", "orders-reader", "-n", shop::NAMESPACE])?;
+    println!(
+        "  a pod of the claim ran on {} and read (kubectl logs orders-reader -n shop):",
+        node.trim()
+    );
+    indent(read.trim());
+    if read.trim() != ORDERS {
+        bail!("orders-reader read {read:?}, not what was written at home");
+    }
+    if !node.trim().ends_with(b_id) {
+        bail!("orders-reader ran on {node:?}, not on B's virtual node");
+    }
+    kubectl(
+        &a.api,
+        &[
+            "delete",
+            "pod",
+            "orders-reader",
+            "-n",
+            shop::NAMESPACE,
+            "--wait=true",
+        ],
+    )?;
     Ok(())
 }
 
