@@ -241,16 +241,9 @@ impl Drop for Running {
             // SIGTERM: both close their device and remove their socket on a clean exit.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         }
-        let t0 = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(3);
         for (_, c) in &mut self.children {
-            while t0.elapsed() < Duration::from_secs(3) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            crate::process::reap_by(c, deadline);
         }
         for (ns, ifname) in &self.ends {
             let _ = run(ns, &["nft", "delete", "table", "ip", &self.table]);

@@ -62,6 +62,19 @@ pub fn kubectl_stdin(kubeconfig: &Path, args: &[&str], input: &str) -> Output {
     c.wait_with_output().expect("kubectl runs")
 }
 
+/// Waits for `c` to exit until `deadline`, then kills it (SIGKILL) and reaps it: the end of a
+/// clean stop that was asked for (SIGTERM) before, for one child or, with one deadline, many.
+pub fn reap_by(c: &mut std::process::Child, deadline: std::time::Instant) {
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
 /// What a process printed, stdout then stderr.
 pub fn output_text(o: &Output) -> String {
     format!(

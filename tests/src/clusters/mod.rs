@@ -465,15 +465,7 @@ impl PeeredClusters {
         if let Some(mut c) = p.child.take() {
             // SAFETY: a child of ours not yet waited for, so the pid is still its own.
             unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return Ok(());
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            crate::process::reap_by(&mut c, Instant::now() + Duration::from_secs(5));
         }
         Ok(())
     }
@@ -682,17 +674,10 @@ impl Drop for PeeredClusters {
                 unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             }
         }
-        let t0 = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(3);
         for p in &mut self.procs {
             if let Some(mut c) = p.child.take() {
-                while t0.elapsed() < Duration::from_secs(3) {
-                    if let Ok(Some(_)) = c.try_wait() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                let _ = c.kill();
-                let _ = c.wait();
+                crate::process::reap_by(&mut c, deadline);
             }
         }
         let _ = std::fs::remove_dir_all(&self.logs);
