@@ -147,7 +147,13 @@ pub const STEER_TABLE: u32 = 171;
 /// The nftables ruleset of one gateway: `view` is how this cluster sees the peer's pods
 /// (the remapped CIDR), `pod` the peer's real pod CIDR (the same length), `tunnel` the
 /// device towards the peer.
-pub fn nft_ruleset(table: &str, tunnel: &str, view: &str, pod: &str) -> Result<String> {
+pub fn nft_ruleset(
+    table: &str,
+    tunnel: &str,
+    view: &str,
+    pod: &str,
+    clamp_mss: bool,
+) -> Result<String> {
     let prefix = |field: &str, c: &str| -> Result<u8> {
         let (ip, len) = c
             .split_once('/')
@@ -166,6 +172,14 @@ pub fn nft_ruleset(table: &str, tunnel: &str, view: &str, pod: &str) -> Result<S
     if tunnel.is_empty() || tunnel.len() > 15 || tunnel.contains(['"', ' ']) {
         bail!("tunnel: {tunnel:?} is not an interface name");
     }
+    // Through a TUN device of a smaller MTU than the pods' (the other gateways), TCP's MSS is
+    // clamped to the route's MTU on the way; a testbed gateway routes to the underlay itself.
+    let clamp = if clamp_mss {
+        "    chain clamp {\n        type filter hook forward priority mangle; policy accept;\n        \
+         tcp flags syn tcp option maxseg size set rt mtu\n    }\n"
+    } else {
+        ""
+    };
     Ok(format!(
         r#"table ip {table} {{
     chain steer {{
@@ -180,11 +194,7 @@ pub fn nft_ruleset(table: &str, tunnel: &str, view: &str, pod: &str) -> Result<S
         type nat hook postrouting priority srcnat; policy accept;
         iifname "{tunnel}" ip saddr {pod} snat ip prefix to ip saddr map {{ {pod} : {view} }}
     }}
-    chain clamp {{
-        type filter hook forward priority mangle; policy accept;
-        tcp flags syn tcp option maxseg size set rt mtu
-    }}
-}}
+{clamp}}}
 "#
     ))
 }
@@ -416,7 +426,7 @@ pub fn start(
             ],
         )?;
         let rules = dir.join(format!("{name}.nft"));
-        std::fs::write(&rules, nft_ruleset(&table, &ifname, view, pod)?)?;
+        std::fs::write(&rules, nft_ruleset(&table, &ifname, view, pod, true)?)?;
         run(&end.ns, &["nft", "-f", &rules.display().to_string()])
             .context("loading the nftables NAT")?;
         // The peer's real sources are also local pod addresses: no reverse-path check.
@@ -480,7 +490,7 @@ mod tests {
 
     #[test]
     fn nft_ruleset_marks_maps_and_clamps() {
-        let r = nft_ruleset("go_nat", "go123a", "10.64.0.0/16", "10.244.0.0/16").unwrap();
+        let r = nft_ruleset("go_nat", "go123a", "10.64.0.0/16", "10.244.0.0/16", true).unwrap();
         assert!(r.starts_with("table ip go_nat {"), "{r}");
         // Steered before the DNAT (mangle runs before dstnat), on the remapped address.
         let steer = r.find("meta mark set 0x71").unwrap();
@@ -501,23 +511,25 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("tcp option maxseg size set rt mtu"), "{r}");
+        let r = nft_ruleset("t", "ul0", "10.64.0.0/16", "10.244.0.0/16", false).unwrap();
+        assert!(!r.contains("maxseg") && r.trim_end().ends_with('}'), "{r}");
     }
 
     #[test]
     fn nft_ruleset_refuses_what_a_prefix_map_cannot_do() {
-        let e = nft_ruleset("t", "wg0", "10.64.0.0/12", "10.244.0.0/16")
+        let e = nft_ruleset("t", "wg0", "10.64.0.0/12", "10.244.0.0/16", true)
             .unwrap_err()
             .to_string();
         assert!(e.contains("lengths must match"), "{e}");
-        let e = nft_ruleset("t", "wg0", "10.64.0.0", "10.244.0.0/16")
+        let e = nft_ruleset("t", "wg0", "10.64.0.0", "10.244.0.0/16", true)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("view:"), "{e}");
-        let e = nft_ruleset("t", "wg0", "10.64.0.0/16", "10.244.0.0/33")
+        let e = nft_ruleset("t", "wg0", "10.64.0.0/16", "10.244.0.0/33", true)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("pod:"), "{e}");
-        let e = nft_ruleset("t", "a\" accept", "10.64.0.0/16", "10.244.0.0/16")
+        let e = nft_ruleset("t", "a\" accept", "10.64.0.0/16", "10.244.0.0/16", true)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("tunnel:"), "{e}");

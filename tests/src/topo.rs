@@ -266,31 +266,20 @@ impl TwoClusters {
             (&self.a_gw, A_UL_IF, addr::B_UL, addr::B_CIDR_IN_A),
             (&self.b_gw, B_UL_IF, addr::A_UL, addr::A_CIDR_IN_B),
         ] {
-            let rules = format!(
-                r#"
-table ip fabric_nat {{
-    chain steer {{
-        type filter hook prerouting priority mangle; policy accept;
-        ip daddr {view} meta mark set 0x71
-    }}
-    chain to_peer {{
-        type nat hook prerouting priority dstnat; policy accept;
-        ip daddr {view} dnat ip prefix to ip daddr map {{ {view} : {pod} }}
-    }}
-    chain from_peer {{
-        type nat hook postrouting priority srcnat; policy accept;
-        iifname "{ul_if}" ip saddr {pod} snat ip prefix to ip saddr map {{ {pod} : {view} }}
-    }}
-}}
-"#,
-                pod = addr::POD_CIDR
-            );
+            let mark = format!("{:#x}", crate::other_gateways::STEER_MARK);
+            let rules = crate::other_gateways::nft_ruleset(
+                "fabric_nat",
+                ul_if,
+                view,
+                addr::POD_CIDR,
+                false,
+            )?;
             let f = self.bed.write_file(&format!("{gw}.nft"), &rules)?;
             self.bed
                 .exec(gw, &["nft", "-f", &f.to_string_lossy()])
                 .context("loading nftables NAT rules")?;
             self.bed
-                .ip(gw, &["rule", "add", "fwmark", "0x71", "lookup", "171"])?;
+                .ip(gw, &["rule", "add", "fwmark", &mark, "lookup", "171"])?;
             self.bed.ip(
                 gw,
                 &[

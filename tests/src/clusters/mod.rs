@@ -439,13 +439,16 @@ impl PeeredClusters {
             .map(Child::id)
     }
 
+    fn proc(&self, name: &str) -> Result<&Proc> {
+        self.procs
+            .iter()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no process {name}"))
+    }
+
     /// Kills a component (SIGKILL: no clean shutdown), as when its pod dies; it stays down.
     pub fn kill(&mut self, name: &str) -> Result<()> {
-        let p = self
-            .procs
-            .iter_mut()
-            .find(|p| p.name == name)
-            .with_context(|| format!("no process {name}"))?;
+        let p = named(&mut self.procs, name)?;
         if let Some(mut c) = p.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -457,11 +460,7 @@ impl PeeredClusters {
     /// gateway removes its devices and pins on the way, as when its pod is deleted. For
     /// putting something else in its place (the other gateways of `bench fabric`).
     pub fn stop(&mut self, name: &str) -> Result<()> {
-        let p = self
-            .procs
-            .iter_mut()
-            .find(|p| p.name == name)
-            .with_context(|| format!("no process {name}"))?;
+        let p = named(&mut self.procs, name)?;
         if let Some(mut c) = p.child.take() {
             // SAFETY: a child of ours not yet waited for, so the pid is still its own.
             unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
@@ -473,11 +472,7 @@ impl PeeredClusters {
     /// Sends `sig` to a running component: SIGSTOP makes it hang as a wedged process would
     /// (alive, its sockets open, answering nothing), SIGCONT lets it go on.
     pub fn signal(&self, name: &str, sig: i32) -> Result<()> {
-        let p = self
-            .procs
-            .iter()
-            .find(|p| p.name == name)
-            .with_context(|| format!("no process {name}"))?;
+        let p = self.proc(name)?;
         let pid = p
             .child
             .as_ref()
@@ -496,11 +491,7 @@ impl PeeredClusters {
     /// Kills a component (SIGKILL: no clean shutdown) and starts it again.
     pub fn restart(&mut self, name: &str) -> Result<()> {
         self.kill(name)?;
-        let p = self
-            .procs
-            .iter_mut()
-            .find(|p| p.name == name)
-            .with_context(|| format!("no process {name}"))?;
+        let p = named(&mut self.procs, name)?;
         Self::start(&self.logs, p)
     }
 
@@ -664,6 +655,15 @@ impl PeeredClusters {
         .map_err(|e| anyhow::anyhow!("{e}\n{}", self.log_tails()))??;
         Ok(t0.elapsed())
     }
+}
+
+/// The component called `name` among `procs` (a function of the field alone, so that the
+/// rest of the fixture can be borrowed beside it).
+fn named<'a>(procs: &'a mut [Proc], name: &str) -> Result<&'a mut Proc> {
+    procs
+        .iter_mut()
+        .find(|p| p.name == name)
+        .with_context(|| format!("no process {name}"))
 }
 
 impl Drop for PeeredClusters {
