@@ -284,10 +284,9 @@ fn run(ns: &str, argv: &[&str]) -> Result<String> {
         .with_context(|| format!("running {argv:?} in {ns}"))?;
     if !out.status.success() {
         bail!(
-            "{argv:?} in {ns} failed ({}): {}{}",
+            "{argv:?} in {ns} failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            crate::process::output_text(&out)
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())

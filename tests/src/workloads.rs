@@ -188,6 +188,13 @@ impl Cluster {
         }
     }
 
+    /// Waits until the pod has run to completion (phase `Succeeded`); returns it.
+    pub fn wait_pod_succeeded(&self, ns: &str, name: &str, timeout: Duration) -> Result<Value> {
+        self.wait_pod(ns, name, timeout, "Succeeded", |p| {
+            p["status"]["phase"] == "Succeeded"
+        })
+    }
+
     /// Waits until the pod runs with every container ready; returns its address and node.
     pub fn wait_pod_running(&self, ns: &str, name: &str, timeout: Duration) -> Result<RunningPod> {
         let p = self.wait_pod(ns, name, timeout, "Running and Ready", |p| {

@@ -807,13 +807,7 @@ fn stateful_at_home(d: &Demo) -> Result<()> {
         )),
         0,
     ))?;
-    a.wait_pod(
-        "default",
-        "writer",
-        Duration::from_secs(60),
-        "Succeeded",
-        |p| p["status"]["phase"] == "Succeeded",
-    )?;
+    a.wait_pod_succeeded("default", "writer", Duration::from_secs(60))?;
     println!("  kubectl get pvc notes; the volume it is bound to (over the real one):");
     show(kubectl(
         &a.api,
@@ -854,13 +848,7 @@ fn stateful_at_home(d: &Demo) -> Result<()> {
         "reader",
         &["fabric-test-pod", "read", "/srv/note"],
     )))?;
-    a.wait_pod(
-        "default",
-        "reader",
-        Duration::from_secs(60),
-        "Succeeded",
-        |p| p["status"]["phase"] == "Succeeded",
-    )?;
+    a.wait_pod_succeeded("default", "reader", Duration::from_secs(60))?;
     println!("  the next pod reads it (kubectl logs reader):");
     let read = kubectl(&a.api, &["logs", "reader"])?;
     indent(read.trim());
@@ -889,13 +877,7 @@ fn orders_at_home(d: &Demo) -> Result<()> {
     );
     pod["metadata"]["namespace"] = json!(shop::NAMESPACE);
     a.create_pod(&mounting(pod, "orders"))?;
-    a.wait_pod(
-        shop::NAMESPACE,
-        "orders-writer",
-        Duration::from_secs(60),
-        "Succeeded",
-        |p| p["status"]["phase"] == "Succeeded",
-    )?;
+    a.wait_pod_succeeded(shop::NAMESPACE, "orders-writer", Duration::from_secs(60))?;
     kubectl(
         &a.api,
         &[
@@ -946,13 +928,7 @@ fn orders_moved(d: &Demo, b_id: &str) -> Result<()> {
     let mut pod = command_pod("orders-reader", &["fabric-test-pod", "read", "/srv/orders"]);
     pod["metadata"]["namespace"] = json!(shop::NAMESPACE);
     a.create_pod(&mounting(pod, "orders"))?;
-    a.wait_pod(
-        shop::NAMESPACE,
-        "orders-reader",
-        Duration::from_secs(60),
-        "Succeeded",
-        |p| p["status"]["phase"] == "Succeeded",
-    )?;
+    a.wait_pod_succeeded(shop::NAMESPACE, "orders-reader", Duration::from_secs(60))?;
     let node = kubectl(
         &a.api,
         &[
@@ -1014,15 +990,7 @@ fn stateful_offloaded(d: &Demo, b_id: &str, twin: &str) -> Result<()> {
         "ledger-writer",
         &["fabric-test-pod", "write", "/srv/ledger", text],
     ))?;
-    let done = |name: &str| {
-        a.wait_pod(
-            shop::NAMESPACE,
-            name,
-            Duration::from_secs(90),
-            "Succeeded",
-            |p| p["status"]["phase"] == "Succeeded",
-        )
-    };
+    let done = |name: &str| a.wait_pod_succeeded(shop::NAMESPACE, name, Duration::from_secs(90));
     if let Err(e) = done("ledger-writer") {
         show(kubectl(
             &a.api,
