@@ -64,25 +64,42 @@ pub fn checksum(data: &[u8]) -> u16 {
 }
 
 /// Adds `data`, read as big-endian 16-bit words (an odd last byte as the high half of a word),
-/// to the wide partial sum `sum`, unfolded. Without a fold in between, a sum stays exact for
-/// 2^33 bytes of data.
+/// to the wide partial sum `sum`: the result is congruent, modulo 0xffff, to `sum` plus those
+/// words (the data's part is folded to at most 16 bits), so sums can go on being added and
+/// integers added to them before the one [`wide_fold`].
 #[inline]
-pub fn wide_add(mut sum: u64, data: &[u8]) -> u64 {
-    // 32-bit words: half the additions of 16-bit ones, and the u64 cannot overflow.
-    let mut chunks = data.chunks_exact(4);
+pub fn wide_add(sum: u64, data: &[u8]) -> u64 {
+    // The bulk is summed as native-endian 32-bit words into four 64-bit lanes: no byte swap
+    // per word and independent additions, which the compiler turns into vector adds (about
+    // twice the speed of a big-endian word at a time, where the gateway's per-segment
+    // checksums showed in its profile). The one's-complement sum does not depend on byte
+    // order (RFC 1071, section 2(B)): the native sum, folded to 16 bits and byte-swapped on
+    // a little-endian host, is the big-endian one. Folding early keeps the value congruent
+    // modulo 0xffff and non-zero exactly when the data is, so `wide_fold` of any total
+    // gives what summing every big-endian word would have given.
+    let mut lanes = [0u64; 4];
+    let mut chunks = data.chunks_exact(16);
     for c in &mut chunks {
-        sum += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let w = [c[4 * k], c[4 * k + 1], c[4 * k + 2], c[4 * k + 3]];
+            *lane += u64::from(u32::from_ne_bytes(w));
+        }
     }
-    let rest = chunks.remainder();
-    let mut i = 0;
-    while i + 1 < rest.len() {
-        sum += u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
-        i += 2;
+    let mut native = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    let mut words = chunks.remainder().chunks_exact(2);
+    for c in &mut words {
+        native += u64::from(u16::from_ne_bytes([c[0], c[1]]));
     }
-    if i < rest.len() {
-        sum += u64::from(rest[i]) << 8;
+    if let [last] = words.remainder() {
+        // An odd last byte is the high half of a big-endian word.
+        native += u64::from(u16::from_ne_bytes([*last, 0]));
     }
-    sum
+    let folded = wide_fold(native);
+    sum + u64::from(if cfg!(target_endian = "little") {
+        folded.swap_bytes()
+    } else {
+        folded
+    })
 }
 
 /// Folds a wide partial sum (from [`wide_add`]) to 16 bits with end-around carries; not
@@ -158,6 +175,23 @@ mod tests {
         fn wide_sum_agrees_with_native_checksum(data in proptest::collection::vec(any::<u8>(), 0..1600)) {
             let wide = !wide_fold(wide_add(0, &data));
             prop_assert_eq!(wide.to_be_bytes(), checksum(&data).to_ne_bytes());
+        }
+
+        #[test]
+        fn wide_sum_equals_big_endian_words_one_by_one(
+            start in 0u64..(1 << 40),
+            data in proptest::collection::vec(any::<u8>(), 0..200),
+            skip in 0usize..16,
+        ) {
+            // Reference: every big-endian word added as a number (odd last byte as the high
+            // half), the definition the native-lane sum must agree with at any length and
+            // any alignment of the slice.
+            let d = &data[skip.min(data.len())..];
+            let mut r = start;
+            for w in d.chunks(2) {
+                r += u64::from(w[0]) << 8 | w.get(1).map_or(0, |&b| u64::from(b));
+            }
+            prop_assert_eq!(wide_fold(wide_add(start, d)), wide_fold(r));
         }
 
         #[test]
