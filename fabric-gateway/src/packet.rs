@@ -67,11 +67,17 @@ pub fn build_probe_v4(buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, seq: u16) ->
     PROBE_LEN
 }
 
+/// Whether `p` is an IPv4 ICMP packet long enough to be a probe's echo reply: the cheap test
+/// before [`parse_probe_reply_v4`] (and the lock around the probe's state).
+pub fn may_be_probe_reply_v4(p: &[u8]) -> bool {
+    p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 1
+}
+
 /// If `p` is an echo reply to one of our probes, from the address probed (`peer_addr`) to
 /// `our_addr`, returns its sequence number. Matching the source too means that no other host
 /// behind the peer (any of its pods) can keep a dead tunnel looking up with forged replies.
 pub fn parse_probe_reply_v4(p: &[u8], our_addr: Ipv4Addr, peer_addr: Ipv4Addr) -> Option<u16> {
-    if p.len() < 28 || p[0] >> 4 != 4 || p[9] != 1 {
+    if !may_be_probe_reply_v4(p) {
         return None;
     }
     let ihl = ((p[0] & 0xf) as usize) * 4;
@@ -186,6 +192,26 @@ mod tests {
         b[20] = 8; // a request, not a reply
         assert_eq!(parse_probe_reply_v4(&b[..n], ours, theirs), None);
         assert_eq!(parse_probe_reply_v4(&b[..10], ours, theirs), None);
+    }
+
+    #[test]
+    fn probe_prefilter_passes_replies_and_skips_data() {
+        // The receive path takes the probe's lock only for what passes the prefilter.
+        let mut b = [0u8; 64];
+        let n = build_probe_v4(&mut b, [169, 254, 0, 2].into(), [169, 254, 0, 1].into(), 9);
+        b[20] = 0;
+        assert!(may_be_probe_reply_v4(&b[..n]));
+        let mut tcp = b;
+        tcp[9] = 6;
+        assert!(!may_be_probe_reply_v4(&tcp[..n]), "TCP");
+        assert!(
+            !may_be_probe_reply_v4(&b[..27]),
+            "shorter than IP + ICMP echo header"
+        );
+        let mut v6 = [0u8; 64];
+        v6[0] = 0x60;
+        v6[9] = 1;
+        assert!(!may_be_probe_reply_v4(&v6), "IPv6");
     }
 
     #[test]

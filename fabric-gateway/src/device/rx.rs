@@ -154,8 +154,11 @@ impl Gateway {
             gro,
             keys,
         } = bufs;
+        // The datagrams of one batch come from one sender and nearly always go to one
+        // session: its peer is looked up once, not under the table's lock per datagram.
+        let mut last = None;
         for datagram in buf[..n].chunks(seg.max(1)) {
-            self.handle_datagram(datagram, from, out, gro, keys);
+            self.handle_datagram(datagram, from, out, gro, keys, &mut last);
         }
         // Never hold packets past the batch they came in: no added latency.
         gro.flush();
@@ -169,6 +172,7 @@ impl Gateway {
         out: &mut [u8],
         gro: &mut TunGro,
         keys: &ThreadKeys,
+        last: &mut Option<(u32, Arc<Peer>)>,
     ) {
         let kind;
         let peer = {
@@ -193,6 +197,13 @@ impl Gateway {
                 }
             };
             kind = roam::Kind::of(&packet);
+            if let Packet::PacketData(ref p) = packet
+                && let Some((idx, peer)) = last.as_ref()
+                && *idx == p.receiver_idx >> 8
+            {
+                self.handle_peer_datagram(peer, kind, datagram, from, out, gro);
+                return;
+            }
             let t = self.peers.read().unwrap();
             let found = match packet {
                 Packet::HandshakeInit(ref p) => {
@@ -214,7 +225,13 @@ impl Gateway {
                     t.by_index.get(&(p.receiver_idx >> 8)).cloned()
                 }
                 Packet::PacketCookieReply(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
-                Packet::PacketData(ref p) => t.by_index.get(&(p.receiver_idx >> 8)).cloned(),
+                Packet::PacketData(ref p) => {
+                    let found = t.by_index.get(&(p.receiver_idx >> 8)).cloned();
+                    if let Some(peer) = &found {
+                        *last = Some((p.receiver_idx >> 8, peer.clone()));
+                    }
+                    found
+                }
             };
             match found {
                 Some(p) => p,
@@ -314,7 +331,8 @@ impl Gateway {
             tracing::trace!(peer = %peer.name, %src, "source outside allowed IPs");
             return;
         }
-        {
+        // Only an ICMP packet can be a probe's reply: others skip the probe's lock.
+        if packet::may_be_probe_reply_v4(pkt) {
             let mut probe = peer.probe.lock().unwrap();
             if let Some(pr) = probe.as_mut()
                 && let Some(seq) = packet::parse_probe_reply_v4(pkt, pr.src, pr.dst)
