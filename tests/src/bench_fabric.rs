@@ -30,7 +30,7 @@ use anyhow::{Context as _, Result};
 use crate::{
     check_interrupt,
     clusters::{Cluster, Options as FixtureOptions, POD_CIDR, PeeredClusters},
-    figures::{cpu_secs, percentile, profile},
+    figures::{cpu_secs, load_average, percentile, profile},
     other_gateways::{self, Implementation, Kind},
     traffic,
 };
@@ -489,18 +489,6 @@ fn measure_other(
     })?;
     drop(running);
     Ok(m)
-}
-
-/// /proc/loadavg's 1, 5 and 15 minute averages, with the machine's CPU count.
-fn load_average() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
-    match std::fs::read_to_string("/proc/loadavg") {
-        Ok(l) => format!(
-            "{} (1, 5, 15 min) on {cpus} CPUs",
-            l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-        ),
-        Err(e) => format!("unknown ({e})"),
-    }
 }
 
 /// The whole benchmark, printed as it goes.

@@ -18,6 +18,18 @@ pub fn profile() -> &'static str {
     }
 }
 
+/// The machine's load averages, to print beside figures taken on a shared machine.
+pub fn load_average() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    match std::fs::read_to_string("/proc/loadavg") {
+        Ok(l) => format!(
+            "{} (1, 5, 15 min) on {cpus} CPUs",
+            l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        ),
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
 pub fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }

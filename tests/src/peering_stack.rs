@@ -35,11 +35,12 @@
 //!
 //! [`ApiServer::publish_client_ca`]: crate::apiserver::ApiServer::publish_client_ca
 use std::{
+    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::Stdio,
+    process::{Command, Stdio},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use fabric_offloading::virtual_node::objects;
 
 use crate::{
@@ -47,6 +48,7 @@ use crate::{
     auth_service::AuthService,
     clusters::{Cluster, Containers, PeeredClusters},
     deployments::{self, Deployments},
+    die_with_parent,
     host_kubelets::HostKubelets,
     locate_bin,
     manifests::Container,
@@ -322,5 +324,72 @@ impl PeeringStack {
     /// Where the logs are (under the fixture's log dir, removed with it).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The words of the command `fabricctl generate peer-command` (with `extra`) prints on
+    /// provider cluster `p` of `cl`, for its authentication service.
+    pub fn peer_command(&self, cl: &PeeredClusters, p: u8, extra: &[&str]) -> Result<Vec<String>> {
+        let provider = cl.cluster(p);
+        let url = &self.member(&provider.id).auth.url;
+        let mut args = vec!["generate", "peer-command", "--auth-url", url];
+        args.extend(extra);
+        let o = crate::process::fabricctl(&provider.api.kubeconfig, &args);
+        let line = String::from_utf8_lossy(&o.stdout).into_owned();
+        if !o.status.success() {
+            bail!(
+                "fabricctl generate peer-command failed: {line}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        if words.get(..3) != Some(&["fabricctl".into(), "peer".into(), "out-of-band".into()][..]) {
+            bail!("not a peer command: {line}");
+        }
+        Ok(words)
+    }
+
+    /// Consumer cluster `c` runs a provider's peer command (`words`, from
+    /// [`Self::peer_command`]) with `ask` added, as a user would, while the gateways of the
+    /// clusters in `start` come up (as their Deployments would, once the peering made their
+    /// keys). Each line it prints goes to `on_line` as it comes; returns them all, or fails
+    /// with what it said.
+    pub fn run_peer_command(
+        cl: &mut PeeredClusters,
+        c: u8,
+        words: &[String],
+        ask: &[&str],
+        start: &[u8],
+        mut on_line: impl FnMut(&str),
+    ) -> Result<String> {
+        let mut child = die_with_parent(&mut Command::new(locate_bin("fabricctl")?))
+            .env("KUBECONFIG", &cl.cluster(c).api.kubeconfig)
+            .env_remove("FABRIC_PEERING_TOKEN")
+            .args(words.get(1..).unwrap_or_default())
+            .args(ask)
+            .args(["--timeout-secs", "90"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting fabricctl peer out-of-band")?;
+        let stdout = child.stdout.take().context("fabricctl's stdout")?;
+        let stderr = child.stderr.take().context("fabricctl's stderr")?;
+        let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+        if let Err(e) = start.iter().try_for_each(|&i| cl.start_gateways_of(i)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.context("starting the gateways while peering"));
+        }
+        let mut out = String::new();
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            on_line(&l);
+            out.push_str(&l);
+            out.push('\n');
+        }
+        let status = child.wait().context("waiting for fabricctl")?;
+        let err = err.join().unwrap_or_default();
+        if !status.success() {
+            bail!("fabricctl peer out-of-band failed ({status}):\n{out}{err}");
+        }
+        Ok(out)
     }
 }

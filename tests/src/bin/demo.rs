@@ -7,8 +7,7 @@
 //! consumer keeps its data on the fabric's StorageClass, provisioned on the real node it runs
 //! on. Everything is removed at the end, also on Ctrl-C or failure.
 use std::{
-    io::{BufRead as _, BufReader},
-    process::{Command, ExitCode, Stdio},
+    process::{Command, ExitCode},
     sync::OnceLock,
     time::{Duration, Instant},
 };
@@ -18,12 +17,13 @@ use fabric_api::names;
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     check_interrupt,
-    clusters::{Cluster, NAMESPACE, POD_CIDR, PeeredClusters},
-    die_with_parent, install_interrupt_handler, is_root, locate_bin,
+    clusters::{self, Cluster, NAMESPACE, POD_CIDR, PeeredClusters},
+    install_interrupt_handler, is_root, locate_bin,
     peering_stack::{ADVERTISED_LABEL, PeeringStack},
     sharing, shop, traffic,
     workloads::{ECHO_PORT, command_pod, echo_pod, on_node},
 };
+use ipnetwork::Ipv4Network;
 use serde_json::{Value, json};
 
 /// When the demo started: each section's title says how far in it is, so a run's log (CI's
@@ -105,27 +105,6 @@ fn wait<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> R
     }
 }
 
-/// How cluster `from` sees host bits `host` of peer `peer`'s pod CIDR: the remapped CIDR its
-/// IPAM granted (both /16).
-fn remote_prefix(from: &Cluster, peer: &str) -> Result<String> {
-    let cfg = wait(
-        &format!("{}'s remapped pod CIDR for {peer}", from.id),
-        Duration::from_secs(30),
-        || {
-            get_json(&from.api, &["get", "configuration", peer, "-n", NAMESPACE])
-                .filter(|c| c["status"]["remote"]["pod"].is_string())
-        },
-    )?;
-    Ok(cfg["status"]["remote"]["pod"].as_str().unwrap().to_owned())
-}
-
-/// `addr` (in 10.244.0.0/16) as seen through `cidr` (a /16): the host bits kept.
-fn remap(addr: &str, cidr: &str) -> String {
-    let net: Vec<&str> = cidr.split('.').take(2).collect();
-    let host: Vec<&str> = addr.split('.').skip(2).collect();
-    format!("{}.{}.{}", net[0], net[1], host.join("."))
-}
-
 struct Demo {
     // Stopped before the clusters whose API servers it uses.
     stack: PeeringStack,
@@ -171,16 +150,8 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     let (a_id, b_id) = (d.cl.a.id.clone(), d.cl.b.id.clone());
 
     title("On cluster B (the provider): fabricctl generate peer-command");
-    let auth_url = d.stack.member(&b_id).auth.url.clone();
-    let line = fabricctl(
-        &d.cl.b.api,
-        &["generate", "peer-command", "--auth-url", &auth_url],
-    )?;
-    indent(line.trim());
-    let words: Vec<&str> = line.split_whitespace().collect();
-    if words.get(..3) != Some(&["fabricctl", "peer", "out-of-band"][..]) {
-        bail!("not a peer command: {line}");
-    }
+    let words = d.stack.peer_command(&d.cl, 2, &[])?;
+    indent(&words.join(" "));
 
     println!("  B lends storage too: 1Gi of its StorageClass standard (ConfigMap fabric-storage):");
     let lent = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -210,35 +181,8 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
         "On cluster A (the consumer): that command, plus {}",
         ask.join(" ")
     ));
-    let mut child = die_with_parent(&mut Command::new(locate_bin("fabricctl")?))
-        .env("KUBECONFIG", &d.cl.a.api.kubeconfig)
-        .env_remove("FABRIC_PEERING_TOKEN")
-        .args(&words[1..])
-        .args(ask)
-        .args(["--timeout-secs", "90"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting fabricctl peer out-of-band")?;
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    // Its progress lines as they come, while the gateways (which start once the peering made
-    // their keys, as their Deployments would) come up here.
-    let shown = std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("    {l}");
-        }
-    });
-    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    for i in [1, 2] {
-        d.cl.start_gateways_of(i)?;
-    }
-    let status = child.wait()?;
-    let _ = shown.join();
-    let err = err.join().unwrap_or_default();
-    if !status.success() {
-        bail!("fabricctl peer out-of-band failed ({status}): {err}");
-    }
+    // Its progress lines as they come, while the gateways come up here.
+    PeeringStack::run_peer_command(&mut d.cl, 1, &words, &ask, &[1, 2], |l| println!("    {l}"))?;
     check_interrupt()?;
 
     title("On cluster A: kubectl get nodes -o wide");
@@ -280,9 +224,12 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     check_interrupt()?;
 
     title("Pods talking across the tunnel (TCP; the server reports the client address it sees)");
-    let a_sees_b = remote_prefix(&d.cl.a, &b_id)?;
-    let b_sees_a = remote_prefix(&d.cl.b, &a_id)?;
+    let a_sees_b = d.cl.a.remote_pod_cidr(&b_id, Duration::from_secs(30))?;
+    let b_sees_a = d.cl.b.remote_pod_cidr(&a_id, Duration::from_secs(30))?;
     let pod = Cluster::pod_ip(0);
+    let remap = |addr: &str, cidr: &Ipv4Network| {
+        clusters::remap(addr.parse().expect("a pod address"), *cidr).to_string()
+    };
     d.cl.wait_reachable(
         &d.cl.a.pods[0],
         &remap(&pod, &a_sees_b),

@@ -47,7 +47,7 @@ impl PeeredClusters {
         })?;
         let mut built = Vec::new();
         for ((site, api), &(i, id, replicas)) in sites.into_iter().zip(apis).zip(&which) {
-            built.push(Self::cluster(
+            built.push(Self::build_cluster(
                 &mut tb, &ul, i, id, nodes, replicas, overlay, &logs, site, api,
             )?);
         }
@@ -72,7 +72,7 @@ impl PeeredClusters {
         };
         for which in me.indices() {
             let (kc, nodes, i, replicas) = {
-                let c = me.cluster_ref(which);
+                let c = me.cluster(which);
                 (
                     c.api.in_cluster_kubeconfig.display().to_string(),
                     c.nodes.clone(),
@@ -85,9 +85,9 @@ impl PeeredClusters {
             // credentials. Each fabric component holds a token of its own ServiceAccount, with
             // the rights deploy/ gives it, and nothing else.
             let env = vec![("KUBECONFIG".to_owned(), kc)];
-            crate::rights::install(&me.cluster_ref(which).api)?;
+            crate::rights::install(&me.cluster(which).api)?;
             let own = |me: &Self, c: &Container| -> Result<Vec<(String, String)>> {
-                let api = &me.cluster_ref(which).api;
+                let api = &me.cluster(which).api;
                 let out = me
                     .logs
                     .join(format!("{}-{i}.kubeconfig", c.service_account));
@@ -135,7 +135,7 @@ impl PeeredClusters {
             // root CA publisher (the API server's serving certificate, self-signed, is the
             // root pods verify it with).
             let mut endpoints_env = env.clone();
-            if let Some(certs) = me.cluster_ref(which).api.certs_dir() {
+            if let Some(certs) = me.cluster(which).api.certs_dir() {
                 endpoints_env.push((
                     "FABRIC_TEST_ROOT_CA".to_owned(),
                     certs.join("apiserver.crt").display().to_string(),
@@ -228,11 +228,9 @@ impl PeeredClusters {
                     });
                     let f = rep.dir.join("pod.json");
                     std::fs::write(&f, pod.to_string())?;
-                    me.cluster_ref(which).api.kubectl_ok(&[
-                        "create",
-                        "-f",
-                        &f.display().to_string(),
-                    ]);
+                    me.cluster(which)
+                        .api
+                        .kubectl_ok(&["create", "-f", &f.display().to_string()]);
                     env.push(("POD_NAME".into(), rep.identity.clone()));
                 }
                 me.spawn_as(
@@ -414,7 +412,7 @@ impl PeeredClusters {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn cluster(
+    fn build_cluster(
         tb: &mut Testbed,
         ul: &str,
         i: u8,

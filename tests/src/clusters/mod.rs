@@ -21,6 +21,7 @@
 //! active/passive (the operators compete for the `fabric-gateway` Lease); with more than one,
 //! the agents follow the Lease to the active replica, with one they route to 10.0.i.1.
 use std::{
+    net::Ipv4Addr,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
@@ -28,6 +29,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use fabric_api::{identity::cluster_key, names};
+use ipnetwork::Ipv4Network;
 
 mod build;
 mod lb;
@@ -142,6 +144,22 @@ impl Cluster {
     /// Address of node `k` of cluster `i` on the cluster network.
     pub fn node_ip(i: u8, k: usize) -> String {
         format!("10.0.{i}.{}", 10 + k)
+    }
+
+    /// The CIDR this cluster sees peer `peer`'s pods under: the remapped pod CIDR its IPAM
+    /// granted (the status of the peer's Configuration), once there is one (up to `timeout`).
+    pub fn remote_pod_cidr(&self, peer: &str, timeout: Duration) -> Result<Ipv4Network> {
+        let cidr = try_eventually_blocking(
+            &format!("{}'s remapped pod CIDR for {peer}", self.id),
+            timeout,
+            || {
+                let c = self.api.get_json("configuration", Some(NAMESPACE), peer)?;
+                c["status"]["remote"]["pod"].as_str().map(str::to_owned)
+            },
+        )
+        .map_err(anyhow::Error::msg)?;
+        cidr.parse()
+            .with_context(|| format!("the remapped pod CIDR {cidr:?} for {peer}"))
     }
 
     /// The gateway Lease as (holderIdentity, published gateway address); None while it does
@@ -340,7 +358,8 @@ impl PeeredClusters {
         Self::build_with(nodes, replicas_a, replicas_b, overlay, lb, false)
     }
 
-    fn cluster_ref(&self, i: u8) -> &Cluster {
+    /// Cluster `i` (1: A, 2: B, 3: C).
+    pub fn cluster(&self, i: u8) -> &Cluster {
         match i {
             1 => &self.a,
             3 => self.c.as_ref().expect("cluster C was built"),
@@ -536,7 +555,7 @@ impl PeeredClusters {
     /// Starts the gateway replicas of cluster `i` (1, 2 or 3) once their operators have
     /// written a configuration (which takes the gateway key a peering creates).
     pub fn start_gateways_of(&mut self, i: u8) -> Result<()> {
-        let replicas = self.cluster_ref(i).replicas.clone();
+        let replicas = self.cluster(i).replicas.clone();
         for rep in replicas {
             let dir = rep.dir.display().to_string();
             let cfg = format!("{dir}/gateway.toml");
@@ -657,6 +676,13 @@ impl PeeredClusters {
     }
 }
 
+/// `addr` as seen through `cidr`: its network bits replaced by `cidr`'s, its host bits kept
+/// (how a peer's pod address looks through the CIDR IPAM remapped that peer's pods to).
+pub fn remap(addr: Ipv4Addr, cidr: Ipv4Network) -> Ipv4Addr {
+    let mask = u32::from(cidr.mask());
+    Ipv4Addr::from((u32::from(cidr.network()) & mask) | (u32::from(addr) & !mask))
+}
+
 /// The component called `name` among `procs` (a function of the field alone, so that the
 /// rest of the fixture can be borrowed beside it).
 fn named<'a>(procs: &'a mut [Proc], name: &str) -> Result<&'a mut Proc> {
@@ -681,5 +707,23 @@ impl Drop for PeeredClusters {
             }
         }
         let _ = std::fs::remove_dir_all(&self.logs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remapped_address_keeps_its_host_bits() {
+        let a = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let n = |s: &str| s.parse::<Ipv4Network>().unwrap();
+        assert_eq!(remap(a("10.244.1.10"), n("10.64.0.0/16")), a("10.64.1.10"));
+        assert_eq!(
+            remap(a("10.244.1.10"), n("10.70.32.0/20")),
+            a("10.70.33.10")
+        );
+        // A CIDR written with host bits set still names its network.
+        assert_eq!(remap(a("10.244.1.10"), n("10.64.9.9/16")), a("10.64.1.10"));
     }
 }

@@ -125,21 +125,6 @@ impl Bed {
         }
     }
 
-    /// The words of the command `fabricctl generate peer-command` (with `extra`) prints on
-    /// provider `p`.
-    fn peer_command(&self, p: u8, extra: &[&str]) -> Vec<String> {
-        let provider = self.cluster(p);
-        let svc = &self.stack.member(&provider.id).auth;
-        let mut args = vec!["generate", "peer-command", "--auth-url", &svc.url];
-        args.extend(extra);
-        let o = fabricctl(&provider.api, &args);
-        assert!(o.status.success(), "{}", text(&o));
-        let line = String::from_utf8(o.stdout).unwrap();
-        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-        assert_eq!(words[..3], ["fabricctl", "peer", "out-of-band"], "{line}");
-        words
-    }
-
     /// Consumer `c` runs provider `p`'s peer command (plus `ask`) through fabricctl; the
     /// gateways not running yet start meanwhile. Returns what it printed. A consumer that is
     /// already a provider of `p` gets a command minted for its id (`--consumer-id`): `p`
@@ -148,38 +133,21 @@ impl Bed {
         let c_id = self.cluster(c).id.clone();
         let provider_of_p = get_json(&self.cluster(p).api, &["get", "foreigncluster", &c_id])
             .is_some_and(|fc| fc["spec"]["role"] == "Provider");
-        let words = if provider_of_p {
-            self.peer_command(p, &["--consumer-id", &c_id])
+        let extra: &[&str] = if provider_of_p {
+            &["--consumer-id", &c_id]
         } else {
-            self.peer_command(p, &[])
+            &[]
         };
-        let kubeconfig = self.cluster(c).api.kubeconfig.clone();
-        let mut args: Vec<String> = words[1..].to_vec();
-        args.extend(ask.iter().map(|s| (*s).to_owned()));
-        args.extend(["--timeout-secs".into(), "90".into()]);
-        let ctl = locate_bin("fabricctl").unwrap();
-        let run = std::thread::spawn(move || {
-            fabric_tests::die_with_parent(&mut std::process::Command::new(ctl))
-                .env("KUBECONFIG", kubeconfig)
-                .env_remove("FABRIC_PEERING_TOKEN")
-                .args(&args)
-                .output()
-        });
-        for i in [c, p] {
-            if self.gateways.insert(i) {
-                self.cl
-                    .start_gateways_of(i)
-                    .unwrap_or_else(|e| panic!("{e:#}\n{}", self.stack.log_tails()));
-            }
-        }
-        let o = run.join().unwrap().unwrap();
-        let out = text(&o);
-        assert!(
-            o.status.success(),
-            "peer out-of-band failed:\n{out}\n{}",
-            self.logs()
-        );
-        out
+        let words = self
+            .stack
+            .peer_command(&self.cl, p, extra)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let start: Vec<u8> = [c, p]
+            .into_iter()
+            .filter(|&i| self.gateways.insert(i))
+            .collect();
+        PeeringStack::run_peer_command(&mut self.cl, c, &words, ask, &start, |_| {})
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.logs()))
     }
 
     /// How cluster `i` sees pod `k` of `peer`: the remapped pod CIDR IPAM granted, host bits
