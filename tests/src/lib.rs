@@ -18,6 +18,7 @@ pub mod bench_offload;
 pub mod bench_operator;
 pub mod bench_peering;
 pub mod bench_reflection;
+pub mod bench_storage;
 pub mod blips;
 pub mod client_ca;
 pub mod clusters;

@@ -354,6 +354,27 @@ pub fn tcp_bulk(
     port: u16,
     bytes: usize,
 ) -> Result<usize> {
+    tcp_copy(
+        client_ns,
+        server_ns,
+        dst,
+        port,
+        bytes,
+        Duration::from_secs(20),
+    )
+    .map(|(n, _)| n)
+}
+
+/// [`tcp_bulk`] bounded to `limit`: how many bytes the server received, and how long it took
+/// from its accepting the connection to the end of the stream.
+pub fn tcp_copy(
+    client_ns: &str,
+    server_ns: &str,
+    dst: &str,
+    port: u16,
+    bytes: usize,
+    limit: Duration,
+) -> Result<(usize, Duration)> {
     let dst = addr(dst, port)?;
     let (ready_tx, ready_rx) = mpsc::channel();
     let server = spawn_in_netns(server_ns, move || {
@@ -361,8 +382,9 @@ pub fn tcp_bulk(
         set_rcvtimeo(l.as_raw_fd(), Duration::from_secs(5));
         let _ = ready_tx.send(());
         let (mut s, _) = l.accept().context("bulk server: no connection within 5s")?;
+        let t0 = Instant::now();
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = t0 + limit;
         let mut buf = vec![0u8; 64 << 10];
         let mut n = 0usize;
         loop {
@@ -372,7 +394,7 @@ pub fn tcp_bulk(
             }
             n += k;
         }
-        Ok(n)
+        Ok((n, t0.elapsed()))
     });
     if ready_rx.recv_timeout(Duration::from_secs(5)).is_err() {
         join(server)?;
@@ -393,9 +415,9 @@ pub fn tcp_bulk(
         Ok(())
     });
     let c = join(client);
-    let n = join(server)?;
+    let got = join(server)?;
     c?;
-    Ok(n)
+    Ok(got)
 }
 
 /// A UDP listener on `bind:port` in `ns` that records the source of every datagram it gets

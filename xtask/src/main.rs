@@ -7,6 +7,8 @@
 //! - `bench datapath`: setup, build, compare plain forwarding, the eBPF remap and nftables NAT.
 //! - `bench gateway`: setup, build (release), compare our WireGuard gateway with boringtun-cli.
 //! - `bench fabric`: setup, build, pod to pod across two clusters against pod to pod in one.
+//! - `bench storage`: setup, build, a claim's first consumer on a virtual vs a real node, and a
+//!   volume moved between clusters vs a plain copy.
 //! - `bench peering`, `bench offload`, `bench reflection`: build, time the sharing layer on two
 //!   API servers.
 //! - `codegen`: regenerate deploy/crds from the Rust API types.
@@ -56,6 +58,11 @@ tasks:
                     request/response p50/p99 at a fixed rate, new connections/s, gateway CPU
                     per Gbit (`-- --quick`: a short run; `-- --release`: binaries built and run
                     in release mode, as the figures in docs/benchmarks.md are)
+  bench storage     setup, build, on the fixture's two clusters with their sharing layers: a
+                    claim's first consumer on a real node vs on a virtual node (until Bound,
+                    until Running; p50, ratio), and `fabricctl move volume` of 256 MiB vs a
+                    plain TCP copy over the same tunnel (`-- --quick`: 2 runs, 32 MiB;
+                    `-- --runs N`, `-- --move-mib N`; `-- --release` as for fabric)
   bench control     setup, build, time peering and API-to-route reactions, idle memory
   bench peering     build, time `fabricctl peer out-of-band` to the virtual node Ready (p50 of
                     5 runs), memory of 50 peers' virtual kubelets and the controllers
@@ -92,7 +99,7 @@ fn main() -> ExitCode {
             Some("datapath") => bench_datapath(&args[2..]),
             Some("gateway") => bench_gateway(&args[2..]),
             Some("control") => bench_control(),
-            Some("fabric") => bench_fabric(&args[2..]),
+            Some(which @ ("fabric" | "storage")) => bench_clusters(which, &args[2..]),
             Some("peering") => bench_peering(&args[2..]),
             Some(which @ ("offload" | "reflection")) => bench_offload(which, &args[2..]),
             _ => {
@@ -492,7 +499,9 @@ fn bench_gateway(args: &[String]) -> Result<ExitCode> {
 
 /// Every binary the two-cluster fixture runs, in release mode with `-- --release` (the
 /// gateway's and the agent's speed is what it measures).
-fn bench_fabric(args: &[String]) -> Result<ExitCode> {
+/// `bench fabric` and `bench storage`: both run on the netns fixture's clusters with every
+/// binary of the workspace, in the build `--release` chooses.
+fn bench_clusters(which: &str, args: &[String]) -> Result<ExitCode> {
     need_root("the benchmark")?;
     setup()?;
     let release = args.iter().any(|a| a == "--release");
@@ -505,17 +514,21 @@ fn bench_fabric(args: &[String]) -> Result<ExitCode> {
     }
     c.args(workspace_args()).arg("--bins");
     run(&mut c).context("building the binaries")?;
-    step("setup: wireguard-go (Debian sid's, for the wireguard-go column)");
-    // Without it the bench still runs, and says the column was not measured.
-    let env: Vec<(&str, PathBuf)> = match wggo::wireguard_go() {
-        Ok(bin) => vec![("WIREGUARD_GO", bin)],
-        Err(e) => {
-            println!("    wireguard-go unavailable, its column is skipped: {e:#}");
-            vec![]
+    let env: Vec<(&str, PathBuf)> = if which == "fabric" {
+        step("setup: wireguard-go (Debian sid's, for the wireguard-go column)");
+        // Without it the bench still runs, and says the column was not measured.
+        match wggo::wireguard_go() {
+            Ok(bin) => vec![("WIREGUARD_GO", bin)],
+            Err(e) => {
+                println!("    wireguard-go unavailable, its column is skipped: {e:#}");
+                vec![]
+            }
         }
+    } else {
+        vec![]
     };
-    step("bench fabric");
-    let mut a = vec!["fabric".to_owned()];
+    step(&format!("bench {which}"));
+    let mut a = vec![which.to_owned()];
     a.extend(
         args.iter()
             .filter(|a| *a != "--" && *a != "--release")

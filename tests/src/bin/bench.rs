@@ -18,7 +18,16 @@ fn main() -> ExitCode {
     let which = args.first().map(String::as_str);
     if !matches!(
         which,
-        Some("datapath" | "control" | "operator" | "peering" | "offload" | "reflection" | "fabric")
+        Some(
+            "datapath"
+                | "control"
+                | "operator"
+                | "peering"
+                | "offload"
+                | "reflection"
+                | "fabric"
+                | "storage"
+        )
     ) || args.iter().any(|a| a == "-h" || a == "--help")
     {
         eprintln!(
@@ -26,7 +35,8 @@ fn main() -> ExitCode {
              | fabric-bench peering [--runs N] [--memory-peers N] \
              | fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS] \
              | fabric-bench reflection [--quick] [--rate CHANGES-PER-SECOND] \
-             | fabric-bench fabric [--quick]"
+             | fabric-bench fabric [--quick] \
+             | fabric-bench storage [--quick] [--runs N] [--move-mib N]"
         );
         return ExitCode::from(2);
     }
@@ -137,6 +147,43 @@ fn main() -> ExitCode {
         }
         .with_other_gateways();
         return match fabric_tests::bench_fabric::run(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabric-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if which == Some("storage") {
+        let mut opts = if args.iter().any(|a| a == "--quick") {
+            fabric_tests::bench_storage::Options::quick()
+        } else {
+            fabric_tests::bench_storage::Options::standard()
+        };
+        let number = |flag: &str| -> Result<Option<u64>, String> {
+            let Some(i) = args.iter().position(|a| a == flag) else {
+                return Ok(None);
+            };
+            args.get(i + 1)
+                .and_then(|n| n.parse().ok())
+                .map(Some)
+                .ok_or_else(|| format!("fabric-bench storage: {flag} wants a number"))
+        };
+        match (number("--runs"), number("--move-mib")) {
+            (Ok(runs), Ok(mib)) => {
+                if let Some(n) = runs {
+                    opts.runs = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+                }
+                if let Some(m) = mib {
+                    opts.move_bytes = m << 20;
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+        return match fabric_tests::bench_storage::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabric-bench: {e:#}");
