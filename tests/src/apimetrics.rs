@@ -72,16 +72,42 @@ pub fn delta(before: &Counts, after: &Counts) -> Counts {
         .collect()
 }
 
+/// Two servers' counts added up, kind by kind (e.g. both clusters' work for one pod).
+pub fn merge(a: &Counts, b: &Counts) -> Counts {
+    let mut sum = a.clone();
+    for (k, v) in b {
+        *sum.entry(k.clone()).or_default() += v;
+    }
+    sum
+}
+
+/// The requests answered with anything but a success (their keys carry the code).
+pub fn errors(d: &Counts) -> Counts {
+    d.iter()
+        .filter(|(k, _)| {
+            k.rsplit_once(' ')
+                .is_some_and(|(_, code)| code.parse::<u16>().is_ok())
+        })
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
 /// `total`, then the kinds by count, each divided by `per` (e.g. requests per pod).
 pub fn summary(d: &Counts, per: usize) -> String {
     let per = per.max(1) as f64;
     let total: f64 = d.values().sum();
     let mut kinds: Vec<(&String, &f64)> = d.iter().collect();
     kinds.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
-    let kinds: Vec<String> = kinds
+    // Kinds that print as 0.0 (a watch, a lease renewal over a burst of thousands) are
+    // counted in the total, listed only by their number.
+    let (shown, small): (Vec<_>, Vec<_>) = kinds.iter().partition(|(_, v)| **v / per >= 0.05);
+    let mut kinds: Vec<String> = shown
         .iter()
         .map(|(k, v)| format!("{k} {:.1}", *v / per))
         .collect();
+    if !small.is_empty() {
+        kinds.push(format!("{} kinds under 0.05", small.len()));
+    }
     format!("{:.1} ({})", total / per, kinds.join(", "))
 }
 
@@ -107,5 +133,11 @@ apiserver_request_total{code="409",component="apiserver",dry_run="",group="",res
         let d = delta(&c, &after);
         assert_eq!(d.len(), 1);
         assert_eq!(summary(&d, 2), "2.0 (POST pods 2.0)");
+        let both = merge(&c, &after);
+        assert_eq!(both["POST pods"], 10.0);
+        assert_eq!(both["PATCH pods/status 409"], 2.0);
+        let e = errors(&both);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e["PATCH pods/status 409"], 2.0);
     }
 }

@@ -156,12 +156,30 @@ impl Stack {
         unit: &str,
     ) -> Result<()> {
         let (c, p) = self.requests()?;
-        for (label, before, after) in [("consumer", &before.0, c), ("provider", &before.1, p)] {
+        let (c, p) = (
+            apimetrics::delta(&before.0, &c),
+            apimetrics::delta(&before.1, &p),
+        );
+        for (label, d) in [("consumer", &c), ("provider", &p)] {
             println!(
                 "          {label} API requests per {unit}: {}",
-                apimetrics::summary(&apimetrics::delta(before, &after), n)
+                apimetrics::summary(d, n)
             );
         }
+        let both = apimetrics::merge(&c, &p);
+        println!(
+            "          both API servers, requests per {unit}: {}",
+            apimetrics::summary(&both, n)
+        );
+        let errors = apimetrics::errors(&both);
+        println!(
+            "          request errors (any answer but 2xx), both sides: {}",
+            if errors.is_empty() {
+                "0".to_owned()
+            } else {
+                apimetrics::summary(&errors, 1)
+            }
+        );
         Ok(())
     }
 
@@ -240,8 +258,23 @@ fn ready(n: &Node) -> bool {
 }
 
 /// Both clusters up (logs in a scratch directory named after `tag`), the provider's
-/// ShadowPod webhook too with `webhook`; see [`Stack::wait_ready`].
-pub(crate) fn start(rt: &tokio::runtime::Runtime, tag: &str, webhook: bool) -> Result<Stack> {
+/// ShadowPod webhook too with `webhook`; the virtual node, the hollow node and the grant with
+/// room for `pods` pods at once (a burst offloaded while its local twin runs beside it: the
+/// hollow node holds both). See [`Stack::wait_ready`].
+pub(crate) fn start(
+    rt: &tokio::runtime::Runtime,
+    tag: &str,
+    webhook: bool,
+    pods: usize,
+) -> Result<Stack> {
+    // The hollow node holds a burst's real pods and its local twin at once, with room to spare
+    // for pods still terminating from the burst before.
+    let node_pods = (4 * pods).max(5000).to_string();
+    // Capacity for the grant `--webhook` asks (see [`grant`]).
+    let (node_cpu, node_memory) = (
+        pods.max(1000).to_string(),
+        format!("{}Gi", pods.max(1000) * 4),
+    );
     let dir = fabric_netns::testbed::scratch_dir(tag);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -279,9 +312,9 @@ pub(crate) fn start(rt: &tokio::runtime::Runtime, tag: &str, webhook: bool) -> R
                 "10.244.0.0/16",
                 "--hollow",
                 "--max-pods",
-                "5000",
+                &node_pods,
             ])
-            .args(["--cpu", "1000", "--memory", "4000Gi"])
+            .args(["--cpu", &node_cpu, "--memory", &node_memory])
             .arg("--root-dir")
             .arg(dir.join("node"))
             .kubeconfig(&provider.kubeconfig)
@@ -291,7 +324,7 @@ pub(crate) fn start(rt: &tokio::runtime::Runtime, tag: &str, webhook: bool) -> R
     );
 
     if webhook {
-        rt.block_on(grant(&p))
+        rt.block_on(grant(&p, pods))
             .with_context(|| format!("logs in {}", dir.display()))?;
         children.push(crate::webhook::start(
             &provider,
@@ -314,7 +347,7 @@ pub(crate) fn start(rt: &tokio::runtime::Runtime, tag: &str, webhook: bool) -> R
         &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
                  "metadata": { "name": PROVIDER, "namespace": NS },
                  "spec": { "clusterId": PROVIDER, "nodeName": VIRTUAL_NODE, "identity": PROVIDER,
-                           "resources": { "cpu": "1000", "memory": "4000Gi", "pods": "5000" } } }),
+                           "resources": { "cpu": node_cpu, "memory": node_memory, "pods": node_pods } } }),
     )?;
     let c = rt.block_on(consumer.client());
     let binder = rt.spawn(binder(p.clone()));
@@ -334,12 +367,14 @@ pub(crate) fn start(rt: &tokio::runtime::Runtime, tag: &str, webhook: bool) -> R
 /// Room for every burst asked in a ResourceSlice, as the consumer asks, and granted by the
 /// provider's negotiation (`sharing`, from the hollow node's capacity): what the webhook
 /// admits ShadowPods against. Returns once granted.
-async fn grant(p: &Client) -> Result<()> {
+async fn grant(p: &Client, pods: usize) -> Result<()> {
     let ns = names::namespace::tenant(CONSUMER);
     let slices: Api<ResourceSlice> = Api::namespaced(p.clone(), &ns);
     // The pods ask for nothing, and the provider charges each its default requests (100m,
-    // 128Mi): room for 2000 of them.
-    let asked: Value = json!({ "cpu": "400", "memory": "500Gi", "pods": "2000" });
+    // 128Mi): room for twice the largest burst (at least 2000) of them.
+    let room = (2 * pods).max(2000);
+    let asked: Value = json!({ "cpu": (room / 5).to_string(), "memory": format!("{}Gi", room / 4),
+                               "pods": room.to_string() });
     let mut slice = ResourceSlice::new(
         CONSUMER,
         ResourceSliceSpec {
@@ -701,7 +736,8 @@ pub fn run(opts: &Options) -> Result<()> {
             "  with the provider's ShadowPod webhook as deployed (admission against the grant, charged on the Tenant)"
         );
     }
-    let stack = start(&rt, "bench-offload", opts.webhook)?;
+    let largest = opts.sizes.iter().copied().max().unwrap_or(1);
+    let stack = start(&rt, "bench-offload", opts.webhook, largest)?;
     stack.wait_ready(&rt)?;
     println!(
         "  stack up in {} (two API servers with RBAC, sharing, virtual-nodes, the virtual kubelet, a hollow node)",
@@ -745,10 +781,17 @@ pub fn run(opts: &Options) -> Result<()> {
             let vk = stack.deployments.pid(NS, &vk_name());
             match vk.or(pids.first().copied()).and_then(rss_kib) {
                 Some(kib) => println!(
-                    "        virtual kubelet RSS with {n} offloaded pods: {} (target < 100 MiB)",
+                    "        virtual kubelet RSS with {n} offloaded pods: {} (target < 300 MiB at 10000)",
                     mib(kib)
                 ),
                 None => println!("        virtual kubelet RSS: not found"),
+            }
+            match rss_kib(stack.children[0].0.id()) {
+                Some(kib) => println!(
+                    "        provider's controllers (sharing) RSS with {n} offloaded pods: {} (target < 500 MiB at 10000)",
+                    mib(kib)
+                ),
+                None => println!("        provider's controllers (sharing) RSS: not found"),
             }
         }
         let requests0 = stack.requests()?;
@@ -782,16 +825,16 @@ pub fn run(opts: &Options) -> Result<()> {
         );
         print!("{}", cleared.0.details());
         println!("  {n:>5} local deleted:  {}", cleared.1.line());
-        rows.push((n, off, local));
+        rows.push((n, off, local, cleared.0.all));
     }
     println!(
-        "\n  pods   offloaded p50    p99     all  |  local p50    p99     all  |  ratio all (p50)"
+        "\n  pods   offloaded p50    p99     all  |  local p50    p99     all  |  ratio all (p50)  |  offloaded deleted"
     );
-    for (n, off, local) in &rows {
+    for (n, off, local, deleted) in &rows {
         let p50 = |b: &Burst| percentile(&b.latencies, 0.5).as_secs_f64();
         let p99 = |b: &Burst| percentile(&b.latencies, 0.99).as_secs_f64();
         println!(
-            "  {n:>5}   {:>9.2} {:>7.2} {:>7.2}  |  {:>9.2} {:>6.2} {:>7.2}  |  {:>5.2} ({:.2})",
+            "  {n:>5}   {:>9.2} {:>7.2} {:>7.2}  |  {:>9.2} {:>6.2} {:>7.2}  |  {:>5.2} ({:.2})  |  {:>9.2}",
             p50(off),
             p99(off),
             off.all.as_secs_f64(),
@@ -800,10 +843,11 @@ pub fn run(opts: &Options) -> Result<()> {
             local.all.as_secs_f64(),
             off.all.as_secs_f64() / local.all.as_secs_f64().max(1e-3),
             p50(off) / p50(local).max(1e-3),
+            deleted.as_secs_f64(),
         );
     }
     println!(
-        "  targets: p50 < 1 s at 100 pods, 1000 pods all Running < 60 s, ratio <= 1.1 at 1000"
+        "  targets: 10000 pods all Running < 10 min and all deleted < 5 min, requests per offloaded pod (both sides) <= 9, no request errors"
     );
     println!("  (logs in {})", stack.dir.display());
     let _ = (&stack.consumer, &stack.provider);

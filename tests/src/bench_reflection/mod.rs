@@ -617,7 +617,7 @@ pub fn run(opts: &Options) -> Result<()> {
          reflectors' memory (binaries: {profile} build)"
     );
     let t0 = Instant::now();
-    let stack = start(&rt, "bench-reflection", false)?;
+    let stack = start(&rt, "bench-reflection", false, 1000)?;
     stack.wait_ready(&rt)?;
     rt.block_on(offload(&stack)).with_context(|| stack.logs())?;
     println!(
