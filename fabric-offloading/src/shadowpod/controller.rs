@@ -29,7 +29,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
         Controller, WatchStreamExt,
-        controller::Action,
+        controller::{self, Action},
         predicates,
         reflector::{ObjectRef, Store},
         watcher,
@@ -515,6 +515,10 @@ async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Erro
     .await
 }
 
+/// ShadowPods reconciled at the same time (each a few calls to the API), as many as the
+/// consumer's virtual kubelet syncs pods.
+const SYNCS: u16 = 32;
+
 /// Retries after 1 s, then at most every 5 s.
 const BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
 
@@ -547,7 +551,11 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(predicates::generation, Default::default())
     .filter_map(|t| futures::future::ready(t.ok().map(|_| ())));
+    // At most SYNCS reconciles at once: unbounded (kube-runtime's default), a burst of a
+    // thousand ShadowPods sent as many writes at once, and the API server answered a third of
+    // them 429 (over its in-flight limit) or 504, each failure retried (issue 22 §4).
     let controller = Controller::new(shadows, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(SYNCS))
         .owns_stream(owned_pods)
         .reconcile_all_on(futures::stream::select(silent, tenant_specs));
     // Read before any pod is made: a tenant's own level must never be missed for the default.
