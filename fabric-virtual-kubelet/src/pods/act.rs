@@ -605,11 +605,13 @@ async fn create(
     };
     match api.create(&PostParams::default(), &shadow).await {
         Ok(s) => {
-            // No Event: the pod's Offloaded condition says it (ShadowPodCreated, then the
-            // provider's word), written next; an Event per pod would be a request per pod
-            // more on the home API server for what the status shows (issue 22 §4). What
-            // went wrong still comes as a Warning Event.
             info!(pod = %key(pod), shadowpod = %shadow_name, "offloaded");
+            cx.event(&Event::normal(
+                "Offloaded",
+                "Offload",
+                format!("ShadowPod {shadow_name} created on the provider"),
+            ))
+            .await;
             Ok(Outcome::Shadow(Box::new(s)))
         }
         // Created by an earlier run whose listing had not caught up.
