@@ -35,12 +35,12 @@ use serde_json::{Value, json};
 
 use crate::{
     check_interrupt,
-    clusters::{self, Cluster, NAMESPACE, PeeredClusters},
+    clusters::{self, Cluster, NAMESPACE},
     die_with_parent,
     figures::{load_average, percentile, profile, secs},
     kube_sync, locate_bin,
     manifests::Manifests,
-    peering_stack::{ADVERTISED_LABEL, PeeringStack},
+    peering_stack::{ADVERTISED_LABEL, PeeringStack, SharingClusters},
     traffic,
     workloads::{command_pod, echo_pod, on_node},
 };
@@ -205,32 +205,19 @@ pub fn report(real: &[FirstConsumer], virt: &[FirstConsumer], mv: Option<&Move>)
 
 /// The bench's bed: the clusters, their sharing layers, A peered with B, `NS` offloaded.
 struct Bed {
-    // Stopped before the clusters whose API servers it uses.
-    stack: PeeringStack,
-    cl: PeeredClusters,
+    sharing: SharingClusters,
     b_id: String,
-    _rt: tokio::runtime::Runtime,
 }
 
 impl Bed {
     fn logs(&self) -> String {
-        format!("{}{}", self.cl.log_tails(), self.stack.log_tails())
+        self.sharing.logs()
     }
 
     fn up() -> Result<Self> {
-        let rt = tokio::runtime::Runtime::new()?;
-        let cl = PeeredClusters::for_sharing(1, false)?;
-        let stack = match rt.block_on(PeeringStack::start(&cl)) {
-            Ok(s) => s,
-            Err(e) => bail!("{e:#}\n{}", cl.log_tails()),
-        };
-        let b_id = cl.b.id.clone();
-        let mut bed = Self {
-            stack,
-            cl,
-            b_id,
-            _rt: rt,
-        };
+        let sharing = SharingClusters::start(1, false)?;
+        let b_id = sharing.cl.b.id.clone();
+        let mut bed = Self { sharing, b_id };
         if let Err(e) = bed.peer_and_offload() {
             bail!("{e:#}\n{}", bed.logs());
         }
@@ -238,12 +225,14 @@ impl Bed {
     }
 
     fn peer_and_offload(&mut self) -> Result<()> {
-        let (a, b) = (&self.cl.a, &self.cl.b);
+        let (a, b) = (&self.sharing.cl.a, &self.sharing.cl.b);
         let lent = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
             "data": {"lent": "standard=8Gi"}});
         // deploy/ ships the ConfigMap lending nothing: B's admin changes it.
-        let o = b.api.kubectl_stdin(&["apply", "-f", "-"], &lent.to_string());
+        let o = b
+            .api
+            .kubectl_stdin(&["apply", "-f", "-"], &lent.to_string());
         if !o.status.success() {
             bail!(
                 "lending storage on B: {}",
@@ -255,7 +244,7 @@ impl Bed {
             .find(|o| o["kind"] == "StorageClass" && o["metadata"]["name"] == names::storage::CLASS)
             .context("deploy/ has no StorageClass fabric")?;
         a.create(&class).context("the fabric's StorageClass on A")?;
-        let words = self.stack.peer_command(&self.cl, 2, &[])?;
+        let words = self.sharing.stack.peer_command(&self.sharing.cl, 2, &[])?;
         let ask = [
             "--cpu",
             "2",
@@ -266,8 +255,8 @@ impl Bed {
             "--resource",
             "storage.fabric.io/standard=4Gi",
         ];
-        PeeringStack::run_peer_command(&mut self.cl, 1, &words, &ask, &[1, 2], |_| {})?;
-        let a = &self.cl.a;
+        PeeringStack::run_peer_command(&mut self.sharing.cl, 1, &words, &ask, &[1, 2], |_| {})?;
+        let a = &self.sharing.cl.a;
         a.api.kubectl_ok(&["create", "namespace", NS]);
         let selector = format!("{ADVERTISED_LABEL}={}", self.b_id);
         let o = crate::process::fabricctl(
@@ -312,7 +301,7 @@ impl Bed {
 
     /// One first consumer placed so, timed; then the pod and the claim deleted and gone.
     fn first_consumer(&self, name: &str, placement: Placement) -> Result<FirstConsumer> {
-        let client = kube_sync::client(&self.cl.a.api.kubeconfig)?;
+        let client = kube_sync::client(&self.sharing.cl.a.api.kubeconfig)?;
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
         let pods: Api<Pod> = Api::namespaced(client, NS);
         let claim: PersistentVolumeClaim = serde_json::from_value(claim(name, "64Mi"))?;
@@ -362,7 +351,7 @@ impl Bed {
 
     /// A claim bound on A's node holding `bytes` of data, moved to B; then the plain copy.
     fn move_volume(&self, bytes: u64) -> Result<Move> {
-        let a = &self.cl.a;
+        let a = &self.sharing.cl.a;
         let name = "moved";
         a.create(&claim(name, &format!("{}Mi", (bytes >> 20) + 64)))?;
         let writer = format!("{name}-writer");
@@ -434,7 +423,7 @@ impl Bed {
         let dst = clusters::remap(Cluster::pod_ip(0).parse()?, cidr).to_string();
         let (got, plain) = traffic::tcp_copy(
             &a.pods[0],
-            &self.cl.b.pods[0],
+            &self.sharing.cl.b.pods[0],
             &dst,
             PLAIN_PORT,
             usize::try_from(bytes)?,

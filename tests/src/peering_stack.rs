@@ -264,6 +264,34 @@ impl Member {
     }
 }
 
+/// The fixture's clusters with their sharing layers, as the demo and the benchmarks build them
+/// ([`PeeredClusters::for_sharing`] and a [`PeeringStack`] on it), and the runtime the stack
+/// runs on.
+pub struct SharingClusters {
+    // Fields drop in order: the stack stops before the clusters whose API servers it uses.
+    pub stack: PeeringStack,
+    pub cl: PeeredClusters,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl SharingClusters {
+    /// Clusters A and B (and C with `third`), `nodes` nodes each, and their sharing layers.
+    pub fn start(nodes: usize, third: bool) -> Result<Self> {
+        let rt = tokio::runtime::Runtime::new()?;
+        let cl = PeeredClusters::for_sharing(nodes, third)?;
+        let stack = match rt.block_on(PeeringStack::start(&cl)) {
+            Ok(s) => s,
+            Err(e) => bail!("{e:#}\n{}", cl.log_tails()),
+        };
+        Ok(Self { stack, cl, rt })
+    }
+
+    /// The tails of every component's log, for failure messages.
+    pub fn logs(&self) -> String {
+        format!("{}{}", self.cl.log_tails(), self.stack.log_tails())
+    }
+}
+
 /// The sharing layer of every cluster of a fixture.
 pub struct PeeringStack {
     pub members: Vec<Member>,

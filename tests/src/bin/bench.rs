@@ -54,13 +54,7 @@ fn main() -> ExitCode {
         if let Some(n) = number("--memory-peers") {
             opts.memory_peers = n;
         }
-        return match fabric_tests::bench_peering::run(&opts) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("fabric-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(fabric_tests::bench_peering::run(&opts));
     }
     if which == Some("offload") {
         // Two API servers and processes on the host, a hollow test node: no root needed.
@@ -92,13 +86,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        return match fabric_tests::bench_offload::run(&opts) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("fabric-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(fabric_tests::bench_offload::run(&opts));
     }
     if which == Some("reflection") {
         // Two API servers and processes on the host, as offload: no root needed.
@@ -117,13 +105,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        return match fabric_tests::bench_reflection::run(&opts) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("fabric-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(fabric_tests::bench_reflection::run(&opts));
     }
     if !is_root() {
         eprintln!("fabric-bench: needs root (network namespaces, eBPF)");
@@ -131,13 +113,7 @@ fn main() -> ExitCode {
     }
     install_interrupt_handler();
     if which == Some("operator") {
-        return match fabric_tests::bench_operator::run_operator(10) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("fabric-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(fabric_tests::bench_operator::run_operator(10));
     }
     if which == Some("fabric") {
         let opts = if args.iter().any(|a| a == "--quick") {
@@ -146,13 +122,7 @@ fn main() -> ExitCode {
             fabric_tests::bench_fabric::Options::standard()
         }
         .with_other_gateways();
-        return match fabric_tests::bench_fabric::run(&opts) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("fabric-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(fabric_tests::bench_fabric::run(&opts));
     }
     if which == Some("storage") {
         let mut opts = if args.iter().any(|a| a == "--quick") {
@@ -183,29 +153,22 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         }
-        return match fabric_tests::bench_storage::run(&opts) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("fabric-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(fabric_tests::bench_storage::run(&opts));
     }
     if which == Some("control") {
-        return match fabric_tests::bench_control::run(&[1, 10, 100]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("fabric-bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(fabric_tests::bench_control::run(&[1, 10, 100]));
     }
     let opts = if args.iter().any(|a| a == "--quick") {
         bench::Options::quick()
     } else {
         bench::Options::standard()
     };
-    match bench::run(&opts) {
+    finish(bench::run(&opts))
+}
+
+/// The bench's exit: its error, if any, said with its causes.
+fn finish(r: anyhow::Result<()>) -> ExitCode {
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fabric-bench: {e:#}");

@@ -17,9 +17,9 @@ use fabric_api::names;
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     check_interrupt,
-    clusters::{self, Cluster, NAMESPACE, POD_CIDR, PeeredClusters},
+    clusters::{self, Cluster, NAMESPACE, POD_CIDR},
     install_interrupt_handler, is_root, locate_bin,
-    peering_stack::{ADVERTISED_LABEL, PeeringStack},
+    peering_stack::{ADVERTISED_LABEL, PeeringStack, SharingClusters},
     sharing, shop, traffic,
     workloads::{ECHO_PORT, command_pod, echo_pod, on_node},
 };
@@ -105,18 +105,8 @@ fn wait<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> R
     }
 }
 
-struct Demo {
-    // Stopped before the clusters whose API servers it uses.
-    stack: PeeringStack,
-    cl: PeeredClusters,
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Demo {
-    fn logs(&self) -> String {
-        format!("{}{}", self.cl.log_tails(), self.stack.log_tails())
-    }
-}
+/// The demo's clusters and their sharing layers.
+type Demo = SharingClusters;
 
 fn demo() -> Result<()> {
     title("Two clusters, one pod CIDR, each with the fabric's sharing layer");
@@ -129,13 +119,7 @@ fn demo() -> Result<()> {
     println!("operator, WireGuard gateway (boringtun) with the eBPF remap programs, a node agent,");
     println!("and the sharing layer: the authentication service, `fabric-controller sharing`");
     println!("(negotiation, ShadowPods) and `virtual-nodes` (which deploys a virtual kubelet).");
-    let rt = tokio::runtime::Runtime::new()?;
-    let cl = PeeredClusters::for_sharing(1, false)?;
-    let stack = match rt.block_on(PeeringStack::start(&cl)) {
-        Ok(s) => s,
-        Err(e) => bail!("{e:#}\n{}", cl.log_tails()),
-    };
-    let mut d = Demo { stack, cl, _rt: rt };
+    let mut d = SharingClusters::start(1, false)?;
     check_interrupt()?;
     let r = peer_and_offload(&mut d);
     if r.is_err() {
