@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 
 use crate::{
     check_interrupt,
-    clusters::{self, Cluster, NAMESPACE},
+    clusters::{self, Cluster},
     die_with_parent,
     figures::{load_average, percentile, profile, secs},
     kube_sync, locate_bin,
@@ -226,19 +226,7 @@ impl Bed {
 
     fn peer_and_offload(&mut self) -> Result<()> {
         let (a, b) = (&self.sharing.cl.a, &self.sharing.cl.b);
-        let lent = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
-            "data": {"lent": "standard=8Gi"}});
-        // deploy/ ships the ConfigMap lending nothing: B's admin changes it.
-        let o = b
-            .api
-            .kubectl_stdin(&["apply", "-f", "-"], &lent.to_string());
-        if !o.status.success() {
-            bail!(
-                "lending storage on B: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
+        b.lend_storage("standard=8Gi")?;
         let class = Manifests::rendered(&a.api)?
             .into_iter()
             .find(|o| o["kind"] == "StorageClass" && o["metadata"]["name"] == names::storage::CLASS)

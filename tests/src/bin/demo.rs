@@ -17,7 +17,7 @@ use fabric_api::names;
 use fabric_tests::{
     apiserver::{ApiServer, require_tools},
     check_interrupt,
-    clusters::{self, Cluster, NAMESPACE, POD_CIDR},
+    clusters::{self, Cluster, POD_CIDR},
     install_interrupt_handler, is_root, locate_bin,
     peering_stack::{ADVERTISED_LABEL, PeeringStack, SharingClusters},
     sharing, shop, traffic,
@@ -138,19 +138,7 @@ fn peer_and_offload(d: &mut Demo) -> Result<()> {
     indent(&words.join(" "));
 
     println!("  B lends storage too: 1Gi of its StorageClass standard (ConfigMap fabric-storage):");
-    let lent = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
-        "data": {"lent": "standard=1Gi"}});
-    let o =
-        d.cl.b
-            .api
-            .kubectl_stdin(&["apply", "-f", "-"], &lent.to_string());
-    if !o.status.success() {
-        bail!(
-            "lending storage on B: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    d.cl.b.lend_storage("standard=1Gi")?;
     let ask = [
         "--cpu",
         "1",

@@ -146,6 +146,25 @@ impl Cluster {
         format!("10.0.{i}.{}", 10 + k)
     }
 
+    /// This cluster's admin lends storage to its consumers as `lent` says (`CLASS=SIZE`,
+    /// comma-separated), in the ConfigMap `fabric-storage` that deploy/ ships lending nothing.
+    pub fn lend_storage(&self, lent: &str) -> Result<()> {
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
+            "data": {"lent": lent}});
+        let o = self
+            .api
+            .kubectl_stdin(&["apply", "-f", "-"], &cm.to_string());
+        if !o.status.success() {
+            bail!(
+                "lending storage ({lent}) on {}: {}",
+                self.id,
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// The CIDR this cluster sees peer `peer`'s pods under: the remapped pod CIDR its IPAM
     /// granted (the status of the peer's Configuration), once there is one (up to `timeout`).
     pub fn remote_pod_cidr(&self, peer: &str, timeout: Duration) -> Result<Ipv4Network> {

@@ -897,15 +897,10 @@ fn out_of_band_peering_end_to_end() {
     phase("A peers with B", || {
         // B's admin lends storage of its class `standard` (deploy/ ships the ConfigMap
         // lending nothing): A asks for some, for the volume it moves there below.
-        let lend = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
-            "data": {"lent": "standard=1Gi"}});
-        let o = bed
-            .cl
+        bed.cl
             .b
-            .api
-            .kubectl_stdin(&["apply", "-f", "-"], &lend.to_string());
-        assert!(o.status.success(), "{}", text(&o));
+            .lend_storage("standard=1Gi")
+            .unwrap_or_else(|e| panic!("{e:#}"));
         // A (consumer) peers with B (provider) with the command B printed.
         let out = bed.peer(
             1,
