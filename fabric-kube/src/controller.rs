@@ -110,7 +110,14 @@ pub struct Runner<E> {
     backoff: Backoff,
     wait: fn(&E) -> Option<Duration>,
     on_signal: bool,
+    concurrency: u16,
 }
+
+/// Reconciles one controller runs at once unless it says otherwise. kube-runtime's own default
+/// is unbounded: a burst (a re-list after a lost Lease, a thousand objects made at once) then
+/// sends as many writes together, and the API server answers many of them 429 (over its
+/// in-flight limit) or 504, each retried (issue 22 §4 measured it with ShadowPods).
+pub const CONCURRENCY: u16 = 16;
 
 impl<E: std::error::Error + Send + 'static> Runner<E> {
     /// A controller named `name` in the logs, retrying failures after `backoff`, stopped
@@ -121,7 +128,15 @@ impl<E: std::error::Error + Send + 'static> Runner<E> {
             backoff,
             wait: |_| None,
             on_signal: true,
+            concurrency: CONCURRENCY,
         }
+    }
+
+    /// At most `n` reconciles at once (0: unbounded) instead of [`CONCURRENCY`]; one object
+    /// is never reconciled twice at once either way.
+    pub fn concurrency(mut self, n: u16) -> Self {
+        self.concurrency = n;
+        self
     }
 
     /// Errors for which `wait` says how long are expected waits (a pod still terminating, a
@@ -174,6 +189,8 @@ impl<E: std::error::Error + Send + 'static> Runner<E> {
             }
         };
         let (name, on_signal) = (self.name, self.on_signal);
+        let controller =
+            controller.with_config(controller::Config::default().concurrency(self.concurrency));
         let error_policy = move |obj: Arc<K>, err: &E, _: Arc<C>| {
             let key = ObjectRef::from_obj(obj.as_ref());
             let (after, failed) = self.retry(err, || failures.failed(key.clone()));

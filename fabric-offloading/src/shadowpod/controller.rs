@@ -29,7 +29,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{
         Controller, WatchStreamExt,
-        controller::{self, Action},
+        controller::Action,
         predicates,
         reflector::{ObjectRef, Store},
         watcher,
@@ -516,7 +516,8 @@ async fn reconcile(shadow: Arc<ShadowPod>, ctx: Arc<Ctx>) -> Result<Action, Erro
 }
 
 /// ShadowPods reconciled at the same time (each a few calls to the API), as many as the
-/// consumer's virtual kubelet syncs pods.
+/// consumer's virtual kubelet syncs pods: at 100 pods faster than unbounded (Running 5.1 vs
+/// 7.8 s), and at 1,000 no 429s where unbounded had thousands (issue 22 §4).
 const SYNCS: u16 = 32;
 
 /// Retries after 1 s, then at most every 5 s.
@@ -551,11 +552,7 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(predicates::generation, Default::default())
     .filter_map(|t| futures::future::ready(t.ok().map(|_| ())));
-    // At most SYNCS reconciles at once: unbounded (kube-runtime's default), a burst of a
-    // thousand ShadowPods sent as many writes at once, and the API server answered a third of
-    // them 429 (over its in-flight limit) or 504, each failure retried (issue 22 §4).
     let controller = Controller::new(shadows, watcher::Config::default())
-        .with_config(controller::Config::default().concurrency(SYNCS))
         .owns_stream(owned_pods)
         .reconcile_all_on(futures::stream::select(silent, tenant_specs));
     // Read before any pod is made: a tenant's own level must never be missed for the default.
@@ -579,6 +576,7 @@ pub async fn run(
         finished_retention,
     });
     Runner::new("shadowpods", BACKOFF)
+        .concurrency(SYNCS)
         // The pod is ending: its ShadowPod goes once it has.
         .waits(|e| matches!(e, Error::Terminating(_)).then_some(Duration::from_secs(2)))
         .run(controller, reconcile, ctx)
