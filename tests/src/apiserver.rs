@@ -24,6 +24,8 @@ pub struct ApiServer {
     /// [`ApiServer::start_in_netns`]); the same file as `kubeconfig` otherwise.
     pub in_cluster_kubeconfig: PathBuf,
     run_dir: Option<PathBuf>,
+    /// When the start script returned: a stopped server reports how long it lived.
+    started: Instant,
     // Dropped after the server processes are killed (fields drop after `Drop::drop`).
     forwarder: Option<Forwarder>,
 }
@@ -106,6 +108,7 @@ impl ApiServer {
                 in_cluster_kubeconfig: kc.clone(),
                 kubeconfig: kc,
                 run_dir: None,
+                started: Instant::now(),
                 forwarder: None,
             };
         }
@@ -229,6 +232,7 @@ impl ApiServer {
             kubeconfig: dir.join("kubeconfig"),
             in_cluster_kubeconfig: dir.join("kubeconfig"),
             run_dir: Some(dir.clone()),
+            started: Instant::now(),
             forwarder: None,
         };
         if !out.status.success() {
@@ -429,7 +433,14 @@ fn daemon_pids(dir: &Path) -> Vec<i32> {
 impl Drop for ApiServer {
     fn drop(&mut self) {
         let Some(dir) = &self.run_dir else { return };
-        for pid in daemon_pids(dir) {
+        let pids = daemon_pids(dir);
+        // Read before the kill: the daemons are not our children, their CPU is counted nowhere
+        // else, and starting and feeding API servers is much of what the suite spends.
+        crate::phase::record_api_server(
+            crate::figures::cpu_secs(&pids),
+            self.started.elapsed().as_secs_f64(),
+        );
+        for pid in pids {
             // SAFETY: signalling a process we started.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }

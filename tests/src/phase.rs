@@ -49,12 +49,36 @@ impl<'a> Phase<'a> {
 /// Appends `test<TAB>phase<TAB>seconds` to the file `$FABRIC_TEST_PHASES` names, if any
 /// (`cargo xtask test` sets it and prints the slowest phases of the whole run).
 fn record(name: &str, secs: f64) {
+    append(
+        "FABRIC_TEST_PHASES",
+        None,
+        &format!("{}\t{secs:.1}", name.replace(['\t', '\n'], " ")),
+    );
+}
+
+/// Appends `test<TAB>cpu seconds<TAB>seconds alive` for an API server this test started and
+/// stopped to the file `$FABRIC_TEST_API_SERVERS` names, if any (`cargo xtask test` sets it
+/// and prints what the run's API servers cost).
+pub fn record_api_server(cpu_secs: f64, alive_secs: f64) {
+    // A server may be dropped on a runtime's thread: the job's label names the test then.
+    let who = std::env::var("FABRIC_TEST_JOB").ok();
+    append(
+        "FABRIC_TEST_API_SERVERS",
+        who.as_deref(),
+        &format!("{cpu_secs:.2}\t{alive_secs:.1}"),
+    );
+}
+
+/// Appends `test<TAB>fields` to the file the variable `var` names, if it is set; the test is
+/// `who`, or this thread's name (the test harness names a test's thread after it).
+fn append(var: &str, who: Option<&str>, fields: &str) {
     use std::io::Write as _;
-    let Some(path) = std::env::var_os("FABRIC_TEST_PHASES") else {
+    let Some(path) = std::env::var_os(var) else {
         return;
     };
-    let test = std::thread::current().name().unwrap_or("?").to_owned();
-    let line = format!("{test}\t{}\t{secs:.1}\n", name.replace(['\t', '\n'], " "));
+    let thread = std::thread::current();
+    let test = who.or(thread.name()).unwrap_or("?");
+    let line = format!("{test}\t{fields}\n");
     // One short write in append mode: lines of parallel tests do not interleave.
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)

@@ -314,6 +314,8 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         .unwrap_or(DEFAULT_LANES);
     let phases = target_dir().join("xtask-test-phases.tsv");
     let _ = std::fs::remove_file(&phases);
+    let servers = target_dir().join("xtask-test-api-servers.tsv");
+    let _ = std::fs::remove_file(&servers);
     let envs = vec![
         (
             "FABRIC_AGENT_BIN".to_owned(),
@@ -322,6 +324,10 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         (
             "FABRIC_TEST_PHASES".to_owned(),
             phases.to_string_lossy().into_owned(),
+        ),
+        (
+            "FABRIC_TEST_API_SERVERS".to_owned(),
+            servers.to_string_lossy().into_owned(),
         ),
     ];
     let nbins = bins.len();
@@ -377,6 +383,21 @@ fn test(extra: &[String]) -> Result<ExitCode> {
          (not counting the API servers they started)",
         outcomes.len()
     );
+    let cost = testrun::api_server_cost(&std::fs::read_to_string(&servers).unwrap_or_default(), 8);
+    if let Some(c) = cost {
+        // The servers are daemons of the start script, outside the jobs' CPU figures.
+        println!(
+            "    the tests started {} API servers (kubelite and etcd); they used {:.0}s of CPU \
+             ({:.1}s each, alive {:.0}s each on average); the tests whose servers used most:",
+            c.servers,
+            c.cpu,
+            c.cpu / c.servers as f64,
+            c.alive / c.servers as f64
+        );
+        for (test, n, cpu) in c.top {
+            println!("      {cpu:>6.1}s  {n:>2} servers  {test}");
+        }
+    }
     let slow = testrun::slowest_phases(&std::fs::read_to_string(&phases).unwrap_or_default(), 15);
     if !slow.is_empty() {
         // Where the long tests spend their time: what to shorten first.

@@ -303,6 +303,7 @@ fn run_one(j: &Job, test_args: &[String], envs: &[(String, String)]) -> (Outcome
         .strip_prefix(super::workspace_root())
         .unwrap_or(&b.exe);
     let mut c = command(b, envs);
+    c.env("FABRIC_TEST_JOB", &j.label);
     match &j.test {
         Some(name) => {
             let _ = writeln!(
@@ -372,6 +373,52 @@ pub fn slowest_phases(recorded: &str, n: usize) -> Vec<String> {
         .take(n)
         .map(|(secs, test, phase)| format!("{secs:>6.1}s  {test}: {phase}"))
         .collect()
+}
+
+/// What the API servers of a run cost, from the lines the tests' fixture appends when it stops
+/// one (`test<TAB>cpu seconds<TAB>seconds alive`): how many, their CPU together, and the `n`
+/// tests whose servers used the most (test, servers, CPU seconds), most first.
+#[derive(Debug, PartialEq)]
+pub struct ApiServerCost {
+    pub servers: usize,
+    pub cpu: f64,
+    pub alive: f64,
+    pub top: Vec<(String, usize, f64)>,
+}
+
+pub fn api_server_cost(recorded: &str, n: usize) -> Option<ApiServerCost> {
+    let mut per_test: HashMap<&str, (usize, f64)> = HashMap::new();
+    let (mut servers, mut cpu, mut alive) = (0, 0.0, 0.0);
+    for l in recorded.lines() {
+        let mut f = l.splitn(3, '\t');
+        let (Some(test), Some(c), Some(a)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let (Ok(c), Ok(a)) = (c.trim().parse::<f64>(), a.trim().parse::<f64>()) else {
+            continue;
+        };
+        servers += 1;
+        cpu += c;
+        alive += a;
+        let t = per_test.entry(test).or_default();
+        t.0 += 1;
+        t.1 += c;
+    }
+    if servers == 0 {
+        return None;
+    }
+    let mut top: Vec<(String, usize, f64)> = per_test
+        .into_iter()
+        .map(|(t, (k, c))| (t.to_owned(), k, c))
+        .collect();
+    top.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    top.truncate(n);
+    Some(ApiServerCost {
+        servers,
+        cpu,
+        alive,
+        top,
+    })
 }
 
 /// The machine's CPU time so far, from `/proc/stat`'s first line: (busy, all), in ticks, busy
@@ -454,6 +501,17 @@ mod tests {
             ["  40.0s  b::y: pods talk", "  12.5s  a::x: the bed"]
         );
         assert_eq!(slowest_phases(rec, 10).len(), 3);
+    }
+
+    #[test]
+    fn api_servers_are_summed_and_their_costliest_tests_named() {
+        let recorded = "api: a\t1.50\t10.0\napi: b\t0.50\t4.0\napi: a\t2.00\t12.0\n\
+                        torn line\napi: c\tx\t1\n";
+        let cost = api_server_cost(recorded, 1).unwrap();
+        assert_eq!(cost.servers, 3);
+        assert!((cost.cpu - 4.0).abs() < 1e-9 && (cost.alive - 26.0).abs() < 1e-9);
+        assert_eq!(cost.top, vec![("api: a".to_owned(), 2, 3.5)]);
+        assert_eq!(api_server_cost("", 3), None);
     }
 
     #[test]
