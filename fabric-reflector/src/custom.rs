@@ -11,8 +11,11 @@
 //!   provider's operator's.
 //! - **A kind the provider does not accept** (403: its admin did not grant it to tenants):
 //!   a `ReflectionRefused` Warning Event at home naming the kind, and no retry storm: no key of
-//!   that kind is applied again in that cluster before [`Customs::recheck`] has passed
-//!   ([`refused_wait`], pure).
+//!   that kind is applied again in that cluster until the provider's admin grants it. Whether
+//!   it has is asked, not tried: one SelfSubjectAccessReview for the kind every [`ASK_EVERY`]
+//!   (no write, no Event), and its keys go on at once when the answer is yes. A refusal the
+//!   provider's RBAC does not explain (its admission refusing, or no answer to the review) is
+//!   left for [`Customs::recheck`] ([`gate`], pure).
 use std::{
     sync::Mutex,
     time::{Duration, Instant},
@@ -34,8 +37,12 @@ use crate::{
     mirror::{self, Forge, Mirror, Plan, REFUSED},
 };
 
-/// How long a kind the remote cluster refused (403) is left before it is tried again.
+/// How long a kind the remote cluster refused (403) for a reason its RBAC does not explain is
+/// left before it is tried again.
 pub const RECHECK: Duration = Duration::from_secs(300);
+
+/// How often the remote cluster is asked whether a kind its RBAC refused is granted now.
+pub const ASK_EVERY: Duration = Duration::from_secs(10);
 
 /// kubectl's record of what it applied: the home side's business, not the copy's.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -117,11 +124,50 @@ fn merge_patch(from: &Value, to: &Value) -> Value {
     }
 }
 
-/// How long to wait before applying again a kind the remote cluster refused at `refused`
-/// (`None`: never refused, or `recheck` has passed since: go ahead).
-pub fn refused_wait(refused: Option<Instant>, now: Instant, recheck: Duration) -> Option<Duration> {
-    let until = refused? + recheck;
-    (now < until).then(|| until - now)
+/// A kind the remote cluster refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// When an object of it was last refused.
+    pub at: Instant,
+    /// Whether the remote cluster's RBAC said so (a SelfSubjectAccessReview denied): then it is
+    /// asked again until it allows, instead of waiting out the recheck.
+    pub by_rbac: bool,
+    /// When it was last asked.
+    pub asked: Instant,
+}
+
+/// What a key of a kind does next, given its refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Not refused, or the recheck has passed: write.
+    Go,
+    /// Refused by RBAC, and time to ask again whether it is granted now.
+    Ask,
+    /// Refused: wait this long.
+    Wait(Duration),
+}
+
+/// The gate of a kind refused as `refused` at `now`: one refused by RBAC is asked again every
+/// `ask_every`, any other waits out `recheck`.
+pub fn gate(
+    refused: Option<Refused>,
+    now: Instant,
+    recheck: Duration,
+    ask_every: Duration,
+) -> Gate {
+    let Some(r) = refused else {
+        return Gate::Go;
+    };
+    let (until, then) = if r.by_rbac {
+        (r.asked + ask_every, Gate::Ask)
+    } else {
+        (r.at + recheck, Gate::Go)
+    };
+    if now < until {
+        Gate::Wait(until - now)
+    } else {
+        then
+    }
 }
 
 /// The custom kinds a remote cluster refuses now, by kind (as the flag names it), with what
@@ -155,10 +201,12 @@ pub struct Customs {
     mirror: Mirror<Spec>,
     /// The flag value it came from (`widgets.example.com/v1`), for Events and logs.
     name: String,
-    /// When the remote cluster last refused an object of this kind (403).
-    refused: Mutex<Option<Instant>>,
-    /// How long a refused kind is left alone ([`RECHECK`]).
+    /// Whether, when and why the remote cluster refused this kind (403).
+    refused: Mutex<Option<Refused>>,
+    /// How long a kind refused other than by RBAC is left alone ([`RECHECK`]).
     pub recheck: Duration,
+    /// How often a kind refused by RBAC is asked about ([`ASK_EVERY`]).
+    pub ask_every: Duration,
     /// Where its refusal is reported.
     refusals: Refusals,
 }
@@ -178,6 +226,7 @@ impl Customs {
             name,
             refused: Mutex::new(None),
             recheck: RECHECK,
+            ask_every: ASK_EVERY,
             refusals: Refusals::default(),
         }
     }
@@ -187,7 +236,7 @@ impl Customs {
         Self { refusals, ..self }
     }
 
-    fn refused(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+    fn refused(&self) -> std::sync::MutexGuard<'_, Option<Refused>> {
         self.refused.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -326,22 +375,97 @@ impl Kind for Customs {
 }
 
 impl Customs {
-    /// The refusal of this kind by the remote cluster, said at home and waited out
-    /// ([`Customs::recheck`]).
-    async fn refused_now(&self, cx: &Cx<'_, Self>, now: Instant, said: &str) -> Next {
+    /// The refusal of `verb` on this kind by the remote cluster, said at home; then the remote
+    /// cluster is asked whether its RBAC is the reason ([`Gate`]).
+    async fn refused_now(&self, cx: &Cx<'_, Self>, now: Instant, verb: &str, said: &str) -> Next {
         let cluster = cx.endpoint.map(|e| e.marks.destination()).unwrap_or("?");
+        let by_rbac = self.allowed(cx, verb).await == Some(false);
+        let when = if by_rbac {
+            format!(
+                "reflected as soon as its admin grants it (asked every {}s)",
+                self.ask_every.as_secs()
+            )
+        } else {
+            format!("tried again in {}s", self.recheck.as_secs())
+        };
         let note = format!(
             "cluster {cluster} does not accept {} from this cluster (its admin grants tenants \
-             the kinds they may write there): not reflected; tried again in {}s. It said: \
-             {said}",
+             the kinds they may write there): not reflected; {when}. It said: {said}",
             self.name,
-            self.recheck.as_secs(),
         );
         info!(kind = %self.name, key = %cx.view.key, "{note}");
-        *self.refused() = Some(now);
+        *self.refused() = Some(Refused {
+            at: now,
+            by_rbac,
+            asked: now,
+        });
         self.refusals.refused(&self.name, said);
         cx.event(&Event::warning(REFUSED, "Reflect", note)).await;
-        Next::After(self.recheck)
+        Next::After(if by_rbac {
+            self.ask_every
+        } else {
+            self.recheck
+        })
+    }
+
+    /// Whether the remote cluster's RBAC lets this cluster `verb` this kind in the key's
+    /// remote namespace now (a SelfSubjectAccessReview); `None`: no answer.
+    async fn allowed(&self, cx: &Cx<'_, Self>, verb: &str) -> Option<bool> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let (client, namespace) = (cx.remote_client()?, cx.remote_namespace()?);
+        let resource = &self.mirror.0.resource;
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(resource.group.clone()),
+                    version: Some(resource.version.clone()),
+                    resource: Some(resource.plural.clone()),
+                    namespace: Some(namespace.to_owned()),
+                    verb: Some(verb.to_owned()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = kube::Api::<SelfSubjectAccessReview>::all(client.clone());
+        match api.create(&Default::default(), &review).await {
+            Ok(r) => r.status.map(|s| s.allowed),
+            Err(e) => {
+                debug!(kind = %self.name, error = %e, "asking whether the kind is granted");
+                None
+            }
+        }
+    }
+
+    /// Whether a key of this kind may write now (`None`), or what it does instead. A kind
+    /// refused by RBAC is asked about at most once per [`Customs::ask_every`], whichever of
+    /// its keys comes first; a yes lifts the refusal for all of them.
+    async fn gate(&self, cx: &Cx<'_, Self>, verb: &str, now: Instant) -> Option<Next> {
+        let decided = {
+            // Decided and marked as asked under one lock: one question, whichever key asks.
+            let mut refused = self.refused();
+            let g = gate(*refused, now, self.recheck, self.ask_every);
+            if let (Gate::Ask, Some(r)) = (g, refused.as_mut()) {
+                r.asked = now;
+            }
+            g
+        };
+        match decided {
+            Gate::Go => None,
+            Gate::Wait(d) => Some(Next::After(d)),
+            Gate::Ask => {
+                if self.allowed(cx, verb).await == Some(true) {
+                    info!(kind = %self.name, "granted by the remote cluster now: reflecting it");
+                    *self.refused() = None;
+                    None
+                } else {
+                    Some(Next::After(self.ask_every))
+                }
+            }
+        }
     }
 
     /// Reads the key's remote object once while the remote cache has not listed: a 403 is
@@ -351,12 +475,12 @@ impl Customs {
             return Ok(Next::Done);
         };
         let now = Instant::now();
-        if let Some(wait) = refused_wait(*self.refused(), now, self.recheck) {
-            return Ok(Next::After(wait));
+        if let Some(next) = self.gate(cx, "get", now).await {
+            return Ok(next);
         }
         match api.get_opt(&cx.remote_name()).await {
             Err(kube::Error::Api(s)) if s.code == 403 => {
-                Ok(self.refused_now(cx, now, &s.message).await)
+                Ok(self.refused_now(cx, now, "get", &s.message).await)
             }
             // Still listing, or out of reach for a moment: the cache's listing syncs the key
             // again.
@@ -364,15 +488,16 @@ impl Customs {
         }
     }
 
-    /// Applies `obj` in the remote namespace, unless the remote cluster refused this kind a
-    /// short while ago; a refusal for want of rights is said at home and waited out.
+    /// Applies `obj` in the remote namespace, unless the remote cluster refuses this kind
+    /// ([`Customs::gate`]); a refusal is said at home.
     async fn apply(&self, cx: &Cx<'_, Self>, mut obj: DynamicObject) -> Result<Next, Error> {
         let (Some(api), Some(namespace)) = (cx.remote_api(), cx.remote_namespace()) else {
             return Ok(Next::Done);
         };
         let now = Instant::now();
-        if let Some(wait) = refused_wait(*self.refused(), now, self.recheck) {
-            return Ok(Next::After(wait));
+        // A server-side apply of an object that is not there yet creates it.
+        if let Some(next) = self.gate(cx, "create", now).await {
+            return Ok(next);
         }
         let name = cx.remote_name();
         obj.meta_mut().namespace = Some(namespace.to_owned());
@@ -385,7 +510,7 @@ impl Customs {
                 Ok(Next::Done)
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
-                Ok(self.refused_now(cx, now, &s.message).await)
+                Ok(self.refused_now(cx, now, "create", &s.message).await)
             }
             Err(source) => Err(Error::Apply {
                 kind: self.name.clone(),
@@ -504,19 +629,33 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_kind_waits_for_the_recheck() {
+    fn a_kind_refused_by_rbac_is_asked_about_and_any_other_waits_for_the_recheck() {
         let t0 = Instant::now();
-        let recheck = Duration::from_secs(300);
-        assert_eq!(refused_wait(None, t0, recheck), None, "never refused");
-        assert_eq!(
-            refused_wait(Some(t0), t0 + Duration::from_secs(100), recheck),
-            Some(Duration::from_secs(200))
-        );
-        assert_eq!(refused_wait(Some(t0), t0 + recheck, recheck), None);
-        assert_eq!(
-            refused_wait(Some(t0), t0 + Duration::from_secs(301), recheck),
-            None
-        );
+        let s = Duration::from_secs;
+        let (recheck, ask) = (s(300), s(10));
+        let at = |secs| t0 + s(secs);
+        assert_eq!(gate(None, t0, recheck, ask), Gate::Go, "never refused");
+        let rbac = Refused {
+            at: t0,
+            by_rbac: true,
+            asked: t0,
+        };
+        assert_eq!(gate(Some(rbac), at(4), recheck, ask), Gate::Wait(s(6)));
+        assert_eq!(gate(Some(rbac), at(10), recheck, ask), Gate::Ask);
+        // Asked again at 25 s (and still refused): the next question 10 s after that one.
+        let asked = Refused {
+            asked: at(25),
+            ..rbac
+        };
+        assert_eq!(gate(Some(asked), at(30), recheck, ask), Gate::Wait(s(5)));
+        assert_eq!(gate(Some(asked), at(400), recheck, ask), Gate::Ask);
+        let other = Refused {
+            by_rbac: false,
+            ..rbac
+        };
+        assert_eq!(gate(Some(other), at(100), recheck, ask), Gate::Wait(s(200)));
+        assert_eq!(gate(Some(other), at(300), recheck, ask), Gate::Go);
+        assert_eq!(gate(Some(other), at(301), recheck, ask), Gate::Go);
     }
 
     #[test]

@@ -326,8 +326,8 @@ fn kinds_condition(
         .map(|(kind, said)| format!("{kind} ({said})"))
         .collect();
     let m = format!(
-        "provider {provider} does not accept {} from this cluster: not reflected, tried again \
-         from time to time (its admin grants tenants the kinds they may write)",
+        "provider {provider} does not accept {} from this cluster: not reflected until its \
+         admin grants tenants these kinds (asked every few seconds)",
         each.join("; ")
     );
     condition(

@@ -247,7 +247,8 @@ fn vk_role(rules: Value) -> String {
 /// comes home onto the home widget's status; a spec change follows; a widget of the same
 /// name someone else made in the twin is left alone (a Warning Event at home); the gadget
 /// the provider refuses gets a `ReflectionRefused` Event at home naming the kind and no
-/// object there; the home widget deleted, its copy goes.
+/// object there, until the provider's admin grants gadgets: then it follows within seconds;
+/// the home widget deleted, its copy goes.
 #[tokio::test]
 async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
     let kinds = [crd("widgets", "Widget"), crd("gadgets", "Gadget")];
@@ -475,6 +476,24 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
         },
     )
     .await;
+    phase_async(
+        "gadgets granted by the provider's admin: g1 follows within seconds, the condition goes",
+        async {
+            // Asked about, not waited out: before, a refused kind was tried again after 5 min.
+            let o = allow(&bed, widget_rules(&["widgets", "gadgets"]));
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            bed.eventually("g1 in the twin", || async {
+                let g = read(&bed.provider, "gadgets", &twin, "g1")?;
+                (g["spec"]["size"] == json!(1)).then_some(())
+            })
+            .await;
+            bed.eventually("CustomResourcesRefused False", || async {
+                (node_condition(&bed, "CustomResourcesRefused")?["status"] == "False").then_some(())
+            })
+            .await;
+        },
+    )
+    .await;
     phase_async("the home widget deleted: its copy goes", async {
         bed.consumer
             .kubectl_ok(&["delete", "widget", "w1", "-n", STORE, "--wait=false"]);
@@ -506,7 +525,7 @@ async fn a_consumer_reflects_chosen_custom_kinds_spec_out_and_status_back() {
                      "verbs": ["patch"]}])),
             );
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            let o = allow(&bed, widget_rules(&["widgets", "doohickeys"]));
+            let o = allow(&bed, widget_rules(&["widgets", "gadgets", "doohickeys"]));
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             bed.eventually("d1 made at home, the CRD established", || async {
                 fixture::apply(&bed.consumer, &home_object("Doohickey", "d1", 5)).ok()
