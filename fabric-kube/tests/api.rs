@@ -1,7 +1,8 @@
 //! The kit against a real API server: Lease election between two candidates (annotations
 //! follow the holder, release hands over at once, a holder cut off from the API steps down
-//! before the standby takes over, an unfit holder hands over), Events on an object, and
-//! "gone is fine" (404s, UID-preconditioned deletes) as the API server answers it.
+//! before the standby takes over, an unfit holder hands over), Events on an object,
+//! "gone is fine" (404s, UID-preconditioned deletes) as the API server answers it, and a
+//! controller's burst reconciled a bounded number at once.
 use std::time::{Duration, Instant};
 
 use fabric_kube::{
@@ -397,4 +398,90 @@ async fn gone_is_fine_and_a_uid_precondition_spares_a_successor() {
     meta::remove_finalizer(&cms, &second, "example.io/kept")
         .await
         .unwrap();
+}
+
+/// The objects of a burst are reconciled at most [`controller::CONCURRENCY`] at once (or what
+/// the controller asks for), never all together as kube-runtime's default would: each
+/// reconcile holds its slot a while, and the most held at once is counted.
+#[tokio::test]
+async fn a_burst_is_reconciled_a_bounded_number_at_once() {
+    if !require_tools("a_burst_is_reconciled_a_bounded_number_at_once") {
+        return;
+    }
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use fabric_kube::controller::{self, Backoff, Runner};
+    use kube::runtime::{Controller, controller::Action, watcher};
+
+    #[derive(Default)]
+    struct Seen {
+        now: AtomicUsize,
+        most: AtomicUsize,
+        done: AtomicUsize,
+    }
+    #[derive(Debug, thiserror::Error)]
+    #[error("never")]
+    struct Never;
+
+    let server = ApiServer::start("kit-burst");
+    let client = server.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    const N: usize = 40;
+    for i in 0..N {
+        cms.create(&PostParams::default(), &config_map(&format!("burst-{i}")))
+            .await
+            .unwrap();
+    }
+    for (limit, runner) in [
+        (
+            controller::CONCURRENCY,
+            Runner::<Never>::new("burst", Backoff::STANDARD),
+        ),
+        (
+            4,
+            Runner::<Never>::new("burst-4", Backoff::STANDARD).concurrency(4),
+        ),
+    ] {
+        let seen = Arc::new(Seen::default());
+        let c = Controller::new(cms.clone(), watcher::Config::default());
+        let task = tokio::spawn(runner.until_dropped().run(
+            c,
+            |cm: Arc<ConfigMap>, seen: Arc<Seen>| async move {
+                if !cm
+                    .metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or_default()
+                    .starts_with("burst-")
+                {
+                    return Ok(Action::await_change());
+                }
+                let now = seen.now.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                seen.now.fetch_sub(1, Ordering::SeqCst);
+                seen.done.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Never>(Action::await_change())
+            },
+            seen.clone(),
+        ));
+        let t0 = Instant::now();
+        while seen.done.load(Ordering::SeqCst) < N {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{} of {N} reconciled",
+                seen.done.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        task.abort();
+        let most = seen.most.load(Ordering::SeqCst);
+        assert!(
+            (2..=usize::from(limit)).contains(&most),
+            "{most} reconciles at once, the limit {limit}"
+        );
+    }
 }
