@@ -35,9 +35,10 @@ mod wggo;
 use setup::{setup, setup_nightly};
 
 /// Tests run side by side: most of the suite's time is end-to-end tests waiting on servers
-/// and timers, not on the CPU (their processes used 266 s of CPU in 395 s of three lanes on the
-/// 2-core VM), so three lanes share a 2-core machine well (the run took 512 s in two).
-const DEFAULT_LANES: usize = 3;
+/// and timers, not on the CPU. On the 2-core VM the tests and their API servers used about
+/// 620 s of CPU in 1,340 s of jobs: three lanes kept the machine 71% busy and took 447-459 s,
+/// four 85% and 392-398 s (two runs, no test failing), which is where more lanes stop paying.
+const DEFAULT_LANES: usize = 4;
 
 const USAGE: &str = "\
 usage: cargo xtask <task>
