@@ -375,6 +375,19 @@ pub(crate) enum Cmd {
             value_name = "RESOURCE.GROUP/VERSION"
         )]
         reflect_custom_resource: Vec<fabric_api::reflection::CustomResource>,
+        /// How often each virtual kubelet asks its provider's API whether it answers
+        /// (default: the virtual kubelet's, 5s).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        virtual_kubelet_probe_interval: Option<Duration>,
+        /// How long each of those probes may take (default: the virtual kubelet's, 5s):
+        /// longer over a slow link.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        virtual_kubelet_probe_timeout: Option<Duration>,
+        /// How long a virtual node stays Ready through failed probes after its provider last
+        /// answered (default: the virtual kubelet's, 10s): shorter notices a lost provider
+        /// sooner, longer rides out a flaky link.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        virtual_kubelet_grace: Option<Duration>,
         /// How long a removed VirtualNode's pods may take to be deleted through the provider
         /// before they are failed (`VirtualNodeRemoved`) and deleted at home. A forced unpeer
         /// does not wait.

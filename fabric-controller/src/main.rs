@@ -430,6 +430,9 @@ async fn run() -> Result<()> {
             virtual_kubelet_port,
             home_api_address,
             reflect_custom_resource,
+            virtual_kubelet_probe_interval,
+            virtual_kubelet_probe_timeout,
+            virtual_kubelet_grace,
             drain_grace,
         } => {
             // One active replica: two would both apply every virtual kubelet and publish
@@ -441,6 +444,11 @@ async fn run() -> Result<()> {
                 kubelet_port: virtual_kubelet_port,
                 home_api_address: home_api_address.map(|a| a.to_string()),
                 reflect: reflect_custom_resource,
+                health: virtual_node::objects::Health {
+                    probe_interval: virtual_kubelet_probe_interval,
+                    probe_timeout: virtual_kubelet_probe_timeout,
+                    grace: virtual_kubelet_grace,
+                },
             };
             let work = || async {
                 virtual_node::controller::run(client.clone(), settings.clone(), drain_grace).await;

@@ -58,6 +58,37 @@ pub struct Settings {
     /// (`--reflect-custom-resource`); its rights on them at home are the admin's
     /// ClusterRole [`REFLECTION_ROLE`].
     pub reflect: Vec<fabric_api::reflection::CustomResource>,
+    /// How every virtual kubelet watches its provider's API (unset: the virtual kubelet's
+    /// own defaults).
+    pub health: Health,
+}
+
+/// How a virtual kubelet tells that its provider's API is out of reach: it asks every
+/// `probe_interval`, gives each probe `probe_timeout`, and keeps its Node Ready through failed
+/// probes for `grace` after the last answer. Shorter notices a lost provider sooner (its pods
+/// are rescheduled sooner); longer rides out a slow or flaky link. Unset: the virtual
+/// kubelet's defaults (5 s, 5 s, 10 s).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    pub probe_interval: Option<std::time::Duration>,
+    pub probe_timeout: Option<std::time::Duration>,
+    pub grace: Option<std::time::Duration>,
+}
+
+impl Health {
+    /// The virtual kubelet's flags for what is set, and only that: a controller started
+    /// without them leaves the virtual kubelets' Deployments as they were.
+    pub fn args(&self) -> Vec<String> {
+        [
+            ("--probe-interval", self.probe_interval),
+            ("--probe-timeout", self.probe_timeout),
+            ("--grace", self.grace),
+        ]
+        .into_iter()
+        .filter_map(|(flag, d)| Some([flag.to_owned(), format!("{}ms", d?.as_millis())]))
+        .flatten()
+        .collect()
+    }
 }
 
 /// The ClusterRole (deploy/base/rbac.yaml, shipped with no rules) holding what every virtual
@@ -424,6 +455,7 @@ pub fn deployment(vn: &VirtualNode, s: &Settings) -> Deployment {
                             .chain(s.reflect.iter().flat_map(|r| {
                                 ["--reflect-custom-resource".to_owned(), r.to_string()]
                             }))
+                            .chain(s.health.args())
                             .collect(),
                         ),
                         env: Some(vec![
@@ -492,6 +524,7 @@ mod tests {
             kubelet_port: KUBELET_PORT,
             home_api_address: None,
             reflect: Vec::new(),
+            health: Health::default(),
         }
     }
 
@@ -602,6 +635,32 @@ mod tests {
         assert!(args.windows(2).any(|w| w == ["--kubelet-port", "0"]));
         assert!(!args.iter().any(|a| a == "--home-api-address"));
         assert!(!args.iter().any(|a| a == "--reflect-custom-resource"));
+        assert!(
+            !args
+                .iter()
+                .any(|a| a == "--grace" || a.starts_with("--probe")),
+            "the virtual kubelet's own defaults unless set: {args:?}"
+        );
+        let watchful = Settings {
+            health: Health {
+                probe_interval: Some(std::time::Duration::from_secs(1)),
+                probe_timeout: None,
+                grace: Some(std::time::Duration::from_millis(2500)),
+            },
+            ..settings()
+        };
+        let args = deployment(&v, &watchful)
+            .spec
+            .template
+            .spec
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert!(args.windows(2).any(|w| w == ["--probe-interval", "1000ms"]));
+        assert!(args.windows(2).any(|w| w == ["--grace", "2500ms"]));
+        assert!(!args.iter().any(|a| a == "--probe-timeout"));
         let home = Settings {
             home_api_address: Some("10.0.1.100:6443".into()),
             reflect: vec!["widgets.example.com/v1".parse().unwrap()],

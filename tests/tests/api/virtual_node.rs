@@ -141,7 +141,16 @@ fn setup(tag: &str) -> Option<Bed> {
     } = fixture::start_virtual_nodes(
         &consumer,
         &dir,
-        &["--drain-grace", &format!("{}s", DRAIN_GRACE.as_secs())],
+        &[
+            "--drain-grace",
+            &format!("{}s", DRAIN_GRACE.as_secs()),
+            // A provider lost is noticed in about 3 s rather than 10: the phases that cut it
+            // off wait that much less, and the flags reach the virtual kubelets.
+            "--virtual-kubelet-probe-interval",
+            "1s",
+            "--virtual-kubelet-grace",
+            "3s",
+        ],
     )
     .unwrap();
     let bed = Bed {
