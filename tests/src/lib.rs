@@ -1,5 +1,6 @@
-//! Test beds for the fabric data plane: network namespaces, the two-cluster topology of
-//! docs/packet-path.md, traffic probes, and the datapath benchmark.
+//! Test beds for the fabric: network namespaces, the two-cluster topology of
+//! docs/packet-path.md, traffic probes, API servers and whole clusters with their Kubernetes
+//! test doubles (the benchmarks and the demo build on them in `fabric-bench`).
 //!
 //! Everything runs inside namespaces this crate creates (unique names `fabt-<pid>-<n>-*`) and is
 //! removed again when the [`netns::Testbed`] drops, also when a test fails. It needs root; the
@@ -8,22 +9,12 @@
 //! The `fabric-agent` binary is driven as a subprocess (see [`agent`] for how it is found):
 //! build it first with `cargo build --workspace --bins`, or use `cargo xtask test`.
 pub mod agent;
-pub mod apimetrics;
 pub mod apiserver;
 pub mod auth_service;
-pub mod bench;
-pub mod bench_control;
-pub mod bench_fabric;
-pub mod bench_offload;
-pub mod bench_operator;
-pub mod bench_peering;
-pub mod bench_reflection;
-pub mod bench_storage;
 pub mod blips;
 pub mod client_ca;
 pub mod clusters;
 pub mod deployments;
-pub mod endpoints;
 pub mod figures;
 pub mod host_kubelets;
 pub mod kube_sync;
@@ -36,12 +27,14 @@ pub mod phase;
 pub mod process;
 /// Resource quantities, as the provider's offer policy reads them.
 pub use fabric_api::quantity;
+/// The Kubernetes test doubles (test node, scheduler, EndpointSlice controller, storage), under
+/// the names the tests know them by, with what starts each against an [`apiserver::ApiServer`].
+mod doubles;
+pub use doubles::{endpoints, sched, storage};
+pub use fabric_test_doubles::testnode;
 pub mod rights;
-pub mod sched;
 pub mod sharing;
 pub mod shop;
-pub mod storage;
-pub mod testnode;
 pub mod topo;
 pub mod traffic;
 pub mod wait;

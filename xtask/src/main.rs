@@ -509,7 +509,7 @@ fn bench_gateway(args: &[String]) -> Result<ExitCode> {
         "--locked",
         "--release",
         "-p",
-        "fabric-tests",
+        "fabric-bench",
         "--bin",
         "fabric-gateway-bench",
     ]))
@@ -606,6 +606,8 @@ fn bench_offload(which: &str, args: &[String]) -> Result<ExitCode> {
             "fabric-virtual-kubelet",
             "-p",
             "fabric-tests",
+            "-p",
+            "fabric-bench",
             "--bin",
             "fabric-controller",
             "--bin",

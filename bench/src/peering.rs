@@ -7,7 +7,7 @@
 //! the provider the authentication service (`fabric-controller auth`) and `fabric-controller
 //! sharing`; on the consumer `fabric-controller sharing` and `fabric-controller
 //! virtual-nodes`, whose virtual kubelet Deployments the
-//! [`crate::deployments`] stand-in runs as processes (as their ServiceAccount). No network
+//! [`fabric_tests::deployments`] stand-in runs as processes (as their ServiceAccount). No network
 //! fixture: each cluster's gateway identity is published as its operator would, and a stand-in
 //! operator reports a Connection `Connected` as soon as a peer's Configuration exists (the
 //! tunnel's own time to come up is `fabric-bench control`'s first figure).
@@ -42,7 +42,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::{
+use fabric_tests::{
     ChildGuard,
     apiserver::ApiServer,
     auth_service::AuthService,
@@ -103,7 +103,7 @@ fn controller(
     dir: &Path,
 ) -> Result<Controller> {
     let log = dir.join(format!("{name}.log"));
-    let own = crate::rights::component_kubeconfig(
+    let own = fabric_tests::rights::component_kubeconfig(
         api,
         service_account,
         dir.join(format!("{name}.kubeconfig")),
@@ -586,7 +586,7 @@ fn memory(rt: &tokio::runtime::Runtime, stack: &Stack, total: usize) -> Result<(
 
 pub fn run(opts: &Options) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
-    let profile = crate::figures::profile();
+    let profile = fabric_tests::figures::profile();
     println!(
         "peering: fabricctl peer out-of-band to virtual Node Ready, {} runs (binaries: {profile} build)",
         opts.runs

@@ -1,17 +1,18 @@
-//! `fabric-bench datapath [--quick]`: see `fabric_tests::bench` (run via `cargo xtask bench datapath`).
-//! `fabric-bench control`: see `fabric_tests::bench_control` (`cargo xtask bench control`).
+//! `fabric-bench datapath [--quick]`: see `fabric_bench::datapath` (run via `cargo xtask bench datapath`).
+//! `fabric-bench control`: see `fabric_bench::control` (`cargo xtask bench control`).
 //! `fabric-bench operator`: the gateway operator's API requests at rest, alone (also part of
-//! `control`); see `fabric_tests::bench_operator`.
-//! `fabric-bench peering [--runs N] [--memory-peers N]`: see `fabric_tests::bench_peering`
+//! `control`); see `fabric_bench::operator`.
+//! `fabric-bench peering [--runs N] [--memory-peers N]`: see `fabric_bench::peering`
 //! (`cargo xtask bench peering`).
 //! `fabric-bench offload [--sizes 1,100,1000] [--webhook] [--grace SECS]`: see
-//! `fabric_tests::bench_offload` (`cargo xtask bench offload`).
-//! `fabric-bench fabric [--quick]`: see `fabric_tests::bench_fabric` (`cargo xtask bench fabric`).
-//! `fabric-bench reflection [--quick] [--rate N]`: see `fabric_tests::bench_reflection`
+//! `fabric_bench::offload` (`cargo xtask bench offload`).
+//! `fabric-bench fabric [--quick]`: see `fabric_bench::fabric` (`cargo xtask bench fabric`).
+//! `fabric-bench reflection [--quick] [--rate N]`: see `fabric_bench::reflection`
 //! (`cargo xtask bench reflection`).
 use std::process::ExitCode;
 
-use fabric_tests::{bench, install_interrupt_handler, is_root};
+use fabric_bench::datapath;
+use fabric_tests::{install_interrupt_handler, is_root};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -43,7 +44,7 @@ fn main() -> ExitCode {
     if which == Some("peering") {
         // Two API servers and processes on the host: no namespaces, no root needed.
         install_interrupt_handler();
-        let mut opts = fabric_tests::bench_peering::Options::default();
+        let mut opts = fabric_bench::peering::Options::default();
         let number = |flag: &str| -> Option<usize> {
             let i = args.iter().position(|a| a == flag)?;
             args.get(i + 1)?.parse().ok()
@@ -54,12 +55,12 @@ fn main() -> ExitCode {
         if let Some(n) = number("--memory-peers") {
             opts.memory_peers = n;
         }
-        return finish(fabric_tests::bench_peering::run(&opts));
+        return finish(fabric_bench::peering::run(&opts));
     }
     if which == Some("offload") {
         // Two API servers and processes on the host, a hollow test node: no root needed.
         install_interrupt_handler();
-        let mut opts = fabric_tests::bench_offload::Options::default();
+        let mut opts = fabric_bench::offload::Options::default();
         if let Some(i) = args.iter().position(|a| a == "--sizes") {
             let sizes: Result<Vec<usize>, _> = args
                 .get(i + 1)
@@ -86,15 +87,15 @@ fn main() -> ExitCode {
                 }
             }
         }
-        return finish(fabric_tests::bench_offload::run(&opts));
+        return finish(fabric_bench::offload::run(&opts));
     }
     if which == Some("reflection") {
         // Two API servers and processes on the host, as offload: no root needed.
         install_interrupt_handler();
         let mut opts = if args.iter().any(|a| a == "--quick") {
-            fabric_tests::bench_reflection::Options::quick()
+            fabric_bench::reflection::Options::quick()
         } else {
-            fabric_tests::bench_reflection::Options::default()
+            fabric_bench::reflection::Options::default()
         };
         if let Some(i) = args.iter().position(|a| a == "--rate") {
             match args.get(i + 1).and_then(|r| r.parse::<f64>().ok()) {
@@ -105,7 +106,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        return finish(fabric_tests::bench_reflection::run(&opts));
+        return finish(fabric_bench::reflection::run(&opts));
     }
     if !is_root() {
         eprintln!("fabric-bench: needs root (network namespaces, eBPF)");
@@ -113,22 +114,22 @@ fn main() -> ExitCode {
     }
     install_interrupt_handler();
     if which == Some("operator") {
-        return finish(fabric_tests::bench_operator::run_operator(10));
+        return finish(fabric_bench::operator::run_operator(10));
     }
     if which == Some("fabric") {
         let opts = if args.iter().any(|a| a == "--quick") {
-            fabric_tests::bench_fabric::Options::quick()
+            fabric_bench::fabric::Options::quick()
         } else {
-            fabric_tests::bench_fabric::Options::standard()
+            fabric_bench::fabric::Options::standard()
         }
         .with_other_gateways();
-        return finish(fabric_tests::bench_fabric::run(&opts));
+        return finish(fabric_bench::fabric::run(&opts));
     }
     if which == Some("storage") {
         let mut opts = if args.iter().any(|a| a == "--quick") {
-            fabric_tests::bench_storage::Options::quick()
+            fabric_bench::storage::Options::quick()
         } else {
-            fabric_tests::bench_storage::Options::standard()
+            fabric_bench::storage::Options::standard()
         };
         let number = |flag: &str| -> Result<Option<u64>, String> {
             let Some(i) = args.iter().position(|a| a == flag) else {
@@ -153,17 +154,17 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         }
-        return finish(fabric_tests::bench_storage::run(&opts));
+        return finish(fabric_bench::storage::run(&opts));
     }
     if which == Some("control") {
-        return finish(fabric_tests::bench_control::run(&[1, 10, 100]));
+        return finish(fabric_bench::control::run(&[1, 10, 100]));
     }
     let opts = if args.iter().any(|a| a == "--quick") {
-        bench::Options::quick()
+        datapath::Options::quick()
     } else {
-        bench::Options::standard()
+        datapath::Options::standard()
     };
-    finish(bench::run(&opts))
+    finish(datapath::run(&opts))
 }
 
 /// The bench's exit: its error, if any, said with its causes.

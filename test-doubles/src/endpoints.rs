@@ -13,9 +13,8 @@
 //! Not done, as tests do not need it: more than one slice per Service (endpoints with
 //! different resolutions of a named port are left out, with a note), IPv6, topology hints,
 //! zones, and mirroring of selector-less Services' Endpoints.
-use std::{collections::BTreeMap, path::Path};
+use std::collections::BTreeMap;
 
-use anyhow::Result;
 use k8s_openapi::{
     api::{
         core::v1::{ObjectReference, Pod, Service},
@@ -24,8 +23,6 @@ use k8s_openapi::{
     apimachinery::pkg::{apis::meta::v1::OwnerReference, util::intstr::IntOrString},
 };
 use kube::ResourceExt;
-
-use crate::{ChildGuard, apiserver::ApiServer, process::Bin};
 
 /// The labels and values upstream's controller writes, as the fabric names them.
 pub use fabric_api::names::endpoint_slice::{
@@ -242,15 +239,6 @@ pub fn up_to_date(existing: &EndpointSlice, desired: &EndpointSlice) -> bool {
             .iter()
             .all(|(k, v)| labels.get(k) == Some(v))
         && existing.metadata.owner_references == desired.metadata.owner_references
-}
-
-/// `fabric-test-endpoints` against `api` as its admin (the stand-in is the cluster's, as the
-/// test scheduler), its log at `log`; it stops when the guard drops.
-pub fn start(api: &ApiServer, log: &Path) -> Result<ChildGuard> {
-    Bin::new("fabric-test-endpoints")?
-        .kubeconfig(&api.kubeconfig)
-        .log(log)
-        .spawn()
 }
 
 #[cfg(test)]

@@ -35,7 +35,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::Result;
 use k8s_openapi::{
     api::{
         core::v1::{PersistentVolume, PersistentVolumeClaim},
@@ -46,7 +45,7 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use crate::{ChildGuard, apiserver::ApiServer, process::Bin, quantity::milli};
+use fabric_api::quantity::milli;
 
 /// The test provisioner's name (a class's `provisioner`).
 pub const PROVISIONER: &str = "fabric-test/hostpath";
@@ -585,19 +584,6 @@ fn bind_claim(
             status,
         });
     }
-}
-
-/// `fabric-test-storage --default-class` against `api` as its admin (the stand-in is the
-/// cluster's, as the test scheduler), its PV directories under `root`, its log at `log`; it
-/// stops when the guard drops.
-pub fn start(api: &ApiServer, root: &Path, log: &Path) -> Result<ChildGuard> {
-    Bin::new("fabric-test-storage")?
-        .kubeconfig(&api.kubeconfig)
-        .arg("--root")
-        .arg(root)
-        .arg("--default-class")
-        .log(log)
-        .spawn()
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `cargo xtask bench fabric`: what a user gets, pod to pod across two clusters, end to end.
 //!
-//! The clusters are the fixture's ([`crate::clusters`]): overlay on, remap on, both on pod
+//! The clusters are the fixture's ([`fabric_tests::clusters`]): overlay on, remap on, both on pod
 //! CIDR 10.244.0.0/16 with the same pod addresses. A pod in A talks to a pod in B under the
 //! address A's IPAM remapped it to (10.244.x.y -> 10.64.x.y): node, overlay, gateway, tunnel,
 //! gateway, overlay, node. Measured against, in the same run:
@@ -8,7 +8,7 @@
 //!   (what the cluster's own pod network gives, with no gateway on the way);
 //! - `wireguard-go`, `boringtun-cli`: the same clusters with fabric-gateway stopped and the
 //!   other implementation in the gateway namespaces, its tunnel configured with `wg` and the
-//!   remap done by nftables ([`crate::other_gateways`]). The operators (the gateways' ends of
+//!   remap done by nftables ([`fabric_tests::other_gateways`]). The operators (the gateways' ends of
 //!   the VXLAN overlay) and the agents (the nodes' ends, the routes to the remapped CIDR) stay:
 //!   the path is the same up to the gateway's process, and nothing of the fabric is on it
 //!   from there to the other gateway's overlay.
@@ -27,7 +27,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::{
+use fabric_tests::{
     check_interrupt,
     clusters::{Cluster, Options as FixtureOptions, POD_CIDR, PeeredClusters},
     figures::{cpu_secs, load_average, percentile, profile},

@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{apiserver::ApiServer, check_interrupt, process::Bin};
+use fabric_tests::{apiserver::ApiServer, check_interrupt, process::Bin};
 
 /// `apiserver_request_total` by "VERB resource[/subresource]", from the Prometheus text
 /// ([`crate::apimetrics::parse`] with the status codes folded together). Non-resource

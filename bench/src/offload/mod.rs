@@ -4,7 +4,7 @@
 //!
 //! Two test API servers on the host with RBAC enforced, as `tests/tests/api/offload.rs`: the
 //! consumer runs `fabric-controller virtual-nodes` and the virtual kubelet it deploys (as its
-//! ServiceAccount, through [`crate::deployments`]), with graceful pod deletion on; the provider
+//! ServiceAccount, through [`fabric_tests::deployments`]), with graceful pod deletion on; the provider
 //! runs `fabric-controller sharing` (the ShadowPod controller) and one test node in **hollow**
 //! mode (`fabric-test-node --hollow`: a pod is reported Running with an address, no namespace
 //! and no process, so a thousand pods cost the machine no more than their API objects).
@@ -22,7 +22,7 @@
 //! server served per pod of the burst (from its `apiserver_request_total`).
 //!
 //! With `--webhook`, the provider also runs its ShadowPod webhook as deployed
-//! ([`crate::webhook`]): every ShadowPod is admitted against the consumer's grant (a
+//! ([`fabric_tests::webhook`]): every ShadowPod is admitted against the consumer's grant (a
 //! ResourceSlice asking room for every burst, granted by the provider's negotiation) and
 //! charged on its Tenant's status.
 use std::{
@@ -56,8 +56,9 @@ pub(crate) mod watch;
 use report::{Burst, Deletion};
 use watch::{Stage, Step, first_event, first_seen, provider_stages};
 
-use crate::{
-    ChildGuard, apimetrics,
+use crate::apimetrics;
+use fabric_tests::{
+    ChildGuard,
     apiserver::ApiServer,
     check_interrupt,
     deployments::Deployments,
@@ -282,15 +283,15 @@ pub(crate) fn start(
     // The provider: the consumer's tenant and identity, the ShadowPod controller, a hollow
     // node with room for every burst.
     // The API server presents its client certificate to the webhook, as the webhook requires.
-    let caller = crate::webhook::Caller::new(&dir.join("webhook-caller"))?;
+    let caller = fabric_tests::webhook::Caller::new(&dir.join("webhook-caller"))?;
     let provider = ApiServer::start_with_auth_args(&format!("{tag}-p"), &caller.kubelite_args());
     provider.install_crds();
-    crate::auth_service::prepare_cluster(&provider, PROVIDER);
+    fabric_tests::auth_service::prepare_cluster(&provider, PROVIDER);
     let p = rt.block_on(provider.client());
     rt.block_on(sharing::admit_tenant(&p, CONSUMER))?;
     let creds = sharing::consumer_credentials(&provider, CONSUMER)?;
     // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
-    let sharing_kubeconfig = crate::rights::component_kubeconfig(
+    let sharing_kubeconfig = fabric_tests::rights::component_kubeconfig(
         &provider,
         "fabric-sharing",
         dir.join("sharing.kubeconfig"),
@@ -326,7 +327,7 @@ pub(crate) fn start(
     if webhook {
         rt.block_on(grant(&p, pods))
             .with_context(|| format!("logs in {}", dir.display()))?;
-        children.push(crate::webhook::start(
+        children.push(fabric_tests::webhook::start(
             &provider,
             &caller,
             &dir.join("provider-webhook.log"),
@@ -335,13 +336,13 @@ pub(crate) fn start(
 
     // The consumer: what the sharing and network layers have made by the time a VirtualNode
     // exists (the provider connected, its pod CIDR remapped), and the VirtualNode controller.
-    let consumer = crate::offload_fixture::start_consumer(&format!("{tag}-c"), true)?;
+    let consumer = fabric_tests::offload_fixture::start_consumer(&format!("{tag}-c"), true)?;
     // The virtual kubelet serves its kubelet API, as deployed.
     consumer.publish_client_ca()?;
-    let virtual_nodes = crate::offload_fixture::start_virtual_nodes(&consumer, &dir, &[])?;
+    let virtual_nodes = fabric_tests::offload_fixture::start_virtual_nodes(&consumer, &dir, &[])?;
     children.push(virtual_nodes.controller);
     let deployments = virtual_nodes.deployments;
-    crate::offload_fixture::set_identity(&consumer, &creds)?;
+    fabric_tests::offload_fixture::set_identity(&consumer, &creds)?;
     apply(
         &consumer,
         &json!({ "apiVersion": "offloading.fabric.io/v1alpha1", "kind": "VirtualNode",
@@ -721,7 +722,7 @@ pub(crate) fn vk_name() -> String {
 
 pub fn run(opts: &Options) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
-    let profile = crate::figures::profile();
+    let profile = fabric_tests::figures::profile();
     println!(
         "offload: pods bound to the virtual node until Running at home, bursts of {:?} (binaries: {profile} build)",
         opts.sizes

@@ -1,5 +1,5 @@
 //! The test clusters' storage controllers: the PV binder and the hostpath provisioner of
-//! `fabric_tests::storage` (which says what they do, as upstream). This is the I/O around
+//! `fabric_test_doubles::storage` (which says what they do, as upstream). This is the I/O around
 //! [`storage::plan`]: watches of PVCs, PVs and StorageClasses (reflector stores), a pass after
 //! each burst of changes, the PV directories made and removed under `--root`; with
 //! `--default-class`, the class `standard` made at start.
@@ -8,7 +8,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use fabric_kube::cache::notifying;
-use fabric_tests::storage::{self, Action};
+use fabric_test_doubles::storage::{self, Action};
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
     storage::v1::StorageClass,

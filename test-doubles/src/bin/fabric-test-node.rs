@@ -1,4 +1,4 @@
-//! The test clusters' kubelet stand-in (see `fabric_tests::testnode`): run one per node,
+//! The test clusters' kubelet stand-in (see `fabric_test_doubles::testnode`): run one per node,
 //! inside the node's network namespace, with a kubeconfig that reaches the API server.
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use fabric_tests::testnode::{node, podnet, pods, proxy, server};
+use fabric_test_doubles::testnode::{node, podnet, pods, proxy, server};
 use ipnetwork::Ipv4Network;
 use tracing::info;
 
@@ -129,7 +129,7 @@ async fn run(cli: Cli) -> Result<()> {
     .collect();
     for c in &cli.capacity {
         let (k, v) = kv(c)?;
-        fabric_tests::quantity::milli(&v).with_context(|| format!("capacity {c}"))?;
+        fabric_api::quantity::milli(&v).with_context(|| format!("capacity {c}"))?;
         capacity.insert(k, v);
     }
     let reg = node::Registration {

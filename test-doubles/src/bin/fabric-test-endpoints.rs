@@ -1,5 +1,5 @@
 //! The test clusters' EndpointSlice controller: one slice per Service with a selector, as
-//! `fabric_tests::endpoints` computes it, applied server-side; its slices of Services that
+//! `fabric_test_doubles::endpoints` computes it, applied server-side; its slices of Services that
 //! went deleted (`endpoints::stale`). Watches of Services, Pods and its own slices
 //! (reflector stores) and a pass over every Service after each burst of changes. Slices
 //! without its managed-by label are never read nor written.
@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use fabric_kube::cache::notifying;
-use fabric_tests::endpoints::{self, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL};
+use fabric_test_doubles::endpoints::{self, FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Namespace, Pod, Service},
     discovery::v1::EndpointSlice,

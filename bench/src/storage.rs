@@ -1,7 +1,7 @@
 //! `cargo xtask bench storage`: what the storage fabric costs a stateful pod, and what moving a
 //! volume gets (issue 21).
 //!
-//! The fixture's two clusters with their sharing layers ([`crate::peering_stack`]): A peers
+//! The fixture's two clusters with their sharing layers ([`fabric_tests::peering_stack`]): A peers
 //! with B as a consumer, asking for some of the storage B lends of its class `standard`;
 //! namespace `bench-storage` of A is offloaded `LocalAndRemote` to B. Then, from one run:
 //! - **First consumer**: a claim of the fabric's StorageClass (`WaitForFirstConsumer`) created
@@ -33,7 +33,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{
+use fabric_tests::{
     check_interrupt,
     clusters::{self, Cluster},
     die_with_parent,
@@ -247,7 +247,7 @@ impl Bed {
         let a = &self.sharing.cl.a;
         a.api.kubectl_ok(&["create", "namespace", NS]);
         let selector = format!("{ADVERTISED_LABEL}={}", self.b_id);
-        let o = crate::process::fabricctl(
+        let o = fabric_tests::process::fabricctl(
             &a.api.kubeconfig,
             &[
                 "offload",

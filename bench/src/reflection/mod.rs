@@ -1,7 +1,7 @@
 //! `fabric-bench reflection`: how long an EndpointSlice change at home takes to be visible,
 //! translated, on the provider, and what the reflectors weigh with 10,000 reflected objects.
 //!
-//! On the offload bench's two clusters ([`crate::bench_offload`]: two test API servers with
+//! On the offload bench's two clusters ([`crate::offload`]: two test API servers with
 //! RBAC, the consumer's virtual kubelet and the provider's `fabric-controller sharing` each
 //! with its deployed rights), a namespace is offloaded to the provider: its
 //! NamespaceOffloading at home, the NamespaceMap written with the consumer's own identity, the
@@ -54,8 +54,8 @@ pub mod changes;
 
 use changes::{Change, Endpoint, Kind, Tracker};
 
-use crate::{
-    bench_offload::{Stack, start, watch::first_seen},
+use crate::offload::{Stack, start, watch::first_seen};
+use fabric_tests::{
     check_interrupt,
     figures::{cpu_secs, mib, percentile, rss_kib, secs},
     offload_fixture::{self as fixture, CONSUMER, CONSUMER_CIDRS, CONSUMER_SEEN, NODE, NS},
@@ -434,7 +434,7 @@ struct Weight {
 async fn count<K>(
     api: Api<K>,
     keep: impl Fn(&K) -> bool + Send + 'static,
-) -> crate::bench_offload::watch::Seen
+) -> crate::offload::watch::Seen
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -551,7 +551,7 @@ async fn weigh(stack: &Stack, opts: &Options) -> Result<Weight> {
     tokio::time::sleep(Duration::from_secs(20)).await;
     let vk = stack
         .deployments
-        .pid(NS, &crate::bench_offload::vk_name())
+        .pid(NS, &crate::offload::vk_name())
         .and_then(rss_kib);
     let sharing = rss_kib(stack.children[0].0.id());
     Ok(Weight {
@@ -611,7 +611,7 @@ pub fn run(opts: &Options) -> Result<()> {
         );
     }
     let rt = tokio::runtime::Runtime::new()?;
-    let profile = crate::figures::profile();
+    let profile = fabric_tests::figures::profile();
     println!(
         "reflection: EndpointSlice changes at home until translated on the provider, and the \
          reflectors' memory (binaries: {profile} build)"

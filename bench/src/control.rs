@@ -1,14 +1,14 @@
 //! `fabric-bench control`: how fast the control plane acts, and what it costs at rest.
 //!
 //! 1. From `fabricctl peer` to the first packet across, on two fresh clusters
-//!    ([`crate::clusters::PeeredClusters`], one node each).
+//!    ([`fabric_tests::clusters::PeeredClusters`], one node each).
 //! 2. From a peer's Configuration getting its grants (the status update IPAM makes) to the
 //!    route being in place on a node, with 1, 10 and 100 peers: the agent against a kubelite,
 //!    routes in a namespace; p50/p99/max over every peer of a round.
 //! 3. Resident memory of each long-running component at rest after (1).
 //! 4. The gateway operator's API requests per minute with 10 idle peers
-//!    ([`crate::bench_operator`]).
-use crate::figures::percentile;
+//!    ([`crate::operator`]).
+use fabric_tests::figures::percentile;
 use std::{
     collections::BTreeMap,
     path::Path,
@@ -24,7 +24,7 @@ use kube::{
     api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 
-use crate::{
+use fabric_tests::{
     Testbed, apiserver::ApiServer, check_interrupt, clusters::PeeredClusters, process::Bin,
 };
 
@@ -150,7 +150,7 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
     let t0 = Instant::now();
     let progress = cl.peer_ok()?;
     let peered = t0.elapsed();
-    let remote = crate::clusters::Cluster::pod_ip(0).replacen("10.244.", "10.64.", 1);
+    let remote = fabric_tests::clusters::Cluster::pod_ip(0).replacen("10.244.", "10.64.", 1);
     cl.wait_reachable(&cl.a.pods[0], &remote, Duration::from_secs(30))?;
     let to_packet = t0.elapsed();
     println!(
@@ -172,7 +172,7 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
         // The agents' next hop in cluster A (single gateway replica).
         ("--gateway".to_owned(), "agent"),
         (cl.a.dir.display().to_string(), "gateway + operator"),
-        (crate::clusters::POOL.to_owned(), "ipam"),
+        (fabric_tests::clusters::POOL.to_owned(), "ipam"),
     ] {
         for (name, kib) in rss_kib(&token) {
             if name.starts_with("fabric") {
@@ -310,5 +310,5 @@ pub fn run(peer_counts: &[usize]) -> Result<()> {
         }
         anyhow::Ok(())
     })?;
-    crate::bench_operator::run_operator(10)
+    crate::operator::run_operator(10)
 }

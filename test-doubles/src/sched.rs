@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Taint, Toleration,
 };
 
-use crate::quantity::milli;
+use fabric_api::quantity::milli;
 
 pub mod volumes;
 
@@ -53,7 +53,7 @@ impl Misfit {
     }
 }
 
-/// Resource amounts in thousandths (see [`crate::quantity`]), by resource name.
+/// Resource amounts in thousandths (see [`fabric_api::quantity`]), by resource name.
 pub type Resources = fabric_api::quantity::Amounts;
 
 /// Is a pod still holding its node's resources (bound and not finished)?
@@ -326,18 +326,6 @@ pub fn wants_scheduling(p: &Pod) -> bool {
 }
 
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
-
-/// `fabric-test-scheduler` against `api` as its admin (the scheduler is the cluster's), its
-/// log at `log`; it stops when the guard drops.
-pub fn start(
-    api: &crate::apiserver::ApiServer,
-    log: &std::path::Path,
-) -> anyhow::Result<crate::ChildGuard> {
-    crate::process::Bin::new("fabric-test-scheduler")?
-        .kubeconfig(&api.kubeconfig)
-        .log(log)
-        .spawn()
-}
 
 #[cfg(test)]
 mod tests {

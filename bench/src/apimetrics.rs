@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
 
-use crate::apiserver::ApiServer;
+use fabric_tests::apiserver::ApiServer;
 
 /// Requests served so far, keyed `VERB resource[/subresource][ code]` (the code only when it
 /// is not a 2xx).

@@ -16,7 +16,7 @@ use std::{fmt::Write as _, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{
+use fabric_tests::{
     Agent, Testbed, check_interrupt,
     topo::{Addressing, TwoClusters},
     traffic,

@@ -1,12 +1,12 @@
 //! The test clusters' scheduler: binds pending pods (no `spec.nodeName`) to a node that fits
 //! through the `pods/binding` subresource, or marks them `PodScheduled=False`, reason
 //! `Unschedulable`, with kube-scheduler's kind of message. Decisions are
-//! `fabric_tests::sched`'s; this is the I/O around them: watches of pods and nodes (reflector
+//! `fabric_test_doubles::sched`'s; this is the I/O around them: watches of pods and nodes (reflector
 //! stores) and a pass over the pending pods after every change, so an unschedulable pod is
 //! retried as soon as a node or another pod changes. Any Node object counts, also ones that
 //! other components register later.
 //!
-//! Volumes as kube-scheduler's VolumeBinding plugin (`fabric_tests::sched::volumes`): claims,
+//! Volumes as kube-scheduler's VolumeBinding plugin (`fabric_test_doubles::sched::volumes`): claims,
 //! PVs and StorageClasses are watched too; on choosing a node for a pod with unbound
 //! `WaitForFirstConsumer` claims, the scheduler writes the claims' selected node (or a
 //! matching PV's `claimRef`), and binds the pod only once every claim is bound (upstream's
@@ -19,8 +19,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use fabric_tests::sched::volumes::{self, Prebind, Volumes};
-use fabric_tests::sched::{self, Decision};
+use fabric_test_doubles::sched::volumes::{self, Prebind, Volumes};
+use fabric_test_doubles::sched::{self, Decision};
 use futures::StreamExt;
 use k8s_openapi::api::{
     core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
@@ -301,7 +301,7 @@ async fn prebind(client: &Client, w: &Prebind) -> Result<()> {
             node,
         } => {
             let patch = serde_json::json!({ "metadata": { "annotations": {
-                fabric_tests::storage::SELECTED_NODE: node } } });
+                fabric_test_doubles::storage::SELECTED_NODE: node } } });
             Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
                 .patch(claim, &pp, &Patch::Merge(&patch))
                 .await
@@ -313,7 +313,7 @@ async fn prebind(client: &Client, w: &Prebind) -> Result<()> {
             claim,
             uid,
         } => {
-            let patch = fabric_tests::storage::claim_volume(namespace, claim, uid);
+            let patch = fabric_test_doubles::storage::claim_volume(namespace, claim, uid);
             Api::<PersistentVolume>::all(client.clone())
                 .patch(volume, &pp, &Patch::Merge(&patch))
                 .await
