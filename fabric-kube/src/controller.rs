@@ -165,7 +165,8 @@ impl<E: std::error::Error + Send + 'static> Runner<E> {
     }
 
     /// Runs `controller` with `reconcile` over `ctx` until its watches end (or a signal stops
-    /// it, see [`Runner::until_dropped`]).
+    /// it, see [`Runner::until_dropped`]). The controller's config is replaced by the runner's
+    /// (its [`Runner::concurrency`]): set it here, not on the controller.
     pub async fn run<K, C, F, Fut>(self, controller: Controller<K>, mut reconcile: F, ctx: Arc<C>)
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
