@@ -175,21 +175,7 @@ pub fn args(listen: &str, caller: &Caller) -> Vec<String> {
 /// caBundle: from then on the API server calls it.
 pub fn wait_ready(api: &ApiServer, log: &Path) -> Result<()> {
     try_eventually_blocking("the webhook's caBundle", Duration::from_secs(30), || {
-        let published = |kind: &str, name: &str| {
-            let o = api.kubectl(&[
-                "get",
-                kind,
-                name,
-                "-o",
-                "jsonpath={.webhooks[0].clientConfig.caBundle}",
-            ]);
-            o.status.success() && !o.stdout.is_empty()
-        };
-        (published(
-            "validatingwebhookconfiguration",
-            names::webhook::SHADOWPODS_CONFIG,
-        ) && published("mutatingwebhookconfiguration", names::webhook::PODS_CONFIG))
-        .then_some(())
+        published(api).then_some(())
     })
     .map_err(|e| {
         anyhow::anyhow!(
@@ -199,23 +185,79 @@ pub fn wait_ready(api: &ApiServer, log: &Path) -> Result<()> {
     })
 }
 
+/// Whether the webhook's CA is in both configurations' caBundle.
+fn published(api: &ApiServer) -> bool {
+    let published = |kind: &str, name: &str| {
+        let o = api.kubectl(&[
+            "get",
+            kind,
+            name,
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ]);
+        o.status.success() && !o.stdout.is_empty()
+    };
+    published(
+        "validatingwebhookconfiguration",
+        names::webhook::SHADOWPODS_CONFIG,
+    ) && published("mutatingwebhookconfiguration", names::webhook::PODS_CONFIG)
+}
+
 /// Starts the webhook for `api` (started with `caller`'s [`Caller::kubelite_args`]) on the
 /// host loopback, registered by [`register`], logging to `log`; returns once it has put its CA
 /// into the configuration's caBundle. The process dies with the returned guard.
 pub fn start(api: &ApiServer, caller: &Caller, log: &Path) -> Result<ChildGuard> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    register(api, "127.0.0.1", port)?;
     // As its pod: its ServiceAccount's token, with the rights deploy/ gives it.
     let kubeconfig = crate::rights::component_kubeconfig(
         api,
         "fabric-shadowpod-webhook",
         log.with_extension("kubeconfig"),
     )?;
-    let child = Bin::new("fabric-controller")?
-        .args(args(&format!("127.0.0.1:{port}"), caller))
-        .kubeconfig(&kubeconfig)
-        .log(log)
-        .spawn()?;
-    wait_ready(api, log)?;
-    Ok(child)
+    // The port is free when looked at, not when the webhook binds it: a test beside this one
+    // may take it in between (an API server's etcd), and the webhook then exits before it
+    // publishes its CA. Then it starts again on another.
+    let mut tries = 3;
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        register(api, "127.0.0.1", port)?;
+        let mut child = Bin::new("fabric-controller")?
+            .args(args(&format!("127.0.0.1:{port}"), caller))
+            .kubeconfig(&kubeconfig)
+            .log(log)
+            .spawn()?;
+        match ready_or_exited(api, log, &mut child)? {
+            None => return Ok(child),
+            Some(e) if tries > 1 => {
+                tries -= 1;
+                eprintln!("the webhook did not start on port {port}, trying another: {e}");
+            }
+            Some(e) => return Err(e),
+        }
+    }
+}
+
+/// [`wait_ready`] while `child` runs: `None` once the webhook is ready, why it exited if it
+/// did first.
+fn ready_or_exited(
+    api: &ApiServer,
+    log: &Path,
+    child: &mut ChildGuard,
+) -> Result<Option<anyhow::Error>> {
+    let mut exited = None;
+    let waited = try_eventually_blocking("the webhook's caBundle", Duration::from_secs(30), || {
+        if let Ok(Some(st)) = child.0.try_wait() {
+            exited = Some(st);
+            return Some(());
+        }
+        published(api).then_some(())
+    });
+    let log_text = || std::fs::read_to_string(log).unwrap_or_default();
+    match (waited, exited) {
+        (_, Some(st)) => Ok(Some(anyhow::anyhow!(
+            "the webhook exited ({st}); its log:\n{}",
+            log_text()
+        ))),
+        (Ok(()), None) => Ok(None),
+        (Err(e), None) => Err(anyhow::anyhow!("{e}; its log:\n{}", log_text())),
+    }
 }

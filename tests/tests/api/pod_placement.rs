@@ -99,6 +99,10 @@ fn pods_of_offloaded_namespaces_are_placed_as_their_strategy_says() {
     let api = ApiServer::start_with_auth_args(tag, &caller.kubelite_args());
     api.install_crds();
     api.kubectl_ok(&["create", "namespace", names::DEFAULT_NAMESPACE]);
+    phase(
+        "a webhook that cannot listen exits without publishing its CA",
+        || cannot_listen(&api, &caller, &dir),
+    );
     // As its pod: its ServiceAccount's token, with the rights deploy/ gives it, registered as
     // deploy/ registers it.
     let _webhook = fabric_tests::webhook::start(&api, &caller, &dir.join("webhook.log")).unwrap();
@@ -228,4 +232,55 @@ fn pods_of_offloaded_namespaces_are_placed_as_their_strategy_says() {
             );
         },
     );
+}
+
+/// The webhook registered, its port taken by another process: it exits, and the API server
+/// is never told its CA (it would call whatever holds the port, and whoever waits for the
+/// caBundle would take the webhook for ready).
+fn cannot_listen(api: &ApiServer, caller: &Caller, dir: &std::path::Path) {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    fabric_tests::webhook::register(api, "127.0.0.1", port).unwrap();
+    let log = dir.join("webhook-taken.log");
+    let kubeconfig = fabric_tests::rights::component_kubeconfig(
+        api,
+        "fabric-shadowpod-webhook",
+        log.with_extension("kubeconfig"),
+    )
+    .unwrap();
+    let mut child = fabric_tests::process::Bin::new("fabric-controller")
+        .unwrap()
+        .args(fabric_tests::webhook::args(
+            &format!("127.0.0.1:{port}"),
+            caller,
+        ))
+        .kubeconfig(&kubeconfig)
+        .log(&log)
+        .spawn()
+        .unwrap();
+    let st = fabric_tests::wait::eventually_blocking(
+        "the webhook to exit",
+        std::time::Duration::from_secs(30),
+        || child.0.try_wait().ok().flatten(),
+    );
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!st.success(), "it exited {st}\n{said}");
+    assert!(said.contains("listening on"), "{said}");
+    for (kind, name) in [
+        (
+            "validatingwebhookconfiguration",
+            names::webhook::SHADOWPODS_CONFIG,
+        ),
+        ("mutatingwebhookconfiguration", names::webhook::PODS_CONFIG),
+    ] {
+        let bundle = api.kubectl_ok(&[
+            "get",
+            kind,
+            name,
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ]);
+        assert!(bundle.is_empty(), "{kind} {name} got a caBundle: {bundle}");
+    }
+    drop(taken);
 }

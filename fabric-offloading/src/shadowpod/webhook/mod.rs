@@ -417,6 +417,12 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         s.pending_ttl,
         s.rules.default_requests.clone(),
     ));
+    // Listening before the CA is published: a webhook that cannot serve (its port taken) must
+    // not have the API server send it requests, nor tell whoever waits for the caBundle that
+    // it is ready.
+    let listener = tokio::net::TcpListener::bind(s.listen)
+        .await
+        .map_err(|e| Error::Listen(s.listen, e))?;
     let mut material = ensure_material(&client, &s).await?;
     if !publish_ca::<ValidatingWebhookConfiguration>(&client, &s.config, &material.ca_cert).await? {
         warn!(config = %s.config, "no ValidatingWebhookConfiguration yet; caBundle set when it appears");
@@ -427,9 +433,6 @@ pub async fn run(client: Client, s: Settings) -> Result<(), Error> {
         info!(config = %s.pods_config, "no MutatingWebhookConfiguration of pods (not a consumer, or not yet); caBundle set when it appears");
     }
     let current = Arc::new(RwLock::new(server_config(&material, s.callers.as_ref())?));
-    let listener = tokio::net::TcpListener::bind(s.listen)
-        .await
-        .map_err(|e| Error::Listen(s.listen, e))?;
     info!(listen = %s.listen, hosts = ?s.hosts, "ShadowPod webhook serving");
     let tls = {
         let current = current.clone();
