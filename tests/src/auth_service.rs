@@ -140,15 +140,8 @@ impl AuthService {
         container: Option<&Container>,
         approver: bool,
     ) -> Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
         let (api_url, ca) = api_server_of(&provider.kubeconfig)?;
         let log = fabric_netns::testbed::scratch_dir(&format!("auth-{cluster_id}.log"));
-        let bin = match container {
-            Some(container) => Bin::as_container("fabric-controller", container)?,
-            None => Bin::new("fabric-controller")?,
-        };
         // The cluster CA, which signs the consumers' certificates, where the API server
         // publishes it: the service verifies renewals against it, as deploy/ runs it.
         provider.publish_client_ca()?;
@@ -158,36 +151,59 @@ impl AuthService {
             "fabric-auth",
             fabric_netns::testbed::scratch_dir(&format!("auth-{cluster_id}.kubeconfig")),
         )?;
-        let mut child = bin
-            .kubeconfig(&kubeconfig)
-            .args(["auth", "--cluster-id", cluster_id])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--api-server-url", &api_url])
-            .arg("--api-server-ca")
-            .arg(&ca)
-            .args(["--tls-hosts", "127.0.0.1", "--certificate-ttl", "1h"])
-            .log(&log)
-            .spawn()?;
-        // Listening, or exited (and then why).
-        let exited = try_eventually(
-            "fabric-controller auth listening",
-            Duration::from_secs(30),
-            || {
-                let r = if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    Some(None)
-                } else {
-                    child.0.try_wait().ok().flatten().map(Some)
-                };
-                async move { r }
-            },
-        )
-        .await?;
-        if let Some(status) = exited {
-            bail!(
-                "fabric-controller auth exited ({status}): {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
+        // The port is free when looked at, not when the service binds it: a test beside this
+        // one may take it in between (an API server's etcd). The service then exits, and
+        // starts again on another port.
+        let mut tries = 3;
+        let (port, child) = loop {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            let bin = match container {
+                Some(container) => Bin::as_container("fabric-controller", container)?,
+                None => Bin::new("fabric-controller")?,
+            };
+            let mut child = bin
+                .kubeconfig(&kubeconfig)
+                .args(["auth", "--cluster-id", cluster_id])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--api-server-url", &api_url])
+                .arg("--api-server-ca")
+                .arg(&ca)
+                .args(["--tls-hosts", "127.0.0.1", "--certificate-ttl", "1h"])
+                .log(&log)
+                .spawn()?;
+            // Exited (and then why), or listening: exited is asked first, so that another
+            // process holding the port is not taken for the service.
+            let exited = try_eventually(
+                "fabric-controller auth listening",
+                Duration::from_secs(30),
+                || {
+                    let r = match child.0.try_wait().ok().flatten() {
+                        Some(status) => Some(Some(status)),
+                        None => TcpStream::connect(("127.0.0.1", port))
+                            .is_ok()
+                            .then_some(None),
+                    };
+                    async move { r }
+                },
+            )
+            .await?;
+            match exited {
+                None => break (port, child),
+                Some(status) if tries > 1 => {
+                    tries -= 1;
+                    eprintln!(
+                        "fabric-controller auth exited ({status}) on port {port}, trying another: {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                }
+                Some(status) => bail!(
+                    "fabric-controller auth exited ({status}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
+            }
+        };
         let approver = match approver {
             false => None,
             true => {
