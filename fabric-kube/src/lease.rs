@@ -77,8 +77,36 @@ impl Election {
 /// One round of the election: creates, renews or takes the Lease when this replica may.
 /// Returns whether this replica holds it now. Writes go through the Lease's resourceVersion,
 /// so of two candidates taking an expired Lease at once, one gets a conflict and stands by.
-pub async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kube::Result<bool> {
+pub async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Seen) -> kube::Result<bool> {
     contend_fit(api, e, seen, true).await
+}
+
+/// What a candidate keeps between rounds: the holder and renewal it last saw (to tell a
+/// silent holder), and the Lease as its own last write left it while it holds it.
+#[derive(Debug, Default)]
+pub struct Seen {
+    observed: Observed,
+    /// Renewing from this copy takes one request instead of a read and a write: its
+    /// resourceVersion makes the write fail if anyone wrote since, and then the round reads.
+    ours: Option<Lease>,
+}
+
+/// Renews `ours` (the Lease as this replica's last write left it) without reading it first.
+/// None when someone wrote it since (or removed it): the round must read it.
+async fn renew_unread(
+    api: &Api<Lease>,
+    e: &Election,
+    mut ours: Lease,
+) -> kube::Result<Option<Lease>> {
+    let spec = ours.spec.get_or_insert_with(Default::default);
+    spec.renew_time = Some(MicroTime(Timestamp::now()));
+    spec.lease_duration_seconds = Some(lease_seconds(e.duration));
+    e.annotate(&mut ours.metadata, true);
+    match api.replace(&e.lease, &PostParams::default(), &ours).await {
+        Ok(l) => Ok(Some(l)),
+        Err(ref err) if crate::meta::is_conflict(err) || crate::meta::is_not_found(err) => Ok(None),
+        Err(err) => Err(err),
+    }
 }
 
 /// [`contend`] for a replica that may be unable to do the work: when not `fit` it takes
@@ -86,9 +114,17 @@ pub async fn contend(api: &Api<Lease>, e: &Election, seen: &mut Observed) -> kub
 pub async fn contend_fit(
     api: &Api<Lease>,
     e: &Election,
-    seen: &mut Observed,
+    seen: &mut Seen,
     fit: bool,
 ) -> kube::Result<bool> {
+    // A holder's renewal, the common round, writes without reading: the write is refused
+    // unless the Lease is still as this replica left it, that is, still its own.
+    if let Some(ours) = seen.ours.take().filter(|_| fit)
+        && let Some(renewed) = renew_unread(api, e, ours).await?
+    {
+        seen.ours = Some(renewed);
+        return Ok(true);
+    }
     let stamp = MicroTime(Timestamp::now());
     let Some(mut lease) = api.get_opt(&e.lease).await? else {
         if !fit {
@@ -110,7 +146,10 @@ pub async fn contend_fit(
         };
         e.annotate(&mut lease.metadata, true);
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
+            Ok(l) => {
+                seen.ours = Some(l);
+                Ok(true)
+            }
             Err(ref e) if crate::meta::is_conflict(e) => Ok(false),
             Err(err) => Err(err),
         };
@@ -123,12 +162,19 @@ pub async fn contend_fit(
         .map(|t| t.0.to_string())
         .unwrap_or_default();
     let now = std::time::Instant::now();
-    seen.observe(&holder, &renewed, now);
+    seen.observed.observe(&holder, &renewed, now);
     // The holder's own duration counts, not ours: replicas may run with different flags.
     let duration = spec.lease_duration_seconds.map_or(e.duration, |s| {
         Duration::from_secs(s.max(0).unsigned_abs().into())
     });
-    let taking = match verdict(&e.identity, Some(&holder), seen, duration, fit, now) {
+    let taking = match verdict(
+        &e.identity,
+        Some(&holder),
+        &seen.observed,
+        duration,
+        fit,
+        now,
+    ) {
         Verdict::Standby => return Ok(false),
         Verdict::Release => {
             lease.spec = Some(spec);
@@ -153,10 +199,11 @@ pub async fn contend_fit(
     });
     e.annotate(&mut lease.metadata, true);
     match api.replace(&e.lease, &PostParams::default(), &lease).await {
-        Ok(_) => {
+        Ok(l) => {
             if taking {
                 info!(lease = %e.lease, previous = %holder, "took over the Lease");
             }
+            seen.ours = Some(l);
             Ok(true)
         }
         // Someone else wrote first (took it, or renewed just now): theirs.
@@ -187,7 +234,7 @@ pub async fn elect_fit(
     leading: watch::Sender<bool>,
     mut fit: watch::Receiver<bool>,
 ) {
-    let mut seen = Observed::default();
+    let mut seen = Seen::default();
     let mut tenure = Tenure::default();
     let mut tick = tokio::time::interval(e.retry);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

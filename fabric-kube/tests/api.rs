@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use fabric_kube::{
     Election,
-    election::Observed,
     events::{Event, Events},
     lease,
     meta::{self, Deleted, GoneOk},
@@ -45,12 +44,35 @@ async fn one_holder_then_a_handover_on_release() {
     let server = ApiServer::start("kit-election");
     let api: Api<Lease> = Api::namespaced(server.client().await, "default");
     let (a, b) = (candidate("a", "10.0.0.1"), candidate("b", "10.0.0.2"));
-    let (mut seen_a, mut seen_b) = (Observed::default(), Observed::default());
+    let (mut seen_a, mut seen_b) = (lease::Seen::default(), lease::Seen::default());
     assert!(lease::contend(&api, &a, &mut seen_a).await.unwrap());
     assert!(!lease::contend(&api, &b, &mut seen_b).await.unwrap());
     assert!(
         lease::contend(&api, &a, &mut seen_a).await.unwrap(),
         "renewal"
+    );
+    // A holder renews from its copy of the Lease without reading it; when someone wrote the
+    // Lease since (here by hand, for c), that write is refused and a reads and stands by.
+    let rewrite = |to: &'static str| {
+        let api = api.clone();
+        async move {
+            let mut l = api.get("kit-test").await.unwrap();
+            l.spec.as_mut().unwrap().holder_identity = Some(to.into());
+            api.replace("kit-test", &PostParams::default(), &l)
+                .await
+                .unwrap();
+        }
+    };
+    rewrite("c").await;
+    assert!(
+        !lease::contend(&api, &a, &mut seen_a).await.unwrap(),
+        "renewed over c"
+    );
+    assert_eq!(holder(&api).await.0.as_deref(), Some("c"));
+    rewrite("a").await;
+    assert!(
+        lease::contend(&api, &a, &mut seen_a).await.unwrap(),
+        "renewal after a read"
     );
     assert_eq!(
         holder(&api).await,
@@ -81,7 +103,7 @@ async fn a_silent_holder_is_replaced_after_the_lease_duration() {
     a.duration = Duration::from_secs(1);
     let mut b = candidate("b", "10.0.0.2");
     b.retry = Duration::from_millis(100);
-    let mut seen_a = Observed::default();
+    let mut seen_a = lease::Seen::default();
     assert!(lease::contend(&api, &a, &mut seen_a).await.unwrap());
     let (tx, mut leading) = tokio::sync::watch::channel(false);
     let elector = tokio::spawn(lease::elect(api.clone(), b, tx));
