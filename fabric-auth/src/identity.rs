@@ -4,6 +4,11 @@
 //!
 //! The kubeconfig carries everything inline (`*-data` fields): it lives in a Secret and is
 //! used from any pod, so it must not point at files.
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
 use base64::{Engine, engine::general_purpose::STANDARD};
 use fabric_api::names;
 use k8s_openapi::{ByteString, api::core::v1::Secret};
@@ -239,19 +244,72 @@ pub fn kubeconfig_of(secret: &Secret) -> Option<String> {
 /// there: reads Secret [`names::secret::identity`] in [`names::namespace::IDENTITIES`]
 /// through `local`. Its default namespace is the tenant namespace.
 pub async fn remote_client(local: &kube::Client, provider_id: &str) -> Result<kube::Client, Error> {
+    let secret = read_identity(local, provider_id).await?;
+    client_from_secret(provider_id, &secret).await
+}
+
+/// Clients for providers' API servers, each kept as long as its identity Secret stays as it
+/// was read. A consumer's controllers call their providers every few seconds; a client made
+/// for each call would make each call a new TLS connection, with a handshake on both sides.
+/// Cloning shares the clients.
+#[derive(Clone, Default)]
+pub struct RemoteClients {
+    made: Arc<Mutex<Made>>,
+}
+
+/// Provider id -> (the Secret's uid and resourceVersion when read, the client made from it).
+type Made = HashMap<String, ((String, String), kube::Client)>;
+
+impl RemoteClients {
+    /// [`remote_client`], made again only when the Secret changed (a renewed identity, a new
+    /// peering under the same name).
+    pub async fn get(
+        &self,
+        local: &kube::Client,
+        provider_id: &str,
+    ) -> Result<kube::Client, Error> {
+        let secret = read_identity(local, provider_id).await?;
+        let version = (
+            secret.metadata.uid.clone().unwrap_or_default(),
+            secret.metadata.resource_version.clone().unwrap_or_default(),
+        );
+        if let Some((v, c)) = self.lock().get(provider_id)
+            && *v == version
+        {
+            return Ok(c.clone());
+        }
+        let client = client_from_secret(provider_id, &secret).await?;
+        self.lock()
+            .insert(provider_id.to_owned(), (version, client.clone()));
+        Ok(client)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Made> {
+        // A panic elsewhere while holding the map leaves it whole: the entries are replaced
+        // whole.
+        self.made
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+async fn read_identity(local: &kube::Client, provider_id: &str) -> Result<Secret, Error> {
     let namespace = names::namespace::IDENTITIES;
     let name = names::secret::identity(provider_id);
-    let secret = Api::<Secret>::namespaced(local.clone(), namespace)
+    Api::<Secret>::namespaced(local.clone(), namespace)
         .get(&name)
         .await
         .map_err(|source| Error::ReadSecret {
             namespace: namespace.to_owned(),
-            name: name.clone(),
+            name,
             source,
-        })?;
-    let text = kubeconfig_of(&secret).ok_or_else(|| Error::MissingField {
-        namespace: namespace.to_owned(),
-        name,
+        })
+}
+
+async fn client_from_secret(provider_id: &str, secret: &Secret) -> Result<kube::Client, Error> {
+    let text = kubeconfig_of(secret).ok_or_else(|| Error::MissingField {
+        namespace: names::namespace::IDENTITIES.to_owned(),
+        name: names::secret::identity(provider_id),
         field: names::secret::KUBECONFIG_FIELD,
     })?;
     client_from_kubeconfig(&text).await

@@ -215,6 +215,44 @@ async fn out_of_band_authentication() {
         .await
         .unwrap();
     let tenant_ns = "fabric-tenant-consumer";
+    // Clients kept for the controllers follow the Secret: made again once it changes.
+    let kept = fabric_auth::identity::RemoteClients::default();
+    let client_ns = |k: &fabric_auth::identity::RemoteClients| {
+        let (k, c) = (k.clone(), c.clone());
+        async move {
+            k.get(&c, "provider")
+                .await
+                .unwrap()
+                .default_namespace()
+                .to_owned()
+        }
+    };
+    assert_eq!(client_ns(&kept).await, tenant_ns);
+    let secrets = Api::<Secret>::namespaced(c.clone(), names::namespace::IDENTITIES);
+    let mut creds = fabric_auth::identity::parse(&kubeconfig).unwrap();
+    creds.namespace = "elsewhere".to_owned();
+    let mut moved = secret.clone();
+    moved.data = fabric_auth::identity::secret("provider", &creds).data;
+    let moved = secrets
+        .replace(
+            &names::secret::identity("provider"),
+            &PostParams::default(),
+            &moved,
+        )
+        .await
+        .unwrap();
+    assert_eq!(client_ns(&kept).await, "elsewhere");
+    let mut back = moved;
+    back.data = secret.data.clone();
+    secrets
+        .replace(
+            &names::secret::identity("provider"),
+            &PostParams::default(),
+            &back,
+        )
+        .await
+        .unwrap();
+    assert_eq!(client_ns(&kept).await, tenant_ns);
     Api::<Tenant>::namespaced(remote.clone(), tenant_ns)
         .get("consumer")
         .await

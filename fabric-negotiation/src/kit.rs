@@ -58,6 +58,9 @@ pub struct Ctx {
     /// How often a consumer looks at its provider's answers (status of the PeeringNetwork and
     /// ResourceSlice replicas): the provider's API is not watched.
     pub remote_poll: Duration,
+    /// The providers' clients, shared by every controller: one connection to each provider
+    /// rather than one per call.
+    pub remote_clients: fabric_auth::identity::RemoteClients,
 }
 
 pub type Shared = Arc<Ctx>;
@@ -89,7 +92,8 @@ pub async fn remote<T>(
 
 /// A client for provider `provider` from this cluster's Identity Secret.
 pub async fn remote_client(ctx: &Ctx, provider: &str) -> Result<Client, Error> {
-    fabric_auth::identity::remote_client(&ctx.client, provider)
+    ctx.remote_clients
+        .get(&ctx.client, provider)
         .await
         .map_err(|source| Error::Identity {
             provider: provider.to_owned(),
@@ -106,38 +110,66 @@ pub async fn set_fc_condition<R: Reason>(
     type_: &str,
     verdict: &Verdict<R>,
 ) -> Result<(), Error> {
-    let api: Api<ForeignCluster> = Api::all(client.clone());
-    let Some(fc) = api.get_opt(name).await? else {
-        return Ok(());
-    };
-    let current = fc.status.map(|s| s.conditions).unwrap_or_default();
-    let old = current.iter().find(|c| c.type_ == type_);
-    if old.is_some_and(|c| verdict.says(c)) {
-        return Ok(());
+    FcConditions::read(client, name)
+        .await?
+        .set(type_, verdict)
+        .await
+}
+
+/// ForeignCluster `name` read once to set several of its conditions: each is applied alone,
+/// under a field manager of its own, so a condition set here leaves the others of the copy
+/// as they are, and the copy stays good for the next one.
+pub struct FcConditions {
+    api: Api<ForeignCluster>,
+    fc: Option<ForeignCluster>,
+}
+
+impl FcConditions {
+    pub async fn read(client: &Client, name: &str) -> Result<Self, Error> {
+        let api: Api<ForeignCluster> = Api::all(client.clone());
+        let fc = api.get_opt(name).await?;
+        Ok(Self { api, fc })
     }
-    let merged = status::with_condition(
-        &current,
-        verdict.condition(type_, fc.metadata.generation, Timestamp::now()),
-    );
-    let mine = merged
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .expect("with_condition keeps it");
-    // One field manager per condition: an apply owns exactly the fields it sends, so two
-    // conditions applied under the same manager would each drop the other.
-    let manager = format!("{}/{type_}", FIELD_MANAGER.0);
-    let patch = serde_json::json!({
-        "apiVersion": ForeignCluster::api_version(&()),
-        "kind": ForeignCluster::kind(&()),
-        "status": { "conditions": [mine] },
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(&manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+
+    /// Sets condition `type_` when the ForeignCluster exists and the condition changed.
+    pub async fn set<R: Reason>(&self, type_: &str, verdict: &Verdict<R>) -> Result<(), Error> {
+        let Some(fc) = &self.fc else {
+            return Ok(());
+        };
+        let current = fc
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let old = current.iter().find(|c| c.type_ == type_);
+        if old.is_some_and(|c| verdict.says(c)) {
+            return Ok(());
+        }
+        let merged = status::with_condition(
+            &current,
+            verdict.condition(type_, fc.metadata.generation, Timestamp::now()),
+        );
+        let mine = merged
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .expect("with_condition keeps it");
+        // One field manager per condition: an apply owns exactly the fields it sends, so two
+        // conditions applied under the same manager would each drop the other.
+        let manager = format!("{}/{type_}", FIELD_MANAGER.0);
+        let patch = serde_json::json!({
+            "apiVersion": ForeignCluster::api_version(&()),
+            "kind": ForeignCluster::kind(&()),
+            "status": { "conditions": [mine] },
+        });
+        self.api
+            .patch_status(
+                &kube::ResourceExt::name_any(fc),
+                &PatchParams::apply(&manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        Ok(())
+    }
 }
 
 /// How long a consumer looks again soon (every [`ANSWER_POLL`]) for a provider's first answer

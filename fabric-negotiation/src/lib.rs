@@ -57,6 +57,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Error> {
         client,
         namespace: settings.namespace.clone(),
         remote_poll: settings.remote_poll,
+        remote_clients: Default::default(),
     });
     let policy = policy::Settings {
         percent: settings.percent,

@@ -29,7 +29,7 @@ use kube::{
 };
 
 use super::{FINALIZER, replica, resources_granted, virtual_node};
-use crate::kit::{Ctx, Error, FIELD_MANAGER, answer_poll, remote, remote_client, set_fc_condition};
+use crate::kit::{Ctx, Error, FIELD_MANAGER, FcConditions, answer_poll, remote, remote_client};
 use crate::namespaces::retention;
 
 struct SliceCtx {
@@ -40,13 +40,13 @@ struct SliceCtx {
 
 /// The provider's VirtualNode and ForeignCluster condition from the local slices, with
 /// `fresh` (just read back from the provider) in place of its cached copy, and without
-/// `gone` (being deleted).
+/// `gone` (being deleted). Returns the ForeignCluster as read for its conditions.
 async fn sync_provider(
     sc: &SliceCtx,
     provider: &str,
     fresh: Option<&ResourceSlice>,
     gone: Option<&str>,
-) -> Result<(), Error> {
+) -> Result<FcConditions, Error> {
     let ctx = &sc.ctx;
     let skip = |s: &ResourceSlice| {
         let n = s.name_any();
@@ -71,9 +71,11 @@ async fn sync_provider(
         }
     }
     let granted = resources_granted(mine.iter().map(|s| s.status.as_ref()));
-    set_fc_condition(&ctx.client, provider, RESOURCES, &granted).await?;
+    let fc = FcConditions::read(&ctx.client, provider).await?;
+    fc.set(RESOURCES, &granted).await?;
     let tethered = super::mode(mine.iter().map(|s| s.status.as_ref()));
-    set_fc_condition(&ctx.client, provider, TETHERED, &tethered).await
+    fc.set(TETHERED, &tethered).await?;
+    Ok(fc)
 }
 
 async fn tenant_api(ctx: &Ctx, provider: &str) -> Result<Api<ResourceSlice>, Error> {
@@ -96,7 +98,7 @@ async fn tenant_api(ctx: &Ctx, provider: &str) -> Result<Api<ResourceSlice>, Err
 /// `RetainedVolumes` condition. Read with the slices: they are polled as long as the peering
 /// lasts, when no namespace is offloaded any more too.
 async fn report_retained(
-    ctx: &Ctx,
+    fc: &FcConditions,
     provider: &str,
     slices: &Api<ResourceSlice>,
     ns: &str,
@@ -110,13 +112,8 @@ async fn report_retained(
         .and_then(|m| m.status)
         .map(|s| s.retained)
         .unwrap_or_default();
-    set_fc_condition(
-        &ctx.client,
-        provider,
-        RETAINED_VOLUMES,
-        &retention::verdict(&retained),
-    )
-    .await
+    fc.set(RETAINED_VOLUMES, &retention::verdict(&retained))
+        .await
 }
 
 async fn apply(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error> {
@@ -137,8 +134,8 @@ async fn apply(slice: Arc<ResourceSlice>, sc: &SliceCtx) -> Result<Action, Error
             .await?;
         fresh.status = Some(status);
     }
-    sync_provider(sc, &provider, Some(&fresh), None).await?;
-    report_retained(ctx, &provider, &api, &ns).await?;
+    let fc = sync_provider(sc, &provider, Some(&fresh), None).await?;
+    report_retained(&fc, &provider, &api, &ns).await?;
     // The provider's answer follows its capacity: look again now and then.
     Ok(Action::requeue(next))
 }
