@@ -137,20 +137,35 @@ impl Deployments {
         std::fs::create_dir_all(&opts.dir)?;
         let state: Arc<Mutex<State>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        // The listing goes through one client, not a kubectl process per round: a kubectl
-        // start costs about 70 ms of CPU, and this round runs about three times a second for
-        // as long as a test does.
-        // (Its runtime is the thread's own: this may be called from within another.)
-        let rt = tokio::runtime::Builder::new_current_thread()
+        // The Deployments come from a watch, not a listing per round: this round runs about
+        // three times a second for as long as a test does, and the API server serving a list
+        // each time is much of what an idle test bed costs it.
+        // (Its runtime is the thread's own: this may be called from within another. One
+        // worker drives the watch between rounds.)
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()?;
         let thread = std::thread::spawn({
             let (opts, state, stop) = (opts.clone(), state.clone(), stop.clone());
             move || {
-                let deployments = rt
-                    .block_on(crate::apiserver::client_for(&opts.admin_kubeconfig))
-                    .map(kube::Api::<Deployment>::all);
-                let deployments = match deployments {
+                let watched = rt.block_on(async {
+                    use futures::StreamExt as _;
+                    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+                    let client = crate::apiserver::client_for(&opts.admin_kubeconfig).await?;
+                    let (reader, writer) = reflector::store::<Deployment>();
+                    let config = watcher::Config::default().labels(&opts.selector);
+                    let watch = reflector(writer, watcher(kube::Api::all(client), config))
+                        .default_backoff()
+                        .for_each(|_| std::future::ready(()));
+                    tokio::spawn(watch);
+                    reader
+                        .wait_until_ready()
+                        .await
+                        .context("watching Deployments")?;
+                    anyhow::Ok(reader)
+                });
+                let deployments = match watched {
                     Ok(d) => d,
                     Err(e) => {
                         let mut st = state.lock().unwrap();
@@ -159,7 +174,7 @@ impl Deployments {
                     }
                 };
                 while !stop.load(Ordering::Relaxed) {
-                    if let Err(e) = round(&rt, &deployments, &opts, &state) {
+                    if let Err(e) = round(&deployments, &opts, &state) {
                         state
                             .lock()
                             .unwrap()
@@ -168,6 +183,7 @@ impl Deployments {
                     }
                     std::thread::sleep(Duration::from_millis(300));
                 }
+                rt.shutdown_background();
             }
         });
         Ok(Self {
@@ -253,15 +269,13 @@ impl Deployments {
 }
 
 fn round(
-    rt: &tokio::runtime::Runtime,
-    deployments: &kube::Api<Deployment>,
+    deployments: &kube::runtime::reflector::Store<Deployment>,
     opts: &Options,
     state: &Mutex<State>,
 ) -> Result<()> {
-    let listed = rt
-        .block_on(deployments.list(&kube::api::ListParams::default().labels(&opts.selector)))
-        .context("listing Deployments")?;
-    let list = serde_json::json!({ "items": listed.items });
+    let items = deployments.state();
+    let items: Vec<&Deployment> = items.iter().map(|d| d.as_ref()).collect();
+    let list = serde_json::json!({ "items": items });
     let wanted = templates(&list);
     let mut st = state.lock().unwrap();
     // Gone, or changed: stop the old process.

@@ -63,8 +63,11 @@ async fn run() -> Result<()> {
     pods.wait_until_ready().await.context("pod watch")?;
     slices.wait_until_ready().await.context("slice watch")?;
     info!("watching services, pods and endpoint slices");
+    // Stale slices the API would not delete (their namespace went: this API server has no
+    // namespace controller to take its content with it): asked once, not at every pass.
+    let mut refused = std::collections::HashSet::new();
     loop {
-        pass(&client, &services, &pods, &slices).await;
+        pass(&client, &services, &pods, &slices, &mut refused).await;
         // Coalesce bursts of events into one pass.
         changed.notified().await;
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -122,6 +125,7 @@ async fn pass(
     services: &Store<Service>,
     pods: &Store<Pod>,
     slices: &Store<EndpointSlice>,
+    refused: &mut std::collections::HashSet<String>,
 ) {
     let pods = pods.state();
     let pod_refs: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
@@ -175,7 +179,13 @@ async fn pass(
         }
     }
     let svc_refs: Vec<&Service> = services.iter().map(|s| &**s).collect();
-    for s in existing.iter().filter(|s| endpoints::stale(s, &svc_refs)) {
+    let stale: Vec<_> = existing
+        .iter()
+        .filter(|s| {
+            endpoints::stale(s, &svc_refs) && !refused.contains(&s.uid().unwrap_or_default())
+        })
+        .collect();
+    for s in stale {
         let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
         let dp = DeleteParams {
@@ -189,7 +199,9 @@ async fn pass(
             Ok(_) => {
                 info!(slice = %format!("{ns}/{name}"), "deleted: its Service is gone")
             }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+                refused.insert(s.uid().unwrap_or_default());
+            }
             Err(e) => warn!(slice = %format!("{ns}/{name}"), error = %e, "deleting"),
         }
     }
