@@ -41,7 +41,7 @@ async fn one_holder_then_a_handover_on_release() {
     if !require_tools("one_holder_then_a_handover_on_release") {
         return;
     }
-    let server = ApiServer::start("kit-election");
+    let server = ApiServer::start_bare("kit-election");
     let api: Api<Lease> = Api::namespaced(server.client().await, "default");
     let (a, b) = (candidate("a", "10.0.0.1"), candidate("b", "10.0.0.2"));
     let (mut seen_a, mut seen_b) = (lease::Seen::default(), lease::Seen::default());
@@ -97,7 +97,7 @@ async fn a_silent_holder_is_replaced_after_the_lease_duration() {
     if !require_tools("a_silent_holder_is_replaced_after_the_lease_duration") {
         return;
     }
-    let server = ApiServer::start("kit-takeover");
+    let server = ApiServer::start_bare("kit-takeover");
     let api: Api<Lease> = Api::namespaced(server.client().await, "default");
     let mut a = candidate("a", "10.0.0.1");
     a.duration = Duration::from_secs(1);
@@ -194,7 +194,7 @@ async fn a_holder_cut_off_from_the_api_steps_down_before_the_standby_takes_over(
     if !require_tools("a_holder_cut_off_from_the_api_steps_down_before_the_standby_takes_over") {
         return;
     }
-    let server = ApiServer::start("kit-cut");
+    let server = ApiServer::start_bare("kit-cut");
     let relay = Cuttable::start(upstream_of(&server).await).await;
     let cut_off: Api<Lease> = Api::namespaced(client_via(&server, &relay).await, "default");
     let api: Api<Lease> = Api::namespaced(server.client().await, "default");
@@ -256,7 +256,7 @@ async fn an_unfit_holder_hands_over_at_once_and_takes_nothing() {
     if !require_tools("an_unfit_holder_hands_over_at_once_and_takes_nothing") {
         return;
     }
-    let server = ApiServer::start("kit-unfit");
+    let server = ApiServer::start_bare("kit-unfit");
     let api: Api<Lease> = Api::namespaced(server.client().await, "default");
     let (a, mut b) = (candidate("a", "10.0.0.1"), candidate("b", "10.0.0.2"));
     b.retry = Duration::from_millis(100);
@@ -304,7 +304,7 @@ async fn events_land_on_the_object() {
     if !require_tools("events_land_on_the_object") {
         return;
     }
-    let server = ApiServer::start("kit-events");
+    let server = ApiServer::start_bare("kit-events");
     let client = server.client().await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let cm = cms
@@ -368,7 +368,7 @@ async fn gone_is_fine_and_a_uid_precondition_spares_a_successor() {
     if !require_tools("gone_is_fine_and_a_uid_precondition_spares_a_successor") {
         return;
     }
-    let server = ApiServer::start("kit-gone");
+    let server = ApiServer::start_bare("kit-gone");
     let cms: Api<ConfigMap> = Api::namespaced(server.client().await, "default");
     let pp = PostParams::default();
     // Nothing there: a delete is done, a read or a patch finds nothing.
@@ -448,7 +448,7 @@ async fn a_burst_is_reconciled_a_bounded_number_at_once() {
     #[error("never")]
     struct Never;
 
-    let server = ApiServer::start("kit-burst");
+    let server = ApiServer::start_bare("kit-burst");
     let client = server.client().await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     const N: usize = 40;

@@ -28,6 +28,8 @@ pub struct ApiServer {
     started: Instant,
     // Dropped after the server processes are killed (fields drop after `Drop::drop`).
     forwarder: Option<Forwarder>,
+    /// Started on a copy of [`crate::etcd_seed`]'s data: the CRDs of this build are there.
+    crds_in_etcd: bool,
 }
 
 /// Port of an API server inside its own namespace: nothing else listens there, so it can be
@@ -88,20 +90,47 @@ impl ApiServer {
     /// Like [`ApiServer::start`], with token authentication and RBAC enforced (kubelite's
     /// `KUBELITE_AUTH=1`); the kubeconfig is an admin's.
     pub fn start_with_auth(tag: &str) -> Self {
-        Self::start_inner(tag, true, "")
+        Self::start_inner(tag, true, "", true)
     }
 
     /// Like [`ApiServer::start_with_auth`], with kubelite arguments (`KUBELITE_ARGS`), such
     /// as `--graceful-pod-deletion`.
     pub fn start_with_auth_args(tag: &str, args: &str) -> Self {
-        Self::start_inner(tag, true, args)
+        Self::start_inner(tag, true, args, true)
     }
 
+    /// An API server whose etcd holds the fabric's CRDs already (see [`crate::etcd_seed`]):
+    /// [`ApiServer::install_crds`] finds them there.
     pub fn start(tag: &str) -> Self {
-        Self::start_inner(tag, false, "")
+        Self::start_inner(tag, false, "", true)
     }
 
-    fn start_inner(tag: &str, auth: bool, args: &str) -> Self {
+    /// An API server as a fresh cluster's: nothing of the fabric's in it, not even its CRDs
+    /// (for what a cluster without the fabric says, and for installing it from nothing).
+    pub fn start_bare(tag: &str) -> Self {
+        Self::start_inner(tag, false, "", false)
+    }
+
+    /// [`ApiServer::start_bare`] with authentication and RBAC, as [`ApiServer::start_with_auth`].
+    pub fn start_bare_with_auth(tag: &str) -> Self {
+        Self::start_inner(tag, true, "", false)
+    }
+
+    /// The start script's `ETCD` when the server should start with the CRDs in etcd: only
+    /// with our start script (another one may not take it).
+    fn seeded_etcd() -> Option<PathBuf> {
+        if std::env::var_os("FABRIC_TEST_APISERVER").is_some() {
+            return None;
+        }
+        crate::etcd_seed::etcd_command()
+    }
+
+    /// The run directory (none against an existing cluster).
+    pub(crate) fn run_dir(&self) -> Option<&Path> {
+        self.run_dir.as_deref()
+    }
+
+    fn start_inner(tag: &str, auth: bool, args: &str, seeded: bool) -> Self {
         if let Some(kc) = std::env::var_os("FABRIC_TEST_KUBECONFIG") {
             let kc = PathBuf::from(kc);
             return Self {
@@ -110,8 +139,11 @@ impl ApiServer {
                 run_dir: None,
                 started: Instant::now(),
                 forwarder: None,
+                crds_in_etcd: false,
             };
         }
+        // Before the run directory: making the seed starts a server of its own.
+        let etcd = seeded.then(Self::seeded_etcd).flatten();
         let dir = run_dir(tag);
         // The free ports are only free when looked at: a server of a test running beside
         // this one may take one (etcd's) in between. Then it starts again on others.
@@ -119,11 +151,17 @@ impl ApiServer {
         loop {
             let mut c = Command::new("bash");
             c.env("KUBELITE_AUTH", if auth { "1" } else { "0" });
+            if let Some(etcd) = etcd.as_ref() {
+                c.env("ETCD", etcd);
+            }
             if !args.is_empty() {
                 c.env("KUBELITE_ARGS", args);
             }
             match Self::try_start_script(c, dir.clone(), free_port()) {
-                Ok(server) => return server,
+                Ok(mut server) => {
+                    server.crds_in_etcd = etcd.is_some();
+                    return server;
+                }
                 Err(e) if tries > 1 => {
                     tries -= 1;
                     eprintln!("API server did not start, trying other ports: {e}");
@@ -166,8 +204,13 @@ impl ApiServer {
         args: &str,
     ) -> anyhow::Result<Self> {
         use anyhow::Context as _;
+        let etcd = Self::seeded_etcd();
+        let seeded = etcd.is_some();
         let dir = run_dir(tag);
         let mut c = Command::new("ip");
+        if let Some(etcd) = etcd {
+            c.env("ETCD", etcd);
+        }
         c.args(["netns", "exec", netns, "bash"])
             .env("KUBELITE_AUTH", if auth { "1" } else { "0" })
             // start.sh passes --bind-address=127.0.0.1 before KUBELITE_ARGS; the last one wins.
@@ -178,6 +221,7 @@ impl ApiServer {
                 format!("--bind-address=0.0.0.0 --graceful-pod-deletion {args}"),
             );
         let mut server = Self::run_start_script(c, dir.clone(), NETNS_API_PORT);
+        server.crds_in_etcd = seeded;
         let fwd = Forwarder::start(netns, NETNS_API_PORT).context("starting the API forwarder")?;
         let original = std::fs::read_to_string(&server.kubeconfig)
             .with_context(|| format!("reading {}", server.kubeconfig.display()))?;
@@ -234,6 +278,7 @@ impl ApiServer {
             run_dir: Some(dir.clone()),
             started: Instant::now(),
             forwarder: None,
+            crds_in_etcd: false,
         };
         if !out.status.success() {
             return Err(format!(
@@ -255,6 +300,11 @@ impl ApiServer {
     /// objects `fabric_api::crds()` makes, which `deploy/crds` holds (a test of fabric-api
     /// keeps the files current), applied server-side in-process.
     pub fn install_crds(&self) {
+        if self.crds_in_etcd {
+            // The seed was made with exactly these CRDs (its name is their hash).
+            self.wait_crds_established();
+            return;
+        }
         let crds: Vec<serde_json::Value> = fabric_api::crds()
             .iter()
             .map(|c| serde_json::to_value(c).expect("CRDs serialize"))

@@ -15,6 +15,7 @@ pub mod blips;
 pub mod client_ca;
 pub mod clusters;
 pub mod deployments;
+pub mod etcd_seed;
 pub mod figures;
 pub mod host_kubelets;
 pub mod kube_sync;

@@ -143,7 +143,7 @@ fn status_without_the_fabric_says_how_to_install_it() {
     if !require_tools("status_without_the_fabric_says_how_to_install_it") {
         return;
     }
-    let server = ApiServer::start("no-fabric");
+    let server = ApiServer::start_bare("no-fabric");
     let out = std::process::Command::new(fabric_tests::locate_bin("fabricctl").unwrap())
         .arg("--kubeconfig")
         .arg(&server.kubeconfig)

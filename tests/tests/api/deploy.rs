@@ -133,7 +133,7 @@ fn manifests_apply_with_least_privilege() {
     if !require_tools("manifests_apply_with_least_privilege") {
         return;
     }
-    let api = ApiServer::start_with_auth("deploy");
+    let api = ApiServer::start_bare_with_auth("deploy");
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
     let deploy = deploy.to_str().unwrap();
     phase(
