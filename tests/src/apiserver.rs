@@ -300,9 +300,16 @@ impl ApiServer {
     /// objects `fabric_api::crds()` makes, which `deploy/crds` holds (a test of fabric-api
     /// keeps the files current), applied server-side in-process.
     pub fn install_crds(&self) {
+        // A server with them in etcd has exactly these (the seed's name is their hash).
+        self.start_installing_crds();
+        self.wait_crds_established();
+    }
+
+    /// Installs the fabric's CRDs as [`ApiServer::install_crds`] does, without waiting for
+    /// them to be established ([`ApiServer::wait_crds_established`] does): a bed sets up the
+    /// rest meanwhile. Nothing to do on a server that has them in etcd.
+    pub fn start_installing_crds(&self) {
         if self.crds_in_etcd {
-            // The seed was made with exactly these CRDs (its name is their hash).
-            self.wait_crds_established();
             return;
         }
         let crds: Vec<serde_json::Value> = fabric_api::crds()
@@ -311,7 +318,32 @@ impl ApiServer {
             .collect();
         crate::kube_sync::apply(&self.kubeconfig, "fabric-tests-crds", true, &crds)
             .unwrap_or_else(|e| panic!("installing the CRDs: {e:#}"));
-        self.wait_crds_established();
+    }
+
+    /// Creates namespaces `names` in-process (as `kubectl create namespace`, without a
+    /// kubectl process each); one that exists is left as it is.
+    #[track_caller]
+    pub fn create_namespaces(&self, names: &[&str]) {
+        let objects: Vec<serde_json::Value> = names
+            .iter()
+            .map(|n| serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
+            .collect();
+        crate::kube_sync::apply(&self.kubeconfig, "fabric-tests", true, &objects)
+            .unwrap_or_else(|e| panic!("creating namespaces {names:?}: {e:#}"));
+    }
+
+    /// Creates ConfigMap `namespace/name` with `data` in-process (as `kubectl create configmap
+    /// --from-literal`).
+    #[track_caller]
+    pub fn create_config_map(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+        let data: serde_json::Map<String, serde_json::Value> = data
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+            .collect();
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace}, "data": data});
+        crate::kube_sync::apply(&self.kubeconfig, "fabric-tests", true, &[cm])
+            .unwrap_or_else(|e| panic!("creating ConfigMap {namespace}/{name}: {e:#}"));
     }
 
     /// Waits until every CRD on the server is Established.

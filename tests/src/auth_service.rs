@@ -18,34 +18,22 @@ use crate::{
 /// identities'.
 pub fn prepare_cluster(api: &ApiServer, cluster_id: &str) {
     let ns = fabric_api::names::DEFAULT_NAMESPACE;
-    let _ = api.kubectl(&["create", "namespace", ns]);
-    // Where the peering tokens live, as deploy/ creates it.
-    let _ = api.kubectl(&[
-        "create",
-        "namespace",
+    // With the peering tokens' and the identities' namespaces, as deploy/ creates them.
+    api.create_namespaces(&[
+        ns,
         fabric_api::names::namespace::PEERING_TOKENS,
-    ]);
-    // Where a consumer keeps the identities providers issued it, as deploy/ creates it.
-    let _ = api.kubectl(&[
-        "create",
-        "namespace",
         fabric_api::names::namespace::IDENTITIES,
     ]);
-    let data = [
-        ("FABRIC_CLUSTER_ID", cluster_id),
-        ("FABRIC_POD_CIDR", "10.244.0.0/16"),
-        ("FABRIC_SERVICE_CIDR", "10.96.0.0/12"),
-        ("FABRIC_EXTERNAL_CIDR", "10.70.0.0/16"),
-    ];
-    let mut create = vec![
-        "create".to_owned(),
-        "configmap".to_owned(),
-        fabric_api::names::config_map::CLUSTER.to_owned(),
-        "-n".to_owned(),
-        ns.to_owned(),
-    ];
-    create.extend(data.iter().map(|(k, v)| format!("--from-literal={k}={v}")));
-    api.kubectl_ok(&create.iter().map(String::as_str).collect::<Vec<_>>());
+    api.create_config_map(
+        ns,
+        fabric_api::names::config_map::CLUSTER,
+        &[
+            ("FABRIC_CLUSTER_ID", cluster_id),
+            ("FABRIC_POD_CIDR", "10.244.0.0/16"),
+            ("FABRIC_SERVICE_CIDR", "10.96.0.0/12"),
+            ("FABRIC_EXTERNAL_CIDR", "10.70.0.0/16"),
+        ],
+    );
 }
 
 /// The API server URL and CA file of a kubeconfig's current cluster.

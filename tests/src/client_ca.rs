@@ -2,7 +2,7 @@
 //! kube-system/extension-apiserver-authentication (`client-ca-file`). Virtual kubelets read
 //! it there (as delegated authentication does) to let in the API server's kubelet client
 //! certificate, which that CA signed (kubelite's `certs/kubelet-client.crt`).
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result};
 use fabric_offloading::virtual_node::objects::{
     CLIENT_CA_CONFIGMAP, CLIENT_CA_CONFIGMAP_NAMESPACE,
 };
@@ -28,12 +28,7 @@ impl ApiServer {
                   "data": { "client-ca-file": ca } },
             ],
         });
-        let o = self.kubectl_stdin(&["apply", "-f", "-"], &objects.to_string());
-        ensure!(
-            o.status.success(),
-            "publishing the client CA: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Ok(())
+        crate::kube_sync::apply(&self.kubeconfig, "fabric-tests", true, &[objects])
+            .context("publishing the client CA")
     }
 }

@@ -153,17 +153,74 @@ impl Manifests {
     }
 
     /// Every object of [`Manifests::dir`], as [`Manifests::render`] renders them. Rendered
-    /// once per test process (kubectl validates against the server's OpenAPI document, which
-    /// takes seconds to fetch; `deploy/` does not change while a test runs).
+    /// once per machine for the same `deploy/` and kubectl, kept in /var/tmp for the tests
+    /// after it (kubectl validates against the server's OpenAPI document, which takes seconds
+    /// to fetch, and kustomize's build of the CRDs takes as long: seconds of CPU for every
+    /// test that runs the manifests), and once per test process.
     pub fn rendered(api: &ApiServer) -> Result<Vec<Value>> {
         static RENDERED: std::sync::Mutex<Option<Vec<Value>>> = std::sync::Mutex::new(None);
         let mut cached = RENDERED.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(objects) = cached.as_ref() {
             return Ok(objects.clone());
         }
-        let objects = Self::render_now(api)?;
+        let kept =
+            Path::new("/var/tmp").join(format!("fabric-manifests-{:016x}.json", Self::key()?));
+        let objects = match std::fs::read(&kept)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Vec<Value>>(&b).ok())
+        {
+            Some(objects) => objects,
+            None => {
+                let objects = Self::render_now(api)?;
+                // Written whole, then renamed: a test beside this one reads all or nothing.
+                let tmp = kept.with_extension(format!("tmp.{}", std::process::id()));
+                std::fs::write(&tmp, serde_json::to_vec(&objects)?)
+                    .with_context(|| format!("writing {}", tmp.display()))?;
+                std::fs::rename(&tmp, &kept)
+                    .with_context(|| format!("placing {}", kept.display()))?;
+                objects
+            }
+        };
         *cached = Some(objects.clone());
         Ok(objects)
+    }
+
+    /// What the rendering depends on: every file of [`Manifests::dir`] (name and content) and
+    /// the kubectl that renders them (where it is, its size and modification time).
+    fn key() -> Result<u64> {
+        use std::hash::{Hash as _, Hasher as _};
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+            for e in std::fs::read_dir(dir)? {
+                let path = e?.path();
+                if path.is_dir() {
+                    walk(&path, out)?;
+                } else {
+                    out.push(path);
+                }
+            }
+            Ok(())
+        }
+        let deploy = Self::dir();
+        let mut files = Vec::new();
+        walk(&deploy, &mut files).with_context(|| format!("listing {}", deploy.display()))?;
+        files.sort();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in &files {
+            f.strip_prefix(&deploy).unwrap_or(f).hash(&mut h);
+            std::fs::read(f)
+                .with_context(|| format!("reading {}", f.display()))?
+                .hash(&mut h);
+        }
+        let kubectl = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|d| d.join("kubectl"))
+            .find(|p| p.is_file());
+        if let Some(k) = kubectl {
+            let meta = std::fs::metadata(&k)?;
+            (k, meta.len(), meta.modified().ok()).hash(&mut h);
+        }
+        Ok(h.finish())
     }
 
     fn render_now(api: &ApiServer) -> Result<Vec<Value>> {

@@ -93,8 +93,7 @@ pub fn start_consumer(tag: &str, graceful: bool) -> Result<ApiServer> {
         ApiServer::start_with_auth(tag)
     };
     consumer.install_crds();
-    consumer.kubectl_ok(&["create", "namespace", NS]);
-    consumer.kubectl_ok(&["create", "namespace", names::namespace::IDENTITIES]);
+    consumer.create_namespaces(&[NS, names::namespace::IDENTITIES]);
     apply(
         &consumer,
         &json!({ "apiVersion": "core.fabric.io/v1alpha1", "kind": "ForeignCluster",

@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use fabric_api::names;
 use serde_json::json;
 
@@ -143,20 +143,12 @@ pub fn register(api: &ApiServer, address: &str, port: u16) -> Result<()> {
          "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
          "ports": [{"name": "https", "port": port, "protocol": "TCP"}]},
     ]});
-    for doc in [
-        objects.to_string(),
-        deployed_config()?,
-        deployed_pods_config()?,
-    ] {
-        let o = api.kubectl_stdin(&["apply", "-f", "-"], &doc);
-        if !o.status.success() {
-            bail!(
-                "registering the webhook: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
+    let mut docs = vec![objects];
+    for yaml in [deployed_config()?, deployed_pods_config()?] {
+        docs.push(serde_saphyr::from_str(&yaml).context("deploy/'s webhook configuration")?);
     }
-    Ok(())
+    crate::kube_sync::apply(&api.kubeconfig, "fabric-tests", true, &docs)
+        .context("registering the webhook")
 }
 
 /// The webhook's arguments (after the binary): listening on `listen`, letting in the API

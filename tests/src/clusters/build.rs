@@ -378,33 +378,19 @@ impl PeeredClusters {
             true,
             &format!("{} --tls-sans={}", caller.kubelite_args(), sans.join(",")),
         )?;
-        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-        // (Waited for below, after the other objects: see ApiServer::install_crds.)
-        api.kubectl_ok(&[
-            "apply",
-            "--validate=false",
-            "-k",
-            &crds.display().to_string(),
-        ]);
-        api.kubectl_ok(&["create", "namespace", NAMESPACE]);
-        api.kubectl_ok(&[
-            "create",
-            "namespace",
-            fabric_api::names::namespace::IDENTITIES,
-        ]);
-        let identity: Vec<String> = [
-            (cluster_key::CLUSTER_ID, id),
-            (cluster_key::POD_CIDR, POD_CIDR),
-            (cluster_key::SERVICE_CIDR, SERVICE_CIDR),
-            (cluster_key::EXTERNAL_CIDR, EXTERNAL_CIDR),
-        ]
-        .iter()
-        .map(|(k, v)| format!("--from-literal={k}={v}"))
-        .collect();
-        let mut create = vec!["create", "configmap", names::config_map::CLUSTER];
-        create.extend(["-n", NAMESPACE]);
-        create.extend(identity.iter().map(String::as_str));
-        api.kubectl_ok(&create);
+        // (Waited for below, after the other objects.)
+        api.start_installing_crds();
+        api.create_namespaces(&[NAMESPACE, fabric_api::names::namespace::IDENTITIES]);
+        api.create_config_map(
+            NAMESPACE,
+            names::config_map::CLUSTER,
+            &[
+                (cluster_key::CLUSTER_ID, id),
+                (cluster_key::POD_CIDR, POD_CIDR),
+                (cluster_key::SERVICE_CIDR, SERVICE_CIDR),
+                (cluster_key::EXTERNAL_CIDR, EXTERNAL_CIDR),
+            ],
+        );
         api.wait_crds_established();
         // deploy/'s rights (its components' tokens need them): the longest apply of all.
         crate::rights::install(&api)?;

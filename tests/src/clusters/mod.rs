@@ -152,17 +152,8 @@ impl Cluster {
         let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "fabric-storage", "namespace": NAMESPACE},
             "data": {"lent": lent}});
-        let o = self
-            .api
-            .kubectl_stdin(&["apply", "-f", "-"], &cm.to_string());
-        if !o.status.success() {
-            bail!(
-                "lending storage ({lent}) on {}: {}",
-                self.id,
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        Ok(())
+        crate::kube_sync::apply(&self.api.kubeconfig, "fabric-tests", true, &[cm])
+            .with_context(|| format!("lending storage ({lent}) on {}", self.id))
     }
 
     /// The CIDR this cluster sees peer `peer`'s pods under: the remapped pod CIDR its IPAM
