@@ -544,6 +544,16 @@ pub async fn run(
     // A Tenant's spec changed (its pod security level, by the provider's admin): every
     // ShadowPod is looked at again, so that its running pods are judged by the new level.
     // Status writes (the webhook's charges) do not move the generation.
+    // Read before any pod is made: a tenant's own level must never be missed for the default.
+    let (tenants, _tenants_task) = cache::lean(
+        Api::<Tenant>::all(client.clone()),
+        watcher::Config::default(),
+        "Tenant",
+    );
+    // The reconciles read the level from that cache, which another watch fills: the trigger
+    // waits until the cache has the generation it saw, or a reconcile could judge by the old
+    // level and nothing would trigger one again.
+    let seen_by_cache = tenants.clone();
     let tenant_specs = watcher::watcher(
         Api::<Tenant>::all(client.clone()),
         watcher::Config::default(),
@@ -551,16 +561,24 @@ pub async fn run(
     .default_backoff()
     .applied_objects()
     .predicate_filter(predicates::generation, Default::default())
-    .filter_map(|t| futures::future::ready(t.ok().map(|_| ())));
+    .filter_map(|t| futures::future::ready(t.ok()))
+    .then(move |t| {
+        let cache = seen_by_cache.clone();
+        async move {
+            let key = kube::runtime::reflector::ObjectRef::from_obj(&t);
+            let wanted = t.metadata.generation;
+            for _ in 0..200 {
+                let cached = cache.get(&key).and_then(|c| c.metadata.generation);
+                if cached >= wanted {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
     let controller = Controller::new(shadows, watcher::Config::default())
         .owns_stream(owned_pods)
         .reconcile_all_on(futures::stream::select(silent, tenant_specs));
-    // Read before any pod is made: a tenant's own level must never be missed for the default.
-    let (tenants, _tenants_task) = cache::lean(
-        Api::<Tenant>::all(client.clone()),
-        watcher::Config::default(),
-        "Tenant",
-    );
     if tenants.wait_until_ready().await.is_err() {
         return Ok(());
     }
