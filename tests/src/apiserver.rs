@@ -352,6 +352,7 @@ impl ApiServer {
         let api: kube::Api<CustomResourceDefinition> = kube::Api::all(
             crate::kube_sync::client(&self.kubeconfig).expect("a client of the test API server"),
         );
+        let seeded = self.crds_in_etcd;
         let pending = crate::kube_sync::block(async move {
             crate::wait::try_eventually(
                 "every CRD Established",
@@ -360,18 +361,31 @@ impl ApiServer {
                     let api = api.clone();
                     async move {
                         let crds = api.list(&Default::default()).await.ok()?;
-                        crds.items
-                            .iter()
-                            .all(|c| {
-                                c.status
-                                    .as_ref()
-                                    .and_then(|s| s.conditions.as_ref())
-                                    .is_some_and(|cs| {
-                                        cs.iter()
-                                            .any(|c| c.type_ == "Established" && c.status == "True")
-                                    })
-                            })
-                            .then_some(())
+                        let established = crds.items.iter().all(|c| {
+                            c.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|cs| {
+                                    cs.iter()
+                                        .any(|c| c.type_ == "Established" && c.status == "True")
+                                })
+                        });
+                        if !established {
+                            return None;
+                        }
+                        if seeded {
+                            // A server that found them in etcd reports them Established as
+                            // the seed's server left them: ready only once each one lists.
+                            for crd in &crds.items {
+                                let served = served_resource(crd)?;
+                                let kind: kube::Api<kube::core::DynamicObject> =
+                                    kube::Api::all_with(api.clone().into_client(), &served);
+                                kind.list(&kube::api::ListParams::default().limit(1))
+                                    .await
+                                    .ok()?;
+                            }
+                        }
+                        Some(())
                     }
                 },
             )
@@ -626,4 +640,18 @@ impl Drop for Forwarder {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// The resource a CRD serves at its storage version.
+fn served_resource(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> Option<kube::core::ApiResource> {
+    let version = crd.spec.versions.iter().find(|v| v.storage)?;
+    Some(kube::core::ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", crd.spec.group, version.name),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    })
 }
