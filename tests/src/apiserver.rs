@@ -396,7 +396,12 @@ impl ApiServer {
         }
     }
 
+    /// `kubectl ARGS` as the server's admin; the forms [`crate::kubectl`] answers without a
+    /// process, in-process.
     pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        if let Some(o) = crate::kubectl::in_process(&self.kubeconfig, args, None) {
+            return o;
+        }
         Command::new("kubectl")
             .env("KUBECONFIG", &self.kubeconfig)
             .args(args)

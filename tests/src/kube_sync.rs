@@ -166,7 +166,7 @@ pub fn list(kc: &Path, resource: &str, ns: Option<&str>, selector: &str) -> Resu
 }
 
 /// The kinds' APIs already looked up by one call (each lookup is a discovery request).
-type Kinds = HashMap<GroupVersionKind, (ApiResource, Scope)>;
+pub(crate) type Kinds = HashMap<GroupVersionKind, (ApiResource, Scope)>;
 
 /// Where `obj` goes: its kind's API, in its namespace (`default` when it names none, as
 /// `kubectl` with the fixtures' kubeconfigs does) when the kind is namespaced.
@@ -175,6 +175,17 @@ async fn api_for(
     kinds: &mut Kinds,
     obj: &DynamicObject,
 ) -> Result<Api<DynamicObject>> {
+    Ok(api_in(client, kinds, obj, "default").await?.0)
+}
+
+/// Where `obj` goes, as [`api_for`] says, with `default_ns` for a namespaced object that
+/// names no namespace; and its kind's scope.
+pub(crate) async fn api_in(
+    client: &Client,
+    kinds: &mut Kinds,
+    obj: &DynamicObject,
+    default_ns: &str,
+) -> Result<(Api<DynamicObject>, Scope)> {
     let types = obj
         .types
         .as_ref()
@@ -187,14 +198,15 @@ async fn api_for(
         kinds.insert(gvk.clone(), (ar, caps.scope));
     }
     let (ar, scope) = &kinds[&gvk];
-    Ok(match scope {
+    let api = match scope {
         Scope::Namespaced => Api::namespaced_with(
             client.clone(),
-            obj.metadata.namespace.as_deref().unwrap_or("default"),
+            obj.metadata.namespace.as_deref().unwrap_or(default_ns),
             ar,
         ),
         Scope::Cluster => Api::all_with(client.clone(), ar),
-    })
+    };
+    Ok((api, scope.clone()))
 }
 
 fn dynamic(obj: &Value) -> Result<DynamicObject> {
@@ -202,7 +214,7 @@ fn dynamic(obj: &Value) -> Result<DynamicObject> {
 }
 
 /// The objects of `objects`, each `kind: List` replaced by its items, as kubectl reads them.
-fn flattened(objects: &[Value]) -> Result<Vec<DynamicObject>> {
+pub(crate) fn flattened(objects: &[Value]) -> Result<Vec<DynamicObject>> {
     let mut out = Vec::new();
     for o in objects {
         if o["kind"] == "List" && o["apiVersion"] == "v1" {

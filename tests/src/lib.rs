@@ -19,6 +19,7 @@ pub mod etcd_seed;
 pub mod figures;
 pub mod host_kubelets;
 pub mod kube_sync;
+pub mod kubectl;
 pub mod manifests;
 pub mod netns;
 pub mod offload_fixture;

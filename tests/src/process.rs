@@ -43,9 +43,13 @@ pub fn fabricctl(kubeconfig: &Path, args: &[&str]) -> Output {
         .expect("fabricctl runs")
 }
 
-/// `kubectl ARGS` with `kubeconfig`, `input` on its standard input.
+/// `kubectl ARGS` with `kubeconfig`, `input` on its standard input; the forms
+/// [`crate::kubectl`] answers without a process, in-process.
 pub fn kubectl_stdin(kubeconfig: &Path, args: &[&str], input: &str) -> Output {
     use std::io::Write as _;
+    if let Some(o) = crate::kubectl::in_process(kubeconfig, args, Some(input)) {
+        return o;
+    }
     let mut c = Command::new("kubectl")
         .env("KUBECONFIG", kubeconfig)
         .args(args)
