@@ -197,9 +197,11 @@ pub enum OffloadCmd {
 
 #[derive(Subcommand)]
 pub enum MoveCmd {
-    /// Move a claim's data (a claim of the fabric's class) to a provider or back home, offline:
-    /// refused while a pod uses the claim (scale its workload to 0 first). The claim keeps
-    /// its name; on any failure the data stays where it was and the claim points to it.
+    /// Move a claim's data (a claim of the fabric's class) from this cluster to a provider,
+    /// offline: refused while a pod uses the claim (scale its workload to 0 first). The claim
+    /// keeps its name; on any failure the data stays where it was and the claim points to it.
+    /// A move from a provider (home, or to another provider) is not available yet: it is
+    /// refused, changing nothing.
     Volume {
         /// The claim: NAMESPACE/NAME.
         claim: String,

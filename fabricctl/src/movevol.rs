@@ -1,5 +1,6 @@
 //! `fabricctl move volume CLAIM [--claim-namespace NS] --to CLUSTER` (issue 21): a claim's data
-//! moves to a peered provider (CLUSTER its cluster id) or back home (`local`), offline.
+//! moves from this cluster to a peered provider (CLUSTER its cluster id), offline; a move
+//! from a provider (`local`, or another provider) is refused for now.
 //!
 //! What is decided here is pure ([`users`], [`destination`], [`location`]); the reads are in
 //! [`move_volume`]. The checks come first and write nothing: a claim any non-terminated pod
