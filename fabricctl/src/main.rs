@@ -170,7 +170,7 @@ async fn run(cli: Cli) -> Result<()> {
                 selectors,
                 retention: storage_retention,
             };
-            offload::offload(local, req, output.is_some(), timeout).await
+            offload::offload(local, ns, req, output.is_some(), timeout).await
         }
         Cmd::Unoffload(UnoffloadCmd::Namespace { names, timeout }) => {
             offload::unoffload(local, ns, &names, timeout).await

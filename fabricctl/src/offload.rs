@@ -20,8 +20,9 @@ use fabric_api::{
     },
 };
 use fabric_kube::meta::GoneOk;
+use fabric_negotiation::namespaces::offloading;
 use k8s_openapi::api::core::v1::{
-    Namespace, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    Namespace, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -367,19 +368,7 @@ pub fn removal(nso: &NamespaceOffloading, pods: &BTreeMap<String, usize>) -> Vec
     let mut lines = Vec::new();
     for c in clusters(nso).iter().filter(|c| c.twin.is_some()) {
         let n = pods.get(&c.cluster_id).copied().unwrap_or_default();
-        let fate = match nso.spec.storage_retention {
-            StorageRetention::Delete => "is removed with everything in it",
-            // The provider keeps the twin only while it holds claims of ours.
-            StorageRetention::Retain => {
-                "is removed with everything in it but the claims of this namespace's volumes \
-                 (storageRetention Retain: kept there, `fabricctl forget volumes` deletes them)"
-            }
-        };
-        lines.push(format!(
-            "provider {}: namespace {twin} {fate}; {n} pod(s) of {ns} \
-             running there will end Failed (their controllers re-create them elsewhere)",
-            c.cluster_id
-        ));
+        lines.push(offloading::removal(nso, &twin, &c.cluster_id, Some(n)));
     }
     if lines.is_empty() {
         lines.push(format!(
@@ -404,9 +393,109 @@ async fn set_label(local: &Client, ns: &str, enabled: bool) -> Result<()> {
     Ok(())
 }
 
+/// This cluster's providers as selectors see them (their virtual nodes' labels), and the
+/// provider of each virtual node, by node name.
+async fn providers(
+    local: &Client,
+    fabric_ns: &str,
+) -> Result<(offloading::Providers, BTreeMap<String, String>)> {
+    let vns = Api::<VirtualNode>::namespaced(local.clone(), fabric_ns)
+        .list(&ListParams::default())
+        .await
+        .context("listing the virtual nodes")?
+        .items;
+    let virtual_only = format!("{}={}", label::NODE_TYPE, label::VIRTUAL_NODE_TYPE);
+    let nodes: BTreeMap<String, BTreeMap<String, String>> = Api::<Node>::all(local.clone())
+        .list(&ListParams::default().labels(&virtual_only))
+        .await
+        .context("listing the virtual nodes' Nodes")?
+        .items
+        .into_iter()
+        .map(|n| (n.name_any(), n.labels().clone()))
+        .collect();
+    let all = offloading::providers(&vns, |name| nodes.get(name).cloned());
+    let by_node = vns
+        .into_iter()
+        .map(|v| (v.spec.node_name, v.spec.cluster_id))
+        .collect();
+    Ok((all, by_node))
+}
+
+/// How many pods of `ns` run on each provider's virtual node (`nodes`: the provider of each,
+/// by node name; else as `nso`'s status names them).
+async fn pods_by_provider(
+    local: &Client,
+    ns: &str,
+    nodes: &BTreeMap<String, String>,
+    nso: &NamespaceOffloading,
+) -> Result<BTreeMap<String, usize>> {
+    let pods: Api<Pod> = Api::namespaced(local.clone(), ns);
+    let mut count = BTreeMap::new();
+    for p in pods.list(&ListParams::default()).await?.items {
+        let node = p.spec.and_then(|s| s.node_name).unwrap_or_default();
+        let provider = nodes.get(&node).cloned().or_else(|| {
+            clusters(nso)
+                .iter()
+                .find(|c| names::node::virtual_node(&c.cluster_id) == node)
+                .map(|c| c.cluster_id.clone())
+        });
+        if let Some(provider) = provider {
+            *count.entry(provider).or_insert(0usize) += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// What applying `new` over `old` (the NamespaceOffloading there) removes: a line for each
+/// provider the new selector drops, saying what goes there.
+async fn dropped(
+    local: &Client,
+    fabric_ns: &str,
+    old: &NamespaceOffloading,
+    new: &NamespaceOffloading,
+) -> Result<Vec<String>> {
+    let before = clusters(old);
+    if before.iter().all(|c| c.twin.is_none()) {
+        return Ok(Vec::new());
+    }
+    let (all, nodes) = providers(local, fabric_ns).await?;
+    // A selector the controller cannot evaluate keeps what the status says: as it will.
+    let mut judged = new.clone();
+    judged.status = old.status.clone();
+    let (chosen, _) = offloading::selected(&judged, &all);
+    let gone = offloading::deselected(before, &chosen, &all);
+    if gone.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ns = old.namespace().unwrap_or_default();
+    let pods = pods_by_provider(local, &ns, &nodes, old).await?;
+    let twin = old
+        .status
+        .as_ref()
+        .and_then(|s| s.remote_namespace_name.clone())
+        .unwrap_or_default();
+    Ok(gone
+        .iter()
+        .map(|id| {
+            let n = pods.get(id).copied().unwrap_or_default();
+            format!(
+                "the new selector drops {id}: {}",
+                offloading::removal(new, &twin, id, Some(n))
+            )
+        })
+        .collect())
+}
+
 /// `fabricctl offload namespace`: labels each namespace first (pods created meanwhile go
-/// through the webhook), applies its NamespaceOffloading, then follows each until Ready.
-pub async fn offload(local: Client, req: Request, yaml: bool, timeout: Duration) -> Result<()> {
+/// through the webhook), applies its NamespaceOffloading, then follows each until Ready. A
+/// selector that drops a provider with a twin is said first, with what goes there.
+pub async fn offload(
+    local: Client,
+    fabric_ns: &str,
+    req: Request,
+    yaml: bool,
+    timeout: Duration,
+) -> Result<()> {
     let objects = offloadings(&req)?;
     if yaml {
         print!("{}", to_yaml(&objects)?);
@@ -422,10 +511,14 @@ pub async fn offload(local: Client, req: Request, yaml: bool, timeout: Duration)
     for o in &objects {
         let ns = o.namespace().unwrap_or_default();
         let api: Api<NamespaceOffloading> = Api::namespaced(local.clone(), &ns);
-        let existed = api.get_opt(namespaces::NAME).await?.is_some();
-        let enabled = fabric_negotiation::namespaces::offloading::scheduling_enabled(
-            o.spec.pod_offloading_strategy,
-        );
+        let old = api.get_opt(namespaces::NAME).await?;
+        let existed = old.is_some();
+        if let Some(old) = &old {
+            for line in dropped(&local, fabric_ns, old, o).await? {
+                println!("{ns}: {line}");
+            }
+        }
+        let enabled = offloading::scheduling_enabled(o.spec.pod_offloading_strategy);
         if enabled {
             set_label(&local, &ns, true).await?;
         }
@@ -499,37 +592,14 @@ pub async fn unoffload(
     names: &[String],
     timeout: Duration,
 ) -> Result<()> {
-    let vns: Api<VirtualNode> = Api::namespaced(local.clone(), fabric_ns);
-    let nodes: BTreeMap<String, String> = vns
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .map(|v| (v.spec.node_name, v.spec.cluster_id))
-                .collect()
-        })
-        .unwrap_or_default();
+    let (_, nodes) = providers(&local, fabric_ns).await?;
     let mut found = Vec::new();
     for ns in names {
         let api: Api<NamespaceOffloading> = Api::namespaced(local.clone(), ns);
         let Some(nso) = api.get_opt(namespaces::NAME).await? else {
             bail!("namespace {ns} is not offloaded (no NamespaceOffloading there)");
         };
-        let pods: Api<Pod> = Api::namespaced(local.clone(), ns);
-        let mut count = BTreeMap::new();
-        for p in pods.list(&ListParams::default()).await?.items {
-            let node = p.spec.and_then(|s| s.node_name).unwrap_or_default();
-            let provider = nodes.get(&node).cloned().or_else(|| {
-                clusters(&nso)
-                    .iter()
-                    .find(|c| names::node::virtual_node(&c.cluster_id) == node)
-                    .map(|c| c.cluster_id.clone())
-            });
-            if let Some(provider) = provider {
-                *count.entry(provider).or_insert(0usize) += 1;
-            }
-        }
+        let count = pods_by_provider(&local, ns, &nodes, &nso).await?;
         for line in removal(&nso, &count) {
             println!("{ns}: {line}");
         }

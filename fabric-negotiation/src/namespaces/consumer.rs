@@ -13,8 +13,8 @@ use fabric_api::{
     offloading::{
         namespaces,
         v1alpha1::{
-            ClusterOffloading, NamespaceMap, NamespaceMapSpec, NamespaceOffloading, TwinPhase,
-            VirtualNode,
+            ClusterOffloading, NamespaceMap, NamespaceMapSpec, NamespaceOffloading,
+            OffloadingPhase, TwinPhase, VirtualNode,
         },
     },
 };
@@ -43,8 +43,8 @@ use kube::{
 };
 
 use super::offloading::{
-    Answer, Providers, Withdrawal, cluster, live, mappings, newly_refused, providers,
-    scheduling_enabled, selected, status, withdrawal,
+    Answer, Providers, Withdrawal, cluster, deselected, live, mappings, newly_refused, providers,
+    removal, scheduling_enabled, selected, status, withdrawal,
 };
 use crate::kit::{Ctx, Error, answer_poll, remote, remote_client};
 
@@ -216,6 +216,20 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
     let all = nc.providers();
     let (chosen, bad) = selected(&nso, &all);
     let before = previous(&nso);
+    // Said before the maps are written: the providers remove the twins after.
+    for id in deselected(before, &chosen, &all) {
+        let note = format!(
+            "the clusterSelector no longer selects {id}: {}",
+            removal(&nso, &twin_of(&nso, &nc.me), &id, None)
+        );
+        nc.ctx
+            .events
+            .publish(
+                nso.as_ref(),
+                &KubeEvent::warning("Deselected", "Select", note),
+            )
+            .await;
+    }
     let mut clusters = Vec::new();
     let mut waiting = false;
     for (id, answer) in answers(nc, &all, &concerned(&nso, &all)).await {
@@ -277,6 +291,22 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
     let all = nc.providers();
     let abandon = crate::unpeer::abandon_remote(&nso.metadata, Timestamp::now());
     let before = previous(&nso);
+    let first = nso.status.as_ref().and_then(|s| s.phase) != Some(OffloadingPhase::Terminating);
+    let twins: Vec<String> = before
+        .iter()
+        .filter(|c| c.twin.is_some_and(|t| t != TwinPhase::Refused))
+        .map(|c| removal(&nso, &twin_of(&nso, &nc.me), &c.cluster_id, None))
+        .collect();
+    if first && !twins.is_empty() {
+        // Said once, as the withdrawal starts (the status says Terminating from then on).
+        nc.ctx
+            .events
+            .publish(
+                nso.as_ref(),
+                &KubeEvent::normal("Unoffloading", "Unoffload", twins.join("; ")),
+            )
+            .await;
+    }
     let mut clusters = Vec::new();
     let mut pending = Vec::new();
     let mut removed = Vec::new();
@@ -312,7 +342,7 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
             clusters.push(c);
         }
     }
-    let twin = namespaces::twin_name(&nso.spec, &home, &nc.me).unwrap_or_default();
+    let twin = twin_of(&nso, &nc.me);
     if !pending.is_empty() {
         write_status(nc, &nso, status(&nso, clusters, None, &nc.me)).await?;
         return Ok(false);
@@ -333,6 +363,11 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
         )
         .await;
     Ok(true)
+}
+
+/// The twin's name on the providers (this cluster `me`'s).
+fn twin_of(nso: &NamespaceOffloading, me: &str) -> String {
+    namespaces::twin_name(&nso.spec, &nso.namespace().unwrap_or_default(), me).unwrap_or_default()
 }
 
 async fn reconcile(nso: Arc<NamespaceOffloading>, nc: Arc<NsCtx>) -> Result<Action, Error> {

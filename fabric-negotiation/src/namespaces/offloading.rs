@@ -12,8 +12,8 @@ use fabric_api::{
         node_labels,
         v1alpha1::{
             ClusterOffloading, MappingPhase, NamespaceMapStatus, NamespaceMapping,
-            NamespaceOffloading, NamespaceOffloadingStatus, PodOffloadingStrategy, TwinPhase,
-            VirtualNode,
+            NamespaceOffloading, NamespaceOffloadingStatus, PodOffloadingStrategy,
+            StorageRetention, TwinPhase, VirtualNode,
         },
     },
 };
@@ -244,6 +244,51 @@ pub fn newly_refused<'a>(
             })
         })
         .collect()
+}
+
+/// The providers whose twin a change of the selector removes: those `before` (the status)
+/// says are selected with a twin, still with a virtual node here (`providers`), that are not
+/// among `chosen` now. An unpeered provider's twin goes with its peering, said there.
+pub fn deselected(
+    before: &[ClusterOffloading],
+    chosen: &BTreeSet<String>,
+    providers: &Providers,
+) -> Vec<String> {
+    before
+        .iter()
+        .filter(|c| c.selected && c.twin.is_some_and(|t| t != TwinPhase::Refused))
+        .filter(|c| providers.contains_key(&c.cluster_id) && !chosen.contains(&c.cluster_id))
+        .map(|c| c.cluster_id.clone())
+        .collect()
+}
+
+/// What goes on `provider` when the twin `twin` of `nso`'s namespace is removed there: the
+/// twin with its content (its claims kept under `storageRetention: Retain`), and the
+/// namespace's pods running on its virtual node (`pods` of them, when counted), which end
+/// Failed. The words `fabricctl` prints before it unoffloads, and the Events say.
+pub fn removal(
+    nso: &NamespaceOffloading,
+    twin: &str,
+    provider: &str,
+    pods: Option<usize>,
+) -> String {
+    let ns = nso.namespace().unwrap_or_default();
+    let fate = match nso.spec.storage_retention {
+        StorageRetention::Delete => "is removed with everything in it",
+        // The provider keeps the twin only while it holds claims of ours.
+        StorageRetention::Retain => {
+            "is removed with everything in it but the claims of this namespace's volumes \
+             (storageRetention Retain: kept there, `fabricctl forget volumes` deletes them)"
+        }
+    };
+    let pods = match pods {
+        Some(n) => format!("{n} pod(s)"),
+        None => "the pods".to_owned(),
+    };
+    format!(
+        "provider {provider}: namespace {twin} {fate}; {pods} of {ns} running there will end \
+         Failed (their controllers re-create them elsewhere)"
+    )
 }
 
 /// Whether pods of a namespace offloaded with `strategy` go through the pod webhook (its

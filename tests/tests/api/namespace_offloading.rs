@@ -381,6 +381,21 @@ async fn offload_and_unoffload_namespaces() {
         o.status.success() && out.contains("selects no provider"),
         "{out}"
     );
+    // What goes is said before: by the command, and by an Event on the NamespaceOffloading.
+    assert!(
+        out.contains(
+            "shop: the new selector drops prov: provider prov: namespace shop-cons is removed \
+             with everything in it"
+        ),
+        "{out}"
+    );
+    let warned = events(&c, "shop", "Deselected").await;
+    assert!(
+        warned.iter().any(|n| n.starts_with(
+            "the clusterSelector no longer selects prov: provider prov: namespace shop-cons"
+        )),
+        "{warned:?}"
+    );
     assert!(mappings(&p).await.is_empty(), "withdrawn");
     let st = offloading(&c, "shop").await.unwrap().status.unwrap();
     assert_eq!(
@@ -426,6 +441,8 @@ async fn offload_and_unoffload_namespaces() {
             .any(|n| n.contains("prov") && n.contains("NamespaceExists")),
         "{refused:?}"
     );
+
+    mapped_by_name_and_as_chosen(&consumer_api, &c, &p).await;
 
     // 6. Unoffload `shop` (selected again, with a pod on the provider's virtual node): what
     // goes is said first; the mapping is withdrawn; the finalizer holds until the provider's
@@ -500,6 +517,13 @@ async fn offload_and_unoffload_namespaces() {
     );
     assert!(out.contains("✓ shop unoffloaded"), "{out}");
     assert!(offloading(&c, "shop").await.is_none());
+    let before = events(&c, "shop", "Unoffloading").await;
+    assert!(
+        before
+            .iter()
+            .any(|n| n.starts_with("provider prov: namespace shop-cons is removed")),
+        "{before:?}"
+    );
     let said = events(&c, "shop", "Unoffloaded").await;
     assert!(
         said.iter()
@@ -523,6 +547,68 @@ async fn offload_and_unoffload_namespaces() {
     for h in ctl {
         h.abort();
     }
+}
+
+/// 5b. The other two mappings, end to end: `EnforceSameName` (the twin under the home name)
+/// and `SelectedName` (under the name asked for); both unoffloaded after.
+async fn mapped_by_name_and_as_chosen(consumer_api: &ApiServer, c: &Client, p: &Client) {
+    create_namespace(c, "cart").await;
+    create_namespace(c, "books").await;
+    for (ns, args, twin) in [
+        (
+            "cart",
+            &["--namespace-mapping-strategy", "EnforceSameName"][..],
+            "cart",
+        ),
+        (
+            "books",
+            &[
+                "--namespace-mapping-strategy",
+                "SelectedName",
+                "--remote-namespace-name",
+                "books-there",
+            ],
+            "books-there",
+        ),
+    ] {
+        let mut all = vec!["offload", "namespace", ns, "--timeout", "60s"];
+        all.extend(args);
+        let o = fabricctl(consumer_api, &all);
+        let out = text(&o);
+        assert!(
+            o.status.success() && out.contains(&format!("✓ {ns} offloaded to prov as {twin}")),
+            "{out}"
+        );
+        assert_eq!(mappings(p).await.get(ns).map(String::as_str), Some(twin));
+        let made = Api::<Namespace>::all(p.clone())
+            .get_opt(twin)
+            .await
+            .unwrap();
+        assert!(made.is_some(), "the twin {twin} on the provider");
+    }
+    let o = fabricctl(
+        consumer_api,
+        &[
+            "unoffload",
+            "namespace",
+            "cart",
+            "books",
+            "--timeout",
+            "60s",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        o.status.success()
+            && out.contains("✓ cart unoffloaded")
+            && out.contains("✓ books unoffloaded"),
+        "{out}"
+    );
+    let left = mappings(p).await;
+    assert!(
+        !left.contains_key("cart") && !left.contains_key("books"),
+        "{left:?}"
+    );
 }
 
 /// The consumer's ForeignCluster of the provider: its `RetainedVolumes` condition (status,

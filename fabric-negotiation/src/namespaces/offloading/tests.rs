@@ -282,3 +282,49 @@ fn pods_go_through_the_webhook_for_the_strategies_that_offload_them() {
     assert!(scheduling_enabled(PodOffloadingStrategy::LocalAndRemote));
     assert!(!scheduling_enabled(PodOffloadingStrategy::Local));
 }
+
+#[test]
+fn a_selector_change_says_which_twins_it_removes() {
+    let all = two_providers();
+    let entry = |id: &str, selected: bool, twin: Option<TwinPhase>| ClusterOffloading {
+        cluster_id: id.into(),
+        selected,
+        twin,
+        ..Default::default()
+    };
+    let before = [
+        entry("eu1", true, Some(TwinPhase::Ready)),
+        entry("us1", true, Some(TwinPhase::Creating)),
+        // Refused: nothing there to remove; gone: said with its unpeering.
+        entry("refuser", true, Some(TwinPhase::Refused)),
+        entry("gone", true, Some(TwinPhase::Ready)),
+    ];
+    let eu = |n: &NamespaceOffloading| selected(n, &all).0;
+    let only_eu = nso("shop", Some(vec![term(&[("region", "In", &["eu"])])]));
+    assert_eq!(deselected(&before, &eu(&only_eu), &all), ["us1"]);
+    assert!(deselected(&before, &eu(&nso("shop", None)), &all).is_empty());
+    let none = nso("shop", Some(vec![term(&[("region", "In", &["mars"])])]));
+    assert_eq!(deselected(&before, &eu(&none), &all), ["eu1", "us1"]);
+    // Not selected before (a twin still being removed): not the change's doing.
+    let leaving = [entry("eu1", false, Some(TwinPhase::Terminating))];
+    assert!(deselected(&leaving, &BTreeSet::new(), &all).is_empty());
+}
+
+#[test]
+fn a_removal_says_what_goes_with_the_twin_and_what_stays() {
+    let mut n = nso("shop", None);
+    let retain = removal(&n, "shop-c1", "eu1", Some(2));
+    assert!(
+        retain.starts_with(
+            "provider eu1: namespace shop-c1 is removed with everything in it but the claims"
+        ) && retain.contains("2 pod(s) of shop running there will end Failed"),
+        "{retain}"
+    );
+    n.spec.storage_retention = StorageRetention::Delete;
+    let delete = removal(&n, "shop-c1", "eu1", None);
+    assert!(
+        delete.contains("is removed with everything in it;")
+            && delete.contains("; the pods of shop"),
+        "{delete}"
+    );
+}
