@@ -530,6 +530,27 @@ pub async fn offload(
             }
             bail!("offloading {ns}: {e}");
         }
+        if enabled {
+            let (_, nodes) = providers(&local, fabric_ns).await?;
+            let pods = Api::<Pod>::namespaced(local.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+                .with_context(|| format!("listing the pods of {ns}"))?
+                .items;
+            let left: Vec<String> = offloading::not_placed(&pods, |n| nodes.contains_key(n))
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            if !left.is_empty() {
+                println!(
+                    "! {ns}: {} pod(s) created before it was offloaded stay where they run \
+                     ({}): create them again (for a Deployment: kubectl rollout restart) for \
+                     the strategy to place them",
+                    left.len(),
+                    left.join(", ")
+                );
+            }
+        }
         println!("… {ns}: NamespaceOffloading applied, waiting for the providers");
     }
     follow(&local, &objects, timeout).await

@@ -27,7 +27,7 @@ use fabric_kube::{
 };
 use futures::{StreamExt, future::join_all};
 use k8s_openapi::{
-    api::core::v1::{Namespace, Node},
+    api::core::v1::{Namespace, Node, Pod},
     jiff::Timestamp,
 };
 use kube::{
@@ -43,8 +43,8 @@ use kube::{
 };
 
 use super::offloading::{
-    Answer, Providers, Withdrawal, cluster, deselected, live, mappings, newly_refused, providers,
-    removal, scheduling_enabled, selected, status, withdrawal,
+    Answer, Providers, Withdrawal, cluster, deselected, live, mappings, newly_refused, not_placed,
+    not_placed_note, providers, removal, scheduling_enabled, selected, status, withdrawal,
 };
 use crate::kit::{Ctx, Error, answer_poll, remote, remote_client};
 
@@ -213,6 +213,10 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
         scheduling_enabled(nso.spec.pod_offloading_strategy),
     )
     .await?;
+    let observed = nso.status.as_ref().and_then(|s| s.observed_generation);
+    if observed != nso.metadata.generation && scheduling_enabled(nso.spec.pod_offloading_strategy) {
+        say_not_placed(nc, &nso, &home).await?;
+    }
     let all = nc.providers();
     let (chosen, bad) = selected(&nso, &all);
     let before = previous(&nso);
@@ -280,6 +284,28 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
         nc.ctx.remote_poll
     };
     Ok(Action::requeue(next))
+}
+
+/// An Event on each pod of `home` its offloading did not place (created before, so left where
+/// it runs), once per generation of the NamespaceOffloading.
+async fn say_not_placed(nc: &NsCtx, nso: &NamespaceOffloading, home: &str) -> Result<(), Error> {
+    let pods = Api::<Pod>::namespaced(nc.ctx.client.clone(), home)
+        .list(&Default::default())
+        .await?
+        .items;
+    let vns = nc.virtual_nodes.state();
+    let is_virtual = |node: &str| vns.iter().any(|v| v.spec.node_name == node);
+    let note = not_placed_note(home, nso.spec.pod_offloading_strategy);
+    for pod in not_placed(&pods, is_virtual) {
+        nc.ctx
+            .events
+            .publish(
+                pod,
+                &KubeEvent::normal("CreatedBeforeOffloading", "Place", note.clone()),
+            )
+            .await;
+    }
+    Ok(())
 }
 
 /// Unoffloads: the label goes, the mapping is withdrawn from every provider (the cache

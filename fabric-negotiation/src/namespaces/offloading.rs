@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fabric_api::{
-    names::label,
+    names::{label, taint},
     offloading::{
         namespaces::{self, BadSelector, twin_name},
         node_labels,
@@ -17,6 +17,7 @@ use fabric_api::{
         },
     },
 };
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 /// The label every Node carries with its name (the virtual kubelet sets it on its Node too).
@@ -288,6 +289,39 @@ pub fn removal(
     format!(
         "provider {provider}: namespace {twin} {fate}; {pods} of {ns} running there will end \
          Failed (their controllers re-create them elsewhere)"
+    )
+}
+
+/// The pods of `pods` (one namespace's) that its offloading did not place: running or
+/// waiting, not on a virtual node (`is_virtual`), without the toleration of the virtual nodes'
+/// taint that the pod webhook gives every pod it places. They were created before the
+/// namespace was offloaded (or while its strategy kept pods home) and stay where they are
+/// until they are created again.
+pub fn not_placed(pods: &[Pod], is_virtual: impl Fn(&str) -> bool) -> Vec<&Pod> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded" | "Failed"))
+        })
+        .filter(|p| {
+            let spec = p.spec.as_ref();
+            let node = spec.and_then(|s| s.node_name.as_deref());
+            let placed = spec.and_then(|s| s.tolerations.as_ref()).is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t.key.as_deref() == Some(taint::VIRTUAL_NODE))
+            });
+            !placed && !node.is_some_and(&is_virtual)
+        })
+        .collect()
+}
+
+/// What the Event on a pod that [`not_placed`] names says (`ns` offloaded with `strategy`).
+pub fn not_placed_note(ns: &str, strategy: PodOffloadingStrategy) -> String {
+    format!(
+        "created before namespace {ns} was offloaded (pod offloading strategy {strategy:?}): it \
+         stays where it runs; create it again (for a Deployment: kubectl rollout restart) for \
+         the strategy to place it"
     )
 }
 

@@ -228,6 +228,16 @@ async fn offload_and_unoffload_namespaces() {
         text(&o)
     );
     create_namespace(&c, "shop").await;
+    // A pod from before: offloading does not move it, and says so.
+    let early = json!({ "metadata": { "name": "early" }, "spec": {
+        "containers": [{ "name": "c", "image": "x" }] } });
+    Api::<Pod>::namespaced(c.clone(), "shop")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(early).unwrap(),
+        )
+        .await
+        .unwrap();
     let o = fabricctl(
         &consumer_api,
         &["offload", "namespace", "shop", "-o", "yaml"],
@@ -297,6 +307,23 @@ async fn offload_and_unoffload_namespaces() {
         out.contains("shop: ✓ provider prov twin Ready"),
         "progress per provider: {out}"
     );
+    assert!(
+        out.contains(
+            "! shop: 1 pod(s) created before it was offloaded stay where they run (early)"
+        ),
+        "{out}"
+    );
+    eventually(
+        "the pod from before told",
+        Duration::from_secs(30),
+        || async {
+            let said = events(&c, "shop", "CreatedBeforeOffloading").await;
+            said.iter()
+                .any(|n| n.starts_with("created before namespace shop was offloaded"))
+                .then_some(())
+        },
+    )
+    .await;
     let nso = offloading(&c, "shop").await.unwrap();
     let st = nso.status.as_ref().unwrap();
     assert_eq!(st.remote_namespace_name.as_deref(), Some("shop-cons"));

@@ -328,3 +328,37 @@ fn a_removal_says_what_goes_with_the_twin_and_what_stays() {
         "{delete}"
     );
 }
+
+#[test]
+fn pods_the_webhook_did_not_place_are_named() {
+    let pod = |name: &str, node: Option<&str>, toleration: Option<&str>, phase: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c"}],
+                     "tolerations": toleration.map(|k| vec![serde_json::json!(
+                        {"key": k, "operator": "Exists", "effect": "NoExecute"})])},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    };
+    let pods = [
+        pod("before", Some("node-a"), None, "Running"),
+        pod("pending", None, None, "Pending"),
+        pod("placed", None, Some(taint::VIRTUAL_NODE), "Pending"),
+        pod("other-toleration", Some("node-a"), Some("gpu"), "Running"),
+        pod("done", Some("node-a"), None, "Succeeded"),
+        pod("pod-by-pod", Some("fabric-p"), None, "Running"),
+    ];
+    let names: Vec<String> = not_placed(&pods, |n| n == "fabric-p")
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(names, ["before", "pending", "other-toleration"]);
+    let note = not_placed_note("shop", PodOffloadingStrategy::Remote);
+    assert!(
+        note.starts_with(
+            "created before namespace shop was offloaded (pod offloading strategy Remote)"
+        ),
+        "{note}"
+    );
+}
