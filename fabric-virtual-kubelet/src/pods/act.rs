@@ -606,10 +606,11 @@ async fn create(
     match api.create(&PostParams::default(), &shadow).await {
         Ok(s) => {
             info!(pod = %key(pod), shadowpod = %shadow_name, "offloaded");
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             cx.event(&Event::normal(
                 "Offloaded",
                 "Offload",
-                format!("ShadowPod {shadow_name} created on the provider"),
+                decide::offloaded_note(shadow_name, ns, twin),
             ))
             .await;
             Ok(Outcome::Shadow(Box::new(s)))

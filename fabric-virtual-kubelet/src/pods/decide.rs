@@ -72,6 +72,19 @@ pub enum Step {
     Aborted(String),
 }
 
+/// What the `Offloaded` Event on a home pod of namespace `ns` says: into its namespace's twin
+/// (`twin`), or alone into the tenant namespace, without what its namespace holds.
+pub fn offloaded_note(shadow_name: &str, ns: &str, twin: bool) -> String {
+    if twin {
+        return format!("ShadowPod {shadow_name} created on the provider");
+    }
+    format!(
+        "ShadowPod {shadow_name} created in the provider's tenant namespace: namespace {ns} is \
+         not offloaded, so the pod runs there alone (its Services, ConfigMaps, Secrets and \
+         tokens do not follow it; `fabricctl offload namespace {ns}` makes them follow)"
+    )
+}
+
 /// Whether the ShadowPod stands for this very pod (not an earlier one of the same name).
 pub fn owns(shadow: &ShadowPod, pod: &Pod) -> bool {
     pod.metadata.uid.as_deref() == Some(shadow.spec.home.uid.as_str())
@@ -425,5 +438,19 @@ pub(super) mod tests {
         let mut p = offloaded_pod();
         p.status.as_mut().unwrap().phase = Some("Failed".into());
         assert_eq!(decide(&p, Remote::Absent, true), Step::Report);
+    }
+
+    #[test]
+    fn a_pod_offloaded_alone_is_told_what_does_not_follow_it() {
+        assert_eq!(
+            offloaded_note("web", "shop", true),
+            "ShadowPod web created on the provider"
+        );
+        let alone = offloaded_note("shop.web", "shop", false);
+        assert!(
+            alone.contains("namespace shop is not offloaded")
+                && alone.contains("fabricctl offload namespace shop"),
+            "{alone}"
+        );
     }
 }

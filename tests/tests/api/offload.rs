@@ -498,6 +498,15 @@ async fn web_offloaded(bed: &Bed) -> ShadowPod {
         .await;
     assert_eq!(shadow.spec.cluster_id, CONSUMER);
     assert_eq!(shadow.spec.home.name, "web");
+    // Its namespace is not offloaded: it went alone, and the pod is told what does not follow.
+    bed.event(&bed.consumer, HOME_NS, "the Offloaded Event", |e| {
+        e["reason"] == "Offloaded"
+            && e["regarding"]["name"] == "web"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains(&format!("namespace {HOME_NS} is not offloaded")))
+    })
+    .await;
     bed.eventually("the real pod", || async {
         bed.remote_pods().get_opt(&web).await.ok()?
     })
