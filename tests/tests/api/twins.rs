@@ -351,6 +351,34 @@ fn twin_namespaces_are_made_confined_and_removed_and_never_adopted() {
             &shadow_pod(GAMMA, "shop-cluster-a", "impostor", "10m").to_string(),
         );
         assert!(!ok, "alpha's ShadowPod naming gamma was admitted: {out}");
+        // In its own twin, a pod the provider's pod policy refuses in its tenant namespace:
+        // refused here too.
+        for (name, pod) in [
+            (
+                "privileged",
+                json!({ "containers": [{ "name": "main", "image": "echo",
+                    "securityContext": { "privileged": true } }] }),
+            ),
+            (
+                "host-network",
+                json!({ "hostNetwork": true, "containers": [{ "name": "main", "image": "echo" }] }),
+            ),
+            (
+                "host-path",
+                json!({ "containers": [{ "name": "main", "image": "echo" }],
+                    "volumes": [{ "name": "root", "hostPath": { "path": "/" } }] }),
+            ),
+        ] {
+            let mut sp = shadow_pod(ALPHA, "shop-cluster-a", name, "10m");
+            sp["spec"]["pod"]["spec"] = pod;
+            let (ok, out) = as_consumer(&bed.alpha, &["create", "-f", "-"], &sp.to_string());
+            assert!(
+                !ok,
+                "a {name} ShadowPod in alpha's own twin was admitted: {out}"
+            );
+            assert!(out.contains("denied the request"), "{name}: {out}");
+            assert!(bed.get("shadowpod", Some("shop-cluster-a"), name).is_none());
+        }
         // A Namespace, a RoleBinding of its own making.
         let ns = json!({ "apiVersion": "v1", "kind": "Namespace",
                          "metadata": { "name": "mine",
