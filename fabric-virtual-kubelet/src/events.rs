@@ -1,6 +1,6 @@
 //! Events of a twin namespace brought home (issue 20): what the provider's kubelet, scheduler
-//! and controllers say about an offloaded pod (or the ConfigMaps and Secrets reflected for it)
-//! is recorded at home on the home object, as `kubectl describe` shows it. Updates come too
+//! and controllers say about an offloaded pod, or an object reflected for it (ConfigMaps,
+//! Secrets, Services, claims, EndpointSlices), is recorded at home on the home object, as `kubectl describe` shows it. Updates come too
 //! (★ the series count and last time of a repeated Event, not only its first occurrence).
 //! [`forge`] is pure; [`follow`] watches one twin and writes home.
 use std::collections::BTreeMap;
@@ -9,12 +9,13 @@ use fabric_api::names::label;
 use fabric_reflector::Endpoint;
 use futures::StreamExt;
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, ObjectReference, Pod, Secret},
+    core::v1::{ConfigMap, ObjectReference, PersistentVolumeClaim, Pod, Secret, Service},
+    discovery::v1::EndpointSlice,
     events::v1::Event,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ObjectMeta, Patch, PatchParams},
+    api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
 use tokio::sync::watch;
@@ -23,14 +24,30 @@ use tracing::{debug, warn};
 use crate::FIELD_MANAGER;
 
 /// The kinds whose Events come home: the home object of the same kind and name (a ShadowPod's
-/// stand for its pod's).
+/// stand for its pod's, a ShadowEndpointSlice's for the home EndpointSlice it carries).
 pub fn home_kind(kind: &str) -> Option<&'static str> {
     match kind {
         "Pod" | "ShadowPod" => Some("Pod"),
         "ConfigMap" => Some("ConfigMap"),
         "Secret" => Some("Secret"),
+        "Service" => Some("Service"),
+        "PersistentVolumeClaim" => Some("PersistentVolumeClaim"),
+        "ShadowEndpointSlice" => Some("EndpointSlice"),
         _ => None,
     }
+}
+
+/// The API of a kind [`home_kind`] names.
+fn home_api(kind: &str) -> Option<ApiResource> {
+    Some(match kind {
+        "Pod" => ApiResource::erase::<Pod>(&()),
+        "ConfigMap" => ApiResource::erase::<ConfigMap>(&()),
+        "Secret" => ApiResource::erase::<Secret>(&()),
+        "Service" => ApiResource::erase::<Service>(&()),
+        "PersistentVolumeClaim" => ApiResource::erase::<PersistentVolumeClaim>(&()),
+        "EndpointSlice" => ApiResource::erase::<EndpointSlice>(&()),
+        _ => return None,
+    })
 }
 
 /// The home Event standing for `remote` (an Event in the twin of `home_ns` on provider
@@ -84,26 +101,11 @@ async fn home_object(
     else {
         return Ok(None);
     };
-    fn reference<K: Resource<DynamicType = ()>>(k: Option<K>) -> Option<ObjectReference> {
-        k.map(|k| k.object_ref(&()))
-    }
-    Ok(match kind {
-        "Pod" => reference(
-            Api::<Pod>::namespaced(local.clone(), home_ns)
-                .get_opt(name)
-                .await?,
-        ),
-        "ConfigMap" => reference(
-            Api::<ConfigMap>::namespaced(local.clone(), home_ns)
-                .get_opt(name)
-                .await?,
-        ),
-        _ => reference(
-            Api::<Secret>::namespaced(local.clone(), home_ns)
-                .get_opt(name)
-                .await?,
-        ),
-    })
+    let Some(ar) = home_api(kind) else {
+        return Ok(None);
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(local.clone(), home_ns, &ar);
+    Ok(api.get_opt(name).await?.map(|o| o.object_ref(&ar)))
 }
 
 /// Brings the Events of twin `twin` (of home namespace `home_ns`) home, through whichever
@@ -227,6 +229,19 @@ mod tests {
             "cluster-b"
         );
         assert_eq!(home_kind("ShadowPod"), Some("Pod"));
+        assert_eq!(home_kind("ShadowEndpointSlice"), Some("EndpointSlice"));
         assert_eq!(home_kind("Deployment"), None);
+        for kind in [
+            "Pod",
+            "ConfigMap",
+            "Secret",
+            "Service",
+            "PersistentVolumeClaim",
+        ] {
+            let ar = home_api(home_kind(kind).unwrap()).unwrap();
+            assert_eq!((ar.kind.as_str(), ar.version.as_str()), (kind, "v1"));
+        }
+        let slices = home_api("EndpointSlice").unwrap();
+        assert_eq!(slices.api_version, "discovery.k8s.io/v1");
     }
 }
