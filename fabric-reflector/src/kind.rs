@@ -150,6 +150,19 @@ pub trait Kind: Send + Sync + Sized + 'static {
         false
     }
 
+    /// What else goes with remote object `remote` (ours) once its home object is gone: the
+    /// remote objects `act` would have removed with it, through `endpoint`. Called when the
+    /// edge deleted it as an orphan, and on each sync of a key whose home object is gone while
+    /// `remote` is already going (deleted by `act` before the home object went). Must be
+    /// idempotent; an error is logged. Default: nothing.
+    fn home_gone(
+        &self,
+        _endpoint: &Endpoint,
+        _remote: &Self::Remote,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
+
     /// What to do about one home object, from what the edge knows: pure.
     fn decide(&self, view: &View<'_, Self>) -> Self::Step;
 

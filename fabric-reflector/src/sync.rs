@@ -46,6 +46,12 @@ pub(crate) async fn sync<K: Kind>(
             {
                 delete_orphan(state, key, r, side).await
             }
+            (Remote::Ours(r), Some(side))
+                if snap.gate.may_delete_orphans() && r.meta().deletion_timestamp.is_some() =>
+            {
+                home_gone(kind, key, r, side).await;
+                Ok(Next::Done)
+            }
             _ => Ok(Next::Done),
         };
     };
@@ -98,17 +104,28 @@ async fn delete_orphan<K: Kind>(
         return Ok(Next::Done);
     }
     let name = r.meta().name.clone().unwrap_or_default();
-    match delete_preconditioned(&side.api(), r, None).await {
-        Ok(Deleted::Asked) => {
+    let deleted = delete_preconditioned(&side.api(), r, None).await;
+    if let Ok(d) = &deleted {
+        if *d == Deleted::Asked {
             state.shared.metrics.orphans.inc();
             info!(kind = K::NAME, %key, remote = %name, "gone at home: deleting its remote copy");
-            Ok(Next::Done)
         }
+        home_gone(kind, key, r, side).await;
+    }
+    match deleted {
         Ok(_) => Ok(Next::Done),
         Err(e) => Err(format!(
             "deleting {} {name} of {key} gone at home: {e}",
             K::NAME
         )),
+    }
+}
+
+/// What goes with `r` now that its home object is gone ([`Kind::home_gone`]).
+async fn home_gone<K: Kind>(kind: &K, key: &Key, r: &K::Remote, side: &RemoteSide<K>) {
+    if let Err(e) = kind.home_gone(&side.endpoint, r).await {
+        let name = r.meta().name.clone().unwrap_or_default();
+        warn!(kind = K::NAME, %key, remote = %name, error = e, "removing what went with a remote object");
     }
 }
 

@@ -9,7 +9,7 @@ use fabric_api::{
     offloading::v1alpha1::ShadowPod,
 };
 use fabric_offloading::shadowpod::forge::{self, HomeApi};
-use fabric_reflector::{Cx, Key, Kind, Marks, Next, Pair, Remote, View};
+use fabric_reflector::{Cx, Endpoint, Key, Kind, Marks, Next, Pair, Remote, View};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use tokio::sync::watch;
@@ -109,6 +109,26 @@ impl Kind for Pods {
 
     fn orphaned(&self, s: &ShadowPod, home: Option<&Pod>) -> bool {
         decide::orphaned(s, home)
+    }
+
+    /// A pod deleted at home without its grace (`--force`) never reaches
+    /// [`Step::FinishDeletion`]: the token Secrets its ShadowPod mounts go with the ShadowPod
+    /// (only those made for that very pod, by UID).
+    async fn home_gone(&self, endpoint: &Endpoint, s: &ShadowPod) -> Result<(), String> {
+        if self.placement != Placement::Twin {
+            return Ok(());
+        }
+        let secrets = crate::tokens::secrets_mounted(&s.spec.pod.spec);
+        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        let twin = crate::tokens::edge::twin(&endpoint.client, &ns, &endpoint.marks);
+        crate::tokens::edge::remove_named(&twin, &s.spec.home.uid, &secrets)
+            .await
+            .map_err(|e| {
+                format!(
+                    "removing the token Secrets of ShadowPod {ns}/{}: {e}",
+                    s.spec.home.name
+                )
+            })
     }
 
     /// A ShadowPod made by a virtual kubelet of before the reflection marks: it names this

@@ -136,8 +136,15 @@ async fn request(
 /// Deletes the token Secrets `wanted` of the pod of UID `uid` from the twin: ours only, each
 /// UID-preconditioned against the version read (a Secret made again meanwhile stays).
 pub async fn remove(twin: &Twin<'_>, uid: &str, wanted: &[Wanted]) -> Result<(), Error> {
-    for w in wanted {
-        let Some(s) = twin.secrets.get_opt(&w.secret).await? else {
+    let names: Vec<String> = wanted.iter().map(|w| w.secret.clone()).collect();
+    remove_named(twin, uid, &names).await
+}
+
+/// Deletes the token Secrets `names` of the pod of UID `uid` from the twin, as [`remove`]:
+/// ours, made for that pod, UID-preconditioned.
+pub async fn remove_named(twin: &Twin<'_>, uid: &str, names: &[String]) -> Result<(), Error> {
+    for name in names {
+        let Some(s) = twin.secrets.get_opt(name).await? else {
             continue;
         };
         let for_pod = s
@@ -148,11 +155,8 @@ pub async fn remove(twin: &Twin<'_>, uid: &str, wanted: &[Wanted]) -> Result<(),
             continue;
         }
         let dp = meta::only_uid(s.metadata.uid.clone(), None);
-        if meta::delete(&twin.secrets, &w.secret, &dp).await? == meta::Deleted::Asked {
-            info!(
-                secret = w.secret,
-                "service-account token removed from the twin"
-            );
+        if meta::delete(&twin.secrets, name, &dp).await? == meta::Deleted::Asked {
+            info!(secret = name, "service-account token removed from the twin");
         }
     }
     Ok(())

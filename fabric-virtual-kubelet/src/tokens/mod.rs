@@ -90,6 +90,23 @@ pub fn secret_name(pod: &str, volume: &str, source: &ServiceAccountTokenProjecti
     format!("{SECRET_PREFIX}{pod}.{hash}")
 }
 
+/// The token Secrets (named under [`SECRET_PREFIX`]) that `spec`, a pod spec as it runs in a
+/// twin ([`rewrite`]), mounts through its projected volumes.
+pub fn secrets_mounted(spec: &PodSpec) -> Vec<String> {
+    let mut out: Vec<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .filter_map(|s| s.secret.as_ref().map(|s| s.name.clone()))
+        .filter(|n| n.starts_with(SECRET_PREFIX))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// `spec` (of home pod `pod`) as it runs in a twin: every token source a projection of its
 /// Secret, the root CA bundle the home one, and the tokens that takes. A pod that opted out,
 /// or has no token source, keeps its token volumes as they are (the forge drops them) and
@@ -338,6 +355,10 @@ mod tests {
     #[test]
     fn each_token_source_becomes_a_secret_of_its_own_in_the_volume() {
         let (spec, wanted) = rewritten(&pod(json!({})));
+        // What a ShadowPod mounts names its tokens (an orphan's go with it).
+        let mut named: Vec<String> = wanted.iter().map(|w| w.secret.clone()).collect();
+        named.sort();
+        assert_eq!(secrets_mounted(&spec), named);
         let v = serde_json::to_value(&spec.volumes).unwrap();
         let api = &v[0]["projected"];
         assert_eq!(api["defaultMode"], 420, "{api}");

@@ -2540,6 +2540,32 @@ async fn service_account_tokens(bed: &Bed) {
         get("secret", name.clone()).await.is_none(),
         "its Secret gone first"
     );
+    // Deleted without its grace: its ShadowPod is an orphan, its token Secret goes with it.
+    apply(&bed.consumer, &pod("forced", "reader", json!({})));
+    let forced = bed
+        .eventually("forced's ShadowPod in the twin", || {
+            get("shadowpod", "forced".into())
+        })
+        .await;
+    let secret =
+        forced["spec"]["pod"]["spec"]["volumes"][0]["projected"]["sources"][0]["secret"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+    assert!(get("secret", secret.clone()).await.is_some(), "{forced}");
+    bed.consumer.kubectl_ok(&[
+        "delete",
+        "pod",
+        "forced",
+        "-n",
+        STORE,
+        "--grace-period=0",
+        "--force",
+    ]);
+    bed.eventually("forced's token Secret gone from the twin", || async {
+        get("secret", secret.clone()).await.is_none().then_some(())
+    })
+    .await;
     for p in ["quiet", "lost"] {
         bed.consumer
             .kubectl_ok(&["delete", "pod", p, "-n", STORE, "--wait=false"]);
@@ -2577,6 +2603,18 @@ async fn services_endpoints_translated(bed: &Bed) {
         )
         .await;
     assert!(note.contains(CONSUMER), "{note}");
+    // ... and at home, on the EndpointSlice the shadow carries.
+    bed.event(
+        &bed.consumer,
+        STORE,
+        "the shadow's Event on the home slice",
+        |e| {
+            e["reason"] == fabric_offloading::endpointslices::controller::WAITING_FOR_NETWORK
+                && e["regarding"]["kind"] == "EndpointSlice"
+                && e["regarding"]["name"] == "db-abcde"
+        },
+    )
+    .await;
     assert!(in_store_twin(bed, "endpointslice", "db-abcde-fabric").is_none());
     fixture::provider_network(&bed.provider, "Connected").unwrap();
     let endpoints = &shadow["spec"]["template"]["endpoints"];
