@@ -324,6 +324,27 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
     phase_async("the claim deleted: both sides gone", async {
         bed.consumer
             .kubectl_ok(&["delete", "pod", "db", "-n", STORE, "--wait=false"]);
+        // Unused now, its data on the provider: a move home is refused, changing nothing.
+        bed.eventually("db gone at home", || async {
+            let pods: Api<Pod> = Api::namespaced(bed.c.clone(), STORE);
+            pods.get_opt("db").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        let before = home_claim(&bed, "data").unwrap();
+        let (ok, out) = fabricctl_at_home(
+            &bed,
+            &["move", "volume", &format!("{STORE}/data"), "--to", "local"],
+        );
+        assert!(
+            !ok && out.contains("only a move from this cluster to a provider")
+                && out.contains(&format!("the data stays on provider {PROVIDER}")),
+            "a move from the provider: {out}"
+        );
+        let after = home_claim(&bed, "data").unwrap();
+        assert_eq!(
+            after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+            "the claim untouched"
+        );
         bed.consumer
             .kubectl_ok(&["delete", "pvc", "data", "-n", STORE, "--wait=false"]);
         bed.eventually("data gone from the twin", || async {
