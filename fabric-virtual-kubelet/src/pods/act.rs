@@ -2,7 +2,10 @@
 //! created, its labels and annotations followed, resized, deleted) or at home (a deletion
 //! completed), then the home status [`status`] computes written under the virtual kubelet's
 //! field manager, with the Events a kubelet would record.
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, Result};
 use fabric_api::{names, offloading::v1alpha1::ShadowPod};
@@ -61,6 +64,9 @@ enum Outcome {
     NoHomeApi(String),
     /// A claim it mounts is not in the twin yet (why): not created.
     NoVolume(String),
+    /// Its ShadowPod, made by this process moments ago, is not in the watch yet: looked at
+    /// again by then ([`super::made`]).
+    AwaitEcho(Duration),
 }
 
 /// How soon a pod whose token could not be made, or refreshed, is looked at again.
@@ -89,6 +95,7 @@ pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
         Err(e) => (Outcome::Nothing, Some(e)),
     };
     let next = match &outcome {
+        Outcome::AwaitEcho(d) => Next::After(*d),
         Outcome::NoToken(_) => Next::After(TOKEN_RETRY),
         Outcome::NoVolume(_) => Next::After(VOLUME_RETRY),
         Outcome::Shadow(_) if alive && cx.view.reachable && pods.placement == Placement::Twin => {
@@ -210,7 +217,10 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
     let pod = cx.view.home.as_ref();
     let shadow_name = cx.remote_name();
     let own = match cx.view.remote.ours() {
-        Some(s) if decide::owns(s, pod) => Outcome::Shadow(Box::new(s.clone())),
+        Some(s) if decide::owns(s, pod) => {
+            pods.made.seen(cx.view.key);
+            Outcome::Shadow(Box::new(s.clone()))
+        }
         _ => Outcome::Nothing,
     };
     let (Some(api), Some(marks)) = (cx.remote_api(), cx.view.marks) else {
@@ -249,7 +259,14 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
         }
         Step::Create if twin && offloaded_to_tenant(cx, pod).await? => Outcome::Skip,
         Step::Create => match pods.home_api_for(pod) {
-            Some(home_api) => create(cx, &api, marks, &shadow_name, twin, home_api).await?,
+            Some(home_api) => {
+                let made = create(cx, &api, marks, &shadow_name, twin, home_api).await?;
+                if matches!(made, Outcome::Shadow(_)) {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    pods.made.record(cx.view.key.clone(), uid, Instant::now());
+                }
+                made
+            }
             // Its twin's Service lost its address since the decision: decided again then.
             None => own,
         },
@@ -317,6 +334,10 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
             Outcome::Gone
         }
         Step::Vanished => {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            if let Some(due) = pods.made.echo_due(cx.view.key, uid, Instant::now()) {
+                return Ok(Outcome::AwaitEcho(due));
+            }
             // Failing the pod cannot be undone: the cache's word is not enough.
             match api.get_opt(&shadow_name).await {
                 Ok(Some(s)) if cx.ours(&s) && decide::owns(&s, pod) => Outcome::Shadow(Box::new(s)),
@@ -341,7 +362,7 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
 async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
     let pod = cx.view.home.as_ref();
     let seen = match &outcome {
-        Outcome::Gone | Outcome::Skip => return,
+        Outcome::Gone | Outcome::Skip | Outcome::AwaitEcho(_) => return,
         Outcome::NoTwin(message) => Seen::NoTwin { message },
         Outcome::NoToken(message) => Seen::NoToken { message },
         Outcome::NoHomeApi(message) => Seen::NoHomeApi { message },

@@ -19,6 +19,7 @@ use crate::{conditions::Readiness, home_api::HomeApis};
 use super::{
     act,
     decide::{self, Step},
+    made::Made,
     translate::{Remap, Untranslatable},
     twins::{Route, Twins},
 };
@@ -49,6 +50,8 @@ pub struct Pods {
     /// Where the pods of each twin find the home API server (`None`: not configured, pods
     /// get nothing of it).
     pub home_api: Option<watch::Receiver<HomeApis>>,
+    /// The ShadowPods this process made lately (their watch may not show them yet).
+    pub made: Made,
 }
 
 impl Pods {
@@ -218,6 +221,7 @@ mod tests {
             ready: watch::channel(None).1,
             remap: watch::channel(Err(Untranslatable::NoRemap)).1,
             home_api: None,
+            made: Made::default(),
         }
     }
 

@@ -37,6 +37,7 @@ pub mod bounds;
 pub mod decide;
 pub mod failures;
 pub mod kind;
+pub mod made;
 pub mod run;
 pub mod status;
 pub mod translate;

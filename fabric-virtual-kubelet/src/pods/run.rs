@@ -160,6 +160,7 @@ pub async fn run(
         node_ip: opts.node_ip.clone(),
         ready: ready.clone(),
         remap: remap.clone(),
+        made: Default::default(),
     };
     let options = Options::new(SYNCS, opts.resync)
         .resync_on(remap.clone())
