@@ -450,7 +450,7 @@ async fn pods_by_provider(
 /// provider the new selector drops, saying what goes there.
 async fn dropped(
     local: &Client,
-    fabric_ns: &str,
+    (all, nodes): &(offloading::Providers, BTreeMap<String, String>),
     old: &NamespaceOffloading,
     new: &NamespaceOffloading,
 ) -> Result<Vec<String>> {
@@ -458,17 +458,16 @@ async fn dropped(
     if before.iter().all(|c| c.twin.is_none()) {
         return Ok(Vec::new());
     }
-    let (all, nodes) = providers(local, fabric_ns).await?;
     // A selector the controller cannot evaluate keeps what the status says: as it will.
     let mut judged = new.clone();
     judged.status = old.status.clone();
-    let (chosen, _) = offloading::selected(&judged, &all);
-    let gone = offloading::deselected(before, &chosen, &all);
+    let (chosen, _) = offloading::selected(&judged, all);
+    let gone = offloading::deselected(before, &chosen, all);
     if gone.is_empty() {
         return Ok(Vec::new());
     }
     let ns = old.namespace().unwrap_or_default();
-    let pods = pods_by_provider(local, &ns, &nodes, old).await?;
+    let pods = pods_by_provider(local, &ns, nodes, old).await?;
     let twin = old
         .status
         .as_ref()
@@ -508,13 +507,15 @@ pub async fn offload(
             bail!("namespace {ns} does not exist: create it first (nothing was offloaded)");
         }
     }
+    // Read once: what a new selector drops, and which pods run on virtual nodes already.
+    let seen = providers(&local, fabric_ns).await?;
     for o in &objects {
         let ns = o.namespace().unwrap_or_default();
         let api: Api<NamespaceOffloading> = Api::namespaced(local.clone(), &ns);
         let old = api.get_opt(namespaces::NAME).await?;
         let existed = old.is_some();
         if let Some(old) = &old {
-            for line in dropped(&local, fabric_ns, old, o).await? {
+            for line in dropped(&local, &seen, old, o).await? {
                 println!("{ns}: {line}");
             }
         }
@@ -531,7 +532,7 @@ pub async fn offload(
             bail!("offloading {ns}: {e}");
         }
         if enabled {
-            let (_, nodes) = providers(&local, fabric_ns).await?;
+            let nodes = &seen.1;
             let pods = Api::<Pod>::namespaced(local.clone(), &ns)
                 .list(&ListParams::default())
                 .await

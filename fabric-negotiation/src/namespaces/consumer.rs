@@ -138,6 +138,11 @@ async fn sync_map(
         .map(Some)
 }
 
+/// Publishes `ev` on `obj` (a failure is logged by the publisher, never fails the reconcile).
+async fn say<K: kube::Resource<DynamicType = ()>>(nc: &NsCtx, obj: &K, ev: KubeEvent) {
+    nc.ctx.events.publish(obj, &ev).await;
+}
+
 /// Sets or removes the scheduling label of namespace `name` (a merge patch: a namespace that
 /// is gone is not made again).
 async fn label_namespace(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), Error> {
@@ -226,13 +231,12 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
             "the clusterSelector no longer selects {id}: {}",
             removal(&nso, &twin_of(&nso, &nc.me), &id, None)
         );
-        nc.ctx
-            .events
-            .publish(
-                nso.as_ref(),
-                &KubeEvent::warning("Deselected", "Select", note),
-            )
-            .await;
+        say(
+            nc,
+            nso.as_ref(),
+            KubeEvent::warning("Deselected", "Select", note),
+        )
+        .await;
     }
     let mut clusters = Vec::new();
     let mut waiting = false;
@@ -253,13 +257,12 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
     let st = status(&nso, clusters, bad.as_ref(), &nc.me);
     let said = nso.status.as_ref().and_then(|s| s.message.as_ref());
     if let Some(message) = st.message.as_ref().filter(|m| said != Some(*m)) {
-        nc.ctx
-            .events
-            .publish(
-                nso.as_ref(),
-                &KubeEvent::warning("InvalidSelector", "Select", message.clone()),
-            )
-            .await;
+        say(
+            nc,
+            nso.as_ref(),
+            KubeEvent::warning("InvalidSelector", "Select", message.clone()),
+        )
+        .await;
     }
     for c in newly_refused(before, &st.clusters) {
         let note = format!(
@@ -269,13 +272,12 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
             c.reason.as_deref().unwrap_or("no reason given"),
             c.message.as_deref().unwrap_or_default(),
         );
-        nc.ctx
-            .events
-            .publish(
-                nso.as_ref(),
-                &KubeEvent::warning("TwinRefused", "Offload", note),
-            )
-            .await;
+        say(
+            nc,
+            nso.as_ref(),
+            KubeEvent::warning("TwinRefused", "Offload", note),
+        )
+        .await;
     }
     write_status(nc, &nso, st).await?;
     let next = if waiting {
@@ -297,13 +299,12 @@ async fn say_not_placed(nc: &NsCtx, nso: &NamespaceOffloading, home: &str) -> Re
     let is_virtual = |node: &str| vns.iter().any(|v| v.spec.node_name == node);
     let note = not_placed_note(home, nso.spec.pod_offloading_strategy);
     for pod in not_placed(&pods, is_virtual) {
-        nc.ctx
-            .events
-            .publish(
-                pod,
-                &KubeEvent::normal("CreatedBeforeOffloading", "Place", note.clone()),
-            )
-            .await;
+        say(
+            nc,
+            pod,
+            KubeEvent::normal("CreatedBeforeOffloading", "Place", note.clone()),
+        )
+        .await;
     }
     Ok(())
 }
@@ -325,13 +326,12 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
         .collect();
     if first && !twins.is_empty() {
         // Said once, as the withdrawal starts (the status says Terminating from then on).
-        nc.ctx
-            .events
-            .publish(
-                nso.as_ref(),
-                &KubeEvent::normal("Unoffloading", "Unoffload", twins.join("; ")),
-            )
-            .await;
+        say(
+            nc,
+            nso.as_ref(),
+            KubeEvent::normal("Unoffloading", "Unoffload", twins.join("; ")),
+        )
+        .await;
     }
     let mut clusters = Vec::new();
     let mut pending = Vec::new();
@@ -381,13 +381,12 @@ async fn cleanup(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<bool, Erro
             removed.join(", ")
         )
     };
-    nc.ctx
-        .events
-        .publish(
-            nso.as_ref(),
-            &KubeEvent::normal("Unoffloaded", "Unoffload", note),
-        )
-        .await;
+    say(
+        nc,
+        nso.as_ref(),
+        KubeEvent::normal("Unoffloaded", "Unoffload", note),
+    )
+    .await;
     Ok(true)
 }
 
