@@ -4,7 +4,9 @@
 //! headless Service stays headless), and a `NodePort` or `LoadBalancer` Service is a
 //! `ClusterIP` one there (the provider's node ports, load balancers and external IPs are not
 //! a consumer's to take: its admission policy `fabric-consumer-twin-services` refuses them),
-//! which a Warning Event says at home. The selector is kept: offloaded pods keep their labels,
+//! which a Warning Event says at home, unless its owner asks for node ports ([`NODE_PORTS`])
+//! and the provider's admin grants them to the tenant ([`NODE_PORTS_ROLE`]): a `NodePort`
+//! one there, its ports the provider's or the same numbers. The selector is kept: offloaded pods keep their labels,
 //! so the provider's own endpoint controller covers those that run there. `default/kubernetes`
 //! is never reflected, nor one named [`home_api::SERVICE`] (the twin's Service of that name
 //! is the home API server's: [`crate::home_api`]); an object's [`REFLECT`] annotation
@@ -23,6 +25,42 @@ const HEADLESS: &str = "None";
 /// The types a consumer's Service in a twin may not have.
 const EXPOSED: [&str; 2] = ["NodePort", "LoadBalancer"];
 
+/// The annotation by which a `NodePort` or `LoadBalancer` Service's owner asks for node ports
+/// on the provider too: [`NodePorts::Provider`]'s value (the provider picks the numbers) or
+/// [`NodePorts::Same`]'s (the home numbers, refused there if taken). The copy is then a
+/// `NodePort` Service, which the provider admits only where its admin granted the consumer
+/// [`NODE_PORTS_ROLE`]; otherwise its refusal is said at home (`ReflectionRefused`) and retried
+/// with back-off, so a grant is taken up without a change at home. Absent (or another value):
+/// a `ClusterIP` Service there.
+pub const NODE_PORTS: &str = "reflection.fabric.io/node-ports";
+
+/// The ClusterRole (deploy/base/sharing.yaml) a provider's admin binds to a consumer's user
+/// (`fabric.io:consumer:<cluster id>`), cluster-wide or in one twin, to let its Services there
+/// take node ports: policy `fabric-consumer-twin-services` asks the authorizer for verb `use`
+/// of `nodeports.offloading.fabric.io`.
+pub const NODE_PORTS_ROLE: &str = "fabric-consumer-node-ports";
+
+/// What a Service's owner asked of its node ports on the provider ([`NODE_PORTS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodePorts {
+    /// None: a `ClusterIP` Service there.
+    None,
+    /// `provider`: node ports the provider picks.
+    Provider,
+    /// `same`: the home node ports' numbers.
+    Same,
+}
+
+impl NodePorts {
+    fn of(s: &Service) -> Self {
+        match s.annotations().get(NODE_PORTS).map(String::as_str) {
+            Some("provider") => Self::Provider,
+            Some("same") => Self::Same,
+            _ => Self::None,
+        }
+    }
+}
+
 /// The Services of an offloaded namespace.
 pub struct Services;
 
@@ -38,15 +76,26 @@ fn exposed(s: &Service) -> bool {
     type_of(s).is_some_and(|t| EXPOSED.contains(&t))
 }
 
-/// The port as the remote cluster gets it: its node port left to it (none is asked for).
-fn port(p: &ServicePort) -> ServicePort {
+/// Whether `home`'s copy is a `NodePort` Service: it is exposed and its owner asked for
+/// node ports.
+fn node_ports(home: &Service) -> NodePorts {
+    if exposed(home) {
+        NodePorts::of(home)
+    } else {
+        NodePorts::None
+    }
+}
+
+/// The port as the remote cluster gets it: its node port left to it unless the same number
+/// is asked for.
+fn port(p: &ServicePort, asked: NodePorts) -> ServicePort {
     ServicePort {
         name: p.name.clone(),
         port: p.port,
         target_port: p.target_port.clone(),
         protocol: p.protocol.clone(),
         app_protocol: p.app_protocol.clone(),
-        node_port: None,
+        node_port: p.node_port.filter(|_| asked == NodePorts::Same),
     }
 }
 
@@ -63,17 +112,26 @@ impl Forge for Services {
             return None;
         }
         let s = home.spec.as_ref()?;
+        let asked = node_ports(home);
         // What only a Service exposed outside the cluster has (external traffic policy, load
-        // balancer fields, node ports) goes with its type.
+        // balancer fields, node ports) goes with its type; a node port Service keeps its
+        // external traffic policy (a load balancer's fields stay home).
         let spec = ServiceSpec {
-            type_: if exposed(home) {
-                Some("ClusterIP".to_owned())
-            } else {
-                s.type_.clone()
+            type_: match (exposed(home), asked) {
+                (true, NodePorts::None) => Some("ClusterIP".to_owned()),
+                (true, _) => Some("NodePort".to_owned()),
+                (false, _) => s.type_.clone(),
             },
             cluster_ip: is_headless(home).then(|| HEADLESS.to_owned()),
             selector: s.selector.clone(),
-            ports: s.ports.as_ref().map(|ps| ps.iter().map(port).collect()),
+            ports: s
+                .ports
+                .as_ref()
+                .map(|ps| ps.iter().map(|p| port(p, asked)).collect()),
+            external_traffic_policy: s
+                .external_traffic_policy
+                .clone()
+                .filter(|_| asked != NodePorts::None),
             external_name: s.external_name.clone(),
             internal_traffic_policy: s.internal_traffic_policy.clone(),
             ip_family_policy: s.ip_family_policy.clone(),
@@ -97,10 +155,17 @@ impl Forge for Services {
 
     fn caveat(&self, home: &Service) -> Option<String> {
         let t = type_of(home).filter(|_| exposed(home))?;
-        Some(format!(
-            "type {t} reflected as ClusterIP: a provider gives consumers no node ports or load \
-             balancers (to keep this Service home, annotate it {REFLECT}: never)"
-        ))
+        match node_ports(home) {
+            NodePorts::None => Some(format!(
+                "type {t} reflected as ClusterIP: a provider gives consumers no node ports or \
+                 load balancers unless its admin grants them (to ask for node ports, annotate \
+                 it {NODE_PORTS}: provider|same; to keep it home, {REFLECT}: never)"
+            )),
+            _ if t == "LoadBalancer" => Some(format!(
+                "type {t} reflected as NodePort: a provider gives consumers no load balancers"
+            )),
+            _ => None,
+        }
     }
 
     /// A Service's cluster IP does not change once set: one that becomes headless, or stops
@@ -267,6 +332,55 @@ mod tests {
             let note = Services.caveat(&s).expect("a warning at home");
             assert!(note.contains(t) && note.contains("ClusterIP"), "{note}");
         }
+    }
+
+    #[test]
+    fn node_ports_asked_for_are_node_ports_there() {
+        for t in ["NodePort", "LoadBalancer"] {
+            for (asked, port) in [("provider", None), ("same", Some(30080))] {
+                let mut s = web();
+                s.metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(NODE_PORTS.into(), asked.into());
+                let spec = s.spec.as_mut().unwrap();
+                spec.type_ = Some(t.into());
+                spec.ports.as_mut().unwrap()[0].node_port = Some(30080);
+                spec.external_traffic_policy = Some("Local".into());
+                spec.health_check_node_port = Some(31000);
+                spec.load_balancer_ip = Some("192.0.2.9".into());
+                let copy = Services.forge(&s).unwrap().spec.unwrap();
+                assert_eq!(copy.type_.as_deref(), Some("NodePort"), "{t} {asked}");
+                assert_eq!(copy.ports.unwrap()[0].node_port, port, "{t} {asked}");
+                assert_eq!(copy.external_traffic_policy.as_deref(), Some("Local"));
+                assert_eq!(copy.health_check_node_port, None, "{t} {asked}");
+                assert_eq!(copy.load_balancer_ip, None, "{t} {asked}");
+                let note = Services.caveat(&s);
+                match t {
+                    "NodePort" => assert_eq!(note, None, "{asked}"),
+                    _ => assert!(note.unwrap().contains("as NodePort"), "{asked}"),
+                }
+            }
+        }
+        // Asked of a Service that has none at home: nothing changes.
+        let mut s = web();
+        s.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(NODE_PORTS.into(), "same".into());
+        let copy = Services.forge(&s).unwrap().spec.unwrap();
+        assert_eq!(copy.type_.as_deref(), Some("ClusterIP"));
+        assert_eq!(copy.external_traffic_policy, None);
+        // Another value asks for nothing.
+        let mut s = web();
+        s.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(NODE_PORTS.into(), "yes".into());
+        s.spec.as_mut().unwrap().type_ = Some("NodePort".into());
+        let copy = Services.forge(&s).unwrap().spec.unwrap();
+        assert_eq!(copy.type_.as_deref(), Some("ClusterIP"));
+        assert!(Services.caveat(&s).unwrap().contains(NODE_PORTS));
     }
 
     #[test]

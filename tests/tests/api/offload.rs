@@ -2222,6 +2222,62 @@ async fn an_offloaded_namespace_s_services_are_in_its_twin() {
         },
     )
     .await;
+    phase_async(
+        "node ports asked for: refused until the provider's admin grants them",
+        async {
+            let annotate = |value: &str| {
+                bed.consumer.kubectl_ok(&[
+                    "annotate",
+                    "--overwrite",
+                    "service",
+                    "front",
+                    "-n",
+                    STORE,
+                    &format!("reflection.fabric.io/node-ports{value}"),
+                ]);
+            };
+            annotate("=same");
+            bed.event(&bed.consumer, STORE, "the refusal on front at home", |e| {
+                e["reason"] == "ReflectionRefused"
+                    && e["regarding"]["name"] == "front"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("fabric-consumer-node-ports"))
+            })
+            .await;
+            let front = service_in_twin(&bed, "front").unwrap();
+            assert_eq!(front["spec"]["type"], "ClusterIP", "{front}");
+            // The admin lets this consumer take node ports (refused retries back off to 30 s).
+            bed.provider.kubectl_ok(&[
+                "create",
+                "clusterrolebinding",
+                "fabric-node-ports-consumer",
+                "--clusterrole=fabric-consumer-node-ports",
+                &format!("--user={}", names::user::consumer(CONSUMER)),
+            ]);
+            let front = bed
+                .within(
+                    "front a NodePort in the twin",
+                    Duration::from_secs(60),
+                    || async {
+                        let f = service_in_twin(&bed, "front")?;
+                        (f["spec"]["type"] == "NodePort").then_some(f)
+                    },
+                )
+                .await;
+            assert_eq!(front["spec"]["ports"][0]["nodePort"], 30080, "{front}");
+            // Asked no more: a ClusterIP Service again, its node port released.
+            annotate("-");
+            let front = bed
+                .eventually("front a ClusterIP again", || async {
+                    let f = service_in_twin(&bed, "front")?;
+                    (f["spec"]["type"] == "ClusterIP").then_some(f)
+                })
+                .await;
+            assert!(front["spec"]["ports"][0]["nodePort"].is_null(), "{front}");
+        },
+    )
+    .await;
     phase_async("deleted at home: gone from the twin; theirs stays", async {
         bed.consumer
             .kubectl_ok(&["delete", "service", "db", "theirs", "-n", STORE]);
