@@ -2758,6 +2758,58 @@ async fn services_endpoints_translated(bed: &Bed) {
         (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(false))]).then_some(())
     })
     .await;
+    // Terminating but still serving at home (a pod draining its connections): so there, for
+    // the provider's proxies that fall back to serving terminating endpoints.
+    let mut draining = home_slice(false);
+    draining["endpoints"][0]["conditions"] =
+        json!({"ready": false, "serving": true, "terminating": true});
+    apply(&bed.consumer, &draining);
+    let real = bed
+        .eventually("terminating and serving there as at home", || async {
+            let s = in_store_twin(bed, "endpointslice", "db-abcde-fabric")?;
+            (endpoints_of(&s) == [("10.245.1.5".to_owned(), json!(false), json!(true))])
+                .then_some(s)
+        })
+        .await;
+    assert_eq!(
+        real["endpoints"][0]["conditions"]["terminating"], true,
+        "{real}"
+    );
+    // A slice as the fabric writes one in a twin of a peer's (this cluster its provider too,
+    // same-named namespaces): never reflected back. A plain slice applied after it shows the
+    // virtual kubelet has seen both.
+    let mut from_peer = home_slice(true);
+    from_peer["metadata"]["name"] = json!("db-peer-fabric");
+    from_peer["metadata"]["labels"][names::endpoint_slice::MANAGED_BY] =
+        json!(names::endpoint_slice::REFLECTED);
+    from_peer["metadata"]["labels"][REFLECTED_FROM] = json!(PROVIDER);
+    from_peer["metadata"]["labels"][REFLECTED_TO] = json!(CONSUMER);
+    apply(&bed.consumer, &from_peer);
+    let mut after = home_slice(true);
+    after["metadata"]["name"] = json!("db-after");
+    apply(&bed.consumer, &after);
+    bed.eventually("the later slice's shadow in the twin", || async {
+        in_store_twin(bed, "shadowendpointslice", "db-after")
+    })
+    .await;
+    assert!(
+        in_store_twin(bed, "shadowendpointslice", "db-peer-fabric").is_none(),
+        "a slice reflected from the peer was reflected back"
+    );
+    bed.consumer.kubectl_ok(&[
+        "delete",
+        "endpointslice",
+        "db-peer-fabric",
+        "db-after",
+        "-n",
+        STORE,
+    ]);
+    bed.eventually("the later slice's shadow gone with it", || async {
+        in_store_twin(bed, "shadowendpointslice", "db-after")
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 /// With the consumer's own identity: a shadow slice pointing at the provider's API server's
