@@ -480,6 +480,7 @@ pub enum StorageRetention {
     printcolumn = r#"{"name":"Pods","type":"string","jsonPath":".spec.podOffloadingStrategy"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Remote","type":"string","priority":10,"jsonPath":".status.remoteNamespaceName"}"#,
+    printcolumn = r#"{"name":"Created-Before","type":"integer","priority":10,"jsonPath":".status.createdBefore.count"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -577,6 +578,40 @@ pub struct NamespaceOffloadingStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["clusterId"]))]
     pub clusters: Vec<ClusterOffloading>,
+    /// Pods of the namespace created before it was offloaded (or while its strategy kept pods
+    /// home), which the offloading does not place: they stay where they run until created
+    /// again. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<PodsCreatedBefore>,
+}
+
+/// The pods a namespace's offloading does not place, as [`NamespaceOffloadingStatus`] says.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodsCreatedBefore {
+    /// How many.
+    pub count: u32,
+    /// The first of their names, in order (at most [`PodsCreatedBefore::SHOWN`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub pods: Vec<String>,
+}
+
+impl PodsCreatedBefore {
+    /// How many names the status shows.
+    pub const SHOWN: usize = 10;
+
+    /// The status of these pods' names (any order); `None` when there are none.
+    pub fn of<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Self> {
+        let mut pods: Vec<String> = names.into_iter().map(str::to_owned).collect();
+        if pods.is_empty() {
+            return None;
+        }
+        pods.sort();
+        let count = u32::try_from(pods.len()).unwrap_or(u32::MAX);
+        pods.truncate(Self::SHOWN);
+        Some(Self { count, pods })
+    }
 }
 
 /// One offloaded namespace of a consumer, as it asks its provider for a twin.

@@ -14,7 +14,7 @@ use fabric_api::{
         namespaces,
         v1alpha1::{
             ClusterOffloading, NamespaceMap, NamespaceMapSpec, NamespaceOffloading,
-            OffloadingPhase, TwinPhase, VirtualNode,
+            OffloadingPhase, PodsCreatedBefore, TwinPhase, VirtualNode,
         },
     },
 };
@@ -219,9 +219,19 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
     )
     .await?;
     let observed = nso.status.as_ref().and_then(|s| s.observed_generation);
-    if observed != nso.metadata.generation && scheduling_enabled(nso.spec.pod_offloading_strategy) {
-        say_not_placed(nc, &nso, &home).await?;
-    }
+    let fresh = observed != nso.metadata.generation;
+    let named = nso
+        .status
+        .as_ref()
+        .is_some_and(|s| s.created_before.is_some());
+    // Looked for with each new generation, and again while some are named, so that the
+    // status clears as they are created again; not at every pass.
+    let created_before = if scheduling_enabled(nso.spec.pod_offloading_strategy) && (fresh || named)
+    {
+        created_before(nc, &nso, &home, fresh).await?
+    } else {
+        None
+    };
     let all = nc.providers();
     let (chosen, bad) = selected(&nso, &all);
     let before = previous(&nso);
@@ -254,7 +264,8 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
             clusters.push(c);
         }
     }
-    let st = status(&nso, clusters, bad.as_ref(), &nc.me);
+    let mut st = status(&nso, clusters, bad.as_ref(), &nc.me);
+    st.created_before = created_before;
     let said = nso.status.as_ref().and_then(|s| s.message.as_ref());
     if let Some(message) = st.message.as_ref().filter(|m| said != Some(*m)) {
         say(
@@ -288,25 +299,36 @@ async fn apply(nso: Arc<NamespaceOffloading>, nc: &NsCtx) -> Result<Action, Erro
     Ok(Action::requeue(next))
 }
 
-/// An Event on each pod of `home` its offloading did not place (created before, so left where
-/// it runs), once per generation of the NamespaceOffloading.
-async fn say_not_placed(nc: &NsCtx, nso: &NamespaceOffloading, home: &str) -> Result<(), Error> {
+/// The pods of `home` its offloading did not place (created before, so left where they run),
+/// for the status; with an Event on each when `tell` (once per generation of the
+/// NamespaceOffloading).
+async fn created_before(
+    nc: &NsCtx,
+    nso: &NamespaceOffloading,
+    home: &str,
+    tell: bool,
+) -> Result<Option<PodsCreatedBefore>, Error> {
     let pods = Api::<Pod>::namespaced(nc.ctx.client.clone(), home)
         .list(&Default::default())
         .await?
         .items;
     let vns = nc.virtual_nodes.state();
     let is_virtual = |node: &str| vns.iter().any(|v| v.spec.node_name == node);
-    let note = not_placed_note(home, nso.spec.pod_offloading_strategy);
-    for pod in not_placed(&pods, is_virtual) {
-        say(
-            nc,
-            pod,
-            KubeEvent::normal("CreatedBeforeOffloading", "Place", note.clone()),
-        )
-        .await;
+    let early = not_placed(&pods, is_virtual);
+    if tell {
+        let note = not_placed_note(home, nso.spec.pod_offloading_strategy);
+        for pod in &early {
+            say(
+                nc,
+                *pod,
+                KubeEvent::normal("CreatedBeforeOffloading", "Place", note.clone()),
+            )
+            .await;
+        }
     }
-    Ok(())
+    Ok(PodsCreatedBefore::of(
+        early.iter().filter_map(|p| p.metadata.name.as_deref()),
+    ))
 }
 
 /// Unoffloads: the label goes, the mapping is withdrawn from every provider (the cache

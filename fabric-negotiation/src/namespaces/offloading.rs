@@ -226,6 +226,7 @@ pub fn status(
             )
         }),
         clusters,
+        created_before: None,
     }
 }
 

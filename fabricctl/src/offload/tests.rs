@@ -146,6 +146,7 @@ fn with_status(
         remote_namespace_name: Some("shop-me".into()),
         message: None,
         clusters,
+        created_before: None,
     });
     n
 }

@@ -36,7 +36,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
@@ -327,6 +327,28 @@ async fn offload_and_unoffload_namespaces() {
     let nso = offloading(&c, "shop").await.unwrap();
     let st = nso.status.as_ref().unwrap();
     assert_eq!(st.remote_namespace_name.as_deref(), Some("shop-cons"));
+    let named = st
+        .created_before
+        .as_ref()
+        .expect("the pod from before in the status");
+    assert_eq!(
+        (named.count, named.pods.as_slice()),
+        (1, &["early".to_owned()][..])
+    );
+    // Created again (here: gone), it is no longer named.
+    Api::<Pod>::namespaced(c.clone(), "shop")
+        .delete("early", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the status without the pod from before",
+        Duration::from_secs(30),
+        || async {
+            let nso = offloading(&c, "shop").await?;
+            nso.status?.created_before.is_none().then_some(())
+        },
+    )
+    .await;
     assert!(
         nso.finalizers()
             .iter()

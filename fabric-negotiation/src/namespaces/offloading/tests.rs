@@ -1,6 +1,6 @@
 use fabric_api::offloading::v1alpha1::{
-    MappingStrategy, NamespaceOffloadingSpec, OffloadingPhase, StorageRetention, TwinStatus,
-    VirtualNodeSpec,
+    MappingStrategy, NamespaceOffloadingSpec, OffloadingPhase, PodsCreatedBefore, StorageRetention,
+    TwinStatus, VirtualNodeSpec,
 };
 use k8s_openapi::{
     api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm},
@@ -361,4 +361,15 @@ fn pods_the_webhook_did_not_place_are_named() {
         ),
         "{note}"
     );
+}
+
+#[test]
+fn the_status_names_the_first_pods_created_before_and_counts_them_all() {
+    assert_eq!(PodsCreatedBefore::of([]), None);
+    let names: Vec<String> = (0..12).rev().map(|i| format!("web-{i:02}")).collect();
+    let st = PodsCreatedBefore::of(names.iter().map(String::as_str)).unwrap();
+    assert_eq!(st.count, 12);
+    assert_eq!(st.pods.len(), PodsCreatedBefore::SHOWN);
+    assert_eq!(st.pods.first().map(String::as_str), Some("web-00"));
+    assert_eq!(st.pods.last().map(String::as_str), Some("web-09"));
 }
