@@ -22,6 +22,8 @@ pub mod guard;
 #[cfg(feature = "programs")]
 mod loader;
 mod maps;
+#[cfg(feature = "programs")]
+mod pins;
 mod snapshot;
 pub mod state;
 pub mod sys;
@@ -30,7 +32,7 @@ pub use error::Error;
 pub use fabric_common::DEFAULT_PIN_DIR;
 pub use fabric_dataplane_config::{DataplaneConfig, ExternalMapping, PeerConfig, Remap};
 #[cfg(feature = "programs")]
-pub use loader::{ApplyReport, Dataplane, EBPF_OBJECT};
+pub use loader::{ADOPTED, ApplyReport, Dataplane, EBPF_OBJECT};
 pub use maps::Maps;
 pub use snapshot::{ExternalStatus, PeerStatus, RemapStatus, Snapshot};
 

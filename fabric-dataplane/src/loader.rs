@@ -25,7 +25,7 @@ use fabric_common::{
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::{DataplaneConfig, Error, FILTER_HANDLE, FILTER_PRIORITY, Maps, state, sys};
+use crate::{DataplaneConfig, Error, FILTER_HANDLE, FILTER_PRIORITY, Maps, pins, state, sys};
 
 /// The compiled programs (built by build.rs from `fabric-ebpf`).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fabric"));
@@ -60,11 +60,52 @@ pub struct ApplyReport {
     pub map_writes: usize,
 }
 
+/// What the log says when a restart adopts the programs pinned by an earlier run of its build.
+pub const ADOPTED: &str = "programs adopted from their pins";
+
 /// Loaded programs plus their maps.
 pub struct Dataplane {
-    ebpf: Ebpf,
+    programs: Programs,
     maps: Maps,
     pin_dir: Option<PathBuf>,
+}
+
+/// Where the programs come from: the object, loaded and verified by this process, or the
+/// pins of an earlier run of this build ([`pins`]).
+enum Programs {
+    Object(Box<Ebpf>),
+    /// Egress, ingress.
+    Pinned(Box<(SchedClassifier, SchedClassifier)>),
+}
+
+impl Programs {
+    fn get(&self, name: &str) -> &SchedClassifier {
+        match self {
+            Self::Object(ebpf) => ebpf
+                .program(name)
+                .expect("program checked at load")
+                .try_into()
+                .expect("program type checked at load"),
+            Self::Pinned(p) => match name {
+                progs::EGRESS => &p.0,
+                _ => &p.1,
+            },
+        }
+    }
+
+    fn get_mut(&mut self, name: &str) -> &mut SchedClassifier {
+        match self {
+            Self::Object(ebpf) => ebpf
+                .program_mut(name)
+                .expect("program checked at load")
+                .try_into()
+                .expect("program type checked at load"),
+            Self::Pinned(p) => match name {
+                progs::EGRESS => &mut p.0,
+                _ => &mut p.1,
+            },
+        }
+    }
 }
 
 const TC_PRIORITY: u16 = FILTER_PRIORITY;
@@ -77,11 +118,26 @@ const DIRS: [(TcAttachType, &str, &str); 2] = [
 
 impl Dataplane {
     /// Loads the programs. With a pin directory, maps are pinned there and reused when already
-    /// pinned (state survives restarts); without one they are private to this process (tests).
+    /// pinned (state survives restarts), and so are the verified programs: a restart of the
+    /// same build adopts them without loading the object again ([`pins`]). Without one they
+    /// are private to this process (tests).
     pub fn load(pin_dir: Option<&Path>) -> Result<Self, Error> {
-        let mut loader = EbpfLoader::new();
         if let Some(dir) = pin_dir {
             sys::ensure_pin_dir(dir)?;
+            match pins::adopt(dir) {
+                Ok((egress, ingress, maps)) => {
+                    info!(pin_dir = %dir.display(), "{ADOPTED}");
+                    return Ok(Self {
+                        programs: Programs::Pinned(Box::new((egress, ingress))),
+                        maps,
+                        pin_dir: Some(dir.to_owned()),
+                    });
+                }
+                Err(why) => info!(pin_dir = %dir.display(), why, "loading the programs"),
+            }
+        }
+        let mut loader = EbpfLoader::new();
+        if let Some(dir) = pin_dir {
             for name in names::ALL {
                 let path = dir.join(name);
                 if path.exists() {
@@ -108,15 +164,34 @@ impl Dataplane {
                 .try_into()
                 .map_err(Error::prog(prog))?;
             p.load().map_err(Error::prog(format!("verifying {prog}")))?;
+            if let Some(dir) = pin_dir {
+                Self::pin_program(p, dir, prog)?;
+            }
+        }
+        if let Some(dir) = pin_dir {
+            for old in pins::stale_in(dir) {
+                remove_pin(&old)?;
+            }
         }
         let maps = Maps::from_source(|name| {
             ebpf.take_map(name)
                 .ok_or_else(|| Error::Config(format!("map {name} missing from the object")))
         })?;
         Ok(Self {
-            ebpf,
+            programs: Programs::Object(Box::new(ebpf)),
             maps,
             pin_dir: pin_dir.map(Path::to_owned),
+        })
+    }
+
+    /// Pins verified program `prog` for the next run of this build, in place of a pin of
+    /// that name it could not adopt (its maps were replaced since).
+    fn pin_program(p: &mut SchedClassifier, dir: &Path, prog: &str) -> Result<(), Error> {
+        let path = pins::pin_path(dir, prog);
+        remove_pin(&path)?;
+        p.pin(&path).map_err(|source| Error::Pin {
+            what: format!("{prog} at {}", path.display()),
+            source,
         })
     }
 
@@ -126,8 +201,12 @@ impl Dataplane {
 
     /// The empty program, loaded on demand, for measuring the test harness.
     pub fn noop_program(&mut self) -> Result<&SchedClassifier, Error> {
-        let p: &mut SchedClassifier = self
-            .ebpf
+        let Programs::Object(ebpf) = &mut self.programs else {
+            return Err(Error::Config(
+                "the noop program is only in a data plane loaded from the object".into(),
+            ));
+        };
+        let p: &mut SchedClassifier = ebpf
             .program_mut(progs::NOOP)
             .ok_or_else(|| Error::Config("noop program missing".into()))?
             .try_into()
@@ -145,11 +224,7 @@ impl Dataplane {
         } else {
             progs::INGRESS
         };
-        self.ebpf
-            .program(name)
-            .expect("program checked at load")
-            .try_into()
-            .expect("program type checked at load")
+        self.programs.get(name)
     }
 
     /// Attaches both programs to `ifname` as clsact filters at a fixed priority and handle.
@@ -172,12 +247,7 @@ impl Dataplane {
         }
         let mut replaced = true;
         for (ty, prog, _) in DIRS {
-            let p: &mut SchedClassifier = self
-                .ebpf
-                .program_mut(prog)
-                .expect("checked at load")
-                .try_into()
-                .expect("checked at load");
+            let p = self.programs.get_mut(prog);
             let existing = SchedClassifierLink::attached(ifname, ty, TC_PRIORITY, TC_HANDLE, None)
                 .map_err(|e| Error::io(format!("looking up {ifname}"), e))?;
             let id = match p.attach_to_link(existing) {
@@ -316,12 +386,10 @@ impl Dataplane {
             Self::detach(i)?;
         }
         for name in names::ALL {
-            let p = pin_dir.join(name);
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(format!("removing {}", p.display()), e)),
-            }
+            remove_pin(&pin_dir.join(name))?;
+        }
+        for p in pins::all_in(pin_dir) {
+            remove_pin(&p)?;
         }
         std::fs::remove_dir(pin_dir).map_err(|e| {
             Error::io(
@@ -330,5 +398,14 @@ impl Dataplane {
             )
         })?;
         Ok(ifaces)
+    }
+}
+
+/// Removes a pin; one already gone is fine.
+fn remove_pin(p: &Path) -> Result<(), Error> {
+    match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("removing {}", p.display()), e)),
     }
 }

@@ -169,3 +169,64 @@ pub fn from_cbuf(b: &[u8]) -> String {
     let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
+
+/// The ids of the maps program `prog` reads, from `BPF_OBJ_GET_INFO_BY_FD` on its own fd:
+/// unlike aya's `ProgramInfo::map_ids`, which opens the program again by id, this needs no
+/// `CAP_SYS_ADMIN` (the gateway and the agent have `CAP_BPF` and `CAP_NET_ADMIN`).
+#[cfg(feature = "programs")]
+pub(crate) fn prog_map_ids(prog: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    // struct bpf_prog_info up to its map_ids: nr_map_ids at byte 52, map_ids at byte 56.
+    const INFO_LEN: usize = 64;
+    const NR_MAP_IDS: usize = 52;
+    const MAP_IDS: usize = 56;
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let get = |info: &mut [u8; INFO_LEN]| -> io::Result<()> {
+        let attr = InfoAttr {
+            bpf_fd: prog.as_raw_fd() as u32,
+            info_len: INFO_LEN as u32,
+            info: info.as_mut_ptr() as u64,
+        };
+        // SAFETY: `attr` points at `info`, INFO_LEN bytes the kernel may write, and its
+        // map_ids field (when set) at a buffer of nr_map_ids u32s that outlives the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_OBJ_GET_INFO_BY_FD,
+                &attr as *const InfoAttr,
+                std::mem::size_of::<InfoAttr>(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    let mut info = [0u8; INFO_LEN];
+    get(&mut info)?;
+    let n = u32::from_ne_bytes(
+        info[NR_MAP_IDS..NR_MAP_IDS + 4]
+            .try_into()
+            .expect("4 bytes"),
+    );
+    let mut ids = vec![0u32; n as usize];
+    let mut info = [0u8; INFO_LEN];
+    info[NR_MAP_IDS..NR_MAP_IDS + 4].copy_from_slice(&n.to_ne_bytes());
+    info[MAP_IDS..MAP_IDS + 8].copy_from_slice(&(ids.as_mut_ptr() as u64).to_ne_bytes());
+    get(&mut info)?;
+    // A program's maps are fixed at load: the count cannot have grown in between.
+    let written = u32::from_ne_bytes(
+        info[NR_MAP_IDS..NR_MAP_IDS + 4]
+            .try_into()
+            .expect("4 bytes"),
+    );
+    ids.truncate(written.min(n) as usize);
+    Ok(ids)
+}

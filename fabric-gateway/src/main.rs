@@ -122,7 +122,10 @@ fn run() -> Result<()> {
             uapi_dir,
             control_dir,
             metrics_addr,
-        } => daemon::run_blocking(config, uapi_dir, control_dir, metrics_addr),
+        } => {
+            tracing::info!(config = %config.display(), "gateway starting");
+            daemon::run_blocking(config, uapi_dir, control_dir, metrics_addr)
+        }
     }
 }
 
