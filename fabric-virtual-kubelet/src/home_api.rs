@@ -8,10 +8,12 @@
 //! slice remapped into its view of this cluster. The twin Service's cluster IP is what
 //! [`fabric_offloading::shadowpod::forge::home_api`] points offloaded pods at; a pod of a
 //! twin waits until it is allocated. Both objects carry our marks; one of that name we did
-//! not make is left alone (said in the log), and they go with their twin.
+//! not make is left alone (said in the log), and they go with their twin. Started without the
+//! option, the virtual kubelet withdraws what a run with it left ([`withdraw`]): the option
+//! turned off takes the home API server out of the providers' reach.
 //!
 //! The objects are pure functions here ([`service`], [`shadow_slice`], [`ip`]); [`follow`]
-//! is their edge.
+//! and [`withdraw`] are their edges.
 use std::{collections::BTreeMap, net::SocketAddrV4, time::Duration};
 
 use fabric_api::{
@@ -260,6 +262,115 @@ async fn run(
             tick.reset_after(Duration::from_secs(2));
         }
     }
+}
+
+/// How soon a withdrawal that failed (a provider out of reach) is tried again.
+const WITHDRAW_RETRY: Duration = Duration::from_secs(10);
+
+/// Whether `meta` is of the `IP` an earlier run applied ([`follow`] writes it under the
+/// virtual kubelet's field manager).
+fn exposed_by_us(meta: &ObjectMeta) -> bool {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|f| f.manager.as_deref() == Some(names::field_manager::VIRTUAL_KUBELET))
+}
+
+/// Deletes object [`home_api::SERVICE`] in `api` if it is ours (by `ours`), UID-preconditioned;
+/// whether it was there to delete.
+async fn delete_ours<K>(api: &Api<K>, ours: impl Fn(&ObjectMeta) -> bool) -> kube::Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(have) = api.get_opt(home_api::SERVICE).await? else {
+        return Ok(false);
+    };
+    if !ours(have.meta()) {
+        return Ok(false);
+    }
+    let dp = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: have.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(home_api::SERVICE, &dp).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Without `--home-api-address`, what an earlier run with it left goes: the `IP` (so that
+/// the gateways stop carrying the home API server's external address to peers) and, in every
+/// twin `twins` accepts, the Service and ShadowEndpointSlice of that name (ours only), so that
+/// turning the option off takes the home API server out of the providers' reach. A twin is
+/// looked at once; one that fails (its provider out of reach) again after [`WITHDRAW_RETRY`].
+pub fn withdraw(
+    local: Client,
+    fabric_namespace: String,
+    mut endpoints: watch::Receiver<Option<Endpoint>>,
+    mut twins: watch::Receiver<Twins>,
+) {
+    tokio::spawn(async move {
+        let ips = Api::<IP>::namespaced(local, &fabric_namespace);
+        let mut ip_done = false;
+        let mut done = std::collections::BTreeSet::<String>::new();
+        loop {
+            if !ip_done {
+                match delete_ours(&ips, exposed_by_us).await {
+                    Ok(deleted) => {
+                        if deleted {
+                            info!(
+                                "the home API server no longer exposed to peers (no --home-api-address)"
+                            );
+                        }
+                        ip_done = true;
+                    }
+                    Err(e) => warn!(error = %e, "withdrawing the IP {}", home_api::SERVICE),
+                }
+            }
+            let endpoint = endpoints.borrow_and_update().clone();
+            let accepted = twins.borrow_and_update().accepted();
+            let mut pending = !ip_done;
+            if let Some(endpoint) = endpoint {
+                let left: Vec<String> = accepted
+                    .into_values()
+                    .filter(|r| !done.contains(r))
+                    .collect();
+                for remote in &left {
+                    let ours = |m: &ObjectMeta| endpoint.marks.on(m);
+                    let services = Api::<Service>::namespaced(endpoint.client.clone(), remote);
+                    let slices =
+                        Api::<ShadowEndpointSlice>::namespaced(endpoint.client.clone(), remote);
+                    let r: kube::Result<bool> = async {
+                        let a = delete_ours(&services, ours).await?;
+                        let b = delete_ours(&slices, ours).await?;
+                        Ok(a || b)
+                    }
+                    .await;
+                    match r {
+                        Ok(deleted) => {
+                            if deleted {
+                                info!(namespace = %remote, "the home API server's Service withdrawn from the twin (no --home-api-address)");
+                            }
+                            done.insert(remote.clone());
+                        }
+                        Err(e) => {
+                            warn!(error = %e, namespace = %remote, "withdrawing the home API server's Service from the twin");
+                            pending = true;
+                        }
+                    }
+                }
+            }
+            tokio::select! {
+                r = endpoints.changed() => if r.is_err() { return },
+                r = twins.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep(WITHDRAW_RETRY), if pending => {}
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -285,9 +285,9 @@ fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<Poli
             &[&vn.spec.cluster_id],
             READ,
         ));
+    let ips = rules.entry(s.fabric_namespace.clone()).or_default();
     if s.home_api_address.is_some() {
         // The IP exposing the home API server to peers, which it makes and reads.
-        let ips = rules.entry(s.fabric_namespace.clone()).or_default();
         ips.push(rule(
             fabric_api::networking::GROUP,
             &["ips"],
@@ -299,6 +299,14 @@ fn namespaced_rules(vn: &VirtualNode, s: &Settings) -> BTreeMap<String, Vec<Poli
             &["ips"],
             &[names::home_api::SERVICE],
             &["get", "list", "watch", "patch"],
+        ));
+    } else {
+        // ... or, without an address, withdraws what a run with one left.
+        ips.push(rule(
+            fabric_api::networking::GROUP,
+            &["ips"],
+            &[names::home_api::SERVICE],
+            &["get", "delete"],
         ));
     }
     rules
@@ -568,8 +576,16 @@ mod tests {
                 named || r.verbs == ["create"],
                 "an unnamed grant beyond create: {r:?}"
             );
-            assert!(!r.verbs.iter().any(|v| v == "*" || v == "delete"));
             let resources = r.resources.as_ref().unwrap();
+            // Deleting: the home API server's IP alone, which a run without the option
+            // withdraws.
+            let home_ip = resources == &["ips".to_owned()]
+                && r.resource_names.as_deref() == Some(&[names::home_api::SERVICE.to_owned()][..]);
+            assert!(
+                !r.verbs
+                    .iter()
+                    .any(|v| v == "*" || (v == "delete" && !home_ip))
+            );
             if resources.contains(&"configmaps".to_owned()) {
                 assert_eq!(
                     r.resource_names.as_deref(),
@@ -691,13 +707,18 @@ mod tests {
             .filter(|r| r.resources.as_deref() == Some(&["ips".to_owned()][..]))
             .collect();
         assert_eq!(ip_rules.len(), 2, "{ip_rules:?}");
-        assert!(
-            roles(&v, &settings())
-                .into_iter()
-                .flat_map(|(r, _)| r.rules.unwrap_or_default())
-                .all(|r| r.resources.as_deref() != Some(&["ips".to_owned()][..])),
-            "nothing of IPs without a home API address"
+        let withdraw: Vec<_> = roles(&v, &settings())
+            .into_iter()
+            .flat_map(|(r, _)| r.rules.unwrap_or_default())
+            .filter(|r| r.resources.as_deref() == Some(&["ips".to_owned()][..]))
+            .collect();
+        assert_eq!(withdraw.len(), 1, "{withdraw:?}");
+        assert_eq!(
+            withdraw[0].resource_names.as_deref(),
+            Some(&[names::home_api::SERVICE.to_owned()][..]),
+            "without a home API address: its IP alone"
         );
+        assert_eq!(withdraw[0].verbs, ["get", "delete"], "to withdraw it");
         let env = c.env.clone().unwrap();
         assert_eq!(env[0].name, "POD_IP");
         // The selector picks the template's pods.

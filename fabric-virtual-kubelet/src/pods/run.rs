@@ -143,15 +143,24 @@ pub async fn run(
         twins::follow_offloaded(local.clone()),
         twins::follow_mapped(endpoints.clone()),
     );
-    let home_api = opts.home_api_address.map(|address| {
-        crate::home_api::follow(
+    let home_api = match opts.home_api_address {
+        Some(address) => Some(crate::home_api::follow(
             local.clone(),
             opts.fabric_namespace.clone(),
             address,
             endpoints.clone(),
             twins.clone(),
-        )
-    });
+        )),
+        None => {
+            crate::home_api::withdraw(
+                local.clone(),
+                opts.fabric_namespace.clone(),
+                endpoints.clone(),
+                twins.clone(),
+            );
+            None
+        }
+    };
     let pods = |placement| Pods {
         home_api: home_api.clone(),
         placement,

@@ -555,10 +555,16 @@ fn manifests_apply_with_least_privilege() {
                 "get",
                 "connections.networking.fabric.io",
             ),
-            // ... and the IP exposing the home API server to peers.
+            // ... and the IP exposing the home API server to peers (deleted by a virtual
+            // kubelet started without `--home-api-address`).
             (
                 "fabric-virtual-nodes",
                 "patch",
+                "ips.networking.fabric.io/fabric-home-apiserver",
+            ),
+            (
+                "fabric-virtual-nodes",
+                "delete",
                 "ips.networking.fabric.io/fabric-home-apiserver",
             ),
             ("fabric-virtual-nodes", "create", "ips.networking.fabric.io"),
@@ -681,12 +687,7 @@ fn manifests_apply_with_least_privilege() {
                 "leases.coordination.k8s.io/fabric-virtual-nodes",
             ),
             ("fabric-virtual-nodes", "create", "pods"),
-            // Of IPs, the home API server's only, never deleted.
-            (
-                "fabric-virtual-nodes",
-                "delete",
-                "ips.networking.fabric.io/fabric-home-apiserver",
-            ),
+            // Of IPs, the home API server's only.
             (
                 "fabric-virtual-nodes",
                 "patch",

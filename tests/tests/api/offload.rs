@@ -2278,6 +2278,59 @@ async fn an_offloaded_namespace_s_services_are_in_its_twin() {
         },
     )
     .await;
+    phase_async(
+        "what a run with --home-api-address left, one without withdraws",
+        async {
+            use fabric_api::networking::v1alpha1::{IP, IPSpec};
+            let name = names::home_api::SERVICE;
+            // As a virtual kubelet with the option left them: the IP exposing the home API
+            // server to peers (its field manager), the Service and slice in the twin (its marks).
+            let ips: Api<IP> = Api::namespaced(bed.c.clone(), NS);
+            ips.patch(
+                name,
+                &PatchParams::apply(names::field_manager::VIRTUAL_KUBELET),
+                &Patch::Apply(IP::new(
+                    name,
+                    IPSpec {
+                        ip: "10.0.1.100".into(),
+                    },
+                )),
+            )
+            .await
+            .unwrap();
+            let marks = json!({REFLECTED_FROM: CONSUMER, REFLECTED_TO: PROVIDER});
+            apply(
+                &bed.provider,
+                &json!({"apiVersion": "v1", "kind": "List", "items": [
+                    {"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": name, "namespace": twin, "labels": marks},
+                     "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 6443}]}},
+                    {"apiVersion": "offloading.fabric.io/v1alpha1", "kind": "ShadowEndpointSlice",
+                     "metadata": {"name": name, "namespace": twin, "labels": marks},
+                     "spec": {"template": {"addressType": "IPv4",
+                        "endpoints": [{"addresses": ["10.70.0.1"], "conditions": {"ready": true}}],
+                        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}}},
+                ]}),
+            );
+            // This bed's virtual kubelet runs without the option: restarted, it withdraws them.
+            bed.deployments
+                .kill(NS, &fixture::virtual_kubelet_name())
+                .unwrap();
+            bed.eventually("the IP gone at home", || async {
+                ips.get_opt(name).await.unwrap().is_none().then_some(())
+            })
+            .await;
+            bed.eventually("the Service and slice gone from the twin", || async {
+                (in_twin(&bed, &twin, "service", name).is_none()
+                    && in_twin(&bed, &twin, "shadowendpointslice", name).is_none())
+                .then_some(())
+            })
+            .await;
+            // The twin's reflected Services are left as they were.
+            assert!(service_in_twin(&bed, "web").is_some(), "{}", bed.logs());
+        },
+    )
+    .await;
     phase_async("deleted at home: gone from the twin; theirs stays", async {
         bed.consumer
             .kubectl_ok(&["delete", "service", "db", "theirs", "-n", STORE]);
