@@ -13,9 +13,15 @@
 //! identity, a receiver pod (`fabric-volume-transfer receive`) bound to the provider's virtual
 //! node mounting it there, a sender pod here mounting the source, progress printed from the
 //! sender's log, both digests compared ([`copy::verdict`]). Only then is the home claim made
-//! again under its name and handed the filled claim ([`hand_over`]), its volume here (the
-//! source) going with the old one. Before that, any failure removes the transfer pods and the
-//! claim in the twin and leaves the home claim and its data as they were.
+//! again under its name and handed the filled claim ([`handover`], written ahead in a journal
+//! at home), its volume here (the source) going with the old one. Before that, any failure
+//! removes the transfer pods and the claim in the twin and leaves the home claim and its data
+//! as they were.
+//!
+//! A move that dies (or loses the API server) is finished or undone by the same command run
+//! again: a hand-over begun is finished from its journal before anything else, and a claim
+//! left in the twin by a copy that never ended ([`copy::interrupted`]) goes with its transfer
+//! pods before the copy starts again.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -27,10 +33,11 @@ use fabric_api::{
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::{
     Api, ResourceExt as _,
-    api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, ListParams, LogParams, PostParams, Preconditions},
 };
 
 pub mod copy;
+pub mod handover;
 
 /// Where a claim's data is, or is to go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +141,11 @@ pub async fn move_volume(
     to: &str,
     image: &str,
 ) -> Result<()> {
+    // A hand-over an earlier run began is finished first (the home claim may be gone).
+    if handover::finish(local, ns, claim, to).await? {
+        println!("claim {ns}/{claim} moved to {to}");
+        return Ok(());
+    }
     let pvc = Api::<PersistentVolumeClaim>::namespaced(local.clone(), ns)
         .get_opt(claim)
         .await
@@ -156,11 +168,23 @@ pub async fn move_volume(
         .context("listing ForeignClusters (is the fabric installed?)")?
         .items;
     let dest = destination(to, &peers).map_err(anyhow::Error::msg)?;
-    let pods = Api::<Pod>::namespaced(local.clone(), ns)
+    let pods_api = Api::<Pod>::namespaced(local.clone(), ns);
+    let mut pods = pods_api
         .list(&ListParams::default())
         .await
         .with_context(|| format!("listing the pods of {ns}"))?
         .items;
+    let left = copy::transfer_pods_of(claim, &pods);
+    if !left.is_empty() {
+        // An earlier move of this claim that died: its copy is not trusted (a claim it made
+        // in a twin goes before the next copy), its pods go now.
+        println!(
+            "transfer pod(s) {} of claim {ns}/{claim} are left from an earlier move: removing them",
+            left.join(", ")
+        );
+        remove_transfer_pods(&pods_api, claim).await?;
+        pods.retain(|p| !left.contains(&p.name_any()));
+    }
     let using = users(claim, &pods);
     if !using.is_empty() {
         bail!(
@@ -201,7 +225,7 @@ const UNSCHEDULABLE: Duration = Duration::from_secs(15);
 /// bound to the provider's virtual node (offloaded as any pod, its ShadowPod admitted by the
 /// provider's policy) from a sender pod here mounting the claim, over the fabric (the
 /// receiver's address as this cluster sees it); both digests compared; then the home claim
-/// made again under its name and handed the filled claim (see [`hand_over`]). Until the
+/// made again under its name and handed the filled claim (see [`handover`]). Until the
 /// digests match, a failure removes the transfer pods and the claim in the twin, and leaves
 /// the home claim and its data as they were.
 async fn to_provider(
@@ -252,11 +276,41 @@ async fn to_provider(
             )
         })?;
     let twin_claims: Api<PersistentVolumeClaim> = Api::namespaced(remote.clone(), &twin);
+    let pods: Api<Pod> = Api::namespaced(local.clone(), &ns);
     if let Some(there) = twin_claims.get_opt(&claim).await? {
-        bail!(
-            "claim {claim} already exists in twin {twin} on {id} (uid {}): nothing was changed",
-            there.uid().unwrap_or_default()
+        if !copy::interrupted(&there, pvc, me, id) {
+            bail!(
+                "claim {claim} already exists in twin {twin} on {id} (uid {}): nothing was changed",
+                there.uid().unwrap_or_default()
+            );
+        }
+        // Made for this very claim by a move that stopped before the digests matched: its
+        // copy is not trusted, it goes with the transfer pods, and the copy starts again.
+        println!(
+            "claim {claim} in twin {twin} on {id} is left from an earlier move of this claim \
+             that did not finish its copy: removing it and its transfer pods, copying again"
         );
+        remove_transfer_pods(&pods, &claim).await?;
+        twin_claims
+            .delete(
+                &claim,
+                &DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: there.uid(),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .with_context(|| format!("removing claim {claim} left in twin {twin} on {id}"))?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while twin_claims.get_opt(&claim).await?.is_some() {
+            if Instant::now() > deadline {
+                bail!("claim {claim} in twin {twin} on {id} not gone after 120s");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
     let made = twin_claims
         .create(
@@ -269,7 +323,6 @@ async fn to_provider(
         "claim {claim} made in twin {twin} on {id} (class {})",
         class.as_deref().unwrap_or("(its default)")
     );
-    let pods: Api<Pod> = Api::namespaced(local.clone(), &ns);
     let outcome = transfer(&pods, &claim, &Place::Provider(id.to_owned()), image).await;
     // The transfer pods go whatever the outcome: the claims are free again.
     let removed = remove_transfer_pods(&pods, &claim).await;
@@ -302,7 +355,7 @@ async fn to_provider(
         }
     };
     println!("checksums match: sha256 {digest}");
-    hand_over(local, pvc, &twin_claims, made, &node, me, id).await?;
+    handover::start(local, pvc, &twin_claims, &made, &node, me, id).await?;
     println!("claim {ns}/{claim} moved to {id}: its pods now run on {node}");
     Ok(())
 }
@@ -511,86 +564,6 @@ async fn remove_transfer_pods(pods: &Api<Pod>, claim: &str) -> Result<()> {
     Ok(())
 }
 
-/// The filled claim `made` in the twin handed to the home claim, made again under its name:
-/// its marks taken off first (a claim of ours standing for no home claim would be swept as an
-/// orphan while the name is free), the home claim deleted (its volume here goes with it: the
-/// source data is removed only now), made again with its selected node the virtual node, then
-/// the marks put back with its new UID: the virtual kubelet provisions it there, finding its
-/// claim filled, and pins a placeholder volume to the node. A failure here says where the
-/// data is.
-async fn hand_over(
-    local: &kube::Client,
-    pvc: &PersistentVolumeClaim,
-    twin_claims: &Api<PersistentVolumeClaim>,
-    made: PersistentVolumeClaim,
-    node: &str,
-    me: &str,
-    id: &str,
-) -> Result<()> {
-    let ns = pvc.namespace().unwrap_or_default();
-    let claim = pvc.name_any();
-    let twin = made.namespace().unwrap_or_default();
-    let kept = format!(
-        "the data is in claim {claim} of twin {twin} on {id} (uid {})",
-        made.uid().unwrap_or_default()
-    );
-    let unmark = copy::ownership(None);
-    twin_claims
-        .patch(&claim, &PatchParams::default(), &Patch::Merge(&unmark))
-        .await
-        .with_context(|| format!("unmarking claim {claim} in twin {twin} on {id}"))?;
-    let home: Api<PersistentVolumeClaim> = Api::namespaced(local.clone(), &ns);
-    let _remade = async {
-        home.delete(
-            &claim,
-            &DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: pvc.uid(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            },
-        )
-        .await?;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while home.get_opt(&claim).await?.is_some() {
-            if Instant::now() > deadline {
-                bail!("claim {ns}/{claim} not gone after 120s");
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        let again = home
-            .create(&PostParams::default(), &copy::remade(pvc, node))
-            .await?;
-        let mark = copy::ownership(Some((me, id, &again.uid().unwrap_or_default())));
-        twin_claims
-            .patch(&claim, &PatchParams::default(), &Patch::Merge(&mark))
-            .await?;
-        anyhow::Ok(again)
-    }
-    .await
-    .with_context(|| format!("handing the data over to claim {ns}/{claim}: {kept}"))?;
-    println!("the data here removed; claim {ns}/{claim} made again for {node}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let now = home.get_opt(&claim).await?;
-        let bound = now
-            .as_ref()
-            .and_then(|c| c.spec.as_ref()?.volume_name.clone())
-            .filter(|v| !v.is_empty());
-        if let Some(v) = bound {
-            println!("claim {ns}/{claim} bound to {v}, pinned to {node}");
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "claim {ns}/{claim} not bound by the virtual kubelet of {node} after 120s: {kept}"
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::{copy::*, *};
@@ -790,6 +763,37 @@ mod tests {
             t["metadata"]["annotations"]["storage.fabric.io/home-uid"],
             "u2"
         );
+    }
+
+    #[test]
+    fn transfer_pods_are_known_by_their_claims_label() {
+        let mut a = pod("move-data-send", "data", "Running");
+        a.metadata.labels = Some([(MOVE_LABEL.to_owned(), "data".to_owned())].into());
+        let mut b = pod("move-logs-send", "logs", "Running");
+        b.metadata.labels = Some([(MOVE_LABEL.to_owned(), "logs".to_owned())].into());
+        let c = pod("db", "data", "Running");
+        assert_eq!(transfer_pods_of("data", &[c, b, a]), ["move-data-send"]);
+    }
+
+    #[test]
+    fn only_a_claim_a_copy_of_this_very_claim_left_is_taken_for_interrupted() {
+        let home = home_claim();
+        let as_left: PersistentVolumeClaim = serde_json::from_value(
+            serde_json::to_value(twin_claim(&home, "s", None, "a", "b")).unwrap(),
+        )
+        .unwrap();
+        assert!(interrupted(&as_left, &home, "a", "b"));
+        // Another consumer's, or for another provider.
+        assert!(!interrupted(&as_left, &home, "c", "b"));
+        assert!(!interrupted(&as_left, &home, "a", "x"));
+        // Handed over (a claim made again, another UID), or unmarked mid-hand-over.
+        let mut t = serde_json::to_value(&as_left).unwrap();
+        json_patch_merge(&mut t, &ownership(Some(("a", "b", "u2"))));
+        let handed: PersistentVolumeClaim = serde_json::from_value(t.clone()).unwrap();
+        assert!(!interrupted(&handed, &home, "a", "b"));
+        json_patch_merge(&mut t, &ownership(None));
+        let unmarked: PersistentVolumeClaim = serde_json::from_value(t).unwrap();
+        assert!(!interrupted(&unmarked, &home, "a", "b"));
     }
 
     /// RFC 7386, as the API server applies a merge patch.

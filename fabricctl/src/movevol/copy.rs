@@ -186,6 +186,45 @@ pub fn ownership(owner: Option<(&str, &str, &str)>) -> serde_json::Value {
     }
 }
 
+/// The transfer pods of claim `claim` among `pods` (by their label), sorted.
+pub fn transfer_pods_of(claim: &str, pods: &[Pod]) -> Vec<String> {
+    let mut out: Vec<String> = pods
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MOVE_LABEL))
+                .is_some_and(|c| c == claim)
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Whether claim `there` in a twin is left from an interrupted copy of home claim `home`
+/// (this cluster `origin`'s, to provider `to`): marked as ours and as that very claim's (its
+/// UID), which only a move's copy does (a hand-over marks the claim made again, another UID).
+pub fn interrupted(
+    there: &PersistentVolumeClaim,
+    home: &PersistentVolumeClaim,
+    origin: &str,
+    to: &str,
+) -> bool {
+    let labels = there.metadata.labels.clone().unwrap_or_default();
+    let ours = marks(origin, to)
+        .iter()
+        .all(|(k, v)| labels.get(k.as_str()) == Some(v));
+    let of_home = there
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::storage::HOME_UID))
+        .is_some_and(|u| Some(u) == home.metadata.uid.as_ref());
+    ours && of_home
+}
+
 /// The home claim made again under its name once the data is on provider `node`'s side:
 /// its labels, annotations (but those of its binding and its scheduling), access modes,
 /// size, volume mode and class; its selected node `node`, so that the virtual kubelet

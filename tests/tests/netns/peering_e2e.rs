@@ -63,6 +63,11 @@ fn get_json(api: &ApiServer, args: &[&str]) -> Option<Value> {
     api.get_args_json(args)
 }
 
+/// The journal of a hand-over of claim `claim` (fabricctl's `movevol::handover::journal_name`).
+fn fabricctl_movevol_journal(claim: &str) -> String {
+    names::namespace::bounded(&format!("fabric-move-{claim}"))
+}
+
 fn fabricctl(api: &ApiServer, args: &[&str]) -> Output {
     std::process::Command::new(locate_bin("fabricctl").unwrap())
         .env("KUBECONFIG", &api.kubeconfig)
@@ -565,7 +570,8 @@ impl Bed {
     /// transfer's sender runs at home); the pod gone, `fabricctl` (A's admin, as a user runs
     /// it) copies it to B: both digests printed and equal, the claim keeps its name and is
     /// now pinned to A's virtual node for B, where the next pod of the claim lands (gravity)
-    /// and reads the same bytes; the source volume at home is gone. Before that, a move whose
+    /// and reads the same bytes; the source volume at home is gone; a pod writing there then
+    /// gone, its replacement lands there too and reads what it wrote. Before that, a move whose
     /// receiver is deleted mid-copy fails saying why, and leaves the claim (same UID, same
     /// volume) and its data where they were, with no transfer pod and no claim left on B.
     fn volume_moves(&self, provider: &str) {
@@ -743,6 +749,144 @@ impl Bed {
             "no claim left in the twin"
         );
 
+        // A move killed mid-copy, run again and killed mid-hand-over, run a third time: each
+        // run takes up what the one before left (the copy's claim in the twin and transfer
+        // pods undone, the hand-over finished from its journal), and the data arrives whole.
+        let move_err = std::env::temp_dir().join(format!("fabric-move-{}.err", std::process::id()));
+        let spawn_move = || {
+            let mut child = fabric_tests::die_with_parent(&mut std::process::Command::new(
+                locate_bin("fabricctl").unwrap(),
+            ))
+            .env("KUBECONFIG", &a.api.kubeconfig)
+            .args(["move", "volume", &format!("{NS}/kept"), "--to", provider])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&move_err).unwrap())
+            .spawn()
+            .unwrap();
+            let out = std::io::BufReader::new(child.stdout.take().unwrap());
+            (child, out)
+        };
+        let read_until = |out: &mut std::io::BufReader<std::process::ChildStdout>,
+                          seen: &mut String,
+                          what: &str| {
+            loop {
+                let mut line = String::new();
+                let n = std::io::BufRead::read_line(out, &mut line).unwrap();
+                seen.push_str(&line);
+                if line.starts_with(what) {
+                    return;
+                }
+                assert!(
+                    n > 0,
+                    "the move ended before {what:?}: {seen}{}\n{}",
+                    std::fs::read_to_string(&move_err).unwrap_or_default(),
+                    self.logs()
+                );
+            }
+        };
+        let (mut child, mut out) = spawn_move();
+        let mut seen = String::new();
+        read_until(&mut out, &mut seen, "sent ");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        eprintln!("the move killed mid-copy said:\n{seen}");
+        assert!(
+            get_json(
+                &b.api,
+                &["get", "persistentvolumeclaim", "kept", "-n", &twin]
+            )
+            .is_some(),
+            "the killed copy's claim in the twin"
+        );
+        // The next copy short; the home claim held by a finalizer (as pvc-protection holds
+        // a claim a pod still mounts), so that the hand-over waits for it with its journal
+        // written: killed there.
+        std::fs::remove_file(dir.join("sparse")).unwrap();
+        let hold = "example.com/hold";
+        a.api.kubectl_ok(&[
+            "patch",
+            "persistentvolumeclaim",
+            "kept",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            &json!({"metadata": {"finalizers": [hold]}}).to_string(),
+        ]);
+        let (mut child, mut out) = spawn_move();
+        let mut seen = String::new();
+        read_until(&mut out, &mut seen, "checksums match");
+        let journal = fabricctl_movevol_journal("kept");
+        self.wait(
+            "the source claim being deleted, its journal written",
+            t,
+            || {
+                let c = get_json(&a.api, &["get", "persistentvolumeclaim", "kept", "-n", NS])?;
+                (c["metadata"]["deletionTimestamp"].is_string()
+                    && a.api
+                        .kubectl(&["get", "configmap", &journal, "-n", NS])
+                        .status
+                        .success())
+                .then_some(())
+            },
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        a.api.kubectl_ok(&[
+            "patch",
+            "persistentvolumeclaim",
+            "kept",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            r#"{"metadata": {"finalizers": null}}"#,
+        ]);
+        eprintln!("the move killed mid-hand-over said:\n{seen}");
+        assert!(
+            seen.contains("are left from an earlier move: removing them")
+                && seen.contains("did not finish its copy: removing it and its transfer pods"),
+            "{seen}"
+        );
+        let _ = std::fs::remove_file(&move_err);
+        let o = fabricctl(
+            &a.api,
+            &["move", "volume", &format!("{NS}/kept"), "--to", provider],
+        );
+        let rest = text(&o);
+        eprintln!("the move run a third time said:\n{rest}");
+        assert!(o.status.success(), "{rest}\n{}", self.logs());
+        assert!(
+            rest.contains("did not finish handing it over; finishing it"),
+            "{rest}"
+        );
+        assert!(
+            !a.api
+                .kubectl(&["get", "configmap", &journal, "-n", NS])
+                .status
+                .success(),
+            "the journal left"
+        );
+        let left = a.api.kubectl_ok(&["get", "pods", "-n", NS, "-o", "name"]);
+        assert!(!left.contains("move-kept"), "transfer pods left: {left}");
+        a.create_pod(&pod(
+            "kept-reader",
+            "kept",
+            &["fabric-test-pod", "read", "/srv/greeting"],
+        ))
+        .unwrap();
+        done("kept-reader");
+        let read = self.wait("kept's reader's log through the virtual kubelet", t, || {
+            let o = a.api.kubectl(&["logs", "kept-reader", "-n", NS]);
+            o.status
+                .success()
+                .then(|| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .filter(|l| !l.is_empty())
+        });
+        assert_eq!(read, "stays home");
+        a.api
+            .kubectl_ok(&["delete", "pod", "kept-reader", "-n", NS, "--wait=true"]);
+
         // The move: digests equal, the claim pinned to the virtual node, the data there.
         let (before, dir) = (before_data, dir_data);
         let o = fabricctl(
@@ -797,6 +941,47 @@ impl Bed {
                 .filter(|l| !l.is_empty())
         });
         assert_eq!(read, text_home);
+        // Written on the provider, read by a replacement: a pod of the claim writes there (a
+        // StatefulSet's pod), goes, and the next one lands on the same virtual node (gravity)
+        // and reads what it wrote.
+        let text_there = "written on the provider";
+        a.create_pod(&pod(
+            "writer-there",
+            "data",
+            &["fabric-test-pod", "write", "/srv/greeting", text_there],
+        ))
+        .unwrap();
+        let p = done("writer-there");
+        assert_eq!(p["spec"]["nodeName"], vnode.as_str());
+        a.api.kubectl_ok(&[
+            "delete",
+            "pod",
+            "writer-there",
+            "reader",
+            "-n",
+            NS,
+            "--wait=true",
+        ]);
+        a.create_pod(&pod(
+            "replacement",
+            "data",
+            &["fabric-test-pod", "read", "/srv/greeting"],
+        ))
+        .unwrap();
+        let p = done("replacement");
+        assert_eq!(p["spec"]["nodeName"], vnode.as_str(), "gravity");
+        let read = self.wait(
+            "the replacement's log through the virtual kubelet",
+            t,
+            || {
+                let o = a.api.kubectl(&["logs", "replacement", "-n", NS]);
+                o.status
+                    .success()
+                    .then(|| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                    .filter(|l| !l.is_empty())
+            },
+        );
+        assert_eq!(read, text_there);
     }
 
     /// The virtual node of `provider` on cluster `c`, once it is Ready.
