@@ -105,14 +105,19 @@ pub(crate) fn adopt(dir: &Path) -> Result<(SchedClassifier, SchedClassifier, Map
     Ok((egress, ingress, maps))
 }
 
-/// The program pins in `dir` of builds other than this one, which this run replaces.
-pub(crate) fn stale_in(dir: &Path) -> Vec<PathBuf> {
-    let files: Vec<String> = std::fs::read_dir(dir)
+/// The names of the files in `dir` (none when it cannot be read).
+fn files_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
+        .collect()
+}
+
+/// The program pins in `dir` of builds other than this one, which this run replaces.
+pub(crate) fn stale_in(dir: &Path) -> Vec<PathBuf> {
+    let files = files_in(dir);
     stale(files.iter().map(String::as_str), build_tag())
         .into_iter()
         .map(|f| dir.join(f))
@@ -121,12 +126,7 @@ pub(crate) fn stale_in(dir: &Path) -> Vec<PathBuf> {
 
 /// Every program pin in `dir`, whatever its build.
 pub(crate) fn all_in(dir: &Path) -> Vec<PathBuf> {
-    let files: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
+    let files = files_in(dir);
     programs(files.iter().map(String::as_str))
         .into_iter()
         .map(|f| dir.join(f))

@@ -802,17 +802,19 @@ impl Bed {
         // a claim a pod still mounts), so that the hand-over waits for it with its journal
         // written: killed there.
         std::fs::remove_file(dir.join("sparse")).unwrap();
-        let hold = "example.com/hold";
-        a.api.kubectl_ok(&[
-            "patch",
-            "persistentvolumeclaim",
-            "kept",
-            "-n",
-            NS,
-            "--type=merge",
-            "-p",
-            &json!({"metadata": {"finalizers": [hold]}}).to_string(),
-        ]);
+        let finalizers = |f: Value| {
+            a.api.kubectl_ok(&[
+                "patch",
+                "persistentvolumeclaim",
+                "kept",
+                "-n",
+                NS,
+                "--type=merge",
+                "-p",
+                &json!({"metadata": {"finalizers": f}}).to_string(),
+            ]);
+        };
+        finalizers(json!(["example.com/hold"]));
         let (mut child, mut out) = spawn_move();
         let mut seen = String::new();
         read_until(&mut out, &mut seen, "checksums match");
@@ -832,16 +834,7 @@ impl Bed {
         );
         child.kill().unwrap();
         child.wait().unwrap();
-        a.api.kubectl_ok(&[
-            "patch",
-            "persistentvolumeclaim",
-            "kept",
-            "-n",
-            NS,
-            "--type=merge",
-            "-p",
-            r#"{"metadata": {"finalizers": null}}"#,
-        ]);
+        finalizers(Value::Null);
         eprintln!("the move killed mid-hand-over said:\n{seen}");
         assert!(
             seen.contains("are left from an earlier move: removing them")
