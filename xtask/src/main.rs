@@ -37,8 +37,11 @@ use setup::{setup, setup_nightly};
 /// Tests run side by side: most of the suite's time is end-to-end tests waiting on servers
 /// and timers, not on the CPU. On the 2-core VM the tests and their API servers used about
 /// 620 s of CPU in 1,340 s of jobs: three lanes kept the machine 71% busy and took 447-459 s,
-/// four 85% and 392-398 s (two runs, no test failing), which is where more lanes stop paying.
-const DEFAULT_LANES: usize = 4;
+/// four 85% and 392-398 s (two runs, no test failing). With the suite grown (154 jobs, about
+/// 560 s of CPU with their API servers), four kept it 84% busy and took 350 s on a fresh
+/// clone, five 92% and 314 s, no test failing: the README's two commands back under 12
+/// minutes (12 min 45 s with four, 11 min 40 s with five).
+const DEFAULT_LANES: usize = 5;
 
 const USAGE: &str = "\
 usage: cargo xtask <task>
@@ -49,7 +52,7 @@ tasks:
   test [ARGS] [-- TEST-ARGS]
                     setup, build all binaries and test binaries (ARGS select them as for
                     `cargo test`), run the test binaries in FABRIC_TEST_LANES parallel lanes
-                    (default 3), TEST-ARGS passed to each (e.g. a test name filter)
+                    (default 5), TEST-ARGS passed to each (e.g. a test name filter)
   demo              setup, build, run the two-cluster demo (network namespaces, needs root)
   bench datapath    setup, build, benchmark plain forwarding vs eBPF remap vs nftables NAT
                     (extra args are passed to fabric-bench, e.g. `-- --quick`)
