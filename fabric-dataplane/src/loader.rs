@@ -164,13 +164,18 @@ impl Dataplane {
                 .try_into()
                 .map_err(Error::prog(prog))?;
             p.load().map_err(Error::prog(format!("verifying {prog}")))?;
-            if let Some(dir) = pin_dir {
-                Self::pin_program(p, dir, prog)?;
+            // A program not pinned still runs: the next start loads it again, no more.
+            if let Some(dir) = pin_dir
+                && let Err(e) = Self::pin_program(p, dir, prog)
+            {
+                warn!(error = ?e, "the next start will load the programs again");
             }
         }
         if let Some(dir) = pin_dir {
             for old in pins::stale_in(dir) {
-                remove_pin(&old)?;
+                if let Err(e) = remove_pin(&old) {
+                    warn!(error = ?e, "another build's program left pinned");
+                }
             }
         }
         let maps = Maps::from_source(|name| {
