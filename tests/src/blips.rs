@@ -140,7 +140,10 @@ pub fn figures(rec: &Record, phases: &[(String, Duration)], end: Duration) -> Ve
 /// The running traffic; [`Watch::stop`] ends it and returns the figures.
 pub struct Watch {
     t0: Instant,
+    /// The clients' (threads after the first).
     stop: Arc<AtomicBool>,
+    /// The servers' (the first thread).
+    stop_servers: Arc<AtomicBool>,
     rec: Arc<Mutex<Record>>,
     phases: Vec<(String, Duration)>,
     threads: Vec<JoinHandle<Result<()>>>,
@@ -187,6 +190,8 @@ impl Watch {
             SocketAddr::from((ip, port + 1)),
         );
         let stop = Arc::new(AtomicBool::new(false));
+        // The servers stop after the clients (see `Watch::stop`).
+        let stop_servers = Arc::new(AtomicBool::new(false));
         let rec = Arc::new(Mutex::new(Record::default()));
         let t0 = Instant::now();
         let mut threads = Vec::new();
@@ -194,7 +199,7 @@ impl Watch {
         // Servers: an echo per stream connection, a byte and a close per connection.
         let (ready_tx, ready_rx) = mpsc::channel();
         threads.push({
-            let stop = stop.clone();
+            let stop = stop_servers.clone();
             spawn_in_netns(server_ns, move || {
                 let echo =
                     TcpListener::bind(("0.0.0.0", port)).context("binding the echo server")?;
@@ -223,7 +228,7 @@ impl Watch {
             })
         });
         if ready_rx.recv_timeout(Duration::from_secs(5)).is_err() {
-            stop.store(true, Ordering::Relaxed);
+            stop_servers.store(true, Ordering::Relaxed);
             for t in threads {
                 join(t)?;
             }
@@ -280,6 +285,7 @@ impl Watch {
         let w = Self {
             t0,
             stop,
+            stop_servers,
             rec,
             phases: vec![(first_phase.to_owned(), Duration::ZERO)],
             threads,
@@ -290,6 +296,7 @@ impl Watch {
             if Instant::now() > deadline {
                 let rec = w.rec.lock().unwrap().clone();
                 w.stop.store(true, Ordering::Relaxed);
+                w.stop_servers.store(true, Ordering::Relaxed);
                 bail!(
                     "no echo on the stream to {stream_dst} within 10 s: {:?}",
                     rec.breaks
@@ -308,8 +315,16 @@ impl Watch {
     /// Stops the traffic; the figures of every phase.
     pub fn stop(self) -> Result<Vec<Figures>> {
         let end = self.t0.elapsed();
+        // The clients first: a connection tried while the servers close would be refused
+        // by the test's own stop, not by the path.
         self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
+        let mut threads = self.threads.into_iter();
+        let server = threads.next();
+        for t in threads {
+            join(t)?;
+        }
+        self.stop_servers.store(true, Ordering::Relaxed);
+        if let Some(t) = server {
             join(t)?;
         }
         let rec = self.rec.lock().unwrap().clone();
