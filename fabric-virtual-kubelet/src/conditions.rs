@@ -367,6 +367,8 @@ pub struct Readiness {
     /// Under at-most-once semantics, once the provider has stopped the pods for sure: why
     /// they are Failed here ([`crate::heartbeat::declared`]).
     pub partitioned: Option<String>,
+    /// Under at-most-once semantics, why new pods wait ([`crate::heartbeat::offload_waits`]).
+    pub offload_waits: Option<String>,
 }
 
 #[cfg(test)]

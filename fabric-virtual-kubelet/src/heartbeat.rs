@@ -125,6 +125,29 @@ pub fn deadline(hb: &Heartbeat) -> Option<Instant> {
     )
 }
 
+/// Why, at `now`, no new pod is to be made on the provider (None: it may be). Under
+/// at-most-once the provider stops a pod made while it has not seen this cluster's heartbeat
+/// for the partition time, for good; so after a partition (or before the first renewal under
+/// new terms) pods wait until a renewal has gone through, and while renewals keep failing.
+pub fn offload_waits(hb: &Heartbeat, now: Instant) -> Option<String> {
+    let terms = hb.terms?;
+    let fresh_for = Duration::from_secs(terms.partition_seconds.into()) / 2;
+    match hb.renewed {
+        Some(r) if now.saturating_duration_since(r) < fresh_for => None,
+        Some(r) => Some(format!(
+            "the heartbeat on the provider was last renewed {}s ago: under at-most-once \
+             semantics (partition time {}s) pods are made there only once it is renewed again",
+            now.saturating_duration_since(r).as_secs(),
+            terms.partition_seconds
+        )),
+        None => Some(format!(
+            "the heartbeat on the provider has not been renewed under the at-most-once terms \
+             yet (partition time {}s): pods are made there once it is",
+            terms.partition_seconds
+        )),
+    }
+}
+
 /// Whether, at `now`, the provider has stopped the pods for sure: the message saying so.
 pub fn declared(hb: &Heartbeat, now: Instant) -> Option<String> {
     let at = deadline(hb)?;
@@ -291,6 +314,34 @@ mod tests {
             renewed: Some(t0),
         };
         assert_eq!(declared(&off, t0 + s(1000)), None);
+    }
+
+    #[test]
+    fn new_pods_wait_for_a_recent_renewal_under_terms() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let off = Heartbeat {
+            terms: None,
+            renewed: None,
+        };
+        assert_eq!(offload_waits(&off, t0), None);
+        let fresh = Heartbeat {
+            terms: Some(TERMS),
+            renewed: None,
+        };
+        assert!(
+            offload_waits(&fresh, t0)
+                .unwrap()
+                .contains("not been renewed")
+        );
+        let hb = Heartbeat {
+            terms: Some(TERMS),
+            renewed: Some(t0),
+        };
+        // Half the partition time (10 s): the provider still hears this cluster.
+        assert_eq!(offload_waits(&hb, t0 + s(4)), None);
+        let why = offload_waits(&hb, t0 + s(5)).unwrap();
+        assert!(why.contains("5s ago"), "{why}");
     }
 
     #[test]

@@ -310,6 +310,10 @@ pub async fn run(local: Client, opts: Opts) -> Result<()> {
                 ready: c.status == "True",
                 message: c.message.clone().unwrap_or_default(),
                 partitioned: heartbeat::declared(&heartbeat_rx.borrow(), std::time::Instant::now()),
+                offload_waits: heartbeat::offload_waits(
+                    &heartbeat_rx.borrow(),
+                    std::time::Instant::now(),
+                ),
             });
         if ready.is_some() {
             ready_tx.send_if_modified(|r| {

@@ -12,7 +12,7 @@ use std::{
 use fabric_api::{
     authentication::v1alpha1::ResourceSlice,
     names,
-    offloading::v1alpha1::{AtMostOnce, ShadowPod, shadow_pod_condition::PARTITIONED},
+    offloading::v1alpha1::{ShadowPod, shadow_pod_condition::PARTITIONED},
 };
 use fabric_kube::{
     cache,
@@ -34,23 +34,24 @@ use tracing::{debug, info, warn};
 
 use super::{
     decide,
-    partition::{self, Heartbeats, Verdict},
+    partition::{self, Heartbeats, InForce, Verdict},
 };
 
 #[derive(Default)]
 struct State {
-    terms: BTreeMap<String, AtMostOnce>,
+    terms: BTreeMap<String, InForce>,
     heartbeats: Heartbeats,
 }
 
 /// What the ShadowPod controller asks: has a consumer been silent too long?
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Fences {
     state: Arc<Mutex<State>>,
+    client: Client,
 }
 
 impl Fences {
-    /// The verdict on `consumer` now.
+    /// The verdict on `consumer` now, as the watch has seen its heartbeat.
     pub fn verdict(&self, consumer: &str) -> Verdict {
         let ns = partition::tenant_namespace(consumer);
         let s = self.state.lock().expect("fence state poisoned");
@@ -60,6 +61,25 @@ impl Fences {
             &ns,
             Instant::now(),
         )
+    }
+
+    /// [`Fences::verdict`] once the heartbeat is read afresh, for a stop (which cannot be
+    /// undone): the Lease watch and the ShadowPod watch are separate streams, and a consumer
+    /// back from a partition renews before it makes pods, so a ShadowPod seen before that
+    /// renewal's watch event must not be stopped for a silence that has already ended.
+    pub async fn confirmed(&self, consumer: &str) -> kube::Result<Verdict> {
+        if !matches!(self.verdict(consumer), Verdict::Stop { .. }) {
+            return Ok(self.verdict(consumer));
+        }
+        let ns = partition::tenant_namespace(consumer);
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &ns);
+        if let Some(l) = leases.get_opt(names::lease::CONSUMER).await? {
+            let age = written_ago(&l, Timestamp::now());
+            let version = l.resource_version().unwrap_or_default();
+            let mut s = self.state.lock().expect("fence state poisoned");
+            s.heartbeats.observe(&ns, &version, age, Instant::now());
+        }
+        Ok(self.verdict(consumer))
     }
 }
 
@@ -81,7 +101,10 @@ fn written_ago(lease: &Lease, now: Timestamp) -> Duration {
 /// Follows the heartbeats and the agreed terms; returns what the controller asks and a
 /// stream of the tenant namespaces whose consumers have just turned silent.
 pub fn spawn(client: Client) -> (Fences, mpsc::UnboundedReceiver<String>) {
-    let fences = Fences::default();
+    let fences = Fences {
+        state: Arc::default(),
+        client: client.clone(),
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(follow(client, fences.clone(), tx));
     (fences, rx)
@@ -136,8 +159,9 @@ async fn follow(client: Client, fences: Fences, tx: mpsc::UnboundedSender<String
                     Some(Err(e)) => warn!(error = %e, "watching ResourceSlices (at-most-once terms)"),
                     Some(Ok(_)) => {
                         let all = slices.state();
-                        fences.state.lock().expect("fence state poisoned").terms =
-                            partition::terms_by_namespace(all.iter().map(|s| s.as_ref()));
+                        let agreed = partition::terms_by_namespace(all.iter().map(|s| s.as_ref()));
+                        let mut s = fences.state.lock().expect("fence state poisoned");
+                        s.terms = partition::in_force(&s.terms, agreed, Instant::now());
                     }
                 }
             }
@@ -208,7 +232,7 @@ pub async fn enforce(
         // It ended by itself: reported as it ended.
         return Ok(false);
     }
-    let Verdict::Stop { silent, terms } = fences.verdict(&shadow.spec.cluster_id) else {
+    let Verdict::Stop { silent, terms } = fences.confirmed(&shadow.spec.cluster_id).await? else {
         return Ok(false);
     };
     let stopped = partition::stopped(

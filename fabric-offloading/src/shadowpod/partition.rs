@@ -51,6 +51,35 @@ pub fn terms_by_namespace<'a>(
         .collect()
 }
 
+/// Terms as enforced: since when (this cluster's monotonic clock) they have been in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InForce {
+    pub terms: AtMostOnce,
+    pub since: Instant,
+}
+
+/// The terms in force per tenant namespace once `agreed` is what the slices say at `now`:
+/// terms that did not change keep their start; new or changed ones start now. A consumer
+/// renews at the cadence of the terms it knows, and learns new ones only after they are
+/// agreed: a Lease renewed before then at a slower cadence (or never under terms) is no
+/// silence, so the count starts no earlier than the terms.
+pub fn in_force(
+    prev: &BTreeMap<String, InForce>,
+    agreed: BTreeMap<String, AtMostOnce>,
+    now: Instant,
+) -> BTreeMap<String, InForce> {
+    agreed
+        .into_iter()
+        .map(|(ns, terms)| {
+            let since = prev
+                .get(&ns)
+                .filter(|p| p.terms == terms)
+                .map_or(now, |p| p.since);
+            (ns, InForce { terms, since })
+        })
+        .collect()
+}
+
 /// The tenant namespace a ShadowPod's consumer owns (where its heartbeat is).
 pub fn tenant_namespace(consumer: &str) -> String {
     names::namespace::tenant(consumer)
@@ -127,14 +156,17 @@ pub enum Verdict {
 }
 
 pub fn verdict(
-    terms: Option<AtMostOnce>,
+    terms: Option<InForce>,
     heartbeats: &Heartbeats,
     namespace: &str,
     now: Instant,
 ) -> Verdict {
-    let (Some(terms), Some(still)) = (terms, heartbeats.still_for(namespace, now)) else {
+    let (Some(InForce { terms, since }), Some(still)) =
+        (terms, heartbeats.still_for(namespace, now))
+    else {
         return Verdict::Keep;
     };
+    let still = still.min(now.saturating_duration_since(since));
     let limit = Duration::from_secs(terms.partition_seconds.into());
     if still >= limit {
         Verdict::Stop {
@@ -151,7 +183,7 @@ pub fn verdict(
 /// The verdict of every namespace with terms, and the earliest future stop (when to look
 /// again).
 pub fn verdicts(
-    terms: &BTreeMap<String, AtMostOnce>,
+    terms: &BTreeMap<String, InForce>,
     heartbeats: &Heartbeats,
     now: Instant,
 ) -> (BTreeMap<String, Verdict>, Option<Instant>) {
@@ -284,7 +316,10 @@ mod tests {
         let s = Duration::from_secs;
         let ns = "fabric-tenant-a";
         let mut hb = Heartbeats::default();
-        let terms = Some(t(10, 0));
+        let terms = Some(InForce {
+            terms: t(10, 0),
+            since: t0,
+        });
         // Never seen: nothing to stop (the consumer has never renewed, so never declares).
         assert_eq!(verdict(terms, &hb, ns, t0 + s(100)), Verdict::Keep);
         hb.observe(ns, "1", Duration::ZERO, t0);
@@ -320,7 +355,15 @@ mod tests {
         let mut hb = Heartbeats::default();
         hb.observe("ns", "7", Duration::from_secs(8), t0);
         assert_eq!(
-            verdict(Some(t(10, 0)), &hb, "ns", t0 + Duration::from_secs(2)),
+            verdict(
+                Some(InForce {
+                    terms: t(10, 0),
+                    since: t0 - Duration::from_secs(100),
+                }),
+                &hb,
+                "ns",
+                t0 + Duration::from_secs(2)
+            ),
             Verdict::Stop {
                 silent: Duration::from_secs(10),
                 terms: t(10, 0)
@@ -329,16 +372,51 @@ mod tests {
     }
 
     #[test]
+    fn silence_counts_from_when_the_terms_came_into_force() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut hb = Heartbeats::default();
+        // Renewed at the cadence without terms; then at-most-once is agreed, 20 s later.
+        hb.observe("a", "1", Duration::ZERO, t0);
+        let agreed = BTreeMap::from([("a".to_owned(), t(10, 0))]);
+        let terms = in_force(&BTreeMap::new(), agreed.clone(), t0 + s(20));
+        let v = |at| verdict(terms.get("a").copied(), &hb, "a", at);
+        // Not stopped at once for a silence from before the terms.
+        assert_eq!(v(t0 + s(21)), Verdict::Live { at: t0 + s(30) });
+        assert_eq!(
+            v(t0 + s(30)),
+            Verdict::Stop {
+                silent: s(10),
+                terms: t(10, 0)
+            }
+        );
+        // The same terms seen again keep their start; changed ones start anew.
+        let again = in_force(&terms, agreed, t0 + s(25));
+        assert_eq!(again["a"].since, t0 + s(20));
+        let changed = in_force(
+            &terms,
+            BTreeMap::from([("a".to_owned(), t(5, 0))]),
+            t0 + s(25),
+        );
+        assert_eq!(changed["a"].since, t0 + s(25));
+        assert!(in_force(&terms, BTreeMap::new(), t0 + s(25)).is_empty());
+    }
+
+    #[test]
     fn the_next_look_is_at_the_earliest_stop() {
         let t0 = Instant::now();
         let mut hb = Heartbeats::default();
         hb.observe("a", "1", Duration::ZERO, t0);
         hb.observe("b", "1", Duration::ZERO, t0);
-        let terms = BTreeMap::from([
-            ("a".to_owned(), t(30, 0)),
-            ("b".to_owned(), t(10, 0)),
-            ("c".to_owned(), t(5, 0)),
-        ]);
+        let terms = in_force(
+            &BTreeMap::new(),
+            BTreeMap::from([
+                ("a".to_owned(), t(30, 0)),
+                ("b".to_owned(), t(10, 0)),
+                ("c".to_owned(), t(5, 0)),
+            ]),
+            t0,
+        );
         let (v, next) = verdicts(&terms, &hb, t0 + Duration::from_secs(1));
         assert_eq!(next, Some(t0 + Duration::from_secs(10)));
         assert_eq!(v["c"], Verdict::Keep);

@@ -62,6 +62,8 @@ enum Outcome {
     NoToken(String),
     /// Its twin's Service of the home API server has no address yet (why): not created.
     NoHomeApi(String),
+    /// The heartbeat on the provider is not recent (why): not created.
+    NoHeartbeat(String),
     /// A claim it mounts is not in the twin yet (why): not created.
     NoVolume(String),
     /// Its ShadowPod, made by this process moments ago, is not in the watch yet: looked at
@@ -71,6 +73,9 @@ enum Outcome {
 
 /// How soon a pod whose token could not be made, or refreshed, is looked at again.
 const TOKEN_RETRY: Duration = Duration::from_secs(30);
+/// How soon a pod waiting for the heartbeat is looked at again (renewals come at least
+/// every second under short partition times).
+const HEARTBEAT_RETRY: Duration = Duration::from_secs(1);
 /// How soon a pod waiting for a claim in its twin is looked at again.
 const VOLUME_RETRY: Duration = Duration::from_secs(2);
 
@@ -89,6 +94,7 @@ pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
             | Step::UpdateMetadata
             | Step::Resize
             | Step::AwaitHomeApi(_)
+            | Step::AwaitHeartbeat(_)
     );
     let (outcome, failed) = match carry_out(pods, cx, step).await {
         Ok(o) => (o, None),
@@ -98,6 +104,7 @@ pub async fn act(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Next> {
         Outcome::AwaitEcho(d) => Next::After(*d),
         Outcome::NoToken(_) => Next::After(TOKEN_RETRY),
         Outcome::NoVolume(_) => Next::After(VOLUME_RETRY),
+        Outcome::NoHeartbeat(_) => Next::After(HEARTBEAT_RETRY),
         Outcome::Shadow(_) if alive && cx.view.reachable && pods.placement == Placement::Twin => {
             refresh_tokens(cx).await
         }
@@ -247,6 +254,7 @@ async fn carry_out(pods: &Pods, cx: &Cx<'_, Pods>, step: Step) -> Result<Outcome
             .await;
             Outcome::NoHomeApi(why)
         }
+        Step::AwaitHeartbeat(why) => Outcome::NoHeartbeat(why),
         Step::Aborted(why) => {
             // Failing the pod cannot be undone: offloaded pod by pod, it is not the twin's.
             if offloaded_to_tenant(cx, pod).await? {
@@ -366,6 +374,7 @@ async fn report(pods: &Pods, cx: &Cx<'_, Pods>, outcome: Outcome) {
         Outcome::NoTwin(message) => Seen::NoTwin { message },
         Outcome::NoToken(message) => Seen::NoToken { message },
         Outcome::NoHomeApi(message) => Seen::NoHomeApi { message },
+        Outcome::NoHeartbeat(message) => Seen::NoHeartbeat { message },
         Outcome::NoVolume(message) => Seen::NoVolume { message },
         Outcome::Aborted(message) => Seen::Aborted { message },
         Outcome::Shadow(s) => Seen::Shadow(s),

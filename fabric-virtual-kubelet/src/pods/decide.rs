@@ -67,6 +67,8 @@ pub enum Step {
     /// Its twin's Service of the home API server has no cluster IP yet: it waits, its status
     /// says why.
     AwaitHomeApi(String),
+    /// Under at-most-once, the provider has not had the heartbeat lately: it waits (why).
+    AwaitHeartbeat(String),
     /// It ran in its namespace's twin, which is gone: it failed (once a fresh read confirms
     /// it was not offloaded pod by pod instead).
     Aborted(String),
@@ -121,6 +123,7 @@ pub fn offloaded(pod: &Pod) -> bool {
                                 | status::reason::NO_TWIN
                                 | status::reason::NO_TOKEN
                                 | status::reason::NO_HOME_API
+                                | status::reason::NO_HEARTBEAT
                                 | status::reason::NO_VOLUME
                         )
                     )
@@ -315,6 +318,10 @@ pub(super) mod tests {
         // Nor one waiting for its way to the home API server.
         p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
             Some(status::reason::NO_HOME_API.into());
+        assert_eq!(decide(&p, Remote::Absent, true), Step::Create);
+        // Nor one waiting for the heartbeat.
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
+            Some(status::reason::NO_HEARTBEAT.into());
         assert_eq!(decide(&p, Remote::Absent, true), Step::Create);
     }
 

@@ -156,6 +156,16 @@ impl Kind for Pods {
             }
         }
         let step = decide::decide(view.home, remote(view.remote), view.reachable);
+        if step == Step::Create {
+            let waits = self
+                .ready
+                .borrow()
+                .as_ref()
+                .and_then(|r| r.offload_waits.clone());
+            if let Some(why) = waits {
+                return Step::AwaitHeartbeat(why);
+            }
+        }
         if step == Step::Create && self.home_api_for(view.home).is_none() {
             return Step::AwaitHomeApi(format!(
                 "Service {} in the twin namespace on the provider has no cluster IP yet: the pod starts once it has one (its way to this cluster's API server)",

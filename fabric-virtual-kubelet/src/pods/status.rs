@@ -57,6 +57,10 @@ pub mod reason {
     /// Its twin's Service of the home API server has no cluster IP yet on the provider: the
     /// pod waits, never started without its way home (it would call the wrong server).
     pub const NO_HOME_API: &str = "WaitingForHomeApiServer";
+    /// Under at-most-once semantics, the provider has not had this cluster's heartbeat
+    /// lately (just after a partition, say): a pod made there now could be stopped at once
+    /// for good, so it waits for the next renewal.
+    pub const NO_HEARTBEAT: &str = "WaitingForHeartbeat";
     /// A PersistentVolumeClaim the pod mounts has no claim of ours in the twin yet (its
     /// virtual kubelet makes it once the claim's first consumer is placed on the node): the
     /// pod waits, never started without its data.
@@ -85,6 +89,8 @@ pub enum Seen<'a> {
     NoToken { message: &'a str },
     /// Not created: its twin's Service of the home API server has no address yet (why).
     NoHomeApi { message: &'a str },
+    /// Not created: the heartbeat on the provider is not recent (why).
+    NoHeartbeat { message: &'a str },
     /// Not created: a claim it mounts is not on the provider yet (why).
     NoVolume { message: &'a str },
     /// It ran in a twin that is gone (why).
@@ -213,6 +219,7 @@ pub fn home_status(
         Seen::NoTwin { message }
         | Seen::NoToken { message }
         | Seen::NoHomeApi { message }
+        | Seen::NoHeartbeat { message }
         | Seen::NoVolume { message } => {
             let mut s = PodStatus {
                 phase: Some("Pending".into()),
@@ -223,6 +230,7 @@ pub fn home_status(
                 Seen::NoTwin { .. } => reason::NO_TWIN,
                 Seen::NoToken { .. } => reason::NO_TOKEN,
                 Seen::NoVolume { .. } => reason::NO_VOLUME,
+                Seen::NoHeartbeat { .. } => reason::NO_HEARTBEAT,
                 _ => reason::NO_HOME_API,
             };
             put(

@@ -1246,6 +1246,22 @@ const AT_MOST_ONCE_DEADLINE: Duration = Duration::from_millis(10_500);
 /// healed, nothing comes back or runs twice, and new pods run again.
 async fn at_most_once(bed: &Bed) {
     let tenant_ns = names::namespace::tenant(CONSUMER);
+    // A pod running before at-most-once is agreed: not stopped for a silence from before the
+    // terms. Without them the heartbeat is renewed every 10 s; the terms are agreed while it
+    // is older than their partition time.
+    let steady = bed.running("steady", json!({}), "10.244.2.12").await;
+    bed.eventually("the heartbeat older than the partition time", || async {
+        let l = bed
+            .provider
+            .get_json("lease", Some(&tenant_ns), names::lease::CONSUMER)?;
+        let renewed: k8s_openapi::jiff::Timestamp =
+            l["spec"]["renewTime"].as_str()?.parse().ok()?;
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(renewed);
+        let age = Duration::try_from(age).ok()?;
+        (age > PARTITION + Duration::from_millis(500) && age < Duration::from_millis(8_500))
+            .then_some(())
+    })
+    .await;
     apply(
         &bed.provider,
         &json!({ "apiVersion": "authentication.fabric.io/v1alpha1", "kind": "ResourceSlice",
@@ -1319,6 +1335,14 @@ async fn at_most_once(bed: &Bed) {
         p["status"]["phase"] == "Running" && cond_is(p, "Ready", "True", None)
     })
     .await;
+    let st = bed.shadows().get(&steady).await.unwrap().status;
+    assert_ne!(
+        st.unwrap_or_default().reason.as_deref(),
+        Some("Partitioned"),
+        "{}",
+        bed.logs()
+    );
+    assert!(bed.remote_pods().get_opt(&steady).await.unwrap().is_some());
     // Heartbeats keep it running past the partition time.
     tokio::time::sleep(PARTITION + Duration::from_secs(2)).await;
     assert!(
