@@ -112,3 +112,44 @@ fn a_killed_receiver_fails_the_sender() {
     assert_eq!(digest(&s, "sent"), None, "no digest printed: {s}");
     let _ = std::fs::remove_dir_all(&src);
 }
+
+#[test]
+fn a_listening_sender_serves_only_the_receiver_with_the_token() {
+    use std::io::{Read as _, Write as _};
+    let (src, dst) = (scratch("src3"), scratch("dst3"));
+    tree(&src, 100_000);
+    let port = free_port();
+    let mut send = Command::new(BIN)
+        .args(["send", "--listen", &port.to_string(), "--dir"])
+        .arg(&src)
+        .env("FABRIC_TRANSFER_TOKEN", "s3cret")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(send.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("listening"));
+    // Another pod connects first, with a wrong token: it gets nothing of the volume.
+    let mut intruder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    intruder.write_all(b"FVTK\x00\x05guess").unwrap();
+    let mut got = Vec::new();
+    let _ = intruder.read_to_end(&mut got);
+    assert!(got.is_empty(), "the intruder got {} bytes", got.len());
+    let recv = Command::new(BIN)
+        .args(["receive", "--from", &format!("127.0.0.1:{port}"), "--dir"])
+        .arg(&dst)
+        .env("FABRIC_TRANSFER_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    let s: Vec<String> = lines.map(Result::unwrap).collect();
+    let s = s.join("\n");
+    assert!(send.wait().unwrap().success(), "{s}");
+    let r = String::from_utf8_lossy(&recv.stdout).into_owned();
+    assert!(recv.status.success(), "{r}");
+    assert!(s.contains("refused 127.0.0.1"), "{s}");
+    let (ds, dr) = (digest(&s, "sent"), digest(&r, "received"));
+    assert!(ds.is_some() && ds == dr, "digests: {s}\n{r}");
+    assert_eq!(
+        std::fs::read(dst.join("big.bin")).unwrap(),
+        std::fs::read(src.join("big.bin")).unwrap()
+    );
+}

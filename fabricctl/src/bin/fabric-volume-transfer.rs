@@ -1,10 +1,16 @@
 //! `fabric-volume-transfer`: the program of `fabricctl move volume`'s two pods (issue 21).
 //!
-//! - `receive --port P --dir D`: listens on P, takes one stream, writes its files under D,
-//!   prints `received N bytes sha256 HEX` and exits 0 (1 on a bad or cut stream: nothing
-//!   tells the CLI the copy is good then).
-//! - `send --to ADDR:PORT --dir D`: walks D, streams its directories and regular files,
-//!   printing `sent N bytes` as it goes and `sent N bytes sha256 HEX` at the end.
+//! - `receive (--port P | --from ADDR:PORT) --dir D`: takes one stream, writes its files
+//!   under D, prints `received N bytes sha256 HEX` and exits 0 (1 on a bad or cut stream:
+//!   nothing tells the CLI the copy is good then).
+//! - `send (--to ADDR:PORT | --listen P) --dir D`: walks D, streams its directories and
+//!   regular files, printing `sent N bytes` as it goes and `sent N bytes sha256 HEX` at the end.
+//!
+//! Either side may listen and the other connect: a move to a provider has the receiver listen
+//! there (this cluster reaches the provider's pods), a move home has the sender listen there.
+//! The side that connects first presents `--token` (the CLI makes one per move); the listener
+//! drops a connection that does not present its own and waits for the next, so that no other
+//! pod can take the volume's data, or fill the claim, by connecting first.
 //!
 //! The CLI compares both digests: each side hashes the bytes it saw on the wire, so equal
 //! digests mean the receiver got exactly what the sender read. A real deployment runs it from
@@ -40,20 +46,69 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     Send {
+        /// Connect to the receiver there ...
+        #[arg(long, required_unless_present = "listen", conflicts_with = "listen")]
+        to: Option<SocketAddr>,
+        /// ... or listen on this port for it.
         #[arg(long)]
-        to: SocketAddr,
+        listen: Option<u16>,
         #[arg(long)]
         dir: PathBuf,
-        /// How long to keep trying to connect (the receiver may start later).
+        /// What the connecting side presents (both sides are given the same).
+        #[arg(long, env = "FABRIC_TRANSFER_TOKEN", default_value = "")]
+        token: String,
+        /// How long to keep trying to connect (the other side may start later).
         #[arg(long, default_value_t = 60)]
         connect_secs: u64,
     },
     Receive {
+        /// Listen on this port for the sender ...
+        #[arg(long, required_unless_present = "from", conflicts_with = "from")]
+        port: Option<u16>,
+        /// ... or connect to it there.
         #[arg(long)]
-        port: u16,
+        from: Option<SocketAddr>,
         #[arg(long)]
         dir: PathBuf,
+        #[arg(long, env = "FABRIC_TRANSFER_TOKEN", default_value = "")]
+        token: String,
+        #[arg(long, default_value_t = 60)]
+        connect_secs: u64,
     },
+}
+
+/// What the connecting side sends first: this, the token's length (u16) and the token.
+const HELLO: &[u8; 4] = b"FVTK";
+/// How many connections without the token a listener drops before it gives up.
+const REFUSALS: usize = 16;
+/// How long a connection may take to present its token.
+const HELLO_WITHIN: Duration = Duration::from_secs(5);
+
+fn hello(token: &str) -> Result<Vec<u8>, ProtoError> {
+    let len = u16::try_from(token.len()).map_err(|_| ProtoError::TooLong)?;
+    let mut out = HELLO.to_vec();
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(token.as_bytes());
+    Ok(out)
+}
+
+/// Whether `r` presents `token` (compared in time independent of where they differ).
+fn check_hello(r: &mut impl Read, token: &str) -> Result<bool, ProtoError> {
+    let mut head = [0u8; 6];
+    r.read_exact(&mut head)?;
+    if &head[..4] != HELLO {
+        return Ok(false);
+    }
+    let len = usize::from(u16::from_be_bytes([head[4], head[5]]));
+    let mut got = vec![0u8; len];
+    r.read_exact(&mut got)?;
+    let same = got.len() == token.len()
+        && got
+            .iter()
+            .zip(token.as_bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    Ok(same)
 }
 
 /// One entry of the stream, as framed.
@@ -334,14 +389,65 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Connects to `to` (trying again for `secs`: the other side may start later) and presents
+/// `token`.
+fn connect(to: SocketAddr, secs: u64, token: &str) -> Result<TcpStream> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut s = loop {
+        match TcpStream::connect_timeout(&to, Duration::from_secs(3)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                println!("connecting to {to}: {e}; again");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {to}")),
+        }
+    };
+    s.write_all(&hello(token)?)?;
+    Ok(s)
+}
+
+/// Listens on `port` and takes the first connection that presents `token`.
+fn accept(port: u16, token: &str) -> Result<(TcpStream, SocketAddr)> {
+    let l = TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("listening on {port}"))?;
+    println!("listening on {port}");
+    for _ in 0..REFUSALS {
+        let (mut s, from) = l.accept()?;
+        s.set_read_timeout(Some(HELLO_WITHIN))?;
+        match check_hello(&mut s, token) {
+            Ok(true) => {
+                s.set_read_timeout(None)?;
+                return Ok((s, from));
+            }
+            Ok(false) => println!("refused {from}: it did not present the token"),
+            Err(e) => println!("refused {from}: {e}"),
+        }
+    }
+    bail!("{REFUSALS} connections refused, none presented the token")
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Receive { port, dir } => {
-            let l = TcpListener::bind(("0.0.0.0", port))
-                .with_context(|| format!("listening on {port}"))?;
-            println!("listening on {port}");
-            let (s, from) = l.accept()?;
-            println!("receiving from {from}");
+        Cmd::Receive {
+            port,
+            from,
+            dir,
+            token,
+            connect_secs,
+        } => {
+            let s = match (port, from) {
+                (Some(port), _) => {
+                    let (s, from) = accept(port, &token)?;
+                    println!("receiving from {from}");
+                    s
+                }
+                (None, Some(from)) => {
+                    let s = connect(from, connect_secs, &token)?;
+                    println!("receiving from {from}");
+                    s
+                }
+                (None, None) => bail!("--port or --from"),
+            };
             let mut r = Hashing::new(BufReader::new(s));
             receive_tree(&dir, &mut r)?;
             println!("received {} bytes sha256 {}", r.bytes, r.digest());
@@ -349,19 +455,19 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Send {
             to,
+            listen,
             dir,
+            token,
             connect_secs,
         } => {
-            let deadline = Instant::now() + Duration::from_secs(connect_secs);
-            let s = loop {
-                match TcpStream::connect_timeout(&to, Duration::from_secs(3)) {
-                    Ok(s) => break s,
-                    Err(e) if Instant::now() < deadline => {
-                        println!("connecting to {to}: {e}; again");
-                        std::thread::sleep(Duration::from_secs(1));
-                    }
-                    Err(e) => return Err(e).with_context(|| format!("connecting to {to}")),
+            let s = match (to, listen) {
+                (Some(to), _) => connect(to, connect_secs, &token)?,
+                (None, Some(port)) => {
+                    let (s, to) = accept(port, &token)?;
+                    println!("sending to {to}");
+                    s
                 }
+                (None, None) => bail!("--to or --listen"),
             };
             let mut w = Hashing::new(BufWriter::new(s));
             send_tree(&dir, &mut w, |n| println!("sent {n} bytes"))?;
@@ -392,6 +498,19 @@ mod tests {
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
+    }
+
+    #[test]
+    fn only_the_token_is_taken() {
+        let check = |bytes: &[u8], token: &str| check_hello(&mut &bytes[..], token);
+        assert!(check(&hello("s3cret").unwrap(), "s3cret").unwrap());
+        assert!(!check(&hello("s3cres").unwrap(), "s3cret").unwrap());
+        assert!(!check(&hello("s3cre").unwrap(), "s3cret").unwrap());
+        assert!(!check(&hello("").unwrap(), "s3cret").unwrap());
+        assert!(check(&hello("").unwrap(), "").unwrap());
+        // Not a hello at all (a bare stream, an old sender): refused, not read further.
+        assert!(!check(b"FVT1\x00\x00", "").unwrap());
+        assert!(check(b"FVTK\x00", "").is_err());
     }
 
     #[test]
