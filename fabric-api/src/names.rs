@@ -397,10 +397,22 @@ pub mod storage {
     /// of the same name made again later is another claim, and does not get its data unless
     /// this names it: `fabricctl move volume` hands a filled claim over that way).
     pub const HOME_UID: &str = "storage.fabric.io/home-uid";
+    /// Labels of a real claim the real-node provisioner makes (in [`super::namespace::STORAGE`]):
+    /// the home claim it stands for, with [`HOME_UID`] as a label too. An empty [`HOME_UID`]:
+    /// handed over by `fabricctl move volume --to local` to the next claim of that namespace
+    /// and name, which adopts it.
+    pub const HOME_NAMESPACE: &str = "storage.fabric.io/home-namespace";
+    pub const HOME_NAME: &str = "storage.fabric.io/home-name";
     /// Label of `fabricctl move volume`'s transfer pods: the claim they move (one they mount).
     /// The offloaded namespaces' pod webhook leaves such a pod where fabricctl placed it, so
     /// that a move works whatever the namespace's `podOffloadingStrategy`.
     pub const TRANSFER: &str = "storage.fabric.io/move";
+
+    /// The claim a move of claim `claim` home fills beside it (`fabricctl move volume --to
+    /// local`): its receiver mounts that one.
+    pub fn landing(claim: &str) -> String {
+        super::namespace::bounded(&format!("{claim}-landing"))
+    }
 
     /// The placeholder PersistentVolume of claim `uid`, as every external provisioner names
     /// its volumes.

@@ -62,9 +62,16 @@ async fn reconcile(home: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Ac
         .annotations()
         .get(fabric_api::names::storage::SELECTED_NODE)
         .map(|n| node_kind(ctx.nodes.get(&ObjectRef::new(n)).as_deref()));
+    // Its own by name (what the provisioner makes), else by label: one adopted or handed
+    // over by a move.
     let real = ctx
         .reals
-        .get(&ObjectRef::new(&real_name(&uid)).within(&p.namespace));
+        .get(&ObjectRef::new(&real_name(&uid)).within(&p.namespace))
+        .filter(|r| super::made_for(r, &home))
+        .or_else(|| {
+            let all = ctx.reals.state();
+            super::real_of(&home, all.iter().map(|r| &**r)).map(|r| Arc::new(r.clone()))
+        });
     let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let real_volume = match real
         .as_ref()
@@ -119,6 +126,28 @@ async fn reconcile(home: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Ac
                 )
                 .await;
         }
+        Step::Adopt(name) => {
+            meta::add_finalizer(&claims, &home, FINALIZER).await?;
+            let patch = json!({"metadata": {"labels": {super::HOME_UID: uid}}});
+            reals
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            info!(claim = %key, real = %name, "real claim handed over by a move adopted");
+            ctx.events
+                .publish(
+                    &*home,
+                    &Event::normal(
+                        "Provisioning",
+                        "Provision",
+                        format!(
+                            "its data is claim {}/{name}, handed over by a move of a claim of \
+                             this name",
+                            p.namespace
+                        ),
+                    ),
+                )
+                .await;
+        }
         Step::Bind(volume) => {
             let name = volume.name_any();
             match volumes.create(&PostParams::default(), &volume).await {
@@ -148,13 +177,14 @@ async fn reconcile(home: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Ac
                         format!(
                             "bound to {name}, over the real volume of {}/{}",
                             p.namespace,
-                            real_name(&uid)
+                            real.as_ref()
+                                .map_or_else(|| real_name(&uid), |r| r.name_any())
                         ),
                     ),
                 )
                 .await;
         }
-        Step::Release { real_uid } => {
+        Step::Release { real } => {
             let name = fabric_api::names::storage::volume_name(&uid);
             if let Some(pv) = volumes.get_opt(&name).await?
                 && fabric_api::offloading::volumes::fabric_volume_of(&pv, &home)
@@ -167,14 +197,9 @@ async fn reconcile(home: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Result<Ac
                 .await?;
                 info!(claim = %key, volume = name, "virtual volume deleted");
             }
-            if let Some(real_uid) = real_uid {
-                meta::delete(
-                    &reals,
-                    &real_name(&uid),
-                    &meta::only_uid(Some(real_uid), None),
-                )
-                .await?;
-                info!(claim = %key, real = real_name(&uid), "real claim deleted");
+            if let Some((real_name, real_uid)) = real {
+                meta::delete(&reals, &real_name, &meta::only_uid(Some(real_uid), None)).await?;
+                info!(claim = %key, real = real_name, "real claim deleted");
             }
             meta::remove_finalizer(&claims, &home, FINALIZER).await?;
         }

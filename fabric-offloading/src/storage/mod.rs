@@ -19,6 +19,13 @@
 //! real claim (UID-preconditioned), whose volume the real class's reclaim policy then
 //! deletes or keeps, then the finalizer.
 //!
+//! **Handed over** (`fabricctl move volume --to local`): a real claim labelled for a home
+//! claim's namespace and name with an empty [`HOME_UID`] was filled by a move and is the data
+//! of the next claim of that name: that claim, once its first consumer is placed on a real
+//! node, adopts it ([`Step::Adopt`]: its UID written into the label) instead of getting a new
+//! one. Only the fabric writes in the storage namespace, so nothing else can hand a claim
+//! another's data.
+//!
 //! Not done: changes after provisioning (an expansion) are not followed, as the virtual-node
 //! path's.
 use std::collections::BTreeMap;
@@ -40,11 +47,9 @@ pub mod controller;
 /// claim go before it.
 pub const FINALIZER: &str = "storage.fabric.io/real-claim";
 /// Labels of a real claim: the home claim it stands for (namespace, name; for people and
-/// for the watch that maps it back) ...
-pub const HOME_NAMESPACE: &str = "storage.fabric.io/home-namespace";
-pub const HOME_NAME: &str = "storage.fabric.io/home-name";
-/// ... and the home claim's UID (a home claim of the same name made again is another claim).
-pub const HOME_UID: &str = "storage.fabric.io/home-uid";
+/// for the watch that maps it back) and its UID (a home claim of the same name made again is
+/// another claim), shared with `fabricctl move volume`.
+pub use fabric_api::names::storage::{HOME_NAME, HOME_NAMESPACE, HOME_UID};
 
 /// The real claim of the home claim `uid`.
 pub fn real_name(uid: &str) -> String {
@@ -88,14 +93,17 @@ pub enum Step {
     Nothing,
     /// The finalizer, then the real claim.
     CreateReal(Box<PersistentVolumeClaim>),
+    /// The finalizer, then the real claim of this name, handed over to this claim by a move,
+    /// labelled as this claim's.
+    Adopt(String),
     /// The real claim is there and not bound yet: its volume's binding is a watch event.
     WaitForReal,
     /// The real claim is bound to `real`: the virtual volume, then the home claim's
     /// `volumeName`.
     Bind(Box<PersistentVolume>),
-    /// The home claim is going: its virtual volume and real claim (`Some(uid)`: if seen), then
-    /// the finalizer.
-    Release { real_uid: Option<String> },
+    /// The home claim is going: its virtual volume and real claim (`Some((name, uid))`: if
+    /// seen), then the finalizer.
+    Release { real: Option<(String, String)> },
 }
 
 fn annotation<'a>(pvc: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
@@ -120,7 +128,28 @@ fn finalized(pvc: &PersistentVolumeClaim) -> bool {
 
 /// Whether `real` is the real claim made for `home` (not for an earlier claim of that name).
 pub fn made_for(real: &PersistentVolumeClaim, home: &PersistentVolumeClaim) -> bool {
-    label_of(real, HOME_UID).is_some() && label_of(real, HOME_UID) == home.metadata.uid.as_deref()
+    label_of(real, HOME_UID).is_some_and(|u| !u.is_empty())
+        && label_of(real, HOME_UID) == home.metadata.uid.as_deref()
+}
+
+/// Whether `real` is handed over to the next claim of `home`'s namespace and name (see the
+/// module).
+pub fn handed_over_to(real: &PersistentVolumeClaim, home: &PersistentVolumeClaim) -> bool {
+    label_of(real, HOME_UID) == Some("")
+        && label_of(real, HOME_NAMESPACE) == home.metadata.namespace.as_deref()
+        && label_of(real, HOME_NAME) == home.metadata.name.as_deref()
+}
+
+/// The real claim of `home` among `reals`: the one made for it, else one handed over to it.
+pub fn real_of<'a>(
+    home: &PersistentVolumeClaim,
+    reals: impl IntoIterator<Item = &'a PersistentVolumeClaim> + Clone,
+) -> Option<&'a PersistentVolumeClaim> {
+    reals
+        .clone()
+        .into_iter()
+        .find(|r| made_for(r, home))
+        .or_else(|| reals.into_iter().find(|r| handed_over_to(r, home)))
 }
 
 /// The real claim of `home`: in `namespace`, of `class` (`None`: the default class), the same
@@ -258,13 +287,14 @@ impl Provisioner {
         if s.storage_class_name.as_deref() != Some(self.class.as_str()) {
             return Step::Nothing;
         }
+        let handed = real.filter(|r| handed_over_to(r, home));
         let real = real.filter(|r| made_for(r, home));
         if home.metadata.deletion_timestamp.is_some() {
             if !finalized(home) {
                 return Step::Nothing;
             }
             return Step::Release {
-                real_uid: real.and_then(|r| r.metadata.uid.clone()),
+                real: real.and_then(|r| Some((r.metadata.name.clone()?, r.metadata.uid.clone()?))),
             };
         }
         if s.volume_name.as_deref().is_some_and(|v| !v.is_empty()) {
@@ -278,6 +308,9 @@ impl Provisioner {
             return Step::Nothing;
         }
         let Some(real) = real else {
+            if let Some(h) = handed.and_then(|h| h.metadata.name.clone()) {
+                return Step::Adopt(h);
+            }
             return Step::CreateReal(Box::new(real_claim(
                 home,
                 selected,
@@ -492,6 +525,56 @@ mod tests {
     }
 
     #[test]
+    fn a_real_claim_handed_over_is_adopted_by_the_next_claim_of_that_name_only() {
+        let p = provisioner();
+        let moved = home(json!({"metadata": {"uid": "u0"}}));
+        let mut handed = bound(
+            real_claim(&moved, "node-a", None, "fabric-storage"),
+            "pvc-r1",
+        );
+        handed
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(HOME_UID.into(), String::new());
+        // The claim made again (another UID) adopts it rather than get a new one ...
+        let h = home(json!({}));
+        assert!(handed_over_to(&handed, &h) && !made_for(&handed, &h));
+        assert_eq!(
+            p.decide(&h, Node::Real, Some(&handed), None),
+            Step::Adopt("home-u0".into())
+        );
+        // ... not before its first consumer is placed, nor on a virtual node.
+        let unscheduled = home(json!({"metadata": {"annotations": {}}}));
+        assert_eq!(
+            p.decide(&unscheduled, Node::Real, Some(&handed), None),
+            Step::Nothing
+        );
+        assert_eq!(
+            p.decide(&h, Node::Virtual, Some(&handed), None),
+            Step::Nothing
+        );
+        // A claim of another name or namespace does not.
+        let other = home(json!({"metadata": {"name": "logs"}}));
+        assert!(!handed_over_to(&handed, &other));
+        let elsewhere = home(json!({"metadata": {"namespace": "web"}}));
+        assert!(!handed_over_to(&handed, &elsewhere));
+        // Its own comes first; once adopted, it is its own.
+        let own = real_claim(&h, "node-a", None, "fabric-storage");
+        assert_eq!(real_of(&h, [&handed, &own]), Some(&own));
+        assert_eq!(real_of(&h, [&handed]), Some(&handed));
+        assert_eq!(real_of(&other, [&handed]), None);
+        handed
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(HOME_UID.into(), "u1".into());
+        assert!(made_for(&handed, &h) && !handed_over_to(&handed, &h));
+    }
+
+    #[test]
     fn a_deleted_claim_releases_its_real_claim_once_finalized() {
         let p = provisioner();
         let going = home(
@@ -505,12 +588,12 @@ mod tests {
         assert_eq!(
             p.decide(&going, Node::Real, Some(&real), None),
             Step::Release {
-                real_uid: Some("r1".into())
+                real: Some(("home-u1".into(), "r1".into()))
             }
         );
         assert_eq!(
             p.decide(&going, Node::Unknown, None, None),
-            Step::Release { real_uid: None }
+            Step::Release { real: None }
         );
         let not_ours = home(json!({"metadata": {"deletionTimestamp": "2026-11-28T00:00:00Z"}}));
         assert_eq!(p.decide(&not_ours, Node::Real, None, None), Step::Nothing);
