@@ -166,7 +166,8 @@ pub fn merge_terms(own: &[Value], imposed: &[Value]) -> Vec<Value> {
 }
 
 /// Whether `pod` is a volume-transfer pod of `fabricctl move volume`: labelled
-/// [`storage::TRANSFER`] with the name of a claim it mounts (see the module's doc).
+/// [`storage::TRANSFER`] with the name of a claim it mounts, or whose landing claim it mounts
+/// (a move home's receiver; see the module's doc).
 pub fn is_volume_transfer(pod: &Value) -> bool {
     let Some(claim) = pod
         .pointer("/metadata/labels")
@@ -183,7 +184,7 @@ pub fn is_volume_transfer(pod: &Value) -> bool {
         .any(|v| {
             v.pointer("/persistentVolumeClaim/claimName")
                 .and_then(Value::as_str)
-                == Some(claim)
+                .is_some_and(|c| c == claim || c == storage::landing(claim))
         })
 }
 
@@ -626,6 +627,14 @@ mod tests {
                 "{not_one:?}: placed as any pod (and so unschedulable, as the sender was)"
             );
         }
+        // A move home's receiver mounts the landing claim of the claim it names.
+        let mut receiver = sender(Some("data"));
+        receiver["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] =
+            json!(storage::landing("data"));
+        assert!(is_volume_transfer(&receiver));
+        assert_eq!(mutate(NS, &receiver, Some(&remote)), Ok(None));
+        receiver["metadata"]["labels"][storage::TRANSFER] = json!("logs");
+        assert!(!is_volume_transfer(&receiver), "{receiver}");
         // Still refused in a labelled namespace that is not offloaded.
         assert!(mutate(NS, &sender(Some("data")), None).is_err());
     }

@@ -1,6 +1,7 @@
 //! `fabricctl move volume CLAIM [--claim-namespace NS] --to CLUSTER` (issue 21): a claim's data
-//! moves from this cluster to a peered provider (CLUSTER its cluster id), offline; a move
-//! from a provider (`local`, or another provider) is refused for now.
+//! moves, offline, from this cluster to a peered provider (CLUSTER its cluster id), from a
+//! provider back here (`local`, [`home`]), or from one provider to another (through this
+//! cluster: home, then there).
 //!
 //! What is decided here is pure ([`users`], [`destination`], [`location`]); the reads are in
 //! [`move_volume`]. The checks come first and write nothing: a claim any non-terminated pod
@@ -8,8 +9,7 @@
 //! volume being written is not the volume), and a destination that is neither `local` nor a
 //! provider of this cluster is refused naming those there are.
 //!
-//! The copy, home to a provider ([`to_provider`]; the other directions are refused, changing
-//! nothing): the claim of the same name made in the namespace's twin with this cluster's
+//! The copy, home to a provider ([`to_provider`]; the way back is [`home`]'s): the claim of the same name made in the namespace's twin with this cluster's
 //! identity, a receiver pod (`fabric-volume-transfer receive`) bound to the provider's virtual
 //! node mounting it there, a sender pod here mounting the source, progress printed from the
 //! sender's log, both digests compared ([`copy::verdict`]). Only then is the home claim made
@@ -38,6 +38,7 @@ use kube::{
 
 pub mod copy;
 pub mod handover;
+pub mod home;
 
 /// Where a claim's data is, or is to go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,10 +206,21 @@ pub async fn move_volume(
     }
     match (&from, &dest) {
         (Place::Local, Place::Provider(id)) => to_provider(local, fabric_ns, &pvc, id, image).await,
-        _ => bail!(
-            "claim {ns}/{claim} ({from} to {dest}): only a move from this cluster to a provider \
-             is available in this build; nothing was changed, the data stays on {from}"
-        ),
+        (Place::Provider(id), Place::Local) => home::to_local(local, &pvc, id, image).await,
+        (Place::Provider(a), Place::Provider(b)) => {
+            // Through this cluster: a provider's pods reach another provider's only if those
+            // two are peered themselves, which this cluster cannot know.
+            println!("claim {ns}/{claim}: from {a} to {b} through this cluster: home first");
+            home::to_local(local, &pvc, a, image).await?;
+            let pvc = Api::<PersistentVolumeClaim>::namespaced(local.clone(), ns)
+                .get(claim)
+                .await
+                .with_context(|| format!("reading claim {ns}/{claim} again"))?;
+            to_provider(local, fabric_ns, &pvc, b, image)
+                .await
+                .with_context(|| format!("the data is home now, on claim {ns}/{claim}"))
+        }
+        (Place::Local, Place::Local) => bail!("claim {ns}/{claim}: its data is already here"),
     }
 }
 
@@ -323,7 +335,19 @@ async fn to_provider(
         "claim {claim} made in twin {twin} on {id} (class {})",
         class.as_deref().unwrap_or("(its default)")
     );
-    let outcome = transfer(&pods, &claim, &Place::Provider(id.to_owned()), image).await;
+    let outcome = transfer(
+        &pods,
+        &Copy {
+            claim: &claim,
+            from: Place::Local,
+            from_claim: &claim,
+            to: Place::Provider(id.to_owned()),
+            to_claim: &claim,
+            listener: Listener::Receiver,
+            image,
+        },
+    )
+    .await;
     // The transfer pods go whatever the outcome: the claims are free again.
     let removed = remove_transfer_pods(&pods, &claim).await;
     let digest = match outcome.and_then(|d| removed.map(|()| d)) {
@@ -360,26 +384,53 @@ async fn to_provider(
     Ok(())
 }
 
-/// The copy: receiver beside the claim at `dest`, sender here mounting the claim, progress
-/// printed from the sender's log, both digests compared. The digest, or why not.
-async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Result<String> {
+/// Which side of a copy listens: the one the other can reach (this cluster reaches its
+/// providers' pods; a provider's pods reach this cluster's only through addresses it alone
+/// knows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    Receiver,
+    Sender,
+}
+
+/// A copy: the sender where the data is, mounting the claim there, the receiver where it
+/// goes, mounting the claim it fills.
+struct Copy<'a> {
+    /// The claim moved (the transfer pods' names and label).
+    claim: &'a str,
+    from: Place,
+    from_claim: &'a str,
+    to: Place,
+    to_claim: &'a str,
+    listener: Listener,
+    image: &'a str,
+}
+
+/// The copy: the listening side started first (its address as this cluster sees it), then
+/// the other, progress printed from the sender's log, both digests compared. The digest, or
+/// why not.
+async fn transfer(pods: &Api<Pod>, c: &Copy<'_>) -> Result<String> {
     let port = copy::PORT.to_string();
-    let receive = [
-        "receive".to_owned(),
-        "--port".into(),
-        port.clone(),
-        "--dir".into(),
-        copy::MOUNT.into(),
-    ];
-    let receiver = pods
+    let token = copy::token();
+    let dir = ["--dir".to_owned(), copy::MOUNT.into()];
+    let (listen_args, listen_place, listen_claim, listen_role) = match c.listener {
+        Listener::Receiver => (["receive", "--port", &port], &c.to, c.to_claim, "receiver"),
+        Listener::Sender => (["send", "--listen", &port], &c.from, c.from_claim, "sender"),
+    };
+    let args: Vec<String> = listen_args
+        .iter()
+        .map(|a| (*a).to_owned())
+        .chain(dir.iter().cloned())
+        .collect();
+    let listening = pods
         .create(
             &PostParams::default(),
-            &copy::transfer_pod(claim, claim, dest, image, &receive),
+            &copy::transfer_pod(c.claim, listen_claim, listen_place, c.image, &args, &token),
         )
         .await
-        .context("creating the receiver pod")?
+        .with_context(|| format!("creating the {listen_role} pod"))?
         .name_any();
-    let ip = wait_pod(pods, &receiver, START, "running with an address", |p| {
+    let ip = wait_pod(pods, &listening, START, "running with an address", |p| {
         let s = p.status.as_ref()?;
         if matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")) {
             return Some(Err(format!("it ended: {}", ended(p))));
@@ -390,22 +441,36 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
             .map(Ok)
     })
     .await?;
-    println!("receiver {receiver} running on {dest}, at {ip}");
-    let send = [
-        "send".to_owned(),
-        "--to".into(),
-        format!("{ip}:{port}"),
-        "--dir".into(),
-        copy::MOUNT.into(),
-    ];
-    let sender = pods
+    println!("{listen_role} {listening} running on {listen_place}, at {ip}");
+    let at = format!("{ip}:{port}");
+    let (connect_args, connect_place, connect_claim, connect_role) = match c.listener {
+        Listener::Receiver => (["send", "--to", &at], &c.from, c.from_claim, "sender"),
+        Listener::Sender => (["receive", "--from", &at], &c.to, c.to_claim, "receiver"),
+    };
+    let args: Vec<String> = connect_args
+        .iter()
+        .map(|a| (*a).to_owned())
+        .chain(dir.iter().cloned())
+        .collect();
+    let connecting = pods
         .create(
             &PostParams::default(),
-            &copy::transfer_pod(claim, claim, &Place::Local, image, &send),
+            &copy::transfer_pod(
+                c.claim,
+                connect_claim,
+                connect_place,
+                c.image,
+                &args,
+                &token,
+            ),
         )
         .await
-        .context("creating the sender pod")?
+        .with_context(|| format!("creating the {connect_role} pod"))?
         .name_any();
+    let (sender, receiver) = match c.listener {
+        Listener::Receiver => (connecting.clone(), listening),
+        Listener::Sender => (listening, connecting.clone()),
+    };
     let logs = |name: String| async move {
         pods.logs(&name, &LogParams::default())
             .await
@@ -427,12 +492,18 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
                 .unwrap_or_else(|| "gone".to_owned())
         };
         let sender_pod = pods.get_opt(&sender).await?;
-        match sender_pod.as_ref().and_then(copy::unschedulable) {
+        let receiver_pod = pods.get_opt(&receiver).await?;
+        // The side placed here (the one that connects) is the scheduler's to place.
+        let here = match c.listener {
+            Listener::Receiver => &sender_pod,
+            Listener::Sender => &receiver_pod,
+        };
+        match here.as_ref().and_then(copy::unschedulable) {
             Some(why) => {
                 let since = *unschedulable_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > UNSCHEDULABLE {
                     bail!(
-                        "the sender {sender} cannot be scheduled here (for {}s): {why}",
+                        "the {connect_role} {connecting} cannot be scheduled here (for {}s): {why}",
                         since.elapsed().as_secs()
                     );
                 }
@@ -440,7 +511,7 @@ async fn transfer(pods: &Api<Pod>, claim: &str, dest: &Place, image: &str) -> Re
             None => unschedulable_since = None,
         }
         let s = phase(sender_pod);
-        let r = phase(pods.get_opt(&receiver).await?);
+        let r = phase(receiver_pod);
         match (s.as_str(), r.as_str()) {
             ("Succeeded", _) => break now,
             ("Failed" | "gone", _) => bail!(
@@ -677,6 +748,7 @@ mod tests {
             &Place::Provider("b".into()),
             "fabric-controller",
             &args,
+            "t0k",
         );
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v["metadata"]["name"], "move-data-receive");
@@ -690,8 +762,19 @@ mod tests {
             "fabric-volume-transfer"
         );
         assert_eq!(v["spec"]["containers"][0]["command"][1], "receive");
-        let l = serde_json::to_value(transfer_pod("data", "data", &Place::Local, "img", &args))
-            .unwrap();
+        assert_eq!(
+            v["spec"]["containers"][0]["env"],
+            json!([{"name": TOKEN_ENV, "value": "t0k"}])
+        );
+        let l = serde_json::to_value(transfer_pod(
+            "data",
+            "data",
+            &Place::Local,
+            "img",
+            &args,
+            "t0k",
+        ))
+        .unwrap();
         assert!(l["spec"]["nodeName"].is_null());
         assert_eq!(
             l["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]

@@ -10,17 +10,69 @@ pub const PORT: u16 = 7070;
 pub const MOUNT: &str = "/srv";
 /// Label of the transfer pods: the claim they move.
 pub const MOVE_LABEL: &str = names::storage::TRANSFER;
+/// Where the transfer pods find the move's token (`fabric-volume-transfer --token`).
+pub const TOKEN_ENV: &str = "FABRIC_TRANSFER_TOKEN";
+
+/// A fresh token for one move: 128 random bits, hex.
+pub fn token() -> String {
+    use ring::rand::SecureRandom as _;
+    let mut b = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .expect("the system's random source");
+    hex::encode(b)
+}
+
+/// The claim a move home fills beside the claim it moves: `<claim>-landing`, bounded.
+pub fn landing_name(claim: &str) -> String {
+    names::storage::landing(claim)
+}
+
+/// The landing claim of home claim `home` (on a provider): of its class, size, access modes
+/// and volume mode, labelled as `home`'s transfer ([`MOVE_LABEL`]): its first consumer, the
+/// receiver on a real node, has the real-node provisioner make it a real claim there.
+pub fn landing_claim(home: &PersistentVolumeClaim) -> PersistentVolumeClaim {
+    let spec = home.spec.clone().unwrap_or_default();
+    let claim = home.name_any();
+    PersistentVolumeClaim {
+        metadata: kube::api::ObjectMeta {
+            name: Some(landing_name(&claim)),
+            namespace: home.metadata.namespace.clone(),
+            labels: Some([(MOVE_LABEL.to_owned(), claim)].into()),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            access_modes: spec.access_modes,
+            resources: spec.resources,
+            volume_mode: spec.volume_mode,
+            storage_class_name: spec.storage_class_name,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Whether claim `c` is the landing claim of a move of `claim` (by its label).
+pub fn is_landing_of(c: &PersistentVolumeClaim, claim: &str) -> bool {
+    c.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MOVE_LABEL))
+        .is_some_and(|m| m == claim)
+}
 
 /// One side of the transfer: `receive` beside the fresh claim, `send` mounting the source.
 /// Placed on `place` (a provider: its virtual node, so it goes through the ShadowPod path
 /// with this cluster's identity like any tenant pod; `local`: off virtual nodes). The image
-/// is the fabric's own (`--image`), which holds `fabric-volume-transfer`.
+/// is the fabric's own (`--image`), which holds `fabric-volume-transfer`; `token` is the
+/// move's own, which the side that connects presents to the one that listens.
 pub fn transfer_pod(
     claim: &str,
     volume_claim: &str,
     place: &Place,
     image: &str,
     args: &[String],
+    token: &str,
 ) -> Pod {
     let side = args.first().map_or("transfer", String::as_str);
     let mut spec = serde_json::json!({
@@ -28,6 +80,7 @@ pub fn transfer_pod(
         "terminationGracePeriodSeconds": 5,
         "containers": [{"name": "transfer", "image": image,
             "command": std::iter::once("fabric-volume-transfer".to_owned()).chain(args.iter().cloned()).collect::<Vec<_>>(),
+            "env": [{"name": TOKEN_ENV, "value": token}],
             "volumeMounts": [{"name": "data", "mountPath": MOUNT}]}],
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": volume_claim}}],
     });

@@ -155,6 +155,20 @@ pub async fn finish(local: &kube::Client, ns: &str, claim: &str, id: &str) -> Re
     else {
         return Ok(false);
     };
+    if let Some(home) = super::home::HandHome::of(&cm) {
+        let home = home?;
+        if id != "local" {
+            bail!(
+                "claim {ns}/{claim}: an earlier move home from {} did not finish handing the \
+                 data over (journal {ns}/{}): run `fabricctl move volume {ns}/{claim} --to \
+                 local` to finish it",
+                home.provider,
+                cm.name_any()
+            );
+        }
+        super::home::finish(local, ns, claim, &home).await?;
+        return Ok(true);
+    }
     let journal = HandOver::of(&cm)?;
     if journal.provider != id {
         bail!(

@@ -994,6 +994,79 @@ impl Bed {
             },
         );
         assert_eq!(read, text_there);
+
+        // Home again (`--to local`): the sender on the provider listens, the receiver here
+        // fills a landing claim on A's node, digests equal; the claim keeps its name, now
+        // over a volume on A's node kept off virtual nodes, holding what was written on B;
+        // nothing of the move left, and the claim on B gone with the old one.
+        a.api
+            .kubectl_ok(&["delete", "pod", "replacement", "-n", NS, "--wait=true"]);
+        let before = get_json(&a.api, &["get", "persistentvolumeclaim", "data", "-n", NS]).unwrap();
+        let o = fabricctl(
+            &a.api,
+            &["move", "volume", &format!("{NS}/data"), "--to", "local"],
+        );
+        let out = text(&o);
+        eprintln!("the move home said:\n{out}");
+        assert!(o.status.success(), "move home: {out}\n{}", self.logs());
+        assert!(
+            out.contains("sender move-data-send running on provider"),
+            "{out}"
+        );
+        assert!(out.contains("checksums match"), "{out}");
+        let home = get_json(&a.api, &["get", "persistentvolumeclaim", "data", "-n", NS]).unwrap();
+        assert_ne!(home["metadata"]["uid"], before["metadata"]["uid"]);
+        let pv = get_json(
+            &a.api,
+            &[
+                "get",
+                "persistentvolume",
+                home["spec"]["volumeName"].as_str().unwrap(),
+            ],
+        )
+        .unwrap();
+        let terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"].to_string();
+        assert!(
+            terms.contains("NotIn") && !terms.contains(vnode.as_str()),
+            "{pv}"
+        );
+        let dir = std::path::PathBuf::from(pv["spec"]["hostPath"]["path"].as_str().unwrap());
+        assert_eq!(
+            std::fs::read_to_string(dir.join("greeting")).unwrap(),
+            text_there,
+            "what was written on B, home"
+        );
+        assert!(
+            get_json(
+                &a.api,
+                &["get", "persistentvolumeclaim", "data-landing", "-n", NS]
+            )
+            .is_none(),
+            "the landing claim left"
+        );
+        assert!(
+            !a.api
+                .kubectl(&[
+                    "get",
+                    "configmap",
+                    &fabricctl_movevol_journal("data"),
+                    "-n",
+                    NS
+                ])
+                .status
+                .success(),
+            "the journal left"
+        );
+        let left = a.api.kubectl_ok(&["get", "pods", "-n", NS, "-o", "name"]);
+        assert!(!left.contains("move-data"), "transfer pods left: {left}");
+        self.wait("the claim on B gone with the old one", t, || {
+            get_json(
+                &b.api,
+                &["get", "persistentvolumeclaim", "data", "-n", &twin],
+            )
+            .is_none()
+            .then_some(())
+        });
     }
 
     /// The virtual node of `provider` on cluster `c`, once it is Ready.

@@ -324,26 +324,67 @@ async fn a_claim_s_first_consumer_on_the_virtual_node_takes_it_to_the_provider()
     phase_async("the claim deleted: both sides gone", async {
         bed.consumer
             .kubectl_ok(&["delete", "pod", "db", "-n", STORE, "--wait=false"]);
-        // Unused now, its data on the provider: a move home is refused, changing nothing.
+        // Unused now, its data on the provider: a move home whose sender fails there changes
+        // nothing and leaves nothing (the way home that succeeds: the netns bed's).
         bed.eventually("db gone at home", || async {
             let pods: Api<Pod> = Api::namespaced(bed.c.clone(), STORE);
             pods.get_opt("db").await.ok()?.is_none().then_some(())
         })
         .await;
         let before = home_claim(&bed, "data").unwrap();
-        let (ok, out) = fabricctl_at_home(
-            &bed,
-            &["move", "volume", &format!("{STORE}/data"), "--to", "local"],
-        );
+        let kubeconfig = bed.consumer.kubeconfig.clone();
+        let target = format!("{STORE}/data");
+        let home_move = tokio::task::spawn_blocking(move || {
+            let o = fabric_tests::process::fabricctl(
+                &kubeconfig,
+                &["move", "volume", &target, "--to", "local"],
+            );
+            (o.status.success(), fabric_tests::process::output_text(&o))
+        });
+        bed.eventually(
+            "the move's landing claim and its sender in the twin",
+            || async {
+                home_claim(&bed, "data-landing")?;
+                in_store_twin(&bed, "pod", "move-data-send")
+            },
+        )
+        .await;
+        // The provider's kubelet, played: the sender exits 1.
+        Api::<Pod>::namespaced(bed.p.clone(), &store_twin())
+            .patch_status(
+                "move-data-send",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Failed",
+                    "containerStatuses": [{"name": "transfer", "image": "fabric-controller",
+                        "imageID": "", "ready": false, "restartCount": 0,
+                        "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}})),
+            )
+            .await
+            .unwrap();
+        let (ok, out) = home_move.await.unwrap();
         assert!(
-            !ok && out.contains("only a move from this cluster to a provider")
-                && out.contains(&format!("the data stays on provider {PROVIDER}")),
-            "a move from the provider: {out}"
+            !ok && out.contains("move-data-send")
+                && out.contains(&format!(
+                    "failed: nothing was changed, the data stays on {PROVIDER}"
+                )),
+            "a move home whose sender failed: {out}"
         );
         let after = home_claim(&bed, "data").unwrap();
         assert_eq!(
             after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
             "the claim untouched"
+        );
+        assert!(
+            home_claim(&bed, "data-landing").is_none(),
+            "the landing claim left"
+        );
+        let pods: Api<Pod> = Api::namespaced(bed.c.clone(), STORE);
+        let left = pods.list(&Default::default()).await.unwrap().items;
+        assert!(
+            !left
+                .iter()
+                .any(|p| kube::ResourceExt::name_any(p).starts_with("move-data")),
+            "transfer pods left"
         );
         bed.consumer
             .kubectl_ok(&["delete", "pvc", "data", "-n", STORE, "--wait=false"]);
