@@ -1,5 +1,5 @@
 //! The demo's storage sections: a stateful pod at home on the fabric's StorageClass, its
-//! volume moved to the provider, a stateful pod offloaded whose data stays there, and the
+//! volume moved to the provider and back, a stateful pod offloaded whose data stays there, and the
 //! volumes a provider keeps after an unoffload, forgotten on request.
 use super::*;
 
@@ -196,6 +196,63 @@ pub(crate) fn orders_moved(d: &Demo, b_id: &str) -> Result<()> {
             "--wait=true",
         ],
     )?;
+    orders_home(d, b_id)
+}
+
+/// The claim `orders` moved back from B (`--to local`): the sender listens on B, the receiver
+/// fills a landing claim on A's node; the claim, made again under its name, is bound over a
+/// volume on A's node holding the same bytes.
+fn orders_home(d: &Demo, b_id: &str) -> Result<()> {
+    title("And home again: fabricctl move volume shop/orders --to local (cluster A)");
+    let a = &d.cl.a;
+    let out = fabricctl(
+        &a.api,
+        &[
+            "move",
+            "volume",
+            &format!("{}/orders", shop::NAMESPACE),
+            "--to",
+            "local",
+        ],
+    )?;
+    let shown: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with("sent ") || l.contains(" sha256 "))
+        .collect();
+    indent(&shown.join("\n"));
+    let claim = kubectl(
+        &a.api,
+        &[
+            "get",
+            "pvc",
+            "orders",
+            "-n",
+            shop::NAMESPACE,
+            "-o",
+            "jsonpath={.spec.volumeName}",
+        ],
+    )?;
+    let pv: Value = serde_json::from_str(&kubectl(
+        &a.api,
+        &["get", "pv", claim.trim(), "-o", "json"],
+    )?)?;
+    let terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"].to_string();
+    if terms.contains(&names::node::virtual_node(b_id)) {
+        bail!("orders is still pinned to B's virtual node: {terms}");
+    }
+    let dir = pv["spec"]["hostPath"]["path"]
+        .as_str()
+        .context("the volume at home has no host path")?;
+    let read = std::fs::read_to_string(std::path::Path::new(dir).join("orders"))
+        .with_context(|| format!("reading orders in {dir}"))?;
+    println!(
+        "  the claim's volume {} is on A's node again, holding:",
+        claim.trim()
+    );
+    indent(read.trim());
+    if read.trim() != ORDERS {
+        bail!("orders holds {read:?} at home, not what was moved");
+    }
     Ok(())
 }
 
