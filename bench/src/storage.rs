@@ -14,7 +14,9 @@
 //!   `fabricctl move volume`: the whole command (checks, the claim in the twin, the transfer
 //!   pods, the copy, the hand-over), and the copy alone (from the receiver running to the
 //!   sender's digest, as the command's progress shows them, to within its 1 s poll), against a
-//!   plain TCP copy of as many bytes from A's pod to B's pod over the same tunnel.
+//!   plain TCP copy of as many bytes from A's pod to B's pod over the same tunnel; then the
+//!   same claim moved home (`--to local`: the sender on B listens, the receiver here fills a
+//!   landing claim), against a plain copy from B's pod to A's.
 //!
 //! Figures from one run, ratios within it: a benchmark, never a timed test.
 use std::{
@@ -89,9 +91,12 @@ pub struct FirstConsumer {
     pub running: Duration,
 }
 
-/// What the move and the plain copy took.
+/// What a move and the plain copy the same way took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Move {
+    /// Which way (`A to B`), and the plain copy's ends (`A's pod to B's pod`).
+    pub way: &'static str,
+    pub plain_way: &'static str,
     pub bytes: u64,
     pub whole: Duration,
     /// The copy alone, when the command's output showed where it began and ended.
@@ -105,12 +110,14 @@ pub fn mib_per_sec(bytes: u64, d: Duration) -> f64 {
 }
 
 /// The copy's span in `fabricctl move volume`'s output, each line with when it was read: from
-/// the receiver reported running (`receiver ... running on ...`) to the sender's digest
-/// (`sent N bytes sha256 ...`).
+/// the listening side reported running (`receiver|sender ... running on ...`) to the
+/// sender's digest (`sent N bytes sha256 ...`).
 pub fn copy_span(lines: &[(Duration, String)]) -> Option<Duration> {
     let start = lines
         .iter()
-        .find(|(_, l)| l.starts_with("receiver ") && l.contains(" running on "))?
+        .find(|(_, l)| {
+            (l.starts_with("receiver ") || l.starts_with("sender ")) && l.contains(" running on ")
+        })?
         .0;
     let end = lines
         .iter()
@@ -127,7 +134,7 @@ fn p50_max(d: &[Duration]) -> (Duration, Duration) {
 }
 
 /// The report: first consumers by placement, the move against the plain copy.
-pub fn report(real: &[FirstConsumer], virt: &[FirstConsumer], mv: Option<&Move>) -> String {
+pub fn report(real: &[FirstConsumer], virt: &[FirstConsumer], moves: &[Move]) -> String {
     let mut s = String::new();
     let row = |what: &str, runs: &[FirstConsumer]| {
         let (b50, bmax) = p50_max(&runs.iter().map(|r| r.bound).collect::<Vec<_>>());
@@ -167,9 +174,9 @@ pub fn report(real: &[FirstConsumer], virt: &[FirstConsumer], mv: Option<&Move>)
             ratio(|r| r.running)
         );
     }
-    if let Some(m) = mv {
+    for m in moves {
         let mib = m.bytes as f64 / (1u64 << 20) as f64;
-        s += &format!("\nmove of a claim holding {mib:.0} MiB, A to B:\n");
+        s += &format!("\nmove of a claim holding {mib:.0} MiB, {}:\n", m.way);
         s += &format!(
             "  {:<44} {:>8}  {:>8.1} MiB/s\n",
             "fabricctl move volume, the whole command",
@@ -186,7 +193,7 @@ pub fn report(real: &[FirstConsumer], virt: &[FirstConsumer], mv: Option<&Move>)
         }
         s += &format!(
             "  {:<44} {:>8}  {:>8.1} MiB/s\n",
-            "plain TCP copy, A's pod to B's pod",
+            format!("plain TCP copy, {}", m.plain_way),
             secs(m.plain),
             mib_per_sec(m.bytes, m.plain)
         );
@@ -337,8 +344,44 @@ impl Bed {
         })
     }
 
-    /// A claim bound on A's node holding `bytes` of data, moved to B; then the plain copy.
-    fn move_volume(&self, bytes: u64) -> Result<Move> {
+    /// `fabricctl move volume NS/name --to to` at A, each line of its output with when it was
+    /// read; the whole command's time.
+    fn fabricctl_move(&self, name: &str, to: &str) -> Result<(Vec<(Duration, String)>, Duration)> {
+        let a = &self.sharing.cl.a;
+        let mut child = die_with_parent(&mut Command::new(locate_bin("fabricctl")?))
+            .env("KUBECONFIG", &a.api.kubeconfig)
+            .args(["move", "volume", &format!("{NS}/{name}"), "--to", to])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting fabricctl move volume")?;
+        let t0 = Instant::now();
+        let stdout = child.stdout.take().context("fabricctl's stdout")?;
+        let stderr = child.stderr.take().context("fabricctl's stderr")?;
+        let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+        let lines: Vec<(Duration, String)> = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .map(|l| (t0.elapsed(), l))
+            .collect();
+        let status = child.wait()?;
+        let whole = t0.elapsed();
+        let out: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+        if !status.success() {
+            bail!(
+                "fabricctl move volume --to {to} failed ({status}):\n{out}{}",
+                err.join().unwrap_or_default()
+            );
+        }
+        if !out.contains("checksums match") {
+            bail!("the move did not say its checksums matched:\n{out}");
+        }
+        Ok((lines, whole))
+    }
+
+    /// A claim bound on A's node holding `bytes` of data, moved to B, then the plain copy; the
+    /// same claim moved home, then the plain copy back.
+    fn move_volume(&self, bytes: u64) -> Result<Vec<Move>> {
         let a = &self.sharing.cl.a;
         let name = "moved";
         a.create(&claim(name, &format!("{}Mi", (bytes >> 20) + 64)))?;
@@ -371,40 +414,7 @@ impl Bed {
         ]));
         write_data(&dir.join("data"), bytes)?;
 
-        let mut child = die_with_parent(&mut Command::new(locate_bin("fabricctl")?))
-            .env("KUBECONFIG", &a.api.kubeconfig)
-            .args([
-                "move",
-                "volume",
-                &format!("{NS}/{name}"),
-                "--to",
-                &self.b_id,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting fabricctl move volume")?;
-        let t0 = Instant::now();
-        let stdout = child.stdout.take().context("fabricctl's stdout")?;
-        let stderr = child.stderr.take().context("fabricctl's stderr")?;
-        let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-        let lines: Vec<(Duration, String)> = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .map(|l| (t0.elapsed(), l))
-            .collect();
-        let status = child.wait()?;
-        let whole = t0.elapsed();
-        let out: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
-        if !status.success() {
-            bail!(
-                "fabricctl move volume failed ({status}):\n{out}{}",
-                err.join().unwrap_or_default()
-            );
-        }
-        if !out.contains("checksums match") {
-            bail!("the move did not say its checksums matched:\n{out}");
-        }
+        let (lines, whole) = self.fabricctl_move(name, &self.b_id)?;
         check_interrupt()?;
 
         let cidr = a.remote_pod_cidr(&self.b_id, Duration::from_secs(30))?;
@@ -421,12 +431,45 @@ impl Bed {
         if got as u64 != bytes {
             bail!("the plain copy delivered {got} of {bytes} bytes");
         }
-        Ok(Move {
+        let there = Move {
+            way: "A to B",
+            plain_way: "A's pod to B's pod",
             bytes,
             whole,
             copy: copy_span(&lines),
             plain,
-        })
+        };
+        check_interrupt()?;
+
+        println!("moving it home from B ...");
+        let (lines, whole) = self.fabricctl_move(name, "local")?;
+        check_interrupt()?;
+        let b = &self.sharing.cl.b;
+        let cidr = b.remote_pod_cidr(&a.id, Duration::from_secs(30))?;
+        let dst = clusters::remap(Cluster::pod_ip(0).parse()?, cidr).to_string();
+        let (got, plain) = traffic::tcp_copy(
+            &b.pods[0],
+            &a.pods[0],
+            &dst,
+            PLAIN_PORT,
+            usize::try_from(bytes)?,
+            Duration::from_secs(600),
+        )
+        .context("the plain copy back")?;
+        if got as u64 != bytes {
+            bail!("the plain copy back delivered {got} of {bytes} bytes");
+        }
+        Ok(vec![
+            there,
+            Move {
+                way: "B to A (home)",
+                plain_way: "B's pod to A's pod",
+                bytes,
+                whole,
+                copy: copy_span(&lines),
+                plain,
+            },
+        ])
     }
 }
 
@@ -511,17 +554,15 @@ pub fn run(o: &Options) -> Result<()> {
             runs.push(r);
         }
     }
-    let mv = if o.move_bytes > 0 {
+    let moves = if o.move_bytes > 0 {
         println!("moving a claim of {} MiB to B ...", o.move_bytes >> 20);
-        Some(
-            bed.move_volume(o.move_bytes)
-                .with_context(|| format!("the move\n{}", bed.logs()))?,
-        )
+        bed.move_volume(o.move_bytes)
+            .with_context(|| format!("the move\n{}", bed.logs()))?
     } else {
-        None
+        Vec::new()
     };
     println!("machine load at the end: {}\n", load_average());
-    print!("{}", report(&real, &virt, mv.as_ref()));
+    print!("{}", report(&real, &virt, &moves));
     Ok(())
 }
 
@@ -549,6 +590,10 @@ mod tests {
         .map(|(t, l)| (s(t), l.to_owned()))
         .collect();
         assert_eq!(copy_span(&lines), Some(s(5.5)));
+        // Home: the sender listens on the provider, and is the one said running.
+        let mut home = lines.clone();
+        home[1].1 = "sender move-data-send running on provider b, at 10.1.2.3".into();
+        assert_eq!(copy_span(&home), Some(s(5.5)));
         // A move that never said where the copy began, or ended, has no copy span.
         assert_eq!(copy_span(&lines[2..]), None);
         assert_eq!(copy_span(&lines[..3]), None);
@@ -568,12 +613,19 @@ mod tests {
         let real = [fc(0.2, 1.0), fc(0.4, 1.2), fc(0.3, 5.0)];
         let virt = [fc(0.9, 2.4), fc(1.2, 3.6), fc(1.5, 3.0)];
         let m = Move {
+            way: "A to B",
+            plain_way: "A's pod to B's pod",
             bytes: 64 << 20,
             whole: s(8.0),
             copy: Some(s(2.0)),
             plain: s(1.0),
         };
-        let r = report(&real, &virt, Some(&m));
+        let home = Move {
+            way: "B to A (home)",
+            plain_way: "B's pod to A's pod",
+            ..m.clone()
+        };
+        let r = report(&real, &virt, &[m, home]);
         // p50 of Bound: 0.3 real, 1.2 virtual; of Running: 1.2 and 3.0.
         assert!(
             r.contains("virtual / real (p50): Bound 4.0x, Running 2.5x"),
@@ -584,7 +636,9 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("(3 runs each)"), "{r}");
-        let r = report(&real, &[], None);
+        assert!(r.contains("MiB, B to A (home):"), "{r}");
+        assert!(r.contains("plain TCP copy, B's pod to A's pod"), "{r}");
+        let r = report(&real, &[], &[]);
         assert!(!r.contains("virtual / real"), "{r}");
         assert!(!r.contains("B's virtual node"), "{r}");
         assert!(!r.contains("move of"), "{r}");
