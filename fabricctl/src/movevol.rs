@@ -303,26 +303,9 @@ async fn to_provider(
              that did not finish its copy: removing it and its transfer pods, copying again"
         );
         remove_transfer_pods(&pods, &claim).await?;
-        twin_claims
-            .delete(
-                &claim,
-                &DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: there.uid(),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                },
-            )
+        home::delete_and_wait(&twin_claims, &claim, &there.uid().unwrap_or_default())
             .await
             .with_context(|| format!("removing claim {claim} left in twin {twin} on {id}"))?;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while twin_claims.get_opt(&claim).await?.is_some() {
-            if Instant::now() > deadline {
-                bail!("claim {claim} in twin {twin} on {id} not gone after 120s");
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
     }
     let made = twin_claims
         .create(

@@ -255,16 +255,7 @@ async fn run(
                 }
             }
         }
-        let journals: Api<ConfigMap> = Api::namespaced(local.clone(), ns);
-        match journals
-            .delete(&journal_name(claim), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-        anyhow::Ok(())
+        remove_journal(local, ns, claim).await
     }
     .await
     .with_context(|| format!("handing the data over to claim {ns}/{claim}: {kept}"))?;
@@ -275,22 +266,50 @@ async fn run(
         .cloned()
         .unwrap_or_default();
     println!("the data here removed; claim {ns}/{claim} made again for {node}");
+    let v = wait_bound(&home, ns, claim, || {
+        format!(
+            "not bound by the virtual kubelet of {node} after 120s: the data is in claim \
+             {claim} of twin {twin} on {id}"
+        )
+    })
+    .await?;
+    println!("claim {ns}/{claim} bound to {v}, pinned to {node}");
+    Ok(())
+}
+
+/// Removes the journal of claim `ns/claim` (gone already is fine).
+pub(super) async fn remove_journal(local: &kube::Client, ns: &str, claim: &str) -> Result<()> {
+    let journals: Api<ConfigMap> = Api::namespaced(local.clone(), ns);
+    match journals
+        .delete(&journal_name(claim), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Waits until claim `ns/claim` made again is bound (for 120 s): its volume, or `late`'s
+/// word on where the data is.
+pub(super) async fn wait_bound(
+    home: &Api<PersistentVolumeClaim>,
+    ns: &str,
+    claim: &str,
+    late: impl Fn() -> String,
+) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let now = home.get_opt(claim).await?;
-        let bound = now
-            .as_ref()
-            .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+        let bound = home
+            .get_opt(claim)
+            .await?
+            .and_then(|c| c.spec?.volume_name)
             .filter(|v| !v.is_empty());
         if let Some(v) = bound {
-            println!("claim {ns}/{claim} bound to {v}, pinned to {node}");
-            return Ok(());
+            return Ok(v);
         }
         if Instant::now() > deadline {
-            bail!(
-                "claim {ns}/{claim} not bound by the virtual kubelet of {node} after 120s: \
-                 the data is in claim {claim} of twin {twin} on {id}"
-            );
+            bail!("claim {ns}/{claim} {}", late());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

@@ -32,7 +32,11 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{Copy, Listener, Place, copy, handover::journal_name, remove_transfer_pods, transfer};
+use super::{
+    Copy, Listener, Place, copy,
+    handover::{self, journal_name},
+    remove_transfer_pods, transfer,
+};
 
 /// The journal's key in its ConfigMap ([`journal_name`]).
 pub const KEY: &str = "hand-over-home";
@@ -147,7 +151,12 @@ fn uid_only(uid: &str) -> DeleteParams {
     }
 }
 
-async fn delete_and_wait(api: &Api<PersistentVolumeClaim>, name: &str, uid: &str) -> Result<()> {
+/// Deletes claim `name` if it is still the one of `uid`, and waits (120 s) until it is gone.
+pub(super) async fn delete_and_wait(
+    api: &Api<PersistentVolumeClaim>,
+    name: &str,
+    uid: &str,
+) -> Result<()> {
     match api.delete(name, &uid_only(uid)).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
@@ -313,15 +322,7 @@ async fn run(local: &kube::Client, ns: &str, claim: &str, j: &HandHome) -> Resul
                 Step::Lost(why) => bail!("{why}"),
             }
         }
-        match Api::<ConfigMap>::namespaced(local.clone(), ns)
-            .delete(&journal_name(claim), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-        anyhow::Ok(())
+        handover::remove_journal(local, ns, claim).await
     }
     .await
     .with_context(|| format!("handing the data over to claim {ns}/{claim}: {kept}"))?;
@@ -335,27 +336,15 @@ async fn run(local: &kube::Client, ns: &str, claim: &str, j: &HandHome) -> Resul
         "the data on {} removed; claim {ns}/{claim} made again for {node}",
         j.provider
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let bound = home
-            .get_opt(claim)
-            .await?
-            .and_then(|c| c.spec?.volume_name)
-            .filter(|v| !v.is_empty());
-        if let Some(v) = bound {
-            println!("claim {ns}/{claim} bound to {v}, on {node}");
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "claim {ns}/{claim} not bound by the storage provisioner after 120s: the data \
-                 is in claim {}/{}",
-                j.real_namespace,
-                j.real
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let v = handover::wait_bound(&home, ns, claim, || {
+        format!(
+            "not bound by the storage provisioner after 120s: the data is in claim {}/{}",
+            j.real_namespace, j.real
+        )
+    })
+    .await?;
+    println!("claim {ns}/{claim} bound to {v}, on {node}");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,6 +11,14 @@ pub(crate) fn mounting(mut pod: Value, claim: &str) -> Value {
     pod
 }
 
+/// `fabricctl move volume`'s output without its progress lines: the copy and its two digests.
+fn without_progress(out: &str) -> String {
+    out.lines()
+        .filter(|l| !l.starts_with("sent ") || l.contains(" sha256 "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A claim of the fabric's StorageClass whose first consumer runs on a real node of A: the
 /// storage provisioner makes a real claim of A's default class and binds the claim to a volume
 /// over the real one; the file a pod writes there is read by the next pod.
@@ -141,12 +149,7 @@ pub(crate) fn orders_moved(d: &Demo, b_id: &str) -> Result<()> {
             b_id,
         ],
     )?;
-    // The progress lines aside: the copy and its two digests.
-    let shown: Vec<&str> = out
-        .lines()
-        .filter(|l| !l.starts_with("sent ") || l.contains(" sha256 "))
-        .collect();
-    indent(&shown.join("\n"));
+    indent(&without_progress(&out));
     let digest = |verb: &str| {
         out.lines()
             .find(|l| l.starts_with(verb) && l.contains(" sha256 "))
@@ -215,11 +218,7 @@ fn orders_home(d: &Demo, b_id: &str) -> Result<()> {
             "local",
         ],
     )?;
-    let shown: Vec<&str> = out
-        .lines()
-        .filter(|l| !l.starts_with("sent ") || l.contains(" sha256 "))
-        .collect();
-    indent(&shown.join("\n"));
+    indent(&without_progress(&out));
     let claim = kubectl(
         &a.api,
         &[
