@@ -68,8 +68,9 @@ impl Fences {
     /// back from a partition renews before it makes pods, so a ShadowPod seen before that
     /// renewal's watch event must not be stopped for a silence that has already ended.
     pub async fn confirmed(&self, consumer: &str) -> kube::Result<Verdict> {
-        if !matches!(self.verdict(consumer), Verdict::Stop { .. }) {
-            return Ok(self.verdict(consumer));
+        let seen = self.verdict(consumer);
+        if !matches!(seen, Verdict::Stop { .. }) {
+            return Ok(seen);
         }
         let ns = partition::tenant_namespace(consumer);
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &ns);

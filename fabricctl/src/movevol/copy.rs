@@ -13,6 +13,21 @@ pub const MOVE_LABEL: &str = names::storage::TRANSFER;
 /// Where the transfer pods find the move's token (`fabric-volume-transfer --token`).
 pub const TOKEN_ENV: &str = "FABRIC_TRANSFER_TOKEN";
 
+/// A claim's spec as big as `spec` (its access modes, size and volume mode), of `class`:
+/// nothing of its binding.
+fn sized_like(
+    spec: &k8s_openapi::api::core::v1::PersistentVolumeClaimSpec,
+    class: Option<String>,
+) -> k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+    k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+        access_modes: spec.access_modes.clone(),
+        resources: spec.resources.clone(),
+        volume_mode: spec.volume_mode.clone(),
+        storage_class_name: class,
+        ..Default::default()
+    }
+}
+
 /// A fresh token for one move: 128 random bits, hex.
 pub fn token() -> String {
     use ring::rand::SecureRandom as _;
@@ -41,13 +56,7 @@ pub fn landing_claim(home: &PersistentVolumeClaim) -> PersistentVolumeClaim {
             labels: Some([(MOVE_LABEL.to_owned(), claim)].into()),
             ..Default::default()
         },
-        spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
-            access_modes: spec.access_modes,
-            resources: spec.resources,
-            volume_mode: spec.volume_mode,
-            storage_class_name: spec.storage_class_name,
-            ..Default::default()
-        }),
+        spec: Some(sized_like(&spec, spec.storage_class_name.clone())),
         status: None,
     }
 }
@@ -205,13 +214,7 @@ pub fn twin_claim(
             ),
             ..Default::default()
         },
-        spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
-            access_modes: spec.access_modes,
-            resources: spec.resources,
-            volume_mode: spec.volume_mode,
-            storage_class_name: class.map(str::to_owned),
-            ..Default::default()
-        }),
+        spec: Some(sized_like(&spec, class.map(str::to_owned))),
         status: None,
     }
 }
@@ -311,13 +314,7 @@ pub fn remade(home: &PersistentVolumeClaim, node: &str) -> PersistentVolumeClaim
             annotations: Some(annotations),
             ..Default::default()
         },
-        spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
-            access_modes: spec.access_modes,
-            resources: spec.resources,
-            volume_mode: spec.volume_mode,
-            storage_class_name: spec.storage_class_name,
-            ..Default::default()
-        }),
+        spec: Some(sized_like(&spec, spec.storage_class_name.clone())),
         status: None,
     }
 }

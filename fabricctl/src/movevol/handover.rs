@@ -42,6 +42,26 @@ pub struct HandOver {
     pub remade: PersistentVolumeClaim,
 }
 
+/// The journal of claim `claim`'s hand-over holding `value` under `key` (a move to a provider
+/// or home: each its own key).
+pub(super) fn journal(claim: &str, key: &str, value: &impl Serialize) -> Result<ConfigMap> {
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(journal_name(claim)),
+            labels: Some(BTreeMap::from([(
+                names::storage::TRANSFER.to_owned(),
+                claim.to_owned(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            key.to_owned(),
+            serde_json::to_string(value).context("writing the journal")?,
+        )])),
+        ..Default::default()
+    })
+}
+
 /// The journal of claim `claim`'s hand-over, in the claim's namespace.
 pub fn journal_name(claim: &str) -> String {
     names::namespace::bounded(&format!("fabric-move-{claim}"))
@@ -49,21 +69,7 @@ pub fn journal_name(claim: &str) -> String {
 
 impl HandOver {
     fn to_config_map(&self, claim: &str) -> Result<ConfigMap> {
-        Ok(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(journal_name(claim)),
-                labels: Some(BTreeMap::from([(
-                    names::storage::TRANSFER.to_owned(),
-                    claim.to_owned(),
-                )])),
-                ..Default::default()
-            },
-            data: Some(BTreeMap::from([(
-                KEY.to_owned(),
-                serde_json::to_string(self).context("writing the journal")?,
-            )])),
-            ..Default::default()
-        })
+        journal(claim, KEY, self)
     }
 
     fn of(cm: &ConfigMap) -> Result<Self> {

@@ -18,17 +18,14 @@
 //! with it, as with any deletion), made again with its selected node the real claim's, whose
 //! provisioner adopts the real claim and binds it over the same volume. Each step is
 //! idempotent; what is decided is pure ([`step`]).
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use fabric_api::names::storage::{HOME_NAME, HOME_UID, SELECTED_NODE};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use kube::{
     Api, ResourceExt as _,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde::{Deserialize, Serialize};
 
@@ -62,21 +59,7 @@ pub struct HandHome {
 
 impl HandHome {
     fn to_config_map(&self, claim: &str) -> Result<ConfigMap> {
-        Ok(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(journal_name(claim)),
-                labels: Some(BTreeMap::from([(
-                    copy::MOVE_LABEL.to_owned(),
-                    claim.to_owned(),
-                )])),
-                ..Default::default()
-            },
-            data: Some(BTreeMap::from([(
-                KEY.to_owned(),
-                serde_json::to_string(self).context("writing the journal")?,
-            )])),
-            ..Default::default()
-        })
+        handover::journal(claim, KEY, self)
     }
 
     /// The hand-over home a journal holds, if it is one.
@@ -349,6 +332,8 @@ async fn run(local: &kube::Client, ns: &str, claim: &str, j: &HandHome) -> Resul
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn journal() -> HandHome {
